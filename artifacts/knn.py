@@ -1,0 +1,110 @@
+"""The KNN quality/length/cost estimator as stored in a bundle, and its prediction rule (002 §4.2).
+
+Files in the component folder:
+- ``index.faiss``: FAISS inner-product index over L2-normalized prompt embeddings (flat, or IVF-PQ
+  for large N);
+- ``labels.parquet``: one row per indexed prompt: ``prompt_id`` and, per model, ``quality/<m>``,
+  ``output_tokens/<m>``, ``cost/<m>`` (null where the label is missing);
+- ``knn.json``: k, the weighting rule, model order, the encoder, per-model priors and 64-token
+  output-length histograms.
+
+Prediction: the k nearest neighbours get weight w = 1 / (1 − cos + 1e-6), normalized. For each model
+only neighbours that carry a label for it vote; when none does, the model's training mean (prior)
+is returned. Ties in predicted quality are broken by the prior, then by lower predicted cost, so that
+a vote among a handful of neighbours does not hand traffic to a weaker model by accident.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MEASURES = ("quality", "output_tokens", "cost")
+WEIGHT_EPS = 1e-6
+
+
+@dataclass
+class KnnPrediction:
+    models: list[str]
+    quality: np.ndarray  # (n_queries, n_models)
+    output_tokens: np.ndarray
+    cost: np.ndarray
+
+    def best_model(self, lam: float = 0.0, prior: np.ndarray | None = None) -> list[str]:
+        """argmax of predicted quality − λ · predicted cost per query (ties: prior, then cost)."""
+        return [self.models[i] for i in self.best_index(lam, prior)]
+
+    def best_index(self, lam: float = 0.0, prior: np.ndarray | None = None) -> np.ndarray:
+        utility = self.quality - lam * self.cost
+        tie_break = np.zeros(len(self.models)) if prior is None else prior
+        # lexsort: last key is primary. Maximize utility, then prior, then minimize cost.
+        picks = np.empty(len(utility), dtype=np.int64)
+        for q in range(len(utility)):
+            u = np.round(utility[q], 9)
+            picks[q] = np.lexsort((self.cost[q], -tie_break, -u))[0]
+        return picks
+
+
+class KnnEstimator:
+    def __init__(self, index, labels: dict[str, np.ndarray], models: list[str], meta: dict[str, Any]):
+        self.index = index
+        self.labels = labels  # measure -> (n_indexed, n_models)
+        self.models = models
+        self.meta = meta
+        self.k = int(meta["k"])
+
+    @property
+    def prior(self) -> np.ndarray:
+        return np.asarray([self.meta["priors"]["quality"][m] for m in self.models], dtype=np.float64)
+
+    def predict_embeddings(self, queries: np.ndarray, exclude_self: bool = False) -> KnnPrediction:
+        """Predict from normalized query embeddings; `exclude_self` drops an exact hit (leave-one-out)."""
+        k = min(self.k + int(exclude_self), self.index.ntotal)
+        sims, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        if exclude_self:
+            sims, ids = sims[:, 1:], ids[:, 1:]
+        valid = ids >= 0
+        weights = np.where(valid, 1.0 / (1.0 - np.clip(sims, -1.0, 1.0) + WEIGHT_EPS), 0.0)
+        safe_ids = np.where(valid, ids, 0)
+        out = {}
+        for measure in MEASURES:
+            values = self.labels[measure][safe_ids]  # (q, k, m)
+            has = ~np.isnan(values) & valid[:, :, None]
+            w = weights[:, :, None] * has
+            total = w.sum(axis=1)
+            summed = (np.where(has, values, 0.0) * w).sum(axis=1)
+            prior = np.asarray([self.meta["priors"][measure][m] for m in self.models], dtype=np.float64)
+            out[measure] = np.where(total > 0, summed / np.where(total > 0, total, 1.0), prior)
+        return KnnPrediction(self.models, out["quality"], out["output_tokens"], out["cost"])
+
+    def predict(self, texts: list[str], encoder_ref: str | None = None) -> KnnPrediction:
+        from artifacts.encoder import encode
+
+        return self.predict_embeddings(encode(texts, encoder_ref or self.meta["encoder"]["ref"]))
+
+    def length_histogram(self, model: str) -> dict[str, Any]:
+        return self.meta["length_histograms"][model]
+
+    @classmethod
+    def load(cls, folder: Path) -> KnnEstimator:
+        import faiss
+        import pyarrow.parquet as pq
+
+        folder = Path(folder)
+        meta = json.loads((folder / "knn.json").read_text())
+        models = meta["models"]
+        table = pq.read_table(folder / "labels.parquet")
+        labels = {
+            measure: np.column_stack(
+                [table.column(f"{measure}/{m}").to_numpy(zero_copy_only=False).astype(np.float64) for m in models]
+            )
+            for measure in MEASURES
+        }
+        index = faiss.read_index(str(folder / "index.faiss"))
+        if index.ntotal != table.num_rows:
+            raise ValueError(f"{folder}: index holds {index.ntotal} vectors but labels.parquet {table.num_rows} rows")
+        return cls(index, labels, models, meta)

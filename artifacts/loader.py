@@ -1,0 +1,98 @@
+"""The runtime loader: from a folder or an MLflow URI to a verified, ready-to-use router bundle.
+
+Nothing is returned before the manifest validates against the JSON Schema, its schema version is
+one this loader reads, and every listed file matches its sha256 (no file missing, none unlisted).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
+from artifacts.registry import download_bundle, is_remote_uri
+from artifacts.writer import sha256_file
+
+SUPPORTED_MAJOR = MANIFEST_SCHEMA_VERSION.split(".")[0]
+
+
+class BundleVerificationError(Exception):
+    """The bundle is not what its manifest says; the message names every offending file."""
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("artifacts").joinpath("manifest.schema.json").read_text())
+
+
+def read_manifest(root: Path) -> Manifest:
+    import jsonschema
+
+    path = Path(root) / MANIFEST_FILE
+    if not path.exists():
+        raise BundleVerificationError(f"{root}: no {MANIFEST_FILE}; not a routeforge bundle")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BundleVerificationError(f"{path}: not valid JSON ({exc})") from exc
+    version = str(raw.get("schema_version", "?"))
+    if version.split(".")[0] != SUPPORTED_MAJOR:
+        raise BundleVerificationError(
+            f"{path}: schema_version {version} is not readable by this loader (reads {SUPPORTED_MAJOR}.x)"
+        )
+    try:
+        jsonschema.validate(raw, _schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
+        raise BundleVerificationError(f"{path}: field {where}: {exc.message}") from exc
+    return Manifest.model_validate(raw)
+
+
+def verify_bundle(root: Path) -> Manifest:
+    """Check every checksum; raise naming each mismatched, missing or unlisted file."""
+    root = Path(root)
+    manifest = read_manifest(root)
+    problems = []
+    listed = set()
+    for comp in manifest.components:
+        for entry in comp.files:
+            listed.add(entry.path)
+            path = root / entry.path
+            if not path.is_file():
+                problems.append(f"{entry.path}: missing")
+            elif path.stat().st_size != entry.bytes or sha256_file(path) != entry.sha256:
+                problems.append(f"{entry.path}: sha256 mismatch")
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and rel != MANIFEST_FILE and rel not in listed:
+            problems.append(f"{rel}: not listed in the manifest")
+    if problems:
+        raise BundleVerificationError(f"bundle at {root} failed verification: " + "; ".join(problems))
+    return manifest
+
+
+def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
+    """A local folder for `ref`, downloading it first when it is an MLflow URI."""
+    return download_bundle(ref, dst, tracking_uri) if is_remote_uri(ref) else Path(ref)
+
+
+@dataclass
+class RouterBundle:
+    root: Path
+    manifest: Manifest
+
+    @property
+    def models(self) -> list[str]:
+        return [m.name for m in self.manifest.fleet.models]
+
+    def knn_estimator(self):
+        from artifacts.knn import KnnEstimator
+
+        return KnnEstimator.load(self.root / self.manifest.component("knn_estimator").name)
+
+
+def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | None = None) -> RouterBundle:
+    """Load a bundle from a folder or `models:/<name>@<alias>`; verifies before returning."""
+    root = fetch(str(ref), dst, tracking_uri)
+    return RouterBundle(root=root, manifest=verify_bundle(root))

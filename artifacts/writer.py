@@ -1,0 +1,75 @@
+"""Assemble a bundle folder: copy component folders in, checksum every file, write the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from artifacts.manifest import MANIFEST_FILE, Component, FileEntry, Fleet, Lineage, Manifest
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_entries(root: Path, folder: Path) -> list[FileEntry]:
+    return [
+        FileEntry(path=p.relative_to(root).as_posix(), sha256=sha256_file(p), bytes=p.stat().st_size)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    ]
+
+
+@dataclass
+class ComponentSource:
+    name: str
+    kind: str
+    format: str
+    folder: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def write_bundle(
+    target: Path,
+    name: str,
+    fleet: Fleet,
+    components: list[ComponentSource],
+    lineage: Lineage,
+    code_version: str,
+) -> Manifest:
+    """Write a fresh bundle at `target` (replaced if present) and return its manifest."""
+    target = Path(target)
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    entries = []
+    for comp in components:
+        dest = target / comp.name
+        shutil.copytree(comp.folder, dest)
+        entries.append(
+            Component(
+                name=comp.name, kind=comp.kind, format=comp.format, files=file_entries(target, dest),
+                metrics=comp.metrics, config=comp.config,
+            )
+        )
+    content = hashlib.sha256("".join(f.sha256 for c in entries for f in c.files).encode()).hexdigest()
+    manifest = Manifest(
+        name=name,
+        version=content[:12],
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        code_version=code_version,
+        fleet=fleet,
+        components=entries,
+        lineage=lineage,
+    )
+    (target / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
+    return manifest

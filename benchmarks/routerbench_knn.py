@@ -1,0 +1,86 @@
+"""RouterBench quality–cost benchmark of the KNN router (library code only, no Dagster).
+
+Runs prompts → table import → table correctness → routing table → KNN on configs/routerbench.yaml
+and writes `benchmarks/results/routerbench_knn.json` and `.png`: per-model accuracy and cost,
+random, oracle, KNN argmax-quality routing, and the λ sweep of q̂ − λ·ĉ.
+
+    .venv/bin/python benchmarks/routerbench_knn.py [--config configs/routerbench.yaml] [--k 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipelines.config import load_fleet
+from pipelines.engines import make_engine, prompt_rows
+from pipelines.prompt_sources import build_prompts
+from pipelines.schemas import QUALITY, RESPONSES
+from pipelines.scoring import score_table_labels
+from pipelines.storage import Quarantine, to_table
+from training.knn import build_knn
+from training.routing_eval import evaluate_router, plot_quality_cost
+from training.routing_table import build_routing_table
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/routerbench.yaml")
+    parser.add_argument("--k", type=int, default=None, help="override training.knn.k")
+    parser.add_argument("--out", default=str(RESULTS / "routerbench_knn"))
+    args = parser.parse_args()
+
+    config = load_fleet(args.config)
+    knn_settings = config.training.knn if args.k is None else config.training.knn.model_copy(update={"k": args.k})
+    timings = {}
+    t0 = time.perf_counter()
+    prompts, _ = build_prompts(config)
+    timings["prompts_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    responses, quality, quarantined = {}, {}, {}
+    rows = prompt_rows(prompts)
+    for spec in config.models:
+        q = Quarantine("responses", spec.name)
+        responses[spec.name] = to_table(make_engine(spec, config, Path("/tmp")).generate(rows, q), RESPONSES)
+        qq = Quarantine("quality", spec.name)
+        quality[spec.name] = to_table(score_table_labels(responses[spec.name], qq), QUALITY)
+        quarantined[spec.name] = len(q) + len(qq)
+    timings["import_and_score_s"] = time.perf_counter() - t0
+
+    routing = build_routing_table(prompts, responses, quality, config.model_names)
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    knn = build_knn(routing, config.encoder, knn_settings, out.parent / "routerbench_knn_component")
+    timings["knn_build_s"] = time.perf_counter() - t0
+
+    test = routing.filter(pa.compute.equal(routing.column("split"), "test"))
+    t0 = time.perf_counter()
+    prediction = knn.predict(test.column("text").to_pylist(), config.encoder)
+    timings["knn_predict_s"] = time.perf_counter() - t0
+    result = evaluate_router(test, prediction, knn.prior, config.training.lambda_sweep)
+    result.update({"k": knn_settings.k, "n_train_indexed": knn.index.ntotal,
+                   "quarantined_pairs": quarantined, "timings": timings})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}.json").write_text(json.dumps(result, indent=2, sort_keys=True))
+    plot_quality_cost(result, Path(f"{out}.png"), f"RouterBench arc_challenge + winogrande, KNN k={knn_settings.k}")
+
+    best = result["best_single_model"]
+    print(f"best single model {best}: {result['single_models'][best]['quality']:.4f}")
+    print(f"KNN argmax quality: {result['router_max_quality']['quality']:.4f} "
+          f"(gap {100 * result['router_gap_to_best_single']:+.2f} points), "
+          f"cost {result['router_max_quality']['cost']:.6f} vs {result['single_models'][best]['cost']:.6f}")
+    print(f"oracle {result['oracle']['quality']:.4f}, random {result['random']['quality']:.4f}")
+    for s in result["lambda_sweep"]:
+        print(f"  λ={s['lambda']:>7g}  quality {s['quality']:.4f}  cost {s['cost']:.6f}")
+    print(f"wrote {out}.json and {out}.png")
+
+
+if __name__ == "__main__":
+    main()

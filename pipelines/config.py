@@ -1,0 +1,337 @@
+"""The fleet configuration: one pydantic schema for every stage.
+
+A fleet file names the candidate models (engine, weight source, prices), the hardware tiers, the
+prompt datasets, and the settings of generation, scoring, training and registration. Every model is
+strict (`extra="forbid"`), so a typo or a wrong type fails at load with the field's dotted path.
+
+Strings may use ``${VAR}`` or ``${VAR:-default}``; relative paths resolve against the directory of
+the config file, so a config behaves the same from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from artifacts.encoder import ENCODER_PACKAGE_REF
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(ValueError):
+    """A fleet file that cannot be used; the message names the file and the offending field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(_Strict):
+    """USD per million tokens, as providers quote them."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, output_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+class RandomInitSource(_Strict):
+    """A causal LM built locally from a config with seeded random weights; its text is meaningless."""
+
+    kind: Literal["random_init"]
+    architecture: Literal["gpt2", "llama", "qwen2"]
+    config: dict[str, Any] = Field(default_factory=dict)
+    tokenizer: str = ENCODER_PACKAGE_REF
+    seed: int = 0
+
+
+class HubSource(_Strict):
+    """Weights from the Hugging Face Hub (or a local directory laid out like a hub snapshot)."""
+
+    kind: Literal["hub"]
+    id: str
+    revision: str | None = None
+
+
+class TableSource(_Strict):
+    """Responses imported from an existing response table held by a `routerbench` dataset."""
+
+    kind: Literal["table"]
+    dataset: str
+    column: str | None = None  # defaults to the model name
+
+
+ModelSource = Annotated[RandomInitSource | HubSource | TableSource, Field(discriminator="kind")]
+
+
+class ModelSpec(_Strict):
+    name: str = Field(min_length=1)
+    engine: Literal["transformers", "table_import"]
+    source: ModelSource
+    price: Price | None = None
+
+    @model_validator(mode="after")
+    def _engine_matches_source(self) -> ModelSpec:
+        table = self.source.kind == "table"
+        if table != (self.engine == "table_import"):
+            raise ValueError(
+                f"model {self.name!r}: engine {self.engine!r} cannot use a {self.source.kind!r} source"
+            )
+        return self
+
+
+class Hardware(_Strict):
+    name: str
+    accelerator: str = "cpu"
+    count: int = Field(default=1, ge=1)
+    hourly_usd: float | None = Field(default=None, ge=0)
+
+
+class Tier(_Strict):
+    """A deployable unit: one model on one hardware type."""
+
+    model: str
+    hardware: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}@{self.hardware}"
+
+
+class JsonlDataset(_Strict):
+    """A local JSON-lines file; `fields` maps routeforge's names to the file's keys."""
+
+    kind: Literal["jsonl"]
+    name: str
+    path: Path
+    text_field: str = "prompt"
+    reference_field: str | None = "reference"
+    task_field: str | None = "task"
+    task: str | None = None  # a fixed task when the file has no task column
+    id_field: str | None = None
+    limit: int | None = Field(default=None, gt=0)
+
+
+class HFDataset(_Strict):
+    """A dataset read through `datasets.load_dataset` (hub id or a local path / data files)."""
+
+    kind: Literal["hf"]
+    name: str
+    path: str
+    subset: str | None = None
+    split: str = "test"
+    data_files: dict[str, str] | str | None = None
+    text_field: str = "question"
+    reference_field: str | None = "answer"
+    task: str
+    limit: int | None = Field(default=None, gt=0)
+
+
+class RouterBenchDataset(_Strict):
+    """RouterBench-style wide CSVs: one row per prompt, per-model correctness, response and cost."""
+
+    kind: Literal["routerbench"]
+    name: str
+    files: dict[Literal["train", "test"], list[Path]]
+    limit: int | None = Field(default=None, gt=0)
+
+
+Dataset = Annotated[JsonlDataset | HFDataset | RouterBenchDataset, Field(discriminator="kind")]
+
+
+class Templates(_Strict):
+    """How a raw prompt becomes the text sent to the models."""
+
+    default: str = "{text}"
+    per_task: dict[str, str] = Field(default_factory=dict)
+    hint: str = "This is a {task} task."
+    add_hint: bool = True
+
+    @field_validator("default", "hint")
+    @classmethod
+    def _has_placeholder(cls, value: str, info) -> str:
+        needed = "{text}" if info.field_name == "default" else "{task}"
+        if needed not in value:
+            raise ValueError(f"must contain {needed}")
+        return value
+
+
+class SplitSettings(_Strict):
+    mode: Literal["seeded", "source"] = "seeded"  # `source`: keep the split the dataset ships
+    test_fraction: float = Field(default=0.25, gt=0, lt=1)
+    seed: int = 0
+
+
+class GenerationSettings(_Strict):
+    """Greedy decoding by default, so a (prompt, model) pair has one deterministic response."""
+
+    max_new_tokens: int = Field(default=64, gt=0)
+    temperature: float = Field(default=0.0, ge=0)
+    batch_size: int = Field(default=8, gt=0)
+    repetition_penalty: float = Field(default=1.0, gt=0)
+    token_counter: str = ENCODER_PACKAGE_REF  # tokenizer used to count tokens of imported text
+
+
+class ScoringSettings(_Strict):
+    metric: Literal["bertscore", "table_correctness"]
+    backbone: str = ENCODER_PACKAGE_REF
+    num_layers: int | None = 6
+    batch_size: int = Field(default=16, gt=0)
+
+
+class KnnSettings(_Strict):
+    k: int = Field(default=10, gt=0)
+    index: Literal["flat", "ivfpq"] = "flat"
+    ivf_threshold: int = Field(default=100_000, gt=0)  # use IVF-PQ only above this many prompts
+    length_bucket_tokens: int = Field(default=64, gt=0)
+
+
+class TrainingSettings(_Strict):
+    knn: KnnSettings = KnnSettings()
+    lambda_sweep: list[float] = Field(default_factory=lambda: [0.0, 1.0, 10.0, 100.0, 1000.0])
+    seed: int = 0
+
+
+class RegistrySettings(_Strict):
+    tracking_uri: str
+    experiment: str
+    model_name: str
+    alias: str = "challenger"
+    artifact_location: str | None = None
+
+
+class FleetConfig(_Strict):
+    name: str
+    storage_root: Path
+    encoder: str = ENCODER_PACKAGE_REF
+    models: list[ModelSpec] = Field(min_length=1)
+    hardware: list[Hardware] = Field(default_factory=list)
+    tiers: list[Tier] = Field(default_factory=list)
+    datasets: list[Dataset] = Field(min_length=1)
+    templates: Templates = Templates()
+    split: SplitSettings = SplitSettings()
+    generation: GenerationSettings = GenerationSettings()
+    scoring: ScoringSettings
+    training: TrainingSettings = TrainingSettings()
+    registry: RegistrySettings
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> FleetConfig:
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"models: duplicate names {dupes}")
+        hw = {h.name for h in self.hardware}
+        for i, tier in enumerate(self.tiers):
+            if tier.model not in names:
+                raise ValueError(f"tiers.{i}.model: unknown model {tier.model!r}")
+            if tier.hardware not in hw:
+                raise ValueError(f"tiers.{i}.hardware: unknown hardware {tier.hardware!r}")
+        datasets = {d.name: d for d in self.datasets}
+        for i, model in enumerate(self.models):
+            if model.source.kind == "table":
+                ds = datasets.get(model.source.dataset)
+                if ds is None or ds.kind != "routerbench":
+                    raise ValueError(
+                        f"models.{i}.source.dataset: {model.source.dataset!r} is not a routerbench dataset"
+                    )
+        if self.scoring.metric == "table_correctness" and any(
+            m.engine != "table_import" for m in self.models
+        ):
+            raise ValueError("scoring.metric: table_correctness needs every model to be table_import")
+        return self
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model named {name!r} in fleet {self.name!r}")
+
+    def dataset(self, name: str) -> Dataset:
+        for d in self.datasets:
+            if d.name == name:
+                return d
+        raise KeyError(f"no dataset named {name!r} in fleet {self.name!r}")
+
+    @property
+    def model_names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+
+def _expand_env(value: Any) -> Any:
+    if isinstance(value, str):
+        return _ENV_PATTERN.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), value)
+    if isinstance(value, dict):
+        return {k: _expand_env(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v) for v in value]
+    return value
+
+
+def _resolve_paths(node: Any, base: Path) -> Any:
+    """Make every Path field absolute against the config directory."""
+    if isinstance(node, Path):
+        return node if node.is_absolute() else (base / node).resolve()
+    if isinstance(node, BaseModel):
+        updates = {name: _resolve_paths(getattr(node, name), base) for name in type(node).model_fields}
+        return node.model_copy(update=updates)
+    if isinstance(node, list):
+        return [_resolve_paths(v, base) for v in node]
+    if isinstance(node, dict):
+        return {k: _resolve_paths(v, base) for k, v in node.items()}
+    return node
+
+
+def resolve_relative(value: str, base: Path) -> str:
+    """Resolve a sqlite URI or plain path relative to `base`; leave other URIs alone."""
+    if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):
+        return "sqlite:///" + str((base / value[len("sqlite:///") :]).resolve())
+    if "://" in value or value.startswith(("package:", "/")):
+        return value
+    candidate = base / value
+    return str(candidate.resolve()) if value.startswith(".") or candidate.exists() else value
+
+
+def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
+    """Read, validate and resolve a fleet file; raises ConfigError naming the bad field."""
+    path = Path(path).resolve()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"fleet config {path} does not exist") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"fleet config {path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"fleet config {path}: top level must be a mapping")
+    try:
+        config = FleetConfig.model_validate(_expand_env(raw))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"fleet config {path}: {problems}") from exc
+    base = path.parent
+    config = _resolve_paths(config, base)
+    registry = config.registry.model_copy(
+        update={
+            "tracking_uri": resolve_relative(config.registry.tracking_uri, base),
+            "artifact_location": resolve_relative(config.registry.artifact_location, base)
+            if config.registry.artifact_location
+            else None,
+        }
+    )
+    return config.model_copy(
+        update={
+            "registry": registry,
+            "encoder": resolve_relative(config.encoder, base),
+            "scoring": config.scoring.model_copy(
+                update={"backbone": resolve_relative(config.scoring.backbone, base)}
+            ),
+        }
+    )

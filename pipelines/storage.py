@@ -1,0 +1,103 @@
+"""Parquet in and out with the stage schemas enforced, plus the quarantine for rejected rows."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.schemas import QUARANTINE, STAGE_SCHEMA_VERSION
+
+_VERSION_KEY = b"routeforge.stage_schema_version"
+
+
+def to_table(rows: list[dict[str, Any]] | pa.Table, schema: pa.Schema) -> pa.Table:
+    """Build a table that matches `schema` exactly; a missing or mistyped column raises, naming it."""
+    if isinstance(rows, pa.Table):
+        missing = [n for n in schema.names if n not in rows.column_names]
+        if missing:
+            raise ValueError(f"table lacks columns {missing}")
+        return rows.select(schema.names).cast(schema)
+    columns = {}
+    for f in schema:
+        values = [r.get(f.name) for r in rows]
+        try:
+            columns[f.name] = pa.array(values, type=f.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise ValueError(f"column {f.name!r}: {exc}") from exc
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def write_parquet(table: pa.Table, path: Path) -> Path:
+    """Atomic write (temp file + rename) so a crash never leaves a half-written stage file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    metadata = dict(table.schema.metadata or {})
+    metadata[_VERSION_KEY] = STAGE_SCHEMA_VERSION.encode()
+    table = table.replace_schema_metadata(metadata)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_parquet(path: Path, schema: pa.Schema | None = None) -> pa.Table:
+    table = pq.read_table(path)
+    version = (table.schema.metadata or {}).get(_VERSION_KEY, b"?").decode()
+    if version != STAGE_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: stage schema version {version}, this code reads {STAGE_SCHEMA_VERSION}; re-materialize it"
+        )
+    return to_table(table, schema) if schema is not None else table
+
+
+@dataclass
+class Quarantine:
+    """Collects rows a stage refuses, each with a reason, instead of failing or dropping them silently."""
+
+    stage: str
+    partition: str | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, row_id: str, reason: str, payload: Any = None) -> None:
+        self.rows.append(
+            {
+                "stage": self.stage,
+                "partition": self.partition,
+                "row": str(row_id),
+                "reason": reason,
+                "payload": json.dumps(payload, default=str, ensure_ascii=False)[:20_000]
+                if payload is not None
+                else None,
+            }
+        )
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def reasons(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.rows:
+            counts[r["reason"]] = counts.get(r["reason"], 0) + 1
+        return counts
+
+    def write(self, root: Path) -> Path:
+        """Write to `<root>/quarantine/<stage>[/<partition>].parquet` (also when empty, to clear old rows)."""
+        name = self.stage if self.partition is None else f"{self.stage}/{_safe(self.partition)}"
+        return write_parquet(to_table(self.rows, QUARANTINE), Path(root) / "quarantine" / f"{name}.parquet")
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+safe_name = _safe
+
+
+def concat(tables: Iterable[pa.Table]) -> pa.Table:
+    return pa.concat_tables(list(tables))

@@ -1,0 +1,94 @@
+"""Held-out evaluation of a quality/cost predictor as a router, against the standard anchors.
+
+Anchors: every single model, uniform random choice (its expectation), and the oracle (best true
+quality per prompt, cheapest among ties). The router picks argmax(q̂ − λ·ĉ) per prompt; sweeping λ
+traces its quality–cost curve. Only prompts labelled for every model are scored, so every policy
+is judged on the same prompts; the count left out is reported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from artifacts.knn import KnnPrediction
+from pipelines.schemas import routing_models
+from training.routing_table import matrix
+
+
+def _point(quality: np.ndarray, cost: np.ndarray, picks: np.ndarray) -> dict[str, float]:
+    rows = np.arange(len(picks))
+    return {"quality": float(quality[rows, picks].mean()), "cost": float(cost[rows, picks].mean())}
+
+
+def evaluate_router(
+    test: pa.Table, prediction: KnnPrediction, prior: np.ndarray, lambdas: list[float]
+) -> dict[str, Any]:
+    """`prediction` must be row-aligned with `test`."""
+    models = routing_models(test.schema)
+    quality, cost = matrix(test, "quality", models), matrix(test, "cost", models)
+    complete = ~(np.isnan(quality).any(axis=1) | np.isnan(cost).any(axis=1))
+    if not complete.any():
+        raise ValueError("no test prompt has quality and cost for every model")
+    quality, cost = quality[complete], cost[complete]
+    pred = KnnPrediction(models, prediction.quality[complete], prediction.output_tokens[complete],
+                         prediction.cost[complete])
+
+    singles = {m: {"quality": float(quality[:, j].mean()), "cost": float(cost[:, j].mean())}
+               for j, m in enumerate(models)}
+    best_single = max(singles, key=lambda m: (singles[m]["quality"], -singles[m]["cost"]))
+    oracle_picks = np.array([np.lexsort((cost[i], -quality[i]))[0] for i in range(len(quality))])
+    router = _point(quality, cost, pred.best_index(0.0, prior))
+    sweep = []
+    for lam in lambdas:
+        picks = pred.best_index(lam, prior)
+        share = np.bincount(picks, minlength=len(models)) / len(picks)
+        sweep.append({"lambda": float(lam), **_point(quality, cost, picks),
+                      "share": {m: float(s) for m, s in zip(models, share) if s > 0}})
+    return {
+        "n_test": int(len(complete)),
+        "n_scored": int(complete.sum()),
+        "n_left_out_incomplete_labels": int((~complete).sum()),
+        "single_models": singles,
+        "best_single_model": best_single,
+        "random": {"quality": float(quality.mean()), "cost": float(cost.mean())},
+        "oracle": _point(quality, cost, oracle_picks),
+        "router_max_quality": router,
+        "router_gap_to_best_single": router["quality"] - singles[best_single]["quality"],
+        "lambda_sweep": sweep,
+    }
+
+
+def plot_quality_cost(result: dict[str, Any], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name, p in result["single_models"].items():
+        ax.scatter(p["cost"], p["quality"], marker="o", s=30, color="tab:gray")
+        ax.annotate(name.split("/")[-1], (p["cost"], p["quality"]), fontsize=7, xytext=(3, 2),
+                    textcoords="offset points")
+    sweep = sorted(result["lambda_sweep"], key=lambda s: s["cost"])
+    ax.plot([s["cost"] for s in sweep], [s["quality"] for s in sweep], "-o", color="tab:blue",
+            label="KNN router (q̂ − λ·ĉ sweep)")
+    ax.scatter(result["random"]["cost"], result["random"]["quality"], marker="x", s=60, color="tab:red",
+               label="random")
+    ax.scatter(result["oracle"]["cost"], result["oracle"]["quality"], marker="*", s=120, color="tab:green",
+               label="oracle")
+    ax.set_xscale("log")
+    ax.set_xlabel("mean cost per prompt (USD, log scale)")
+    ax.set_ylabel("mean quality")
+    ax.set_title(f"{title} (n={result['n_scored']} test prompts)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
