@@ -40,14 +40,14 @@ class TableImportEngine:
     def generate(
         self, prompts: list[PromptRow], quarantine: Quarantine, progress: ProgressFn | None = None
     ) -> list[dict[str, Any]]:
-        table = {row.sample_id: row for row in read_routerbench(self.dataset.files, self.dataset.limit)}
+        table = {row.row_id: row for row in read_routerbench(self.dataset.files, self.dataset.limit)}
         wanted = [p for p in prompts if p.source == self.dataset.name]
         found = []
         for p in wanted:
             row = table.get(p.source_row)
             response = row.response(self.column) if row is not None else None
             if row is None:
-                quarantine.add(p.prompt_id, "prompt not in response table", {"sample_id": p.source_row})
+                quarantine.add(p.prompt_id, "prompt not in response table", {"row": p.source_row})
             elif response is None:
                 quarantine.add(p.prompt_id, f"table has no column {self.column}|model_response")
             else:

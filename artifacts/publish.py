@@ -1,0 +1,67 @@
+"""Publish a bundle: one MLflow run holding params, metrics, plots and the bundle, then register it.
+
+The manifest is written inside the run so that it records the MLflow run id in its lineage.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from artifacts.manifest import Fleet, Lineage, Manifest
+from artifacts.registry import RegisteredBundle, ensure_experiment, register_bundle
+from artifacts.writer import ComponentSource, write_bundle
+
+
+def code_version() -> str:
+    """routeforge's version plus the git commit (and `+dirty`) when run from a checkout."""
+    try:
+        base = version("routeforge")
+    except PackageNotFoundError:
+        base = "unknown"
+    try:
+        here = Path(__file__).resolve().parent
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return f"{base}+g{sha}{'.dirty' if dirty else ''}"
+    except (OSError, subprocess.SubprocessError):
+        return base
+
+
+def publish_bundle(
+    *,
+    name: str,
+    fleet: Fleet,
+    components: list[ComponentSource],
+    staging_dir: Path,
+    tracking_uri: str,
+    experiment: str,
+    artifact_location: str | None,
+    alias: str,
+    input_hashes: dict[str, str],
+    dagster_run_id: str | None = None,
+    params: dict[str, str] | None = None,
+    metrics: dict[str, float] | None = None,
+    plots: list[Path] = (),
+) -> tuple[RegisteredBundle, Manifest]:
+    import mlflow
+
+    experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-bundle") as run:
+        if params:
+            mlflow.log_params(params)
+        if metrics:
+            mlflow.log_metrics(metrics)
+        for plot in plots:
+            mlflow.log_artifact(str(plot), "plots")
+        lineage = Lineage(input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id)
+        manifest = write_bundle(staging_dir, name, fleet, components, lineage, code_version())
+        mlflow.set_tags({"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name})
+        registered = register_bundle(
+            staging_dir, run.info.run_id, name, alias,
+            tags={"bundle_version": manifest.version, "code_version": manifest.code_version},
+        )
+    return registered, manifest

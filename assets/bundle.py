@@ -1,0 +1,97 @@
+"""`router_bundle`: assemble, log and register the bundle in MLflow, then verify it as a client would."""
+
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+from artifacts.loader import BundleVerificationError, load_bundle
+from artifacts.manifest import Fleet, ModelEntry, TierEntry
+from artifacts.publish import publish_bundle
+from artifacts.writer import ComponentSource
+from pipelines.config import FleetConfig
+from pipelines.resources import FleetResource
+
+
+def table_hash(table: pa.Table) -> str:
+    """sha256 of the table's Arrow IPC stream: identical content, identical hash."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+def fleet_entry(config: FleetConfig) -> Fleet:
+    return Fleet(
+        name=config.name,
+        models=[
+            ModelEntry(name=m.name, engine=m.engine,
+                       input_per_mtok=m.price.input_per_mtok if m.price else None,
+                       output_per_mtok=m.price.output_per_mtok if m.price else None)
+            for m in config.models
+        ],
+        tiers=[TierEntry(name=t.name, model=t.model, hardware=t.hardware) for t in config.tiers],
+    )
+
+
+@dg.asset(
+    io_manager_key="json_io",
+    group_name="registry",
+    check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle")],
+    description="Versioned router bundle, logged to MLflow and registered under the configured alias.",
+)
+def router_bundle(
+    context: dg.AssetExecutionContext,
+    fleet: FleetResource,
+    knn_estimator: dict[str, Any],
+    routing_table: pa.Table,
+    prompts: pa.Table,
+):
+    config = fleet.config
+    reg = config.registry
+    knn = ComponentSource(
+        name="knn_estimator", kind="knn_estimator", format="faiss+parquet+json",
+        folder=Path(knn_estimator["path"]), metrics=knn_estimator["metrics"], config=knn_estimator["config"],
+    )
+    registered, manifest = publish_bundle(
+        name=reg.model_name,
+        fleet=fleet_entry(config),
+        components=[knn],
+        staging_dir=fleet.root / "bundle",
+        tracking_uri=reg.tracking_uri,
+        experiment=reg.experiment,
+        artifact_location=reg.artifact_location,
+        alias=reg.alias,
+        input_hashes={"prompts": table_hash(prompts), "routing_table": table_hash(routing_table)},
+        dagster_run_id=context.run_id,
+        params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
+                "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
+        metrics=knn_estimator["metrics"],
+        plots=[Path(knn_estimator["plot"])],
+    )
+    context.log.info(f"registered {registered.uri} (version {registered.version}, bundle {manifest.version})")
+    yield dg.Output(
+        {"uri": registered.uri, "model_name": registered.name, "registry_version": registered.version,
+         "bundle_version": manifest.version, "mlflow_run_id": registered.run_id,
+         "tracking_uri": reg.tracking_uri},
+        metadata={
+            "uri": registered.uri,
+            "registry_version": registered.version,
+            "bundle_version": manifest.version,
+            "mlflow_run_id": registered.run_id,
+            "tracking_uri": reg.tracking_uri,
+            "files": sum(len(c.files) for c in manifest.components),
+        },
+    )
+    with tempfile.TemporaryDirectory(prefix="routeforge-verify-") as tmp:
+        try:
+            loaded = load_bundle(f"models:/{registered.name}/{registered.version}", Path(tmp), reg.tracking_uri)
+            passed, detail = loaded.manifest.version == manifest.version, "downloaded and verified"
+        except BundleVerificationError as exc:
+            passed, detail = False, str(exc)
+    yield dg.AssetCheckResult(check_name="registered_bundle_verifies", passed=passed,
+                              metadata={"detail": detail})

@@ -1,0 +1,43 @@
+"""`prompts`: every configured dataset, templated, hashed and split."""
+
+
+import time
+from collections import Counter
+
+import dagster as dg
+
+from assets.metadata import quarantine_metadata
+from pipelines.prompt_sources import build_prompts
+from pipelines.resources import FleetResource
+
+
+@dg.asset(
+    io_manager_key="parquet_io",
+    group_name="data",
+    check_specs=[dg.AssetCheckSpec("unique_nonempty_prompts", asset="prompts")],
+    description="Prompt set: prompt_id (content hash), task, templated text, hint, reference, split.",
+)
+def prompts(context: dg.AssetExecutionContext, fleet: FleetResource):
+    start = time.perf_counter()
+    table, quarantine = build_prompts(fleet.config)
+    qpath = quarantine.write(fleet.root)
+    ids = table.column("prompt_id").to_pylist()
+    empty = sum(1 for t in table.column("text").to_pylist() if not t.strip())
+    context.log.info(f"{table.num_rows} prompts, {len(quarantine)} quarantined")
+    yield dg.Output(
+        table,
+        metadata={
+            "rows": table.num_rows,
+            "tasks": dg.MetadataValue.json(dict(Counter(table.column("task").to_pylist()))),
+            "splits": dg.MetadataValue.json(dict(Counter(table.column("split").to_pylist()))),
+            "wall_s": round(time.perf_counter() - start, 3),
+            **quarantine_metadata(quarantine, qpath),
+        },
+    )
+    yield dg.AssetCheckResult(
+        check_name="unique_nonempty_prompts",
+        passed=len(set(ids)) == len(ids) and empty == 0 and table.num_rows > 0,
+        metadata={"duplicate_ids": len(ids) - len(set(ids)), "empty_texts": empty},
+    )
+
+

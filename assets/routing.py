@@ -1,0 +1,51 @@
+"""`routing_table`: the per-prompt training set joining responses and quality of every model."""
+
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+
+from pipelines.resources import FleetResource
+from training.routing_table import build_routing_table, export_hf_dataset, matrix
+
+
+@dg.asset(
+    io_manager_key="parquet_io",
+    group_name="training",
+    check_specs=[dg.AssetCheckSpec("every_prompt_labelled", asset="routing_table")],
+    description="One row per prompt: per-model quality, output tokens and cost (null where missing).",
+)
+def routing_table(
+    context: dg.AssetExecutionContext,
+    fleet: FleetResource,
+    prompts: pa.Table,
+    responses: dict[str, pa.Table],
+    quality: dict[str, pa.Table],
+):
+    models = fleet.config.model_names
+    missing = [m for m in models if m not in responses or m not in quality]
+    if missing:
+        raise ValueError(f"routing_table: no materialized responses/quality for models {missing}")
+    table = build_routing_table(prompts, responses, quality, models)
+    export = export_hf_dataset(table, fleet.root / "exports" / "routing_table_hf")
+    q = matrix(table, "quality", models)
+    labelled = ~np.isnan(q)
+    coverage = {m: float(labelled[:, j].mean()) for j, m in enumerate(models)}
+    mean_quality = {m: float(np.nanmean(q[:, j])) if labelled[:, j].any() else None for j, m in enumerate(models)}
+    unlabelled = int((~labelled.any(axis=1)).sum())
+    yield dg.Output(
+        table,
+        metadata={
+            "rows": table.num_rows,
+            "models": len(models),
+            "label_coverage": dg.MetadataValue.json(coverage),
+            "mean_quality": dg.MetadataValue.json(mean_quality),
+            "hf_dataset": dg.MetadataValue.path(str(export)),
+        },
+    )
+    yield dg.AssetCheckResult(
+        check_name="every_prompt_labelled",
+        passed=unlabelled == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"prompts_without_any_label": unlabelled},
+    )

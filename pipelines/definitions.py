@@ -1,0 +1,69 @@
+"""The routeforge Dagster code location: one `Definitions` for the fleet in $ROUTEFORGE_CONFIG.
+
+Loading is cheap on purpose (the fleet YAML only: no model, encoder or MLflow import), so the UI,
+`dagster definitions validate` and every run start fast. Model partitions come from the fleet file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+from upath import UPath
+
+from assets.bundle import router_bundle
+from assets.predictors import knn_estimator
+from assets.prompts import prompts
+from assets.quality import build_quality_asset
+from assets.responses import build_responses_asset
+from assets.routing import routing_table
+from pipelines.config import load_fleet
+from pipelines.io_managers import JsonIOManager, ParquetIOManager
+from pipelines.resources import FleetResource
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
+
+
+def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDefinition], dict[str, object]]:
+    """Assets and resources for one fleet file (tests build several side by side)."""
+    config = load_fleet(config_path)
+    models = dg.StaticPartitionsDefinition(config.model_names)
+    assets = [
+        prompts,
+        build_responses_asset(models),
+        build_quality_asset(models),
+        routing_table,
+        knn_estimator,
+        router_bundle,
+    ]
+    base = UPath(config.storage_root) / "assets"
+    resources = {
+        "fleet": FleetResource(config_path=str(Path(config_path).resolve())),
+        "parquet_io": ParquetIOManager(base_path=base),
+        "json_io": JsonIOManager(base_path=base),
+    }
+    return assets, resources
+
+
+def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
+    assets, resources = build_assets(config_path)
+    generate = dg.define_asset_job(
+        "generate_and_score", selection=dg.AssetSelection.assets("responses", "quality"),
+        description="Generate and score one model partition (backfill it to cover the fleet).",
+    )
+    train = dg.define_asset_job(
+        "train_and_register",
+        selection=dg.AssetSelection.assets("routing_table", "knn_estimator", "router_bundle"),
+        description="Rebuild the routing table, retrain predictors and register a new bundle version.",
+    )
+    prompts_job = dg.define_asset_job("build_prompts", selection=dg.AssetSelection.assets("prompts"))
+    weekly = dg.ScheduleDefinition(
+        job=train, cron_schedule="0 3 * * 1", default_status=dg.DefaultScheduleStatus.STOPPED,
+        description="Weekly retraining from the latest responses and scores.",
+    )
+    return dg.Definitions(assets=assets, resources=resources, jobs=[prompts_job, generate, train],
+                          schedules=[weekly])
+
+
+defs = build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))

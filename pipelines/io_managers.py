@@ -1,0 +1,40 @@
+"""IO managers: Arrow tables as Parquet (schema-versioned) and small results as JSON.
+
+Both extend Dagster's UPathIOManager, so partitions map to files (`responses/<model>.parquet`) and a
+downstream asset that reads every partition receives a `{partition: value}` dict. UPath also makes
+the same code write to object storage when `base_path` is an `s3://`/`gs://` URI.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+from upath import UPath
+
+from pipelines.storage import read_parquet, write_parquet
+
+
+class ParquetIOManager(dg.UPathIOManager):
+    extension = ".parquet"
+
+    def dump_to_path(self, context: dg.OutputContext, obj: pa.Table, path: UPath) -> None:
+        if not isinstance(obj, pa.Table):
+            raise TypeError(f"{context.asset_key.to_user_string()}: expected a pyarrow.Table, got {type(obj)}")
+        write_parquet(obj, path)
+
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> pa.Table:
+        return read_parquet(path)
+
+
+class JsonIOManager(dg.UPathIOManager):
+    extension = ".json"
+
+    def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> Any:
+        return json.loads(path.read_text())
