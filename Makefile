@@ -44,6 +44,7 @@ test: $(STAMP)  ## unit and end-to-end tests (pytest's exit 5, no tests collecte
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
 benchmark: $(STAMP)  ## write benchmarks/results/*.json
+	$(BIN)/python benchmarks/demo_run.py
 	$(BIN)/python benchmarks/routerbench_knn.py
 
 validate: $(STAMP)

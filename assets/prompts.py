@@ -14,7 +14,7 @@ from pipelines.resources import FleetResource
 @dg.asset(
     io_manager_key="parquet_io",
     group_name="data",
-    check_specs=[dg.AssetCheckSpec("unique_nonempty_prompts", asset="prompts")],
+    check_specs=[dg.AssetCheckSpec("unique_nonempty_prompts", asset="prompts", blocking=True)],
     description="Prompt set: prompt_id (content hash), task, templated text, hint, reference, split.",
 )
 def prompts(context: dg.AssetExecutionContext, fleet: FleetResource):

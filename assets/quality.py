@@ -19,7 +19,7 @@ def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
         partitions_def=partitions,
         io_manager_key="parquet_io",
         group_name="scoring",
-        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset="quality")],
+        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset="quality", blocking=True)],
         description="Quality score per (prompt, model); missing labels are quarantined, never zero.",
     )
     def quality(context: dg.AssetExecutionContext, fleet: FleetResource, responses: pa.Table, prompts: pa.Table):

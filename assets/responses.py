@@ -25,7 +25,7 @@ def build_responses_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         partitions_def=partitions,
         io_manager_key="parquet_io",
         group_name="generation",
-        check_specs=[dg.AssetCheckSpec("every_prompt_accounted", asset="responses")],
+        check_specs=[dg.AssetCheckSpec("every_prompt_accounted", asset="responses", blocking=True)],
         description="Greedy response per prompt for this model, with token counts and TTFT/TPOT/E2E.",
     )
     def responses(context: dg.AssetExecutionContext, fleet: FleetResource, prompts: pa.Table):

@@ -57,7 +57,7 @@ def main() -> None:
     routing = build_routing_table(prompts, responses, quality, config.model_names)
     t0 = time.perf_counter()
     out = Path(args.out)
-    knn = build_knn(routing, config.encoder, knn_settings, out.parent / "routerbench_knn_component")
+    knn = build_knn(routing, config.encoder, knn_settings, config.storage_root / "benchmarks" / "knn_component")
     timings["knn_build_s"] = time.perf_counter() - t0
 
     test = routing.filter(pa.compute.equal(routing.column("split"), "test"))

@@ -103,7 +103,6 @@ def _read_routerbench(ds: RouterBenchDataset, quarantine: Quarantine) -> Iterato
         except ValueError as exc:
             quarantine.add(row.row_id, str(exc), {"prompt": row.prompt_cell[:500]})
             continue
-        # sample_id alone is not unique: RouterBench reuses ids across its train and test files.
         meta = {"sample_id": row.sample_id, "file": row.file}
         yield RawPrompt(ds.name, row.row_id, row.eval_name, text, None, meta, split=row.split)
 

@@ -20,6 +20,7 @@ _META_COLUMNS = {"", "sample_id", "prompt", "eval_name", "oracle_model_to_route_
 @dataclass(frozen=True)
 class TableRow:
     file: str
+    position: int  # 0-based data row in the file
     split: str
     sample_id: str
     eval_name: str
@@ -28,7 +29,8 @@ class TableRow:
 
     @property
     def row_id(self) -> str:
-        return f"{Path(self.file).name}:{self.sample_id}"
+        """Unique row key. `sample_id` is not: RouterBench repeats ids within and across files."""
+        return f"{Path(self.file).name}:{self.position}"
 
     def prompt_text(self) -> str:
         """The prompt string; raises ValueError naming the row when the cell is malformed."""
@@ -86,6 +88,7 @@ def read_routerbench(files: dict[str, list[Path]], limit: int | None = None) -> 
                     rows.append(
                         TableRow(
                             file=str(path),
+                            position=i,
                             split=split,
                             sample_id=rec["sample_id"] or f"row{i}",
                             eval_name=rec["eval_name"],

@@ -68,7 +68,7 @@ def plot_quality_cost(result: dict[str, Any], path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
     for name, p in result["single_models"].items():
         ax.scatter(p["cost"], p["quality"], marker="o", s=30, color="tab:gray")
         ax.annotate(name.split("/")[-1], (p["cost"], p["quality"]), fontsize=7, xytext=(3, 2),
@@ -85,7 +85,7 @@ def plot_quality_cost(result: dict[str, Any], path: Path, title: str) -> Path:
     ax.set_ylabel("mean quality")
     ax.set_title(f"{title} (n={result['n_scored']} test prompts)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

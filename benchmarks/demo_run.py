@@ -1,0 +1,60 @@
+"""Wall time of the main job on the demo fleet from empty state (what `make demo` does on a fresh clone).
+
+Runs the pipeline in a fresh state folder with an ephemeral Dagster instance, twice unless
+`--runs` says otherwise (the first run also builds the random-init models), and writes per-stage
+timings, the total and the peak resident memory to `benchmarks/results/demo_run.json`.
+
+    .venv/bin/python benchmarks/demo_run.py [--config configs/demo.yaml] [--runs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--out", default=str(RESULTS / "demo_run.json"))
+    args = parser.parse_args()
+
+    from pipelines.run import run_pipeline
+
+    runs = []
+    for i in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="routeforge-demo-bench-") as state:
+            os.environ["ROUTEFORGE_STATE"] = state
+            start = time.perf_counter()
+            with dg.instance_for_test() as instance:
+                out = run_pipeline(args.config, instance, log_level="WARNING")
+            total = time.perf_counter() - start
+        runs.append({"run": i, "total_s": round(total, 2),
+                     "stages_s": {k: round(v, 2) for k, v in out["timings_s"].items()},
+                     "uri": out["uri"], "knn": out["knn"]})
+        print(f"run {i}: {total:.1f}s  {out['uri']}")
+    result = {
+        "config": args.config,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "runs": runs,
+        "note": "models are random-weight; timings measure the machinery, quality numbers mean nothing",
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from artifacts.manifest import Fleet, ModelEntry
+from artifacts.writer import ComponentSource
+
+
+@pytest.fixture
+def component(tmp_path) -> ComponentSource:
+    folder = tmp_path / "src" / "knn"
+    (folder / "nested").mkdir(parents=True)
+    (folder / "index.bin").write_bytes(bytes(range(256)) * 4)
+    (folder / "nested" / "meta.json").write_text(json.dumps({"k": 3}))
+    return ComponentSource(name="knn_estimator", kind="knn_estimator", format="test", folder=folder,
+                           metrics={"acc": 0.5})
+
+
+@pytest.fixture
+def fleet() -> Fleet:
+    return Fleet(name="t", models=[ModelEntry(name="a", engine="transformers", input_per_mtok=1.0,
+                                              output_per_mtok=2.0)])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 (SQLite backend, proxied artifact store)."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = _free_port()
+    log = open(root / "server.log", "w")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
+         str(root / "artifacts"), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        raise RuntimeError("mlflow server did not become healthy in 120 s")
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()

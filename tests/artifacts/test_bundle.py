@@ -1,0 +1,76 @@
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from artifacts.cli import main
+from artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
+from artifacts.manifest import MANIFEST_FILE, Lineage, json_schema
+from artifacts.writer import write_bundle
+from tests.conftest import REPO
+
+
+@pytest.fixture
+def bundle(tmp_path, component, fleet):
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [component], Lineage(input_hashes={"x": "0" * 64}), "test")
+    return root
+
+
+def test_manifest_lists_every_file_with_checksums(bundle):
+    manifest = verify_bundle(bundle)
+    paths = [f.path for f in manifest.components[0].files]
+    assert paths == ["knn_estimator/index.bin", "knn_estimator/nested/meta.json"]
+    assert manifest.components[0].metrics == {"acc": 0.5}
+    assert len(manifest.version) == 12
+
+
+def test_one_changed_byte_fails_naming_the_file(bundle):
+    target = bundle / "knn_estimator" / "index.bin"
+    data = bytearray(target.read_bytes())
+    data[100] ^= 0x01
+    target.write_bytes(bytes(data))
+    with pytest.raises(BundleVerificationError, match="knn_estimator/index.bin: sha256 mismatch"):
+        verify_bundle(bundle)
+
+
+def test_missing_and_unlisted_files_are_named(bundle):
+    (bundle / "knn_estimator" / "nested" / "meta.json").unlink()
+    (bundle / "knn_estimator" / "extra.txt").write_text("sneaky")
+    with pytest.raises(BundleVerificationError) as err:
+        verify_bundle(bundle)
+    assert "knn_estimator/nested/meta.json: missing" in str(err.value)
+    assert "knn_estimator/extra.txt: not listed in the manifest" in str(err.value)
+
+
+def test_schema_version_and_schema_violations_are_refused(bundle):
+    path = bundle / MANIFEST_FILE
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "schema_version": "2.0"}))
+    with pytest.raises(BundleVerificationError, match="schema_version 2.0"):
+        verify_bundle(bundle)
+    raw["components"][0]["files"][0]["sha256"] = "xyz"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(BundleVerificationError, match="field components/0/files/0/sha256"):
+        verify_bundle(bundle)
+
+
+def test_checked_in_json_schema_matches_the_models():
+    on_disk = json.loads((REPO / "artifacts" / "manifest.schema.json").read_text())
+    assert on_disk == json_schema(), "regenerate: python -m artifacts.manifest > artifacts/manifest.schema.json"
+
+
+def test_cli_inspect_and_verify(bundle):
+    runner = CliRunner()
+    ok = runner.invoke(main, ["bundle", "verify", str(bundle)])
+    assert ok.exit_code == 0 and "2 files verified" in ok.output
+    shown = runner.invoke(main, ["bundle", "inspect", str(bundle)])
+    assert shown.exit_code == 0 and "knn_estimator [knn_estimator, test] 2 files" in shown.output
+    (bundle / "knn_estimator" / "index.bin").write_bytes(b"changed")
+    bad = runner.invoke(main, ["bundle", "verify", str(bundle)])
+    assert bad.exit_code == 1 and "knn_estimator/index.bin: sha256 mismatch" in bad.output
+
+
+def test_loader_refuses_a_folder_that_is_not_a_bundle(tmp_path):
+    with pytest.raises(BundleVerificationError, match="not a routeforge bundle"):
+        load_bundle(tmp_path)

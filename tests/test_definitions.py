@@ -1,0 +1,36 @@
+import os
+import subprocess
+import sys
+
+from tests.conftest import CONFIGS, REPO
+
+HEAVY = ("torch", "transformers", "sentence_transformers", "faiss", "mlflow", "bert_score", "datasets")
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_loading_definitions_imports_no_model_library():
+    out = _python(f"import sys, pipelines.definitions as d; print([m for m in {HEAVY!r} if m in sys.modules])")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_partitions_follow_the_fleet_file(shared_data):
+    code = ("import pipelines.definitions as d; "
+            "print(len(d.defs.resolve_assets_def('responses').partitions_def.get_partition_keys()))")
+    assert _python(code).stdout.strip() == "3"
+    rb = _python(code, ROUTEFORGE_CONFIG=str(CONFIGS / "routerbench.yaml"), ROUTEFORGE_DATA=str(shared_data))
+    assert rb.stdout.strip() == "11", rb.stderr
+
+
+def test_dagster_validates_the_code_location(tmp_path):
+    out = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "dagster"), "definitions", "validate", "-m",
+         "pipelines.definitions"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Validation successful" in out.stdout + out.stderr

@@ -1,0 +1,80 @@
+"""Materialize every asset in-process with a temporary Dagster instance and MLflow store."""
+
+import json
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from artifacts.loader import load_bundle
+from pipelines.config import load_fleet
+from pipelines.run import run_pipeline
+from tests.conftest import CONFIGS, REPO
+
+pytestmark = pytest.mark.e2e
+
+
+def _routeforge(*args, tracking_uri):
+    exe = os.path.join(os.path.dirname(sys.executable), "routeforge")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri})
+
+
+def test_demo_fleet_end_to_end(state_dir, tmp_path):
+    config = load_fleet(CONFIGS / "demo.yaml")
+    with dg.instance_for_test() as instance:
+        out = run_pipeline(CONFIGS / "demo.yaml", instance)
+        assert out["uri"] == "models:/routeforge-demo-router@challenger"
+        assert out["registry_version"] == "1"
+        # lineage: one materialization per model partition, with metadata
+        events = instance.fetch_materializations(dg.AssetKey("responses"), limit=10).records
+        partitions = sorted(e.asset_materialization.partition for e in events)
+        assert partitions == sorted(config.model_names)
+        meta = events[0].asset_materialization.metadata
+        assert meta["rows"].value == 36 and meta["output_tokens_per_s"].value > 0
+        checks = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey("router_bundle"), "registered_bundle_verifies"), limit=1)
+        assert checks[0].status.value == "SUCCEEDED"
+
+    tracking = config.registry.tracking_uri
+    bundle = load_bundle(out["uri"], tmp_path / "bundle", tracking)
+    assert bundle.manifest.lineage.dagster_run_id is not None
+    assert bundle.models == config.model_names
+    knn = bundle.knn_estimator()
+    unseen = ["Translate to French: The garden is full of flowers.", "What is 15 plus 27?"]
+    pred = knn.predict(unseen)
+    assert pred.quality.shape == (2, 3) and np.isfinite(pred.quality).all()
+    assert ((pred.quality >= 0) & (pred.quality <= 1)).all()
+    assert np.allclose(pred.output_tokens, 24.0, atol=24)  # within the generation cap
+    assert set(pred.best_model(0.0, knn.prior)) <= set(config.model_names)
+
+    # the acceptance commands: verify by URI, then a changed byte is named
+    ok = _routeforge("bundle", "verify", out["uri"], tracking_uri=tracking)
+    assert ok.returncode == 0, ok.stderr
+    target = tmp_path / "bundle" / "knn_estimator" / "knn.json"
+    target.write_bytes(target.read_bytes().replace(b'"k": 10', b'"k": 11'))
+    bad = _routeforge("bundle", "verify", str(tmp_path / "bundle"), tracking_uri=tracking)
+    assert bad.returncode == 1 and "knn_estimator/knn.json: sha256 mismatch" in bad.stderr
+
+
+def test_routerbench_end_to_end(config_copy, state_dir):
+    path = config_copy("routerbench")
+    config = load_fleet(path)
+    with dg.instance_for_test() as instance:
+        out = run_pipeline(path, instance)
+    knn = out["knn"]
+    # routing to the highest predicted quality stays within 1 point of the best single model
+    assert knn["test_gap_to_best_single"] >= -0.01
+    assert knn["test_random_quality"] < knn["test_router_quality"] <= knn["test_oracle_quality"]
+    # unlabelled cells are quarantined per model, not scored as 0
+    quarantined = sum(
+        pq.read_table(p).num_rows for p in (config.storage_root / "quarantine" / "quality").rglob("*.parquet")
+    )
+    assert quarantined == 154
+    evaluation = json.loads((config.storage_root / "reports" / "knn_evaluation.json").read_text())
+    assert evaluation["n_test"] == 825
+    assert (config.storage_root / "reports" / "knn_quality_cost.png").stat().st_size > 10_000

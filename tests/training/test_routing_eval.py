@@ -1,0 +1,37 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from artifacts.knn import KnnPrediction
+from pipelines.schemas import routing_table_schema
+from training.routing_eval import evaluate_router, plot_quality_cost
+
+
+def _table(quality, cost):
+    models = ["a", "b"]
+    n = len(quality)
+    data = {"prompt_id": [str(i) for i in range(n)], "task": ["t"] * n, "text": ["x"] * n, "split": ["test"] * n}
+    for j, m in enumerate(models):
+        data[f"quality/{m}"] = [q[j] for q in quality]
+        data[f"output_tokens/{m}"] = [1.0] * n
+        data[f"cost/{m}"] = [c[j] for c in cost]
+    return pa.Table.from_pydict(data, schema=routing_table_schema(models))
+
+
+def test_anchors_and_sweep(tmp_path):
+    quality = [[1.0, 1.0], [1.0, 0.0], [0.0, 1.0], [None, 1.0]]
+    cost = [[10.0, 1.0], [10.0, 1.0], [10.0, 1.0], [10.0, 1.0]]
+    table = _table(quality, cost)
+    # a perfect predictor
+    pred = KnnPrediction(["a", "b"], np.nan_to_num(np.array(quality, dtype=float)), np.ones((4, 2)),
+                         np.array(cost))
+    result = evaluate_router(table, pred, np.array([0.5, 0.5]), [0.0, 1.0])
+    assert result["n_scored"] == 3 and result["n_left_out_incomplete_labels"] == 1
+    assert result["single_models"]["a"] == {"quality": pytest.approx(2 / 3), "cost": 10.0}
+    assert result["random"] == {"quality": pytest.approx(4 / 6), "cost": 5.5}
+    assert result["oracle"] == {"quality": 1.0, "cost": pytest.approx((1 + 10 + 1) / 3)}
+    assert result["router_max_quality"] == result["oracle"]
+    cheap = result["lambda_sweep"][1]
+    assert cheap["share"] == {"b": 1.0} and cheap["cost"] == 1.0
+    png = plot_quality_cost(result, tmp_path / "plot.png", "test")
+    assert png.stat().st_size > 10_000
