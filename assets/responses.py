@@ -1,4 +1,4 @@
-"""`responses`, partitioned by model: one generation per (prompt, model) from the model's engine."""
+"""`responses`, partitioned by model: one generation per (prompt, model), cached and resumable."""
 
 
 import time
@@ -9,10 +9,8 @@ import dagster as dg
 import pyarrow as pa
 
 from assets.metadata import clean, quarantine_metadata
-from pipelines.engines import make_engine, prompt_rows
+from pipelines.generation import generate_partition
 from pipelines.resources import FleetResource
-from pipelines.schemas import RESPONSES
-from pipelines.storage import Quarantine, to_table
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -25,43 +23,50 @@ def build_responses_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         partitions_def=partitions,
         io_manager_key="parquet_io",
         group_name="generation",
+        # Generation holds an accelerator (or a server's capacity): runs share the `generation`
+        # pool, limited to 1 by dagster.yaml; raise it with `dagster instance concurrency set`.
+        pool="generation",
         check_specs=[dg.AssetCheckSpec("every_prompt_accounted", asset="responses", blocking=True)],
-        description="Greedy response per prompt for this model, with token counts and TTFT/TPOT/E2E.",
+        description="Greedy response per prompt for this model, with token counts, TTFT/TPOT/E2E and "
+                    "filter flags; cached by content key, so re-runs generate only what is missing.",
     )
     def responses(context: dg.AssetExecutionContext, fleet: FleetResource, prompts: pa.Table):
         model = context.partition_key
         config = fleet.config
-        spec = config.model(model)
         start = time.perf_counter()
-        engine = make_engine(spec, config, fleet.root / "models")
-        load_s = time.perf_counter() - start
-        quarantine = Quarantine("responses", model)
-        every = max(1, len(prompts) // 10)
+        every = max(1, prompts.num_rows // 10)
+        last = [0]
 
         def progress(done: int, total: int) -> None:
-            if done == total or done % every < config.generation.batch_size:
+            if done == total or done - last[0] >= every:
+                last[0] = done
                 context.log.info(f"{model}: {done}/{total} prompts ({time.perf_counter() - start:.1f}s)")
 
-        rows = engine.generate(prompt_rows(prompts), quarantine, progress)
-        gen_s = time.perf_counter() - start - load_s
-        table = to_table(rows, RESPONSES)
+        result = generate_partition(config, model, prompts, progress, log=context.log.info)
+        table, quarantine = result.table, result.quarantine
         qpath = quarantine.write(fleet.root)
-        out_tokens = sum(r["output_tokens"] for r in rows)
+        rows = table.to_pylist()
+        flags = Counter(f for r in rows for f in r["flags"])
         metadata = clean(
             {
                 "rows": table.num_rows,
-                "engine": f"{engine.name} {engine.version}",
-                "load_s": load_s,
-                "generate_s": gen_s,
-                "output_tokens": out_tokens,
-                "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
-                "output_tokens_per_s": out_tokens / gen_s if spec.engine != "table_import" and gen_s > 0 else None,
+                "engine": f"{result.engine} {result.engine_version or '(not loaded: all cached)'}",
+                "cache_hits": result.cache_hits,
+                "generated": result.generated,
+                "generated_output_tokens": result.generated_output_tokens,
+                "shards_written": result.shards_written,
+                "generate_s": result.generate_s,
+                "output_tokens_per_s": result.generated_output_tokens / result.generate_s
+                if result.generate_s > 0 and result.engine != "table_import" else None,
+                "wall_s": time.perf_counter() - start,
                 "mean_ttft_s": _mean([r["ttft_s"] for r in rows]),
                 "mean_tpot_s": _mean([r["tpot_s"] for r in rows]),
                 "mean_e2e_s": _mean([r["e2e_s"] for r in rows]),
+                "retried_requests": sum(1 for r in rows if r["attempts"] > 1),
             }
         )
         metadata["finish_reasons"] = dg.MetadataValue.json(dict(Counter(r["finish_reason"] for r in rows)))
+        metadata["flags"] = dg.MetadataValue.json(dict(flags))
         yield dg.Output(table, metadata={**metadata, **quarantine_metadata(quarantine, qpath)})
         accounted = table.num_rows + len(quarantine)
         yield dg.AssetCheckResult(

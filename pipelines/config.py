@@ -59,29 +59,108 @@ class HubSource(_Strict):
     revision: str | None = None
 
 
+class OpenAISource(_Strict):
+    """A model behind an OpenAI-compatible HTTP API (`vllm serve`, `transformers serve`, …)."""
+
+    kind: Literal["openai"]
+    base_url: str  # e.g. http://127.0.0.1:8000/v1
+    model: str  # the name the server knows the model by
+    revision: str | None = None  # recorded in the cache key; servers do not report it
+    api: Literal["completions", "chat"] = "completions"
+    api_key_env: str | None = None  # name of the environment variable holding the key
+    max_concurrency: int = Field(default=8, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=6, ge=0)
+    backoff_s: float = Field(default=0.5, gt=0)  # first retry wait; grows exponentially with jitter
+
+
 class TableSource(_Strict):
-    """Responses imported from an existing response table held by a `routerbench` dataset."""
+    """Responses that already exist in a table, joined to the prompts of `dataset`.
+
+    For `routerbench` and `routellm` datasets the responses sit in the dataset's own files and
+    `column` names the model's column (default: the model name). Otherwise `file` is a long
+    JSON-lines table, one (prompt, model) response per line, joined on `key_field` to the prompt's
+    source row id; field names may be dotted paths into nested values (`messages.1.content.answer`).
+    The defaults read LLMRouter-style routing JSONL.
+    """
 
     kind: Literal["table"]
     dataset: str
-    column: str | None = None  # defaults to the model name
+    column: str | None = None
+    file: Path | None = None
+    key_field: str = "query"
+    response_field: str = "response"
+    model_field: str | None = "model_name"  # keep only lines whose model_field equals `column`
+    label_field: str | None = "performance"
+    cost_field: str | None = "cost"
 
 
-ModelSource = Annotated[RandomInitSource | HubSource | TableSource, Field(discriminator="kind")]
+ModelSource = Annotated[
+    RandomInitSource | HubSource | OpenAISource | TableSource, Field(discriminator="kind")
+]
+
+_ENGINE_SOURCES = {
+    "transformers": {"random_init", "hub"},
+    "vllm": {"random_init", "hub"},
+    "openai": {"openai"},
+    "table_import": {"table"},
+}
+
+
+class SamplingOverrides(_Strict):
+    """Per-model changes to `generation.sampling`; unset fields keep the fleet default."""
+
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, gt=0)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    stop: list[str] | None = None
+    seed: int | None = None
+
+
+class Sampling(_Strict):
+    """Greedy by default (METHODS.md): one deterministic response per (prompt, model)."""
+
+    temperature: float = Field(default=0.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_tokens: int = Field(default=64, gt=0)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(default=1.0, gt=0)
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = None
+
+    def merged(self, overrides: SamplingOverrides | None) -> Sampling:
+        if overrides is None:
+            return self
+        return self.model_copy(update=overrides.model_dump(exclude_none=True))
+
+
+class VllmOptions(_Strict):
+    """`vllm.LLM` engine arguments; the tensor-parallel size comes from the model's tier."""
+
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, gt=0)
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True
 
 
 class ModelSpec(_Strict):
     name: str = Field(min_length=1)
-    engine: Literal["transformers", "table_import"]
+    engine: Literal["transformers", "vllm", "openai", "table_import"]
     source: ModelSource
     price: Price | None = None
+    sampling: SamplingOverrides | None = None
+    chat_template: bool = False  # wrap the prompt in the model's (or server's) chat template
+    vllm: VllmOptions = VllmOptions()
 
     @model_validator(mode="after")
     def _engine_matches_source(self) -> ModelSpec:
-        table = self.source.kind == "table"
-        if table != (self.engine == "table_import"):
+        if self.source.kind not in _ENGINE_SOURCES[self.engine]:
             raise ValueError(
-                f"model {self.name!r}: engine {self.engine!r} cannot use a {self.source.kind!r} source"
+                f"model {self.name!r}: engine {self.engine!r} cannot use a {self.source.kind!r} source "
+                f"(it takes {sorted(_ENGINE_SOURCES[self.engine])})"
             )
         return self
 
@@ -94,32 +173,47 @@ class Hardware(_Strict):
 
 
 class Tier(_Strict):
-    """A deployable unit: one model on one hardware type."""
+    """A deployable unit: one model on one hardware type with a parallelism."""
 
     model: str
     hardware: str
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
 
     @property
     def name(self) -> str:
-        return f"{self.model}@{self.hardware}"
+        suffix = f"-tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+        return f"{self.model}@{self.hardware}{suffix}"
 
 
-class JsonlDataset(_Strict):
-    """A local JSON-lines file; `fields` maps routeforge's names to the file's keys."""
+class _PromptFields(_Strict):
+    """Where a row's fields are; `meta_fields` are copied into `reference_meta` (choices, tests…)."""
 
-    kind: Literal["jsonl"]
-    name: str
-    path: Path
     text_field: str = "prompt"
     reference_field: str | None = "reference"
     task_field: str | None = "task"
-    task: str | None = None  # a fixed task when the file has no task column
+    task: str | None = None  # a fixed task when the source has no task column
     id_field: str | None = None
+    meta_fields: list[str] = Field(default_factory=list)
+    reference_required: bool | None = None  # None: as the scoring metric needs
+    # seed 001's templates (appendix A.3): `translation` reads the language from meta field
+    # `language`, `in_context_qna` the options from meta field `choices` (a list or {labels, texts}).
+    task_template: Literal["sentiment", "entity_recognition", "in_context_qna", "translation", "qna"] | None = None
+    template_seed: int = 0
     limit: int | None = Field(default=None, gt=0)
 
 
-class HFDataset(_Strict):
-    """A dataset read through `datasets.load_dataset` (hub id or a local path / data files)."""
+class FileDataset(_PromptFields):
+    """A local JSON-lines, CSV or Parquet file with field mapping."""
+
+    kind: Literal["jsonl", "csv", "parquet"]
+    name: str
+    path: Path
+
+
+class HFDataset(_PromptFields):
+    """A dataset read through `datasets.load_dataset` (hub id, or a builder such as `json` with
+    local `data_files`: the same code path either way)."""
 
     kind: Literal["hf"]
     name: str
@@ -127,9 +221,29 @@ class HFDataset(_Strict):
     subset: str | None = None
     split: str = "test"
     data_files: dict[str, str] | str | None = None
+    revision: str | None = None
     text_field: str = "question"
     reference_field: str | None = "answer"
-    task: str
+
+
+BUILTIN_READERS = ("llmrouter", "gsm8k", "humaneval", "tweeteval_sentiment", "wnut17", "arena_hard")
+
+
+class BuiltinDataset(_Strict):
+    """A known public prompt file turned into prompts with references and reference metadata.
+
+    `path` is the file (for `tweeteval_sentiment`: the `*_text.txt` file, with `*_labels.txt` and
+    the mapping beside it). `templates` applies seed 001's task templates (appendix A.3) where the
+    reader has one, seeded by `seed` so a rebuild gives the same text.
+    """
+
+    kind: Literal["builtin"]
+    name: str
+    reader: Literal["llmrouter", "gsm8k", "humaneval", "tweeteval_sentiment", "wnut17", "arena_hard"]
+    path: Path
+    templates: bool = True
+    seed: int = 0
+    reference_required: bool | None = None
     limit: int | None = Field(default=None, gt=0)
 
 
@@ -142,7 +256,21 @@ class RouterBenchDataset(_Strict):
     limit: int | None = Field(default=None, gt=0)
 
 
-Dataset = Annotated[JsonlDataset | HFDataset | RouterBenchDataset, Field(discriminator="kind")]
+class RouteLLMDataset(_Strict):
+    """RouteLLM response CSV: `prompt`, a True/False column per model and `<model>_response`."""
+
+    kind: Literal["routellm"]
+    name: str
+    path: Path
+    task: str = "gsm8k"
+    limit: int | None = Field(default=None, gt=0)
+
+
+Dataset = Annotated[
+    FileDataset | HFDataset | BuiltinDataset | RouterBenchDataset | RouteLLMDataset,
+    Field(discriminator="kind"),
+]
+RESPONSE_TABLE_KINDS = ("routerbench", "routellm")
 
 
 class Templates(_Strict):
@@ -162,20 +290,33 @@ class Templates(_Strict):
         return value
 
 
+class PromptSettings(_Strict):
+    """Normalization and limits applied to every prompt; violations are quarantined, not dropped."""
+
+    normalize: bool = True  # Unicode NFC, no NUL/control characters, trimmed, CRLF → LF
+    max_prompt_tokens: int | None = Field(default=None, gt=0)
+    tokenizer: str = ENCODER_PACKAGE_REF  # counts prompt tokens for max_prompt_tokens
+
+
 class SplitSettings(_Strict):
     mode: Literal["seeded", "source"] = "seeded"  # `source`: keep the split the dataset ships
     test_fraction: float = Field(default=0.25, gt=0, lt=1)
     seed: int = 0
 
 
-class GenerationSettings(_Strict):
-    """Greedy decoding by default, so a (prompt, model) pair has one deterministic response."""
+class ResponseFilters(_Strict):
+    """METHODS.md's response filters, recorded as flags on the row (never silent drops)."""
 
-    max_new_tokens: int = Field(default=64, gt=0)
-    temperature: float = Field(default=0.0, ge=0)
+    min_output_tokens: int = Field(default=3, ge=0)
+    min_compression_ratio: float = Field(default=0.2, ge=0)  # zlib compressed / raw bytes
+
+
+class GenerationSettings(_Strict):
+    sampling: Sampling = Sampling()
     batch_size: int = Field(default=8, gt=0)
-    repetition_penalty: float = Field(default=1.0, gt=0)
-    token_counter: str = ENCODER_PACKAGE_REF  # tokenizer used to count tokens of imported text
+    shard_size: int = Field(default=64, gt=0)  # rows per cache shard: the most a crash can lose
+    token_counter: str = ENCODER_PACKAGE_REF  # tokenizer that counts tokens of imported text
+    filters: ResponseFilters = ResponseFilters()
 
 
 class ScoringSettings(_Strict):
@@ -214,6 +355,7 @@ class FleetConfig(_Strict):
     hardware: list[Hardware] = Field(default_factory=list)
     tiers: list[Tier] = Field(default_factory=list)
     datasets: list[Dataset] = Field(min_length=1)
+    prompts: PromptSettings = PromptSettings()
     templates: Templates = Templates()
     split: SplitSettings = SplitSettings()
     generation: GenerationSettings = GenerationSettings()
@@ -234,12 +376,17 @@ class FleetConfig(_Strict):
             if tier.hardware not in hw:
                 raise ValueError(f"tiers.{i}.hardware: unknown hardware {tier.hardware!r}")
         datasets = {d.name: d for d in self.datasets}
+        if len(datasets) != len(self.datasets):
+            raise ValueError("datasets: names must be unique")
         for i, model in enumerate(self.models):
             if model.source.kind == "table":
                 ds = datasets.get(model.source.dataset)
-                if ds is None or ds.kind != "routerbench":
+                if ds is None:
+                    raise ValueError(f"models.{i}.source.dataset: no dataset named {model.source.dataset!r}")
+                if ds.kind not in RESPONSE_TABLE_KINDS and model.source.file is None:
                     raise ValueError(
-                        f"models.{i}.source.dataset: {model.source.dataset!r} is not a routerbench dataset"
+                        f"models.{i}.source.file: dataset {ds.name!r} ({ds.kind}) holds no responses; "
+                        "name a response file"
                     )
         if self.scoring.metric == "table_correctness" and any(
             m.engine != "table_import" for m in self.models
@@ -262,6 +409,14 @@ class FleetConfig(_Strict):
     @property
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    def sampling(self, model: str) -> Sampling:
+        """The resolved sampling settings of one model."""
+        return self.generation.sampling.merged(self.model(model).sampling)
+
+    def tier_of(self, model: str) -> Tier | None:
+        """The first tier that deploys `model` (where its engine runs and with which parallelism)."""
+        return next((t for t in self.tiers if t.model == model), None)
 
 
 def _expand_env(value: Any) -> Any:

@@ -1,7 +1,9 @@
-"""Build the `prompts` table: read every configured dataset, template it, hash it, split it.
+"""Build the `prompts` table: read every configured dataset, normalize, template, hash, split.
 
-Rows that cannot be used (empty text, malformed cells, duplicates) go to the quarantine with a
-reason; they never fail the whole stage.
+Rows that cannot be used go to the quarantine with a reason and are counted by reason; they never
+fail the stage and are never dropped silently: empty or whitespace text, invalid UTF-8, wrong field
+types, malformed cells, a missing reference where the scoring metric needs one, a prompt over
+`prompts.max_prompt_tokens`, and duplicates (same source, task and templated text).
 """
 
 from __future__ import annotations
@@ -9,105 +11,68 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from pipelines.config import FleetConfig, HFDataset, JsonlDataset, RouterBenchDataset, Templates
-from pipelines.response_tables import read_routerbench
+from pipelines import task_templates as tt
+from pipelines.config import FleetConfig, Templates
+from pipelines.prompt_readers import RawPrompt, RowError, parse_choices, read_dataset
 from pipelines.schemas import PROMPTS
 from pipelines.storage import Quarantine, to_table
 
-_FINAL_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.S)
-
-
-@dataclass(frozen=True)
-class RawPrompt:
-    source: str
-    source_row: str
-    task: str
-    text: str
-    reference: str | None
-    reference_meta: dict[str, Any]
-    split: str | None = None  # set when the source ships its own split
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+REFERENCE_METRICS = {"bertscore"}  # scoring metrics that compare against a reference
 
 
 def prompt_id(source: str, task: str, text: str) -> str:
     return hashlib.sha256(f"{source}\x1f{task}\x1f{text}".encode()).hexdigest()[:16]
 
 
+def normalize(text: str) -> str:
+    """Unicode NFC, LF line ends, no control characters but tab and newline, trimmed."""
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL.sub("", text).strip()
+
+
 def apply_template(templates: Templates, task: str, text: str) -> tuple[str, str]:
-    """(templated text, task hint). The hint is appended when `add_hint` (001 §5.1: +70 points)."""
+    """(templated text, task hint). The hint is appended when `add_hint` (001 §5.1)."""
     body = templates.per_task.get(task, templates.default).format(text=text)
     hint = templates.hint.format(task=task.replace("_", " "))
     return (f"{body}\n{hint}" if templates.add_hint else body), hint
 
 
-def _reference_meta(reference: str | None) -> dict[str, Any]:
-    if reference and (m := _FINAL_ANSWER.search(reference)):
-        return {"final_answer": m.group(1).replace(",", "")}
-    return {}
+def apply_task_template(ds, raw: RawPrompt) -> RawPrompt:
+    """Seed 001's task template named by a file/HF dataset's `task_template`."""
+    kind = getattr(ds, "task_template", None)
+    if kind is None or kind == "qna":
+        return raw
+    rng = tt.row_rng(ds.template_seed, raw.source_row)
+    meta = dict(raw.reference_meta)
+    if kind == "sentiment":
+        text = tt.sentiment(raw.text, rng)
+    elif kind == "entity_recognition":
+        text, meta["asked"] = tt.entity_recognition(raw.text, rng)
+    elif kind == "translation":
+        language = meta.get("language")
+        if not isinstance(language, str) or not language.strip():
+            raise RowError("task_template 'translation' needs a string meta field 'language'")
+        text = tt.translation(raw.text, language, rng)
+    else:
+        choices = parse_choices(meta.get("choices"))
+        if isinstance(meta.get("choices"), dict) and "labels" in meta["choices"]:
+            choices = (meta["choices"]["labels"], meta["choices"]["texts"])
+        if not choices:
+            raise RowError("task_template 'in_context_qna' needs meta field 'choices' with options")
+        text = tt.in_context_qna(raw.text, *choices)
+    return RawPrompt(raw.source, raw.source_row, raw.task, text, raw.reference, meta, raw.split)
 
 
-def _read_jsonl(ds: JsonlDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    with open(ds.path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if ds.limit is not None and line_no > ds.limit:
-                break
-            if not line.strip():
-                continue
-            row_id = f"{ds.path.name}:{line_no}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                quarantine.add(row_id, f"invalid JSON: {exc.msg}", line[:500])
-                continue
-            text = rec.get(ds.text_field)
-            if not isinstance(text, str) or not text.strip():
-                quarantine.add(row_id, f"field {ds.text_field!r} missing or empty", rec)
-                continue
-            task = ds.task or (rec.get(ds.task_field) if ds.task_field else None)
-            if not task:
-                quarantine.add(row_id, f"field {ds.task_field!r} missing and no fixed task", rec)
-                continue
-            reference = rec.get(ds.reference_field) if ds.reference_field else None
-            if ds.id_field and rec.get(ds.id_field) is not None:
-                row_id = str(rec[ds.id_field])
-            yield RawPrompt(ds.name, row_id, str(task), text, reference, _reference_meta(reference))
-
-
-def _read_hf(ds: HFDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    from datasets import load_dataset
-
-    data = load_dataset(ds.path, ds.subset, split=ds.split, data_files=ds.data_files)
-    if ds.limit is not None:
-        data = data.select(range(min(ds.limit, len(data))))
-    for i, rec in enumerate(data):
-        text = rec.get(ds.text_field)
-        row_id = f"{ds.path}:{ds.split}:{i}"
-        if not isinstance(text, str) or not text.strip():
-            quarantine.add(row_id, f"field {ds.text_field!r} missing or empty", rec)
-            continue
-        reference = rec.get(ds.reference_field) if ds.reference_field else None
-        reference = None if reference is None else str(reference)
-        yield RawPrompt(ds.name, row_id, ds.task, text, reference, _reference_meta(reference))
-
-
-def _read_routerbench(ds: RouterBenchDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    for row in read_routerbench(ds.files, ds.limit):
-        try:
-            text = row.prompt_text()
-        except ValueError as exc:
-            quarantine.add(row.row_id, str(exc), {"prompt": row.prompt_cell[:500]})
-            continue
-        meta = {"sample_id": row.sample_id, "file": row.file}
-        yield RawPrompt(ds.name, row.row_id, row.eval_name, text, None, meta, split=row.split)
-
-
-_READERS = {"jsonl": _read_jsonl, "hf": _read_hf, "routerbench": _read_routerbench}
+def reference_required(config: FleetConfig, ds) -> bool:
+    explicit = getattr(ds, "reference_required", None)
+    return config.scoring.metric in REFERENCE_METRICS if explicit is None else explicit
 
 
 def assign_splits(rows: list[dict[str, Any]], test_fraction: float, seed: int) -> None:
@@ -123,16 +88,53 @@ def assign_splits(rows: list[dict[str, Any]], test_fraction: float, seed: int) -
             r["split"] = "test" if i < n_test else "train"
 
 
+def _over_length(config: FleetConfig, rows: list[dict[str, Any]], quarantine: Quarantine) -> list[dict[str, Any]]:
+    limit = config.prompts.max_prompt_tokens
+    if limit is None or not rows:
+        return rows
+    from pipelines.model_sources import load_tokenizer
+
+    tokenizer = load_tokenizer(config.prompts.tokenizer)
+    tokenizer.model_max_length = 1 << 30  # counting only
+    counts = [len(ids) for ids in tokenizer([r["text"] for r in rows], add_special_tokens=False)["input_ids"]]
+    kept = []
+    for r, n in zip(rows, counts):
+        if n > limit:
+            quarantine.add(r["source_row"], f"over max_prompt_tokens ({limit})",
+                           {"tokens": n, "source": r["source"], "task": r["task"]})
+        else:
+            kept.append(r)
+    return kept
+
+
 def build_prompts(config: FleetConfig) -> tuple[pa.Table, Quarantine]:
     quarantine = Quarantine("prompts")
     rows: list[dict[str, Any]] = []
     seen: dict[str, str] = {}
     for ds in config.datasets:
-        for raw in _READERS[ds.kind](ds, quarantine):
-            text, hint = apply_template(config.templates, raw.task, raw.text)
+        needs_reference = reference_required(config, ds)
+        for raw in read_dataset(ds, quarantine):
+            payload = {"task": raw.task, "text": raw.text[:2000]}
+            try:
+                raw = apply_task_template(ds, raw)
+            except RowError as exc:
+                quarantine.add(raw.source_row, str(exc), payload)
+                continue
+            text = normalize(raw.text) if config.prompts.normalize else raw.text
+            if not text.strip():
+                quarantine.add(raw.source_row, "text empty after normalization", payload)
+                continue
+            reference = raw.reference
+            if reference is not None and config.prompts.normalize:
+                reference = normalize(reference) or None
+            if needs_reference and not reference:
+                quarantine.add(raw.source_row, f"missing reference (scoring metric {config.scoring.metric} needs one)",
+                               payload)
+                continue
+            text, hint = apply_template(config.templates, raw.task, text)
             pid = prompt_id(raw.source, raw.task, text)
             if pid in seen:
-                quarantine.add(raw.source_row, f"duplicate of {seen[pid]}", {"task": raw.task})
+                quarantine.add(raw.source_row, "duplicate prompt", {**payload, "duplicate_of": seen[pid]})
                 continue
             seen[pid] = raw.source_row
             rows.append(
@@ -143,11 +145,12 @@ def build_prompts(config: FleetConfig) -> tuple[pa.Table, Quarantine]:
                     "task": raw.task,
                     "text": text,
                     "task_hint": hint,
-                    "reference": raw.reference,
-                    "reference_meta": json.dumps(raw.reference_meta, ensure_ascii=False),
+                    "reference": reference,
+                    "reference_meta": json.dumps(raw.reference_meta, ensure_ascii=False, default=str),
                     "split": raw.split,
                 }
             )
+    rows = _over_length(config, rows, quarantine)
     if config.split.mode == "seeded":
         assign_splits(rows, config.split.test_fraction, config.split.seed)
     else:

@@ -1,4 +1,4 @@
-"""Readers for existing response tables (RouterBench wide CSVs).
+"""Readers for existing response tables: RouterBench and RouteLLM wide CSVs, long JSON-lines tables.
 
 A RouterBench row holds one prompt and, per model, a 0/1 correctness column, `<model>|model_response`
 and `<model>|total_cost` (USD). The `prompt` cell is a Python-list literal holding the prompt string,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -97,3 +98,105 @@ def read_routerbench(files: dict[str, list[Path]], limit: int | None = None) -> 
                         )
                     )
     return rows
+
+
+@dataclass(frozen=True)
+class ImportedResponse:
+    """One (prompt, model) cell of an existing response table."""
+
+    text: str | None
+    label: float | None = None
+    cost: float | None = None
+    problem: str | None = None  # why the cell cannot be used, when it cannot
+
+
+def routerbench_responses(files: dict[str, list[Path]], column: str, limit: int | None) -> dict[str, ImportedResponse]:
+    """row_id → the model column's response, 0/1 label and cost."""
+    out = {}
+    for row in read_routerbench(files, limit):
+        text = row.response(column)
+        problem = None if text is not None else f"table has no column {column}|model_response"
+        out[row.row_id] = ImportedResponse(text, row.label(column), row.cost(column), problem)
+    return out
+
+
+def _bool_label(value: str | None) -> float | None:
+    return {"true": 1.0, "false": 0.0, "1": 1.0, "0": 0.0}.get((value or "").strip().lower())
+
+
+def read_routellm(path: Path, limit: int | None = None) -> list[tuple[str, str, dict[str, str]]]:
+    """(row_id, prompt, cells) per row of a RouteLLM response CSV (`prompt`, `<m>`, `<m>_response`)."""
+    csv.field_size_limit(sys.maxsize)
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if "prompt" not in (reader.fieldnames or []):
+            raise ValueError(f"{path}: not a RouteLLM response table, no 'prompt' column")
+        for i, rec in enumerate(reader):
+            if limit is not None and i >= limit:
+                break
+            rows.append((f"{Path(path).name}:{i}", rec["prompt"], rec))
+    return rows
+
+
+def routellm_responses(path: Path, column: str, limit: int | None) -> dict[str, ImportedResponse]:
+    out = {}
+    for row_id, _, cells in read_routellm(path, limit):
+        text = cells.get(f"{column}_response")
+        problem = None if text is not None else f"table has no column {column}_response"
+        out[row_id] = ImportedResponse(text, _bool_label(cells.get(column)), None, problem)
+    return out
+
+
+def dotted(record: object, path: str) -> object:
+    """`record` at a dotted path (`messages.1.content.answer`); KeyError naming the missing step."""
+    node = record
+    for step in path.split("."):
+        if isinstance(node, list) and step.lstrip("-").isdigit() and -len(node) <= int(step) < len(node):
+            node = node[int(step)]
+        elif isinstance(node, dict) and step in node:
+            node = node[step]
+        else:
+            raise KeyError(f"field {path!r}: no {step!r}")
+    return node
+
+
+def jsonl_responses(
+    path: Path, *, key_field: str, response_field: str, model_field: str | None, model: str,
+    label_field: str | None, cost_field: str | None,
+) -> tuple[dict[str, ImportedResponse], dict[str, int]]:
+    """key → response from a long JSON-lines table, plus counts of lines that could not be used."""
+    out: dict[str, ImportedResponse] = {}
+    problems: dict[str, int] = {}
+
+    def bad(reason: str) -> None:
+        problems[reason] = problems.get(reason, 0) + 1
+
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                bad("invalid JSON line")
+                continue
+            try:
+                if model_field and str(dotted(rec, model_field)) != model:
+                    continue
+                key = str(dotted(rec, key_field))
+            except KeyError as exc:
+                bad(str(exc).strip("'\""))
+                continue
+            try:
+                text = dotted(rec, response_field)
+                label = _float_or_none(str(dotted(rec, label_field))) if label_field else None
+                cost = _float_or_none(str(dotted(rec, cost_field))) if cost_field else None
+            except KeyError as exc:
+                out[key] = ImportedResponse(None, problem=str(exc).strip("'\""))
+                continue
+            if not isinstance(text, str):
+                out[key] = ImportedResponse(None, problem=f"field {response_field!r} is not a string")
+                continue
+            out.setdefault(key, ImportedResponse(text, label, cost))
+    return out, problems

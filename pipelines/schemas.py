@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-STAGE_SCHEMA_VERSION = "1"
+STAGE_SCHEMA_VERSION = "2"
 
 PROMPTS = pa.schema(
     [
@@ -41,6 +41,8 @@ RESPONSES = pa.schema(
         pa.field("cache_key", pa.string(), nullable=False),
         pa.field("cost_usd", pa.float64()),  # measured or imported cost; null when no price is known
         pa.field("label", pa.float64()),  # a correctness label imported with the response, if any
+        pa.field("flags", pa.list_(pa.string()), nullable=False),  # too_short, truncated, degenerate
+        pa.field("attempts", pa.int32(), nullable=False),  # requests it took (retries + 1)
     ]
 )
 

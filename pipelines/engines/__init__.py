@@ -1,8 +1,9 @@
 """Generation engines (plain Python, no Dagster): one interface, identical output rows.
 
-Present: `transformers` (in-process, batched) and `table_import` (RouterBench tables). The vLLM
-and OpenAI-compatible HTTP engines are not built yet (tracked by the engines issue); a fleet that
-names them fails validation instead of silently falling back.
+- `transformers`: in-process Hugging Face generation, batched, CPU or GPU;
+- `vllm`: vLLM offline batch inference (`LLM.generate`), the GPU production path (extra `gpu`);
+- `openai`: any OpenAI-compatible server over HTTP, streaming, with retries;
+- `table_import`: responses that already exist (RouterBench, RouteLLM, long JSON-lines tables).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines.config import FleetConfig, ModelSpec
-from pipelines.engines.base import Engine, PromptRow, cache_key, prompt_rows
+from pipelines.engines.base import Engine, PromptRow, cache_key, identity, prompt_rows
 
 
 def make_engine(spec: ModelSpec, config: FleetConfig, cache_dir: Path) -> Engine:
@@ -18,7 +19,15 @@ def make_engine(spec: ModelSpec, config: FleetConfig, cache_dir: Path) -> Engine
     if spec.engine == "transformers":
         from pipelines.engines.transformers_engine import TransformersEngine
 
-        return TransformersEngine(spec, config.generation, cache_dir)
+        return TransformersEngine(spec, config, cache_dir)
+    if spec.engine == "vllm":
+        from pipelines.engines.vllm_engine import VllmEngine
+
+        return VllmEngine(spec, config, cache_dir)
+    if spec.engine == "openai":
+        from pipelines.engines.openai_engine import OpenAIEngine
+
+        return OpenAIEngine(spec, config)
     if spec.engine == "table_import":
         from pipelines.engines.table_import import TableImportEngine
 
@@ -26,4 +35,4 @@ def make_engine(spec: ModelSpec, config: FleetConfig, cache_dir: Path) -> Engine
     raise ValueError(f"model {spec.name!r}: unknown engine {spec.engine!r}")
 
 
-__all__ = ["Engine", "PromptRow", "cache_key", "make_engine", "prompt_rows"]
+__all__ = ["Engine", "PromptRow", "cache_key", "identity", "make_engine", "prompt_rows"]

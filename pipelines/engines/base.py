@@ -1,15 +1,22 @@
-"""The engine contract: every engine turns prompt rows into identical `responses` rows."""
+"""The engine contract: every engine turns prompt rows into identical `responses` rows.
+
+An engine is built only when something must be generated: the cache key of a (prompt, model) pair
+is computed from the fleet config alone (`identity`), so a re-run that finds everything cached never
+loads a model or opens a connection.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from pipelines.config import FleetConfig, ResponseFilters, Sampling
 from pipelines.storage import Quarantine
 
 ProgressFn = Callable[[int, int], None]
@@ -29,6 +36,22 @@ def prompt_rows(prompts: pa.Table) -> list[PromptRow]:
     return [PromptRow(**c) for c in cols]
 
 
+@dataclass(frozen=True)
+class Identity:
+    """What determines a response besides the prompt text: the cache key's other half."""
+
+    engine: str
+    model: str
+    revision: str | None
+    sampling: dict[str, Any]
+
+    def sampling_json(self) -> str:
+        return json.dumps(self.sampling, sort_keys=True)
+
+    def key(self, text: str) -> str:
+        return cache_key(text, self.model, self.revision, self.sampling, self.engine)
+
+
 def cache_key(text: str, model: str, revision: str | None, sampling: dict[str, Any], engine: str) -> str:
     """Content key of one generation: the same key means the same response can be reused."""
     payload = json.dumps(
@@ -36,6 +59,89 @@ def cache_key(text: str, model: str, revision: str | None, sampling: dict[str, A
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def sampling_record(sampling: Sampling, chat_template: bool) -> dict[str, Any]:
+    return {**sampling.model_dump(mode="json"), "chat_template": chat_template}
+
+
+def identity(config: FleetConfig, model: str) -> Identity:
+    """The cache identity of `model`, from the config alone (no model load, no connection)."""
+    from pipelines.model_sources import random_init_key
+
+    spec = config.model(model)
+    source = spec.source
+    if source.kind == "random_init":
+        model_id, revision = f"random_init:{source.architecture}", random_init_key(source)
+    elif source.kind == "hub":
+        model_id, revision = source.id, source.revision
+    elif source.kind == "openai":
+        model_id, revision = source.model, source.revision
+    else:
+        file = str(source.file) if source.file else None
+        model_id, revision = source.column or spec.name, None
+        return Identity(spec.engine, model_id, revision, {"imported_from": source.dataset, "file": file})
+    return Identity(spec.engine, model_id, revision, sampling_record(config.sampling(model), spec.chat_template))
+
+
+def response_flags(text: str, output_tokens: int, finish_reason: str, filters: ResponseFilters) -> list[str]:
+    """METHODS.md filters as flags: too short, truncated at the cap, degenerate (zlib ratio)."""
+    flags = []
+    if output_tokens < filters.min_output_tokens:
+        flags.append("too_short")
+    if finish_reason == "length":
+        flags.append("truncated")
+    raw = text.encode("utf-8", errors="replace")
+    if len(raw) >= 64 and len(zlib.compress(raw)) / len(raw) < filters.min_compression_ratio:
+        flags.append("degenerate")
+    return flags
+
+
+def response_row(
+    ident: Identity,
+    prompt: PromptRow,
+    *,
+    model_name: str,
+    text: str,
+    prompt_tokens: int,
+    output_tokens: int,
+    finish_reason: str,
+    engine_version: str,
+    filters: ResponseFilters,
+    ttft_s: float | None = None,
+    tpot_s: float | None = None,
+    e2e_s: float | None = None,
+    cost_usd: float | None = None,
+    label: float | None = None,
+    attempts: int = 1,
+) -> dict[str, Any]:
+    """One `responses` row; every engine builds its rows here so they are identical in shape."""
+    return {
+        "prompt_id": prompt.prompt_id,
+        "model": model_name,
+        "text": text,
+        "prompt_tokens": int(prompt_tokens),
+        "output_tokens": int(output_tokens),
+        "finish_reason": finish_reason,
+        "ttft_s": ttft_s,
+        "tpot_s": tpot_s,
+        "e2e_s": e2e_s,
+        "engine": ident.engine,
+        "engine_version": engine_version,
+        "sampling": ident.sampling_json(),
+        "cache_key": ident.key(prompt.text),
+        "cost_usd": cost_usd,
+        "label": label,
+        "flags": response_flags(text, output_tokens, finish_reason, filters),
+        "attempts": attempts,
+    }
+
+
+def tpot(ttft_s: float | None, e2e_s: float | None, output_tokens: int) -> float | None:
+    """Mean time per output token after the first, as vLLM and GuideLLM define it."""
+    if ttft_s is None or e2e_s is None or output_tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (output_tokens - 1)
 
 
 class Engine(Protocol):

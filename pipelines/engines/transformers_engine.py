@@ -1,26 +1,28 @@
 """In-process Hugging Face transformers engine: batched greedy generation with per-row timing.
 
 TTFT, TPOT and E2E are measured, not estimated: a stopping-criteria hook stamps the wall clock after
-every decode step, and each row's end is the step at which it emitted EOS (or hit the cap). Rows in a
-batch share the batched prefill, so TTFT is the batch's time to first token, as a batching server
-would show it.
+every decode step, and each row's end is the step at which it emitted EOS (or hit the cap). Rows in
+a batch share the batched prefill, so TTFT is the batch's time to first token, as a batching server
+would show it. Prompts are sorted by length before batching (length bucketing), so a batch pads
+little.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.config import GenerationSettings, ModelSpec
-from pipelines.engines.base import ProgressFn, PromptRow, cache_key
+from pipelines.config import FleetConfig, ModelSpec
+from pipelines.engines.base import ProgressFn, PromptRow, identity, response_row, tpot
 from pipelines.model_sources import causal_lm_location
 from pipelines.storage import Quarantine
 
 
-def _step_clock_class():
-    from transformers import StoppingCriteria
+def _hooks():
+    """StoppingCriteria / LogitsProcessor subclasses, defined lazily so importing this is cheap."""
+    import torch
+    from transformers import LogitsProcessor, StoppingCriteria
 
     class StepClock(StoppingCriteria):
         """Never stops generation; records the time at which each new token became available."""
@@ -29,39 +31,48 @@ def _step_clock_class():
             self.stamps: list[float] = []
 
         def __call__(self, input_ids, scores, **kwargs):
-            import torch
-
             self.stamps.append(time.perf_counter())
             return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
-    return StepClock
+    class FrequencyPenalty(LogitsProcessor):
+        """OpenAI/vLLM frequency penalty: logit -= penalty × times the token was generated so far."""
+
+        def __init__(self, penalty: float, prompt_length: int) -> None:
+            self.penalty = penalty
+            self.prompt_length = prompt_length
+
+        def __call__(self, input_ids, scores):
+            generated = input_ids[:, self.prompt_length :]
+            if generated.shape[1] == 0:
+                return scores
+            counts = torch.zeros_like(scores)
+            counts.scatter_add_(1, generated, torch.ones_like(generated, dtype=scores.dtype))
+            return scores - self.penalty * counts
+
+    return StepClock, FrequencyPenalty
 
 
 class TransformersEngine:
     name = "transformers"
 
-    def __init__(self, spec: ModelSpec, settings: GenerationSettings, cache_dir: Path, device: str = "cpu"):
+    def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path, device: str | None = None):
         import torch
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.spec = spec
-        self.settings = settings
+        self.settings = config.generation
+        self.sampling = config.sampling(spec.name)
+        self.ident = identity(config, spec.name)
         self.version = transformers.__version__
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         location, revision = causal_lm_location(spec.source, cache_dir)
-        self.revision = revision
         self.tokenizer = AutoTokenizer.from_pretrained(location, revision=revision)
         self.tokenizer.padding_side = "left"  # decoder-only: pad on the left so new tokens line up
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(location, revision=revision).to(device).eval()
-        self.device = device
+        self.model = AutoModelForCausalLM.from_pretrained(location, revision=revision).to(self.device).eval()
         self.eos_ids = self._eos_ids()
-        self.sampling = {
-            "temperature": settings.temperature,
-            "max_new_tokens": settings.max_new_tokens,
-            "repetition_penalty": settings.repetition_penalty,
-        }
         torch.set_grad_enabled(False)
 
     def _eos_ids(self) -> set[int]:
@@ -70,10 +81,15 @@ class TransformersEngine:
             eos = self.tokenizer.eos_token_id
         return set(eos if isinstance(eos, list) else [eos]) - {None}
 
+    def _render(self, text: str) -> str:
+        if not self.spec.chat_template:
+            return text
+        messages = [{"role": "user", "content": text}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
     def generate(
         self, prompts: list[PromptRow], quarantine: Quarantine, progress: ProgressFn | None = None
     ) -> list[dict[str, Any]]:
-        # Sort by length so batches hold similar lengths and pad little.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].text))
         rows: list[dict[str, Any]] = []
         done = 0
@@ -90,12 +106,13 @@ class TransformersEngine:
         return rows
 
     def _generate_batch(self, batch: list[PromptRow]) -> list[dict[str, Any]]:
+        s = self.sampling
         limit = getattr(self.model.config, "max_position_embeddings", None) or getattr(
             self.model.config, "n_positions", None
         )
-        max_prompt = (limit - self.settings.max_new_tokens) if limit else None
+        max_prompt = (limit - s.max_tokens) if limit else None
         enc = self.tokenizer(
-            [p.text for p in batch],
+            [self._render(p.text) for p in batch],
             return_tensors="pt",
             padding=True,
             truncation=max_prompt is not None,
@@ -103,48 +120,51 @@ class TransformersEngine:
             add_special_tokens=False,
             return_token_type_ids=False,
         ).to(self.device)
-        clock = _step_clock_class()()
-        sample = self.settings.temperature > 0
-        kwargs = {"temperature": self.settings.temperature} if sample else {}
+        step_clock, frequency_penalty = _hooks()
+        clock = step_clock()
+        prompt_width = enc["input_ids"].shape[1]
+        kwargs: dict[str, Any] = {}
+        if s.temperature > 0:
+            kwargs.update(do_sample=True, temperature=s.temperature, top_p=s.top_p)
+        else:
+            kwargs.update(do_sample=False)
+        if s.frequency_penalty:
+            kwargs["logits_processor"] = [frequency_penalty(s.frequency_penalty, prompt_width)]
+        if s.stop:
+            kwargs.update(stop_strings=s.stop, tokenizer=self.tokenizer)
+        if s.seed is not None:
+            import torch
+
+            torch.manual_seed(s.seed)
         start = time.perf_counter()
         out = self.model.generate(
             **enc,
-            do_sample=sample,
-            max_new_tokens=self.settings.max_new_tokens,
-            repetition_penalty=self.settings.repetition_penalty,
+            max_new_tokens=s.max_tokens,
+            repetition_penalty=s.repetition_penalty,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(self.eos_ids) or None,
             stopping_criteria=[clock],
             **kwargs,
         )
-        new_tokens = out[:, enc["input_ids"].shape[1] :].tolist()
+        new_tokens = out[:, prompt_width:].tolist()
         prompt_lengths = enc["attention_mask"].sum(dim=1).tolist()
         rows = []
         for p, tokens, n_prompt in zip(batch, new_tokens, prompt_lengths):
             n_out = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), None)
             finish = "stop" if n_out is not None else "length"
             n_out = n_out or len(tokens)
-            ttft = clock.stamps[0] - start
-            e2e = clock.stamps[n_out - 1] - start
             text = self.tokenizer.decode(tokens[:n_out], skip_special_tokens=True)
-            cost = self.spec.price.cost(int(n_prompt), n_out) if self.spec.price else None
+            if s.stop and any(stop in text for stop in s.stop):
+                cut = min(text.index(stop) for stop in s.stop if stop in text)
+                text, finish = text[:cut], "stop"
+            ttft = clock.stamps[0] - start
+            e2e = clock.stamps[min(n_out, len(clock.stamps)) - 1] - start
             rows.append(
-                {
-                    "prompt_id": p.prompt_id,
-                    "model": self.spec.name,
-                    "text": text,
-                    "prompt_tokens": int(n_prompt),
-                    "output_tokens": n_out,
-                    "finish_reason": finish,
-                    "ttft_s": ttft,
-                    "tpot_s": (e2e - ttft) / (n_out - 1) if n_out > 1 else None,
-                    "e2e_s": e2e,
-                    "engine": self.name,
-                    "engine_version": self.version,
-                    "sampling": json.dumps(self.sampling, sort_keys=True),
-                    "cache_key": cache_key(p.text, self.spec.name, self.revision, self.sampling, self.name),
-                    "cost_usd": cost,
-                    "label": None,
-                }
+                response_row(
+                    self.ident, p, model_name=self.spec.name, text=text, prompt_tokens=int(n_prompt),
+                    output_tokens=n_out, finish_reason=finish, engine_version=self.version,
+                    filters=self.settings.filters, ttft_s=ttft, tpot_s=tpot(ttft, e2e, n_out), e2e_s=e2e,
+                    cost_usd=self.spec.price.cost(int(n_prompt), n_out) if self.spec.price else None,
+                )
             )
         return rows

@@ -1,15 +1,13 @@
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from artifacts.manifest import Fleet, ModelEntry
 from artifacts.writer import ComponentSource
+from tests.conftest import free_port, stop, wait_healthy
 
 
 @pytest.fixture
@@ -28,17 +26,11 @@ def fleet() -> Fleet:
                                               output_per_mtok=2.0)])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """A real `mlflow server` on 127.0.0.1 (SQLite backend, proxied artifact store)."""
     root = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
+    port = free_port()
     log = open(root / "server.log", "w")
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
@@ -47,23 +39,7 @@ def mlflow_server(tmp_path_factory):
         stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        raise RuntimeError("mlflow server did not become healthy in 120 s")
+    wait_healthy(proc, f"{url}/health", root / "server.log", timeout_s=120)
     yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
     log.close()

@@ -18,15 +18,18 @@ def test_shipped_configs_load(state_dir, shared_data, monkeypatch):
     rb = load_fleet(CONFIGS / "routerbench.yaml")
     assert len(rb.models) == 11
     assert all(p.exists() for paths in rb.datasets[0].files.values() for p in paths)
-    assert rb.datasets[0].files["test"][0].parent == shared_data.resolve() / "responses"
+    assert rb.datasets[0].files["test"][0].parent.resolve() == (shared_data / "responses").resolve()
 
 
 @pytest.mark.parametrize(
     ("override", "field"),
     [
         ({"models": [{"name": "m", "engine": "vllm_typo", "source": {"kind": "hub", "id": "x"}}]}, "models.0.engine"),
-        ({"generation": {"max_new_tokens": 0}}, "generation.max_new_tokens"),
+        ({"generation": {"sampling": {"max_tokens": 0}}}, "generation.sampling.max_tokens"),
         ({"generation": {"max_tokens": 5}}, "generation.max_tokens"),
+        ({"models": [{"name": "m", "engine": "openai", "source": {"kind": "hub", "id": "x"}}]}, "models.0"),
+        ({"datasets": [{"kind": "builtin", "name": "x", "reader": "nope", "path": "x"}]}, "datasets.0.builtin.reader"),
+        ({"prompts": {"max_prompt_tokens": -1}}, "prompts.max_prompt_tokens"),
         ({"tiers": [{"model": "nope", "hardware": "cpu"}]}, "tiers.0.model"),
         ({"templates": {"default": "no placeholder"}}, "templates.default"),
         ({"scoring": {"metric": "table_correctness"}}, "scoring.metric"),
@@ -40,9 +43,12 @@ def test_bad_config_names_the_field(config_copy, override, field):
     assert str(path) in str(err.value)
 
 
-def test_table_model_must_point_at_a_routerbench_dataset(config_copy):
+def test_table_model_needs_a_table_that_holds_responses(config_copy):
     models = [{"name": "gpt", "engine": "table_import", "source": {"kind": "table", "dataset": "demo"}}]
-    with pytest.raises(ConfigError, match="models.0.source.dataset"):
+    with pytest.raises(ConfigError, match="models.0.source.file: dataset 'demo' .* holds no responses"):
+        load_fleet(config_copy("demo", models=models, tiers=[], scoring={"metric": "table_correctness"}))
+    models[0]["source"]["dataset"] = "nope"
+    with pytest.raises(ConfigError, match="models.0.source.dataset: no dataset named 'nope'"):
         load_fleet(config_copy("demo", models=models, tiers=[], scoring={"metric": "table_correctness"}))
 
 

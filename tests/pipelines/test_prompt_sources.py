@@ -47,7 +47,7 @@ def test_bad_rows_are_quarantined_with_reasons(config_copy, tmp_path):
     assert any(r.startswith("invalid JSON") for r in reasons)
     assert "field 'prompt' missing or empty" in reasons
     assert "field 'task' missing and no fixed task" in reasons
-    assert any(r.startswith("duplicate of") for r in reasons)
+    assert "duplicate prompt" in reasons
     assert {r["row"] for r in quarantine.rows} >= {"prompts.jsonl:2", "prompts.jsonl:3"}
 
 

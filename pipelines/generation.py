@@ -1,0 +1,180 @@
+"""Cached, resumable generation of one model partition (plain Python; the asset and CLI call it).
+
+Every response is keyed by (prompt text, model id and revision, sampling settings, engine kind) and
+appended to the model's cache in Parquet shards as soon as a shard's worth is done. Shards are
+written to a temporary name and renamed, so a process killed at any point leaves only whole shards;
+the next run reads them, generates only the keys that are missing, and assembles exactly one row per
+prompt. A crash therefore costs at most one shard of work.
+
+    python -m pipelines.generation configs/demo.yaml --model tiny-llama
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.config import FleetConfig
+from pipelines.engines import make_engine
+from pipelines.engines.base import identity, prompt_rows
+from pipelines.schemas import RESPONSES
+from pipelines.storage import Quarantine, read_parquet, safe_name, to_table, write_parquet
+
+LogFn = Callable[[str], None]
+
+
+class ResponseCache:
+    """Append-only Parquet shards of `responses` rows for one model, keyed by `cache_key`."""
+
+    def __init__(self, folder: Path, compact_above: int = 64):
+        self.folder = Path(folder)
+        self.compact_above = compact_above
+
+    def shards(self) -> list[Path]:
+        return sorted(self.folder.glob("shard-*.parquet"))
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """Every cached row by key (first shard wins). Leftover temp files of killed runs are removed."""
+        for stale in self.folder.glob("shard-*.parquet.tmp*"):
+            stale.unlink(missing_ok=True)
+        rows: dict[str, dict[str, Any]] = {}
+        for shard in self.shards():
+            try:
+                table = read_parquet(shard, RESPONSES)
+            except Exception as exc:  # noqa: BLE001 - a shard we cannot read is set aside, not fatal
+                shard.rename(shard.with_suffix(f".unreadable-{type(exc).__name__}"))
+                continue
+            for row in table.to_pylist():
+                rows.setdefault(row["cache_key"], row)
+        return rows
+
+    def append(self, rows: list[dict[str, Any]]) -> Path | None:
+        """Write one shard atomically; returns its path (None when there is nothing to write)."""
+        if not rows:
+            return None
+        name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        return write_parquet(to_table(rows, RESPONSES), self.folder / name)
+
+    def compact(self) -> None:
+        """Merge shards into one when there are many. A crash in between leaves duplicates, which
+        `load` already tolerates (first wins; the rows are identical)."""
+        shards = self.shards()
+        if len(shards) <= self.compact_above:
+            return
+        rows = list(self.load().values())
+        merged = self.append(rows)
+        for shard in shards:
+            if shard != merged:
+                shard.unlink(missing_ok=True)
+
+
+@dataclass
+class GenerationResult:
+    table: pa.Table
+    quarantine: Quarantine
+    cache_hits: int = 0
+    generated: int = 0
+    generated_output_tokens: int = 0
+    generate_s: float = 0.0
+    engine: str = ""
+    engine_version: str | None = None
+    shards_written: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def cache_folder(config: FleetConfig, model: str) -> Path:
+    return config.storage_root / "cache" / "responses" / safe_name(model)
+
+
+def generate_partition(
+    config: FleetConfig,
+    model: str,
+    prompts: pa.Table,
+    progress: Callable[[int, int], None] | None = None,
+    log: LogFn = print,
+) -> GenerationResult:
+    """Responses of `model` for every prompt: from the cache where present, generated otherwise."""
+    spec = config.model(model)
+    rows = prompt_rows(prompts)
+    quarantine = Quarantine("responses", model)
+    ident = identity(config, model)
+    keys = [ident.key(p.text) for p in rows]
+    use_cache = spec.engine != "table_import"  # imported tables are re-read: they are the source
+    cache = ResponseCache(cache_folder(config, model))
+    cached = cache.load() if use_cache else {}
+    missing = [p for p, k in zip(rows, keys) if k not in cached]
+    missing = list({p.text: p for p in missing}.values())  # one generation per distinct text
+    result = GenerationResult(table=pa.table({}), quarantine=quarantine, engine=spec.engine,
+                              cache_hits=len(rows) - len(missing))
+    log(f"{model}: {len(rows)} prompts, {result.cache_hits} cached, {len(missing)} to generate")
+
+    if missing:
+        start = time.perf_counter()
+        engine = make_engine(spec, config, config.storage_root / "models")
+        result.engine_version = engine.version
+        step = config.generation.shard_size if use_cache else len(missing)
+        for begin in range(0, len(missing), step):
+            chunk = missing[begin : begin + step]
+            base = result.cache_hits + begin
+
+            def chunk_progress(done: int, total: int, base: int = base) -> None:
+                if progress:
+                    progress(base + done, len(rows))
+
+            new_rows = engine.generate(chunk, quarantine, chunk_progress)
+            if use_cache and cache.append(new_rows):
+                result.shards_written += 1
+            for row in new_rows:
+                cached.setdefault(row["cache_key"], row)
+            result.generated += len(new_rows)
+            result.generated_output_tokens += sum(r["output_tokens"] for r in new_rows)
+        result.generate_s = time.perf_counter() - start
+        if use_cache:
+            cache.compact()
+    elif progress:
+        progress(len(rows), len(rows))
+
+    out = [dict(cached[k], prompt_id=p.prompt_id) for p, k in zip(rows, keys) if k in cached]
+    accounted = {r["row"] for r in quarantine.rows}
+    for p, k in zip(rows, keys):
+        if k not in cached and p.prompt_id not in accounted:
+            quarantine.add(p.prompt_id, "no response: generation failed for an identical prompt text")
+    result.table = to_table(out, RESPONSES)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate (or complete) the cache of one or more models for the fleet's prompt set."""
+    from pipelines.config import load_fleet
+    from pipelines.prompt_sources import build_prompts
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("config")
+    parser.add_argument("--model", action="append", help="model name (repeatable; default: all)")
+    parser.add_argument("--out", help="also write the assembled partition to this Parquet file")
+    args = parser.parse_args(argv)
+    config = load_fleet(args.config)
+    prompts, _ = build_prompts(config)
+    for model in args.model or config.model_names:
+        result = generate_partition(config, model, prompts, log=lambda m: print(m, flush=True))
+        print(f"{model}: {result.table.num_rows} rows, {result.generated} generated "
+              f"({result.generated_output_tokens} tokens) in {result.generate_s:.1f}s, "
+              f"{len(result.quarantine)} quarantined", flush=True)
+        if args.out:
+            write_parquet(result.table, Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
