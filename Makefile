@@ -16,7 +16,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export DAGSTER_HOME := $(CURDIR)
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/.state/mlflow.db
 
-.PHONY: install demo test routerbench benchmark validate ui mlflow-ui clean
+.PHONY: install demo test lint routerbench benchmark validate ui mlflow-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "routeforge needs Python >= 3.11"'
@@ -43,8 +43,12 @@ test: $(STAMP)  ## unit and end-to-end tests (pytest's exit 5, no tests collecte
 	@rc=0; $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
+lint: $(STAMP)
+	$(BIN)/ruff check pipelines assets training profiling artifacts tests benchmarks
+
 benchmark: $(STAMP)  ## write benchmarks/results/*.json
 	$(BIN)/python benchmarks/demo_run.py
+	$(BIN)/python benchmarks/generation_engines.py
 	$(BIN)/python benchmarks/routerbench_knn.py
 
 validate: $(STAMP)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines.config import FleetConfig
 from pipelines.engines import make_engine

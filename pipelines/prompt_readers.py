@@ -12,7 +12,7 @@ import csv
 import gzip
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,8 +62,7 @@ def _string(rec: dict[str, Any], key: str, *, required: bool) -> str | None:
 
 def record_prompt(ds: FileDataset | HFDataset, rec: Any, row_id: str) -> RawPrompt:
     """Map one record through the dataset's field names, checking every type."""
-    if not isinstance(rec, dict):
-        raise RowError(f"row is {_type_name(rec)}, not an object")
+    rec = _object(rec)
     text = rec.get(ds.text_field)
     if text is None or (isinstance(text, str) and not text.strip()):
         raise RowError(f"field {ds.text_field!r} missing or empty")
@@ -122,7 +121,8 @@ def _table_records(ds: FileDataset) -> Iterator[tuple[str, Any]]:
             for rec in reader:
                 row_id = f"{ds.path.name}:{reader.line_num}"
                 if None in rec:
-                    yield row_id, RowError(f"CSV row has {len(rec) - 1 + len(rec[None])} cells, header has {len(rec) - 1}")
+                    cells = len(rec) - 1 + len(rec[None])
+                    yield row_id, RowError(f"CSV row has {cells} cells, header has {len(rec) - 1}")
                 elif any(isinstance(v, str) and _has_surrogates(v) for v in rec.values()):
                     yield row_id, RowError("invalid UTF-8 in a cell")
                 else:
@@ -134,18 +134,28 @@ def _table_records(ds: FileDataset) -> Iterator[tuple[str, Any]]:
             yield f"{ds.path.name}:{i}", rec
 
 
-def read_file(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    count = 0
-    for row_id, rec in _table_records(ds):
-        if ds.limit is not None and count >= ds.limit:
+def _convert(records: Iterator[tuple[str, Any]], limit: int | None, quarantine: Quarantine,
+             make: Callable[[str, Any], RawPrompt]) -> Iterator[RawPrompt]:
+    """Apply `make` to the first `limit` records; a RowError sends the record to the quarantine."""
+    for i, (row_id, rec) in enumerate(records):
+        if limit is not None and i >= limit:
             break
-        count += 1
         try:
             if isinstance(rec, RowError):
                 raise rec
-            yield record_prompt(ds, rec, row_id)
+            yield make(row_id, rec)
         except RowError as exc:
             quarantine.add(row_id, str(exc), rec if not isinstance(rec, RowError) else None)
+
+
+def _object(rec: Any) -> dict[str, Any]:
+    if not isinstance(rec, dict):
+        raise RowError(f"row is {_type_name(rec)}, not an object")
+    return rec
+
+
+def read_file(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    return _convert(_table_records(ds), ds.limit, quarantine, lambda row_id, rec: record_prompt(ds, rec, row_id))
 
 
 def read_hf(ds: HFDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
@@ -211,76 +221,63 @@ _MC_METRICS = {"em_mc"}
 
 def read_llmrouter(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """LLMRouter query JSONL: task_name, query, ground_truth, metric, choices, task_id."""
-    for i, (row_id, rec) in enumerate(_jsonl_records(ds.path)):
-        if ds.limit is not None and i >= ds.limit:
-            break
-        try:
-            if isinstance(rec, RowError):
-                raise rec
-            if not isinstance(rec, dict):
-                raise RowError(f"row is {_type_name(rec)}, not an object")
-            query = _string(rec, "query", required=True)
-            task = _string(rec, "task_name", required=True)
-            if not query.strip():
-                raise RowError("field 'query' missing or empty")
-            reference = _string(rec, "ground_truth", required=False)
-            metric = rec.get("metric")
-            meta: dict[str, Any] = {"metric": metric, "task_id": rec.get("task_id")}
-            choices = parse_choices(rec.get("choices")) if metric in _MC_METRICS else None
-            text = query
-            if choices:
-                meta["choices"] = {"labels": choices[0], "texts": choices[1]}
-                if ds.templates:
-                    text = tt.in_context_qna(query, *choices)
-            if metric in _CODE_METRICS:
-                tests = rec.get("choices") if task == "mbpp" else reference
-                if isinstance(tests, str) and tests.startswith("["):
-                    try:
-                        tests = ast.literal_eval(tests)
-                    except (ValueError, SyntaxError):
-                        pass
-                meta["tests"] = tests
-            if (answer := final_answer(reference)) is not None:
-                meta["final_answer"] = answer
-            yield RawPrompt(ds.name, row_id, task, text, reference, meta)
-        except RowError as exc:
-            quarantine.add(row_id, str(exc), rec if not isinstance(rec, RowError) else None)
+
+    def make(row_id: str, rec: Any) -> RawPrompt:
+        rec = _object(rec)
+        query = _string(rec, "query", required=True)
+        task = _string(rec, "task_name", required=True)
+        if not query.strip():
+            raise RowError("field 'query' missing or empty")
+        reference = _string(rec, "ground_truth", required=False)
+        metric = rec.get("metric")
+        meta: dict[str, Any] = {"metric": metric, "task_id": rec.get("task_id")}
+        choices = parse_choices(rec.get("choices")) if metric in _MC_METRICS else None
+        text = query
+        if choices:
+            meta["choices"] = {"labels": choices[0], "texts": choices[1]}
+            if ds.templates:
+                text = tt.in_context_qna(query, *choices)
+        if metric in _CODE_METRICS:
+            tests = rec.get("choices") if task == "mbpp" else reference
+            if isinstance(tests, str) and tests.startswith("["):
+                try:
+                    tests = ast.literal_eval(tests)
+                except (ValueError, SyntaxError):
+                    pass
+            meta["tests"] = tests
+        if (answer := final_answer(reference)) is not None:
+            meta["final_answer"] = answer
+        return RawPrompt(ds.name, row_id, task, text, reference, meta)
+
+    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
 def read_gsm8k(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    for i, (row_id, rec) in enumerate(_jsonl_records(ds.path)):
-        if ds.limit is not None and i >= ds.limit:
-            break
-        try:
-            if isinstance(rec, RowError):
-                raise rec
-            question = _string(rec, "question", required=True)
-            answer = _string(rec, "answer", required=True)
-            final = final_answer(answer)
-            if final is None:
-                raise RowError("field 'answer' has no '#### <final answer>' line")
-            yield RawPrompt(ds.name, row_id, "gsm8k", question, answer, {"final_answer": final})
-        except RowError as exc:
-            quarantine.add(row_id, str(exc), rec if isinstance(rec, dict) else None)
+    def make(row_id: str, rec: Any) -> RawPrompt:
+        rec = _object(rec)
+        question = _string(rec, "question", required=True)
+        answer = _string(rec, "answer", required=True)
+        final = final_answer(answer)
+        if final is None:
+            raise RowError("field 'answer' has no '#### <final answer>' line")
+        return RawPrompt(ds.name, row_id, "gsm8k", question, answer, {"final_answer": final})
+
+    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
 def read_humaneval(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    for i, (row_id, rec) in enumerate(_jsonl_records(ds.path)):
-        if ds.limit is not None and i >= ds.limit:
-            break
-        try:
-            if isinstance(rec, RowError):
-                raise rec
-            prompt = _string(rec, "prompt", required=True)
-            meta = {
-                "task_id": _string(rec, "task_id", required=True),
-                "entry_point": _string(rec, "entry_point", required=True),
-                "tests": _string(rec, "test", required=True),
-            }
-            solution = _string(rec, "canonical_solution", required=False)
-            yield RawPrompt(ds.name, meta["task_id"], "code", prompt, solution, meta)
-        except RowError as exc:
-            quarantine.add(row_id, str(exc), rec if isinstance(rec, dict) else None)
+    def make(row_id: str, rec: Any) -> RawPrompt:
+        rec = _object(rec)
+        prompt = _string(rec, "prompt", required=True)
+        meta = {
+            "task_id": _string(rec, "task_id", required=True),
+            "entry_point": _string(rec, "entry_point", required=True),
+            "tests": _string(rec, "test", required=True),
+        }
+        solution = _string(rec, "canonical_solution", required=False)
+        return RawPrompt(ds.name, meta["task_id"], "code", prompt, solution, meta)
+
+    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
 def _sibling(path: Path, suffix: str) -> Path:
@@ -373,20 +370,17 @@ def read_wnut17(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPromp
 
 def read_arena_hard(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """arena-hard questions: uid (the row id, which answer files join on), category, cluster, prompt."""
-    for i, (row_id, rec) in enumerate(_jsonl_records(ds.path)):
-        if ds.limit is not None and i >= ds.limit:
-            break
-        try:
-            if isinstance(rec, RowError):
-                raise rec
-            uid = _string(rec, "uid", required=True)
-            prompt = _string(rec, "prompt", required=True)
-            if not prompt.strip():
-                raise RowError("field 'prompt' missing or empty")
-            meta = {"category": rec.get("category"), "cluster": rec.get("cluster")}
-            yield RawPrompt(ds.name, uid, "open_ended", prompt, None, meta)
-        except RowError as exc:
-            quarantine.add(row_id, str(exc), rec if isinstance(rec, dict) else None)
+
+    def make(row_id: str, rec: Any) -> RawPrompt:
+        rec = _object(rec)
+        uid = _string(rec, "uid", required=True)
+        prompt = _string(rec, "prompt", required=True)
+        if not prompt.strip():
+            raise RowError("field 'prompt' missing or empty")
+        meta = {"category": rec.get("category"), "cluster": rec.get("cluster")}
+        return RawPrompt(ds.name, uid, "open_ended", prompt, None, meta)
+
+    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
 BUILTIN = {

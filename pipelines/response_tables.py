@@ -186,14 +186,14 @@ def jsonl_responses(
                     continue
                 key = str(dotted(rec, key_field))
             except KeyError as exc:
-                bad(str(exc).strip("'\""))
+                bad(exc.args[0])
                 continue
             try:
                 text = dotted(rec, response_field)
                 label = _float_or_none(str(dotted(rec, label_field))) if label_field else None
                 cost = _float_or_none(str(dotted(rec, cost_field))) if cost_field else None
             except KeyError as exc:
-                out[key] = ImportedResponse(None, problem=str(exc).strip("'\""))
+                out[key] = ImportedResponse(None, problem=exc.args[0])
                 continue
             if not isinstance(text, str):
                 out[key] = ImportedResponse(None, problem=f"field {response_field!r} is not a string")

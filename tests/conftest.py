@@ -99,10 +99,10 @@ TINY_LLAMA = {"kind": "random_init", "architecture": "llama", "seed": 7,
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory) -> Path:
     """A tiny Llama with seeded random weights (meaningless text), saved with its tokenizer."""
+    from transformers import AutoTokenizer
+
     from pipelines.config import RandomInitSource
     from pipelines.model_sources import build_random_init
-
-    from transformers import AutoTokenizer
 
     path = build_random_init(RandomInitSource(**TINY_LLAMA), tmp_path_factory.mktemp("models"))
     tokenizer = AutoTokenizer.from_pretrained(path)  # MiniLM's tokenizer has no chat template: add one

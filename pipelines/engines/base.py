@@ -137,6 +137,14 @@ def response_row(
     }
 
 
+def render_prompt(tokenizer, text: str, chat_template: bool) -> str:
+    """The text a local engine feeds the model: the prompt itself, or wrapped in its chat template."""
+    if not chat_template:
+        return text
+    messages = [{"role": "user", "content": text}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
 def tpot(ttft_s: float | None, e2e_s: float | None, output_tokens: int) -> float | None:
     """Mean time per output token after the first, as vLLM and GuideLLM define it."""
     if ttft_s is None or e2e_s is None or output_tokens < 2:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import FleetConfig, ModelSpec
-from pipelines.engines.base import ProgressFn, PromptRow, identity, response_row, tpot
+from pipelines.engines.base import ProgressFn, PromptRow, identity, render_prompt, response_row, tpot
 from pipelines.model_sources import causal_lm_location
 from pipelines.storage import Quarantine
 
@@ -81,12 +81,6 @@ class TransformersEngine:
             eos = self.tokenizer.eos_token_id
         return set(eos if isinstance(eos, list) else [eos]) - {None}
 
-    def _render(self, text: str) -> str:
-        if not self.spec.chat_template:
-            return text
-        messages = [{"role": "user", "content": text}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
     def generate(
         self, prompts: list[PromptRow], quarantine: Quarantine, progress: ProgressFn | None = None
     ) -> list[dict[str, Any]]:
@@ -112,7 +106,7 @@ class TransformersEngine:
         )
         max_prompt = (limit - s.max_tokens) if limit else None
         enc = self.tokenizer(
-            [self._render(p.text) for p in batch],
+            [render_prompt(self.tokenizer, p.text, self.spec.chat_template) for p in batch],
             return_tensors="pt",
             padding=True,
             truncation=max_prompt is not None,

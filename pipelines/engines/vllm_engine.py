@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import FleetConfig, ModelSpec
-from pipelines.engines.base import ProgressFn, PromptRow, identity, response_row, tpot
+from pipelines.engines.base import ProgressFn, PromptRow, identity, render_prompt, response_row, tpot
 from pipelines.model_sources import causal_lm_location
 from pipelines.storage import Quarantine
 
@@ -81,17 +81,12 @@ class VllmEngine:
         )
         self.tokenizer = self.llm.get_tokenizer()
 
-    def _render(self, text: str) -> str:
-        if not self.spec.chat_template:
-            return text
-        messages = [{"role": "user", "content": text}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
     def generate(
         self, prompts: list[PromptRow], quarantine: Quarantine, progress: ProgressFn | None = None
     ) -> list[dict[str, Any]]:
         try:
-            outputs = self.llm.generate([self._render(p.text) for p in prompts], self.params, use_tqdm=True)
+            texts = [render_prompt(self.tokenizer, p.text, self.spec.chat_template) for p in prompts]
+            outputs = self.llm.generate(texts, self.params, use_tqdm=True)
         except Exception as exc:  # a failing chunk is quarantined, never the whole partition
             for p in prompts:
                 quarantine.add(p.prompt_id, f"generation failed: {type(exc).__name__}: {exc}"[:500])

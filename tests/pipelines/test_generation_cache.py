@@ -68,22 +68,36 @@ def test_compaction_keeps_every_row_once(tmp_path, config_copy, shared_data):
     assert len(cache.shards()) == 1 and len(cache.load()) == 12
 
 
+def _shards(config) -> int:
+    return len(list(cache_folder(config, "tiny").glob("shard-*.parquet")))
+
+
 def test_sigkill_at_random_points_then_resume_gives_every_pair_once(config_copy, shared_data, tmp_path):
-    path = local_fleet(config_copy, shared_data, 48, shard_size=2, batch_size=2)
+    """10 trials: start the generation CLI and SIGKILL it at a random point, during start-up (even
+    trials) or a random moment after it has written its first new shard (odd trials)."""
+    n = 240
+    path = local_fleet(config_copy, shared_data, n, shard_size=2, batch_size=2, sampling={"max_tokens": 24})
     config = load_fleet(path)
     env = dict(os.environ)  # the subprocess resolves the same config file to the same storage
     cmd = [sys.executable, "-m", "pipelines.generation", str(path), "--model", "tiny"]
     rng = random.Random(0)
-    killed_with_progress = 0
+    killed_while_running = 0
     for trial in range(10):
-        before = len(list(cache_folder(config, "tiny").glob("shard-*.parquet")))
+        before = _shards(config)
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(3.0, 9.0))
+        if trial % 2 == 0:
+            time.sleep(rng.uniform(0.5, 4.0))
+        else:
+            deadline = time.time() + 120
+            while _shards(config) == before and proc.poll() is None and time.time() < deadline:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 1.0))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
+            killed_while_running += 1
         proc.wait()
-        after = len(list(cache_folder(config, "tiny").glob("shard-*.parquet")))
-        killed_with_progress += after > before
+    assert killed_while_running >= 8
+    assert 0 < _shards(config) < n // 2 + n // 4  # kills landed mid-generation: some work done, far from all
     final = subprocess.run(cmd + ["--out", str(tmp_path / "final.parquet")], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stderr[-3000:]
@@ -92,5 +106,4 @@ def test_sigkill_at_random_points_then_resume_gives_every_pair_once(config_copy,
     ids = table.column("prompt_id").to_pylist()
     assert sorted(ids) == sorted(prompts.column("prompt_id").to_pylist())  # every pair, exactly once
     keys = [r["cache_key"] for r in ResponseCache(cache_folder(config, "tiny")).load().values()]
-    assert len(keys) == len(set(keys)) == 48
-    assert killed_with_progress >= 3  # the kills did land mid-generation
+    assert len(keys) == len(set(keys)) == n
