@@ -1,7 +1,8 @@
-"""`quality`, partitioned by model: a score in [0, 1] per response (BERTScore or table labels)."""
+"""`quality`, partitioned by model: a score in [0, 1] per response, by the metric of its task."""
 
 
 import time
+from collections import Counter
 from statistics import fmean
 
 import dagster as dg
@@ -10,7 +11,7 @@ import pyarrow as pa
 from assets.metadata import clean, quarantine_metadata
 from pipelines.resources import FleetResource
 from pipelines.schemas import QUALITY
-from pipelines.scoring import BertScoreMetric, score_bertscore, score_table_labels
+from pipelines.scoring import Scorer, label_agreement
 from pipelines.storage import Quarantine, to_table
 
 
@@ -20,26 +21,30 @@ def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
         io_manager_key="parquet_io",
         group_name="scoring",
         check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset="quality", blocking=True)],
-        description="Quality score per (prompt, model); missing labels are quarantined, never zero.",
+        description="Quality score per (prompt, model) by the task's metric; unscorable pairs are "
+                    "quarantined with the reason, never scored 0.",
     )
     def quality(context: dg.AssetExecutionContext, fleet: FleetResource, responses: pa.Table, prompts: pa.Table):
-        settings = fleet.config.scoring
         quarantine = Quarantine("quality", context.partition_key)
         start = time.perf_counter()
-        if settings.metric == "bertscore":
-            rows = score_bertscore(responses, prompts, BertScoreMetric(settings), quarantine)
-        else:
-            rows = score_table_labels(responses, quarantine)
+        scorer = Scorer(fleet.config, log=context.log.info)
+        rows = scorer.score(responses, prompts, quarantine)
         table = to_table(rows, QUALITY)
         qpath = quarantine.write(fleet.root)
         scores = [r["score"] for r in rows]
+        by_metric: dict[str, list[float]] = {}
+        for r in rows:
+            by_metric.setdefault(r["metric"], []).append(r["score"])
         context.log.info(f"{context.partition_key}: {len(rows)} scored, {len(quarantine)} quarantined")
         yield dg.Output(
             table,
             metadata={
-                **clean({"rows": table.num_rows, "metric": settings.metric,
-                         "mean_score": fmean(scores) if scores else None,
+                **clean({"rows": table.num_rows, "mean_score": fmean(scores) if scores else None,
                          "wall_s": time.perf_counter() - start}),
+                "metrics": dg.MetadataValue.json({m: {"pairs": len(v), "mean": round(fmean(v), 6)}
+                                                  for m, v in by_metric.items()}),
+                "scorer_stats": dg.MetadataValue.json(dict(Counter(scorer.stats))),
+                "table_label_agreement": dg.MetadataValue.json(label_agreement(responses, rows)),
                 **quarantine_metadata(quarantine, qpath),
             },
         )

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.resources import FleetResource
-from training.routing_table import build_routing_table, export_hf_dataset, matrix
+from training.routing_table import build_routing_table, dataset_card, export_hf_dataset, matrix
 
 
 @dg.asset(
@@ -27,7 +27,10 @@ def routing_table(
     if missing:
         raise ValueError(f"routing_table: no materialized responses/quality for models {missing}")
     table = build_routing_table(prompts, responses, quality, models)
-    export = export_hf_dataset(table, fleet.root / "exports" / "routing_table_hf")
+    scoring = fleet.config.scoring
+    tasks = set(table.column("task").to_pylist())
+    card = dataset_card(table, fleet.config.name, {"*": scoring.metric, **{t: scoring.metric_for(t) for t in tasks}})
+    export = export_hf_dataset(table, fleet.root / "exports" / "routing_table_hf", card)
     q = matrix(table, "quality", models)
     labelled = ~np.isnan(q)
     coverage = {m: float(labelled[:, j].mean()) for j, m in enumerate(models)}

@@ -20,7 +20,7 @@ from pipelines.config import load_fleet
 from pipelines.engines import make_engine, prompt_rows
 from pipelines.prompt_sources import build_prompts
 from pipelines.schemas import QUALITY, RESPONSES
-from pipelines.scoring import score_table_labels
+from pipelines.scoring import Scorer
 from pipelines.storage import Quarantine, to_table
 from training.knn import build_knn
 from training.routing_eval import evaluate_router, plot_quality_cost
@@ -46,11 +46,12 @@ def main() -> None:
     t0 = time.perf_counter()
     responses, quality, quarantined = {}, {}, {}
     rows = prompt_rows(prompts)
+    scorer = Scorer(config)
     for spec in config.models:
         q = Quarantine("responses", spec.name)
         responses[spec.name] = to_table(make_engine(spec, config, Path("/tmp")).generate(rows, q), RESPONSES)
         qq = Quarantine("quality", spec.name)
-        quality[spec.name] = to_table(score_table_labels(responses[spec.name], qq), QUALITY)
+        quality[spec.name] = to_table(scorer.score(responses[spec.name], prompts, qq), QUALITY)
         quarantined[spec.name] = len(q) + len(qq)
     timings["import_and_score_s"] = time.perf_counter() - t0
 

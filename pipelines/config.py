@@ -319,11 +319,65 @@ class GenerationSettings(_Strict):
     filters: ResponseFilters = ResponseFilters()
 
 
+Metric = Literal["bertscore", "exact_match", "token_f1", "code_pass_at_1", "llm_judge", "table_correctness"]
+REFERENCE_METRICS = {"bertscore", "exact_match", "token_f1"}  # compare the response with a reference
+
+
+class CodeExecSettings(_Strict):
+    timeout_s: float = Field(default=10.0, gt=0)
+    memory_mb: int = Field(default=1024, ge=64)
+    workers: int | None = Field(default=None, gt=0)  # default: one per CPU
+
+
+JUDGE_RUBRIC = (
+    "You are grading how well an answer responds to a request, compared with the expected output.\n"
+    "Judge correctness, completeness and helpfulness.\n\n"
+    "Request:\n{prompt}\n\nExpected output:\n{reference}\n\nAnswer to grade:\n{response}\n\n"
+    "Reply with one line 'Score: N' where N is an integer from 1 (useless) to 10 (as good as the "
+    "expected output)."
+)
+
+
+class JudgeSettings(_Strict):
+    """An LLM judge (G-Eval style, 002 §4.2) run through any generation engine; it must not be one of
+    the candidate models. Scores 1..10 map linearly onto [0, 1]."""
+
+    model: ModelSpec
+    rubric: str = JUDGE_RUBRIC
+    max_tokens: int = Field(default=16, gt=0)
+    scale: tuple[int, int] = (1, 10)
+    no_reference: str = "(none given: judge the answer on its own merits)"
+
+    @field_validator("rubric")
+    @classmethod
+    def _placeholders(cls, value: str) -> str:
+        for name in ("{prompt}", "{response}"):
+            if name not in value:
+                raise ValueError(f"must contain {name}")
+        return value
+
+
 class ScoringSettings(_Strict):
-    metric: Literal["bertscore", "table_correctness"]
-    backbone: str = ENCODER_PACKAGE_REF
+    """`metric` scores every task not named in `per_task`. Every score lands in [0, 1]."""
+
+    metric: Metric
+    per_task: dict[str, Metric] = Field(default_factory=dict)
+    backbone: str = ENCODER_PACKAGE_REF  # BERTScore backbone; `roberta-large` where the hub is reachable
     num_layers: int | None = 6
     batch_size: int = Field(default=16, gt=0)
+    idf: bool = False
+    rescale_with_baseline: bool = False
+    baseline_path: Path | None = None  # baseline file for backbones bert-score ships none for
+    lang: str = "en"
+    code: CodeExecSettings = CodeExecSettings()
+    judge: JudgeSettings | None = None
+
+    def metric_for(self, task: str) -> str:
+        return self.per_task.get(task, self.metric)
+
+    @property
+    def metrics(self) -> set[str]:
+        return {self.metric, *self.per_task.values()}
 
 
 class KnnSettings(_Strict):
@@ -388,10 +442,17 @@ class FleetConfig(_Strict):
                         f"models.{i}.source.file: dataset {ds.name!r} ({ds.kind}) holds no responses; "
                         "name a response file"
                     )
-        if self.scoring.metric == "table_correctness" and any(
-            m.engine != "table_import" for m in self.models
-        ):
+        if "table_correctness" in self.scoring.metrics and any(m.engine != "table_import" for m in self.models):
             raise ValueError("scoring.metric: table_correctness needs every model to be table_import")
+        if "llm_judge" in self.scoring.metrics:
+            judge = self.scoring.judge
+            if judge is None:
+                raise ValueError("scoring.judge: llm_judge is used but no judge model is configured")
+            if judge.model.name in names:
+                raise ValueError(f"scoring.judge.model.name: {judge.model.name!r} is a candidate; the judge "
+                                 "must be outside the candidate pool (002 §4.2)")
+            if judge.model.engine == "table_import":
+                raise ValueError("scoring.judge.model.engine: a judge must generate (not table_import)")
         return self
 
     def model(self, name: str) -> ModelSpec:

@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,54 +26,14 @@ from pipelines.config import FleetConfig
 from pipelines.engines import make_engine
 from pipelines.engines.base import identity, prompt_rows
 from pipelines.schemas import RESPONSES
-from pipelines.storage import Quarantine, read_parquet, safe_name, to_table, write_parquet
+from pipelines.storage import Quarantine, ShardCache, safe_name, to_table, write_parquet
 
 LogFn = Callable[[str], None]
 
 
-class ResponseCache:
-    """Append-only Parquet shards of `responses` rows for one model, keyed by `cache_key`."""
-
-    def __init__(self, folder: Path, compact_above: int = 64):
-        self.folder = Path(folder)
-        self.compact_above = compact_above
-
-    def shards(self) -> list[Path]:
-        return sorted(self.folder.glob("shard-*.parquet"))
-
-    def load(self) -> dict[str, dict[str, Any]]:
-        """Every cached row by key (first shard wins). Leftover temp files of killed runs are removed."""
-        for stale in self.folder.glob("shard-*.parquet.tmp*"):
-            stale.unlink(missing_ok=True)
-        rows: dict[str, dict[str, Any]] = {}
-        for shard in self.shards():
-            try:
-                table = read_parquet(shard, RESPONSES)
-            except Exception as exc:  # noqa: BLE001 - a shard we cannot read is set aside, not fatal
-                shard.rename(shard.with_suffix(f".unreadable-{type(exc).__name__}"))
-                continue
-            for row in table.to_pylist():
-                rows.setdefault(row["cache_key"], row)
-        return rows
-
-    def append(self, rows: list[dict[str, Any]]) -> Path | None:
-        """Write one shard atomically; returns its path (None when there is nothing to write)."""
-        if not rows:
-            return None
-        name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-        return write_parquet(to_table(rows, RESPONSES), self.folder / name)
-
-    def compact(self) -> None:
-        """Merge shards into one when there are many. A crash in between leaves duplicates, which
-        `load` already tolerates (first wins; the rows are identical)."""
-        shards = self.shards()
-        if len(shards) <= self.compact_above:
-            return
-        rows = list(self.load().values())
-        merged = self.append(rows)
-        for shard in shards:
-            if shard != merged:
-                shard.unlink(missing_ok=True)
+def ResponseCache(folder: Path, compact_above: int = 64) -> ShardCache:  # noqa: N802 - reads as a type
+    """The response cache of one model: `responses` rows keyed by `cache_key`."""
+    return ShardCache(folder, RESPONSES, "cache_key", compact_above)
 
 
 @dataclass

@@ -11,6 +11,7 @@ import ast
 import csv
 import gzip
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -238,6 +239,10 @@ def read_llmrouter(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPr
             if ds.templates:
                 text = tt.in_context_qna(query, *choices)
         if metric in _CODE_METRICS:
+            if task != "mbpp":  # HumanEval-style: the query is the signature and docstring
+                meta["program_prefix"] = query
+                if defs := re.findall(r"^def\s+(\w+)\s*\(", query, re.M):
+                    meta["entry_point"] = defs[-1]
             tests = rec.get("choices") if task == "mbpp" else reference
             if isinstance(tests, str) and tests.startswith("["):
                 try:
@@ -273,6 +278,7 @@ def read_humaneval(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPr
             "task_id": _string(rec, "task_id", required=True),
             "entry_point": _string(rec, "entry_point", required=True),
             "tests": _string(rec, "test", required=True),
+            "program_prefix": prompt,
         }
         solution = _string(rec, "canonical_solution", required=False)
         return RawPrompt(ds.name, meta["task_id"], "code", prompt, solution, meta)

@@ -18,13 +18,12 @@ from typing import Any
 import pyarrow as pa
 
 from pipelines import task_templates as tt
-from pipelines.config import FleetConfig, Templates
+from pipelines.config import REFERENCE_METRICS, FleetConfig, Templates
 from pipelines.prompt_readers import RawPrompt, RowError, parse_choices, read_dataset
 from pipelines.schemas import PROMPTS
 from pipelines.storage import Quarantine, to_table
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-REFERENCE_METRICS = {"bertscore"}  # scoring metrics that compare against a reference
 
 
 def prompt_id(source: str, task: str, text: str) -> str:
@@ -70,9 +69,10 @@ def apply_task_template(ds, raw: RawPrompt) -> RawPrompt:
     return RawPrompt(raw.source, raw.source_row, raw.task, text, raw.reference, meta, raw.split)
 
 
-def reference_required(config: FleetConfig, ds) -> bool:
+def reference_required(config: FleetConfig, ds, task: str) -> bool:
+    """The dataset's explicit setting, else whether the task's scoring metric compares with one."""
     explicit = getattr(ds, "reference_required", None)
-    return config.scoring.metric in REFERENCE_METRICS if explicit is None else explicit
+    return config.scoring.metric_for(task) in REFERENCE_METRICS if explicit is None else explicit
 
 
 def assign_splits(rows: list[dict[str, Any]], test_fraction: float, seed: int) -> None:
@@ -112,7 +112,6 @@ def build_prompts(config: FleetConfig) -> tuple[pa.Table, Quarantine]:
     rows: list[dict[str, Any]] = []
     seen: dict[str, str] = {}
     for ds in config.datasets:
-        needs_reference = reference_required(config, ds)
         for raw in read_dataset(ds, quarantine):
             payload = {"task": raw.task, "text": raw.text[:2000]}
             try:
@@ -127,9 +126,9 @@ def build_prompts(config: FleetConfig) -> tuple[pa.Table, Quarantine]:
             reference = raw.reference
             if reference is not None and config.prompts.normalize:
                 reference = normalize(reference) or None
-            if needs_reference and not reference:
-                quarantine.add(raw.source_row, f"missing reference (scoring metric {config.scoring.metric} needs one)",
-                               payload)
+            if not reference and reference_required(config, ds, raw.task):
+                metric = config.scoring.metric_for(raw.task)
+                quarantine.add(raw.source_row, f"missing reference (scoring metric {metric} needs one)", payload)
                 continue
             text, hint = apply_template(config.templates, raw.task, text)
             pid = prompt_id(raw.source, raw.task, text)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,3 +104,52 @@ safe_name = _safe
 
 def concat(tables: Iterable[pa.Table]) -> pa.Table:
     return pa.concat_tables(list(tables))
+
+
+class ShardCache:
+    """Append-only Parquet shards of rows keyed by one column: a durable, resumable cache.
+
+    Each `append` writes one shard to a temporary name and renames it, so a process killed at any
+    point leaves only whole shards. `load` removes leftover temporary files, sets aside a shard it
+    cannot read (renamed `*.unreadable-<error>`) and keeps the first row seen per key.
+    """
+
+    def __init__(self, folder: Path, schema: pa.Schema, key: str = "cache_key", compact_above: int = 64):
+        self.folder = Path(folder)
+        self.schema = schema
+        self.key = key
+        self.compact_above = compact_above
+
+    def shards(self) -> list[Path]:
+        return sorted(self.folder.glob("shard-*.parquet"))
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        for stale in self.folder.glob("shard-*.parquet.tmp*"):
+            stale.unlink(missing_ok=True)
+        rows: dict[str, dict[str, Any]] = {}
+        for shard in self.shards():
+            try:
+                table = read_parquet(shard, self.schema)
+            except Exception as exc:  # noqa: BLE001 - a shard we cannot read is set aside, not fatal
+                shard.rename(shard.with_suffix(f".unreadable-{type(exc).__name__}"))
+                continue
+            for row in table.to_pylist():
+                rows.setdefault(row[self.key], row)
+        return rows
+
+    def append(self, rows: list[dict[str, Any]]) -> Path | None:
+        if not rows:
+            return None
+        name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        return write_parquet(to_table(rows, self.schema), self.folder / name)
+
+    def compact(self) -> None:
+        """Merge shards into one when there are many; a crash in between leaves duplicates, which
+        `load` tolerates (first wins, and the rows are identical)."""
+        shards = self.shards()
+        if len(shards) <= self.compact_above:
+            return
+        merged = self.append(list(self.load().values()))
+        for shard in shards:
+            if shard != merged:
+                shard.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 
 from pipelines.schemas import ROUTING_KEYS, routing_column, routing_models, routing_table_schema
 
@@ -50,9 +51,38 @@ def matrix(table: pa.Table, measure: str, models: list[str] | None = None) -> np
     )
 
 
-def export_hf_dataset(table: pa.Table, path: Path) -> Path:
-    """Save as a Hugging Face `datasets` dataset (`load_from_disk` reads it back)."""
-    from datasets import Dataset
+def dataset_card(table: pa.Table, fleet: str, metrics: dict[str, str]) -> str:
+    """A README.md for the exported routing table: models, metric per task, splits, coverage."""
+    models = routing_models(table.schema)
+    splits = pa.compute.value_counts(table.column("split")).to_pylist()
+    tasks = pa.compute.value_counts(table.column("task")).to_pylist()
+    quality = matrix(table, "quality", models)
+    lines = [
+        "---", f"pretty_name: routeforge routing table ({fleet})", "task_categories: [text-classification]", "---",
+        f"# Routing table of fleet `{fleet}`", "",
+        "One row per prompt: `quality/<model>` (score in [0, 1]), `output_tokens/<model>` and `cost/<model>` "
+        "(USD) for every candidate model; null where the pair was quarantined. Written by routeforge.", "",
+        "## Models", "", "| model | labelled prompts | mean quality |", "|---|---|---|",
+    ]
+    for j, m in enumerate(models):
+        col = quality[:, j]
+        n = int((~np.isnan(col)).sum())
+        lines.append(f"| {m} | {n} | {np.nanmean(col):.4f} |" if n else f"| {m} | 0 | — |")
+    lines += ["", "## Tasks and metrics", "", "| task | prompts | metric |", "|---|---|---|"]
+    lines += [f"| {t['values']} | {t['counts']} | {metrics.get(t['values'], metrics.get('*', '?'))} |" for t in tasks]
+    lines += ["", "## Splits", "", "| split | prompts |", "|---|---|"]
+    lines += [f"| {s['values']} | {s['counts']} |" for s in splits]
+    return "\n".join(lines) + "\n"
 
-    Dataset(table).save_to_disk(str(path))
+
+def export_hf_dataset(table: pa.Table, path: Path, card: str | None = None) -> Path:
+    """Save as a Hugging Face `datasets` DatasetDict by split (`load_from_disk` reads it back),
+    with the dataset card as README.md."""
+    from datasets import Dataset, DatasetDict
+
+    splits = sorted(set(table.column("split").to_pylist()))
+    data = DatasetDict({s: Dataset(table.filter(pa.compute.equal(table.column("split"), s))) for s in splits})
+    data.save_to_disk(str(path))
+    if card:
+        (Path(path) / "README.md").write_text(card)
     return Path(path)

@@ -35,3 +35,20 @@ def test_anchors_and_sweep(tmp_path):
     assert cheap["share"] == {"b": 1.0} and cheap["cost"] == 1.0
     png = plot_quality_cost(result, tmp_path / "plot.png", "test")
     assert png.stat().st_size > 10_000
+
+
+def test_hf_export_by_split_with_a_dataset_card(tmp_path):
+    from datasets import load_from_disk
+
+    from training.routing_table import dataset_card, export_hf_dataset
+
+    table = _table([[1.0, 0.0], [0.5, None], [0.0, 1.0]], [[1.0, 2.0]] * 3)
+    table = table.set_column(3, "split", pa.array(["train", "train", "test"]))
+    card = dataset_card(table, "unit", {"*": "exact_match"})
+    path = export_hf_dataset(table, tmp_path / "hf", card)
+    data = load_from_disk(str(path))
+    assert {k: len(v) for k, v in data.items()} == {"test": 1, "train": 2}
+    assert data["train"][0]["quality/a"] == 1.0 and data["train"][1]["quality/b"] is None
+    text = (path / "README.md").read_text()
+    assert "| a | 3 | 0.5000 |" in text and "| b | 2 | 0.5000 |" in text
+    assert "| t | 3 | exact_match |" in text and "| train | 2 |" in text
