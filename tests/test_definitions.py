@@ -34,3 +34,14 @@ def test_dagster_validates_the_code_location(tmp_path):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Validation successful" in out.stdout + out.stderr
+
+
+def test_the_repository_dagster_yaml_makes_a_working_instance(tmp_path):
+    import shutil
+
+    shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
+    code = ("import dagster as dg; i = dg.DagsterInstance.from_config('.'); "
+            "print(type(i.run_coordinator).__name__, i.get_concurrency_config().pool_config.default_pool_limit)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["QueuedRunCoordinator", "1"]
