@@ -45,3 +45,22 @@ def test_the_repository_dagster_yaml_makes_a_working_instance(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["QueuedRunCoordinator", "1"]
+
+
+def test_cli_materializes_prompts_then_model_partitions(tmp_path, state_dir):
+    """The CLI path: one run per model partition (a UI backfill launches the same runs via the daemon)."""
+    import shutil
+
+    shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "ROUTEFORGE_STATE": str(state_dir)}
+    exe = os.path.join(os.path.dirname(sys.executable), "dagster")
+    base = [exe, "asset", "materialize", "-m", "pipelines.definitions"]
+    first = subprocess.run(base + ["--select", "prompts"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    for model in ("tiny-gpt2", "tiny-llama"):
+        run = subprocess.run(base + ["--select", "responses", "--partition", model], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+    files = sorted(p.name for p in (state_dir / "demo" / "assets" / "responses").iterdir())
+    assert files == ["tiny-gpt2.parquet", "tiny-llama.parquet"]
