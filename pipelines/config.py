@@ -72,6 +72,7 @@ class OpenAISource(_Strict):
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=6, ge=0)
     backoff_s: float = Field(default=0.5, gt=0)  # first retry wait; grows exponentially with jitter
+    top_logprobs: int | None = Field(default=None, ge=1, le=20)  # ask for per-token alternatives (judges)
 
 
 class TableSource(_Strict):
@@ -333,19 +334,20 @@ JUDGE_RUBRIC = (
     "You are grading how well an answer responds to a request, compared with the expected output.\n"
     "Judge correctness, completeness and helpfulness.\n\n"
     "Request:\n{prompt}\n\nExpected output:\n{reference}\n\nAnswer to grade:\n{response}\n\n"
-    "Reply with one line 'Score: N' where N is an integer from 1 (useless) to 10 (as good as the "
+    "Reply with one line 'Score: N' where N is an integer from 1 (useless) to 5 (as good as the "
     "expected output)."
 )
 
 
 class JudgeSettings(_Strict):
     """An LLM judge (G-Eval style, 002 §4.2) run through any generation engine; it must not be one of
-    the candidate models. Scores 1..10 map linearly onto [0, 1]."""
+    the candidate models. Scores on `scale` map linearly onto [0, 1]; 1..5 as in G-Eval keeps each
+    score a single token, so its probability can weight the verdict when the engine returns them."""
 
     model: ModelSpec
     rubric: str = JUDGE_RUBRIC
     max_tokens: int = Field(default=16, gt=0)
-    scale: tuple[int, int] = (1, 10)
+    scale: tuple[int, int] = (1, 5)
     no_reference: str = "(none given: judge the answer on its own merits)"
 
     @field_validator("rubric")

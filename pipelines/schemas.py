@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-STAGE_SCHEMA_VERSION = "2"
+STAGE_SCHEMA_VERSION = "3"
 
 PROMPTS = pa.schema(
     [
@@ -43,6 +43,7 @@ RESPONSES = pa.schema(
         pa.field("label", pa.float64()),  # a correctness label imported with the response, if any
         pa.field("flags", pa.list_(pa.string()), nullable=False),  # too_short, truncated, degenerate
         pa.field("attempts", pa.int32(), nullable=False),  # requests it took (retries + 1)
+        pa.field("token_logprobs", pa.string()),  # JSON [[token, {alternative: logprob}], …] when asked for
     ]
 )
 

@@ -114,6 +114,7 @@ def response_row(
     cost_usd: float | None = None,
     label: float | None = None,
     attempts: int = 1,
+    token_logprobs: list | None = None,
 ) -> dict[str, Any]:
     """One `responses` row; every engine builds its rows here so they are identical in shape."""
     return {
@@ -134,6 +135,7 @@ def response_row(
         "label": label,
         "flags": response_flags(text, output_tokens, finish_reason, filters),
         "attempts": attempts,
+        "token_logprobs": json.dumps(token_logprobs) if token_logprobs is not None else None,
     }
 
 

@@ -48,11 +48,23 @@ class StreamResult:
     token_times_s: list[float] = field(default_factory=list)  # arrival of each content chunk
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    token_logprobs: list | None = None  # [[token, {alternative: logprob}], …] when the server sent them
 
     @property
     def inter_token_s(self) -> list[float]:
         t = self.token_times_s
         return [b - a for a, b in zip(t, t[1:])]
+
+
+def chunk_logprobs(choice: dict[str, Any], chat: bool) -> list:
+    """[[token, {alternative: logprob}], …] from one streamed choice (completions or chat format)."""
+    lp = choice.get("logprobs") or {}
+    if chat:
+        return [[c.get("token"), {a["token"]: a["logprob"] for a in c.get("top_logprobs") or []}]
+                for c in lp.get("content") or []]
+    tokens = lp.get("tokens") or []
+    tops = lp.get("top_logprobs") or [{}] * len(tokens)
+    return [[t, dict(alt or {})] for t, alt in zip(tokens, tops)]
 
 
 def request_body(source: OpenAISource, sampling: Sampling, text: str, chat: bool) -> dict[str, Any]:
@@ -72,6 +84,11 @@ def request_body(source: OpenAISource, sampling: Sampling, text: str, chat: bool
         body["stop"] = sampling.stop
     if sampling.seed is not None:
         body["seed"] = sampling.seed
+    if source.top_logprobs:
+        if chat:
+            body.update(logprobs=True, top_logprobs=source.top_logprobs)
+        else:
+            body["logprobs"] = source.top_logprobs
     if chat:
         body["messages"] = [{"role": "user", "content": text}]
     else:
@@ -89,6 +106,7 @@ async def stream_completion(
     stamps: list[float] = []
     finish: str | None = None
     usage: dict[str, Any] | None = None
+    logprobs: list = []
     async with client.stream("POST", url, json=body, headers=headers) as resp:
         if resp.status_code == 429 or resp.status_code >= 500:
             await resp.aread()
@@ -114,6 +132,8 @@ async def stream_completion(
                 if piece:
                     stamps.append(time.perf_counter() - sent)
                     pieces.append(piece)
+                if choice.get("logprobs"):
+                    logprobs.extend(chunk_logprobs(choice, chat))
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
     e2e = time.perf_counter() - sent
@@ -123,6 +143,7 @@ async def stream_completion(
         sent_at=sent, text="".join(pieces), finish_reason=finish, ttft_s=stamps[0] if stamps else None,
         e2e_s=e2e, token_times_s=stamps,
         prompt_tokens=(usage or {}).get("prompt_tokens"), output_tokens=(usage or {}).get("completion_tokens"),
+        token_logprobs=logprobs or None,
     )
 
 
@@ -222,5 +243,5 @@ class OpenAIEngine:
             output_tokens=n_out, finish_reason=result.finish_reason, engine_version=self.version,
             filters=self.settings.filters, ttft_s=result.ttft_s, tpot_s=tpot(result.ttft_s, result.e2e_s, n_out),
             e2e_s=result.e2e_s, cost_usd=self.spec.price.cost(n_prompt, n_out) if self.spec.price else None,
-            attempts=attempts,
+            attempts=attempts, token_logprobs=result.token_logprobs,
         )

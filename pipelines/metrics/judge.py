@@ -1,16 +1,18 @@
 """LLM judge (G-Eval style, 002 §4.2) through any generation engine, with cached verdicts.
 
-The rubric asks for "Score: N" on the configured scale; N maps linearly onto [0, 1]. The judge's
+The rubric asks for "Score: N" on the configured scale; N maps linearly onto [0, 1]. Where the engine
+returns per-token probabilities (an OpenAI-compatible server with `top_logprobs` set on the judge's
+source), the verdict is G-Eval's expectation over the score token's alternatives instead of the
+single sampled integer. The judge's
 generations go through the same cached driver as candidate responses (keyed by the judge prompt),
 so re-scoring re-asks nothing. An answer with no score in range is recorded as missing with the
 reason, never as 0: a judge that cannot answer says nothing about the response.
-
-Token-probability weighting (G-Eval's expectation over score tokens) is not implemented: none of
-the engines here return per-token probabilities yet, so scores are the parsed integer.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
@@ -32,6 +34,28 @@ def parse_score(text: str, scale: tuple[int, int]) -> tuple[float | None, str]:
     if not low <= value <= high:
         return None, f"score {value:g} outside {low}..{high}"
     return (value - low) / (high - low), "parsed"
+
+
+def weighted_score(token_logprobs: list, scale: tuple[int, int]) -> float | None:
+    """G-Eval: E[score] over the alternatives of the first in-scale integer token, mapped to [0, 1]."""
+    low, high = scale
+
+    def value(token: str | None) -> int | None:
+        text = (token or "").strip()
+        return int(text) if text.isdigit() and low <= int(text) <= high else None
+
+    for token, alternatives in token_logprobs:
+        if value(token) is None:
+            continue
+        probs: dict[int, float] = {}
+        for alt, logprob in (alternatives or {}).items():
+            if (v := value(alt)) is not None:
+                probs[v] = probs.get(v, 0.0) + math.exp(logprob)
+        if not probs:
+            probs = {value(token): 1.0}
+        expected = sum(v * p for v, p in probs.items()) / sum(probs.values())
+        return (expected - low) / (high - low)
+    return None
 
 
 def judge_prompt(settings: JudgeSettings, prompt: str, reference: str | None, response: str) -> str:
@@ -63,6 +87,8 @@ def run_judge(config: FleetConfig, items: list[dict[str, Any]], log=print) -> li
     })
     result = generate_partition(jconfig, settings.model.name, table, log=log)
     answers = {r["prompt_id"]: r["text"] for r in result.table.to_pylist()}
+    logprobs = {r["prompt_id"]: json.loads(r["token_logprobs"]) for r in result.table.to_pylist()
+                if r["token_logprobs"]}
     failures = {r["row"]: r["reason"] for r in result.quarantine.rows}
     out = []
     for k in range(len(items)):
@@ -71,5 +97,9 @@ def run_judge(config: FleetConfig, items: list[dict[str, Any]], log=print) -> li
             out.append((None, f"judge request failed: {failures.get(pid, 'unknown')}", ""))
             continue
         score, reason = parse_score(answers[pid], settings.scale)
+        if score is not None and pid in logprobs:
+            weighted = weighted_score(logprobs[pid], settings.scale)
+            if weighted is not None:
+                score, reason = weighted, "weighted by token probabilities"
         out.append((score, reason, answers[pid]))
     return out

@@ -50,3 +50,77 @@ def test_random_weight_judge_end_to_end_gives_missing_with_reason(transformers_s
     # the judge's generations are cached: scoring again asks the server nothing
     again = Quarantine("quality", "tiny-gpt2")
     assert Scorer(config).score(responses, prompts, again) == [] and len(again) == 6
+
+
+def test_geval_weighting_over_score_token_probabilities():
+    import math
+
+    from pipelines.metrics.judge import weighted_score
+
+    tokens = [["Score", {}], [":", {}], [" 4", {" 4": math.log(0.6), " 5": math.log(0.3), " x": math.log(0.1)}]]
+    # E = (4 * 0.6 + 5 * 0.3) / 0.9 = 4.333…, on 1..5 → 0.8333…
+    assert weighted_score(tokens, (1, 5)) == pytest.approx((13 / 3 - 1) / 4)
+    assert weighted_score([["3", {}]], (1, 5)) == pytest.approx(0.5)  # no alternatives: the token itself
+    assert weighted_score([["none", {}]], (1, 5)) is None
+
+
+async def _fake_stream(request):
+    """An OpenAI-format SSE stream with logprobs, as vLLM sends it for `logprobs: k` (completions)."""
+    from aiohttp import web
+
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    chunks = [
+        {"choices": [{"index": 0, "text": "Score:", "logprobs": {"tokens": ["Score:"], "top_logprobs": [{"Score:": 0.0}]}}]},
+        {"choices": [{"index": 0, "text": " 2", "logprobs": {"tokens": [" 2"], "top_logprobs": [{" 2": -0.2231, " 3": -1.6094}]}}]},
+        {"choices": [{"index": 0, "text": "", "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}},
+    ]
+    import json as _json
+
+    for chunk in chunks:
+        await response.write(f"data: {_json.dumps(chunk)}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+def test_engine_parses_streamed_logprobs_and_the_judge_weights_them(config_copy, tmp_path):
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/completions", _fake_stream)
+    runner = web.AppRunner(app)
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True).start()
+    scoring = judge_scoring(f"http://127.0.0.1:{port}/v1", "judge-model")
+    scoring["judge"]["model"]["source"]["top_logprobs"] = 5
+    config = load_fleet(config_copy("demo", scoring=scoring))
+    prompts, _ = build_prompts(config)
+    ids = prompts.column("prompt_id").to_pylist()[:2]
+    responses = pa.table({"prompt_id": ids, "model": ["tiny-gpt2"] * 2, "text": ["a", "b"], "label": [None, None]})
+    import socket
+    import time
+
+    deadline = time.time() + 30
+    while time.time() < deadline:  # wait until the fake server listens
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    rows = Scorer(config).score(responses, prompts, Quarantine("quality", "m"))
+    loop.call_soon_threadsafe(loop.stop)
+    # E = (2 * 0.8 + 3 * 0.2) / 1.0 = 2.2 on 1..5 → 0.3
+    assert [round(r["score"], 3) for r in rows] == [0.3, 0.3]
