@@ -61,6 +61,14 @@ def _string(rec: dict[str, Any], key: str, *, required: bool) -> str | None:
     return str(value)
 
 
+def _text(rec: dict[str, Any], key: str) -> str:
+    """A required string field that is not blank."""
+    value = _string(rec, key, required=True)
+    if not value.strip():
+        raise RowError(f"field {key!r} missing or empty")
+    return value
+
+
 def record_prompt(ds: FileDataset | HFDataset, rec: Any, row_id: str) -> RawPrompt:
     """Map one record through the dataset's field names, checking every type."""
     rec = _object(rec)
@@ -225,10 +233,8 @@ def read_llmrouter(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPr
 
     def make(row_id: str, rec: Any) -> RawPrompt:
         rec = _object(rec)
-        query = _string(rec, "query", required=True)
-        task = _string(rec, "task_name", required=True)
-        if not query.strip():
-            raise RowError("field 'query' missing or empty")
+        query = _text(rec, "query")
+        task = _text(rec, "task_name")
         reference = _string(rec, "ground_truth", required=False)
         metric = rec.get("metric")
         meta: dict[str, Any] = {"metric": metric, "task_id": rec.get("task_id")}
@@ -380,9 +386,7 @@ def read_arena_hard(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawP
     def make(row_id: str, rec: Any) -> RawPrompt:
         rec = _object(rec)
         uid = _string(rec, "uid", required=True)
-        prompt = _string(rec, "prompt", required=True)
-        if not prompt.strip():
-            raise RowError("field 'prompt' missing or empty")
+        prompt = _text(rec, "prompt")
         meta = {"category": rec.get("category"), "cluster": rec.get("cluster")}
         return RawPrompt(ds.name, uid, "open_ended", prompt, None, meta)
 
