@@ -1,0 +1,165 @@
+"""Latency fits per tier from batch measurements (000 eq. 13–15, 001 §5.2, 003 §6).
+
+A batch measurement is one static batch: b requests of p prompt tokens generating t tokens each,
+with the batch's prefill time (its TTFT) and the mean decode-iteration time (its TPOT).
+
+- Prefill: time = k1 · (b · p) + c, least squares over all measurements (k1 is 000/001's prefill
+  gradient, seconds per prompt token).
+- Decode iteration: time = W + H · (tokens in the running batch), where a static batch holds on
+  average b · (p + t/2) context tokens over its generation (H is the decode gradient).
+- QLM's RWT parameters: P = prefill time of one request of the median prompt length; d = decode
+  iteration time at batch 1; ε = the iteration time at the largest measured batch B over d (static
+  batches see no preemption, so ε is the batching slowdown only; a live sweep adds preemption);
+  Θ = B / (d · ε), the decode throughput in tokens per second at that batch.
+
+R² is reported for both fits so a user can see when the linear model does not hold (large prompts
+make attention's quadratic term visible in the prefill). Each fit is robust to a few anomalous
+measurements: a point off the line by more than 5 × the median absolute residual and by more than
+half of the larger of observed and predicted time is left out, the line refit, and every point
+judged again against the new line; what stays out is reported with the fit. (splitwise's
+Llama-2-70B on two GPUs reports 0.8 s of prefill for 64 × 512 tokens where its other batches put
+it near 13 s.)
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatchMeasurement:
+    batch_size: int
+    prompt_tokens: int  # per request
+    output_tokens: int  # per request
+    prefill_s: float  # the batch's prefill = TTFT
+    decode_iter_s: float  # mean time of one decode iteration = TPOT
+    e2e_s: float | None = None
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.batch_size * self.prompt_tokens
+
+    @property
+    def mean_context_tokens(self) -> float:
+        return self.batch_size * (self.prompt_tokens + self.output_tokens / 2)
+
+
+@dataclass
+class TierMeasurements:
+    tier: str
+    model: str
+    hardware: str
+    tensor_parallel: int
+    measurements: list[BatchMeasurement] = field(default_factory=list)
+
+
+def import_splitwise(path: Path) -> dict[str, TierMeasurements]:
+    """splitwise-sim's perf_model.csv (times in ms) → measurements per `model@hardware-tpN` tier."""
+    tiers: dict[str, TierMeasurements] = {}
+    with open(path, newline="") as f:
+        for i, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                tp = int(row["tensor_parallel"])
+                name = f"{row['model']}@{row['hardware']}-tp{tp}"
+                m = BatchMeasurement(
+                    batch_size=int(row["batch_size"]), prompt_tokens=int(row["prompt_size"]),
+                    output_tokens=int(row["token_size"]), prefill_s=float(row["prompt_time"]) / 1e3,
+                    decode_iter_s=float(row["token_time"]) / 1e3, e2e_s=float(row["e2e_time"]) / 1e3,
+                )
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"{path}:{i}: not a splitwise perf-model row ({exc})") from exc
+            tier = tiers.setdefault(name, TierMeasurements(name, row["model"], row["hardware"], tp))
+            tier.measurements.append(m)
+    return tiers
+
+
+def _lstsq(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    design = np.column_stack([x, np.ones_like(x)])
+    (slope, intercept), *_ = np.linalg.lstsq(design, y, rcond=None)
+    residual = y - (slope * x + intercept)
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((residual**2).sum()) / total if total > 0 else 1.0
+    return float(slope), float(intercept), r2
+
+
+def _anomalies(x: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> np.ndarray:
+    """Points off the line by more than 5 × the median absolute residual and by more than half."""
+    predicted = slope * x + intercept
+    residual = np.abs(y - predicted)
+    gross = residual > 0.5 * np.maximum(np.abs(y), np.abs(predicted))
+    return (residual > 5 * float(np.median(residual))) & gross
+
+
+def _linear(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, np.ndarray]:
+    """(slope, intercept, R², mask of points kept) of y ≈ slope · x + intercept. Anomalies found
+    against the first line are left out; the refit line then judges every point again, so a good
+    point that only looked off next to an anomaly comes back."""
+    slope, intercept, r2 = _lstsq(x, y)
+    keep = ~_anomalies(x, y, slope, intercept)
+    if keep.all() or keep.sum() < 3:
+        return slope, intercept, r2, np.ones_like(y, dtype=bool)
+    slope, intercept, _ = _lstsq(x[keep], y[keep])
+    keep = ~_anomalies(x, y, slope, intercept)
+    return (*_lstsq(x[keep], y[keep]), keep)
+
+
+@dataclass(frozen=True)
+class TierFit:
+    prefill_grad_s_per_token: float
+    prefill_intercept_s: float
+    prefill_r2: float
+    decode_w_s: float
+    decode_h_s_per_token: float
+    decode_r2: float
+    ttft_p_s: float
+    decode_d_s: float
+    epsilon: float
+    theta_tokens_per_s: float
+    batch_for_theta: int
+    n_measurements: int
+    prefill_dropped: list[tuple[int, int, int]]  # (batch, prompt, output) left out as anomalous
+    decode_dropped: list[tuple[int, int, int]]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def prefill_s(self, prefill_tokens: float) -> float:
+        return self.prefill_intercept_s + self.prefill_grad_s_per_token * prefill_tokens
+
+    def decode_iter_s(self, context_tokens: float) -> float:
+        return self.decode_w_s + self.decode_h_s_per_token * context_tokens
+
+
+def fit_tier(measurements: list[BatchMeasurement]) -> TierFit:
+    if len(measurements) < 3:
+        raise ValueError(f"need at least 3 batch measurements to fit a tier, got {len(measurements)}")
+    prefill = np.array([m.prefill_s for m in measurements])
+    k1, c1, r2p, kept_p = _linear(np.array([m.prefill_tokens for m in measurements], dtype=float), prefill)
+    decode = np.array([m.decode_iter_s for m in measurements])
+    h, w, r2d, kept_d = _linear(np.array([m.mean_context_tokens for m in measurements], dtype=float), decode)
+
+    def dropped(kept: np.ndarray) -> list[tuple[int, int, int]]:
+        return sorted({(m.batch_size, m.prompt_tokens, m.output_tokens) for m, k in zip(measurements, kept) if not k})
+
+    singles = [m for m in measurements if m.batch_size == 1] or measurements
+    median_prompt = float(np.median([m.prompt_tokens for m in singles]))
+    at_median = [m.prefill_s for m in singles if m.prompt_tokens == median_prompt]
+    p = float(np.mean(at_median)) if at_median else c1 + k1 * median_prompt
+    by_batch: dict[int, list[float]] = defaultdict(list)
+    for m in measurements:
+        by_batch[m.batch_size].append(m.decode_iter_s)
+    smallest, largest = min(by_batch), max(by_batch)
+    d = float(np.mean(by_batch[smallest]))
+    eps = float(np.mean(by_batch[largest])) / d
+    return TierFit(
+        prefill_grad_s_per_token=k1, prefill_intercept_s=c1, prefill_r2=r2p,
+        decode_w_s=w, decode_h_s_per_token=h, decode_r2=r2d,
+        ttft_p_s=p, decode_d_s=d, epsilon=eps, theta_tokens_per_s=largest / (d * eps),
+        batch_for_theta=largest, n_measurements=len(measurements),
+        prefill_dropped=dropped(kept_p), decode_dropped=dropped(kept_d),
+    )

@@ -1,0 +1,39 @@
+"""Batch latency fits: exact on synthetic data, and on splitwise's published measurements."""
+
+import pytest
+
+from profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
+
+
+def test_fit_recovers_known_gradients_exactly():
+    k1, c, w, h = 3.2e-4, 0.01, 0.02, 3.3e-5  # 001's grad_p and grad_d (Llama-2-7B, V100)
+    ms = [BatchMeasurement(b, p, t, c + k1 * b * p, w + h * b * (p + t / 2))
+          for b in (1, 2, 4, 8) for p in (128, 512, 1024) for t in (64, 256)]
+    fit = fit_tier(ms)
+    assert fit.prefill_grad_s_per_token == pytest.approx(k1) and fit.prefill_intercept_s == pytest.approx(c)
+    assert fit.decode_h_s_per_token == pytest.approx(h) and fit.decode_w_s == pytest.approx(w)
+    assert fit.prefill_r2 == pytest.approx(1.0) and fit.decode_r2 == pytest.approx(1.0)
+    assert fit.batch_for_theta == 8
+    assert fit.theta_tokens_per_s == pytest.approx(8 / (fit.decode_d_s * fit.epsilon))
+    assert fit.epsilon > 1.0  # a bigger batch makes each iteration slower
+
+
+def test_splitwise_tiers_import_and_fit(shared_data):
+    tiers = import_splitwise(shared_data / "profiles" / "splitwise_perf_model.csv")
+    assert len(tiers) == 8 and all(len(t.measurements) == 105 for t in tiers.values())
+    for name, tier in tiers.items():
+        fit = fit_tier(tier.measurements)
+        assert fit.prefill_r2 > 0.98, name
+        # the one anomalous published point (0.8 s of prefill for 64 x 512 tokens on 2 GPUs) is left out
+        assert fit.prefill_dropped == ([(64, 512, 128)] if name.endswith("-tp2") else []), name
+        assert 0 < fit.prefill_grad_s_per_token < 1e-3 and fit.decode_d_s > 0 and fit.theta_tokens_per_s > 0
+    a100, h100 = (fit_tier(tiers[f"llama2-70b@{hw}-tp4"].measurements) for hw in ("a100-80gb", "h100-80gb"))
+    assert h100.prefill_grad_s_per_token < a100.prefill_grad_s_per_token  # the faster GPU prefills faster
+
+
+def test_malformed_rows_name_the_line(tmp_path):
+    bad = tmp_path / "perf.csv"
+    bad.write_text("model,hardware,prompt_size,batch_size,token_size,prompt_time,token_time,e2e_time,tensor_parallel\n"
+                   "m,h,512,x,128,1,1,1,2\n")
+    with pytest.raises(ValueError, match=r"perf.csv:2: not a splitwise perf-model row"):
+        import_splitwise(bad)
