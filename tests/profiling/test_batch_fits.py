@@ -37,3 +37,33 @@ def test_malformed_rows_name_the_line(tmp_path):
                    "m,h,512,x,128,1,1,1,2\n")
     with pytest.raises(ValueError, match=r"perf.csv:2: not a splitwise perf-model row"):
         import_splitwise(bad)
+
+
+def test_splitwise_generated_length_is_recovered_and_e2e_is_prefill_plus_n_minus_1_iterations(shared_data):
+    tiers = import_splitwise(shared_data / "profiles" / "splitwise_perf_model.csv")
+    off = set()
+    for name, tier in tiers.items():
+        for m in tier.measurements:
+            assert 1 <= m.output_tokens <= m.requested_output_tokens
+            if abs(m.e2e_from(m.prefill_s, m.decode_iter_s) - m.e2e_s) / m.e2e_s > 0.01:
+                off.add((name.rsplit("-", 1)[1], m.batch_size))
+    # only 70B on two GPUs with 32+ requests, short of KV memory, spends time beyond its iterations
+    assert off == {("tp2", 32), ("tp2", 64)}
+    capped = [m for m in tiers["llama2-70b@a100-80gb-tp4"].measurements if m.requested_output_tokens == 8192]
+    assert capped and all(m.output_tokens < 1000 for m in capped)  # those runs stopped early
+
+
+def test_heads_held_out_by_configuration_on_synthetic_profiles():
+    import numpy as np
+
+    from profiling.latency_heads import leave_one_configuration_out
+
+    rng = np.random.default_rng(0)
+    ms = [BatchMeasurement(b, p, t, 0.01 + 3e-4 * b * p, (0.02 + 3e-5 * b * (p + t / 2)) * rng.uniform(0.99, 1.01),
+                           None) for b in (1, 2, 4, 8) for p in (128, 256, 512) for t in (64, 128) for _ in range(3)]
+    ms = [BatchMeasurement(m.batch_size, m.prompt_tokens, m.output_tokens, m.prefill_s, m.decode_iter_s,
+                           m.e2e_from(m.prefill_s, m.decode_iter_s)) for m in ms]
+    report = leave_one_configuration_out(ms)
+    assert report.configurations == 24 and len(report.per_configuration) == 24
+    assert report.e2e_mape_linear < 0.02  # the linear fit is the generating model
+    assert report.tpot_mae_ms_head < report.tpot_mae_ms_prior  # the head learns batching; the prior cannot

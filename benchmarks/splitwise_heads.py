@@ -1,0 +1,48 @@
+"""Imported splitwise tiers: batch fits and XGBoost latency heads held out by configuration.
+
+Per tier (model × hardware × tensor parallelism): R² of the prefill and decode-iteration fits, QLM's
+P, d, ε, Θ, and leave-one-configuration-out errors of the TPOT/TTFT heads next to the linear fit and
+the static prior, with E2E computed analytically (TTFT + (n − 1) · TPOT); 002's Table 12 reports
+TPOT MAE 0.22–0.88 ms/token and E2E MAPE 1.2–5.6% from live-telemetry heads.
+
+    .venv/bin/python benchmarks/splitwise_heads.py
+Writes benchmarks/results/splitwise_heads.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
+from profiling.latency_heads import leave_one_configuration_out  # noqa: E402
+
+DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
+
+
+def main() -> None:
+    tiers = import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")
+    out = {}
+    for name, tier in tiers.items():
+        fit = fit_tier(tier.measurements)
+        held = leave_one_configuration_out(tier.measurements)
+        out[name] = {
+            "fit": fit.to_dict(),
+            "held_out": {k: v for k, v in held.__dict__.items() if k != "per_configuration"},
+            "per_configuration": held.per_configuration,
+        }
+        print(f"{name:28s} R2 prefill {fit.prefill_r2:.3f} decode {fit.decode_r2:.3f} | TPOT MAE ms head "
+              f"{held.tpot_mae_ms_head:.2f} linear {held.tpot_mae_ms_linear:.2f} prior {held.tpot_mae_ms_prior:.2f}"
+              f" | E2E MAPE head {100 * held.e2e_mape_head:.1f}% linear {100 * held.e2e_mape_linear:.1f}%", flush=True)
+    path = REPO / "benchmarks" / "results" / "splitwise_heads.json"
+    path.write_text(json.dumps(out, indent=2, sort_keys=True))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
