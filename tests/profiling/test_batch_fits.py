@@ -44,7 +44,7 @@ def test_splitwise_generated_length_is_recovered_and_e2e_is_prefill_plus_n_minus
     off = set()
     for name, tier in tiers.items():
         for m in tier.measurements:
-            assert 1 <= m.output_tokens <= m.requested_output_tokens
+            assert 0 < m.output_tokens <= m.requested_output_tokens
             if abs(m.e2e_from(m.prefill_s, m.decode_iter_s) - m.e2e_s) / m.e2e_s > 0.01:
                 off.add((name.rsplit("-", 1)[1], m.batch_size))
     # only 70B on two GPUs with 32+ requests, short of KV memory, spends time beyond its iterations
