@@ -551,5 +551,11 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
             "scoring": config.scoring.model_copy(
                 update={"backbone": resolve_relative(config.scoring.backbone, base)}
             ),
+            "prompts": config.prompts.model_copy(
+                update={"tokenizer": resolve_relative(config.prompts.tokenizer, base)}
+            ),
+            "generation": config.generation.model_copy(
+                update={"token_counter": resolve_relative(config.generation.token_counter, base)}
+            ),
         }
     )

@@ -16,9 +16,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -47,7 +46,6 @@ class GenerationResult:
     engine: str = ""
     engine_version: str | None = None
     shards_written: int = 0
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def cache_folder(config: FleetConfig, model: str) -> Path:
@@ -70,10 +68,10 @@ def generate_partition(
     use_cache = spec.engine != "table_import"  # imported tables are re-read: they are the source
     cache = ResponseCache(cache_folder(config, model))
     cached = cache.load() if use_cache else {}
-    missing = [p for p, k in zip(rows, keys) if k not in cached]
-    missing = list({p.text: p for p in missing}.values())  # one generation per distinct text
-    result = GenerationResult(table=pa.table({}), quarantine=quarantine, engine=spec.engine,
-                              cache_hits=len(rows) - len(missing))
+    hits = sum(k in cached for k in keys)
+    # one generation per distinct text: prompts that differ only in source share a response
+    missing = list({p.text: p for p, k in zip(rows, keys) if k not in cached}.values())
+    result = GenerationResult(table=pa.table({}), quarantine=quarantine, engine=spec.engine, cache_hits=hits)
     log(f"{model}: {len(rows)} prompts, {result.cache_hits} cached, {len(missing)} to generate")
 
     if missing:
@@ -119,9 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("config")
     parser.add_argument("--model", action="append", help="model name (repeatable; default: all)")
-    parser.add_argument("--out", help="also write the assembled partition to this Parquet file")
+    parser.add_argument("--out", help="also write the assembled partition (one model) to this Parquet file")
     args = parser.parse_args(argv)
     config = load_fleet(args.config)
+    if args.out and len(args.model or config.model_names) != 1:
+        parser.error("--out writes one partition: name exactly one --model")
     prompts, _ = build_prompts(config)
     for model in args.model or config.model_names:
         result = generate_partition(config, model, prompts, log=lambda m: print(m, flush=True))

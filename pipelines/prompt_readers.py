@@ -96,23 +96,30 @@ def record_prompt(ds: FileDataset | HFDataset, rec: Any, row_id: str) -> RawProm
     return RawPrompt(ds.name, row_id, task, text, reference, meta)
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(row id, record) per line; an undecodable line yields a RowError instead of a record."""
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
+    """(line number, text) per non-blank line, gzip or plain; an undecodable line gives a RowError."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
         for line_no, raw in enumerate(f, start=1):
-            row_id = f"{path.name}:{line_no}"
             if not raw.strip():
                 continue
             try:
-                line = raw.decode("utf-8")
+                yield line_no, raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
-                yield row_id, RowError(f"invalid UTF-8 at byte {exc.start}")
-                continue
-            try:
-                yield row_id, json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield row_id, RowError(f"invalid JSON: {exc.msg}")
+                yield line_no, RowError(f"invalid UTF-8 at byte {exc.start}")
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
+    """(row id, record) per line; an unusable line yields a RowError instead of a record."""
+    for line_no, line in _decoded_lines(path):
+        row_id = f"{path.name}:{line_no}"
+        if isinstance(line, RowError):
+            yield row_id, line
+            continue
+        try:
+            yield row_id, json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield row_id, RowError(f"invalid JSON: {exc.msg}")
 
 
 def _has_surrogates(text: str) -> bool:
@@ -204,7 +211,8 @@ def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterat
 
 
 def parse_choices(value: Any) -> tuple[list[str], list[str]] | None:
-    """(labels, texts) from LLMRouter's `choices` cell: a list, or a dict with label(s)/text."""
+    """(labels, texts) from a `choices` value: a list, or a dict with label(s) and text(s), possibly
+    as a Python-literal string (LLMRouter's cells)."""
     if isinstance(value, str):
         if value.strip() in ("", "None"):
             return None
@@ -213,7 +221,7 @@ def parse_choices(value: Any) -> tuple[list[str], list[str]] | None:
         except (ValueError, SyntaxError):
             return None
     if isinstance(value, dict):
-        texts = value.get("text")
+        texts = value.get("text") or value.get("texts")
         labels = value.get("label") or value.get("labels")
         if isinstance(texts, list):
             labels = labels if isinstance(labels, list) and len(labels) == len(texts) else None
@@ -298,21 +306,17 @@ def _sibling(path: Path, suffix: str) -> Path:
 
 def read_tweeteval_sentiment(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """TweetEval sentiment: `*_text.txt` (one tweet a line), `*_labels.txt`, the label mapping."""
-    texts = ds.path.read_bytes().split(b"\n")
     labels = _sibling(ds.path, "_labels.txt").read_text().split("\n")
     mapping_file = ds.path.with_name(ds.path.name.split("_val_")[0].split("_test_")[0] + "_mapping.txt")
     names = dict(line.split("\t", 1) for line in mapping_file.read_text().splitlines() if "\t" in line)
     choices = [names[k] for k in sorted(names, key=int)]
-    for i, raw in enumerate(texts):
+    for line_no, text in _decoded_lines(ds.path):
+        i = line_no - 1  # labels are aligned with lines
         if ds.limit is not None and i >= ds.limit:
             break
-        row_id = f"{ds.path.name}:{i + 1}"
-        if not raw.strip():
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            quarantine.add(row_id, f"invalid UTF-8 at byte {exc.start}")
+        row_id = f"{ds.path.name}:{line_no}"
+        if isinstance(text, RowError):
+            quarantine.add(row_id, str(text))
             continue
         label = labels[i].strip() if i < len(labels) else ""
         if label not in names:

@@ -61,8 +61,6 @@ def apply_task_template(ds, raw: RawPrompt) -> RawPrompt:
         text = tt.translation(raw.text, language, rng)
     else:
         choices = parse_choices(meta.get("choices"))
-        if isinstance(meta.get("choices"), dict) and "labels" in meta["choices"]:
-            choices = (meta["choices"]["labels"], meta["choices"]["texts"])
         if not choices:
             raise RowError("task_template 'in_context_qna' needs meta field 'choices' with options")
         text = tt.in_context_qna(raw.text, *choices)

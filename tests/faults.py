@@ -3,7 +3,8 @@
 Each request is forwarded to the upstream server, except that with probability `rate` it suffers one
 fault drawn from `kinds`: an HTTP 503 or 429, a connection dropped before any response, a stream cut
 off after its first chunks, or a delay longer than the client's timeout. Draws are seeded so a
-test is reproducible; counts of what was injected are kept for the report.
+test is reproducible; counts of what was injected are kept for the report (a stream cut is counted
+only when the stream had more to send, since a short stream may arrive whole before the cut).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class FaultProxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         fault = self.rng.choice(self.kinds) if self.rng.random() < self.rate else None
-        if fault:
+        if fault and fault != "drop_mid_stream":  # a cut counts only if it cuts something (below)
             self.injected[fault] += 1
         if fault == "http_503":
             return web.Response(status=503, text="injected: service unavailable")
@@ -63,7 +64,8 @@ class FaultProxy:
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
                     chunks += 1
-                    if fault == "drop_mid_stream" and chunks >= 2:
+                    if fault == "drop_mid_stream" and chunks >= 2 and not upstream.content.at_eof():
+                        self.injected[fault] += 1
                         request.transport.close()
                         return response
                 await response.write_eof()

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from pipelines.config import FleetConfig, ResponseFilters, Sampling
+from pipelines.config import FleetConfig, ModelSpec, ResponseFilters, Sampling
 from pipelines.storage import Quarantine
 
 ProgressFn = Callable[[int, int], None]
@@ -152,6 +152,28 @@ def tpot(ttft_s: float | None, e2e_s: float | None, output_tokens: int) -> float
     if ttft_s is None or e2e_s is None or output_tokens < 2:
         return None
     return (e2e_s - ttft_s) / (output_tokens - 1)
+
+
+class BaseEngine:
+    """What every engine shares: the model spec, generation settings, the model's resolved sampling,
+    its cache identity, and the one way an outcome becomes a `responses` row."""
+
+    name: str
+    version: str
+
+    def __init__(self, spec: ModelSpec, config: FleetConfig):
+        self.spec = spec
+        self.settings = config.generation
+        self.sampling = config.sampling(spec.name)
+        self.ident = identity(config, spec.name)
+
+    def cost(self, prompt_tokens: int, output_tokens: int) -> float | None:
+        """USD from the fleet's per-token price; None when the model has none."""
+        return self.spec.price.cost(prompt_tokens, output_tokens) if self.spec.price else None
+
+    def row(self, prompt: PromptRow, **fields: Any) -> dict[str, Any]:
+        return response_row(self.ident, prompt, model_name=self.spec.name, engine_version=self.version,
+                            filters=self.settings.filters, **fields)
 
 
 class Engine(Protocol):

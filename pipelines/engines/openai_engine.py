@@ -21,7 +21,7 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from pipelines.config import FleetConfig, ModelSpec, OpenAISource, Sampling
-from pipelines.engines.base import ProgressFn, PromptRow, identity, response_row, tpot
+from pipelines.engines.base import BaseEngine, ProgressFn, PromptRow, tpot
 from pipelines.storage import Quarantine
 
 
@@ -160,16 +160,13 @@ def auth_headers(source: OpenAISource) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-class OpenAIEngine:
+class OpenAIEngine(BaseEngine):
     name = "openai"
 
     def __init__(self, spec: ModelSpec, config: FleetConfig):
         assert isinstance(spec.source, OpenAISource)
-        self.spec = spec
+        super().__init__(spec, config)
         self.source = spec.source
-        self.settings = config.generation
-        self.sampling = config.sampling(spec.name)
-        self.ident = identity(config, spec.name)
         self.url = endpoint(self.source)
         self.headers = auth_headers(self.source)
         self.version = f"httpx-{httpx.__version__}"
@@ -238,10 +235,8 @@ class OpenAIEngine:
                     raise
         n_out = result.output_tokens if result.output_tokens is not None else len(result.token_times_s)
         n_prompt = result.prompt_tokens if result.prompt_tokens is not None else self._count_tokens(prompt.text)
-        return response_row(
-            self.ident, prompt, model_name=self.spec.name, text=result.text, prompt_tokens=n_prompt,
-            output_tokens=n_out, finish_reason=result.finish_reason, engine_version=self.version,
-            filters=self.settings.filters, ttft_s=result.ttft_s, tpot_s=tpot(result.ttft_s, result.e2e_s, n_out),
-            e2e_s=result.e2e_s, cost_usd=self.spec.price.cost(n_prompt, n_out) if self.spec.price else None,
-            attempts=attempts, token_logprobs=result.token_logprobs,
+        return self.row(
+            prompt, text=result.text, prompt_tokens=n_prompt, output_tokens=n_out, finish_reason=result.finish_reason,
+            ttft_s=result.ttft_s, tpot_s=tpot(result.ttft_s, result.e2e_s, n_out), e2e_s=result.e2e_s,
+            cost_usd=self.cost(n_prompt, n_out), attempts=attempts, token_logprobs=result.token_logprobs,
         )

@@ -14,23 +14,21 @@ from importlib.metadata import version
 from typing import Any
 
 from pipelines.config import FleetConfig, ModelSpec, TableSource
-from pipelines.engines.base import ProgressFn, PromptRow, identity, response_row
+from pipelines.engines.base import BaseEngine, ProgressFn, PromptRow
 from pipelines.model_sources import load_tokenizer
 from pipelines.response_tables import ImportedResponse, jsonl_responses, routellm_responses, routerbench_responses
 from pipelines.storage import Quarantine
 
 
-class TableImportEngine:
+class TableImportEngine(BaseEngine):
     name = "table_import"
 
     def __init__(self, spec: ModelSpec, config: FleetConfig):
         assert isinstance(spec.source, TableSource)
-        self.spec = spec
+        super().__init__(spec, config)
         self.source = spec.source
         self.column = spec.source.column or spec.name
         self.dataset = config.dataset(spec.source.dataset)
-        self.ident = identity(config, spec.name)
-        self.settings = config.generation
         self.version = version("routeforge")
         self.tokenizer = load_tokenizer(config.generation.token_counter)
         self.tokenizer.model_max_length = 1 << 30  # counting only; no model sees these ids
@@ -77,16 +75,9 @@ class TableImportEngine:
         output_tokens = self._count([c.text for _, c in found])
         rows = []
         for (p, cell), n_prompt, n_out in zip(found, prompt_tokens, output_tokens):
-            cost = cell.cost
-            if cost is None and self.spec.price is not None:
-                cost = self.spec.price.cost(n_prompt, n_out)
-            rows.append(
-                response_row(
-                    self.ident, p, model_name=self.spec.name, text=cell.text, prompt_tokens=n_prompt,
-                    output_tokens=n_out, finish_reason="imported", engine_version=self.version,
-                    filters=self.settings.filters, cost_usd=cost, label=cell.label,
-                )
-            )
+            cost = cell.cost if cell.cost is not None else self.cost(n_prompt, n_out)
+            rows.append(self.row(p, text=cell.text, prompt_tokens=n_prompt, output_tokens=n_out,
+                                 finish_reason="imported", cost_usd=cost, label=cell.label))
         if progress:
             progress(len(prompts), len(prompts))
         return rows

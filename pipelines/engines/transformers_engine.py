@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import FleetConfig, ModelSpec
-from pipelines.engines.base import ProgressFn, PromptRow, identity, render_prompt, response_row, tpot
+from pipelines.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
 from pipelines.model_sources import causal_lm_location
 from pipelines.storage import Quarantine
 
@@ -52,7 +52,7 @@ def _hooks():
     return StepClock, FrequencyPenalty
 
 
-class TransformersEngine:
+class TransformersEngine(BaseEngine):
     name = "transformers"
 
     def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path, device: str | None = None):
@@ -60,10 +60,7 @@ class TransformersEngine:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.spec = spec
-        self.settings = config.generation
-        self.sampling = config.sampling(spec.name)
-        self.ident = identity(config, spec.name)
+        super().__init__(spec, config)
         self.version = transformers.__version__
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         location, revision = causal_lm_location(spec.source, cache_dir)
@@ -154,11 +151,9 @@ class TransformersEngine:
             ttft = clock.stamps[0] - start
             e2e = clock.stamps[min(n_out, len(clock.stamps)) - 1] - start
             rows.append(
-                response_row(
-                    self.ident, p, model_name=self.spec.name, text=text, prompt_tokens=int(n_prompt),
-                    output_tokens=n_out, finish_reason=finish, engine_version=self.version,
-                    filters=self.settings.filters, ttft_s=ttft, tpot_s=tpot(ttft, e2e, n_out), e2e_s=e2e,
-                    cost_usd=self.spec.price.cost(int(n_prompt), n_out) if self.spec.price else None,
+                self.row(
+                    p, text=text, prompt_tokens=int(n_prompt), output_tokens=n_out, finish_reason=finish,
+                    ttft_s=ttft, tpot_s=tpot(ttft, e2e, n_out), e2e_s=e2e, cost_usd=self.cost(int(n_prompt), n_out),
                 )
             )
         return rows

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import FleetConfig, ModelSpec
-from pipelines.engines.base import ProgressFn, PromptRow, identity, render_prompt, response_row, tpot
+from pipelines.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
 from pipelines.model_sources import causal_lm_location
 from pipelines.storage import Quarantine
 
@@ -38,7 +38,7 @@ def request_timings(metrics: Any) -> tuple[float | None, float | None]:
     return (first - arrival if first else None), (end - arrival if end else None)
 
 
-class VllmEngine:
+class VllmEngine(BaseEngine):
     name = "vllm"
 
     def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
@@ -49,11 +49,9 @@ class VllmEngine:
                 f"model {spec.name!r} uses engine 'vllm', which needs the optional extra: "
                 "pip install 'routeforge[gpu]' (on a machine with a supported GPU)"
             ) from exc
-        self.spec = spec
-        self.settings = config.generation
-        self.ident = identity(config, spec.name)
+        super().__init__(spec, config)
         self.version = vllm.__version__
-        s = config.sampling(spec.name)
+        s = self.sampling
         tier = config.tier_of(spec.name)
         location, revision = causal_lm_location(spec.source, cache_dir)
         options = spec.vllm
@@ -97,12 +95,10 @@ class VllmEngine:
             n_prompt, n_out = len(out.prompt_token_ids or []), len(completion.token_ids)
             ttft, e2e = request_timings(out.metrics)
             rows.append(
-                response_row(
-                    self.ident, p, model_name=self.spec.name, text=completion.text, prompt_tokens=n_prompt,
-                    output_tokens=n_out, finish_reason=str(completion.finish_reason or "unknown"),
-                    engine_version=self.version, filters=self.settings.filters, ttft_s=ttft,
-                    tpot_s=tpot(ttft, e2e, n_out), e2e_s=e2e,
-                    cost_usd=self.spec.price.cost(n_prompt, n_out) if self.spec.price else None,
+                self.row(
+                    p, text=completion.text, prompt_tokens=n_prompt, output_tokens=n_out,
+                    finish_reason=str(completion.finish_reason or "unknown"), ttft_s=ttft,
+                    tpot_s=tpot(ttft, e2e, n_out), e2e_s=e2e, cost_usd=self.cost(n_prompt, n_out),
                 )
             )
         if progress:

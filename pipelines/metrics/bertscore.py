@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,17 +41,22 @@ class BertScoreMetric:
         self.hits = 0
         self.scored = 0
 
-    def scorer(self, references: list[str] | None = None):
+    def scorer(self, references: list[str]):
+        """The BERTScorer, built once; with idf on, its weights are recomputed from `references`
+        (bert-score's `compute_idf`), without reloading the model."""
         from bert_score import BERTScorer
 
         s = self.settings
-        idf_sents = references if s.idf else None
-        if self._scorer is None or s.idf:
+        if self._scorer is None:
             self._scorer = BERTScorer(
                 model_type=resolve_pretrained(s.backbone), num_layers=s.num_layers, batch_size=s.batch_size,
-                idf=s.idf, idf_sents=idf_sents, rescale_with_baseline=s.rescale_with_baseline,
+                idf=s.idf, rescale_with_baseline=s.rescale_with_baseline,
                 baseline_path=str(s.baseline_path) if s.baseline_path else None, lang=s.lang, device=_device(),
             )
+        if s.idf:
+            with warnings.catch_warnings():  # recomputed on purpose: not worth bert-score's warning
+                warnings.filterwarnings("ignore", message="Overwriting the previous importance weights")
+                self._scorer.compute_idf(references)
         return self._scorer
 
     def settings_key(self, references: list[str]) -> str:

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -113,8 +114,6 @@ def _limits(memory_mb: int, cpu_s: int):
 
 def run_program(program: str, timeout_s: float = 10.0, memory_mb: int = 1024) -> ExecResult:
     """Run `program` in the sandbox; passed only if it ran to the end without raising."""
-    import time
-
     nonce = secrets.token_hex(16)
     workdir = tempfile.mkdtemp(prefix="routeforge-exec-")
     cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _HARNESS]
