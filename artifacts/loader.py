@@ -91,6 +91,20 @@ class RouterBundle:
 
         return KnnEstimator.load(self.root / self.manifest.component("knn_estimator").name)
 
+    @property
+    def tiers_with_latency(self) -> list[str]:
+        return [c.config["tier"] for c in self.manifest.components if c.kind == "latency_heads"]
+
+    def latency(self, tier: str):
+        """The tier's `artifacts.latency.LatencyModel`: TPOT/TTFT/E2E from the state at dispatch."""
+        from artifacts.latency import LatencyModel
+
+        for c in self.manifest.components:
+            if c.kind == "latency_heads" and c.config.get("tier") == tier:
+                return LatencyModel.load(self.root / c.name)
+        raise KeyError(f"bundle {self.manifest.name} has no latency heads for tier {tier!r} "
+                       f"(has {self.tiers_with_latency})")
+
 
 def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | None = None) -> RouterBundle:
     """Load a bundle from a folder or `models:/<name>@<alias>`; verifies before returning."""

@@ -38,29 +38,57 @@ def fleet_entry(config: FleetConfig) -> Fleet:
     )
 
 
-@dg.asset(
-    io_manager_key="json_io",
-    group_name="registry",
-    check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle")],
-    description="Versioned router bundle, logged to MLflow and registered under the configured alias.",
-)
-def router_bundle(
-    context: dg.AssetExecutionContext,
-    fleet: FleetResource,
-    knn_estimator: dict[str, Any],
-    routing_table: pa.Table,
-    prompts: pa.Table,
-):
+def build_bundle_asset(with_latency: bool) -> dg.AssetsDefinition:
+    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it."""
+    ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
+
+    @dg.asset(
+        io_manager_key="json_io",
+        group_name="registry",
+        ins=ins,
+        check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle")],
+        description="Versioned router bundle, logged to MLflow and registered under the configured alias.",
+    )
+    def router_bundle(
+        context: dg.AssetExecutionContext,
+        fleet: FleetResource,
+        knn_estimator: dict[str, Any],
+        routing_table: pa.Table,
+        prompts: pa.Table,
+        **latency: dict[str, dict[str, Any]],
+    ):
+        yield from _bundle(context, fleet, knn_estimator, routing_table, prompts, latency.get("latency_heads", {}))
+
+    return router_bundle
+
+
+def latency_components(heads: dict[str, dict[str, Any]]) -> tuple[list[ComponentSource], dict[str, float], list[Path]]:
+    components, metrics, plots = [], {}, []
+    for tier, result in sorted(heads.items()):
+        evaluation = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}
+        components.append(ComponentSource(
+            name=Path(result["folder"]).name, kind="latency_heads", format="xgboost-json+json",
+            folder=Path(result["folder"]), metrics=evaluation,
+            config={"tier": tier, "profile_kind": result["kind"], "features": result["features"]},
+        ))
+        # MLflow metric names allow no '@': latency/<model>:<hardware>/<metric>
+        metrics |= {f"latency/{tier.replace('@', ':')}/{k}": v for k, v in evaluation.items()}
+        plots += [Path(p) for p in result["plots"]]
+    return components, metrics, plots
+
+
+def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads):
     config = fleet.config
     reg = config.registry
     knn = ComponentSource(
         name="knn_estimator", kind="knn_estimator", format="faiss+parquet+json",
         folder=Path(knn_estimator["path"]), metrics=knn_estimator["metrics"], config=knn_estimator["config"],
     )
+    latency, latency_metrics, latency_plots = latency_components(latency_heads)
     registered, manifest = publish_bundle(
         name=reg.model_name,
         fleet=fleet_entry(config),
-        components=[knn],
+        components=[knn, *latency],
         staging_dir=fleet.root / "bundle",
         tracking_uri=reg.tracking_uri,
         experiment=reg.experiment,
@@ -70,8 +98,8 @@ def router_bundle(
         dagster_run_id=context.run_id,
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
                 "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
-        metrics=knn_estimator["metrics"],
-        plots=[Path(knn_estimator["plot"])],
+        metrics=knn_estimator["metrics"] | latency_metrics,
+        plots=[Path(knn_estimator["plot"]), *latency_plots],
     )
     context.log.info(f"registered {registered.uri} (version {registered.version}, bundle {manifest.version})")
     yield dg.Output(
@@ -85,12 +113,16 @@ def router_bundle(
             "mlflow_run_id": registered.run_id,
             "tracking_uri": reg.tracking_uri,
             "files": sum(len(c.files) for c in manifest.components),
+            "latency_tiers": len(latency),
         },
     )
     with tempfile.TemporaryDirectory(prefix="routeforge-verify-") as tmp:
         try:
             loaded = load_bundle(f"models:/{registered.name}/{registered.version}", Path(tmp), reg.tracking_uri)
             passed, detail = loaded.manifest.version == manifest.version, "downloaded and verified"
+            if passed and latency:
+                worst = max(loaded.latency(t).golden_max_abs_diff() for t in loaded.tiers_with_latency)
+                passed, detail = worst == 0.0, f"downloaded and verified; latency heads max |diff| {worst:g}"
         except BundleVerificationError as exc:
             passed, detail = False, str(exc)
     yield dg.AssetCheckResult(check_name="registered_bundle_verifies", passed=passed,

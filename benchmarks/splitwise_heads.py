@@ -33,7 +33,7 @@ def main() -> None:
         held = leave_one_configuration_out(tier.measurements)
         out[name] = {
             "fit": fit.to_dict(),
-            "held_out": {k: v for k, v in held.__dict__.items() if k != "per_configuration"},
+            "held_out": held.summary(),
             "per_configuration": held.per_configuration,
         }
         print(f"{name:28s} R2 prefill {fit.prefill_r2:.3f} decode {fit.decode_r2:.3f} | TPOT MAE ms head "

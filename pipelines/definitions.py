@@ -1,7 +1,7 @@
 """The routeforge Dagster code location: one `Definitions` for the fleet in $ROUTEFORGE_CONFIG.
 
 Loading is cheap on purpose (the fleet YAML only: no model, encoder or MLflow import), so the UI,
-`dagster definitions validate` and every run start fast. Model partitions come from the fleet file.
+`dagster definitions validate` and every run start fast. Model and tier partitions come from the fleet file.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import dagster as dg
 from upath import UPath
 
-from assets.bundle import router_bundle
+from assets.bundle import build_bundle_asset
 from assets.predictors import knn_estimator
+from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
 from assets.prompts import prompts
 from assets.quality import build_quality_asset
 from assets.responses import build_responses_asset
@@ -29,14 +30,18 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     """Assets and resources for one fleet file (tests build several side by side)."""
     config = load_fleet(config_path)
     models = dg.StaticPartitionsDefinition(config.model_names)
+    profiled = [t.name for t in config.tiers if t.profile is not None]
     assets = [
         prompts,
         build_responses_asset(models),
         build_quality_asset(models),
         routing_table,
         knn_estimator,
-        router_bundle,
+        build_bundle_asset(with_latency=bool(profiled)),
     ]
+    if profiled:
+        tiers = dg.StaticPartitionsDefinition(profiled)
+        assets += [build_tier_profiles_asset(tiers), build_latency_heads_asset(tiers)]
     base = UPath(config.storage_root) / "assets"
     resources = {
         "fleet": FleetResource(config_path=str(Path(config_path).resolve())),
@@ -62,7 +67,13 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
         job=train, cron_schedule="0 3 * * 1", default_status=dg.DefaultScheduleStatus.STOPPED,
         description="Weekly retraining from the latest responses and scores.",
     )
-    return dg.Definitions(assets=assets, resources=resources, jobs=[prompts_job, generate, train],
+    jobs = [prompts_job, generate, train]
+    if any(t.profile is not None for t in load_fleet(config_path).tiers):
+        jobs.append(dg.define_asset_job(
+            "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
+            description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",
+        ))
+    return dg.Definitions(assets=assets, resources=resources, jobs=jobs,
                           schedules=[weekly])
 
 

@@ -3,8 +3,9 @@
     python -m pipelines.run configs/demo.yaml
 
 Stages run in order: prompts, then responses + quality per model partition, then routing table,
-KNN estimator and bundle. Runs are recorded in the Dagster instance at $DAGSTER_HOME (an ephemeral
-one when unset), so they show up in `dagster dev` with full lineage.
+tier profiles + latency heads per profiled tier, then KNN estimator and bundle. Runs are recorded
+in the Dagster instance at $DAGSTER_HOME (an ephemeral one when unset), so they show up in
+`dagster dev` with full lineage.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def run_pipeline(
     step("prompts", ["prompts"])
     for model in config.model_names:
         step(f"generate_and_score[{model}]", ["responses", "quality"], partition=model)
+    profiled = [t.name for t in config.tiers if t.profile is not None]
+    if profiled:
+        step("routing_table", ["routing_table"])
+        for tier in profiled:
+            step(f"profile[{tier}]", ["tier_profiles", "latency_heads"], partition=tier)
     result = step("train_and_register", ["routing_table", "knn_estimator", "router_bundle"])
     bundle = result.output_for_node("router_bundle")
     return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator")["metrics"]}

@@ -8,15 +8,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import urllib.request  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
+
+from profiling.local_server import free_port, stop, transformers_serve, wait_healthy  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -62,35 +59,6 @@ def config_copy(tmp_path, shared_data, monkeypatch):
     return lambda base, **overrides: write_config(folder, base, **overrides)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float = 180) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}): {log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"server at {url} not healthy after {timeout_s} s: {log.read_text()[-3000:]}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 TINY_LLAMA = {"kind": "random_init", "architecture": "llama", "seed": 7,
               "config": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
                          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}}
@@ -117,17 +85,5 @@ def transformers_server(tmp_path_factory, tiny_lm):
     """A real `transformers serve --continuous-batching` on 127.0.0.1 serving the tiny model.
 
     Yields (base_url ending in /v1, model name). Stopped at the end of the session."""
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    port = free_port()
-    exe = Path(sys.executable).parent / "transformers"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [str(exe), "serve", str(tiny_lm), "--continuous-batching", "--host", "127.0.0.1",
-             "--port", str(port), "--device", "cpu", "--log-level", "warning"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
-    try:
-        wait_healthy(proc, f"http://127.0.0.1:{port}/health", log)
-        yield f"http://127.0.0.1:{port}/v1", str(tiny_lm)
-    finally:
-        stop(proc)
+    with transformers_serve(tiny_lm, tmp_path_factory.mktemp("serve") / "serve.log") as url:
+        yield url, str(tiny_lm)

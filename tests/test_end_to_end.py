@@ -39,6 +39,11 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
         checks = instance.event_log_storage.get_asset_check_execution_history(
             dg.AssetCheckKey(dg.AssetKey("router_bundle"), "registered_bundle_verifies"), limit=1)
         assert checks[0].status.value == "SUCCEEDED"
+        profiles = instance.fetch_materializations(dg.AssetKey("tier_profiles"), limit=10).records
+        assert sorted(e.asset_materialization.partition for e in profiles) == sorted(t.name for t in config.tiers)
+        meta = profiles[0].asset_materialization.metadata
+        assert meta["measurements"].value == 12 and meta["prefill_grad_s_per_token"].value > 0
+        assert os.path.getsize(meta["batch_fit_plot"].value) > 10_000
 
     tracking = config.registry.tracking_uri
     bundle = load_bundle(out["uri"], tmp_path / "bundle", tracking)
@@ -51,6 +56,19 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     assert ((pred.quality >= 0) & (pred.quality <= 1)).all()
     assert np.allclose(pred.output_tokens, 24.0, atol=24)  # within the generation cap
     assert set(pred.best_model(0.0, knn.prior)) <= set(config.model_names)
+
+    # latency heads per tier, measured on this CPU, loadable and exact from the bundle alone
+    assert sorted(bundle.tiers_with_latency) == sorted(t.name for t in config.tiers)
+    for tier in bundle.tiers_with_latency:
+        latency = bundle.latency(tier)
+        assert latency.golden_max_abs_diff() == 0.0
+        state = {"batch_size": 1, "prompt_tokens": 40, "output_tokens": 24, "prefill_tokens": 40,
+                 "mean_context_tokens": 52}
+        got = latency.predict([state])
+        assert np.isfinite(got["tpot"]).all() and np.isfinite(got["ttft"]).all()
+        rwt = json.loads((bundle.root / f"latency--{tier}" / "rwt.json").read_text())
+        assert rwt["params"]["theta_tok_s"] > 0 and rwt["groups"]  # μ_o, σ_o per task for this model
+        assert all(g.endswith("|" + tier.split("@")[0]) for g in rwt["groups"])
 
     # the acceptance commands: verify by URI, then a changed byte is named
     ok = _routeforge("bundle", "verify", out["uri"], tracking_uri=tracking)

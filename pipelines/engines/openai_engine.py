@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,9 +98,13 @@ def request_body(source: OpenAISource, sampling: Sampling, text: str, chat: bool
 
 
 async def stream_completion(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str] | None = None,
+    on_token: Callable[[float], None] | None = None,
 ) -> StreamResult:
-    """POST one streaming (chat) completion and time it; raises Retryable/Fatal errors."""
+    """POST one streaming (chat) completion and time it; raises Retryable/Fatal errors.
+
+    `on_token(t)` is called as each content chunk arrives (t = time.perf_counter()), so a load
+    generator can keep its view of the server's state current while requests are in flight."""
     chat = "messages" in body
     sent = time.perf_counter()
     pieces: list[str] = []
@@ -130,8 +135,11 @@ async def stream_completion(
             for choice in chunk.get("choices") or []:
                 piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
                 if piece:
-                    stamps.append(time.perf_counter() - sent)
+                    now = time.perf_counter()
+                    stamps.append(now - sent)
                     pieces.append(piece)
+                    if on_token is not None:
+                        on_token(now)
                 if choice.get("logprobs"):
                     logprobs.extend(chunk_logprobs(choice, chat))
                 if choice.get("finish_reason"):

@@ -1,0 +1,80 @@
+"""`tier_profiles` and `latency_heads`, partitioned by tier (model × hardware × parallelism).
+
+Measuring and training are separate assets so that heads can be retrained (new hyperparameters,
+new routing table) without re-running an hour of GPU sweeps.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+
+from assets.metadata import markdown_table
+from pipelines.resources import FleetResource
+from profiling.tier_profile import build_latency_component, measure_tier, safe_name
+
+
+def _tier(fleet: FleetResource, key: str):
+    return next(t for t in fleet.config.tiers if t.name == key)
+
+
+def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(
+        partitions_def=partitions,
+        io_manager_key="json_io",
+        group_name="profiling",
+        pool="generation",  # timings need the accelerator to themselves: never beside generation
+        description="Latency measurements of one tier: static batches with fitted gradients, a QPS sweep with "
+                    "the state at dispatch of every request, or imported published measurements.",
+    )
+    def tier_profiles(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table):
+        tier = _tier(fleet, context.partition_key)
+        folder = fleet.root / "profiles" / safe_name(tier.name)
+        summary = measure_tier(fleet.config, tier, routing_table, folder, log=context.log.info)
+        metadata: dict = {"kind": summary["kind"], "folder": dg.MetadataValue.path(str(folder))}
+        if "fit" in summary:
+            fit = summary["fit"]
+            metadata |= {"measurements": summary["measurements"],
+                         "batch_fit_plot": dg.MetadataValue.path(summary["plot"]),
+                         **{k: round(fit[k], 9) for k in ("prefill_grad_s_per_token", "prefill_r2", "decode_w_s",
+                                                          "decode_h_s_per_token", "decode_r2", "ttft_p_s",
+                                                          "decode_d_s", "epsilon", "theta_tokens_per_s")}}
+        elif "phases" in summary:
+            metadata |= {"requests": summary["requests"], "saturation_rps": round(summary["saturation_rps"], 3),
+                         "server_metrics_endpoint": summary["server_metrics_endpoint"],
+                         "phases": markdown_table([{k: (round(v, 2) if isinstance(v, float) else v)
+                                                    for k, v in p.items()} for p in summary["phases"]])}
+        else:
+            metadata |= {k: round(v, 6) for k, v in summary["prior"].items() if isinstance(v, float)}
+        return dg.Output(summary | {"folder": str(folder)}, metadata=metadata)
+
+    return tier_profiles
+
+
+def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(
+        partitions_def=partitions,
+        io_manager_key="json_io",
+        group_name="training",
+        check_specs=[dg.AssetCheckSpec("loader_reproduces_heads", asset="latency_heads", blocking=True)],
+        description="Per-tier XGBoost TPOT/TTFT (and E2E) heads with the static prior, residual quantiles for "
+                    "SLO filters and QLM's RWT parameters: the tier's bundle component.",
+    )
+    def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, tier_profiles: dict,
+                      routing_table: pa.Table):
+        from artifacts.latency import LatencyModel
+
+        tier = _tier(fleet, context.partition_key)
+        folder = fleet.root / "components" / f"latency--{safe_name(tier.name)}"
+        result = build_latency_component(fleet.config, tier, Path(tier_profiles["folder"]), routing_table, folder)
+        evaluation = {k: round(v, 6) for k, v in result["evaluation"].items() if isinstance(v, float)}
+        context.log.info(f"{tier.name}: {evaluation}")
+        yield dg.Output(result, metadata={
+            "kind": result["kind"], **evaluation, "rwt": dg.MetadataValue.json(result["rwt"]),
+            **{f"plot_{i}": dg.MetadataValue.path(p) for i, p in enumerate(result["plots"])},
+        })
+        diff = LatencyModel.load(folder).golden_max_abs_diff()
+        yield dg.AssetCheckResult(check_name="loader_reproduces_heads", passed=diff == 0.0,
+                                  metadata={"max_abs_diff_s": diff})
+
+    return latency_heads

@@ -1,0 +1,65 @@
+"""Start a local `transformers serve --continuous-batching` for a sweep, and stop it afterwards.
+
+Used where a tier's model runs in-process (`transformers` engine) but its latency under load must
+be measured the way a router sees it: through an OpenAI-compatible server with continuous batching.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float = 180) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}): {log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"server at {url} not healthy after {timeout_s} s: {log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@contextmanager
+def transformers_serve(model_dir: Path, log: Path, device: str = "cpu", port: int | None = None) -> Iterator[str]:
+    """Yield the server's base URL (ending in /v1) once /health answers; stop it on exit."""
+    port = port or free_port()
+    exe = Path(sys.executable).parent / "transformers"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(exe), "serve", str(model_dir), "--continuous-batching", "--host", "127.0.0.1", "--port", str(port),
+             "--device", device, "--log-level", "warning"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+    try:
+        wait_healthy(proc, f"http://127.0.0.1:{port}/health", log)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        stop(proc)

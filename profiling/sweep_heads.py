@@ -1,0 +1,202 @@
+"""Latency heads from a QPS sweep (002 §4.3): state at dispatch → TPOT, TTFT and E2E of the request.
+
+Split by time, never by random rows: within each phase and rate, requests in send order, the
+earliest train the heads, the next slice picks the early-stopping point, and the latest
+`held_out_fraction` is the held-out test. Compared on the test rows:
+
+- the XGBoost TPOT and TTFT heads against the static prior (the tier's idle TPOT and TTFT:
+  nominal TPOT × predicted length, 002's prior);
+- E2E three ways: analytic from the heads (TTFT + (n − 1) · TPOT, 002's formula with its queueing
+  term carried by the TTFT head, whose features see the queue), a direct E2E head, and the prior.
+
+Residual quantiles (observed − predicted, on the validation slice) turn a head into an SLO filter:
+predicted + q95 residual ≤ SLO; the test rows report how often that bound held.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from profiling.latency_heads import predict, train_head
+from profiling.live_state import FEATURES
+from profiling.plots import plot_heads
+from profiling.rwt import RwtParams, group_stats, waiting_time
+from profiling.sweep import FEATURE_COLUMNS
+
+TARGETS = ("tpot", "ttft", "e2e")
+
+
+@dataclass
+class SweepData:
+    x: np.ndarray
+    y: dict[str, np.ndarray]  # seconds
+    n: np.ndarray  # predicted output tokens
+    rate: np.ndarray
+    phase: np.ndarray
+    split: np.ndarray  # "train" | "val" | "test"
+    group: np.ndarray
+    sent_s: np.ndarray
+
+
+def time_split(phase: list[str], rate: list[float], sent_s: list[float], held_out: float) -> np.ndarray:
+    """'train' / 'val' / 'test' per row: the latest `held_out` of each (phase, rate) is test, the
+    `held_out` of the remainder just before it is validation."""
+    split = np.empty(len(phase), dtype=object)
+    cells: dict[tuple[str, float], list[int]] = {}
+    for i, key in enumerate(zip(phase, rate)):
+        cells.setdefault(key, []).append(i)
+    for rows in cells.values():
+        rows.sort(key=lambda i: sent_s[i])
+        n_test = int(round(len(rows) * held_out))
+        n_val = int(round((len(rows) - n_test) * held_out))
+        n_train = len(rows) - n_test - n_val
+        for j, i in enumerate(rows):
+            split[i] = "train" if j < n_train else "val" if j < n_train + n_val else "test"
+    return split
+
+
+def sweep_data(records: pa.Table, held_out: float) -> SweepData:
+    """Successful requests with at least two output tokens (TPOT needs a second token)."""
+    t = records.filter(pa.compute.and_(pa.compute.is_null(records.column("error")),
+                                       pa.compute.greater_equal(records.column("output_tokens"), 2)))
+    t = t.filter(pa.compute.not_equal(t.column("phase"), "warmup"))
+    cols = t.to_pydict()
+    x = np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in FEATURE_COLUMNS])
+    split = time_split(cols["phase"], cols["rate"], cols["sent_s"], held_out)
+    return SweepData(
+        x=x, y={k: np.asarray(cols[f"{k}_s"], dtype=np.float64) for k in TARGETS},
+        n=np.asarray(cols["f_predicted_output_tokens"]), rate=np.asarray(cols["rate"]),
+        phase=np.asarray(cols["phase"]), split=split, group=np.asarray(cols["group"]),
+        sent_s=np.asarray(cols["sent_s"]),
+    )
+
+
+def analytic_e2e(ttft: np.ndarray, tpot: np.ndarray, n: np.ndarray) -> np.ndarray:
+    return ttft + np.maximum(n - 1, 0) * tpot
+
+
+def _mae_ms(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).mean() * 1e3)
+
+
+def _mape(pred: np.ndarray, true: np.ndarray) -> float:
+    return float((np.abs(pred - true) / true).mean())
+
+
+def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: float = 0.2,
+                      quantiles: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99), seed: int = 0,
+                      plot: Path | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Train, evaluate and write the heads of one tier to `folder` (and the held-out scatter to
+    `plot`). Returns the spec written as heads.json (evaluation included) and the training-time
+    predictions of every head for every row of `sweep_data(records, held_out)`."""
+    d = sweep_data(records, held_out)
+    train, val, test = (d.split == s for s in ("train", "val", "test"))
+    if min(train.sum(), val.sum(), test.sum()) < 5:
+        raise ValueError(f"{tier}: too few sweep records for train/validation/test ({int(train.sum())}/"
+                         f"{int(val.sum())}/{int(test.sum())}); sweep more requests")
+    idle = d.phase == "idle"
+    prior = {"ttft_s": float(np.median(d.y["ttft"][idle])), "tpot_s": float(np.median(d.y["tpot"][idle]))}
+    heads = {k: train_head(d.x[train], d.y[k][train], seed=seed, feature_names=FEATURES,
+                           validation=(d.x[val], d.y[k][val])) for k in TARGETS}
+    folder.mkdir(parents=True, exist_ok=True)
+    pred = {k: predict(h, d.x, FEATURES) for k, h in heads.items()}
+    pred["e2e_analytic"] = analytic_e2e(pred["ttft"], pred["tpot"], d.n)
+    prior_pred = {"tpot": np.full(len(d.n), prior["tpot_s"]), "ttft": np.full(len(d.n), prior["ttft_s"])}
+    prior_pred["e2e"] = analytic_e2e(prior_pred["ttft"], prior_pred["tpot"], d.n)
+    # keyed by the runtime loader's outputs: its `e2e` is the analytic one, `e2e_direct` the E2E head
+    named = {"tpot": pred["tpot"], "ttft": pred["ttft"], "e2e": pred["e2e_analytic"], "e2e_direct": pred["e2e"]}
+    residuals = {k: {str(q): float(np.quantile(d.y[k.removesuffix("_direct")][val] - v[val], q)) for q in quantiles}
+                 for k, v in named.items()}
+
+    def errors(mask: np.ndarray) -> dict[str, float]:
+        y = {k: v[mask] for k, v in d.y.items()}
+        p = {k: v[mask] for k, v in pred.items()}
+        q = {k: v[mask] for k, v in prior_pred.items()}
+        return {
+            "requests": int(mask.sum()),
+            "tpot_mae_ms_head": _mae_ms(p["tpot"], y["tpot"]), "tpot_mae_ms_prior": _mae_ms(q["tpot"], y["tpot"]),
+            "ttft_mae_ms_head": _mae_ms(p["ttft"], y["ttft"]), "ttft_mae_ms_prior": _mae_ms(q["ttft"], y["ttft"]),
+            "e2e_mape_analytic": _mape(p["e2e_analytic"], y["e2e"]), "e2e_mape_direct": _mape(p["e2e"], y["e2e"]),
+            "e2e_mape_prior": _mape(q["e2e"], y["e2e"]),
+            "e2e_within_q95_bound": float((y["e2e"] <= p["e2e_analytic"] + residuals["e2e"]["0.95"]).mean())
+            if "0.95" in residuals["e2e"] else float("nan"),
+        }
+
+    evaluation = {"held_out": errors(test), "held_out_rate_phases": errors(test & (d.phase == "rate")),
+                  "per_rate": []}
+    for rate in sorted(set(d.rate[test & (d.phase == "rate")])):
+        evaluation["per_rate"].append({"rate": float(rate), **errors(test & (d.phase == "rate") & (d.rate == rate))})
+    for k, booster in heads.items():
+        booster.save_model(str(folder / f"{k}.json"))
+    if plot is not None:
+        plot_heads({k: d.y[k][test] for k in TARGETS},
+                   {"tpot": pred["tpot"][test], "ttft": pred["ttft"][test], "e2e": pred["e2e_analytic"][test]},
+                   {k: v[test] for k, v in prior_pred.items()}, plot, f"{tier}: held-out requests (latest by time)")
+    golden = np.flatnonzero(test)[:16]
+    spec = {
+        "tier": tier, "kind": "sweep", "features": list(FEATURES), "targets": {k: f"{k}.json" for k in TARGETS},
+        "units": "seconds", "prior": prior, "residual_quantiles": residuals,
+        "e2e": "analytic: ttft + max(n - 1, 0) * tpot; direct: the e2e head",
+        "trees": {k: int(h.num_boosted_rounds()) for k, h in heads.items()},
+        "golden": {"x": d.x[golden].tolist(), **{k: pred[k][golden].tolist() for k in TARGETS}},
+        "evaluation": evaluation,
+        "split": {s: int((d.split == s).sum()) for s in ("train", "val", "test")},
+    }
+    (folder / "heads.json").write_text(json.dumps(_finite(spec), indent=2))
+    return spec, {k: pred[k] for k in TARGETS}
+
+
+def _finite(value):
+    """JSON has no NaN: missing features in golden rows become null (the loader reads them back as NaN)."""
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def sweep_rwt(summary: list[dict[str, Any]], max_output_tokens: int) -> RwtParams:
+    """P and d from the idle phase, Θ from the saturation phase, ε = saturated TPOT / idle TPOT."""
+    idle = next(s for s in summary if s["phase"] == "idle")
+    sat = next(s for s in summary if s["phase"] == "saturation")
+    d = idle["tpot_p50_ms"] / 1e3
+    return RwtParams(prefill_s=idle["ttft_p50_ms"] / 1e3, decode_s=d, epsilon=sat["tpot_p50_ms"] / 1e3 / d,
+                     theta_tok_s=sat["output_tok_s"], max_output_tokens=max_output_tokens)
+
+
+def evaluate_rwt(records: pa.Table, params: RwtParams) -> list[dict[str, Any]]:
+    """QLM's W_q against the observed wait per offered rate.
+
+    Queue ahead at dispatch: the client's count of requests sent and still without a first token
+    (the server's waiting queue as the client sees it; vLLM's `num_requests_waiting` where scraped).
+    Observed wait: TTFT − P. The request mix's μ_o, σ_o are the observed output lengths of the
+    sweep; QLM's own claim is accuracy for long queues, conservative for short ones."""
+    t = records.filter(pa.compute.and_(pa.compute.is_null(records.column("error")),
+                                       pa.compute.equal(records.column("phase"), "rate")))
+    cols = t.to_pydict()
+    mix = group_stats(("all", n) for n in cols["output_tokens"])["all"]
+    server_waiting = np.asarray(cols["f_server_waiting"], dtype=float)
+    client_waiting = np.asarray(cols["f_waiting_first_token"], dtype=float)
+    queue = np.where(np.isnan(server_waiting), client_waiting, server_waiting)
+    observed = np.maximum(np.asarray(cols["ttft_s"]) - params.prefill_s, 0.0)
+    predicted = np.array([waiting_time(q, mix, params.theta_tok_s) for q in queue])
+    upper = np.array([waiting_time(q, mix, params.theta_tok_s, 0.95) for q in queue])
+    rates = np.asarray(cols["rate"])
+    rows = []
+    for rate in sorted(set(rates)):
+        m = rates == rate
+        rows.append({"rate": float(rate), "requests": int(m.sum()), "mean_queue_ahead": float(queue[m].mean()),
+                     "observed_wait_ms": float(observed[m].mean() * 1e3),
+                     "predicted_wait_ms": float(predicted[m].mean() * 1e3),
+                     "mae_ms": float(np.abs(predicted[m] - observed[m]).mean() * 1e3),
+                     "within_p95_bound": float((observed[m] <= upper[m]).mean())})
+    return rows
+

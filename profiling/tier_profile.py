@@ -1,0 +1,173 @@
+"""Measure or import one tier's latency profile, then turn it into the tier's latency component.
+
+`measure_tier` runs the tier's configured profile (batch, sweep, splitwise, llm_inference_bench)
+and writes what was measured to a folder; `build_latency_component` trains the heads from it and
+writes the bundle component: `heads.json` + XGBoost JSON models (see `artifacts.latency`) and
+`rwt.json` with QLM's parameters and the request groups' μ_o, σ_o.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.config import FleetConfig, OpenAISource, Tier
+from pipelines.schemas import routing_column
+from profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
+from profiling.coarse_priors import coarse_prior, read_llm_inference_bench
+from profiling.latency_heads import write_batch_heads
+from profiling.plots import plot_batch_fit, plot_sweep
+from profiling.rwt import RwtParams, routing_table_groups
+from profiling.sweep import SweepPrompt, records_table, run_sweep
+from profiling.sweep_heads import evaluate_rwt, sweep_rwt, train_sweep_heads
+
+Log = Callable[[str], None]
+
+
+def safe_name(tier: str) -> str:
+    return tier.replace("/", "__")
+
+
+def _model_dir(config: FleetConfig, model: str) -> Path:
+    from pipelines.model_sources import causal_lm_location
+
+    spec = config.model(model)
+    if spec.engine != "transformers":
+        raise ValueError(f"model {model!r} ({spec.engine}): in-process profiling needs a transformers model")
+    location, _ = causal_lm_location(spec.source, config.storage_root / "models")
+    return Path(location)
+
+
+def _measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMeasurement]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from profiling.batch_profiler import profile_model
+
+    hardware = next(h for h in config.hardware if h.name == tier.hardware)
+    device = torch.device("cuda" if hardware.accelerator.startswith(("cuda", "gpu", "nvidia")) else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(_model_dir(config, tier.model)).to(device).eval()
+    positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    total = len(config.profiling.batch.batch_sizes) * len(config.profiling.batch.prompt_tokens) * len(
+        config.profiling.batch.output_tokens) * config.profiling.batch.repeats
+    step = max(1, total // 10)
+    return profile_model(model, config.profiling.batch, max_positions=positions,
+                         progress=lambda done, n: log(f"{tier.name}: {done}/{n} batches") if done % step == 0 else None)
+
+
+def sweep_prompts(config: FleetConfig, tier: Tier, routing_table: pa.Table, tokenizer) -> list[SweepPrompt]:
+    """The fleet's prompts, each asking for the tier model's observed output length (capped)."""
+    s = config.profiling.sweep
+    lengths = routing_table.column(routing_column("output_tokens", tier.model)).to_pylist()
+    out = []
+    for text, task, n in zip(routing_table.column("text").to_pylist(), routing_table.column("task").to_pylist(),
+                             lengths):
+        want = s.default_output_tokens if n is None else max(2, int(n))
+        out.append(SweepPrompt(text=text, prompt_tokens=len(tokenizer(text)["input_ids"]),
+                               max_tokens=min(want, s.max_output_tokens), group=f"{task}|{tier.model}"))
+    return out
+
+
+def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log):
+    from transformers import AutoTokenizer
+
+    from profiling.local_server import transformers_serve
+
+    profile = tier.profile
+    spec = config.model(tier.model)
+    if profile.serve:
+        model_dir = _model_dir(config, tier.model)
+        prompts = sweep_prompts(config, tier, routing_table, AutoTokenizer.from_pretrained(model_dir))
+        with transformers_serve(model_dir, folder / "serve.log") as url:
+            return run_sweep(url, str(model_dir), prompts, config.profiling.sweep, tier.name, log=log)
+    if profile.base_url is None and not isinstance(spec.source, OpenAISource):
+        raise ValueError(f"tiers[{tier.name}].profile: a sweep needs base_url, serve: true, or an openai model")
+    base_url = profile.base_url or spec.source.base_url
+    served = profile.served_model or (spec.source.model if isinstance(spec.source, OpenAISource) else tier.model)
+    from pipelines.model_sources import load_tokenizer
+
+    prompts = sweep_prompts(config, tier, routing_table, load_tokenizer(config.generation.token_counter))
+    return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log)
+
+
+def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log = print) -> dict:
+    """Measure (or import) the tier into `folder`; returns a summary with the files written."""
+    profile = tier.profile
+    if profile is None:
+        raise ValueError(f"tier {tier.name}: no profile configured (tiers[].profile)")
+    folder.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {"tier": tier.name, "kind": profile.kind}
+    if profile.kind in ("batch", "splitwise"):
+        if profile.kind == "batch":
+            ms = _measure_batches(config, tier, log)
+        else:
+            tiers = import_splitwise(profile.file)
+            if profile.key not in tiers:
+                raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file} "
+                                 f"(has {sorted(tiers)})")
+            ms = tiers[profile.key].measurements
+        pq.write_table(pa.Table.from_pylist([asdict(m) for m in ms]), folder / "batches.parquet")
+        fit = fit_tier(ms)
+        summary |= {"measurements": len(ms), "fit": fit.to_dict(),
+                    "plot": str(plot_batch_fit(ms, fit, folder / "batch_fit.png", tier.name))}
+    elif profile.kind == "llm_inference_bench":
+        rows = read_llm_inference_bench(profile.file)
+        if profile.key not in rows:
+            raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file}")
+        summary |= {"prior": coarse_prior(profile.key, rows[profile.key]).to_dict()}
+    else:
+        result = _run_sweep(config, tier, routing_table, folder, log)
+        pq.write_table(records_table(result.records), folder / "sweep.parquet")
+        summary |= {"requests": len(result.records), "rates": result.rates, "saturation_rps": result.saturation_rps,
+                    "saturation_output_tok_s": result.saturation_tok_s, "phases": result.summary,
+                    "server_metrics_endpoint": result.metrics_available}
+    (folder / "profile.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, routing_table: pa.Table,
+                            folder: Path) -> dict[str, Any]:
+    """Train the tier's heads from its measured profile and write the bundle component folder."""
+    summary = json.loads((profile_dir / "profile.json").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    max_out = config.generation.sampling.max_tokens
+    plots: list[str] = []
+    if "fit" in summary:
+        ms = [BatchMeasurement(**r) for r in pq.read_table(profile_dir / "batches.parquet").to_pylist()]
+        spec = write_batch_heads(ms, folder, tier.name, tuple(config.profiling.residual_quantiles))
+        fit = spec["fit"]
+        rwt = RwtParams(fit["ttft_p_s"], fit["decode_d_s"], fit["epsilon"], fit["theta_tokens_per_s"], max_out)
+        evaluation = spec["evaluation"]["held_out"]
+        plots.append(summary["plot"])
+    elif "prior" in summary:
+        p = summary["prior"]
+        spec = {"tier": tier.name, "kind": "prior", "features": [], "targets": {}, "units": "seconds",
+                "prior": {"ttft_s": p["overhead_s"], "tpot_s": p["tpot_s"]}, "residual_quantiles": {},
+                "source": "llm_inference_bench coarse E2E fit (prefill folded into TPOT)"}
+        (folder / "heads.json").write_text(json.dumps(spec, indent=2))
+        rwt = RwtParams(p["overhead_s"], p["tpot_s"], p["epsilon"], p["theta_tok_s"], max_out)
+        evaluation = {"r2_batch1": p["r2_batch1"]}
+    else:
+        records = pq.read_table(profile_dir / "sweep.parquet")
+        spec, _ = train_sweep_heads(records, folder, tier.name, config.profiling.held_out_fraction,
+                                    tuple(config.profiling.residual_quantiles), seed=config.training.seed,
+                                    plot=profile_dir / "heads_held_out.png")
+        rwt = sweep_rwt(summary["phases"], max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))
+        rwt_rows = evaluate_rwt(records, rwt)
+        spec["evaluation"]["rwt_per_rate"] = rwt_rows
+        (folder / "heads.json").write_text(json.dumps(json.loads((folder / "heads.json").read_text())
+                                                      | {"evaluation": spec["evaluation"]}, indent=2))
+        evaluation = spec["evaluation"]["held_out"]
+        plots += [str(profile_dir / "heads_held_out.png"),
+                  str(plot_sweep(summary["phases"], rwt_rows, profile_dir / "sweep.png", tier.name))]
+    groups = {g: asdict(s) for g, s in routing_table_groups(routing_table).items() if g.endswith(f"|{tier.model}")}
+    (folder / "rwt.json").write_text(json.dumps({"tier": tier.name, "params": rwt.to_dict(), "groups": groups},
+                                                indent=2))
+    return {"tier": tier.name, "kind": spec["kind"], "folder": str(folder), "evaluation": evaluation,
+            "rwt": rwt.to_dict(), "plots": plots, "features": spec["features"]}

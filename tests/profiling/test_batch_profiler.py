@@ -1,0 +1,66 @@
+"""In-process static-batch profiling on this CPU, batch heads, and the runtime latency loader."""
+
+import json
+
+import numpy as np
+import pytest
+
+from artifacts.latency import LatencyModel
+from pipelines.config import BatchGrid
+from profiling.batch_fits import fit_tier
+from profiling.batch_profiler import profile_model, time_batch
+from profiling.latency_heads import write_batch_heads
+
+
+@pytest.fixture(scope="module")
+def model(tiny_lm):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_lm).eval()
+
+
+def test_time_batch_times_prefill_and_every_decode_iteration(model):
+    m = time_batch(model, batch_size=2, prompt_tokens=24, output_tokens=6)
+    assert (m.batch_size, m.prompt_tokens, m.output_tokens) == (2, 24, 6)
+    assert m.prefill_s > 0 and m.decode_iter_s > 0
+    assert m.e2e_s == pytest.approx(m.prefill_s + 5 * m.decode_iter_s)
+
+
+def test_grid_is_measured_fitted_and_turned_into_heads_the_loader_reproduces(model, tmp_path):
+    grid = BatchGrid(batch_sizes=[1, 4, 16], prompt_tokens=[16, 128, 256], output_tokens=[4, 8], repeats=2)
+    done = []
+    ms = profile_model(model, grid, progress=lambda d, n: done.append((d, n)), max_positions=512)
+    assert len(ms) == 36 and done[-1] == (36, 36)
+    fit = fit_tier(ms)
+    # real timings on this CPU: more prompt tokens in the batch take longer to prefill
+    assert fit.prefill_grad_s_per_token > 0 and fit.prefill_r2 > 0.5
+    assert fit.theta_tokens_per_s > 0 and fit.epsilon > 0
+    spec = write_batch_heads(ms, tmp_path / "heads", "tiny@cpu")
+    assert spec["evaluation"]["held_out"]["configurations"] == 18
+    assert set(spec["residual_quantiles"]) == {"tpot", "ttft", "e2e"}
+    loaded = LatencyModel.load(tmp_path / "heads")
+    assert loaded.golden_max_abs_diff() == 0.0
+    state = {"batch_size": 4, "prompt_tokens": 128, "output_tokens": 8, "prefill_tokens": 512,
+             "mean_context_tokens": 4 * (128 + 4)}
+    got = loaded.predict([state])
+    assert got["e2e"][0] == pytest.approx(got["ttft"][0] + 7 * got["tpot"][0])
+    assert (loaded.slo_bound("tpot", got["tpot"]) >= got["tpot"] + spec["residual_quantiles"]["tpot"]["0.95"] - 1e-12).all()
+
+
+def test_cells_beyond_the_context_are_skipped_and_a_one_token_grid_refused(model):
+    grid = BatchGrid(batch_sizes=[1], prompt_tokens=[16, 600], output_tokens=[4], repeats=1, warmup=0)
+    assert [m.prompt_tokens for m in profile_model(model, grid, max_positions=512)] == [16]
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        profile_model(model, BatchGrid(batch_sizes=[1], prompt_tokens=[8], output_tokens=[1]))
+
+
+def test_prior_only_tier_predicts_with_its_prior(tmp_path):
+    folder = tmp_path / "prior"
+    folder.mkdir()
+    (folder / "heads.json").write_text(json.dumps({"tier": "t", "kind": "prior", "features": [], "targets": {},
+                                                   "prior": {"ttft_s": 0.05, "tpot_s": 0.01}}))
+    model = LatencyModel.load(folder)
+    got = model.predict_matrix(np.zeros((2, 0)), output_tokens=np.array([1, 11]))
+    assert np.allclose(got["e2e"], [0.05, 0.15])
+    with pytest.raises(ValueError, match="needs output_tokens"):
+        model.predict_matrix(np.zeros((1, 0)))
