@@ -46,7 +46,7 @@ MODEL = RandomInitSource(kind="random_init", architecture="llama", seed=11, conf
 def prompts(tokenizer, seed: int = 0) -> list[SweepPrompt]:
     rng = np.random.default_rng(seed)
     out = []
-    for line in (DATA / "prompts" / "llmrouter_query_test.jsonl").read_text().splitlines():
+    for line in filter(None, (DATA / "prompts" / "llmrouter_query_test.jsonl").read_text().split("\n")):
         row = json.loads(line)
         ids = tokenizer(row["query"], add_special_tokens=False)["input_ids"][:256]
         text = tokenizer.decode(ids)

@@ -55,8 +55,13 @@ def train_classifier(texts: Sequence[str], labels: Sequence[int], n_labels: int,
     curve); returns the training summary."""
     import torch
     from datasets import Dataset
-    from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer,
-                              TrainingArguments, set_seed)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+        set_seed,
+    )
 
     set_seed(settings.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -71,7 +76,7 @@ def train_classifier(texts: Sequence[str], labels: Sequence[int], n_labels: int,
     args = TrainingArguments(
         output_dir=str(out_dir / "checkpoints"), num_train_epochs=settings.epochs,
         per_device_train_batch_size=settings.batch_size, learning_rate=settings.learning_rate,
-        weight_decay=settings.weight_decay, warmup_ratio=settings.warmup_ratio, seed=settings.seed,
+        weight_decay=settings.weight_decay, warmup_steps=settings.warmup_ratio, seed=settings.seed,  # < 1: a ratio (v5)
         logging_steps=max(1, len(data) // settings.batch_size // 10), save_strategy="no", report_to=[],
         use_cpu=not torch.cuda.is_available(), disable_tqdm=False, dataloader_num_workers=0,
     )
@@ -91,11 +96,13 @@ def train_classifier(texts: Sequence[str], labels: Sequence[int], n_labels: int,
     return summary
 
 
-def torch_logits(model_dir: Path, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:
+def torch_logits(model_dir: Path, texts: Sequence[str], max_length: int, batch_size: int = 64,
+                 truncation_side: str = "left") -> np.ndarray:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.truncation_side = truncation_side
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     out = []
     with torch.inference_mode():
@@ -123,3 +130,28 @@ def export_onnx(model_dir: Path, onnx_path: Path) -> Path:
                       "logits": {0: "batch"}},
     )
     return onnx_path
+
+
+def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Sequence[str]) -> dict:
+    """Write the runtime component: ONNX model, tokenizer files and `predictor.json`; the ONNX
+    logits on `check_texts` (batched with padding, then one at a time) are compared with PyTorch's
+    and the largest absolute difference is recorded in the spec."""
+    import shutil
+
+    from artifacts.text_predictor import TextPredictor
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in Path(model_dir).iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab")):
+            shutil.copy(f, folder / f.name)
+    export_onnx(model_dir, folder / "model.onnx")
+    (folder / "predictor.json").write_text(json.dumps(spec, indent=2))
+    runtime = TextPredictor.load(folder)
+    texts = list(check_texts)
+    reference = torch_logits(model_dir, texts, spec["max_length"], truncation_side=spec["truncation_side"])
+    batched = runtime.logits(texts)
+    single = np.concatenate([runtime.logits([t]) for t in texts[:8]])
+    diff = max(float(np.abs(batched - reference).max()), float(np.abs(single - reference[:8]).max()))
+    spec = spec | {"onnx_max_abs_diff": diff}
+    (folder / "predictor.json").write_text(json.dumps(spec, indent=2))
+    return spec
