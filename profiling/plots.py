@@ -20,6 +20,15 @@ def _figure(ncols: int):
     return plt, fig, np.atleast_1d(axes)
 
 
+def _save(plt, fig, path: Path, title: str) -> Path:
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_batch_fit(ms: list[BatchMeasurement], fit: TierFit, path: Path, title: str) -> Path:
     """Prefill time against prompt tokens in the batch, decode iteration against context tokens,
     each with its fitted line and R²."""
@@ -36,12 +45,7 @@ def plot_batch_fit(ms: list[BatchMeasurement], fit: TierFit, path: Path, title: 
     b.set(xlabel="context tokens in the running batch", ylabel="decode iteration (ms)", title="decode")
     for ax in (a, b):
         ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def plot_sweep(summary: list[dict[str, Any]], rwt: list[dict[str, Any]], path: Path, title: str) -> Path:
@@ -64,12 +68,7 @@ def plot_sweep(summary: list[dict[str, Any]], rwt: list[dict[str, Any]], path: P
     c.plot([r["rate"] for r in rwt], [r["predicted_wait_ms"] for r in rwt], "s--", label="QLM W_q")
     c.set(xlabel="offered rate (req/s)", ylabel="mean wait (ms)", title="request waiting time")
     c.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)
 
 
 def plot_heads(observed: dict[str, np.ndarray], head: dict[str, np.ndarray], prior: dict[str, np.ndarray],
@@ -84,9 +83,4 @@ def plot_heads(observed: dict[str, np.ndarray], head: dict[str, np.ndarray], pri
         ax.plot(lim, lim, "k:", lw=1)
         ax.set(xlabel=f"observed {key.upper()} ({unit})", ylabel=f"predicted ({unit})", title=key.upper())
         ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, title)

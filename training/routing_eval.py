@@ -19,6 +19,56 @@ from pipelines.schemas import routing_models
 from training.routing_table import matrix
 
 
+def upper_hull(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The non-decreasing upper convex hull of (cost, quality) points (RouterBench): what mixing
+    policies (pick A for a share of prompts, B for the rest) can reach at each cost."""
+    pts = sorted(set(points))
+    hull: list[tuple[float, float]] = []
+    for p in pts:  # monotone chain, upper side
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (p[1] - y1) - (y2 - y1) * (p[0] - x1) >= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    best = -np.inf
+    out = []
+    for c, q in hull:  # a dearer point below a cheaper one is never worth it
+        if q > best:
+            out.append((c, q))
+            best = q
+    return out
+
+
+def hull_quality(hull: list[tuple[float, float]], cost: float) -> float:
+    """Quality the hull reaches at `cost` (flat beyond its dearest point, NaN below its cheapest)."""
+    xs, ys = [c for c, _ in hull], [q for _, q in hull]
+    return float("nan") if cost < xs[0] else float(np.interp(cost, xs, ys))
+
+
+def aiq(points: list[tuple[float, float]], c_min: float, c_max: float) -> float:
+    """RouterBench's Average Improvement in Quality: the mean of the hull's quality over
+    [c_min, c_max] (area under the non-decreasing hull divided by the cost range)."""
+    hull = upper_hull(points)
+    grid = np.linspace(c_min, c_max, 2001)
+    values = np.array([hull_quality(hull, c) for c in grid])
+    values = np.where(np.isnan(values), 0.0, values)  # below the policy's cheapest point it reaches nothing
+    return float(np.trapezoid(values, grid) / (c_max - c_min)) if c_max > c_min else float(values[-1])
+
+
+def hull_comparison(router: list[tuple[float, float]], singles: list[tuple[float, float]]) -> dict[str, float]:
+    """AIQ of router and single-model hull over the singles' cost range, and the router's largest
+    lead over the hull at equal cost (accuracy points; negative when it is below everywhere)."""
+    c_min, c_max = min(c for c, _ in singles), max(c for c, _ in singles)
+    hull = upper_hull(singles)
+    inside = [(c, q) for c, q in router if c_min <= c <= c_max]
+    gaps = [(q - hull_quality(hull, c), c) for c, q in inside]
+    best = max(gaps) if gaps else (float("nan"), float("nan"))
+    return {"aiq_router": aiq(router, c_min, c_max), "aiq_single_hull": aiq(singles, c_min, c_max),
+            "max_gap_above_hull": float(best[0]), "max_gap_at_cost": float(best[1])}
+
+
 def _point(quality: np.ndarray, cost: np.ndarray, picks: np.ndarray) -> dict[str, float]:
     rows = np.arange(len(picks))
     return {"quality": float(quality[rows, picks].mean()), "cost": float(cost[rows, picks].mean())}
@@ -48,7 +98,10 @@ def evaluate_router(
         share = np.bincount(picks, minlength=len(models)) / len(picks)
         sweep.append({"lambda": float(lam), **_point(quality, cost, picks),
                       "share": {m: float(s) for m, s in zip(models, share) if s > 0}})
+    hull = hull_comparison([(p["cost"], p["quality"]) for p in sweep],
+                           [(p["cost"], p["quality"]) for p in singles.values()])
     return {
+        "hull": hull,
         "n_test": int(len(complete)),
         "n_scored": int(complete.sum()),
         "n_left_out_incomplete_labels": int((~complete).sum()),

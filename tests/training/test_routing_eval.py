@@ -52,3 +52,17 @@ def test_hf_export_by_split_with_a_dataset_card(tmp_path):
     text = (path / "README.md").read_text()
     assert "| a | 3 | 0.5000 |" in text and "| b | 2 | 0.5000 |" in text
     assert "| t | 3 | exact_match |" in text and "| train | 2 |" in text
+
+
+def test_upper_hull_aiq_and_gap_to_the_hull():
+    from training.routing_eval import aiq, hull_comparison, hull_quality, upper_hull
+
+    singles = [(1.0, 0.5), (2.0, 0.6), (3.0, 0.9), (4.0, 0.85), (2.5, 0.55)]
+    hull = upper_hull(singles)
+    assert hull == [(1.0, 0.5), (3.0, 0.9)]  # (2, 0.6) lies under the 1→3 chord; (4, 0.85) is dearer and worse
+    assert hull_quality(hull, 2.0) == pytest.approx(0.7) and hull_quality(hull, 4.0) == 0.9
+    assert np.isnan(hull_quality(hull, 0.5))
+    # over [1, 4]: a ramp 0.5→0.9 on [1, 3] (area 1.4), then flat 0.9 on [3, 4] (area 0.9)
+    assert aiq(singles, 1.0, 4.0) == pytest.approx((1.4 + 0.9) / 3, abs=1e-4)
+    cmp = hull_comparison([(2.0, 0.8), (3.5, 0.88)], singles)
+    assert cmp["max_gap_above_hull"] == pytest.approx(0.1) and cmp["max_gap_at_cost"] == 2.0
