@@ -32,11 +32,20 @@ def _load(ref: str):
     return SentenceTransformer(resolve_pretrained(ref), device="cpu")
 
 
-def encode(texts: list[str], ref: str, batch_size: int = 64, progress: bool = False) -> np.ndarray:
-    """L2-normalized float32 embeddings, so inner product equals cosine similarity."""
+def encode(texts: list[str], ref: str, batch_size: int = 64, progress: bool = False,
+           truncation_side: str = "right") -> np.ndarray:
+    """L2-normalized float32 embeddings, so inner product equals cosine similarity.
+
+    Texts longer than the encoder's window (256 word pieces for MiniLM) are cut on
+    `truncation_side`; "left" keeps their end, where a few-shot prompt puts its actual question."""
     model = _load(ref)
-    vectors = model.encode(
-        texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-        show_progress_bar=progress,
-    )
+    before = model.tokenizer.truncation_side
+    model.tokenizer.truncation_side = truncation_side
+    try:
+        vectors = model.encode(
+            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=progress,
+        )
+    finally:
+        model.tokenizer.truncation_side = before
     return np.ascontiguousarray(vectors, dtype=np.float32)

@@ -84,7 +84,9 @@ class KnnEstimator:
     def predict(self, texts: list[str], encoder_ref: str | None = None) -> KnnPrediction:
         from artifacts.encoder import encode
 
-        return self.predict_embeddings(encode(texts, encoder_ref or self.meta["encoder"]["ref"]))
+        encoder = self.meta["encoder"]
+        return self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],
+                                              truncation_side=encoder.get("truncation_side", "right")))
 
     def length_histogram(self, model: str) -> dict[str, Any]:
         return self.meta["length_histograms"][model]

@@ -91,6 +91,12 @@ class RouterBundle:
 
         return KnnEstimator.load(self.root / self.manifest.component("knn_estimator").name)
 
+    def length_predictor(self):
+        """The shared output-length bucket predictor (`artifacts.text_predictor.TextPredictor`)."""
+        from artifacts.text_predictor import TextPredictor
+
+        return TextPredictor.load(self.root / self.manifest.component("length_predictor").name)
+
     @property
     def tiers_with_latency(self) -> list[str]:
         return [c.config["tier"] for c in self.manifest.components if c.kind == "latency_heads"]

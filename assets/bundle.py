@@ -38,9 +38,12 @@ def fleet_entry(config: FleetConfig) -> Fleet:
     )
 
 
-def build_bundle_asset(with_latency: bool) -> dg.AssetsDefinition:
-    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it."""
+def build_bundle_asset(with_latency: bool, with_length: bool = False) -> dg.AssetsDefinition:
+    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it, with
+    `with_length` the `length_predictor`."""
     ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
+    if with_length:
+        ins["length_predictor"] = dg.AssetIn("length_predictor")
 
     @dg.asset(
         io_manager_key="json_io",
@@ -55,9 +58,10 @@ def build_bundle_asset(with_latency: bool) -> dg.AssetsDefinition:
         knn_estimator: dict[str, Any],
         routing_table: pa.Table,
         prompts: pa.Table,
-        **latency: dict[str, dict[str, Any]],
+        **extra: dict[str, Any],
     ):
-        yield from _bundle(context, fleet, knn_estimator, routing_table, prompts, latency.get("latency_heads", {}))
+        yield from _bundle(context, fleet, knn_estimator, routing_table, prompts, extra.get("latency_heads", {}),
+                           extra.get("length_predictor"))
 
     return router_bundle
 
@@ -77,7 +81,7 @@ def latency_components(heads: dict[str, dict[str, Any]]) -> tuple[list[Component
     return components, metrics, plots
 
 
-def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads):
+def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, length_predictor):
     config = fleet.config
     reg = config.registry
     knn = ComponentSource(
@@ -85,6 +89,14 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
         folder=Path(knn_estimator["path"]), metrics=knn_estimator["metrics"], config=knn_estimator["config"],
     )
     latency, latency_metrics, latency_plots = latency_components(latency_heads)
+    if length_predictor:
+        latency.append(ComponentSource(
+            name="length_predictor", kind="length_predictor", format="onnx+tokenizer+json",
+            folder=Path(length_predictor["path"]), metrics=length_predictor["metrics"],
+            config=length_predictor["config"] | {"scheme": length_predictor["scheme"]},
+        ))
+        latency_metrics |= {f"length_predictor/{k}": v for k, v in length_predictor["metrics"].items()}
+        latency_plots += [Path(length_predictor["plot"])] if length_predictor["plot"] else []
     registered, manifest = publish_bundle(
         name=reg.model_name,
         fleet=fleet_entry(config),

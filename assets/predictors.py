@@ -65,3 +65,44 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, routi
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"router": metrics["test_router_quality"], "random": metrics["test_random_quality"]},
     )
+
+
+def build_length_predictor_asset(with_latency: bool) -> dg.AssetsDefinition:
+    """`length_predictor`; with `with_latency`, completion-time buckets use the profiled decode speed."""
+    ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
+
+    @dg.asset(
+        io_manager_key="json_io",
+        group_name="training",
+        ins=ins,
+        check_specs=[dg.AssetCheckSpec("onnx_matches_pytorch", asset="length_predictor", blocking=True)],
+        description="Output-length bucket predictor shared by every model (001 buckets, 000 model tokens): "
+                    "safetensors + ONNX component, evaluated on the test split.",
+    )
+    def length_predictor(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+                         **latency: dict):
+        from training.length_predictor import train_length_predictor
+
+        config = fleet.config
+        settings = config.training.length_predictor
+        speeds = [1.0 / h["rwt"]["decode_s"] for h in latency.get("latency_heads", {}).values()
+                  if h.get("rwt", {}).get("decode_s")]
+        decode_tok_s = float(np.median(speeds)) if speeds else settings.decode_tok_s
+        context.log.info(f"completion-time buckets at {decode_tok_s:.1f} decode tokens/s "
+                         f"({'profiled tiers' if speeds else 'configured'})")
+        folder = fleet.root / "components" / "length_predictor"
+        result = train_length_predictor(routing_table, settings, decode_tok_s, folder, seed=config.training.seed,
+                                        log=context.log.info)
+        metrics = result["metrics"]
+        yield dg.Output(
+            {"path": str(folder), "metrics": metrics, "plot": result["plot"], "config": settings.model_dump(),
+             "scheme": result["spec"]["scheme"]},
+            metadata={**{k: round(v, 6) for k, v in metrics.items()}, "decode_tok_s": decode_tok_s,
+                      "bucket_edges_tokens": dg.MetadataValue.json(result["spec"]["scheme"]["edges"]),
+                      **({"confusion": dg.MetadataValue.path(result["plot"])} if result["plot"] else {})},
+        )
+        diff = metrics["onnx_max_abs_diff"]
+        yield dg.AssetCheckResult(check_name="onnx_matches_pytorch", passed=diff < 1e-3,
+                                  metadata={"max_abs_logit_diff": diff})
+
+    return length_predictor

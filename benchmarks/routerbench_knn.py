@@ -5,6 +5,7 @@ and writes `benchmarks/results/routerbench_knn.json` and `.png`: per-model accur
 random, oracle, KNN argmax-quality routing, and the λ sweep of q̂ − λ·ĉ.
 
     .venv/bin/python benchmarks/routerbench_knn.py [--config configs/routerbench.yaml] [--k 10]
+        [--truncation-side left|right]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from pipelines.config import load_fleet
@@ -33,11 +35,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/routerbench.yaml")
     parser.add_argument("--k", type=int, default=None, help="override training.knn.k")
+    parser.add_argument("--truncation-side", choices=["left", "right"], default=None,
+                        help="override training.knn.truncation_side (which end of a long prompt the encoder keeps)")
     parser.add_argument("--out", default=str(RESULTS / "routerbench_knn"))
     args = parser.parse_args()
 
     config = load_fleet(args.config)
-    knn_settings = config.training.knn if args.k is None else config.training.knn.model_copy(update={"k": args.k})
+    updates = {k: v for k, v in (("k", args.k), ("truncation_side", args.truncation_side)) if v is not None}
+    knn_settings = config.training.knn.model_copy(update=updates)
     timings = {}
     t0 = time.perf_counter()
     prompts, _ = build_prompts(config)
@@ -65,9 +70,10 @@ def main() -> None:
     t0 = time.perf_counter()
     prediction = knn.predict(test.column("text").to_pylist(), config.encoder)
     timings["knn_predict_s"] = time.perf_counter() - t0
-    result = evaluate_router(test, prediction, knn.prior, config.training.lambda_sweep)
-    result.update({"k": knn_settings.k, "n_train_indexed": knn.index.ntotal,
-                   "quarantined_pairs": quarantined, "timings": timings})
+    lambdas = sorted({*config.training.lambda_sweep, 0.0, *np.geomspace(1e-1, 1e5, 49).tolist()})
+    result = evaluate_router(test, prediction, knn.prior, lambdas)
+    result.update({"k": knn_settings.k, "truncation_side": knn_settings.truncation_side,
+                   "n_train_indexed": knn.index.ntotal, "quarantined_pairs": quarantined, "timings": timings})
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     plot_quality_cost(result, Path(f"{out}.png"), f"RouterBench arc_challenge + winogrande, KNN k={knn_settings.k}")
@@ -78,8 +84,9 @@ def main() -> None:
           f"(gap {100 * result['router_gap_to_best_single']:+.2f} points), "
           f"cost {result['router_max_quality']['cost']:.6f} vs {result['single_models'][best]['cost']:.6f}")
     print(f"oracle {result['oracle']['quality']:.4f}, random {result['random']['quality']:.4f}")
-    for s in result["lambda_sweep"]:
-        print(f"  λ={s['lambda']:>7g}  quality {s['quality']:.4f}  cost {s['cost']:.6f}")
+    h = result["hull"]
+    print(f"AIQ router {h['aiq_router']:.4f} vs single-model hull {h['aiq_single_hull']:.4f}; largest lead over "
+          f"the hull {100 * h['max_gap_above_hull']:+.2f} points at ${h['max_gap_at_cost']:.6f}")
     print(f"wrote {out}.json and {out}.png")
 
 

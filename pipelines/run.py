@@ -19,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.config import load_fleet
-from pipelines.definitions import build_assets
+from pipelines.definitions import build_assets, training_assets
 
 
 def run_pipeline(
@@ -54,7 +54,7 @@ def run_pipeline(
         step("routing_table", ["routing_table"])
         for tier in profiled:
             step(f"profile[{tier}]", ["tier_profiles", "latency_heads"], partition=tier)
-    result = step("train_and_register", ["routing_table", "knn_estimator", "router_bundle"])
+    result = step("train_and_register", training_assets(config))
     bundle = result.output_for_node("router_bundle")
     return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator")["metrics"]}
 

@@ -57,6 +57,11 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     assert np.allclose(pred.output_tokens, 24.0, atol=24)  # within the generation cap
     assert set(pred.best_model(0.0, knn.prior)) <= set(config.model_names)
 
+    # the shared length-bucket predictor, served by ONNX Runtime from the bundle
+    lengths = bundle.length_predictor().predict(unseen, tasks=["translation", "math"], model="tiny-llama")
+    assert lengths["probabilities"].shape == (2, 4) and np.allclose(lengths["probabilities"].sum(axis=1), 1)
+    assert (lengths["expected"] > 0).all()
+
     # latency heads per tier, measured on this CPU, loadable and exact from the bundle alone
     assert sorted(bundle.tiers_with_latency) == sorted(t.name for t in config.tiers)
     for tier in bundle.tiers_with_latency:

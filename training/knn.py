@@ -55,7 +55,7 @@ def build_knn(
     train = train.filter(pa.array(keep))
     if train.num_rows == 0:
         raise ValueError(f"routing table has no labelled {split!r} prompts to index")
-    vectors = encode(train.column("text").to_pylist(), encoder_ref)
+    vectors = encode(train.column("text").to_pylist(), encoder_ref, truncation_side=settings.truncation_side)
     index = _build_index(vectors, settings)
 
     out_dir = Path(out_dir)
@@ -78,7 +78,8 @@ def build_knn(
         "weighting": f"w = 1 / (1 - cos + {WEIGHT_EPS}), normalized over neighbours labelled for the model",
         "index": type(index).__name__,
         "models": models,
-        "encoder": {"ref": encoder_ref, "dim": int(vectors.shape[1]), "normalized": True},
+        "encoder": {"ref": encoder_ref, "dim": int(vectors.shape[1]), "normalized": True,
+                    "truncation_side": settings.truncation_side},
         "priors": priors,
         "length_histograms": {
             m: _histogram(col, settings.length_bucket_tokens)

@@ -70,7 +70,6 @@ class TransformersEngine(BaseEngine):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(location, revision=revision).to(self.device).eval()
         self.eos_ids = self._eos_ids()
-        torch.set_grad_enabled(False)
 
     def _eos_ids(self) -> set[int]:
         eos = self.model.generation_config.eos_token_id
@@ -81,13 +80,16 @@ class TransformersEngine(BaseEngine):
     def generate(
         self, prompts: list[PromptRow], quarantine: Quarantine, progress: ProgressFn | None = None
     ) -> list[dict[str, Any]]:
+        import torch
+
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].text))
         rows: list[dict[str, Any]] = []
         done = 0
         for start in range(0, len(order), self.settings.batch_size):
             batch = [prompts[i] for i in order[start : start + self.settings.batch_size]]
             try:
-                rows.extend(self._generate_batch(batch))
+                with torch.inference_mode():  # scoped: a process-wide switch broke later training in-process
+                    rows.extend(self._generate_batch(batch))
             except Exception as exc:  # a failing batch is quarantined, never the whole partition
                 for p in batch:
                     quarantine.add(p.prompt_id, f"generation failed: {type(exc).__name__}: {exc}")
