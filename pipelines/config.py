@@ -426,8 +426,10 @@ class KnnSettings(_Strict):
     index: Literal["flat", "ivfpq"] = "flat"
     ivf_threshold: int = Field(default=100_000, gt=0)  # use IVF-PQ only above this many prompts
     length_bucket_tokens: int = Field(default=64, gt=0)
-    # prompts beyond the encoder's window keep their end: few-shot prompts put the question last
-    truncation_side: Literal["left", "right"] = "left"
+    # which end of a prompt beyond the encoder's window is kept: "right" cuts the end (002, and
+    # sentence-transformers' default); "left" keeps the end, where few-shot prompts put the question
+    # (on RouterBench it spreads the picks but lowers argmax-quality routing: docs/results.md)
+    truncation_side: Literal["left", "right"] = "right"
 
 
 class LengthPredictorSettings(_Strict):
