@@ -137,6 +137,8 @@ class _Runner:
 
 
 def _cycle(prompts: Sequence[SweepPrompt], n: int, rng: np.random.Generator) -> list[SweepPrompt]:
+    if n <= 0:
+        return []
     order = np.concatenate([rng.permutation(len(prompts)) for _ in range(math.ceil(n / len(prompts)))])
     return [prompts[i] for i in order[:n]]
 

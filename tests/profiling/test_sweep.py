@@ -21,15 +21,26 @@ def sweep(transformers_server, tiny_lm):
     prompts = [SweepPrompt(t, len(tok(t)["input_ids"]), max_tokens=4 + (i % 5) * 3, group=f"g{i % 2}")
                for i, t in enumerate(texts)]
     settings = SweepSettings(warmup_requests=1, idle_requests=6, saturation_requests=16, saturation_concurrency=8,
-                             saturation_fractions=[0.3, 0.9], requests_per_rate=30, max_seconds_per_rate=30,
+                             saturation_fractions=[0.3, 0.9], requests_per_rate=30, max_seconds_per_rate=600,
                              request_timeout_s=60, seed=1)
     seen = []
     result = run_sweep(url, model, prompts, settings, "tiny@cpu", progress=lambda *a: seen.append(a), log=lambda m: None)
-    return result, seen
+    return result, seen, prompts
+
+
+def test_a_rate_phase_stops_dispatching_at_its_time_bound(sweep, transformers_server):
+    _, _, prompts = sweep
+    url, model = transformers_server
+    settings = SweepSettings(warmup_requests=0, idle_requests=1, saturation_requests=2, saturation_concurrency=2,
+                             rates=[0.5], requests_per_rate=50, max_seconds_per_rate=3.0, seed=3)
+    result = run_sweep(url, model, prompts, settings, "tiny@cpu", log=lambda m: None)
+    sent = [r for r in result.records if r["phase"] == "rate"]
+    assert 1 <= len(sent) < 50 and all(r["scheduled_s"] - sent[0]["scheduled_s"] <= 3.0 for r in sent)
+    assert all(r["error"] is None for r in sent)  # what was sent still completes
 
 
 def test_sweep_records_every_request_with_its_state_at_dispatch(sweep):
-    result, seen = sweep
+    result, seen, _ = sweep
     phases = [r["phase"] for r in result.records]
     assert phases.count("warmup") == 1 and phases.count("idle") == 6 and phases.count("saturation") == 16
     assert phases.count("rate") == 60 and len(result.rates) == 2
@@ -52,7 +63,7 @@ def test_sweep_records_every_request_with_its_state_at_dispatch(sweep):
 
 
 def test_heads_split_by_time_and_reload_exactly(sweep, tmp_path):
-    result, _ = sweep
+    result, _, _ = sweep
     table = records_table(result.records)
     spec, trained = train_sweep_heads(table, tmp_path / "heads", "tiny@cpu", held_out=0.2, plot=tmp_path / "h.png")
     d = sweep_data(table, 0.2)
