@@ -89,8 +89,9 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
         folder=Path(knn_estimator["path"]), metrics=knn_estimator["metrics"], config=knn_estimator["config"],
     )
     latency, latency_metrics, latency_plots = latency_components(latency_heads)
+    predictors = []
     if length_predictor:
-        latency.append(ComponentSource(
+        predictors.append(ComponentSource(
             name="length_predictor", kind="length_predictor", format="onnx+tokenizer+json",
             folder=Path(length_predictor["path"]), metrics=length_predictor["metrics"],
             config=length_predictor["config"] | {"scheme": length_predictor["scheme"]},
@@ -100,7 +101,7 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
     registered, manifest = publish_bundle(
         name=reg.model_name,
         fleet=fleet_entry(config),
-        components=[knn, *latency],
+        components=[knn, *latency, *predictors],
         staging_dir=fleet.root / "bundle",
         tracking_uri=reg.tracking_uri,
         experiment=reg.experiment,

@@ -91,10 +91,12 @@ def _mape(pred: np.ndarray, true: np.ndarray) -> float:
 
 def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: float = 0.2,
                       quantiles: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99), seed: int = 0,
-                      plot: Path | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+                      plot: Path | None = None, rwt: RwtParams | None = None
+                      ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Train, evaluate and write the heads of one tier to `folder` (and the held-out scatter to
     `plot`). Returns the spec written as heads.json (evaluation included) and the training-time
-    predictions of every head for every row of `sweep_data(records, held_out)`."""
+    predictions of every head for every row of `sweep_data(records, held_out)`. With `rwt`, QLM's
+    predicted against observed wait per rate joins the evaluation (`rwt_per_rate`)."""
     d = sweep_data(records, held_out)
     train, val, test = (d.split == s for s in ("train", "val", "test"))
     if min(train.sum(), val.sum(), test.sum()) < 5:
@@ -132,6 +134,8 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
                   "per_rate": []}
     for rate in sorted(set(d.rate[test & (d.phase == "rate")])):
         evaluation["per_rate"].append({"rate": float(rate), **errors(test & (d.phase == "rate") & (d.rate == rate))})
+    if rwt is not None:
+        evaluation["rwt_per_rate"] = evaluate_rwt(records, rwt)
     for k, booster in heads.items():
         booster.save_model(str(folder / f"{k}.json"))
     if plot is not None:

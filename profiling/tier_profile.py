@@ -25,7 +25,7 @@ from profiling.latency_heads import write_batch_heads
 from profiling.plots import plot_batch_fit, plot_sweep
 from profiling.rwt import RwtParams, routing_table_groups
 from profiling.sweep import SweepPrompt, records_table, run_sweep
-from profiling.sweep_heads import evaluate_rwt, sweep_rwt, train_sweep_heads
+from profiling.sweep_heads import sweep_rwt, train_sweep_heads
 
 Log = Callable[[str], None]
 
@@ -155,14 +155,11 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
         evaluation = {"r2_batch1": p["r2_batch1"]}
     else:
         records = pq.read_table(profile_dir / "sweep.parquet")
+        rwt = sweep_rwt(summary["phases"], max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))
         spec, _ = train_sweep_heads(records, folder, tier.name, config.profiling.held_out_fraction,
                                     tuple(config.profiling.residual_quantiles), seed=config.training.seed,
-                                    plot=profile_dir / "heads_held_out.png")
-        rwt = sweep_rwt(summary["phases"], max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))
-        rwt_rows = evaluate_rwt(records, rwt)
-        spec["evaluation"]["rwt_per_rate"] = rwt_rows
-        (folder / "heads.json").write_text(json.dumps(json.loads((folder / "heads.json").read_text())
-                                                      | {"evaluation": spec["evaluation"]}, indent=2))
+                                    plot=profile_dir / "heads_held_out.png", rwt=rwt)
+        rwt_rows = spec["evaluation"]["rwt_per_rate"]
         evaluation = spec["evaluation"]["held_out"]
         plots += [str(profile_dir / "heads_held_out.png"),
                   str(plot_sweep(summary["phases"], rwt_rows, profile_dir / "sweep.png", tier.name))]

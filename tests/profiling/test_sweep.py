@@ -35,7 +35,9 @@ def test_a_rate_phase_stops_dispatching_at_its_time_bound(sweep, transformers_se
                              rates=[0.5], requests_per_rate=50, max_seconds_per_rate=3.0, seed=3)
     result = run_sweep(url, model, prompts, settings, "tiny@cpu", log=lambda m: None)
     sent = [r for r in result.records if r["phase"] == "rate"]
-    assert 1 <= len(sent) < 50 and all(r["scheduled_s"] - sent[0]["scheduled_s"] <= 3.0 for r in sent)
+    offsets = [r["scheduled_s"] - sent[0]["scheduled_s"] for r in sent]
+    assert len(sent) < 50  # the phase stopped long before its 50 requests (0.5 req/s would need ~100 s)
+    assert max(offsets) <= 3.0  # nothing was scheduled after the bound
     assert all(r["error"] is None for r in sent)  # what was sent still completes
 
 
