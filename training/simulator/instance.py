@@ -1,0 +1,236 @@
+"""One serving instance with continuous batching, advanced in closed form between events.
+
+Each engine step admits waiting requests (FIFO) while a sequence slot and KV-cache room remain,
+prefills them and decodes one token for every request already running:
+    step time = [c + k1 · prefill tokens]  +  [W + H · context tokens of the decoding requests]
+(the prefill and decode fits of the tier profile, `profiling.batch_fits.TierFit`). A request's
+first token comes at the end of its prefill step. While nothing can be admitted, the running set
+decodes in lock-step and the next completion, KV overflow or caller's horizon is reached by
+summing the arithmetic series of step times in one go, which is what makes the simulator fast.
+
+KV cache: the tokens held are the running requests' prompt + generated tokens. When the next
+decode step would exceed the capacity, the most recently admitted request is preempted and
+recomputed later (vLLM's default): it returns to the head of the queue and its next prefill covers
+its prompt and the tokens it had generated. A request larger than the whole cache is rejected.
+
+A router that looks at an instance between two of its steps sees it as of its latest committed
+step: a step in flight at dispatch time has already been applied (at most one step early).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class InstanceProfile:
+    """Latency parameters of one (model, hardware) tier and its batching limits."""
+
+    prefill_intercept_s: float
+    prefill_s_per_token: float
+    decode_w_s: float
+    decode_h_s_per_token: float
+    max_running: int = 256
+    kv_capacity_tokens: int = 1 << 30
+    buffer: int | None = None  # waiting-queue capacity; a request routed to a full queue is rejected
+
+    def __post_init__(self):
+        for name in ("prefill_s_per_token", "decode_w_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"InstanceProfile.{name} must be positive, got {getattr(self, name)}")
+        for name in ("prefill_intercept_s", "decode_h_s_per_token"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"InstanceProfile.{name} must not be negative, got {getattr(self, name)}")
+        if self.max_running < 1 or self.kv_capacity_tokens < 2:
+            raise ValueError("InstanceProfile: max_running >= 1 and kv_capacity_tokens >= 2 required")
+
+    @classmethod
+    def from_fit(cls, fit: dict, **limits) -> InstanceProfile:
+        """From a `TierFit.to_dict()` (or the `fit` of a tier profile's JSON)."""
+        return cls(prefill_intercept_s=max(0.0, fit["prefill_intercept_s"]),
+                   prefill_s_per_token=fit["prefill_grad_s_per_token"], decode_w_s=fit["decode_w_s"],
+                   decode_h_s_per_token=max(0.0, fit["decode_h_s_per_token"]), **limits)
+
+    def nominal_tpot(self, context_tokens: float = 0.0) -> float:
+        return self.decode_w_s + self.decode_h_s_per_token * context_tokens
+
+
+@dataclass
+class Job:
+    """A request's life on one instance (times in simulated seconds)."""
+
+    rid: int
+    prompt_tokens: int
+    output_tokens: int
+    enqueued: float
+    generated: int = 0
+    start_counter: int = 0  # step counter at which generated == 0 (shifted on recompute)
+    first_token: float | None = None
+    finished: float | None = None
+    preemptions: int = 0
+    rejected: str | None = None
+
+
+@dataclass
+class Instance:
+    name: str
+    profile: InstanceProfile
+    model: int = 0  # index of this instance's model in the requests' per-model label arrays
+    clock: float = 0.0  # when the step in flight (if any) ends; the instance is free from then on
+    counter: int = 0  # engine steps taken
+    waiting: deque = field(default_factory=deque)
+    running: dict = field(default_factory=dict)  # rid -> Job, in admission order
+    finishes: list = field(default_factory=list)  # heap of (finish counter, rid)
+    prompt_sum: int = 0  # Σ prompt tokens (incl. recomputed tokens) of running jobs
+    start_sum: int = 0  # Σ start_counter of running jobs: context = prompt_sum + n · counter − start_sum
+    done: list = field(default_factory=list)
+    busy_s: float = 0.0
+
+    # ---- state a router may read
+    @property
+    def n_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def n_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_sum + len(self.running) * self.counter - self.start_sum
+
+    def generated(self, job: Job) -> int:
+        return self.counter - job.start_counter if job.rid in self.running else job.generated
+
+    def kv_utilization(self) -> float:
+        return self.context_tokens / self.profile.kv_capacity_tokens
+
+    # ---- events
+    def enqueue(self, job: Job, now: float) -> bool:
+        """Queue a request at `now`; False (and the job marked rejected) when the buffer is full."""
+        if self.profile.buffer is not None and len(self.waiting) >= self.profile.buffer:
+            job.rejected = "buffer full"
+            self.done.append(job)
+            return False
+        job.enqueued = now
+        self.waiting.append(job)
+        if not self.running and self.clock < now:
+            self.clock = now  # an idle instance starts its next step on arrival
+        return True
+
+    def advance(self, until: float) -> None:
+        """Run every step that starts before `until`."""
+        while self.clock < until:
+            if self.waiting and self._admit():
+                continue
+            if not self.running:
+                if self.waiting:  # nothing runs and the head still does not fit: it never will
+                    job = self.waiting.popleft()
+                    job.rejected = "larger than the KV cache"
+                    self.done.append(job)
+                    continue
+                self.clock = until  # idle
+                return
+            self._decode_stretch(until)
+
+    def _fits(self, job: Job) -> bool:
+        """A free sequence slot, and room for the job and for this step's token of every running job
+        (so that admitting never forces the preemption of what it joins)."""
+        need = job.prompt_tokens + job.generated + 1 + len(self.running)
+        return (len(self.running) < self.profile.max_running
+                and self.context_tokens + need <= self.profile.kv_capacity_tokens)
+
+    def _admit(self) -> bool:
+        """One step that prefills every admissible waiting job and decodes the running ones."""
+        if not self._fits(self.waiting[0]):
+            return False
+        decoding, context = len(self.running), self.context_tokens
+        prefill = 0
+        admitted = []
+        while self.waiting and self._fits(self.waiting[0]):
+            job = self.waiting.popleft()
+            tokens = job.prompt_tokens + job.generated  # a preempted job recomputes what it had generated
+            prefill += tokens
+            job.start_counter = self.counter - job.generated
+            self.running[job.rid] = job
+            self.prompt_sum += job.prompt_tokens
+            self.start_sum += job.start_counter
+            heapq.heappush(self.finishes, (job.start_counter + job.output_tokens, job.rid))
+            admitted.append(job)
+        p = self.profile
+        step = p.prefill_intercept_s + p.prefill_s_per_token * prefill
+        if decoding:
+            step += p.decode_w_s + p.decode_h_s_per_token * context
+        self.clock += step
+        self.busy_s += step
+        self.counter += 1
+        for job in admitted:
+            if job.first_token is None:
+                job.first_token = self.clock
+        self._complete()
+        return True
+
+    def _decode_stretch(self, until: float) -> None:
+        """Decode-only steps up to the next completion, KV overflow or the first step starting at or
+        after `until`, whichever comes first, in closed form."""
+        p = self.profile
+        n, c0 = len(self.running), self.context_tokens
+        to_finish = self.finishes[0][0] - self.counter
+        room = (p.kv_capacity_tokens - c0) // n
+        if room < 1:
+            self._preempt()
+            return
+        steps = min(to_finish, room, self._steps_before(until, n, c0))
+        steps = max(1, steps)
+        duration = steps * p.decode_w_s + p.decode_h_s_per_token * (steps * c0 + n * steps * (steps - 1) / 2)
+        self.clock += duration
+        self.busy_s += duration
+        self.counter += steps
+        self._complete()
+
+    def _steps_before(self, until: float, n: int, c0: int) -> int:
+        """How many decode steps start before `until` (step j starts at clock + S(j))."""
+        if math.isinf(until):
+            return 1 << 62
+        p = self.profile
+        budget = until - self.clock
+        h = p.decode_h_s_per_token
+        a, b = h * n / 2, p.decode_w_s + h * (c0 - n / 2)
+        # S(j) = a j² + b j < budget; the largest such j, plus one for step 0
+        j = (-b + math.sqrt(b * b + 4 * a * budget)) / (2 * a) if a > 0 else budget / b
+        j = max(0, math.ceil(j) - 1)
+        while j > 0 and a * j * j + b * j >= budget:
+            j -= 1
+        return j + 1
+
+    def _complete(self) -> None:
+        while self.finishes and self.finishes[0][0] <= self.counter:
+            finish, rid = heapq.heappop(self.finishes)
+            job = self.running.get(rid)
+            if job is None or job.start_counter + job.output_tokens != finish:
+                continue  # the entry of an admission that was preempted
+            del self.running[rid]
+            self._release(job)
+            job.generated = job.output_tokens
+            job.finished = self.clock
+            self.done.append(job)
+
+    def _release(self, job: Job) -> None:
+        self.prompt_sum -= job.prompt_tokens
+        self.start_sum -= job.start_counter
+
+    def _preempt(self) -> None:
+        rid = next(reversed(self.running))  # the latest admitted
+        job = self.running.pop(rid)
+        job.generated = self.counter - job.start_counter
+        self._release(job)
+        job.preemptions += 1
+        self.waiting.appendleft(job)
+        if not self.running:  # one job alone exceeds the cache while decoding: it cannot finish here
+            self.waiting.popleft()
+            job.rejected = "outgrew the KV cache"
+            self.done.append(job)
+
