@@ -10,8 +10,10 @@ Files in the component folder:
 
 Prediction: the k nearest neighbours get weight w = 1 / (1 − cos + 1e-6), normalized. For each model
 only neighbours that carry a label for it vote; when none does, the model's training mean (prior)
-is returned. Ties in predicted quality are broken by the prior, then by lower predicted cost, so that
-a vote among a handful of neighbours does not hand traffic to a weaker model by accident.
+is returned. With `prior_strength` a > 0 the vote of the n labelled neighbours is shrunk toward the
+prior: (n · vote + a · prior) / (n + a). Ties in predicted quality are broken by the prior, then
+by lower predicted cost, so that a vote among a handful of neighbours does not hand traffic to a
+weaker model by accident.
 """
 
 from __future__ import annotations
@@ -78,7 +80,12 @@ class KnnEstimator:
             total = w.sum(axis=1)
             summed = (np.where(has, values, 0.0) * w).sum(axis=1)
             prior = np.asarray([self.meta["priors"][measure][m] for m in self.models], dtype=np.float64)
-            out[measure] = np.where(total > 0, summed / np.where(total > 0, total, 1.0), prior)
+            vote = np.where(total > 0, summed / np.where(total > 0, total, 1.0), prior)
+            strength = float(self.meta.get("prior_strength", 0.0))
+            if strength > 0:
+                n = has.sum(axis=1)
+                vote = (n * vote + strength * prior) / (n + strength)
+            out[measure] = vote
         return KnnPrediction(self.models, out["quality"], out["output_tokens"], out["cost"])
 
     def predict(self, texts: list[str], encoder_ref: str | None = None) -> KnnPrediction:

@@ -91,11 +91,30 @@ class RouterBundle:
 
         return KnnEstimator.load(self.root / self.manifest.component("knn_estimator").name)
 
-    def length_predictor(self):
-        """The shared output-length bucket predictor (`artifacts.text_predictor.TextPredictor`)."""
+    def text_predictor(self, name: str):
+        """A text predictor component (`artifacts.text_predictor.TextPredictor`): `length_predictor`,
+        `score_predictor` or `task_classifier`."""
         from artifacts.text_predictor import TextPredictor
 
-        return TextPredictor.load(self.root / self.manifest.component("length_predictor").name)
+        return TextPredictor.load(self.root / self.manifest.component(name).name)
+
+    def length_predictor(self):
+        """The shared output-length bucket predictor."""
+        return self.text_predictor("length_predictor")
+
+    def score_predictor(self):
+        """The shared quality-score bucket predictor."""
+        return self.text_predictor("score_predictor")
+
+    def task_classifier(self):
+        return self.text_predictor("task_classifier")
+
+    def predict_buckets(self, name: str, prompts: list[str], model: str, tasks: list[str | None] | None = None):
+        """`name`'s prediction for `model`; unknown tasks are filled by the bundle's task classifier
+        when it has one."""
+        has_classifier = any(c.name == "task_classifier" for c in self.manifest.components)
+        return self.text_predictor(name).predict(prompts, tasks, model=model,
+                                                 task_classifier=self.task_classifier() if has_classifier else None)
 
     @property
     def tiers_with_latency(self) -> list[str]:

@@ -9,6 +9,8 @@ import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import numpy as np
+
 from artifacts.manifest import Fleet, Lineage, Manifest
 from artifacts.registry import RegisteredBundle, ensure_experiment, register_bundle
 from artifacts.writer import ComponentSource, write_bundle
@@ -65,3 +67,18 @@ def publish_bundle(
             tags={"bundle_version": manifest.version, "code_version": manifest.code_version},
         )
     return registered, manifest
+
+
+def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
+               metrics: dict[str, float], files: list[Path], tags: dict[str, str] | None = None) -> str:
+    """An evaluation report as its own MLflow run (metrics, JSON and plots); returns the run id."""
+    import mlflow
+
+    experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        for f in files:
+            mlflow.log_artifact(str(f), "report")
+        if tags:
+            mlflow.set_tags(tags)
+    return run.info.run_id

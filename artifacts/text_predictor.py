@@ -69,9 +69,20 @@ class TextPredictor:
         return np.concatenate(out) if out else np.zeros((0, len(self.labels)), dtype=np.float32)
 
     def predict(self, prompts: Sequence[str], tasks: Sequence[str | None] | None = None,
-                model: str | None = None, top_k: int = 3) -> dict[str, Any]:
-        """Probabilities, top-k labels and (bucket predictors) the expected value per prompt."""
+                model: str | None = None, top_k: int = 3,
+                task_classifier: TextPredictor | None = None) -> dict[str, Any]:
+        """Probabilities, top-k labels and (bucket predictors) the expected value per prompt.
+
+        A predictor trained with the task hint wants each prompt's task; where it is unknown (None)
+        and a `task_classifier` is given, its top prediction is used instead (001 appendix A.6)."""
         tasks = list(tasks) if tasks is not None else [None] * len(prompts)
+        if len(tasks) != len(prompts):
+            raise ValueError(f"tasks has {len(tasks)} entries for {len(prompts)} prompts")
+        unknown = [i for i, t in enumerate(tasks) if t is None]
+        if self.spec.get("hint_template") and task_classifier is not None and unknown:
+            guessed = task_classifier.predict([prompts[i] for i in unknown], top_k=1)["top"]
+            for i, top in zip(unknown, guessed):
+                tasks[i] = top[0]
         texts = [compose(p, t, model, self.spec.get("hint_template"), self.spec.get("model_tokens"))
                  for p, t in zip(prompts, tasks)]
         probs = softmax(self.logits(texts).astype(np.float64))

@@ -38,12 +38,11 @@ def fleet_entry(config: FleetConfig) -> Fleet:
     )
 
 
-def build_bundle_asset(with_latency: bool, with_length: bool = False) -> dg.AssetsDefinition:
-    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it, with
-    `with_length` the `length_predictor`."""
+def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
+    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it, and each
+    text predictor named in `predictors` (`length_predictor`, `score_predictor`, `task_classifier`)."""
     ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
-    if with_length:
-        ins["length_predictor"] = dg.AssetIn("length_predictor")
+    ins |= {name: dg.AssetIn(name) for name in predictors}
 
     @dg.asset(
         io_manager_key="json_io",
@@ -61,9 +60,21 @@ def build_bundle_asset(with_latency: bool, with_length: bool = False) -> dg.Asse
         **extra: dict[str, Any],
     ):
         yield from _bundle(context, fleet, knn_estimator, routing_table, prompts, extra.get("latency_heads", {}),
-                           extra.get("length_predictor"))
+                           {name: extra[name] for name in predictors})
 
     return router_bundle
+
+
+def predictor_components(predictors: dict[str, dict[str, Any]]):
+    """Bundle components, MLflow metrics and plots of the text predictors' asset outputs."""
+    components, metrics, plots = [], {}, []
+    for name, result in predictors.items():
+        config = result["config"] | ({"scheme": result["spec"]["scheme"]} if result["spec"].get("scheme") else {})
+        components.append(ComponentSource(name=name, kind=name, format="onnx+tokenizer+json",
+                                          folder=Path(result["path"]), metrics=result["metrics"], config=config))
+        metrics |= {f"{name}/{k}": v for k, v in result["metrics"].items()}
+        plots += [Path(p) for p in result["plots"]]
+    return components, metrics, plots
 
 
 def latency_components(heads: dict[str, dict[str, Any]]) -> tuple[list[ComponentSource], dict[str, float], list[Path]]:
@@ -81,7 +92,7 @@ def latency_components(heads: dict[str, dict[str, Any]]) -> tuple[list[Component
     return components, metrics, plots
 
 
-def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, length_predictor):
+def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, text_predictors):
     config = fleet.config
     reg = config.registry
     knn = ComponentSource(
@@ -89,15 +100,7 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
         folder=Path(knn_estimator["path"]), metrics=knn_estimator["metrics"], config=knn_estimator["config"],
     )
     latency, latency_metrics, latency_plots = latency_components(latency_heads)
-    predictors = []
-    if length_predictor:
-        predictors.append(ComponentSource(
-            name="length_predictor", kind="length_predictor", format="onnx+tokenizer+json",
-            folder=Path(length_predictor["path"]), metrics=length_predictor["metrics"],
-            config=length_predictor["config"] | {"scheme": length_predictor["scheme"]},
-        ))
-        latency_metrics |= {f"length_predictor/{k}": v for k, v in length_predictor["metrics"].items()}
-        latency_plots += [Path(length_predictor["plot"])] if length_predictor["plot"] else []
+    predictors, predictor_metrics, predictor_plots = predictor_components(text_predictors)
     registered, manifest = publish_bundle(
         name=reg.model_name,
         fleet=fleet_entry(config),
@@ -111,8 +114,8 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
         dagster_run_id=context.run_id,
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
                 "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
-        metrics=knn_estimator["metrics"] | latency_metrics,
-        plots=[Path(knn_estimator["plot"]), *latency_plots],
+        metrics=knn_estimator["metrics"] | latency_metrics | predictor_metrics,
+        plots=[Path(knn_estimator["plot"]), *latency_plots, *predictor_plots],
     )
     context.log.info(f"registered {registered.uri} (version {registered.version}, bundle {manifest.version})")
     yield dg.Output(
@@ -127,6 +130,7 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
             "tracking_uri": reg.tracking_uri,
             "files": sum(len(c.files) for c in manifest.components),
             "latency_tiers": len(latency),
+            "text_predictors": ", ".join(text_predictors) or "none",
         },
     )
     with tempfile.TemporaryDirectory(prefix="routeforge-verify-") as tmp:

@@ -2,6 +2,7 @@
 
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -10,7 +11,8 @@ import pyarrow as pa
 from assets.metadata import markdown_table
 from pipelines.resources import FleetResource
 from training.knn import build_knn
-from training.routing_eval import evaluate_router, plot_quality_cost
+from training.knn_eval import evaluate_knn
+from training.routing_eval import plot_quality_cost
 
 
 @dg.asset(
@@ -27,9 +29,7 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, routi
     folder = fleet.root / "components" / "knn_estimator"
     knn = build_knn(routing_table, config.encoder, config.training.knn, folder)
     context.log.info(f"indexed {knn.index.ntotal} training prompts")
-    test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
-    prediction = knn.predict(test.column("text").to_pylist(), config.encoder)
-    evaluation = evaluate_router(test, prediction, knn.prior, config.training.lambda_sweep)
+    evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep)
     plot = plot_quality_cost(evaluation, fleet.root / "reports" / "knn_quality_cost.png",
                              f"{config.name}: KNN router, k={knn.k}")
     (fleet.root / "reports" / "knn_evaluation.json").write_text(json.dumps(evaluation, indent=2))
@@ -67,42 +67,65 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, routi
     )
 
 
-def build_length_predictor_asset(with_latency: bool) -> dg.AssetsDefinition:
-    """`length_predictor`; with `with_latency`, completion-time buckets use the profiled decode speed."""
-    ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
+def _decode_speed(context, settings, latency_heads: dict) -> float:
+    """Completion-time buckets' decode speed: the profiled tiers' median 1 / nominal TPOT."""
+    speeds = [1.0 / h["rwt"]["decode_s"] for h in latency_heads.values() if h.get("rwt", {}).get("decode_s")]
+    speed = float(np.median(speeds)) if speeds else settings.decode_tok_s
+    context.log.info(f"completion-time buckets at {speed:.1f} decode tokens/s "
+                     f"({'profiled tiers' if speeds else 'configured'})")
+    return speed
+
+
+def _train(name: str, context, config, routing_table: pa.Table, folder, upstream: dict) -> dict:
+    from training.bucket_predictors import train_length_predictor, train_score_predictor
+    from training.task_classifier import train_task_classifier
+
+    settings = getattr(config.training, name)
+    seed, log = config.training.seed, context.log.info
+    if name == "length_predictor":
+        speed = _decode_speed(context, settings, upstream.get("latency_heads", {}))
+        return train_length_predictor(routing_table, settings, speed, folder, seed=seed, log=log)
+    if name == "score_predictor":
+        return train_score_predictor(routing_table, settings, folder, seed=seed, log=log)
+    return train_task_classifier(routing_table, settings, folder, seed=seed, log=log)
+
+
+TEXT_PREDICTORS = {
+    "length_predictor": "Output-length bucket predictor shared by every model (001 buckets, 000 model tokens)",
+    "score_predictor": "Quality-score bucket predictor shared by every model (000: 10 equal-width buckets)",
+    "task_classifier": "Task classifier (001 appendix A.6) that supplies the task hint when it is unknown",
+}
+
+
+def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.AssetsDefinition:
+    """`length_predictor`, `score_predictor` or `task_classifier`: a fine-tuned encoder exported as
+    safetensors + ONNX, evaluated on the test split; with `with_latency` the length predictor's
+    completion-time buckets use the profiled decode speed."""
+    ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency and name == "length_predictor" else {}
 
     @dg.asset(
+        name=name,
         io_manager_key="json_io",
         group_name="training",
         ins=ins,
-        check_specs=[dg.AssetCheckSpec("onnx_matches_pytorch", asset="length_predictor", blocking=True)],
-        description="Output-length bucket predictor shared by every model (001 buckets, 000 model tokens): "
-                    "safetensors + ONNX component, evaluated on the test split.",
+        check_specs=[dg.AssetCheckSpec("onnx_matches_pytorch", asset=name, blocking=True)],
+        description=f"{TEXT_PREDICTORS[name]}: safetensors + ONNX component, evaluated on the test split.",
     )
-    def length_predictor(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
-                         **latency: dict):
-        from training.length_predictor import train_length_predictor
-
+    def text_predictor(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+                       **upstream: dict):
         config = fleet.config
-        settings = config.training.length_predictor
-        speeds = [1.0 / h["rwt"]["decode_s"] for h in latency.get("latency_heads", {}).values()
-                  if h.get("rwt", {}).get("decode_s")]
-        decode_tok_s = float(np.median(speeds)) if speeds else settings.decode_tok_s
-        context.log.info(f"completion-time buckets at {decode_tok_s:.1f} decode tokens/s "
-                         f"({'profiled tiers' if speeds else 'configured'})")
-        folder = fleet.root / "components" / "length_predictor"
-        result = train_length_predictor(routing_table, settings, decode_tok_s, folder, seed=config.training.seed,
-                                        log=context.log.info)
-        metrics = result["metrics"]
+        folder = fleet.root / "components" / name
+        result = _train(name, context, config, routing_table, folder, upstream)
+        metrics, spec = result["metrics"], result["spec"]
         yield dg.Output(
-            {"path": str(folder), "metrics": metrics, "plot": result["plot"], "config": settings.model_dump(),
-             "scheme": result["spec"]["scheme"]},
-            metadata={**{k: round(v, 6) for k, v in metrics.items()}, "decode_tok_s": decode_tok_s,
-                      "bucket_edges_tokens": dg.MetadataValue.json(result["spec"]["scheme"]["edges"]),
-                      **({"confusion": dg.MetadataValue.path(result["plot"])} if result["plot"] else {})},
+            {"path": str(folder), "metrics": metrics, "plots": result["plots"], "spec": spec,
+             "config": getattr(config.training, name).model_dump(), "learning_curve": result["learning_curve"]},
+            metadata={**{k: round(v, 6) for k, v in metrics.items()}, "labels": dg.MetadataValue.json(spec["labels"]),
+                      **({"bucket_scheme": dg.MetadataValue.json(spec["scheme"])} if spec.get("scheme") else {}),
+                      **{Path(p).stem: dg.MetadataValue.path(p) for p in result["plots"]}},
         )
         diff = metrics["onnx_max_abs_diff"]
         yield dg.AssetCheckResult(check_name="onnx_matches_pytorch", passed=diff < 1e-3,
                                   metadata={"max_abs_logit_diff": diff})
 
-    return length_predictor
+    return text_predictor

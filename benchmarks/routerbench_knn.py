@@ -5,7 +5,11 @@ and writes `benchmarks/results/routerbench_knn.json` and `.png`: per-model accur
 random, oracle, KNN argmax-quality routing, and the λ sweep of q̂ − λ·ĉ.
 
     .venv/bin/python benchmarks/routerbench_knn.py [--config configs/routerbench.yaml] [--k 10]
-        [--truncation-side left|right]
+        [--truncation-side left|right] [--prior-strength 10] [--no-loto]
+
+λ runs over `training.routing_eval.auto_lambdas` (six decades around the fleet's quality-per-cost
+rate). Leave-one-task-out (002's leave-one-dataset-out): the router indexed without ARC routes the
+ARC test prompts, and likewise for Winogrande.
 """
 
 from __future__ import annotations
@@ -15,9 +19,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-
 from pipelines.config import load_fleet
 from pipelines.engines import make_engine, prompt_rows
 from pipelines.prompt_sources import build_prompts
@@ -25,7 +26,8 @@ from pipelines.schemas import QUALITY, RESPONSES
 from pipelines.scoring import Scorer
 from pipelines.storage import Quarantine, to_table
 from training.knn import build_knn
-from training.routing_eval import evaluate_router, plot_quality_cost
+from training.knn_eval import evaluate_knn, leave_one_task_out
+from training.routing_eval import plot_quality_cost
 from training.routing_table import build_routing_table
 
 RESULTS = Path(__file__).parent / "results"
@@ -37,11 +39,14 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=None, help="override training.knn.k")
     parser.add_argument("--truncation-side", choices=["left", "right"], default=None,
                         help="override training.knn.truncation_side (which end of a long prompt the encoder keeps)")
+    parser.add_argument("--prior-strength", type=float, default=None, help="override training.knn.prior_strength")
+    parser.add_argument("--no-loto", action="store_true", help="skip the leave-one-task-out evaluation")
     parser.add_argument("--out", default=str(RESULTS / "routerbench_knn"))
     args = parser.parse_args()
 
     config = load_fleet(args.config)
-    updates = {k: v for k, v in (("k", args.k), ("truncation_side", args.truncation_side)) if v is not None}
+    updates = {k: v for k, v in (("k", args.k), ("truncation_side", args.truncation_side),
+                                 ("prior_strength", args.prior_strength)) if v is not None}
     knn_settings = config.training.knn.model_copy(update=updates)
     timings = {}
     t0 = time.perf_counter()
@@ -66,14 +71,15 @@ def main() -> None:
     knn = build_knn(routing, config.encoder, knn_settings, config.storage_root / "benchmarks" / "knn_component")
     timings["knn_build_s"] = time.perf_counter() - t0
 
-    test = routing.filter(pa.compute.equal(routing.column("split"), "test"))
     t0 = time.perf_counter()
-    prediction = knn.predict(test.column("text").to_pylist(), config.encoder)
-    timings["knn_predict_s"] = time.perf_counter() - t0
-    lambdas = sorted({*config.training.lambda_sweep, 0.0, *np.geomspace(1e-1, 1e5, 49).tolist()})
-    result = evaluate_router(test, prediction, knn.prior, lambdas)
+    result, _ = evaluate_knn(knn, routing, config.encoder, config.training.lambda_sweep)
+    timings["knn_predict_and_evaluate_s"] = time.perf_counter() - t0
     result.update({"k": knn_settings.k, "truncation_side": knn_settings.truncation_side,
+                   "prior_strength": knn_settings.prior_strength,
                    "n_train_indexed": knn.index.ntotal, "quarantined_pairs": quarantined, "timings": timings})
+    if not args.no_loto:
+        result["leave_one_task_out"] = leave_one_task_out(routing, config.encoder, knn_settings,
+                                                          config.storage_root / "benchmarks" / "knn_loto")
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(result, indent=2, sort_keys=True))
     plot_quality_cost(result, Path(f"{out}.png"), f"RouterBench arc_challenge + winogrande, KNN k={knn_settings.k}")
@@ -87,6 +93,11 @@ def main() -> None:
     h = result["hull"]
     print(f"AIQ router {h['aiq_router']:.4f} vs single-model hull {h['aiq_single_hull']:.4f}; largest lead over "
           f"the hull {100 * h['max_gap_above_hull']:+.2f} points at ${h['max_gap_at_cost']:.6f}")
+    for task, r in result.get("leave_one_task_out", {}).items():
+        if isinstance(r, dict):
+            print(f"leave {task} out: router {r['router_quality']:.4f} vs best single {r['best_single_model']} "
+                  f"{r['best_single_quality']:.4f}, random {r['random_quality']:.4f}; AIQ {r['aiq_router']:.4f} "
+                  f"vs hull {r['aiq_single_hull']:.4f}")
     print(f"wrote {out}.json and {out}.png")
 
 

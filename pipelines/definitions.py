@@ -13,10 +13,11 @@ import dagster as dg
 from upath import UPath
 
 from assets.bundle import build_bundle_asset
-from assets.predictors import build_length_predictor_asset, knn_estimator
+from assets.predictors import TEXT_PREDICTORS, build_text_predictor_asset, knn_estimator
 from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
 from assets.prompts import prompts
 from assets.quality import build_quality_asset
+from assets.reports import build_report_asset
 from assets.responses import build_responses_asset
 from assets.routing import routing_table
 from pipelines.config import load_fleet
@@ -37,10 +38,10 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         build_quality_asset(models),
         routing_table,
         knn_estimator,
-        build_bundle_asset(with_latency=bool(profiled), with_length=config.training.length_predictor.enabled),
+        build_bundle_asset(with_latency=bool(profiled), predictors=text_predictors(config)),
+        build_report_asset(predictors=text_predictors(config)),
+        *(build_text_predictor_asset(name, with_latency=bool(profiled)) for name in text_predictors(config)),
     ]
-    if config.training.length_predictor.enabled:
-        assets.append(build_length_predictor_asset(with_latency=bool(profiled)))
     if profiled:
         tiers = dg.StaticPartitionsDefinition(profiled)
         assets += [build_tier_profiles_asset(tiers), build_latency_heads_asset(tiers)]
@@ -53,10 +54,14 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     return assets, resources
 
 
+def text_predictors(config) -> tuple[str, ...]:
+    """The enabled fine-tuned text predictors, in the order they are trained."""
+    return tuple(name for name in TEXT_PREDICTORS if getattr(config.training, name).enabled)
+
+
 def training_assets(config) -> list[str]:
     """What `train_and_register` rebuilds, in order."""
-    extra = ["length_predictor"] if config.training.length_predictor.enabled else []
-    return ["routing_table", "knn_estimator", *extra, "router_bundle"]
+    return ["routing_table", "knn_estimator", *text_predictors(config), "predictor_report", "router_bundle"]
 
 
 def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:

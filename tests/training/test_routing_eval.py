@@ -4,7 +4,7 @@ import pytest
 
 from artifacts.knn import KnnPrediction
 from pipelines.schemas import routing_table_schema
-from training.routing_eval import evaluate_router, plot_quality_cost
+from training.routing_eval import auto_lambdas, evaluate_router, plot_quality_cost
 
 
 def _table(quality, cost):
@@ -66,3 +66,17 @@ def test_upper_hull_aiq_and_gap_to_the_hull():
     assert aiq(singles, 1.0, 4.0) == pytest.approx((1.4 + 0.9) / 3, abs=1e-4)
     cmp = hull_comparison([(2.0, 0.8), (3.5, 0.88)], singles)
     assert cmp["max_gap_above_hull"] == pytest.approx(0.1) and cmp["max_gap_at_cost"] == 2.0
+
+
+def test_auto_lambdas_span_the_fleets_quality_per_cost_rate():
+    pred = KnnPrediction(["a", "b"], np.array([[0.9, 0.5], [0.7, 0.5]]), np.ones((2, 2)),
+                         np.array([[0.004, 0.0004], [0.004, 0.0004]]))
+    lambdas = auto_lambdas(pred, n=8)
+    rate = 0.3 / 0.0036  # spread of mean quality over spread of mean cost
+    assert lambdas[0] == 0.0 and len(lambdas) == 8
+    assert lambdas[1] == pytest.approx(rate * 1e-3) and lambdas[-1] == pytest.approx(rate * 1e3)
+    assert lambdas[4] == pytest.approx(rate)
+    table = _table([[1.0, 0.0], [0.0, 1.0]], [[0.004, 0.0004]] * 2)
+    result = evaluate_router(table, pred, np.array([0.5, 0.5]))
+    assert [s["lambda"] for s in result["lambda_sweep"]] == pytest.approx(auto_lambdas(pred))
+    assert {m for s in result["lambda_sweep"] for m in s["share"]} == {"a", "b"}

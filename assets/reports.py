@@ -1,0 +1,73 @@
+"""`predictor_report`: the learned predictors' evaluation as one JSON + plots, logged to MLflow."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+from artifacts.publish import log_report
+from assets.metadata import clean, markdown_table
+from pipelines.resources import FleetResource
+
+
+def flat_metrics(report: dict[str, Any], predictors: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """MLflow metrics: routers' AIQ and lead, batch-64 speed, and each predictor's held-out metrics."""
+    out = {}
+    for name, r in report["routers"].items():
+        out |= {f"routing/{name}/{k}": v for k, v in r.items() if isinstance(v, float)}
+    for name, t in report["batch64_cpu"].items():
+        out[f"batch64/{name}/prompts_per_s"] = t["prompts_per_s"]
+    for task, r in report["leave_one_task_out"].items():
+        if isinstance(r, dict):
+            out[f"loto/{task}/router_minus_best_single"] = r["router_quality"] - r["best_single_quality"]
+    for name, result in predictors.items():
+        out |= {f"{name}/{k}": v for k, v in result["metrics"].items() if "/" not in k}
+    return out
+
+
+def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
+    """`predictor_report` over the KNN estimator and the enabled text predictors."""
+
+    @dg.asset(
+        io_manager_key="json_io",
+        group_name="evaluation",
+        ins={name: dg.AssetIn(name) for name in predictors},
+        description="Routing value (AIQ against the single-model hull), leave-one-task-out KNN, batch-of-64 "
+                    "CPU inference and the held-out accuracy of every predictor; logged to MLflow.",
+    )
+    def predictor_report(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+                         knn_estimator: dict[str, Any], **upstream: dict[str, Any]):
+        from training.predictor_report import build_report
+
+        config = fleet.config
+        out_dir = fleet.root / "reports" / "predictors"
+        report = build_report(routing_table, Path(knn_estimator["path"]), config.encoder, config.training.knn,
+                              {name: Path(r["path"]) for name, r in upstream.items()},
+                              config.training.lambda_sweep, out_dir, config.name, log=context.log.info)
+        report["predictors"] = {name: r["metrics"] for name, r in upstream.items()}
+        plots = [Path(p) for p in report["plots"]] + [Path(p) for r in upstream.values() for p in r["plots"]]
+        path = out_dir / "predictor_report.json"
+        path.write_text(json.dumps(report, indent=2, default=float))
+        reg = config.registry
+        run_id = log_report(tracking_uri=reg.tracking_uri, experiment=reg.experiment,
+                            artifact_location=reg.artifact_location, run_name=f"{config.name}-predictor-report",
+                            metrics=flat_metrics(report, upstream), files=[path, *plots],
+                            tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+        context.log.info(f"logged the report to MLflow run {run_id}")
+        routers = [{"router": name, **clean(r)} for name, r in report["routers"].items()]
+        timing = [{"predictor": name, "prompts_per_s": round(t["prompts_per_s"], 1)}
+                  for name, t in report["batch64_cpu"].items()]
+        loto = [{"held_out_task": t, **clean({k: v for k, v in r.items() if isinstance(v, float)})}
+                for t, r in report["leave_one_task_out"].items() if isinstance(r, dict)]
+        yield dg.Output(
+            {"path": str(path), "mlflow_run_id": run_id, "routers": report["routers"],
+             "batch64_cpu": report["batch64_cpu"], "leave_one_task_out": report["leave_one_task_out"]},
+            metadata={"mlflow_run_id": run_id, "report": dg.MetadataValue.path(str(path)),
+                      "routers": markdown_table(routers), "batch64_cpu": markdown_table(timing),
+                      "leave_one_task_out": markdown_table(loto),
+                      "quality_cost_plot": dg.MetadataValue.path(report["plots"][0])},
+        )
+
+    return predictor_report
