@@ -104,3 +104,20 @@ def test_workload_generators(shared_data, tmp_path):
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 x,1,1\n")
     with pytest.raises(ValueError, match="line 3"):
         read_trace(bad)
+
+
+def test_static_batches_reproduce_measurements_made_by_the_same_arithmetic():
+    from profiling.batch_fits import BatchMeasurement
+    from training.simulator.calibration import static_batches
+
+    ms = []
+    for b, p, t in ((1, 100, 20), (4, 200, 50), (8, 50, 10)):
+        decode = np.mean([PROFILE.nominal_tpot(b * (p + k)) for k in range(1, t)])  # step k holds b·(p + k)
+        ms.append(BatchMeasurement(b, p, t, prefill_s=0.01 + 1e-4 * b * p, decode_iter_s=float(decode)))
+    result = static_batches(InstanceProfile(0.01, 1e-4, 0.02, 1e-5, max_running=64), ms)
+    assert result["batches"] == 3
+    assert result["ttft_ape_mape"] < 1e-9 and result["tpot_ape_mape"] < 1e-9 and result["e2e_ape_mape"] < 1e-9
+    # capacity: one request's prefill plus its share of full-batch decode steps
+    cap = PROFILE.capacity_rps(100, 20)
+    step = PROFILE.nominal_tpot(8 * (100 + 10))
+    assert cap == pytest.approx(1 / (0.01 + 1e-4 * 100 + 20 * step / 8))

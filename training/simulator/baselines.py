@@ -101,11 +101,18 @@ class EarliestAvailable(_PerRequest):
         return int(np.argmin(starts))
 
 
+def quality_of(request: Request, inst: Instance) -> float:
+    """Predicted quality of the instance's model; 0 where unknown (a trace without labels), so that
+    unknown quality ties instead of poisoning comparisons."""
+    q = request.est_quality(inst.model)
+    return 0.0 if np.isnan(q) else q
+
+
 class QualityOnly(_PerRequest):
     """argmax predicted quality of the instance's model; ties to the least loaded."""
 
     def choose(self, request, cluster, now):
-        scores = [(request.est_quality(inst.model), -outstanding(inst)) for inst in cluster.instances]
+        scores = [(quality_of(request, inst), -outstanding(inst)) for inst in cluster.instances]
         return max(range(len(scores)), key=lambda i: scores[i])
 
 
@@ -114,8 +121,9 @@ class RouteBalance:
     """002's joint assignment: for the batch of waiting requests, longest predicted first (LPT),
     score every instance by w_q · quality − w_l · latency − w_c · cost, each min–max normalised over
     the batch's candidates, and dead-reckon the chosen instance's pending decode tokens locally
-    before the next request. Latency is 002's analytic E2E: (pending decode / running + predicted
-    length) · TPOT at the instance's context, plus the prefill."""
+    before the next request. Latency is 002's analytic E2E at the instance's TPOT (context-dependent):
+    predicted length · TPOT where a sequence slot is free, else (pending decode / running +
+    predicted length) · TPOT; plus the prefill."""
 
     weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # quality, latency, cost on the simplex
     price_per_token: tuple[float, ...] | None = None  # per instance; None: no cost term
@@ -139,8 +147,10 @@ class RouteBalance:
             est = np.array([req.est_tokens(i.model) for i in insts])
             tpot = np.array([i.profile.nominal_tpot(i.context_tokens) for i in insts])
             prefill = np.array([i.profile.prefill_s_per_token * req.prompt_tokens for i in insts])
-            latency = (pending / running + est) * tpot + prefill
-            quality = np.array([req.est_quality(i.model) for i in insts])
+            free = np.array([i.n_running < i.profile.max_running and not i.waiting for i in insts])
+            # 002: predicted_len · TPOT when a decode slot is free, else (pending / running + predicted_len) · TPOT
+            latency = np.where(free, est, pending / running + est) * tpot + prefill
+            quality = np.array([quality_of(req, i) for i in insts])
             cost = (np.asarray(self.price_per_token) * (req.prompt_tokens + est) if self.price_per_token
                     else np.zeros(len(insts)))
             score = wq * _unit(quality) - wl * _unit(latency) - wc * _unit(cost)

@@ -57,6 +57,14 @@ class InstanceProfile:
     def nominal_tpot(self, context_tokens: float = 0.0) -> float:
         return self.decode_w_s + self.decode_h_s_per_token * context_tokens
 
+    def capacity_rps(self, prompt_tokens: float, output_tokens: float) -> float:
+        """Requests per second one instance sustains for requests of this mean size: each costs its
+        own prefill step time, plus its share of decode steps run at the largest batch that fits."""
+        batch = max(1.0, min(self.max_running, self.kv_capacity_tokens / (prompt_tokens + output_tokens)))
+        step = self.nominal_tpot(batch * (prompt_tokens + output_tokens / 2))
+        per_request = self.prefill_intercept_s + self.prefill_s_per_token * prompt_tokens + output_tokens * step / batch
+        return 1.0 / per_request
+
 
 @dataclass
 class Job:

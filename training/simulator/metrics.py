@@ -33,7 +33,7 @@ def summarize(outcomes: list[Outcome], slo_e2e_s: float | None = None, slo_tpot_
         "e2e_p50_s": _pct(e2e, 50), "e2e_p95_s": _pct(e2e, 95), "e2e_p98_s": _pct(e2e, 98), "e2e_p99_s": _pct(e2e, 99),
         "ttft_mean_s": float(ttft.mean()) if ttft.size else float("nan"), "ttft_p95_s": _pct(ttft, 95),
         "tpot_mean_s": float(tpot.mean()) if tpot.size else float("nan"), "tpot_p95_s": _pct(tpot, 95),
-        "quality_mean": float(np.nanmean(quality)) if n else float("nan"),
+        "quality_mean": float(np.nanmean(quality)) if np.isfinite(quality).any() else float("nan"),
         "throughput_rps": len(served) / span if span > 0 else float("nan"),
     }
     on_time = np.array([o.served and (slo_e2e_s is None or o.e2e <= slo_e2e_s)

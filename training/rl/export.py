@@ -1,0 +1,35 @@
+"""Export a trained policy network to ONNX with its observation and action specs, and check that
+ONNX Runtime and PyTorch pick the same actions (`artifacts/policy.py` is the runtime side)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, check_obs: np.ndarray,
+                  output: str = "q_values") -> dict:
+    """Write `policy.onnx` + `policy.json`; returns the spec with the parity measured on `check_obs`."""
+    import torch
+
+    from artifacts.policy import RoutingPolicy
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n_obs = int(observation_spec["size"])
+    net = net.eval()
+    torch.onnx.export(net, (torch.zeros(1, n_obs),), str(folder / "policy.onnx"), input_names=["observation"],
+                      output_names=[output], opset_version=17, dynamo=False,
+                      dynamic_axes={"observation": {0: "batch"}, output: {0: "batch"}})
+    spec = {"observation": observation_spec, "action": action_spec, "output": output}
+    (folder / "policy.json").write_text(json.dumps(spec, indent=2))
+    with torch.no_grad():
+        reference = net(torch.as_tensor(check_obs, dtype=torch.float32)).numpy()
+    runtime = RoutingPolicy.load(folder)
+    got = runtime.scores(check_obs)
+    spec |= {"onnx_max_abs_diff": float(np.abs(got - reference).max()),
+             "onnx_action_agreement": float((got.argmax(1) == reference.argmax(1)).mean())}
+    (folder / "policy.json").write_text(json.dumps(spec, indent=2))
+    return spec
