@@ -33,6 +33,26 @@ from training.routing_table import build_routing_table
 RESULTS = Path(__file__).parent / "results"
 
 
+def routing_table_of(config, timings: dict[str, float]):
+    """Prompts → table import → table correctness → routing table with the library code alone;
+    returns the table and the quarantined pairs per model."""
+    t0 = time.perf_counter()
+    prompts, _ = build_prompts(config)
+    timings["prompts_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    responses, quality, quarantined = {}, {}, {}
+    rows = prompt_rows(prompts)
+    scorer = Scorer(config)
+    for spec in config.models:
+        q = Quarantine("responses", spec.name)
+        responses[spec.name] = to_table(make_engine(spec, config, Path("/tmp")).generate(rows, q), RESPONSES)
+        qq = Quarantine("quality", spec.name)
+        quality[spec.name] = to_table(scorer.score(responses[spec.name], prompts, qq), QUALITY)
+        quarantined[spec.name] = len(q) + len(qq)
+    timings["import_and_score_s"] = time.perf_counter() - t0
+    return build_routing_table(prompts, responses, quality, config.model_names), quarantined
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/routerbench.yaml")
@@ -49,23 +69,7 @@ def main() -> None:
                                  ("prior_strength", args.prior_strength)) if v is not None}
     knn_settings = config.training.knn.model_copy(update=updates)
     timings = {}
-    t0 = time.perf_counter()
-    prompts, _ = build_prompts(config)
-    timings["prompts_s"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    responses, quality, quarantined = {}, {}, {}
-    rows = prompt_rows(prompts)
-    scorer = Scorer(config)
-    for spec in config.models:
-        q = Quarantine("responses", spec.name)
-        responses[spec.name] = to_table(make_engine(spec, config, Path("/tmp")).generate(rows, q), RESPONSES)
-        qq = Quarantine("quality", spec.name)
-        quality[spec.name] = to_table(scorer.score(responses[spec.name], prompts, qq), QUALITY)
-        quarantined[spec.name] = len(q) + len(qq)
-    timings["import_and_score_s"] = time.perf_counter() - t0
-
-    routing = build_routing_table(prompts, responses, quality, config.model_names)
+    routing, quarantined = routing_table_of(config, timings)
     t0 = time.perf_counter()
     out = Path(args.out)
     knn = build_knn(routing, config.encoder, knn_settings, config.storage_root / "benchmarks" / "knn_component")

@@ -121,3 +121,23 @@ def test_static_batches_reproduce_measurements_made_by_the_same_arithmetic():
     cap = PROFILE.capacity_rps(100, 20)
     step = PROFILE.nominal_tpot(8 * (100 + 10))
     assert cap == pytest.approx(1 / (0.01 + 1e-4 * 100 + 20 * step / 8))
+
+
+def test_pool_from_routing_table_carries_predictions_and_ablates_them():
+    import pyarrow as pa
+
+    from pipelines.schemas import routing_table_schema
+
+    data = {"prompt_id": ["a", "b", "c"], "task": ["t"] * 3, "text": ["x", "y", "z"], "split": ["test"] * 3,
+            "quality/m": [1.0, None, 0.0], "output_tokens/m": [10.0, 20.0, 30.0], "cost/m": [1.0] * 3}
+    table = pa.Table.from_pydict(data, schema=routing_table_schema(["m"]))
+    pool = RequestPool.from_routing_table(table, np.array([5, 6, 7]), predicted_quality=np.array([[0.9], [0.5], [0.2]]),
+                                          predicted_tokens=np.array([[12.0], [22.0], [28.0]]))
+    assert len(pool) == 2  # the unlabelled prompt is left out, and its prediction with it
+    assert pool.predicted_quality[:, 0].tolist() == [0.9, 0.2] and pool.prompt_tokens.tolist() == [5, 7]
+    [r] = pool.ablated(quality="predicted", length="zero").requests(np.array([0.0]), in_order=True)
+    assert r.est_quality(0) == 0.9 and r.est_tokens(0) == 0.0
+    [r] = pool.ablated().requests(np.array([0.0]), in_order=True)
+    assert r.est_quality(0) == 1.0 and r.est_tokens(0) == 10.0  # the truth
+    with pytest.raises(ValueError, match="quality: 'guess'"):
+        pool.ablated(quality="guess")

@@ -117,9 +117,11 @@ class RequestPool:
 
     @classmethod
     def from_routing_table(cls, table: pa.Table, prompt_tokens: np.ndarray, models: list[str] | None = None,
-                           min_output_tokens: int = 1) -> RequestPool:
+                           min_output_tokens: int = 1, predicted_quality: np.ndarray | None = None,
+                           predicted_tokens: np.ndarray | None = None) -> RequestPool:
         """Prompts labelled for every model in `models` (default: all); prompt token counts given by the
-        caller (the routing table stores none)."""
+        caller (the routing table stores none). Predictions, when given, are (rows of `table`, models)
+        arrays, e.g. a KNN estimator's; without them policies see the true labels."""
         models = models or routing_models(table.schema)
         out, quality = matrix(table, "output_tokens", models), matrix(table, "quality", models)
         keep = ~np.isnan(out).any(axis=1) & ~np.isnan(quality).any(axis=1)
@@ -127,7 +129,25 @@ class RequestPool:
             raise ValueError(f"no prompt has an output length and a quality for every model of {models}")
         out = np.maximum(np.nan_to_num(out[keep]), min_output_tokens).astype(np.int64)
         tasks = [t for t, k in zip(table.column("task").to_pylist(), keep) if k]
-        return cls(np.asarray(prompt_tokens)[keep], out, quality[keep], tasks, models)
+        return cls(np.asarray(prompt_tokens)[keep], out, quality[keep], tasks, models,
+                   None if predicted_tokens is None else np.asarray(predicted_tokens, dtype=float)[keep],
+                   None if predicted_quality is None else np.asarray(predicted_quality, dtype=float)[keep])
+
+    def ablated(self, quality: str = "true", length: str = "true") -> RequestPool:
+        """000's PS/PL/ZS/ZL study: policies see predicted ("predicted"), true ("true") or zero ("zero")
+        quality scores and output lengths."""
+        def pick(kind: str, truth: np.ndarray, predicted: np.ndarray | None, name: str):
+            if kind == "true":
+                return None
+            if kind == "zero":
+                return np.zeros(truth.shape)
+            if kind == "predicted" and predicted is not None:
+                return predicted
+            raise ValueError(f"{name}: {kind!r} is not true, zero or predicted (with predictions in the pool)")
+
+        return RequestPool(self.prompt_tokens, self.output_tokens, self.quality, self.tasks, self.models,
+                           pick(length, self.output_tokens, self.predicted_tokens, "length"),
+                           pick(quality, self.quality, self.predicted_quality, "quality"))
 
     @classmethod
     def from_trace(cls, prompt_tokens, output_tokens, n_models: int) -> RequestPool:
