@@ -123,7 +123,8 @@ class RouteBalance:
     the batch's candidates, and dead-reckon the chosen instance's pending decode tokens locally
     before the next request. Latency is 002's analytic E2E at the instance's TPOT (context-dependent):
     predicted length · TPOT where a sequence slot is free, else (pending decode / running +
-    predicted length) · TPOT; plus the prefill."""
+    predicted length) · TPOT; plus the prefill. Equal scores (e.g. a weight on a term every
+    candidate ties on) go to the lower latency estimate."""
 
     weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # quality, latency, cost on the simplex
     price_per_token: tuple[float, ...] | None = None  # per instance; None: no cost term
@@ -154,7 +155,7 @@ class RouteBalance:
             cost = (np.asarray(self.price_per_token) * (req.prompt_tokens + est) if self.price_per_token
                     else np.zeros(len(insts)))
             score = wq * _unit(quality) - wl * _unit(latency) - wc * _unit(cost)
-            choice = int(np.argmax(score))
+            choice = int(np.lexsort((latency, -np.round(score, 12)))[0])  # ties: the lower latency
             pending[choice] += est[choice]  # dead reckoning until the next telemetry
             out[k] = choice
         return out
