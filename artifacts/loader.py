@@ -7,7 +7,7 @@ one this loader reads, and every listed file matches its sha256 (no file missing
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -81,6 +81,7 @@ def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None) ->
 class RouterBundle:
     root: Path
     manifest: Manifest
+    _loaded: dict = field(default_factory=dict, repr=False)
 
     @property
     def models(self) -> list[str]:
@@ -93,10 +94,12 @@ class RouterBundle:
 
     def text_predictor(self, name: str):
         """A text predictor component (`artifacts.text_predictor.TextPredictor`): `length_predictor`,
-        `score_predictor` or `task_classifier`."""
+        `score_predictor` or `task_classifier`; loaded once per bundle (an ONNX session is costly)."""
         from artifacts.text_predictor import TextPredictor
 
-        return TextPredictor.load(self.root / self.manifest.component(name).name)
+        if name not in self._loaded:
+            self._loaded[name] = TextPredictor.load(self.root / self.manifest.component(name).name)
+        return self._loaded[name]
 
     def length_predictor(self):
         """The shared output-length bucket predictor."""

@@ -5,11 +5,10 @@ The manifest is written inside the run so that it records the MLflow run id in i
 
 from __future__ import annotations
 
+import math
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-
-import numpy as np
 
 from artifacts.manifest import Fleet, Lineage, Manifest
 from artifacts.registry import RegisteredBundle, ensure_experiment, register_bundle
@@ -76,7 +75,7 @@ def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | N
 
     experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)})
         for f in files:
             mlflow.log_artifact(str(f), "report")
         if tags:

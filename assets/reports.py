@@ -43,7 +43,8 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
 
         config = fleet.config
         out_dir = fleet.root / "reports" / "predictors"
-        report = build_report(routing_table, Path(knn_estimator["path"]), config.encoder, config.training.knn,
+        report = build_report(routing_table, Path(knn_estimator["path"]), knn_estimator["evaluation"],
+                              config.encoder, config.training.knn,
                               {name: Path(r["path"]) for name, r in upstream.items()},
                               config.training.lambda_sweep, out_dir, config.name, log=context.log.info)
         report["predictors"] = {name: r["metrics"] for name, r in upstream.items()}

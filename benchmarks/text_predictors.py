@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -47,6 +46,7 @@ import numpy as np  # noqa: E402
 
 from artifacts.text_predictor import TextPredictor, compose  # noqa: E402
 from training.predictor_eval import classification_report, plot_confusion  # noqa: E402
+from training.predictor_report import median_seconds  # noqa: E402
 from training.text_classifier import ClassifierSettings, package_predictor, train_classifier  # noqa: E402
 
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
@@ -58,13 +58,8 @@ def rows(name: str) -> list[dict]:
 
 
 def time_batch(fn, texts: list[str], repeats: int = 5) -> float:
-    fn(texts)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(texts)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    """Median seconds of `fn(texts)` after a warm-up call."""
+    return median_seconds(lambda: fn(texts), repeats)
 
 
 def torch_forward(model_dir: Path, settings: ClassifierSettings):

@@ -45,17 +45,23 @@ def _histogram(lengths: np.ndarray, bucket: int) -> dict:
 
 
 def build_knn(
-    routing: pa.Table, encoder_ref: str, settings: KnnSettings, out_dir: Path, split: str = "train"
+    routing: pa.Table, encoder_ref: str, settings: KnnSettings, out_dir: Path, split: str = "train",
+    vectors: np.ndarray | None = None,
 ) -> KnnEstimator:
-    """Embed the `split` prompts, index them, and write index.faiss, labels.parquet and knn.json."""
+    """Embed the `split` prompts, index them, and write index.faiss, labels.parquet and knn.json.
+    `vectors`, row-aligned with `routing`, are embeddings the caller already has (not re-encoded)."""
     models = routing_models(routing.schema)
-    train = routing.filter(pa.compute.equal(routing.column("split"), split))
+    in_split = np.asarray(routing.column("split").to_pylist()) == split
+    train = routing.filter(pa.array(in_split))
     quality = matrix(train, "quality", models)
     keep = ~np.all(np.isnan(quality), axis=1)  # a prompt with no label for any model teaches nothing
     train = train.filter(pa.array(keep))
     if train.num_rows == 0:
         raise ValueError(f"routing table has no labelled {split!r} prompts to index")
-    vectors = encode(train.column("text").to_pylist(), encoder_ref, truncation_side=settings.truncation_side)
+    if vectors is None:
+        vectors = encode(train.column("text").to_pylist(), encoder_ref, truncation_side=settings.truncation_side)
+    else:
+        vectors = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32)[in_split][keep])
     index = _build_index(vectors, settings)
 
     out_dir = Path(out_dir)

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from artifacts.encoder import encode
 from artifacts.knn import KnnEstimator, KnnPrediction
 from pipelines.config import KnnSettings
 from training.knn import build_knn
@@ -37,18 +38,23 @@ def leave_one_task_out(routing: pa.Table, encoder_ref: str, settings: KnnSetting
                        lambdas: list[float] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Per task with test prompts: the router trained without that task against the single models
     and the random choice on it. Needs at least two tasks in the training split."""
-    split, task = routing.column("split").to_pylist(), routing.column("task").to_pylist()
-    train_tasks = sorted({t for s, t in zip(split, task) if s == "train"})
+    split, task = np.asarray(routing.column("split").to_pylist()), np.asarray(routing.column("task").to_pylist())
+    train_tasks = sorted(set(task[split == "train"].tolist()))
     if len(train_tasks) < 2:
         raise ValueError(f"leave-one-task-out needs two or more training tasks, the routing table has {train_tasks}")
+    vectors = None  # every prompt is embedded once, on the first task that needs it
     out = {}
     for held in train_tasks:
-        keep = [(s == "train" and t != held) or (s == "test" and t == held) for s, t in zip(split, task)]
-        subset = routing.filter(pa.array(keep))
-        if test_split(subset).num_rows == 0:
+        keep = ((split == "train") & (task != held)) | ((split == "test") & (task == held))
+        if not ((split == "test") & (task == held)).any():
             continue
-        knn = build_knn(subset, encoder_ref, settings, Path(work_dir) / f"without_{held}")
-        result, _ = evaluate_knn(knn, subset, encoder_ref, lambdas)
+        if vectors is None:
+            vectors = encode(routing.column("text").to_pylist(), encoder_ref, truncation_side=settings.truncation_side)
+        subset = routing.filter(pa.array(keep))
+        knn = build_knn(subset, encoder_ref, settings, Path(work_dir) / f"without_{held}", vectors=vectors[keep])
+        test = test_split(subset)
+        prediction = knn.predict_embeddings(vectors[keep & (split == "test")])
+        result = evaluate_router(test, prediction, knn.prior, lambdas)
         best = result["best_single_model"]
         out[held] = {
             "n_test": result["n_scored"],

@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts.knn import KnnEstimator, KnnPrediction
-from artifacts.text_predictor import TextPredictor
+from artifacts.text_predictor import TextPredictor, compose
 from pipelines.config import KnnSettings
-from training.knn_eval import evaluate_knn, leave_one_task_out, test_split
+from training.knn_eval import leave_one_task_out, test_split
 from training.routing_eval import evaluate_router, plot_quality_cost
 
 BATCH = 64
@@ -41,8 +41,6 @@ def median_seconds(fn: Callable[[], Any], repeats: int = 3) -> float:
 
 def batch_timing(predictor: TextPredictor, prompts: list[str], model: str) -> dict[str, float]:
     """ONNX Runtime seconds for one batch (tokenization included), composed as at serving time."""
-    from artifacts.text_predictor import compose
-
     texts = [compose(p, None, model if predictor.spec.get("model_tokens") else None, None,
                      predictor.spec.get("model_tokens")) for p in prompts]
     seconds = median_seconds(lambda: predictor.logits(texts, batch_size=len(texts)))
@@ -59,16 +57,17 @@ def score_router(test: pa.Table, score: TextPredictor, knn: KnnPrediction, prior
     return evaluate_router(test, KnnPrediction(knn.models, quality, knn.output_tokens, knn.cost), prior, lambdas)
 
 
-def build_report(routing: pa.Table, knn_folder: Path, encoder_ref: str, knn_settings: KnnSettings,
-                 predictors: dict[str, Path], lambdas: list[float] | None, out_dir: Path,
-                 title: str, log: Callable[[str], None] = print) -> dict[str, Any]:
+def build_report(routing: pa.Table, knn_folder: Path, knn_eval: dict[str, Any], encoder_ref: str,
+                 knn_settings: KnnSettings, predictors: dict[str, Path], lambdas: list[float] | None,
+                 out_dir: Path, title: str, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """`knn_eval` is the KNN estimator's own test-split evaluation (`evaluate_knn`), reused here."""
     out_dir = Path(out_dir)
     knn = KnnEstimator.load(knn_folder)
-    knn_eval, knn_prediction = evaluate_knn(knn, routing, encoder_ref, lambdas)
     test = test_split(routing)
     routers = {"knn_estimator": knn_eval}
     loaded = {name: TextPredictor.load(folder) for name, folder in predictors.items()}
-    if "score_predictor" in loaded:
+    if "score_predictor" in loaded:  # the KNN's cost estimates, so that only the quality predictions differ
+        knn_prediction = knn.predict(test.column("text").to_pylist(), encoder_ref)
         routers["score_predictor"] = score_router(test, loaded["score_predictor"], knn_prediction, knn.prior, lambdas)
     summary = {name: {**r["hull"], "max_quality": r["router_max_quality"]["quality"],
                       "max_quality_cost": r["router_max_quality"]["cost"]} for name, r in routers.items()}

@@ -9,6 +9,7 @@ back to the truth when a workload carries no predictions: the true-value ablatio
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,14 +39,15 @@ def work_left_s(inst: Instance, requests_by_rid: dict[int, Request] | None = Non
     return remaining * tpot + waiting
 
 
-class _PerRequest:
+class _PerRequest(ABC):
     """A policy that decides each queued request on its own, in arrival order."""
 
     def assign(self, queue: list[Request], cluster: Cluster, now: float) -> list[int | None]:
         return [self.choose(r, cluster, now) for r in queue]
 
+    @abstractmethod
     def choose(self, request: Request, cluster: Cluster, now: float) -> int | None:
-        raise NotImplementedError
+        """An instance index, WAIT or DROP for `request` at `now`."""
 
 
 @dataclass

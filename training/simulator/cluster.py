@@ -100,14 +100,8 @@ class Cluster:
                         outcomes[req.rid] = Outcome(req, DROP, None, None, "timed out in the router queue")
                     else:
                         kept.append(req)
-                elif choice == DROP:
-                    outcomes[req.rid] = Outcome(req, DROP, None, now, "dropped by the policy")
                 else:
-                    inst = self.instances[choice]
-                    job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now)
-                    outcomes[req.rid] = Outcome(req, choice, job, now, model=inst.model)
-                    if not inst.enqueue(job, now):
-                        outcomes[req.rid].reason = job.rejected
+                    outcomes[req.rid] = self.route(req, choice, now)
             queue.clear()
             queue.extend(kept)
 
@@ -134,3 +128,14 @@ class Cluster:
                 if job.rejected:
                     outcomes[job.rid].reason = job.rejected
         return [outcomes[r.rid] for r in requests]
+
+    def route(self, req: Request, choice: int, now: float) -> Outcome:
+        """Carry out a DROP or an instance choice for `req` at `now`."""
+        if choice == DROP:
+            return Outcome(req, DROP, None, now, "dropped by the policy")
+        inst = self.instances[choice]
+        job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now)
+        outcome = Outcome(req, choice, job, now, model=inst.model)
+        if not inst.enqueue(job, now):
+            outcome.reason = job.rejected
+        return outcome

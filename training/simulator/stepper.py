@@ -52,16 +52,9 @@ class Stepper:
             raise RuntimeError("no request to decide: the episode is over")
         if choice is WAIT:
             self._advance(self.t + self.dt)
-        elif choice == DROP:
-            self.queue.popleft()
-            self.outcomes[req.rid] = Outcome(req, DROP, None, self.t, "dropped by the policy")
         else:
             self.queue.popleft()
-            inst = self.cluster.instances[choice]
-            job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), self.t)
-            self.outcomes[req.rid] = Outcome(req, choice, job, self.t, model=inst.model)
-            if not inst.enqueue(job, self.t):
-                self.outcomes[req.rid].reason = job.rejected
+            self.outcomes[req.rid] = self.cluster.route(req, choice, self.t)
         if self.head() is None:
             self._advance(math.inf)
         return self._finished()
