@@ -120,6 +120,19 @@ class RouterBundle:
                                                  task_classifier=self.task_classifier() if has_classifier else None)
 
     @property
+    def routing_policies(self) -> list[str]:
+        return [c.name for c in self.manifest.components if c.kind == "routing_policy"]
+
+    def routing_policy(self, name: str):
+        """A trained routing policy (`artifacts.policy.RoutingPolicy`: `act(observation)` and the
+        observation spec its `observation_00x` builder follows), e.g. `policy--sac_000`."""
+        from artifacts.policy import RoutingPolicy
+
+        if name not in self._loaded:
+            self._loaded[name] = RoutingPolicy.load(self.root / self.manifest.component(name).name)
+        return self._loaded[name]
+
+    @property
     def tiers_with_latency(self) -> list[str]:
         return [c.config["tier"] for c in self.manifest.components if c.kind == "latency_heads"]
 

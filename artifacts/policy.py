@@ -1,9 +1,10 @@
 """Runtime routing policy: an ONNX network plus the JSON spec of its observation and actions.
 
-`policy.json`: {observation: {size, variant, global, per_instance, scales, ...}, action: {n,
-meaning}, output: "q_values" | "logits" | "probabilities"}. `act(observation)` returns the action
-index (argmax of Q values or logits); `observation_001(...)` builds 001's observation from the
-telemetry a router has, exactly as the training environment did.
+`policy.json`: {observation: {size, variant, ...}, action: {n, kind, meaning}, output: "q_values" |
+"logits" | "probabilities"}. `act(observation)` returns the action index (argmax of Q values or
+logits) or, for a simplex action (004), the routing distribution itself. `observation_001(...)`,
+`observation_004(...)` and `observation_000(...)` build each paper's observation from the
+telemetry a router has, exactly as the training environments do.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ class RoutingPolicy:
 
         folder = Path(folder)
         spec = json.loads((folder / "policy.json").read_text())
-        return cls(spec, ort.InferenceSession(str(folder / "policy.onnx"), providers=["CPUExecutionProvider"]))
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # graph policies' masked edges make ORT warn about symbolic shapes
+        return cls(spec, ort.InferenceSession(str(folder / "policy.onnx"), options, providers=["CPUExecutionProvider"]))
 
     def scores(self, observations: np.ndarray) -> np.ndarray:
         obs = np.atleast_2d(np.asarray(observations, dtype=np.float32))
@@ -36,8 +39,9 @@ class RoutingPolicy:
             raise ValueError(f"observation has {obs.shape[1]} features, the policy expects {size}")
         return self.session.run(None, {"observation": obs})[0]
 
-    def act(self, observation: np.ndarray) -> int:
-        return int(self.scores(observation)[0].argmax())
+    def act(self, observation: np.ndarray) -> int | np.ndarray:
+        out = self.scores(observation)[0]
+        return out if self.spec["action"].get("kind") == "simplex" else int(out.argmax())
 
     def action_meaning(self, action: int) -> str:
         return self.spec["action"]["meaning"][action]
@@ -64,3 +68,51 @@ def observation_001(router_queue: int, prompt_tokens: int, predicted_output_toke
                 sum(e > spec["decode_split_tokens"] for e in est) / scale,
                 1.0 - inst["kv_utilization"], (min(left) * inst["tpot_s"] / 10.0) if left else 0.0]
     return np.asarray(obs, dtype=np.float32)
+
+
+def observation_004(instances: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
+    """004's observation. Each instance dict: `ages_s`, the ages of its requests oldest first (the
+    one in service included), and `elapsed_service_s` of the one in service (0 when idle)."""
+    if len(instances) != spec["instances"]:
+        raise ValueError(f"{len(instances)} instances given, the policy was trained for {spec['instances']}")
+    scale, buffer, pad = spec["requirement_s"], spec["buffer"], spec["pad"]
+    obs = []
+    for k, inst in enumerate(instances):
+        ages = list(inst["ages_s"])
+        if len(ages) > buffer:
+            raise ValueError(f"instance {k}: {len(ages)} requests, more than the buffer of {buffer}")
+        one_hot = [0.0] * (buffer + 1)
+        one_hot[len(ages)] = 1.0
+        obs += one_hot + [inst["elapsed_service_s"] / scale] + [a / scale for a in ages] + [0.0] * (pad - len(ages))
+    return np.asarray(obs, dtype=np.float32)
+
+
+def observation_000(arrived: dict[str, Any], experts: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
+    """000's graph features, flattened in the order arrived | experts | running slots | waiting
+    slots (K per expert, zero rows for empty slots). `arrived`: prompt_tokens and per expert
+    predicted_score / predicted_output_tokens; each expert: kv_utilization, kv_capacity_tokens,
+    max_running and its running and waiting requests, each {prompt_tokens, predicted_score,
+    predicted_output_tokens, generated_tokens, age_s}. The baseline variant keeps the expert rows only."""
+    n, k, limit = spec["experts"], spec["pad"], spec["requirement_s"]
+    if len(experts) != n:
+        raise ValueError(f"{len(experts)} experts given, the policy was trained for {n}")
+    expert_rows = [[e["kv_utilization"], len(e["running"]) / k, len(e["waiting"]) / k] for e in experts]
+    if spec["variant"] == "baseline":
+        return np.asarray(expert_rows, dtype=np.float32).ravel()
+    head = [arrived["prompt_tokens"] / 1000.0, *arrived["predicted_score"],
+            *(t / 1000.0 for t in arrived["predicted_output_tokens"])]
+    slots = {"running": [], "waiting": []}
+    for i, e in enumerate(experts):
+        share = e["max_running"] / e["kv_capacity_tokens"]
+        for queue, rows in slots.items():
+            if len(e[queue]) > k:
+                raise ValueError(f"expert {i}: {len(e[queue])} {queue} requests, more than the {k} slots")
+            for r in e[queue]:
+                per_token = r["age_s"] / max(1, r["generated_tokens"]) / limit
+                rows.append([1.0, r["prompt_tokens"] / 1000.0, r["predicted_score"],
+                             r["predicted_output_tokens"] / 1000.0,
+                             (r["prompt_tokens"] + r["generated_tokens"]) * share,
+                             r["generated_tokens"] / 1000.0, min(10.0, per_token)])
+            rows += [[0.0] * 7] * (k - len(e[queue]))
+    parts = [head, *expert_rows, *slots["running"], *slots["waiting"]]
+    return np.asarray([x for part in parts for x in part], dtype=np.float32)

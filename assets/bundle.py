@@ -38,11 +38,14 @@ def fleet_entry(config: FleetConfig) -> Fleet:
     )
 
 
-def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
-    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it, and each
-    text predictor named in `predictors` (`length_predictor`, `score_predictor`, `task_classifier`)."""
+def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
+                       with_policies: bool = False) -> dg.AssetsDefinition:
+    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it, each
+    text predictor named in `predictors` (`length_predictor`, `score_predictor`, `task_classifier`),
+    and with `with_policies` the routing policies `routing_evaluation` trained and exported."""
     ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
     ins |= {name: dg.AssetIn(name) for name in predictors}
+    ins |= {"routing_evaluation": dg.AssetIn("routing_evaluation")} if with_policies else {}
 
     @dg.asset(
         io_manager_key="json_io",
@@ -60,7 +63,7 @@ def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = ()) -> 
         **extra: dict[str, Any],
     ):
         yield from _bundle(context, fleet, knn_estimator, routing_table, prompts, extra.get("latency_heads", {}),
-                           {name: extra[name] for name in predictors})
+                           {name: extra[name] for name in predictors}, extra.get("routing_evaluation"))
 
     return router_bundle
 
@@ -92,7 +95,18 @@ def latency_components(heads: dict[str, dict[str, Any]]) -> tuple[list[Component
     return components, metrics, plots
 
 
-def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, text_predictors):
+def policy_components(evaluation: dict[str, Any] | None) -> list[ComponentSource]:
+    """One component per exported routing policy, with its ONNX parity and evaluation rows' QoS."""
+    if not evaluation:
+        return []
+    return [ComponentSource(name=f"policy--{name}", kind="routing_policy", format="onnx+json",
+                            folder=Path(p["path"]), metrics={k: float(p[k]) for k in ("onnx_max_abs_diff",
+                                                                                      "onnx_action_agreement")},
+                            config={"policy": name, "evaluation_mlflow_run_id": evaluation["mlflow_run_id"]})
+            for name, p in evaluation["policies"].items()]
+
+
+def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, text_predictors, evaluation=None):
     config = fleet.config
     reg = config.registry
     knn = ComponentSource(
@@ -104,7 +118,7 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
     registered, manifest = publish_bundle(
         name=reg.model_name,
         fleet=fleet_entry(config),
-        components=[knn, *latency, *predictors],
+        components=[knn, *latency, *predictors, *policy_components(evaluation)],
         staging_dir=fleet.root / "bundle",
         tracking_uri=reg.tracking_uri,
         experiment=reg.experiment,

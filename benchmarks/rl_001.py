@@ -27,8 +27,9 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
-from training.rl.ddqn import DdqnSettings, greedy, run_episode, train_ddqn  # noqa: E402
+from training.rl.ddqn import DdqnSettings, train_ddqn  # noqa: E402
 from training.rl.export import export_policy  # noqa: E402
+from training.rl.rollout import greedy, run_episode  # noqa: E402
 from training.simulator.baselines import BASELINES  # noqa: E402
 from training.simulator.cluster import Cluster  # noqa: E402
 from training.simulator.env_001 import Env001  # noqa: E402
@@ -82,7 +83,7 @@ def main() -> None:
         if variant == "guided":
             obs, _ = env.reset(seed=SEEDS[0])
             spec = export_policy(net, OUT / "rl_001_policy", env.observation_spec(),
-                                 {"n": 5, "meaning": env.observation_spec()["actions"]}, np.stack([obs] * 4))
+                                 env.action_spec(), np.stack([obs] * 4))
             result["onnx"] = {k: spec[k] for k in ("onnx_max_abs_diff", "onnx_action_agreement")}
     for wname, workload in workloads.items():
         for pname, make in policies.items():

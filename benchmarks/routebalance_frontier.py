@@ -20,36 +20,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-from routerbench_knn import routing_table_of  # noqa: E402
+from routerbench_fleet import TIERS as FLEET  # noqa: E402
+from routerbench_fleet import routerbench_pool, tier_profile  # noqa: E402
 
-from artifacts.encoder import resolve_pretrained  # noqa: E402
-from pipelines.config import load_fleet  # noqa: E402
-from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
-from training.knn import build_knn  # noqa: E402
 from training.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance  # noqa: E402
 from training.simulator.cluster import Cluster  # noqa: E402
-from training.simulator.instance import InstanceProfile  # noqa: E402
 from training.simulator.metrics import summarize  # noqa: E402
-from training.simulator.workloads import RequestPool, arrivals  # noqa: E402
+from training.simulator.workloads import arrivals  # noqa: E402
 
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 OUT = REPO / "benchmarks" / "results"
-FLEET = {  # model -> splitwise tier
-    "gpt-4-1106-preview": "bloom-176b@a100-80gb-tp8",
-    "zero-one-ai/Yi-34B-Chat": "llama2-70b@h100-80gb-tp8",
-    "gpt-3.5-turbo-1106": "llama2-70b@h100-80gb-tp8",
-    "mistralai/mixtral-8x7b-chat": "llama2-70b@h100-80gb-tp4",
-}
 SEEDS = (1, 2, 3)
 N = 2000
 
@@ -58,26 +44,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--load", type=float, default=0.7)
     args = parser.parse_args()
-    config = load_fleet(REPO / "configs" / "routerbench.yaml")
     timings: dict[str, float] = {}
-    routing, _ = routing_table_of(config, timings)
-    t0 = time.perf_counter()
-    knn = build_knn(routing, config.encoder, config.training.knn, config.storage_root / "benchmarks" / "rb_frontier")
-    test = routing.filter(pa.compute.equal(routing.column("split"), "test"))
-    texts = test.column("text").to_pylist()
-    prediction = knn.predict(texts, config.encoder)
-    timings["knn_s"] = time.perf_counter() - t0
     models = list(FLEET)
-    cols = [knn.models.index(m) for m in models]
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(config.encoder))
-    prompt_tokens = np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]])
-    pool = RequestPool.from_routing_table(test, prompt_tokens, models, predicted_quality=prediction.quality[:, cols],
-                                          predicted_tokens=prediction.output_tokens[:, cols])
-    tiers = import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")
-    profiles = [InstanceProfile.from_fit(fit_tier(tiers[FLEET[m]].measurements).to_dict(), max_running=64,
-                                         kv_capacity_tokens=400_000) for m in models]
+    pool, _ = routerbench_pool(models, predictions=True, timings=timings)
+    profiles = [tier_profile(FLEET[m], max_running=64, kv_capacity_tokens=400_000) for m in models]
     capacity = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, i].mean())
                    for i, p in enumerate(profiles))
     rate = args.load * capacity

@@ -472,8 +472,38 @@ class TaskClassifierSettings(TextPredictorSettings):
     """001 appendix A.6: the prompt's task, which supplies the task hint when a caller does not know it."""
 
 
+class RoutingEvaluationSettings(_Strict):
+    """`routing_evaluation`: learned routing policies and every baseline in the simulator built from
+    the profiled tiers (training.routing_evaluation)."""
+
+    enabled: bool = False
+    loads: list[float] = Field(default_factory=lambda: [0.5, 0.9])  # × the simulated fleet's capacity
+    workloads: list[Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace"]] = Field(
+        default_factory=lambda: ["poisson", "gamma", "switched_poisson"])
+    trace: Path | None = None  # Azure-style CSV (TIMESTAMP, ContextTokens, GeneratedTokens) for "trace"
+    requests: int = Field(500, ge=10)  # per run
+    seeds: int = Field(3, ge=1)
+    policies: list[str] | None = None  # None: every baseline and ddqn_001, sac_000, sac_000_baseline
+    queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
+    kv_capacity_tokens: int = Field(400_000, ge=2)
+    train_load: float = Field(0.9, gt=0)  # learned policies train on Poisson at this load
+    ddqn_episodes: int = Field(6, ge=1)
+    sac_steps: int = Field(4000, ge=1)
+    qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
+    slo_e2e_s: float | None = None
+    slo_tpot_s: float | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _trace_given(self):
+        if "trace" in self.workloads and not self.trace:
+            raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace CSV path")
+        return self
+
+
 class TrainingSettings(_Strict):
     knn: KnnSettings = KnnSettings()
+    routing_evaluation: RoutingEvaluationSettings = RoutingEvaluationSettings()
     length_predictor: LengthPredictorSettings = LengthPredictorSettings()
     score_predictor: ScorePredictorSettings = ScorePredictorSettings()
     task_classifier: TaskClassifierSettings = TaskClassifierSettings()

@@ -13,6 +13,7 @@ import dagster as dg
 from upath import UPath
 
 from assets.bundle import build_bundle_asset
+from assets.policies import routing_evaluation
 from assets.predictors import TEXT_PREDICTORS, build_text_predictor_asset, knn_estimator
 from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
 from assets.prompts import prompts
@@ -38,13 +39,16 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         build_quality_asset(models),
         routing_table,
         knn_estimator,
-        build_bundle_asset(with_latency=bool(profiled), predictors=text_predictors(config)),
+        build_bundle_asset(with_latency=bool(profiled), predictors=text_predictors(config),
+                           with_policies=routing_evaluation_enabled(config)),
         build_report_asset(predictors=text_predictors(config)),
         *(build_text_predictor_asset(name, with_latency=bool(profiled)) for name in text_predictors(config)),
     ]
     if profiled:
         tiers = dg.StaticPartitionsDefinition(profiled)
         assets += [build_tier_profiles_asset(tiers), build_latency_heads_asset(tiers)]
+        if routing_evaluation_enabled(config):
+            assets.append(routing_evaluation)
     base = UPath(config.storage_root) / "assets"
     resources = {
         "fleet": FleetResource(config_path=str(Path(config_path).resolve())),
@@ -61,7 +65,14 @@ def text_predictors(config) -> tuple[str, ...]:
 
 def training_assets(config) -> list[str]:
     """What `train_and_register` rebuilds, in order."""
-    return ["routing_table", "knn_estimator", *text_predictors(config), "predictor_report", "router_bundle"]
+    evaluation = ["routing_evaluation"] if routing_evaluation_enabled(config) else []
+    return ["routing_table", "knn_estimator", *text_predictors(config), "predictor_report", *evaluation,
+            "router_bundle"]
+
+
+def routing_evaluation_enabled(config) -> bool:
+    """The simulator needs profiled tiers; without any, `routing_evaluation` is not defined."""
+    return config.training.routing_evaluation.enabled and any(t.profile is not None for t in config.tiers)
 
 
 def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:

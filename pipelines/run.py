@@ -57,7 +57,9 @@ def run_pipeline(
     result = step("train_and_register", training_assets(config))
     bundle = result.output_for_node("router_bundle")
     return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator")["metrics"],
-            "report": result.output_for_node("predictor_report")}
+            "report": result.output_for_node("predictor_report"),
+            "routing_evaluation": (result.output_for_node("routing_evaluation")
+                                   if "routing_evaluation" in training_assets(config) else None)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,6 +89,25 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     logged = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id, artifact_path="report")}
     assert {"report/predictor_report.json", "report/routers_quality_cost.png"} <= logged
 
+    # routing evaluation: every policy × workload × load, 3 seeds, in MLflow; the policies in the bundle
+    routing = out["routing_evaluation"]
+    policies = {r["policy"] for r in routing["rows"]}
+    assert {"round_robin", "join_shortest_queue", "route_balance", "quality_only", "ddqn_001", "sac_000",
+            "sac_000_baseline"} <= policies
+    assert {(r["workload"], r["load"]) for r in routing["rows"]} == {
+        (w, load) for w in ("poisson", "gamma", "switched_poisson") for load in (0.5, 0.9)}
+    assert all(0 <= r["qos_mean"] <= 1 and r["e2e_mean_s"] > 0 for r in routing["rows"])
+    run = mlflow.get_run(routing["mlflow_run_id"])
+    assert "round_robin/poisson/load_0.9/e2e_mean_s" in run.data.metrics
+    logged = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id, artifact_path="report")}
+    assert {"report/routing_evaluation.json", "report/latency_percentiles.png", "report/learning_curves.png"} <= logged
+    assert sorted(bundle.routing_policies) == ["policy--ddqn_001", "policy--sac_000", "policy--sac_000_baseline"]
+    for name in bundle.routing_policies:
+        policy = bundle.routing_policy(name)
+        assert policy.spec["onnx_action_agreement"] == 1.0
+        action = policy.act(np.zeros(policy.spec["observation"]["size"], dtype=np.float32))
+        assert 0 <= action < policy.spec["action"]["n"]
+
     # latency heads per tier, measured on this CPU, loadable and exact from the bundle alone
     assert sorted(bundle.tiers_with_latency) == sorted(t.name for t in config.tiers)
     for tier in bundle.tiers_with_latency:

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from artifacts.policy import RoutingPolicy
-from training.rl.ddqn import DdqnSettings, greedy, run_episode, train_ddqn
+from training.rl.ddqn import DdqnSettings, train_ddqn
 from training.rl.export import export_policy
+from training.rl.rollout import greedy, run_episode
 from training.simulator.baselines import RoundRobin
 from training.simulator.cluster import Cluster
 from training.simulator.env_001 import Env001
@@ -51,7 +52,7 @@ def test_ddqn_smoke_trains_exports_and_serves(tmp_path):
     assert len(info["curve"]) == 2 and info["curve"][1]["guidance"] == pytest.approx(np.exp(-0.5))
     obs, _ = env.reset(seed=5)
     spec = export_policy(net, tmp_path / "policy", env.observation_spec(),
-                         {"n": 5, "meaning": env.observation_spec()["actions"]}, np.stack([obs, obs * 0.5]))
+                         env.action_spec(), np.stack([obs, obs * 0.5]))
     assert spec["onnx_max_abs_diff"] < 1e-5 and spec["onnx_action_agreement"] == 1.0
     policy = RoutingPolicy.load(tmp_path / "policy")
     assert policy.act(obs) == greedy(net)(obs)

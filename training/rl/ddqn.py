@@ -33,16 +33,6 @@ class DdqnSettings:
     seed: int = 0
 
 
-def q_network(n_obs: int, n_actions: int, hidden=(64, 64)):
-    import torch.nn as nn
-
-    layers, width = [], n_obs
-    for h in hidden:
-        layers += [nn.Linear(width, h), nn.ReLU()]
-        width = h
-    return nn.Sequential(*layers, nn.Linear(width, n_actions))
-
-
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
     """Returns the trained Q network (obs → Q values) and the learning curve per episode."""
     import torch
@@ -51,10 +41,12 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     from torchrl.modules import QValueActor
     from torchrl.objectives import DQNLoss, SoftUpdate
 
+    from training.rl.networks import mlp
+
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
     n_obs, n_actions = env.observation_space.shape[0], env.action_space.n
-    net = q_network(n_obs, n_actions, settings.hidden)
+    net = mlp(n_obs, n_actions, settings.hidden)
     actor = QValueActor(net, in_keys=["observation"], spec=OneHot(n_actions))
     loss = DQNLoss(actor, double_dqn=True, delay_value=True, action_space="one-hot", loss_function="smooth_l1")
     updater = SoftUpdate(loss, tau=settings.target_tau)
@@ -100,24 +92,3 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         log(f"episode {k}: return {total:.0f}, {steps} steps so far, ε {eps:.2f}, "
             f"loss {curve[-1]['loss'] if losses else float('nan'):.3g}")
     return net.eval(), {"settings": asdict(settings), "curve": curve}
-
-
-def greedy(net) -> Callable[[np.ndarray], int]:
-    """A trained Q network as a policy: argmax Q of the observation."""
-    import torch
-
-    def act(obs: np.ndarray) -> int:
-        with torch.no_grad():
-            return int(net(torch.as_tensor(obs)).argmax())
-
-    return act
-
-
-def run_episode(env, act: Callable[[np.ndarray], int], seed: int) -> list:
-    """Play one episode with `act` (observation → action); returns the outcomes of every request."""
-    obs, _ = env.reset(seed=seed)
-    done = False
-    while not done:
-        obs, _, terminated, truncated, _ = env.step(act(obs))
-        done = terminated or truncated
-    return env.stepper.results()

@@ -72,9 +72,16 @@ class RoundRobin(_PerRequest):
         return i
 
 
+@dataclass
 class JoinShortestQueue(_PerRequest):
+    """The instance with the fewest outstanding requests; `among` restricts the choice (004's
+    single-model baselines: shortest queue over the heavy instances only, or the light ones)."""
+
+    among: tuple[int, ...] | None = None
+
     def choose(self, request, cluster, now):
-        return int(np.argmin([outstanding(i) for i in cluster.instances]))
+        among = self.among if self.among is not None else range(len(cluster.instances))
+        return min(among, key=lambda i: outstanding(cluster.instances[i]))
 
 
 @dataclass

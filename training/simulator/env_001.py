@@ -42,11 +42,13 @@ class Env001(gym.Env):
 
     def __init__(self, profiles: list[InstanceProfile], workload, variant: str = "guided",
                  decision_interval_s: float = 0.02, alpha: float = 0.5, epsilon_s: float = 0.1,
-                 guidance_scale: float = 10.0):
-        """`workload(seed) -> list[Request]` gives a fresh episode's requests."""
+                 guidance_scale: float = 10.0, models: list[int] | None = None):
+        """`workload(seed) -> list[Request]` gives a fresh episode's requests; `models[i]` is instance
+        i's model (an index into the requests' label arrays; default 0 everywhere)."""
         if variant not in ("baseline", "aware", "guided"):
             raise ValueError(f"variant must be baseline, aware or guided, got {variant!r}")
         self.profiles, self.workload, self.variant = profiles, workload, variant
+        self.models = models
         self.dt, self.alpha, self.epsilon_s, self.guidance_scale = decision_interval_s, alpha, epsilon_s, guidance_scale
         self.m = len(profiles)
         self.guidance = 1.0 if variant == "guided" else 0.0
@@ -67,6 +69,9 @@ class Env001(gym.Env):
                 "prompt_split_tokens": PROMPT_SPLIT, "decode_split_tokens": DECODE_SPLIT,
                 "actions": [f"route to instance {i}" for i in range(self.m)] + ["wait"]}
 
+    def action_spec(self) -> dict:
+        return {"n": self.m + 1, "kind": "discrete", "meaning": self.observation_spec()["actions"]}
+
     def set_episode(self, k: int) -> None:
         """The guidance weight of training episode k: λ_k = e^(−0.5 k) (guided variant only)."""
         self.guidance = math.exp(-0.5 * k) if self.variant == "guided" else 0.0
@@ -75,7 +80,7 @@ class Env001(gym.Env):
         super().reset(seed=seed)
         requests = self.workload(0 if seed is None else seed)
         self.known = {r.rid: r for r in requests}
-        self.stepper = Stepper(Cluster(self.profiles), requests, self.dt)
+        self.stepper = Stepper(Cluster(self.profiles, models=self.models), requests, self.dt)
         self.stepper.head()
         return self._observe(), {}
 
@@ -89,6 +94,9 @@ class Env001(gym.Env):
         reward = COMPLETION_REWARD * completed - sum(e2e) - len(s.queue) - penalty
         terminated = s.over
         return self._observe(), float(reward), terminated, False, {"completed": completed}
+
+    def results(self) -> list:
+        return self.stepper.results()
 
     def _mixing(self, i: int) -> float:
         inst, req = self.stepper.cluster.instances[i], self.stepper.head()
@@ -110,8 +118,13 @@ class Env001(gym.Env):
                         "running": running})
         return out
 
+    def _predicted_tokens(self, req: Request) -> float:
+        """The next request's predicted output length: on the fleet's one model (001), or the mean
+        over the models of a heterogeneous fleet."""
+        return float(np.mean([req.est_tokens(m) for m in sorted(set(self.models or [0]))]))
+
     def _observe(self) -> np.ndarray:
         """Built by the runtime's own function, so a served policy sees what it was trained on."""
         req = self.stepper.head()
         return observation_001(len(self.stepper.queue), req.prompt_tokens if req else 0,
-                               req.est_tokens(0) if req else 0.0, self.telemetry(), self.observation_spec())
+                               self._predicted_tokens(req) if req else 0.0, self.telemetry(), self.observation_spec())

@@ -74,6 +74,7 @@ class Job:
     prompt_tokens: int
     output_tokens: int
     enqueued: float
+    admitted: float | None = None  # when its latest prefill step began (service start, 004's ω)
     generated: int = 0
     start_counter: int = 0  # step counter at which generated == 0 (shifted on recompute)
     first_token: float | None = None
@@ -163,6 +164,7 @@ class Instance:
             tokens = job.prompt_tokens + job.generated  # a preempted job recomputes what it had generated
             prefill += tokens
             job.start_counter = self.counter - job.generated
+            job.admitted = self.clock
             self.running[job.rid] = job
             self.prompt_sum += job.prompt_tokens
             self.start_sum += job.start_counter

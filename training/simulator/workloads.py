@@ -40,9 +40,11 @@ def square_wave(low: float, high: float, period_s: float, n: int, seed: int = 0)
     return times - times[0]
 
 
-def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0) -> np.ndarray:
+def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0, phase0: int = 0,
+                     with_phases: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Markov-modulated Poisson arrivals: in phase i arrivals come at D1[i][i], and the phase
-    switches to j at rate D0[i][j] (004's switched Poisson process)."""
+    switches to j at rate D0[i][j] (004's switched Poisson process), starting in `phase0`.
+    `with_phases` also returns the phase each arrival came in (004 reports per phase)."""
     d0, d1 = np.asarray(d0, dtype=float), np.asarray(d1, dtype=float)
     if d0.shape != d1.shape or d0.shape[0] != d0.shape[1]:
         raise ValueError("switched_poisson: D0 and D1 must be square matrices of one shape")
@@ -50,18 +52,20 @@ def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0) -> np.ndarray:
     if not np.allclose((d0 + d1).sum(axis=1), 0, atol=1e-3 * np.abs(np.diag(d0)).max()):
         raise ValueError("switched_poisson: the rows of D0 + D1 must sum to zero (a generator)")
     rng = np.random.default_rng(seed)
-    phase, t, out = 0, 0.0, []
+    phase, t, out, phases = phase0, 0.0, [], []
     while len(out) < n:
         events = np.concatenate([d1[phase], np.where(np.arange(len(d0)) == phase, 0.0, d0[phase])])
         t += rng.exponential(1.0 / events.sum())
         k = rng.choice(len(events), p=events / events.sum())
         if k < len(d0):
             out.append(t)  # an arrival (D1 is diagonal in 004: the phase stays)
+            phases.append(phase)
             phase = k
         else:
             phase = k - len(d0)
     times = np.array(out)
-    return times - times[0]
+    times -= times[0]
+    return (times, np.array(phases)) if with_phases else times
 
 
 def arrivals(kind: str, n: int, rate: float = 1.0, seed: int = 0, **kw) -> np.ndarray:
@@ -168,3 +172,14 @@ class RequestPool:
                         predicted_tokens=None if self.predicted_tokens is None else self.predicted_tokens[r],
                         predicted_quality=None if self.predicted_quality is None else self.predicted_quality[r])
                 for i, (t, r) in enumerate(zip(times, rows))]
+
+
+def prompt_token_counts(texts: list[str], tokenizer_ref: str) -> np.ndarray:
+    """Prompt lengths in the tokens of `tokenizer_ref` (an encoder reference; the routing table
+    stores no prompt token counts)."""
+    from transformers import AutoTokenizer
+
+    from artifacts.encoder import resolve_pretrained
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(tokenizer_ref))
+    return np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]], dtype=np.int64)

@@ -1,0 +1,99 @@
+"""`routing_evaluation`: learned routing policies and every baseline in the simulator calibrated by
+the profiled tiers; one table, plots and the exported policies, logged to MLflow."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+
+from artifacts.publish import log_report
+from assets.metadata import markdown_table
+from pipelines.resources import FleetResource
+
+TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
+                 "quality_mean", "cost_usd_per_request", "dropped", "rejected")
+
+
+def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: list[str]):
+    """(fits, model index per instance): one instance per tier whose profile has a latency fit."""
+    fits, index = [], []
+    for tier in config.tiers:
+        summary = tier_profiles.get(tier.name)
+        if summary and "fit" in summary:
+            fits.append(summary["fit"])
+            index.append(models.index(tier.model))
+    if not fits:
+        raise dg.Failure("routing_evaluation needs at least one tier profile with a prefill/decode fit "
+                         "(profile kind batch or splitwise)")
+    return fits, index
+
+
+@dg.asset(
+    io_manager_key="json_io",
+    group_name="evaluation",
+    ins={"tier_profiles": dg.AssetIn("tier_profiles")},
+    description="Learned routing policies (001's DDQN, 000's SAC over a HAN and its baseline RL) and every "
+                "baseline in the simulated fleet over loads × workloads × seeds; exported ONNX policies; "
+                "table and plots logged to MLflow.",
+)
+def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+                       knn_estimator: dict[str, Any], tier_profiles: dict[str, dict[str, Any]]):
+    from artifacts.knn import KnnEstimator
+    from pipelines.schemas import routing_models
+    from training.rl.export import export_policy
+    from training.routing_evaluation import evaluate_routing
+    from training.simulator.workloads import RequestPool, prompt_token_counts
+
+    config = fleet.config
+    settings = config.training.routing_evaluation
+    models = routing_models(routing_table.schema)
+    fits, instance_models = simulated_fleet(config, tier_profiles, models)
+    test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
+    texts = test.column("text").to_pylist()
+    knn = KnnEstimator.load(Path(knn_estimator["path"]))
+    prediction = knn.predict(texts, config.encoder)
+    cols = [knn.models.index(m) for m in models]
+    pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models,
+                                          predicted_quality=prediction.quality[:, cols],
+                                          predicted_tokens=prediction.output_tokens[:, cols])
+    prices = np.array([[m.price.input_per_mtok, m.price.output_per_mtok] if m.price else [0.0, 0.0]
+                       for m in (config.model(name) for name in models)])
+    out_dir = fleet.root / "reports" / "routing"
+    context.log.info(f"{len(fits)} simulated instances, {len(pool)} test prompts")
+    report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info)
+    exports = {}
+    for name, (net, env) in trained.items():
+        obs, _ = env.reset(seed=settings.seed + 7)
+        checks = [obs]
+        for step in range(32):  # observations of a filling cluster too
+            obs, _, done, _, _ = env.step(step % env.action_space.n)
+            checks.append(obs)
+            if done:
+                break
+        output = "q_values" if name.startswith("ddqn") else "logits"
+        spec = export_policy(net, out_dir / "policies" / name, env.observation_spec(), env.action_spec(),
+                             np.stack(checks), output=output)
+        exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
+                         "onnx_action_agreement": spec["onnx_action_agreement"]}
+    report["policies"] = exports
+    path = out_dir / "routing_evaluation.json"
+    path.write_text(json.dumps(report, indent=2, default=float))
+    metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
+               for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
+               if np.isfinite(r[k])}
+    reg = config.registry
+    run_id = log_report(tracking_uri=reg.tracking_uri, experiment=reg.experiment,
+                        artifact_location=reg.artifact_location, run_name=f"{config.name}-routing-evaluation",
+                        metrics=metrics, files=[path, *map(Path, report["plots"])],
+                        tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+    context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
+    table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
+    return dg.Output(
+        {"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"], "policies": exports},
+        metadata={"mlflow_run_id": run_id, "report": dg.MetadataValue.path(str(path)), "table": markdown_table(table),
+                  "policies": dg.MetadataValue.json(exports),
+                  **{f"plot_{Path(p).stem}": dg.MetadataValue.path(p) for p in report["plots"]}},
+    )

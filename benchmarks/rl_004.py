@@ -1,0 +1,200 @@
+"""004's setting: PPO over routing distributions (RL-PO) on a switched Poisson workload, 2 heavy +
+2 light instances serving one request at a time with buffers of 15, a P98 latency requirement;
+against the single-model baselines (shortest queue over the heavy instances only, over the light
+ones only), shortest queue over all, round-robin and random.
+
+Fleet: GPT-4 (heavy; BLOOM-176B on 8×A100) and Mixtral-8x7B (light; Llama-2-70B on 4×H100) from
+RouterBench's test split, each request with its true output length and 0/1 correctness on both;
+g_i = each model's accuracy on the train split. 004 served image classifiers in ~10 ms; LLM
+requests take ~100× longer, so 004's process is stretched in time by a factor k (every rate of D0
+and D1 divided by k, the slot τ and the requirement L multiplied by k) chosen so that the bursty
+phase's 180/k req/s is `--burst-load` × the cluster's capacity. The normal phase (10/k req/s) is
+well within what the heavy instances alone serve.
+
+Training: episodes of `--slots` slots, half of them starting in the bursty phase (the normal phase
+lasts 5,000 slots on average in 004's process, so training from the stationary start would rarely
+see a burst). Evaluation: unseen seeds, episodes starting in the bursty phase, 3 seeds; metrics
+over all requests and per phase (004 Table 2): violation ratio (late or rejected), goodput ratio
+(correct and on time), accuracy-weighted goodput (Σ g_i ν_i per second), heavy scheduling ratio.
+Also evaluated on Poisson and on the Azure trace's timestamps at the same mean rate (not trained
+on). The PPO policy is exported to ONNX.
+
+    .venv/bin/python benchmarks/rl_004.py [--steps 60000]
+Writes benchmarks/results/rl_004.json, rl_004.png and rl_004_policy/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+from routerbench_fleet import DATA, TIERS, routerbench_pool, tier_profile  # noqa: E402
+
+from training.rl.export import export_policy  # noqa: E402
+from training.rl.ppo import PpoSettings, distribution_policy, train_ppo  # noqa: E402
+from training.rl.rollout import run_episode  # noqa: E402
+from training.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin  # noqa: E402
+from training.simulator.cluster import Cluster  # noqa: E402
+from training.simulator.env_004 import Env004  # noqa: E402
+from training.simulator.metrics import summarize  # noqa: E402
+from training.simulator.workloads import SPP_D0, SPP_D1, arrivals, read_trace, switched_poisson  # noqa: E402
+
+OUT = REPO / "benchmarks" / "results"
+HEAVY, LIGHT = "gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat"
+SEEDS = (101, 102, 103)
+BUFFER = 15
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=60_000, help="PPO training steps (slots)")
+    parser.add_argument("--slots", type=int, default=128, help="slots per training episode")
+    parser.add_argument("--eval-slots", type=int, default=300)
+    parser.add_argument("--burst-load", type=float, default=0.9)
+    args = parser.parse_args()
+
+    timings: dict[str, float] = {}
+    models = [HEAVY, LIGHT]
+    pool, accuracy = routerbench_pool(models, predictions=False, timings=timings)
+    instance_models = [0, 0, 1, 1]
+    profiles = [tier_profile(TIERS[models[m]]) for m in instance_models]
+    g = [accuracy[models[m]] for m in instance_models]
+    service = [p.prefill_intercept_s + p.prefill_s_per_token * pool.prompt_tokens.mean()
+               + pool.output_tokens[:, m].mean() * p.decode_w_s for p, m in zip(profiles, instance_models)]
+    capacity = float(sum(1 / s for s in service))
+    k = 180.0 / (args.burst_load * capacity)  # time stretch
+    slot, requirement = 1.0 * k, 0.300 * k
+    d0, d1 = np.asarray(SPP_D0) / k, np.asarray(SPP_D1) / k
+    phases: dict[tuple[int, int], int] = {}  # (seed, rid) -> phase of its arrival
+
+    def spp(seed: int, slots: int, phase0: int):
+        times, ph = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=phase0, with_phases=True)
+        keep = times < slots * slot
+        reqs = pool.requests(times[keep], seed=seed)
+        phases.update({(seed, r.rid): int(p) for r, p in zip(reqs, ph[keep])})
+        return reqs
+
+    def make_env(slots=args.slots, workload=None):
+        return Env004(profiles, instance_models, g, workload or (lambda s: spp(s, slots, s % 2)),
+                      requirement_s=requirement, slot_s=slot, buffer=BUFFER, max_slots=slots)
+
+    print(f"service times {np.round(service, 3)} s, capacity {capacity:.2f} req/s, stretch k = {k:.1f}: "
+          f"slot {slot:.1f} s, requirement {requirement:.1f} s, bursty {180 / k:.2f} req/s, "
+          f"normal {10 / k:.3f} req/s", flush=True)
+    env = make_env()
+    net, info = train_ppo(lambda: make_env(), PpoSettings(total_steps=args.steps))
+    obs, _ = env.reset(seed=SEEDS[0])
+    checks = [obs]
+    for _ in range(40):  # observations from a busy cluster too
+        obs, *_ = env.step(np.zeros(4, dtype=np.float32))
+        checks.append(obs)
+    spec = export_policy(net, OUT / "rl_004_policy", env.observation_spec(), env.action_spec(), np.stack(checks),
+                         output="probabilities")
+
+    def eval_spp(seed):
+        return spp(seed, args.eval_slots, 0)
+
+    mean_rate = None
+
+    def poisson(seed):
+        return pool.requests(arrivals("poisson", 4000, rate=mean_rate, seed=seed), seed=seed)
+
+    trace_times = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")[0]
+
+    def trace(seed, n=4000):
+        start = seed * n % (len(trace_times) - n)
+        t = trace_times[start:start + n] - trace_times[start]
+        return pool.requests(t * (n / mean_rate) / t[-1], seed=seed)
+
+    heavy = tuple(i for i, m in enumerate(instance_models) if m == 0)
+    light = tuple(i for i, m in enumerate(instance_models) if m == 1)
+    baselines = {"heavy_only_shortest_queue": lambda: JoinShortestQueue(among=heavy),
+                 "light_only_shortest_queue": lambda: JoinShortestQueue(among=light),
+                 "shortest_queue": JoinShortestQueue, "round_robin": RoundRobin, "random": RandomPolicy}
+    result = {"fleet": {"heavy": [HEAVY, TIERS[HEAVY]], "light": [LIGHT, TIERS[LIGHT]]}, "instances": instance_models,
+              "accuracy_g": g, "service_s": service, "capacity_rps": capacity, "stretch_k": k, "slot_s": slot,
+              "requirement_p98_s": requirement, "buffer": BUFFER, "timings": timings, "training": info,
+              "onnx": {key: spec[key] for key in ("onnx_max_abs_diff", "onnx_action_agreement")}, "workloads": {}}
+    for wname, workload in {"switched_poisson": eval_spp, "poisson_same_mean": poisson,
+                            "azure_trace_same_mean": trace}.items():
+        table = {}
+        for pname in ["ppo", *baselines]:
+            runs = []
+            for seed in SEEDS:
+                t0 = time.perf_counter()
+                if pname == "ppo":
+                    outcomes = run_episode(make_env(slots=None, workload=workload), distribution_policy(net), seed)
+                else:
+                    cluster = Cluster(make_env().profiles, models=instance_models)
+                    outcomes = cluster.run(workload(seed), baselines[pname]())
+                runs.append(score(outcomes, seed, phases if wname == "switched_poisson" else None, requirement, g,
+                                  heavy) | {"wall_s": time.perf_counter() - t0})
+            table[pname] = {key: [float(np.mean([r[key] for r in runs])), float(np.std([r[key] for r in runs]))]
+                            for key in runs[0]}
+            row = table[pname]
+            print(f"{wname:<22} {pname:<26} within L {row['within_requirement'][0]:.4f}, "
+                  f"goodput ratio {row['goodput_ratio'][0]:.4f}, violation {row['violation_ratio'][0]:.4f}, "
+                  f"heavy {row['heavy_ratio'][0]:.3f}, p98 {row['e2e_p98_s'][0]:.1f} s", flush=True)
+        result["workloads"][wname] = table
+        if mean_rate is None:  # the other workloads run at the switched process's realised mean rate
+            mean_rate = float(np.mean([len(eval_spp(s)) / (args.eval_slots * slot) for s in SEEDS]))
+            result["mean_rate_rps"] = mean_rate
+    (OUT / "rl_004.json").write_text(json.dumps(result, indent=2))
+    plot(result, OUT / "rl_004.png")
+
+
+def score(outcomes, seed, phases, requirement, g, heavy) -> dict[str, float]:
+    """004's ratios over every arrival, overall and per phase (when the workload has phases)."""
+    base = summarize(outcomes, slo_e2e_s=requirement, accuracy=g)
+    out = {"within_requirement": base["slo_attainment"], "e2e_p98_s": base["e2e_p98_s"],
+           "e2e_mean_s": base["e2e_mean_s"], "rejected": base["rejected"],
+           "accuracy_weighted_goodput_rps": base["accuracy_weighted_goodput_rps"]}
+    groups = {"": outcomes}
+    if phases is not None:
+        groups |= {"_bursty": [o for o in outcomes if phases[(seed, o.request.rid)] == 0],
+                   "_normal": [o for o in outcomes if phases[(seed, o.request.rid)] == 1]}
+    for suffix, group in groups.items():
+        n = max(1, len(group))
+        on_time = [o for o in group if o.served and o.e2e <= requirement]
+        out[f"violation_ratio{suffix}"] = 1 - len(on_time) / n
+        out[f"goodput_ratio{suffix}"] = sum(o.request.quality[o.model] for o in on_time) / n
+        out[f"heavy_ratio{suffix}"] = sum(o.instance in heavy for o in group) / n
+    return out
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    curve = result["training"]["curve"]
+    a.plot([c["steps"] for c in curve], [c["return"] for c in curve], lw=0.8)
+    a.set(xlabel="training slots", ylabel="episode return", title="PPO learning curve (004 reward)")
+    a.grid(alpha=0.3)
+    table = result["workloads"]["switched_poisson"]
+    names = list(table)
+    x = np.arange(len(names))
+    for j, key in enumerate(("goodput_ratio_bursty", "goodput_ratio_normal", "violation_ratio_bursty",
+                             "violation_ratio_normal")):
+        b.bar(x + (j - 1.5) * 0.2, [table[n][key][0] for n in names], 0.2,
+              yerr=[table[n][key][1] for n in names], label=key)
+    b.set_xticks(x, names, rotation=25, ha="right", fontsize=7)
+    b.set(title="switched Poisson, per phase (mean ± std over 3 seeds)")
+    b.legend(fontsize=7)
+    b.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The RouterBench fleet the simulator benchmarks share: RouterBench's test prompts labelled with
+every model's true output length and 0/1 quality (the routing table), optionally the KNN
+estimator's predictions of both, and splitwise tiers standing in for each model's deployment
+(RouterBench's models are API models; the tiers give them a heavy and a light latency)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from routerbench_knn import routing_table_of
+
+from pipelines.config import load_fleet
+from profiling.batch_fits import fit_tier, import_splitwise
+from training.knn import build_knn
+from training.routing_table import matrix
+from training.simulator.instance import InstanceProfile
+from training.simulator.workloads import RequestPool, prompt_token_counts
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
+TIERS = {  # model -> splitwise tier
+    "gpt-4-1106-preview": "bloom-176b@a100-80gb-tp8",
+    "zero-one-ai/Yi-34B-Chat": "llama2-70b@h100-80gb-tp8",
+    "gpt-3.5-turbo-1106": "llama2-70b@h100-80gb-tp8",
+    "mistralai/mixtral-8x7b-chat": "llama2-70b@h100-80gb-tp4",
+}
+
+
+def tier_profile(tier: str, **limits) -> InstanceProfile:
+    tiers = import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")
+    return InstanceProfile.from_fit(fit_tier(tiers[tier].measurements).to_dict(), **limits)
+
+
+def routerbench_pool(models: list[str], predictions: bool, timings: dict[str, float]) -> tuple[RequestPool, dict]:
+    """(test-split pool, each model's mean quality on the train split: 004's validation accuracy)."""
+    config = load_fleet(REPO / "configs" / "routerbench.yaml")
+    routing, _ = routing_table_of(config, timings)
+    split = routing.column("split")
+    train = routing.filter(pa.compute.equal(split, "train"))
+    test = routing.filter(pa.compute.equal(split, "test"))
+    texts = test.column("text").to_pylist()
+    extra = {}
+    if predictions:
+        t0 = time.perf_counter()
+        knn = build_knn(routing, config.encoder, config.training.knn, config.storage_root / "benchmarks" / "rb_fleet")
+        prediction = knn.predict(texts, config.encoder)
+        timings["knn_s"] = time.perf_counter() - t0
+        cols = [knn.models.index(m) for m in models]
+        extra = {"predicted_quality": prediction.quality[:, cols],
+                 "predicted_tokens": prediction.output_tokens[:, cols]}
+    pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models, **extra)
+    accuracy = dict(zip(models, np.nanmean(matrix(train, "quality", models), axis=0).tolist()))
+    return pool, accuracy
