@@ -39,9 +39,16 @@ class RoutingPolicy:
             raise ValueError(f"observation has {obs.shape[1]} features, the policy expects {size}")
         return self.session.run(None, {"observation": obs})[0]
 
-    def act(self, observation: np.ndarray) -> int | np.ndarray:
+    def act(self, observation: np.ndarray, rng: np.random.Generator | None = None) -> int | np.ndarray:
+        """The greedy action; with `rng`, a policy whose output is logits (SAC) samples its action
+        from softmax(logits) instead, as it acted in training."""
         out = self.scores(observation)[0]
-        return out if self.spec["action"].get("kind") == "simplex" else int(out.argmax())
+        if self.spec["action"].get("kind") == "simplex":
+            return out
+        if rng is not None and self.spec["output"] == "logits":
+            z = np.exp(out.astype(np.float64) - out.max())
+            return int(rng.choice(len(z), p=z / z.sum()))
+        return int(out.argmax())
 
     def action_meaning(self, action: int) -> str:
         return self.spec["action"]["meaning"][action]

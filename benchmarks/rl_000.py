@@ -13,10 +13,11 @@ KNN estimator's predicted scores (000's PS) and the true lengths (TL). L = `--re
 
 Training on Poisson at `--load` × the fleet's capacity; evaluation on unseen Poisson seeds and on
 the Azure trace's timestamps rescaled to the same mean rate (not trained on), 3 seeds, 1,000
-requests each. The SAC+HAN policy is exported to ONNX.
+requests each. Each SAC policy is evaluated greedily (its most probable action) and as trained (an action drawn
+from its distribution); both are exported to ONNX.
 
     .venv/bin/python benchmarks/rl_000.py [--steps 6000]
-Writes benchmarks/results/rl_000.json, rl_000.png and rl_000_policy/.
+Writes benchmarks/results/rl_000.json, rl_000.png and rl_000_policy_{han,baseline}/.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np  # noqa: E402
 from routerbench_fleet import DATA, routerbench_pool, tier_profile  # noqa: E402
 
 from training.rl.export import export_policy  # noqa: E402
-from training.rl.rollout import greedy, run_episode  # noqa: E402
+from training.rl.rollout import greedy, run_episode, sampled  # noqa: E402
 from training.rl.sac import SacSettings, train_sac  # noqa: E402
 from training.simulator.baselines import BASELINES  # noqa: E402
 from training.simulator.cluster import Cluster  # noqa: E402
@@ -102,16 +103,17 @@ def main() -> None:
         env = make_env(variant, lambda s: poisson(s, args.episode))
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2))
         result["training"][variant] = info
-        learned[f"sac_{variant}"] = (variant, net)
-        if variant == "han":
-            obs, _ = env.reset(seed=SEEDS[0])
-            checks = [obs]
-            for _ in range(60):  # observations of a filling cluster too
-                obs, *_ = env.step(1 + len(checks) % len(models))
-                checks.append(obs)
-            spec = export_policy(net, OUT / "rl_000_policy", env.observation_spec(), env.action_spec(),
-                                 np.stack(checks), output="logits")
-            result["onnx"] = {k: spec[k] for k in ("onnx_max_abs_diff", "onnx_action_agreement")}
+        learned[f"sac_{variant}"] = (variant, net, greedy)
+        learned[f"sac_{variant}_sampled"] = (variant, net, sampled)
+        obs, _ = env.reset(seed=SEEDS[0])
+        checks = [obs]
+        for _ in range(60):  # observations of a filling cluster too
+            obs, *_ = env.step(1 + len(checks) % len(models))
+            checks.append(obs)
+        spec = export_policy(net, OUT / f"rl_000_policy_{variant}", env.observation_spec(), env.action_spec(),
+                             np.stack(checks), output="logits")
+        result.setdefault("onnx", {})[variant] = {k: spec[k] for k in ("onnx_max_abs_diff",
+                                                                        "onnx_action_agreement")}
     for wname, workload in {"poisson": poisson, "azure_trace_timestamps": trace}.items():
         table = {}
         for pname in [*learned, *BASELINES]:
@@ -119,8 +121,9 @@ def main() -> None:
             for seed in SEEDS:
                 t0 = time.perf_counter()
                 if pname in learned:
-                    variant, net = learned[pname]
-                    outcomes = run_episode(make_env(variant, workload), greedy(net), seed)
+                    variant, net, how = learned[pname]
+                    act = greedy(net) if how is greedy else sampled(net, seed)
+                    outcomes = run_episode(make_env(variant, workload), act, seed)
                 else:
                     env = make_env("baseline")
                     outcomes = Cluster(env.profiles, models=env.models).run(workload(seed), BASELINES[pname]())

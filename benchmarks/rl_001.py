@@ -48,6 +48,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=12)
     parser.add_argument("--load", type=float, default=0.9)
+    parser.add_argument("--reward", choices=["completion", "in_system"], default="completion",
+                        help="E2E paid at completion (001's +60 per completion, minus E2E) or while in the system")
+    parser.add_argument("--no-wait", action="store_true", help="drop the wait action (route every request at once)")
+    parser.add_argument("--network", choices=["mlp", "per_instance"], default="mlp")
+    parser.add_argument("--out", default="rl_001")
     args = parser.parse_args()
 
     fit = fit_tier(import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")[TIER].measurements)
@@ -70,19 +75,21 @@ def main() -> None:
 
     workloads = {"poisson": poisson, "gamma_cv2": bursty, "azure_trace_timestamps": trace}
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,
-              "episodes": args.episodes, "policies": {}, "training": {}}
+              "episodes": args.episodes, "reward": args.reward, "wait_action": not args.no_wait,
+              "network": args.network, "policies": {},
+              "training": {}}
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
     for variant in ("baseline", "aware", "guided"):
-        env = Env001([profile] * 4, poisson, variant=variant)
+        env = Env001([profile] * 4, poisson, variant=variant, reward=args.reward, wait_action=not args.no_wait)
         start = time.perf_counter()
-        net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes))
+        net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network))
         info["train_seconds"] = time.perf_counter() - start
         result["training"][variant] = info
         policies[f"ddqn_{variant}"] = (lambda n: (lambda env: greedy(n)))(net)
         if variant == "guided":
             obs, _ = env.reset(seed=SEEDS[0])
-            spec = export_policy(net, OUT / "rl_001_policy", env.observation_spec(),
+            spec = export_policy(net, OUT / f"{args.out}_policy", env.observation_spec(),
                                  env.action_spec(), np.stack([obs] * 4))
             result["onnx"] = {k: spec[k] for k in ("onnx_max_abs_diff", "onnx_action_agreement")}
     for wname, workload in workloads.items():
@@ -90,7 +97,8 @@ def main() -> None:
             runs = []
             for seed in SEEDS:
                 if pname.startswith("ddqn_"):
-                    env = Env001([profile] * 4, workload, variant=pname.removeprefix("ddqn_"))
+                    env = Env001([profile] * 4, workload, variant=pname.removeprefix("ddqn_"),
+                                 wait_action=not args.no_wait)
                     outcomes = run_episode(env, make(env), seed)
                 else:
                     outcomes = Cluster([profile] * 4).run(workload(seed), make(None))
@@ -104,7 +112,7 @@ def main() -> None:
             print(f"{wname:<24} {pname:<22} E2E {stats['e2e_mean_s'][0]:7.2f} ± {stats['e2e_mean_s'][1]:.2f} s "
                   f"({100 * stats['e2e_vs_round_robin']:+.2f}% vs round-robin)", flush=True)
     result["paper_001"] = {"baseline_rl": -0.0435, "workload_aware": -0.0779, "workload_guided": -0.1143}
-    (OUT / "rl_001.json").write_text(json.dumps(result, indent=2))
+    (OUT / f"{args.out}.json").write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

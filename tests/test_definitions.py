@@ -64,3 +64,14 @@ def test_cli_materializes_prompts_then_model_partitions(tmp_path, state_dir):
         assert run.returncode == 0, run.stderr[-3000:]
     files = sorted(p.name for p in (state_dir / "demo" / "assets" / "responses").iterdir())
     assert files == ["tiny-gpt2.parquet", "tiny-llama.parquet"]
+
+
+def test_routing_evaluation_feeds_the_bundle_where_enabled(shared_data):
+    code = ("import pipelines.definitions as d, dagster as dg; g = d.defs.resolve_asset_graph(); "
+            "keys = {k.to_user_string() for k in g.get_all_asset_keys()}; "
+            "print('routing_evaluation' in keys, "
+            "'routing_evaluation' in keys and dg.AssetKey('routing_evaluation') in "
+            "g.get(dg.AssetKey('router_bundle')).parent_keys)")
+    assert _python(code).stdout.split() == ["True", "True"]
+    rb = _python(code, ROUTEFORGE_CONFIG=str(CONFIGS / "routerbench.yaml"), ROUTEFORGE_DATA=str(shared_data))
+    assert rb.stdout.split() == ["False", "False"], rb.stderr  # no profiled tiers: nothing to simulate

@@ -6,8 +6,9 @@ prefill/decode gradients and the evaluation's queue limits (the same for every p
 the routing table's test prompts with their true per-model output lengths and qualities, and the
 KNN estimator's predictions of both (what the policies see). Learned policies (001's workload-guided
 double DQN, 000's SAC over the HAN and its baseline RL) are trained here on Poisson arrivals at
-`train_load`, then evaluated with every baseline on every workload, including ones they were not
-trained on (gamma-bursty, square-wave, the switched Poisson process, trace replay).
+`train_load` (SAC policies then act by sampling, as they were trained; the DDQN greedily), then
+evaluated with every baseline on every workload, including ones they were not trained on
+(gamma-bursty, square-wave, the switched Poisson process, trace replay).
 004's PPO is not in this table: its instances serve one request at a time (004's model of an
 instance), not the fleet's continuous batching; `benchmarks/rl_004.py` evaluates it.
 """
@@ -31,7 +32,7 @@ from training.simulator.workloads import RequestPool, arrivals, read_trace
 
 LEARNED = ("ddqn_001", "sac_000", "sac_000_baseline")
 METRICS = ("e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s", "quality_mean",
-           "qos_mean", "slo_attainment", "cost_usd_per_request", "dropped", "rejected")
+           "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected")
 
 
 def fleet_profiles(fits: list[dict], queue_capacity: int, kv_capacity_tokens: int) -> list[InstanceProfile]:
@@ -84,7 +85,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     the report (rows of mean ± std per metric, learning curves, plot paths) and the trained
     networks with the environment each was trained in (for export)."""
     from training.rl.ddqn import DdqnSettings, train_ddqn
-    from training.rl.rollout import greedy, run_episode
+    from training.rl.rollout import greedy, run_episode, sampled
     from training.rl.sac import SacSettings, train_sac
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -122,8 +123,9 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             for name in wanted:
                 runs = []
                 for seed in seeds:
-                    if name in trained:
-                        outcomes = run_episode(envs[name](workload), greedy(trained[name]), seed)
+                    if name in trained:  # SAC acts as it was trained, by sampling; the DDQN greedily
+                        act = greedy(trained[name]) if name == "ddqn_001" else sampled(trained[name], seed)
+                        outcomes = run_episode(envs[name](workload), act, seed)
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
                     runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s))

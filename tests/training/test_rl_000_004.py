@@ -89,6 +89,12 @@ def test_sac_smoke_trains_exports_and_serves(tmp_path, variant):
     policy = RoutingPolicy.load(tmp_path / "policy")
     assert [policy.act(o) for o in checks] == [greedy(net)(o) for o in checks]
     assert len(run_episode(env, policy.act, seed=7)) == 60
+    # with a generator the runtime samples as SAC acted in training: frequencies follow softmax(logits)
+    logits = policy.scores(checks[-1])[0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    rng = np.random.default_rng(0)
+    counts = np.bincount([policy.act(checks[-1], rng=rng) for _ in range(3000)], minlength=len(probs))
+    assert np.abs(counts / 3000 - probs).max() < 0.04
 
 
 def _env004(max_slots=None, n=400):

@@ -45,6 +45,19 @@ def test_env_spaces_and_an_episode(variant, size):
     assert len(outcomes) == 120 and all(o.served for o in outcomes)
 
 
+def test_in_system_reward_sums_to_the_total_e2e():
+    env = Env001([PROFILE] * 4, _workload(), variant="aware", reward="in_system")
+    env.reset(seed=2)
+    paid, done, i = 0.0, False, 0
+    while not done:  # round-robin with a wait now and then
+        _, reward, done, _, info = env.step(4 if i % 5 == 4 else i % 4)
+        paid += reward - 60.0 * info["completed"] + len(env.stepper.queue)
+        i += 1
+    outcomes = env.results()
+    assert all(o.served for o in outcomes)
+    assert -paid == pytest.approx(sum(o.e2e for o in outcomes), rel=1e-9)
+
+
 def test_ddqn_smoke_trains_exports_and_serves(tmp_path):
     env = Env001([PROFILE] * 4, _workload(n=60), variant="guided")
     net, info = train_ddqn(env, DdqnSettings(episodes=2, batch_size=32, warmup_steps=50, eps_decay_steps=100),

@@ -30,6 +30,9 @@ class DdqnSettings:
     warmup_steps: int = 1_000
     target_tau: float = 0.005
     reward_scale: float = 0.01  # +60 per completion makes Q values of thousands: learn on a smaller scale
+    # "mlp": 001's obs-64-64-actions; "per_instance": one Q head shared by every instance
+    # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
+    network: str = "mlp"
     seed: int = 0
 
 
@@ -41,12 +44,19 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     from torchrl.modules import QValueActor
     from torchrl.objectives import DQNLoss, SoftUpdate
 
-    from training.rl.networks import mlp
+    from training.rl.networks import PerInstanceQ, mlp
 
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
     n_obs, n_actions = env.observation_space.shape[0], env.action_space.n
-    net = mlp(n_obs, n_actions, settings.hidden)
+    if settings.network == "per_instance":
+        spec = env.observation_spec()
+        net = PerInstanceQ(len(spec["global"]), len(spec["per_instance"]), spec["instances"],
+                           wait=n_actions > spec["instances"], hidden=settings.hidden[0])
+    elif settings.network == "mlp":
+        net = mlp(n_obs, n_actions, settings.hidden)
+    else:
+        raise ValueError(f"DdqnSettings.network: {settings.network!r} is not mlp or per_instance")
     actor = QValueActor(net, in_keys=["observation"], spec=OneHot(n_actions))
     loss = DQNLoss(actor, double_dqn=True, delay_value=True, action_space="one-hot", loss_function="smooth_l1")
     updater = SoftUpdate(loss, tau=settings.target_tau)

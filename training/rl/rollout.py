@@ -26,3 +26,18 @@ def greedy(net) -> Callable[[np.ndarray], int]:
             return int(net(torch.as_tensor(obs)).argmax())
 
     return act
+
+
+def sampled(net, seed: int = 0) -> Callable[[np.ndarray], int]:
+    """A network of action logits as a stochastic policy: an action drawn from softmax(logits), as
+    SAC trains it (its argmax can be an action the policy takes only a minority of the time)."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+
+    def act(obs: np.ndarray) -> int:
+        with torch.no_grad():
+            probs = torch.softmax(net(torch.as_tensor(obs)), -1).numpy().astype(np.float64)
+        return int(rng.choice(len(probs), p=probs / probs.sum()))
+
+    return act

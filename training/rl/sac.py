@@ -22,6 +22,9 @@ class SacSettings:
     warmup_steps: int = 500
     learn_every: int = 4
     target_tau: float = 0.005
+    # the temperature aims at this share of the uniform policy's entropy (TorchRL's default 0.98 keeps
+    # a 7-action policy near uniform, and its greedy action is then a coin flip)
+    target_entropy_weight: float = 0.5
     hidden: int = 64
     heads: int = 4
     seed: int = 0
@@ -56,7 +59,8 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                                distribution_class=OneHotCategorical)
     qvalue = TensorDictModule(q_net, in_keys=["observation"], out_keys=["action_value"])
     # vmap over the Q networks cannot trace the HAN's data-dependent edge lists
-    loss = DiscreteSACLoss(actor, qvalue, action_space=spec, num_actions=n_actions, deactivate_vmap=True)
+    loss = DiscreteSACLoss(actor, qvalue, action_space=spec, num_actions=n_actions, deactivate_vmap=True,
+                           target_entropy_weight=settings.target_entropy_weight)
     loss.make_value_estimator(gamma=settings.gamma)
     updater = SoftUpdate(loss, tau=settings.target_tau)
     optim = torch.optim.Adam(loss.parameters(), lr=settings.learning_rate)

@@ -18,6 +18,11 @@ d_j)) penalised beyond ε as r_p = max(0, T_p − ε) / T_p (bounded, unlike T_p
 busy 70B instance reaches tens of seconds and drowns every other reward) and r_d = running tokens /
 KV capacity; s = `guidance_scale` (10, against the queue penalty's units); the guidance weight
 λ_k = e^(−0.5 k) decays over training episodes k (set by the trainer).
+With `reward="in_system"` the E2E term is paid as it accrues, −∫ N(t) dt over each step (N: the
+requests in the router queue or on an instance), instead of in one lump at completion: the same
+total over an episode, with the cost of a decision arriving while the decision is still recent.
+`wait_action=False` removes the wait action (every request is routed on arrival): an ablation of
+what the wait action does to learning.
 """
 
 from __future__ import annotations
@@ -42,9 +47,13 @@ class Env001(gym.Env):
 
     def __init__(self, profiles: list[InstanceProfile], workload, variant: str = "guided",
                  decision_interval_s: float = 0.02, alpha: float = 0.5, epsilon_s: float = 0.1,
-                 guidance_scale: float = 10.0, models: list[int] | None = None):
+                 guidance_scale: float = 10.0, models: list[int] | None = None, reward: str = "completion",
+                 wait_action: bool = True):
         """`workload(seed) -> list[Request]` gives a fresh episode's requests; `models[i]` is instance
         i's model (an index into the requests' label arrays; default 0 everywhere)."""
+        if reward not in ("completion", "in_system"):
+            raise ValueError(f"reward must be completion or in_system, got {reward!r}")
+        self.reward = reward
         if variant not in ("baseline", "aware", "guided"):
             raise ValueError(f"variant must be baseline, aware or guided, got {variant!r}")
         self.profiles, self.workload, self.variant = profiles, workload, variant
@@ -54,7 +63,8 @@ class Env001(gym.Env):
         self.guidance = 1.0 if variant == "guided" else 0.0
         size = 3 + (2 if variant == "baseline" else 6) * self.m
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(self.m + 1)  # m instances, then wait
+        self.wait_action = wait_action
+        self.action_space = gym.spaces.Discrete(self.m + int(wait_action))  # m instances, then wait
         self.stepper: Stepper | None = None
         self.known: dict[int, Request] = {}
 
@@ -67,10 +77,10 @@ class Env001(gym.Env):
                 "per_instance": per, "instances": self.m,
                 "scales": {"counts": "/ max_running", "earliest_completion_s": "/ 10 s"},
                 "prompt_split_tokens": PROMPT_SPLIT, "decode_split_tokens": DECODE_SPLIT,
-                "actions": [f"route to instance {i}" for i in range(self.m)] + ["wait"]}
+                "actions": [f"route to instance {i}" for i in range(self.m)] + (["wait"] if self.wait_action else [])}
 
     def action_spec(self) -> dict:
-        return {"n": self.m + 1, "kind": "discrete", "meaning": self.observation_spec()["actions"]}
+        return {"n": int(self.action_space.n), "kind": "discrete", "meaning": self.observation_spec()["actions"]}
 
     def set_episode(self, k: int) -> None:
         """The guidance weight of training episode k: λ_k = e^(−0.5 k) (guided variant only)."""
@@ -81,6 +91,8 @@ class Env001(gym.Env):
         requests = self.workload(0 if seed is None else seed)
         self.known = {r.rid: r for r in requests}
         self.stepper = Stepper(Cluster(self.profiles, models=self.models), requests, self.dt)
+        self.active: dict[int, float] = {}  # rid -> arrival of the requests in the system
+        self._tracked = 0  # arrivals added to `active` so far
         self.stepper.head()
         return self._observe(), {}
 
@@ -88,15 +100,39 @@ class Env001(gym.Env):
         s = self.stepper
         choice = WAIT if action == self.m else int(action)
         penalty = self.guidance * self._mixing(choice) if choice is not WAIT else 0.0
+        t0 = s.t
         done_jobs = s.act(choice)
         e2e = [j.finished - s.outcomes[j.rid].request.arrival for j in done_jobs if j.finished is not None]
         completed = len(e2e)
-        reward = COMPLETION_REWARD * completed - sum(e2e) - len(s.queue) - penalty
+        if self.reward == "in_system":
+            time_in_system = self._in_system(t0, done_jobs)
+            reward = COMPLETION_REWARD * completed - time_in_system - len(s.queue) - penalty
+        else:
+            reward = COMPLETION_REWARD * completed - sum(e2e) - len(s.queue) - penalty
         terminated = s.over
         return self._observe(), float(reward), terminated, False, {"completed": completed}
 
     def results(self) -> list:
         return self.stepper.results()
+
+    def _in_system(self, t0: float, done_jobs: list) -> float:
+        """∫ N(t) dt over the step just taken: the request-seconds spent in the system (router queue
+        or instance) since `t0`. Summed over an episode it is Σ E2E, but it is paid while requests
+        wait, not in one lump at their completion. A request rejected leaves at its dispatch; one
+        timed out in the router queue keeps counting until the episode ends (a penalty for it)."""
+        s = self.stepper
+        for r in s.arrivals[self._tracked:s.n_arrived]:
+            self.active[r.rid] = r.arrival
+        self._tracked = s.n_arrived
+        left = {j.rid: (j.finished if j.finished is not None else s.outcomes[j.rid].dispatched or t0)
+                for j in done_jobs}
+        end = s.t if math.isfinite(s.t) else max(left.values(), default=t0)  # the last step runs to the end
+        total = 0.0
+        for rid, arrival in self.active.items():  # a finish reported up to one engine step early counts whole
+            total += max(0.0, left.get(rid, end) - max(t0, arrival))
+        for rid in left:
+            self.active.pop(rid, None)
+        return total
 
     def _mixing(self, i: int) -> float:
         inst, req = self.stepper.cluster.instances[i], self.stepper.head()

@@ -70,6 +70,11 @@ class Stepper:
         return out
 
     @property
+    def n_arrived(self) -> int:
+        """How many requests have arrived so far (`arrivals[:n_arrived]`, in arrival order)."""
+        return self._next
+
+    @property
     def over(self) -> bool:
         return self.head() is None
 
