@@ -40,6 +40,7 @@ from training.rl.sac import SacSettings, train_sac  # noqa: E402
 from training.simulator.baselines import BASELINES  # noqa: E402
 from training.simulator.cluster import Cluster  # noqa: E402
 from training.simulator.env_000 import Env000, qos  # noqa: E402
+from training.simulator.metrics import mean_std  # noqa: E402
 from training.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results"
@@ -128,8 +129,7 @@ def main() -> None:
                     env = make_env("baseline")
                     outcomes = Cluster(env.profiles, models=env.models).run(workload(seed), BASELINES[pname]())
                 runs.append(score(outcomes, requirement) | {"wall_s": time.perf_counter() - t0})
-            table[pname] = {k: [float(np.mean([r[k] for r in runs])), float(np.std([r[k] for r in runs]))]
-                            for k in runs[0]}
+            table[pname] = mean_std(runs)
             row = table[pname]
             print(f"{wname:<24} {pname:<22} QoS {row['qos_mean'][0]:.4f} ± {row['qos_mean'][1]:.4f}, "
                   f"latency/token {1000 * row['latency_per_token_s'][0]:.1f} ms, dropped {row['dropped'][0]:.0f}, "

@@ -34,7 +34,7 @@ from training.simulator.baselines import BASELINES  # noqa: E402
 from training.simulator.cluster import Cluster  # noqa: E402
 from training.simulator.env_001 import Env001  # noqa: E402
 from training.simulator.instance import InstanceProfile  # noqa: E402
-from training.simulator.metrics import summarize  # noqa: E402
+from training.simulator.metrics import mean_std, summarize  # noqa: E402
 from training.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
 
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
@@ -103,8 +103,7 @@ def main() -> None:
                 else:
                     outcomes = Cluster([profile] * 4).run(workload(seed), make(None))
                 runs.append(summarize(outcomes))
-            stats = {k: (float(np.mean([r[k] for r in runs])), float(np.std([r[k] for r in runs])))
-                     for k in ("e2e_mean_s", "e2e_p95_s", "ttft_mean_s", "served")}
+            stats = mean_std(runs, ("e2e_mean_s", "e2e_p95_s", "ttft_mean_s", "served"))
             result["policies"].setdefault(wname, {})[pname] = stats
         rr = result["policies"][wname]["round_robin"]["e2e_mean_s"][0]
         for pname, stats in result["policies"][wname].items():

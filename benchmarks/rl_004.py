@@ -43,7 +43,7 @@ from training.rl.rollout import run_episode  # noqa: E402
 from training.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin  # noqa: E402
 from training.simulator.cluster import Cluster  # noqa: E402
 from training.simulator.env_004 import Env004  # noqa: E402
-from training.simulator.metrics import summarize  # noqa: E402
+from training.simulator.metrics import mean_std, summarize  # noqa: E402
 from training.simulator.workloads import SPP_D0, SPP_D1, arrivals, read_trace, switched_poisson  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results"
@@ -136,8 +136,7 @@ def main() -> None:
                     outcomes = cluster.run(workload(seed), baselines[pname]())
                 runs.append(score(outcomes, seed, phases if wname == "switched_poisson" else None, requirement, g,
                                   heavy) | {"wall_s": time.perf_counter() - t0})
-            table[pname] = {key: [float(np.mean([r[key] for r in runs])), float(np.std([r[key] for r in runs]))]
-                            for key in runs[0]}
+            table[pname] = mean_std(runs)
             row = table[pname]
             print(f"{wname:<22} {pname:<26} within L {row['within_requirement'][0]:.4f}, "
                   f"goodput ratio {row['goodput_ratio'][0]:.4f}, violation {row['violation_ratio'][0]:.4f}, "

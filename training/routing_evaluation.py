@@ -27,7 +27,7 @@ from training.simulator.cluster import Cluster, Outcome
 from training.simulator.env_000 import Env000, qos
 from training.simulator.env_001 import Env001
 from training.simulator.instance import InstanceProfile
-from training.simulator.metrics import summarize
+from training.simulator.metrics import mean_std, summarize
 from training.simulator.workloads import RequestPool, arrivals, read_trace
 
 LEARNED = ("ddqn_001", "sac_000", "sac_000_baseline")
@@ -130,10 +130,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
                     runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s))
                 row = {"policy": name, "workload": kind, "load": load}
-                for metric in METRICS:
-                    values = np.array([r[metric] for r in runs], dtype=float)
-                    row[metric] = float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
-                    row[f"{metric}_std"] = float(np.nanstd(values)) if np.isfinite(values).any() else float("nan")
+                for metric, (mean, std) in mean_std(runs, METRICS).items():
+                    row[metric], row[f"{metric}_std"] = mean, std
                 rows.append(row)
             log(f"{kind} at {load:.0%} load: {len(wanted)} policies × {len(seeds)} seeds done")
     report = {"capacity_rps": capacity, "qos_latency_per_token_s": qos_limit, "seeds": seeds, "requests": n,

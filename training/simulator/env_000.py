@@ -46,14 +46,14 @@ class Env000(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, profiles: list[InstanceProfile], models: list[int], workload, requirement_s: float,
-                 variant: str = "han", pad: int = 5, max_slots: int | None = None):
+                 variant: str = "han", pad: int = 5, max_decisions: int | None = None):
         """`workload(seed) -> list[Request]`; instances run at most `pad` requests with `pad` waiting,
         so the observation shows every request an expert holds (000's queue capacity 5)."""
         if variant not in ("han", "baseline"):
             raise ValueError(f"variant must be han or baseline, got {variant!r}")
         self.profiles = [dataclasses.replace(p, max_running=pad, buffer=pad) for p in profiles]
         self.models, self.workload, self.requirement_s = list(models), workload, requirement_s
-        self.variant, self.pad, self.max_slots = variant, pad, max_slots
+        self.variant, self.pad, self.max_decisions = variant, pad, max_decisions
         self.n = len(profiles)
         spec = self.observation_spec()
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(spec["size"],), dtype=np.float32)
@@ -94,7 +94,7 @@ class Env000(gym.Env):
         gained = sum(qos(job, self.known[job.rid], s.outcomes[job.rid].model, self.requirement_s) for job in finished)
         self.decisions += 1
         terminated = s.over
-        truncated = not terminated and self.max_slots is not None and self.decisions >= self.max_slots
+        truncated = not terminated and self.max_decisions is not None and self.decisions >= self.max_decisions
         return self._observe(), float(gained - penalty), terminated, truncated, {"qos": gained, "impact": penalty}
 
     def impact(self, n: int) -> float:

@@ -45,3 +45,15 @@ def summarize(outcomes: list[Outcome], slo_e2e_s: float | None = None, slo_tpot_
             sum(accuracy[o.instance] for o, ok in zip(outcomes, on_time) if ok) / span if span > 0 else float("nan"))
     return out
 
+
+
+def mean_std(runs: list[dict[str, float]], keys=None) -> dict[str, list[float]]:
+    """{metric: [mean, std]} over the runs of several seeds (NaN-aware: a run without a value for a
+    metric, e.g. no served request, does not count for it)."""
+    out = {}
+    for key in keys or runs[0]:
+        values = np.array([r[key] for r in runs], dtype=float)
+        finite = np.isfinite(values).any()
+        out[key] = [float(np.nanmean(values)) if finite else float("nan"),
+                    float(np.nanstd(values)) if finite else float("nan")]
+    return out
