@@ -94,6 +94,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     return dg.Output(
         {"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"], "policies": exports},
         metadata={"mlflow_run_id": run_id, "report": dg.MetadataValue.path(str(path)), "table": markdown_table(table),
+                  "clipped_fits": dg.MetadataValue.json(report["clipped_fits"]),
                   "policies": dg.MetadataValue.json(exports),
                   **{f"plot_{Path(p).stem}": dg.MetadataValue.path(p) for p in report["plots"]}},
     )

@@ -35,9 +35,23 @@ METRICS = ("e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "
            "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected")
 
 
-def fleet_profiles(fits: list[dict], queue_capacity: int, kv_capacity_tokens: int) -> list[InstanceProfile]:
-    return [InstanceProfile.from_fit(fit, max_running=queue_capacity, buffer=queue_capacity,
-                                     kv_capacity_tokens=kv_capacity_tokens) for fit in fits]
+MIN_RATE_S = 1e-7  # floor for a fitted prefill gradient or decode step time (s per token / per step)
+
+
+def fleet_profiles(fits: list[dict], queue_capacity: int,
+                   kv_capacity_tokens: int) -> tuple[list[InstanceProfile], list[str]]:
+    """Instance profiles from the tiers' fits, and a note for every value clipped: on a tiny model
+    the prefill gradient is noise-sized and can fit negative, which no instance can simulate."""
+    profiles, clipped = [], []
+    for i, fit in enumerate(fits):
+        fit = dict(fit)
+        for key in ("prefill_grad_s_per_token", "decode_w_s"):
+            if not fit[key] > MIN_RATE_S:
+                clipped.append(f"instance {i}: {key} {fit[key]:.3g} clipped to {MIN_RATE_S:g}")
+                fit[key] = MIN_RATE_S
+        profiles.append(InstanceProfile.from_fit(fit, max_running=queue_capacity, buffer=queue_capacity,
+                                                 kv_capacity_tokens=kv_capacity_tokens))
+    return profiles, clipped
 
 
 def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, trace: Path | None):
@@ -89,7 +103,9 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     from training.rl.sac import SacSettings, train_sac
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    profiles = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
+    profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
+    for note in clipped:
+        log(f"warning: {note}")
     capacity = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
                    for p, m in zip(profiles, models))
     qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
@@ -134,8 +150,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                     row[metric], row[f"{metric}_std"] = mean, std
                 rows.append(row)
             log(f"{kind} at {load:.0%} load: {len(wanted)} policies × {len(seeds)} seeds done")
-    report = {"capacity_rps": capacity, "qos_latency_per_token_s": qos_limit, "seeds": seeds, "requests": n,
-              "train_load": settings.train_load, "rows": rows, "learning_curves": curves}
+    report = {"capacity_rps": capacity, "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
+              "seeds": seeds, "requests": n, "train_load": settings.train_load, "rows": rows, "learning_curves": curves}
     report["plots"] = [str(p) for p in plot_evaluation(report, out_dir)]
     return report, {name: (trained[name], trained_envs[name]) for name in trained}
 

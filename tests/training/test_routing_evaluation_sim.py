@@ -52,3 +52,12 @@ def test_switched_poisson_workload_keeps_the_mean_rate():
     requests = workload_factory("switched_poisson", _pool(), rate=10.0, n=4000, trace=None)(1)
     span = requests[-1].arrival - requests[0].arrival
     assert 0.5 * 10.0 < len(requests) / span < 1.5 * 10.0
+
+
+def test_a_noise_sized_negative_fit_is_clipped_and_reported():
+    from training.routing_evaluation import fleet_profiles
+
+    noisy = dict(FITS[0], prefill_grad_s_per_token=-1.4e-4)
+    profiles, clipped = fleet_profiles([noisy, FITS[1]], queue_capacity=4, kv_capacity_tokens=10_000)
+    assert profiles[0].prefill_s_per_token == 1e-7 and profiles[1].prefill_s_per_token == 1e-4
+    assert clipped == ["instance 0: prefill_grad_s_per_token -0.00014 clipped to 1e-07"]
