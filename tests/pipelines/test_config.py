@@ -76,3 +76,5 @@ def test_production_example_validates(state_dir, shared_data, monkeypatch):
     assert config.tier_of("llama-3.1-70b-instruct").tensor_parallel_size == 4
     assert config.sampling("llama-3.1-70b-instruct").frequency_penalty == 1.2
     assert config.scoring.metric_for("mbpp") == "code_pass_at_1" and config.scoring.metric_for("x") == "bertscore"
+    evaluation = config.training.routing_evaluation
+    assert evaluation.enabled and evaluation.trace.is_absolute() and evaluation.trace.exists()
