@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-from routerbench_fleet import DATA, routerbench_pool, tier_profile  # noqa: E402
+from routerbench_fleet import DATA, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 
 from training.rl.export import export_policy  # noqa: E402
 from training.rl.rollout import greedy, run_episode, sampled  # noqa: E402
@@ -171,13 +171,8 @@ def plot(result: dict, path: Path) -> None:
     for j, (wname, table) in enumerate(result["workloads"].items()):
         b.bar(x + (j - 0.5) * 0.4, [table[n]["qos_mean"][0] for n in names], 0.4,
               yerr=[table[n]["qos_mean"][1] for n in names], label=wname)
-    b.set_xticks(x, names, rotation=30, ha="right", fontsize=7)
-    b.set(ylabel="average QoS", title=f"000 setting, L = {1000 * result['requirement_s_per_token']:.0f} ms/token")
-    b.legend(fontsize=7)
-    b.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_bar_panel(fig, b, names, path, ylabel="average QoS",
+                   title=f"000 setting, L = {1000 * result['requirement_s_per_token']:.0f} ms/token")
 
 
 if __name__ == "__main__":

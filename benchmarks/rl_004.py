@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-from routerbench_fleet import DATA, TIERS, routerbench_pool, tier_profile  # noqa: E402
+from routerbench_fleet import DATA, TIERS, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 
 from training.rl.export import export_policy  # noqa: E402
 from training.rl.ppo import PpoSettings, distribution_policy, train_ppo  # noqa: E402
@@ -186,13 +186,7 @@ def plot(result: dict, path: Path) -> None:
                              "violation_ratio_normal")):
         b.bar(x + (j - 1.5) * 0.2, [table[n][key][0] for n in names], 0.2,
               yerr=[table[n][key][1] for n in names], label=key)
-    b.set_xticks(x, names, rotation=25, ha="right", fontsize=7)
-    b.set(title="switched Poisson, per phase (mean ± std over 3 seeds)")
-    b.legend(fontsize=7)
-    b.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_bar_panel(fig, b, names, path, title="switched Poisson, per phase (mean ± std over 3 seeds)")
 
 
 if __name__ == "__main__":

@@ -55,3 +55,16 @@ def routerbench_pool(models: list[str], predictions: bool, timings: dict[str, fl
     pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models, **extra)
     accuracy = dict(zip(models, np.nanmean(matrix(train, "quality", models), axis=0).tolist()))
     return pool, accuracy
+
+
+def save_bar_panel(fig, ax, names: list[str], path: Path, **labels) -> None:
+    """Label a bar panel with the policy names and write the figure (the simulator benchmarks' plots)."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+    ax.set(**labels)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
