@@ -96,8 +96,9 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
             "sac_000_baseline"} <= policies
     assert {(r["workload"], r["load"]) for r in routing["rows"]} == {
         (w, load) for w in ("poisson", "gamma", "switched_poisson") for load in (0.5, 0.9)}
-    # a smoke-trained SAC may drop every request (no served request, no latency): the baselines serve
-    assert all(0 <= r["qos_mean"] <= 1 and r["served"] + r["dropped"] + r["rejected"] == 120 for r in routing["rows"])
+    # a smoke-trained SAC may drop every request (no served request, no latency): the baselines serve;
+    # counts are means over seeds, so their sum is compared with a float tolerance
+    assert all(0 <= r["qos_mean"] <= 1 and abs(r["served"] + r["dropped"] + r["rejected"] - 120) < 1e-9 for r in routing["rows"])
     assert all(r["e2e_mean_s"] > 0 for r in routing["rows"] if r["served"] > 0)
     assert all(r["served"] > 0 for r in routing["rows"] if r["policy"] in ("round_robin", "join_shortest_queue"))
     run = mlflow.get_run(routing["mlflow_run_id"])
