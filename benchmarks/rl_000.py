@@ -18,6 +18,11 @@ from its distribution); both are exported to ONNX.
 
     .venv/bin/python benchmarks/rl_000.py [--steps 6000]
 Writes benchmarks/results/rl_000.json, rl_000.png and rl_000_policy_{han,baseline}/.
+
+000's ablation of the predictors (PS/PL/ZS/ZL; here with true lengths in place of PL):
+
+    .venv/bin/python benchmarks/rl_000.py --ablation [--steps 6000] [--signals PS+TL ZS+ZL ...]
+Writes benchmarks/results/rl_000_ablation.{json,png}.
 """
 
 from __future__ import annotations
@@ -61,47 +66,94 @@ def kv_tokens(gpus: int) -> int:
     return int(0.9 * (80e9 * gpus - 140e9) / 327_680)
 
 
+SIGNALS = {  # 000's ablation (RouterBench's lengths are replaced by the trace's, so no PL): (quality, length)
+    "PS+TL": ("predicted", "true"), "TS+TL": ("true", "true"), "ZS+TL": ("zero", "true"),
+    "PS+ZL": ("predicted", "zero"), "ZS+ZL": ("zero", "zero")}
+SIGNAL_BASELINES = ("quality_only", "route_balance", "least_work_left", "join_shortest_queue")
+
+
+class Setting:
+    """The experts, their pool of labelled requests and the two evaluation workloads."""
+
+    def __init__(self, args):
+        self.timings: dict[str, float] = {}
+        self.models = list(EXPERTS)
+        table_pool, _ = routerbench_pool(self.models, predictions=True, timings=self.timings)
+        trace_times, _, trace_output = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")
+        lengths = np.random.default_rng(0).choice(trace_output, size=len(table_pool))
+        self.pool = RequestPool(table_pool.prompt_tokens, np.repeat(lengths[:, None], len(self.models), axis=1),
+                                table_pool.quality, table_pool.tasks, self.models, None, table_pool.predicted_quality)
+        self.profiles = [tier_profile(tier, max_running=PAD, buffer=PAD, kv_capacity_tokens=kv_tokens(gpus))
+                         for tier, gpus in EXPERTS.values()]
+        self.capacity = sum(p.capacity_rps(self.pool.prompt_tokens.mean(), lengths.mean()) for p in self.profiles)
+        self.rate = args.load * self.capacity
+        self.requirement = args.requirement_ms / 1000
+        self.trace_times = trace_times
+        print(f"capacity {self.capacity:.2f} req/s, rate {self.rate:.2f} req/s, L {args.requirement_ms} ms/token, "
+              f"KV tokens {[p.kv_capacity_tokens for p in self.profiles]}", flush=True)
+
+    def poisson(self, seed, n=N_EVAL, pool=None):
+        return (pool or self.pool).requests(arrivals("poisson", n, rate=self.rate, seed=seed), seed=seed)
+
+    def trace(self, seed, n=N_EVAL, pool=None):
+        start = seed * n % (len(self.trace_times) - n)
+        t = self.trace_times[start:start + n] - self.trace_times[start]
+        return (pool or self.pool).requests(t * (n / self.rate) / t[-1], seed=seed)
+
+    def env(self, variant, workload):
+        return Env000(self.profiles, list(range(len(self.models))), workload, self.requirement, variant=variant,
+                      pad=PAD)
+
+    def header(self, args) -> dict:
+        return {"experts": EXPERTS, "rate_rps": self.rate, "capacity_rps": self.capacity, "load": args.load,
+                "requirement_s_per_token": self.requirement, "pad": PAD, "timings": self.timings}
+
+    def evaluate(self, policies: dict, workload, label: str) -> dict:
+        """policies: name -> (variant, net, greedy|sampled) for SAC, or a baseline class; 3 seeds each."""
+        table = {}
+        for pname, policy in policies.items():
+            runs = []
+            for seed in SEEDS:
+                t0 = time.perf_counter()
+                if isinstance(policy, tuple):
+                    variant, net, how = policy
+                    act = greedy(net) if how is greedy else sampled(net, seed)
+                    outcomes = run_episode(self.env(variant, workload), act, seed)
+                else:
+                    outcomes = Cluster(self.profiles, models=list(range(len(self.models)))).run(workload(seed),
+                                                                                              policy())
+                runs.append(score(outcomes, self.requirement) | {"wall_s": time.perf_counter() - t0})
+            table[pname] = row = mean_std(runs)
+            print(f"{label:<24} {pname:<22} QoS {row['qos_mean'][0]:.4f} ± {row['qos_mean'][1]:.4f}, "
+                  f"latency/token {1000 * row['latency_per_token_s'][0]:.1f} ms, dropped {row['dropped'][0]:.0f}, "
+                  f"rejected {row['rejected'][0]:.0f}", flush=True)
+        return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6000, help="SAC training steps (decisions) per policy")
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--requirement-ms", type=float, default=60.0)
     parser.add_argument("--episode", type=int, default=500, help="requests per training episode")
+    parser.add_argument("--ablation", action="store_true",
+                        help="instead of the comparison: 000's signal ablation, one SAC + HAN policy trained and "
+                             "evaluated per signal setting (the baseline RL sees no per-request signal)")
+    parser.add_argument("--signals", nargs="+", choices=list(SIGNALS), default=list(SIGNALS),
+                        help="the ablation's signal settings")
     args = parser.parse_args()
+    setting = Setting(args)
+    if args.ablation:
+        ablation(setting, args)
+    else:
+        compare(setting, args)
 
-    timings: dict[str, float] = {}
-    models = list(EXPERTS)
-    table_pool, _ = routerbench_pool(models, predictions=True, timings=timings)
-    _, trace_prompt, trace_output = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")
-    lengths = np.random.default_rng(0).choice(trace_output, size=len(table_pool))
-    pool = RequestPool(table_pool.prompt_tokens, np.repeat(lengths[:, None], len(models), axis=1),
-                       table_pool.quality, table_pool.tasks, models, None, table_pool.predicted_quality)
-    profiles = [tier_profile(tier, max_running=PAD, buffer=PAD, kv_capacity_tokens=kv_tokens(gpus))
-                for tier, gpus in EXPERTS.values()]
-    capacity = sum(p.capacity_rps(pool.prompt_tokens.mean(), lengths.mean()) for p in profiles)
-    rate = args.load * capacity
-    requirement = args.requirement_ms / 1000
-    trace_times = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")[0]
 
-    def poisson(seed, n=N_EVAL):
-        return pool.requests(arrivals("poisson", n, rate=rate, seed=seed), seed=seed)
-
-    def trace(seed, n=N_EVAL):
-        start = seed * n % (len(trace_times) - n)
-        t = trace_times[start:start + n] - trace_times[start]
-        return pool.requests(t * (n / rate) / t[-1], seed=seed)
-
-    def make_env(variant, workload=poisson):
-        return Env000(profiles, list(range(len(models))), workload, requirement, variant=variant, pad=PAD)
-
-    print(f"capacity {capacity:.2f} req/s, rate {rate:.2f} req/s, L {args.requirement_ms} ms/token, "
-          f"KV tokens {[p.kv_capacity_tokens for p in profiles]}", flush=True)
-    result = {"experts": EXPERTS, "rate_rps": rate, "capacity_rps": capacity, "load": args.load,
-              "requirement_s_per_token": requirement, "pad": PAD, "timings": timings, "training": {},
-              "workloads": {}}
+def compare(setting: Setting, args) -> None:
+    result = setting.header(args) | {"training": {}, "workloads": {}}
     learned = {}
     for variant in ("han", "baseline"):
-        env = make_env(variant, lambda s: poisson(s, args.episode))
+        env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2))
         result["training"][variant] = info
         learned[f"sac_{variant}"] = (variant, net, greedy)
@@ -109,37 +161,47 @@ def main() -> None:
         obs, _ = env.reset(seed=SEEDS[0])
         checks = [obs]
         for _ in range(60):  # observations of a filling cluster too
-            obs, *_ = env.step(1 + len(checks) % len(models))
+            obs, *_ = env.step(1 + len(checks) % len(setting.models))
             checks.append(obs)
         spec = export_policy(net, OUT / f"rl_000_policy_{variant}", env.observation_spec(), env.action_spec(),
                              np.stack(checks), output="logits")
         result.setdefault("onnx", {})[variant] = {k: spec[k] for k in ("onnx_max_abs_diff",
                                                                         "onnx_action_agreement")}
-    for wname, workload in {"poisson": poisson, "azure_trace_timestamps": trace}.items():
-        table = {}
-        for pname in [*learned, *BASELINES]:
-            runs = []
-            for seed in SEEDS:
-                t0 = time.perf_counter()
-                if pname in learned:
-                    variant, net, how = learned[pname]
-                    act = greedy(net) if how is greedy else sampled(net, seed)
-                    outcomes = run_episode(make_env(variant, workload), act, seed)
-                else:
-                    env = make_env("baseline")
-                    outcomes = Cluster(env.profiles, models=env.models).run(workload(seed), BASELINES[pname]())
-                runs.append(score(outcomes, requirement) | {"wall_s": time.perf_counter() - t0})
-            table[pname] = mean_std(runs)
-            row = table[pname]
-            print(f"{wname:<24} {pname:<22} QoS {row['qos_mean'][0]:.4f} ± {row['qos_mean'][1]:.4f}, "
-                  f"latency/token {1000 * row['latency_per_token_s'][0]:.1f} ms, dropped {row['dropped'][0]:.0f}, "
-                  f"rejected {row['rejected'][0]:.0f}", flush=True)
+    for wname, workload in {"poisson": setting.poisson, "azure_trace_timestamps": setting.trace}.items():
+        table = setting.evaluate(learned | BASELINES, workload, wname)
         for row in table.values():
             row["qos_vs_baseline_rl"] = row["qos_mean"][0] / table["sac_baseline"]["qos_mean"][0] - 1
         result["workloads"][wname] = table
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
     (OUT / "rl_000.json").write_text(json.dumps(result, indent=2))
     plot(result, OUT / "rl_000.png")
+
+
+def ablation(setting: Setting, args) -> None:
+    """000's study: SAC + HAN trained and evaluated (Poisson, unseen seeds) with the predicted, true
+    or zero quality scores and lengths in its features and its action impact estimate; the baselines
+    that read those signals alongside. The policy acts by sampling, as trained (its greedy action
+    collapses to drop, see the comparison)."""
+    variant = "han"
+    result = setting.header(args) | {"variant": variant, "steps": args.steps, "signals": {}}
+    for name in args.signals:
+        quality, length = SIGNALS[name]
+        pool = setting.pool.ablated(quality=quality, length=length)
+        env = setting.env(variant, lambda s, pool=pool: setting.poisson(s, args.episode, pool))
+        t0 = time.perf_counter()
+        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2))
+        policies = {"sac_sampled": (variant, net, sampled)}
+        policies |= {b: BASELINES[b] for b in SIGNAL_BASELINES}
+        table = setting.evaluate(policies, lambda s, pool=pool: setting.poisson(s, pool=pool), name)
+        result["signals"][name] = {"quality": quality, "length": length, "train_s": time.perf_counter() - t0,
+                                   "curve": info["curve"], "policies": table}
+    if "PS+TL" in result["signals"]:
+        base = result["signals"]["PS+TL"]["policies"]["sac_sampled"]["qos_mean"][0]
+        for entry in result["signals"].values():
+            entry["sac_sampled_qos_vs_ps_tl"] = entry["policies"]["sac_sampled"]["qos_mean"][0] / base - 1
+    result["paper_000"] = {"ps_pl_qos_vs_zs_zl": 0.1794, "ps_pl_latency_per_token_vs_zs_zl": -0.0133}
+    (OUT / "rl_000_ablation.json").write_text(json.dumps(result, indent=2))
+    plot_ablation(result, OUT / "rl_000_ablation.png")
 
 
 def score(outcomes, requirement: float) -> dict[str, float]:
@@ -173,6 +235,24 @@ def plot(result: dict, path: Path) -> None:
               yerr=[table[n]["qos_mean"][1] for n in names], label=wname)
     save_bar_panel(fig, b, names, path, ylabel="average QoS",
                    title=f"000 setting, L = {1000 * result['requirement_s_per_token']:.0f} ms/token")
+
+
+def plot_ablation(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    signals = list(result["signals"])
+    names = list(result["signals"][signals[0]]["policies"])
+    width = 0.8 / len(signals)
+    for j, sig in enumerate(signals):
+        table = result["signals"][sig]["policies"]
+        ax.bar(np.arange(len(names)) + (j - (len(signals) - 1) / 2) * width, [table[n]["qos_mean"][0] for n in names],
+               width, yerr=[table[n]["qos_mean"][1] for n in names], label=sig)
+    save_bar_panel(fig, ax, names, path, ylabel="average QoS (Poisson)",
+                   title=f"000's signal ablation, SAC + HAN trained {result['steps']} steps")
 
 
 if __name__ == "__main__":
