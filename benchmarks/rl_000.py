@@ -89,6 +89,9 @@ class Setting:
         self.rate = args.load * self.capacity
         self.requirement = args.requirement_ms / 1000
         self.trace_times = trace_times
+        self.experts = list(range(len(self.models)))
+        self.header = {"experts": EXPERTS, "rate_rps": self.rate, "capacity_rps": self.capacity, "load": args.load,
+                       "requirement_s_per_token": self.requirement, "pad": PAD, "timings": self.timings}
         print(f"capacity {self.capacity:.2f} req/s, rate {self.rate:.2f} req/s, L {args.requirement_ms} ms/token, "
               f"KV tokens {[p.kv_capacity_tokens for p in self.profiles]}", flush=True)
 
@@ -101,27 +104,20 @@ class Setting:
         return (pool or self.pool).requests(t * (n / self.rate) / t[-1], seed=seed)
 
     def env(self, variant, workload):
-        return Env000(self.profiles, list(range(len(self.models))), workload, self.requirement, variant=variant,
-                      pad=PAD)
-
-    def header(self, args) -> dict:
-        return {"experts": EXPERTS, "rate_rps": self.rate, "capacity_rps": self.capacity, "load": args.load,
-                "requirement_s_per_token": self.requirement, "pad": PAD, "timings": self.timings}
+        return Env000(self.profiles, self.experts, workload, self.requirement, variant=variant, pad=PAD)
 
     def evaluate(self, policies: dict, workload, label: str) -> dict:
-        """policies: name -> (variant, net, greedy|sampled) for SAC, or a baseline class; 3 seeds each."""
+        """policies: name -> (variant, seed -> act) for SAC, or a baseline class; 3 seeds each."""
         table = {}
         for pname, policy in policies.items():
             runs = []
             for seed in SEEDS:
                 t0 = time.perf_counter()
                 if isinstance(policy, tuple):
-                    variant, net, how = policy
-                    act = greedy(net) if how is greedy else sampled(net, seed)
-                    outcomes = run_episode(self.env(variant, workload), act, seed)
+                    variant, act_for = policy
+                    outcomes = run_episode(self.env(variant, workload), act_for(seed), seed)
                 else:
-                    outcomes = Cluster(self.profiles, models=list(range(len(self.models)))).run(workload(seed),
-                                                                                              policy())
+                    outcomes = Cluster(self.profiles, models=self.experts).run(workload(seed), policy())
                 runs.append(score(outcomes, self.requirement) | {"wall_s": time.perf_counter() - t0})
             table[pname] = row = mean_std(runs)
             print(f"{label:<24} {pname:<22} QoS {row['qos_mean'][0]:.4f} ± {row['qos_mean'][1]:.4f}, "
@@ -150,14 +146,14 @@ def main() -> None:
 
 
 def compare(setting: Setting, args) -> None:
-    result = setting.header(args) | {"training": {}, "workloads": {}}
+    result = setting.header | {"training": {}, "workloads": {}}
     learned = {}
     for variant in ("han", "baseline"):
         env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2))
         result["training"][variant] = info
-        learned[f"sac_{variant}"] = (variant, net, greedy)
-        learned[f"sac_{variant}_sampled"] = (variant, net, sampled)
+        learned[f"sac_{variant}"] = (variant, lambda seed, net=net: greedy(net))
+        learned[f"sac_{variant}_sampled"] = (variant, lambda seed, net=net: sampled(net, seed))
         obs, _ = env.reset(seed=SEEDS[0])
         checks = [obs]
         for _ in range(60):  # observations of a filling cluster too
@@ -183,14 +179,14 @@ def ablation(setting: Setting, args) -> None:
     that read those signals alongside. The policy acts by sampling, as trained (its greedy action
     collapses to drop, see the comparison)."""
     variant = "han"
-    result = setting.header(args) | {"variant": variant, "steps": args.steps, "signals": {}}
+    result = setting.header | {"variant": variant, "steps": args.steps, "signals": {}}
     for name in args.signals:
         quality, length = SIGNALS[name]
         pool = setting.pool.ablated(quality=quality, length=length)
         env = setting.env(variant, lambda s, pool=pool: setting.poisson(s, args.episode, pool))
         t0 = time.perf_counter()
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2))
-        policies = {"sac_sampled": (variant, net, sampled)}
+        policies = {"sac_sampled": (variant, lambda seed, net=net: sampled(net, seed))}
         policies |= {b: BASELINES[b] for b in SIGNAL_BASELINES}
         table = setting.evaluate(policies, lambda s, pool=pool: setting.poisson(s, pool=pool), name)
         result["signals"][name] = {"quality": quality, "length": length, "train_s": time.perf_counter() - t0,

@@ -26,7 +26,7 @@ from training.simulator.baselines import BASELINES
 from training.simulator.cluster import Cluster, Outcome
 from training.simulator.env_000 import Env000, qos
 from training.simulator.env_001 import Env001
-from training.simulator.instance import InstanceProfile
+from training.simulator.instance import FIT_FLOORS, InstanceProfile
 from training.simulator.metrics import mean_std, summarize
 from training.simulator.workloads import RequestPool, arrivals, read_trace
 
@@ -35,22 +35,14 @@ METRICS = ("e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "
            "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected")
 
 
-MIN_RATE_S = 1e-7  # floor for a fitted prefill gradient or decode step time (s per token / per step)
-
-
 def fleet_profiles(fits: list[dict], queue_capacity: int,
                    kv_capacity_tokens: int) -> tuple[list[InstanceProfile], list[str]]:
-    """Instance profiles from the tiers' fits, and a note for every value clipped: on a tiny model
-    the prefill gradient is noise-sized and can fit negative, which no instance can simulate."""
-    profiles, clipped = [], []
-    for i, fit in enumerate(fits):
-        fit = dict(fit)
-        for key in ("prefill_grad_s_per_token", "decode_w_s"):
-            if not fit[key] > MIN_RATE_S:
-                clipped.append(f"instance {i}: {key} {fit[key]:.3g} clipped to {MIN_RATE_S:g}")
-                fit[key] = MIN_RATE_S
-        profiles.append(InstanceProfile.from_fit(fit, max_running=queue_capacity, buffer=queue_capacity,
-                                                 kv_capacity_tokens=kv_capacity_tokens))
+    """Instance profiles from the tiers' fits, and a note for every fitted term `from_fit` floored
+    (a tiny CPU model's prefill gradient is noise-sized and can fit negative)."""
+    clipped = [f"instance {i}: {key} {value:.3g} clipped to {FIT_FLOORS[key]:g}"
+               for i, fit in enumerate(fits) for key, value in InstanceProfile.floored_terms(fit).items()]
+    profiles = [InstanceProfile.from_fit(fit, max_running=queue_capacity, buffer=queue_capacity,
+                                         kv_capacity_tokens=kv_capacity_tokens) for fit in fits]
     return profiles, clipped
 
 

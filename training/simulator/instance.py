@@ -24,6 +24,10 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+# the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
+FIT_FLOORS = {"prefill_intercept_s": 0.0, "prefill_grad_s_per_token": 1e-7, "decode_w_s": 1e-7,
+              "decode_h_s_per_token": 0.0}
+
 
 @dataclass(frozen=True)
 class InstanceProfile:
@@ -49,10 +53,17 @@ class InstanceProfile:
 
     @classmethod
     def from_fit(cls, fit: dict, **limits) -> InstanceProfile:
-        """From a `TierFit.to_dict()` (or the `fit` of a tier profile's JSON)."""
-        return cls(prefill_intercept_s=max(0.0, fit["prefill_intercept_s"]),
-                   prefill_s_per_token=fit["prefill_grad_s_per_token"], decode_w_s=fit["decode_w_s"],
-                   decode_h_s_per_token=max(0.0, fit["decode_h_s_per_token"]), **limits)
+        """From a `TierFit.to_dict()` (or the `fit` of a tier profile's JSON), each term raised to its
+        `FIT_FLOORS` value: a noise-sized fit (tiny models) can come out negative, which no instance
+        can simulate."""
+        f = {key: max(floor, fit[key]) for key, floor in FIT_FLOORS.items()}
+        return cls(prefill_intercept_s=f["prefill_intercept_s"], prefill_s_per_token=f["prefill_grad_s_per_token"],
+                   decode_w_s=f["decode_w_s"], decode_h_s_per_token=f["decode_h_s_per_token"], **limits)
+
+    @staticmethod
+    def floored_terms(fit: dict) -> dict[str, float]:
+        """The fitted terms `from_fit` raises to their floor, with their fitted values."""
+        return {key: fit[key] for key, floor in FIT_FLOORS.items() if not fit[key] >= floor}
 
     def nominal_tpot(self, context_tokens: float = 0.0) -> float:
         return self.decode_w_s + self.decode_h_s_per_token * context_tokens
