@@ -43,8 +43,9 @@ test: $(STAMP)  ## unit and end-to-end tests (pytest's exit 5, no tests collecte
 	@rc=0; $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
-lint: $(STAMP)
-	$(BIN)/ruff check pipelines assets training profiling artifacts tests benchmarks
+lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.importlinter])
+	$(BIN)/ruff check pipelines assets training profiling core prompts generation scoring artifacts tests benchmarks
+	$(BIN)/lint-imports
 
 benchmark: $(STAMP)  ## write benchmarks/results/*.json
 	$(BIN)/python benchmarks/demo_run.py

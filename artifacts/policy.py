@@ -2,8 +2,8 @@
 
 `policy.json`: {observation: {size, variant, ...}, action: {n, kind, meaning}, output: "q_values" |
 "logits" | "probabilities"}. `act(observation)` returns the action index (argmax of Q values or
-logits) or, for a simplex action (004), the routing distribution itself. `observation_001(...)`,
-`observation_004(...)` and `observation_000(...)` build each paper's observation from the
+logits) or, for a simplex action (004), the routing distribution itself. `observation_workload_aware(...)`,
+`observation_slot_distribution(...)` and `observation_qos_graph(...)` build each paper's observation from the
 telemetry a router has, exactly as the training environments do.
 """
 
@@ -54,7 +54,7 @@ class RoutingPolicy:
         return self.spec["action"]["meaning"][action]
 
 
-def observation_001(router_queue: int, prompt_tokens: int, predicted_output_tokens: float,
+def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_output_tokens: float,
                     instances: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
     """001's observation from telemetry. Each instance dict: max_running, kv_utilization, and the
     running requests as a list of {prompt_tokens, predicted_output_tokens, generated_tokens}, plus
@@ -77,7 +77,7 @@ def observation_001(router_queue: int, prompt_tokens: int, predicted_output_toke
     return np.asarray(obs, dtype=np.float32)
 
 
-def observation_004(instances: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
+def observation_slot_distribution(instances: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
     """004's observation. Each instance dict: `ages_s`, the ages of its requests oldest first (the
     one in service included), and `elapsed_service_s` of the one in service (0 when idle)."""
     if len(instances) != spec["instances"]:
@@ -94,7 +94,7 @@ def observation_004(instances: list[dict[str, Any]], spec: dict[str, Any]) -> np
     return np.asarray(obs, dtype=np.float32)
 
 
-def observation_000(arrived: dict[str, Any], experts: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
+def observation_qos_graph(arrived: dict[str, Any], experts: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
     """000's graph features, flattened in the order arrived | experts | running slots | waiting
     slots (K per expert, zero rows for empty slots). `arrived`: prompt_tokens and per expert
     predicted_score / predicted_output_tokens; each expert: kv_utilization, kv_capacity_tokens,

@@ -13,8 +13,8 @@ from artifacts.loader import BundleVerificationError, load_bundle
 from artifacts.manifest import Fleet, ModelEntry, TierEntry
 from artifacts.publish import publish_bundle
 from artifacts.writer import ComponentSource
-from pipelines.config import FleetConfig
-from pipelines.resources import FleetResource
+from assets.resources import FleetResource
+from core.config import FleetConfig
 
 
 def table_hash(table: pa.Table) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.storage import Quarantine
+from core.storage import Quarantine
 
 
 def clean(values: dict[str, Any]) -> dict[str, Any]:

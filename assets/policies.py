@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from artifacts.publish import log_report
 from assets.metadata import markdown_table
-from pipelines.resources import FleetResource
+from assets.resources import FleetResource
 
 TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
                  "quality_mean", "cost_usd_per_request", "dropped", "rejected")
@@ -42,10 +42,10 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
 def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
                        knn_estimator: dict[str, Any], tier_profiles: dict[str, dict[str, Any]]):
     from artifacts.knn import KnnEstimator
-    from pipelines.schemas import routing_models
-    from training.rl.export import export_policy
-    from training.routing_evaluation import evaluate_routing
-    from training.simulator.workloads import RequestPool, prompt_token_counts
+    from core.schemas import routing_models
+    from training.policies.evaluation import evaluate_routing
+    from training.policies.rl.export import export_policy
+    from training.policies.simulator.workloads import RequestPool, prompt_token_counts
 
     config = fleet.config
     settings = config.training.routing_evaluation

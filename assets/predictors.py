@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 
 from assets.metadata import markdown_table
-from pipelines.resources import FleetResource
-from training.knn import build_knn
-from training.knn_eval import evaluate_knn
-from training.routing_eval import plot_quality_cost
+from assets.resources import FleetResource
+from training.predictors.knn import build_knn
+from training.predictors.knn_eval import evaluate_knn
+from training.predictors.quality_cost_eval import plot_quality_cost
 
 
 @dg.asset(
@@ -77,8 +77,8 @@ def _decode_speed(context, settings, latency_heads: dict) -> float:
 
 
 def _train(name: str, context, config, routing_table: pa.Table, folder, upstream: dict) -> dict:
-    from training.bucket_predictors import train_length_predictor, train_score_predictor
-    from training.task_classifier import train_task_classifier
+    from training.predictors.bucket_predictors import train_length_predictor, train_score_predictor
+    from training.predictors.task_classifier import train_task_classifier
 
     settings = getattr(config.training, name)
     seed, log = config.training.seed, context.log.info

@@ -10,7 +10,7 @@ import dagster as dg
 import pyarrow as pa
 
 from assets.metadata import markdown_table
-from pipelines.resources import FleetResource
+from assets.resources import FleetResource
 from profiling.tier_profile import build_latency_component, measure_tier, safe_name
 
 

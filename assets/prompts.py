@@ -7,8 +7,8 @@ from collections import Counter
 import dagster as dg
 
 from assets.metadata import quarantine_metadata
-from pipelines.prompt_sources import build_prompts
-from pipelines.resources import FleetResource
+from assets.resources import FleetResource
+from prompts.sources import build_prompts
 
 
 @dg.asset(

@@ -9,10 +9,10 @@ import dagster as dg
 import pyarrow as pa
 
 from assets.metadata import clean, quarantine_metadata
-from pipelines.resources import FleetResource
-from pipelines.schemas import QUALITY
-from pipelines.scoring import Scorer, label_agreement
-from pipelines.storage import Quarantine, to_table
+from assets.resources import FleetResource
+from core.schemas import QUALITY
+from core.storage import Quarantine, to_table
+from scoring.quality import Scorer, label_agreement
 
 
 def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:

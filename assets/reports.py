@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from artifacts.publish import log_report
 from assets.metadata import clean, markdown_table
-from pipelines.resources import FleetResource
+from assets.resources import FleetResource
 
 
 def flat_metrics(report: dict[str, Any], predictors: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -39,7 +39,7 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
     )
     def predictor_report(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
                          knn_estimator: dict[str, Any], **upstream: dict[str, Any]):
-        from training.predictor_report import build_report
+        from training.predictors.predictor_report import build_report
 
         config = fleet.config
         out_dir = fleet.root / "reports" / "predictors"

@@ -9,8 +9,8 @@ import dagster as dg
 import pyarrow as pa
 
 from assets.metadata import clean, quarantine_metadata
-from pipelines.generation import generate_partition
-from pipelines.resources import FleetResource
+from assets.resources import FleetResource
+from generation.partition import generate_partition
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -5,7 +5,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from pipelines.resources import FleetResource
+from assets.resources import FleetResource
 from training.routing_table import build_routing_table, dataset_card, export_hf_dataset, matrix
 
 

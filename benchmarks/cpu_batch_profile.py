@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.cpu_sweep import MODEL  # noqa: E402
-from pipelines.config import BatchGrid  # noqa: E402
-from pipelines.model_sources import build_random_init  # noqa: E402
+from core.config import BatchGrid  # noqa: E402
+from core.model_sources import build_random_init  # noqa: E402
 from profiling.batch_fits import fit_tier  # noqa: E402
 from profiling.batch_profiler import profile_model  # noqa: E402
 from profiling.latency_heads import leave_one_configuration_out  # noqa: E402

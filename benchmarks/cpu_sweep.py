@@ -29,8 +29,8 @@ import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from artifacts.latency import LatencyModel  # noqa: E402
-from pipelines.config import RandomInitSource, SweepSettings  # noqa: E402
-from pipelines.model_sources import build_random_init  # noqa: E402
+from core.config import RandomInitSource, SweepSettings  # noqa: E402
+from core.model_sources import build_random_init  # noqa: E402
 from profiling.local_server import transformers_serve  # noqa: E402
 from profiling.plots import plot_sweep  # noqa: E402
 from profiling.sweep import SweepPrompt, SweepResult, records_table, run_sweep  # noqa: E402

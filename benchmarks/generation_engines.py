@@ -30,11 +30,11 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from pipelines.config import load_fleet  # noqa: E402
-from pipelines.engines import make_engine, prompt_rows  # noqa: E402
-from pipelines.generation import generate_partition  # noqa: E402
-from pipelines.prompt_sources import build_prompts  # noqa: E402
-from pipelines.storage import Quarantine  # noqa: E402
+from core.config import load_fleet  # noqa: E402
+from core.storage import Quarantine  # noqa: E402
+from generation.engines import make_engine, prompt_rows  # noqa: E402
+from generation.partition import generate_partition  # noqa: E402
+from prompts.sources import build_prompts  # noqa: E402
 
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 MODEL = {"kind": "random_init", "architecture": "llama", "seed": 2,
@@ -94,8 +94,8 @@ def cache(folder: Path, n: int, batch: int) -> dict:
 
 
 def http_faults(folder: Path, n: int) -> dict:
-    from pipelines.config import RandomInitSource
-    from pipelines.model_sources import build_random_init
+    from core.config import RandomInitSource
+    from core.model_sources import build_random_init
     from tests.conftest import free_port, stop, wait_healthy
     from tests.faults import FaultProxy
 

@@ -27,11 +27,11 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from pipelines.config import ScoringSettings  # noqa: E402
-from pipelines.metrics.bertscore import BertScoreMetric  # noqa: E402
-from pipelines.metrics.code_exec import humaneval_program, run_many  # noqa: E402
-from pipelines.metrics.extraction import extract_math, normalize_number  # noqa: E402
-from pipelines.scoring import exact_match  # noqa: E402
+from core.config import ScoringSettings  # noqa: E402
+from scoring.metrics.bertscore import BertScoreMetric  # noqa: E402
+from scoring.metrics.code_exec import humaneval_program, run_many  # noqa: E402
+from scoring.metrics.extraction import extract_math, normalize_number  # noqa: E402
+from scoring.quality import exact_match  # noqa: E402
 
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 MODELS = ("mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview")

@@ -39,14 +39,14 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from routerbench_fleet import DATA, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 
-from training.rl.export import export_policy  # noqa: E402
-from training.rl.rollout import greedy, run_episode, sampled  # noqa: E402
-from training.rl.sac import SacSettings, train_sac  # noqa: E402
-from training.simulator.baselines import BASELINES  # noqa: E402
-from training.simulator.cluster import Cluster  # noqa: E402
-from training.simulator.env_000 import Env000, qos  # noqa: E402
-from training.simulator.metrics import mean_std  # noqa: E402
-from training.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
+from training.policies.rl.export import export_policy  # noqa: E402
+from training.policies.rl.rollout import greedy, run_episode, sampled  # noqa: E402
+from training.policies.rl.sac import SacSettings, train_sac  # noqa: E402
+from training.policies.simulator.baselines import BASELINES  # noqa: E402
+from training.policies.simulator.cluster import Cluster  # noqa: E402
+from training.policies.simulator.metrics import mean_std  # noqa: E402
+from training.policies.simulator.qos_graph_env import QosGraphEnv, qos  # noqa: E402
+from training.policies.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results"
 EXPERTS = {  # model -> (splitwise tier, GPUs)
@@ -104,7 +104,7 @@ class Setting:
         return (pool or self.pool).requests(t * (n / self.rate) / t[-1], seed=seed)
 
     def env(self, variant, workload):
-        return Env000(self.profiles, self.experts, workload, self.requirement, variant=variant, pad=PAD)
+        return QosGraphEnv(self.profiles, self.experts, workload, self.requirement, variant=variant, pad=PAD)
 
     def evaluate(self, policies: dict, workload, label: str) -> dict:
         """policies: name -> (variant, seed -> act) for SAC, or a baseline class; 3 seeds each."""

@@ -27,15 +27,15 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
-from training.rl.ddqn import DdqnSettings, train_ddqn  # noqa: E402
-from training.rl.export import export_policy  # noqa: E402
-from training.rl.rollout import greedy, run_episode  # noqa: E402
-from training.simulator.baselines import BASELINES  # noqa: E402
-from training.simulator.cluster import Cluster  # noqa: E402
-from training.simulator.env_001 import Env001  # noqa: E402
-from training.simulator.instance import InstanceProfile  # noqa: E402
-from training.simulator.metrics import mean_std, summarize  # noqa: E402
-from training.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
+from training.policies.rl.ddqn import DdqnSettings, train_ddqn  # noqa: E402
+from training.policies.rl.export import export_policy  # noqa: E402
+from training.policies.rl.rollout import greedy, run_episode  # noqa: E402
+from training.policies.simulator.baselines import BASELINES  # noqa: E402
+from training.policies.simulator.cluster import Cluster  # noqa: E402
+from training.policies.simulator.instance import InstanceProfile  # noqa: E402
+from training.policies.simulator.metrics import mean_std, summarize  # noqa: E402
+from training.policies.simulator.workload_aware_env import WorkloadAwareEnv  # noqa: E402
+from training.policies.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
 
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 OUT = REPO / "benchmarks" / "results"
@@ -81,7 +81,8 @@ def main() -> None:
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
     for variant in ("baseline", "aware", "guided"):
-        env = Env001([profile] * 4, poisson, variant=variant, reward=args.reward, wait_action=not args.no_wait)
+        env = WorkloadAwareEnv([profile] * 4, poisson, variant=variant, reward=args.reward,
+                               wait_action=not args.no_wait)
         start = time.perf_counter()
         net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network))
         info["train_seconds"] = time.perf_counter() - start
@@ -97,7 +98,7 @@ def main() -> None:
             runs = []
             for seed in SEEDS:
                 if pname.startswith("ddqn_"):
-                    env = Env001([profile] * 4, workload, variant=pname.removeprefix("ddqn_"),
+                    env = WorkloadAwareEnv([profile] * 4, workload, variant=pname.removeprefix("ddqn_"),
                                  wait_action=not args.no_wait)
                     outcomes = run_episode(env, make(env), seed)
                 else:

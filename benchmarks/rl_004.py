@@ -37,14 +37,14 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 from routerbench_fleet import DATA, TIERS, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 
-from training.rl.export import export_policy  # noqa: E402
-from training.rl.ppo import PpoSettings, distribution_policy, train_ppo  # noqa: E402
-from training.rl.rollout import run_episode  # noqa: E402
-from training.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin  # noqa: E402
-from training.simulator.cluster import Cluster  # noqa: E402
-from training.simulator.env_004 import Env004  # noqa: E402
-from training.simulator.metrics import mean_std, summarize  # noqa: E402
-from training.simulator.workloads import SPP_D0, SPP_D1, arrivals, read_trace, switched_poisson  # noqa: E402
+from training.policies.rl.export import export_policy  # noqa: E402
+from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo  # noqa: E402
+from training.policies.rl.rollout import run_episode  # noqa: E402
+from training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin  # noqa: E402
+from training.policies.simulator.cluster import Cluster  # noqa: E402
+from training.policies.simulator.metrics import mean_std, summarize  # noqa: E402
+from training.policies.simulator.slot_distribution_env import SlotDistributionEnv  # noqa: E402
+from training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, read_trace, switched_poisson  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results"
 HEAVY, LIGHT = "gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat"
@@ -82,7 +82,7 @@ def main() -> None:
         return reqs
 
     def make_env(slots=args.slots, workload=None):
-        return Env004(profiles, instance_models, g, workload or (lambda s: spp(s, slots, s % 2)),
+        return SlotDistributionEnv(profiles, instance_models, g, workload or (lambda s: spp(s, slots, s % 2)),
                       requirement_s=requirement, slot_s=slot, buffer=BUFFER, max_slots=slots)
 
     print(f"service times {np.round(service, 3)} s, capacity {capacity:.2f} req/s, stretch k = {k:.1f}: "

@@ -30,10 +30,10 @@ import numpy as np  # noqa: E402
 from routerbench_fleet import TIERS as FLEET  # noqa: E402
 from routerbench_fleet import routerbench_pool, tier_profile  # noqa: E402
 
-from training.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance  # noqa: E402
-from training.simulator.cluster import Cluster  # noqa: E402
-from training.simulator.metrics import summarize  # noqa: E402
-from training.simulator.workloads import arrivals  # noqa: E402
+from training.policies.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance  # noqa: E402
+from training.policies.simulator.cluster import Cluster  # noqa: E402
+from training.policies.simulator.metrics import summarize  # noqa: E402
+from training.policies.simulator.workloads import arrivals  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results"
 SEEDS = (1, 2, 3)

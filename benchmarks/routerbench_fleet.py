@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow as pa
 from routerbench_knn import routing_table_of
 
-from pipelines.config import load_fleet
+from core.config import load_fleet
 from profiling.batch_fits import fit_tier, import_splitwise
-from training.knn import build_knn
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.workloads import RequestPool, prompt_token_counts
+from training.predictors.knn import build_knn
 from training.routing_table import matrix
-from training.simulator.instance import InstanceProfile
-from training.simulator.workloads import RequestPool, prompt_token_counts
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))

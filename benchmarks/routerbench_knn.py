@@ -7,7 +7,7 @@ random, oracle, KNN argmax-quality routing, and the λ sweep of q̂ − λ·ĉ.
     .venv/bin/python benchmarks/routerbench_knn.py [--config configs/routerbench.yaml] [--k 10]
         [--truncation-side left|right] [--prior-strength 10] [--no-loto]
 
-λ runs over `training.routing_eval.auto_lambdas` (six decades around the fleet's quality-per-cost
+λ runs over `training.predictors.quality_cost_eval.auto_lambdas` (six decades around the fleet's quality-per-cost
 rate). Leave-one-task-out (002's leave-one-dataset-out): the router indexed without ARC routes the
 ARC test prompts, and likewise for Winogrande.
 """
@@ -19,15 +19,15 @@ import json
 import time
 from pathlib import Path
 
-from pipelines.config import load_fleet
-from pipelines.engines import make_engine, prompt_rows
-from pipelines.prompt_sources import build_prompts
-from pipelines.schemas import QUALITY, RESPONSES
-from pipelines.scoring import Scorer
-from pipelines.storage import Quarantine, to_table
-from training.knn import build_knn
-from training.knn_eval import evaluate_knn, leave_one_task_out
-from training.routing_eval import plot_quality_cost
+from core.config import load_fleet
+from core.schemas import QUALITY, RESPONSES
+from core.storage import Quarantine, to_table
+from generation.engines import make_engine, prompt_rows
+from prompts.sources import build_prompts
+from scoring.quality import Scorer
+from training.predictors.knn import build_knn
+from training.predictors.knn_eval import evaluate_knn, leave_one_task_out
+from training.predictors.quality_cost_eval import plot_quality_cost
 from training.routing_table import build_routing_table
 
 RESULTS = Path(__file__).parent / "results"

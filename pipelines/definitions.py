@@ -19,11 +19,11 @@ from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
 from assets.prompts import prompts
 from assets.quality import build_quality_asset
 from assets.reports import build_report_asset
+from assets.resources import FleetResource
 from assets.responses import build_responses_asset
 from assets.routing import routing_table
-from pipelines.config import load_fleet
+from core.config import load_fleet
 from pipelines.io_managers import JsonIOManager, ParquetIOManager
-from pipelines.resources import FleetResource
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 

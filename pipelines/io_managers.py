@@ -14,7 +14,7 @@ import dagster as dg
 import pyarrow as pa
 from upath import UPath
 
-from pipelines.storage import read_parquet, write_parquet
+from core.storage import read_parquet, write_parquet
 
 
 class ParquetIOManager(dg.UPathIOManager):

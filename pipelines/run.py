@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.config import load_fleet
+from core.config import load_fleet
 from pipelines.definitions import build_assets, training_assets
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pipelines.config import BatchGrid
+from core.config import BatchGrid
 from profiling.batch_fits import BatchMeasurement
 
 

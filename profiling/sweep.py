@@ -28,9 +28,9 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from pipelines.config import SweepSettings
-from pipelines.engines.base import tpot
-from pipelines.engines.openai_engine import FatalRequestError, RetryableRequestError, stream_completion
+from core.config import SweepSettings
+from generation.engines.base import tpot
+from generation.engines.openai_engine import FatalRequestError, RetryableRequestError, stream_completion
 from profiling.arrivals import arrival_times
 from profiling.live_state import FEATURES, ClientState, MetricsScraper
 

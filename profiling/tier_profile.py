@@ -17,8 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.config import FleetConfig, OpenAISource, Tier
-from pipelines.schemas import routing_column
+from core.config import FleetConfig, OpenAISource, Tier
+from core.schemas import routing_column
 from profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
 from profiling.coarse_priors import coarse_prior, read_llm_inference_bench
 from profiling.latency_heads import write_batch_heads
@@ -35,7 +35,7 @@ def safe_name(tier: str) -> str:
 
 
 def _model_dir(config: FleetConfig, model: str) -> Path:
-    from pipelines.model_sources import causal_lm_location
+    from core.model_sources import causal_lm_location
 
     spec = config.model(model)
     if spec.engine != "transformers":
@@ -90,7 +90,7 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
         raise ValueError(f"tiers[{tier.name}].profile: a sweep needs base_url, serve: true, or an openai model")
     base_url = profile.base_url or spec.source.base_url
     served = profile.served_model or (spec.source.model if isinstance(spec.source, OpenAISource) else tier.model)
-    from pipelines.model_sources import load_tokenizer
+    from core.model_sources import load_tokenizer
 
     prompts = sweep_prompts(config, tier, routing_table, load_tokenizer(config.generation.token_counter))
     return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log)

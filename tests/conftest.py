@@ -69,8 +69,8 @@ def tiny_lm(tmp_path_factory) -> Path:
     """A tiny Llama with seeded random weights (meaningless text), saved with its tokenizer."""
     from transformers import AutoTokenizer
 
-    from pipelines.config import RandomInitSource
-    from pipelines.model_sources import build_random_init
+    from core.config import RandomInitSource
+    from core.model_sources import build_random_init
 
     path = build_random_init(RandomInitSource(**TINY_LLAMA), tmp_path_factory.mktemp("models"))
     tokenizer = AutoTokenizer.from_pretrained(path)  # MiniLM's tokenizer has no chat template: add one

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from artifacts.loader import load_bundle
-from pipelines.config import load_fleet
+from core.config import load_fleet
 from pipelines.run import run_pipeline
 from tests.conftest import CONFIGS, REPO
 
@@ -92,8 +92,8 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     # routing evaluation: every policy × workload × load, 3 seeds, in MLflow; the policies in the bundle
     routing = out["routing_evaluation"]
     policies = {r["policy"] for r in routing["rows"]}
-    assert {"round_robin", "join_shortest_queue", "route_balance", "quality_only", "ddqn_001", "sac_000",
-            "sac_000_baseline"} <= policies
+    assert {"round_robin", "join_shortest_queue", "route_balance", "quality_only", "ddqn_workload_guided", "sac_qos_han",
+            "sac_qos_mlp"} <= policies
     assert {(r["workload"], r["load"]) for r in routing["rows"]} == {
         (w, load) for w in ("poisson", "gamma", "switched_poisson") for load in (0.5, 0.9)}
     # a smoke-trained SAC may drop every request (no served request, no latency): the baselines serve;
@@ -105,7 +105,7 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     assert "round_robin/poisson/load_0.9/e2e_mean_s" in run.data.metrics
     logged = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id, artifact_path="report")}
     assert {"report/routing_evaluation.json", "report/latency_percentiles.png", "report/learning_curves.png"} <= logged
-    assert sorted(bundle.routing_policies) == ["policy--ddqn_001", "policy--sac_000", "policy--sac_000_baseline"]
+    assert sorted(bundle.routing_policies) == ["policy--ddqn_workload_guided", "policy--sac_qos_han", "policy--sac_qos_mlp"]
     for name in bundle.routing_policies:
         policy = bundle.routing_policy(name)
         assert policy.spec["onnx_action_agreement"] == 1.0

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 
-from pipelines.schemas import ROUTING_KEYS, routing_column, routing_models, routing_table_schema
+from core.schemas import ROUTING_KEYS, routing_column, routing_models, routing_table_schema
 
 
 def build_routing_table(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from artifacts.latency import LatencyModel
-from pipelines.config import BatchGrid
+from core.config import BatchGrid
 from profiling.batch_fits import fit_tier
 from profiling.batch_profiler import profile_model, time_batch
 from profiling.latency_heads import write_batch_heads

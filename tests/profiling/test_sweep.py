@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from artifacts.latency import LatencyModel
-from pipelines.config import SweepSettings
+from core.config import SweepSettings
 from profiling.sweep import FEATURE_COLUMNS, SweepPrompt, records_table, run_sweep
 from profiling.sweep_heads import evaluate_rwt, sweep_data, sweep_rwt, time_split, train_sweep_heads
 

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from artifacts.latency import LatencyModel
-from pipelines.config import ConfigError, load_fleet
-from pipelines.schemas import routing_column, routing_table_schema
+from core.config import ConfigError, load_fleet
+from core.schemas import routing_column, routing_table_schema
 from profiling.tier_profile import build_latency_component, measure_tier
 
 

@@ -1,0 +1,51 @@
+"""The fleet configuration, split by stage; import any setting from here.
+
+Modules: `base` (strictness, errors, path types), `models`, `tiers`, `datasets`, `generation`,
+`scoring`, `training`, and `fleet` (the whole `FleetConfig` and `load_fleet`).
+"""
+
+from core.config.base import CONFIG_DIR, ConfigError, ConfigPath, ModelRef, StoreUri, _Strict, resolve_relative  # noqa: F401
+from core.config.datasets import (  # noqa: F401
+    RESPONSE_TABLE_KINDS,
+    BuiltinDataset,
+    Dataset,
+    FileDataset,
+    HFDataset,
+    PromptSettings,
+    RouteLLMDataset,
+    RouterBenchDataset,
+    SplitSettings,
+    Templates,
+)
+from core.config.fleet import FleetConfig, RegistrySettings, load_fleet  # noqa: F401
+from core.config.generation import GenerationSettings, ResponseFilters  # noqa: F401
+from core.config.models import (  # noqa: F401
+    HubSource,
+    ModelSource,
+    ModelSpec,
+    OpenAISource,
+    Price,
+    RandomInitSource,
+    Sampling,
+    SamplingOverrides,
+    TableSource,
+    VllmOptions,
+)
+from core.config.scoring import (  # noqa: F401
+    JUDGE_RUBRIC,
+    REFERENCE_METRICS,
+    CodeExecSettings,
+    JudgeSettings,
+    Metric,
+    ScoringSettings,
+)
+from core.config.tiers import BatchGrid, Hardware, ProfilingSettings, SweepSettings, Tier, TierProfile  # noqa: F401
+from core.config.training import (  # noqa: F401
+    KnnSettings,
+    LengthPredictorSettings,
+    RoutingEvaluationSettings,
+    ScorePredictorSettings,
+    TaskClassifierSettings,
+    TextPredictorSettings,
+    TrainingSettings,
+)

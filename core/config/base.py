@@ -1,0 +1,62 @@
+"""What every fleet-config model shares: strictness, the error type, and path fields resolved by type.
+
+A relative path in a fleet file means "relative to that file", so a config behaves the same from any
+working directory. Fields say which kind of value they hold by their type, and validation resolves
+them against the file's folder (passed as the validation context by `load_fleet`):
+
+- `ConfigPath`: a local file or folder (made absolute);
+- `ModelRef`: a hub id, a `package:` reference or a local folder (made absolute only when it names
+  an existing local path or starts with `.`, so `gpt2` stays a hub id);
+- `StoreUri`: a URI such as `sqlite:///rel/path.db` (the path part resolved) or `http://...` (kept).
+
+A model built directly in Python (no context) keeps its values as given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
+
+CONFIG_DIR = "config_dir"  # the validation-context key holding the fleet file's folder
+
+
+class ConfigError(ValueError):
+    """A fleet file that cannot be used; the message names the file and the offending field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def resolve_relative(value: str, base: Path) -> str:
+    """Resolve a sqlite URI or plain path relative to `base`; leave other URIs and hub ids alone."""
+    if value.startswith("sqlite:///") and not value.startswith("sqlite:////"):
+        return "sqlite:///" + str((base / value[len("sqlite:///") :]).resolve())
+    if "://" in value or value.startswith(("package:", "/")):
+        return value
+    candidate = base / value
+    return str(candidate.resolve()) if value.startswith(".") or candidate.exists() else value
+
+
+def _base(info: ValidationInfo) -> Path | None:
+    context = info.context or {}
+    return context.get(CONFIG_DIR)
+
+
+def _resolve_path(value: Path, info: ValidationInfo) -> Path:
+    base = _base(info)
+    if base is None or value.is_absolute():
+        return value
+    return (base / value).resolve()
+
+
+def _resolve_ref(value: str, info: ValidationInfo) -> str:
+    base = _base(info)
+    return value if base is None else resolve_relative(value, base)
+
+
+ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
+ModelRef = Annotated[str, AfterValidator(_resolve_ref)]
+StoreUri = Annotated[str, AfterValidator(_resolve_ref)]

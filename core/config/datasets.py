@@ -1,0 +1,125 @@
+"""Prompt datasets (local files, Hugging Face, built-in readers, response tables), templates and the split."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from artifacts.encoder import ENCODER_PACKAGE_REF
+from core.config.base import ConfigPath, ModelRef, _Strict
+
+
+class _PromptFields(_Strict):
+    """Where a row's fields are; `meta_fields` are copied into `reference_meta` (choices, tests…)."""
+
+    text_field: str = "prompt"
+    reference_field: str | None = "reference"
+    task_field: str | None = "task"
+    task: str | None = None  # a fixed task when the source has no task column
+    id_field: str | None = None
+    meta_fields: list[str] = Field(default_factory=list)
+    reference_required: bool | None = None  # None: as the scoring metric needs
+    # seed 001's templates (appendix A.3): `translation` reads the language from meta field
+    # `language`, `in_context_qna` the options from meta field `choices` (a list or {labels, texts}).
+    task_template: Literal["sentiment", "entity_recognition", "in_context_qna", "translation", "qna"] | None = None
+    template_seed: int = 0
+    limit: int | None = Field(default=None, gt=0)
+
+
+class FileDataset(_PromptFields):
+    """A local JSON-lines, CSV or Parquet file with field mapping."""
+
+    kind: Literal["jsonl", "csv", "parquet"]
+    name: str
+    path: ConfigPath
+
+
+class HFDataset(_PromptFields):
+    """A dataset read through `datasets.load_dataset` (hub id, or a builder such as `json` with
+    local `data_files`: the same code path either way)."""
+
+    kind: Literal["hf"]
+    name: str
+    path: ModelRef  # a hub id or a local folder
+    subset: str | None = None
+    split: str = "test"
+    data_files: dict[str, str] | str | None = None
+    revision: str | None = None
+    text_field: str = "question"
+    reference_field: str | None = "answer"
+
+
+class BuiltinDataset(_Strict):
+    """A known public prompt file turned into prompts with references and reference metadata.
+
+    `path` is the file (for `tweeteval_sentiment`: the `*_text.txt` file, with `*_labels.txt` and
+    the mapping beside it). `templates` applies seed 001's task templates (appendix A.3) where the
+    reader has one, seeded by `seed` so a rebuild gives the same text.
+    """
+
+    kind: Literal["builtin"]
+    name: str
+    reader: Literal["llmrouter", "gsm8k", "humaneval", "tweeteval_sentiment", "wnut17", "arena_hard"]
+    path: ConfigPath
+    templates: bool = True
+    seed: int = 0
+    reference_required: bool | None = None
+    limit: int | None = Field(default=None, gt=0)
+
+
+class RouterBenchDataset(_Strict):
+    """RouterBench-style wide CSVs: one row per prompt, per-model correctness, response and cost."""
+
+    kind: Literal["routerbench"]
+    name: str
+    files: dict[Literal["train", "test"], list[ConfigPath]]
+    limit: int | None = Field(default=None, gt=0)
+
+
+class RouteLLMDataset(_Strict):
+    """RouteLLM response CSV: `prompt`, a True/False column per model and `<model>_response`."""
+
+    kind: Literal["routellm"]
+    name: str
+    path: ConfigPath
+    task: str = "gsm8k"
+    limit: int | None = Field(default=None, gt=0)
+
+
+Dataset = Annotated[
+    FileDataset | HFDataset | BuiltinDataset | RouterBenchDataset | RouteLLMDataset,
+    Field(discriminator="kind"),
+]
+RESPONSE_TABLE_KINDS = ("routerbench", "routellm")
+
+
+class Templates(_Strict):
+    """How a raw prompt becomes the text sent to the models."""
+
+    default: str = "{text}"
+    per_task: dict[str, str] = Field(default_factory=dict)
+    hint: str = "This is a {task} task."
+    add_hint: bool = True
+
+    @field_validator("default", "hint")
+    @classmethod
+    def _has_placeholder(cls, value: str, info) -> str:
+        needed = "{text}" if info.field_name == "default" else "{task}"
+        if needed not in value:
+            raise ValueError(f"must contain {needed}")
+        return value
+
+
+class PromptSettings(_Strict):
+    """Normalization and limits applied to every prompt; violations are quarantined, not dropped."""
+
+    normalize: bool = True  # Unicode NFC, no NUL/control characters, trimmed, CRLF → LF
+    max_prompt_tokens: int | None = Field(default=None, gt=0)
+    tokenizer: ModelRef = ENCODER_PACKAGE_REF  # counts prompt tokens for max_prompt_tokens
+
+
+class SplitSettings(_Strict):
+    mode: Literal["seeded", "source"] = "seeded"  # `source`: keep the split the dataset ships
+    test_fraction: float = Field(default=0.25, gt=0, lt=1)
+    seed: int = 0

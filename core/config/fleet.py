@@ -1,0 +1,146 @@
+"""The whole fleet: one strict pydantic schema over every stage's settings, and `load_fleet`.
+
+A fleet file names the candidate models (engine, weight source, prices), the hardware tiers, the
+prompt datasets, and the settings of generation, scoring, training and registration. Every model is
+strict (`extra="forbid"`), so a typo or a wrong type fails at load with the field's dotted path.
+Strings may use ``${VAR}`` or ``${VAR:-default}``; path fields resolve by their type (see `base`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from artifacts.encoder import ENCODER_PACKAGE_REF
+from core.config.base import CONFIG_DIR, ConfigError, ConfigPath, ModelRef, StoreUri, _Strict
+from core.config.datasets import RESPONSE_TABLE_KINDS, Dataset, PromptSettings, SplitSettings, Templates
+from core.config.generation import GenerationSettings
+from core.config.models import ModelSpec, Sampling
+from core.config.scoring import ScoringSettings
+from core.config.tiers import Hardware, ProfilingSettings, Tier
+from core.config.training import TrainingSettings
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class RegistrySettings(_Strict):
+    tracking_uri: StoreUri
+    experiment: str
+    model_name: str
+    alias: str = "challenger"
+    artifact_location: StoreUri | None = None
+
+
+class FleetConfig(_Strict):
+    name: str
+    storage_root: ConfigPath
+    encoder: ModelRef = ENCODER_PACKAGE_REF
+    models: list[ModelSpec] = Field(min_length=1)
+    hardware: list[Hardware] = Field(default_factory=list)
+    tiers: list[Tier] = Field(default_factory=list)
+    datasets: list[Dataset] = Field(min_length=1)
+    prompts: PromptSettings = PromptSettings()
+    templates: Templates = Templates()
+    split: SplitSettings = SplitSettings()
+    generation: GenerationSettings = GenerationSettings()
+    scoring: ScoringSettings
+    training: TrainingSettings = TrainingSettings()
+    profiling: ProfilingSettings = ProfilingSettings()
+    registry: RegistrySettings
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> FleetConfig:
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"models: duplicate names {dupes}")
+        hw = {h.name for h in self.hardware}
+        for i, tier in enumerate(self.tiers):
+            if tier.model not in names:
+                raise ValueError(f"tiers.{i}.model: unknown model {tier.model!r}")
+            if tier.hardware not in hw:
+                raise ValueError(f"tiers.{i}.hardware: unknown hardware {tier.hardware!r}")
+        datasets = {d.name: d for d in self.datasets}
+        if len(datasets) != len(self.datasets):
+            raise ValueError("datasets: names must be unique")
+        for i, model in enumerate(self.models):
+            if model.source.kind == "table":
+                ds = datasets.get(model.source.dataset)
+                if ds is None:
+                    raise ValueError(f"models.{i}.source.dataset: no dataset named {model.source.dataset!r}")
+                if ds.kind not in RESPONSE_TABLE_KINDS and model.source.file is None:
+                    raise ValueError(
+                        f"models.{i}.source.file: dataset {ds.name!r} ({ds.kind}) holds no responses; "
+                        "name a response file"
+                    )
+        if "table_correctness" in self.scoring.metrics and any(m.engine != "table_import" for m in self.models):
+            raise ValueError("scoring.metric: table_correctness needs every model to be table_import")
+        if "llm_judge" in self.scoring.metrics:
+            judge = self.scoring.judge
+            if judge is None:
+                raise ValueError("scoring.judge: llm_judge is used but no judge model is configured")
+            if judge.model.name in names:
+                raise ValueError(f"scoring.judge.model.name: {judge.model.name!r} is a candidate; the judge "
+                                 "must be outside the candidate pool (002 §4.2)")
+            if judge.model.engine == "table_import":
+                raise ValueError("scoring.judge.model.engine: a judge must generate (not table_import)")
+        return self
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model named {name!r} in fleet {self.name!r}")
+
+    def dataset(self, name: str) -> Dataset:
+        for d in self.datasets:
+            if d.name == name:
+                return d
+        raise KeyError(f"no dataset named {name!r} in fleet {self.name!r}")
+
+    @property
+    def model_names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+    def sampling(self, model: str) -> Sampling:
+        """The resolved sampling settings of one model."""
+        return self.generation.sampling.merged(self.model(model).sampling)
+
+    def tier_of(self, model: str) -> Tier | None:
+        """The first tier that deploys `model` (where its engine runs and with which parallelism)."""
+        return next((t for t in self.tiers if t.model == model), None)
+
+
+def _expand_env(value: Any) -> Any:
+    if isinstance(value, str):
+        return _ENV_PATTERN.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), value)
+    if isinstance(value, dict):
+        return {k: _expand_env(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v) for v in value]
+    return value
+
+
+def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
+    """Read, validate and resolve a fleet file; raises ConfigError naming the bad field."""
+    path = Path(path).resolve()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"fleet config {path} does not exist") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"fleet config {path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"fleet config {path}: top level must be a mapping")
+    try:
+        return FleetConfig.model_validate(_expand_env(raw), context={CONFIG_DIR: path.parent})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"fleet config {path}: {problems}") from exc

@@ -1,0 +1,145 @@
+"""Candidate models: where weights come from, which engine runs them, sampling and prices."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from artifacts.encoder import ENCODER_PACKAGE_REF
+from core.config.base import ConfigPath, ModelRef, _Strict
+
+
+class Price(_Strict):
+    """USD per million tokens, as providers quote them."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, output_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+class RandomInitSource(_Strict):
+    """A causal LM built locally from a config with seeded random weights; its text is meaningless."""
+
+    kind: Literal["random_init"]
+    architecture: Literal["gpt2", "llama", "qwen2"]
+    config: dict[str, Any] = Field(default_factory=dict)
+    tokenizer: ModelRef = ENCODER_PACKAGE_REF
+    seed: int = 0
+
+
+class HubSource(_Strict):
+    """Weights from the Hugging Face Hub (or a local directory laid out like a hub snapshot)."""
+
+    kind: Literal["hub"]
+    id: ModelRef  # a hub id or a local folder
+    revision: str | None = None
+
+
+class OpenAISource(_Strict):
+    """A model behind an OpenAI-compatible HTTP API (`vllm serve`, `transformers serve`, …)."""
+
+    kind: Literal["openai"]
+    base_url: str  # e.g. http://127.0.0.1:8000/v1
+    model: str  # the name the server knows the model by
+    revision: str | None = None  # recorded in the cache key; servers do not report it
+    api: Literal["completions", "chat"] = "completions"
+    api_key_env: str | None = None  # name of the environment variable holding the key
+    max_concurrency: int = Field(default=8, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=6, ge=0)
+    backoff_s: float = Field(default=0.5, gt=0)  # first retry wait; grows exponentially with jitter
+    top_logprobs: int | None = Field(default=None, ge=1, le=20)  # ask for per-token alternatives (judges)
+
+
+class TableSource(_Strict):
+    """Responses that already exist in a table, joined to the prompts of `dataset`.
+
+    For `routerbench` and `routellm` datasets the responses sit in the dataset's own files and
+    `column` names the model's column (default: the model name). Otherwise `file` is a long
+    JSON-lines table, one (prompt, model) response per line, joined on `key_field` to the prompt's
+    source row id; field names may be dotted paths into nested values (`messages.1.content.answer`).
+    The defaults read LLMRouter-style routing JSONL.
+    """
+
+    kind: Literal["table"]
+    dataset: str
+    column: str | None = None
+    file: ConfigPath | None = None
+    key_field: str = "query"
+    response_field: str = "response"
+    model_field: str | None = "model_name"  # keep only lines whose model_field equals `column`
+    label_field: str | None = "performance"
+    cost_field: str | None = "cost"
+
+
+ModelSource = Annotated[
+    RandomInitSource | HubSource | OpenAISource | TableSource, Field(discriminator="kind")
+]
+
+_ENGINE_SOURCES = {
+    "transformers": {"random_init", "hub"},
+    "vllm": {"random_init", "hub"},
+    "openai": {"openai"},
+    "table_import": {"table"},
+}
+
+
+class SamplingOverrides(_Strict):
+    """Per-model changes to `generation.sampling`; unset fields keep the fleet default."""
+
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, gt=0)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    stop: list[str] | None = None
+    seed: int | None = None
+
+
+class Sampling(_Strict):
+    """Greedy by default (METHODS.md): one deterministic response per (prompt, model)."""
+
+    temperature: float = Field(default=0.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_tokens: int = Field(default=64, gt=0)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(default=1.0, gt=0)
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = None
+
+    def merged(self, overrides: SamplingOverrides | None) -> Sampling:
+        if overrides is None:
+            return self
+        return self.model_copy(update=overrides.model_dump(exclude_none=True))
+
+
+class VllmOptions(_Strict):
+    """`vllm.LLM` engine arguments; the tensor-parallel size comes from the model's tier."""
+
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, gt=0)
+    dtype: str = "auto"
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True
+
+
+class ModelSpec(_Strict):
+    name: str = Field(min_length=1)
+    engine: Literal["transformers", "vllm", "openai", "table_import"]
+    source: ModelSource
+    price: Price | None = None
+    sampling: SamplingOverrides | None = None
+    chat_template: bool = False  # wrap the prompt in the model's (or server's) chat template
+    vllm: VllmOptions = VllmOptions()
+
+    @model_validator(mode="after")
+    def _engine_matches_source(self) -> ModelSpec:
+        if self.source.kind not in _ENGINE_SOURCES[self.engine]:
+            raise ValueError(
+                f"model {self.name!r}: engine {self.engine!r} cannot use a {self.source.kind!r} source "
+                f"(it takes {sorted(_ENGINE_SOURCES[self.engine])})"
+            )
+        return self

@@ -1,0 +1,72 @@
+"""Quality scoring: the metric per task, the code sandbox and the LLM judge."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from artifacts.encoder import ENCODER_PACKAGE_REF
+from core.config.base import ConfigPath, ModelRef, _Strict
+from core.config.models import ModelSpec
+
+Metric = Literal["bertscore", "exact_match", "token_f1", "code_pass_at_1", "llm_judge", "table_correctness"]
+REFERENCE_METRICS = {"bertscore", "exact_match", "token_f1"}  # compare the response with a reference
+
+
+class CodeExecSettings(_Strict):
+    timeout_s: float = Field(default=10.0, gt=0)
+    memory_mb: int = Field(default=1024, ge=64)
+    workers: int | None = Field(default=None, gt=0)  # default: one per CPU
+
+
+JUDGE_RUBRIC = (
+    "You are grading how well an answer responds to a request, compared with the expected output.\n"
+    "Judge correctness, completeness and helpfulness.\n\n"
+    "Request:\n{prompt}\n\nExpected output:\n{reference}\n\nAnswer to grade:\n{response}\n\n"
+    "Reply with one line 'Score: N' where N is an integer from 1 (useless) to 5 (as good as the "
+    "expected output)."
+)
+
+
+class JudgeSettings(_Strict):
+    """An LLM judge (G-Eval style, 002 §4.2) run through any generation engine; it must not be one of
+    the candidate models. Scores on `scale` map linearly onto [0, 1]; 1..5 as in G-Eval keeps each
+    score a single token, so its probability can weight the verdict when the engine returns them."""
+
+    model: ModelSpec
+    rubric: str = JUDGE_RUBRIC
+    max_tokens: int = Field(default=16, gt=0)
+    scale: tuple[int, int] = (1, 5)
+    no_reference: str = "(none given: judge the answer on its own merits)"
+
+    @field_validator("rubric")
+    @classmethod
+    def _placeholders(cls, value: str) -> str:
+        for name in ("{prompt}", "{response}"):
+            if name not in value:
+                raise ValueError(f"must contain {name}")
+        return value
+
+
+class ScoringSettings(_Strict):
+    """`metric` scores every task not named in `per_task`. Every score lands in [0, 1]."""
+
+    metric: Metric
+    per_task: dict[str, Metric] = Field(default_factory=dict)
+    backbone: ModelRef = ENCODER_PACKAGE_REF  # BERTScore backbone; `roberta-large` where the hub is reachable
+    num_layers: int | None = 6
+    batch_size: int = Field(default=16, gt=0)
+    idf: bool = False
+    rescale_with_baseline: bool = False
+    baseline_path: ConfigPath | None = None  # baseline file for backbones bert-score ships none for
+    lang: str = "en"
+    code: CodeExecSettings = CodeExecSettings()
+    judge: JudgeSettings | None = None
+
+    def metric_for(self, task: str) -> str:
+        return self.per_task.get(task, self.metric)
+
+    @property
+    def metrics(self) -> set[str]:
+        return {self.metric, *self.per_task.values()}

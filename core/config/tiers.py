@@ -1,0 +1,104 @@
+"""Hardware, tiers (a model on a hardware) and how each tier is profiled."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from core.config.base import ConfigPath, _Strict
+
+
+class Hardware(_Strict):
+    name: str
+    accelerator: str = "cpu"
+    count: int = Field(default=1, ge=1)
+    hourly_usd: float | None = Field(default=None, ge=0)
+
+
+class TierProfile(_Strict):
+    """How a tier's latency is measured or imported (profiling/).
+
+    - `batch`: controlled static batches in-process with the transformers engine (the grid in
+      `profiling.batch`), timing the prefill and every decode iteration.
+    - `sweep`: a QPS sweep (`profiling.sweep`) against an OpenAI-compatible server: `base_url`, or
+      the model's own when it is an `openai` model, or with `serve: true` a `transformers serve
+      --continuous-batching` that the sweep starts for a `transformers` model on this machine.
+    - `splitwise` / `llm_inference_bench`: published measurements in `file`; `key` is the tier's
+      name there (splitwise: `llama2-70b@a100-80gb-tp4`; LLM-Inference-Bench:
+      `<Model>@<Hardware>x<count>@<Framework>`).
+    """
+
+    kind: Literal["batch", "sweep", "splitwise", "llm_inference_bench"]
+    base_url: str | None = None
+    served_model: str | None = None
+    serve: bool = False
+    file: ConfigPath | None = None
+    key: str | None = None
+
+    @model_validator(mode="after")
+    def _needs(self) -> TierProfile:
+        if self.kind in ("splitwise", "llm_inference_bench") and (self.file is None or self.key is None):
+            raise ValueError(f"profile: kind {self.kind} needs `file` and `key`")
+        if self.kind == "sweep" and self.serve and self.base_url:
+            raise ValueError("profile: give either base_url or serve: true, not both")
+        return self
+
+
+class Tier(_Strict):
+    """A deployable unit: one model on one hardware type with a parallelism."""
+
+    model: str
+    hardware: str
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    profile: TierProfile | None = None
+
+    @property
+    def name(self) -> str:
+        suffix = f"-tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+        return f"{self.model}@{self.hardware}{suffix}"
+
+
+class BatchGrid(_Strict):
+    """Static batches for `batch` profiling: every (batch size, prompt length, output length) cell."""
+
+    batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8])
+    prompt_tokens: list[PositiveInt] = Field(default_factory=lambda: [32, 128])
+    output_tokens: list[PositiveInt] = Field(default_factory=lambda: [16])
+    repeats: PositiveInt = 2
+    warmup: int = Field(default=1, ge=0)
+
+
+class SweepSettings(_Strict):
+    """A QPS sweep: idle run, saturation search, then a grid of offered rates (requests/s).
+
+    Bounded: at most `requests_per_rate` requests and `max_seconds_per_rate` of dispatch per rate,
+    each request cut at `request_timeout_s`; past saturation the client caps requests in flight at
+    `max_in_flight` and records how long each waited for a slot."""
+
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness_cv: float = Field(default=2.0, gt=0)  # gamma arrivals' coefficient of variation
+    rates: list[PositiveFloat] | None = None  # None: saturation_fractions × the measured saturation
+    saturation_fractions: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3])
+    requests_per_rate: PositiveInt = 300
+    max_seconds_per_rate: PositiveFloat = 120.0
+    warmup_requests: int = Field(default=3, ge=0)
+    idle_requests: PositiveInt = 20
+    saturation_requests: PositiveInt = 100
+    saturation_concurrency: PositiveInt = 64
+    max_in_flight: PositiveInt = 256
+    request_timeout_s: PositiveFloat = 60.0
+    window_s: PositiveFloat = 2.0  # recent-rate window of the client's dead reckoning
+    api: Literal["completions", "chat"] = "completions"
+    max_output_tokens: PositiveInt = 256  # cap on each request's max_tokens (its observed length)
+    default_output_tokens: PositiveInt = 64  # where the routing table has no length for the prompt
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. {ignore_eos: true} for vLLM
+    seed: int = 0
+
+
+class ProfilingSettings(_Strict):
+    batch: BatchGrid = BatchGrid()
+    sweep: SweepSettings = SweepSettings()
+    held_out_fraction: float = Field(default=0.2, gt=0, lt=1)  # the latest requests of each rate
+    residual_quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.9, 0.95, 0.99])

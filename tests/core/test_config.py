@@ -1,0 +1,80 @@
+from pathlib import Path
+
+import pytest
+
+from core.config import ConfigError, load_fleet
+from tests.conftest import CONFIGS
+
+
+def test_shipped_configs_load(state_dir, shared_data, monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    demo = load_fleet(CONFIGS / "demo.yaml")
+    assert demo.model_names == ["tiny-gpt2", "tiny-llama", "tiny-qwen2"]
+    assert demo.storage_root == (state_dir / "demo").resolve()
+    assert demo.registry.tracking_uri == f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
+    assert demo.datasets[0].path == CONFIGS / "data" / "demo_prompts.jsonl"
+    assert [t.name for t in demo.tiers] == ["tiny-gpt2@cpu", "tiny-llama@cpu", "tiny-qwen2@cpu"]
+
+    rb = load_fleet(CONFIGS / "routerbench.yaml")
+    assert len(rb.models) == 11
+    assert all(p.exists() for paths in rb.datasets[0].files.values() for p in paths)
+    assert rb.datasets[0].files["test"][0].parent.resolve() == (shared_data / "responses").resolve()
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"models": [{"name": "m", "engine": "vllm_typo", "source": {"kind": "hub", "id": "x"}}]}, "models.0.engine"),
+        ({"generation": {"sampling": {"max_tokens": 0}}}, "generation.sampling.max_tokens"),
+        ({"generation": {"max_tokens": 5}}, "generation.max_tokens"),
+        ({"models": [{"name": "m", "engine": "openai", "source": {"kind": "hub", "id": "x"}}]}, "models.0"),
+        ({"datasets": [{"kind": "builtin", "name": "x", "reader": "nope", "path": "x"}]}, "datasets.0.builtin.reader"),
+        ({"prompts": {"max_prompt_tokens": -1}}, "prompts.max_prompt_tokens"),
+        ({"tiers": [{"model": "nope", "hardware": "cpu"}]}, "tiers.0.model"),
+        ({"templates": {"default": "no placeholder"}}, "templates.default"),
+        ({"scoring": {"metric": "table_correctness"}}, "scoring.metric"),
+    ],
+)
+def test_bad_config_names_the_field(config_copy, override, field):
+    path = config_copy("demo", **override)
+    with pytest.raises(ConfigError) as err:
+        load_fleet(path)
+    assert field in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_table_model_needs_a_table_that_holds_responses(config_copy):
+    models = [{"name": "gpt", "engine": "table_import", "source": {"kind": "table", "dataset": "demo"}}]
+    with pytest.raises(ConfigError, match="models.0.source.file: dataset 'demo' .* holds no responses"):
+        load_fleet(config_copy("demo", models=models, tiers=[], scoring={"metric": "table_correctness"}))
+    models[0]["source"]["dataset"] = "nope"
+    with pytest.raises(ConfigError, match="models.0.source.dataset: no dataset named 'nope'"):
+        load_fleet(config_copy("demo", models=models, tiers=[], scoring={"metric": "table_correctness"}))
+
+
+def test_env_default_and_override(config_copy, monkeypatch, tmp_path):
+    monkeypatch.delenv("ROUTEFORGE_STATE", raising=False)
+    path = config_copy("demo")
+    assert load_fleet(path).storage_root == (Path(path).parent.parent / ".state" / "demo").resolve()
+    monkeypatch.setenv("ROUTEFORGE_STATE", str(tmp_path / "elsewhere"))
+    assert load_fleet(path).storage_root == tmp_path / "elsewhere" / "demo"
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_fleet(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_fleet(bad)
+
+
+def test_production_example_validates(state_dir, shared_data, monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    config = load_fleet(CONFIGS / "fleet.example.yaml")
+    assert [m.engine for m in config.models] == ["vllm", "vllm", "openai"]
+    assert config.tier_of("llama-3.1-70b-instruct").tensor_parallel_size == 4
+    assert config.sampling("llama-3.1-70b-instruct").frequency_penalty == 1.2
+    assert config.scoring.metric_for("mbpp") == "code_pass_at_1" and config.scoring.metric_for("x") == "bertscore"
+    evaluation = config.training.routing_evaluation
+    assert evaluation.enabled and evaluation.trace.is_absolute() and evaluation.trace.exists()

@@ -1,0 +1,63 @@
+"""The routing evaluation over the simulated fleet: every policy × workload × load × seed, learned
+policies trained on Poisson, plots; and its settings' validation."""
+
+import numpy as np
+import pytest
+
+from core.config import RoutingEvaluationSettings
+from training.policies.evaluation import evaluate_routing, workload_factory
+from training.policies.simulator.workloads import RequestPool
+
+FITS = [{"prefill_intercept_s": 0.005, "prefill_grad_s_per_token": 5e-5, "decode_w_s": 0.01,
+         "decode_h_s_per_token": 1e-6},
+        {"prefill_intercept_s": 0.01, "prefill_grad_s_per_token": 1e-4, "decode_w_s": 0.03,
+         "decode_h_s_per_token": 2e-6}]
+
+
+def _pool():
+    rng = np.random.default_rng(0)
+    return RequestPool(rng.integers(20, 400, 50), rng.integers(5, 120, (50, 2)), rng.random((50, 2)), ["t"] * 50,
+                       ["fast", "slow"], predicted_tokens=rng.integers(5, 120, (50, 2)).astype(float),
+                       predicted_quality=rng.random((50, 2)))
+
+
+def test_every_policy_workload_load_and_seed(tmp_path):
+    settings = RoutingEvaluationSettings(enabled=True, loads=[0.5, 0.9], workloads=["poisson", "square_wave"],
+                                         requests=40, seeds=3, queue_capacity=4, ddqn_episodes=1, sac_steps=80,
+                                         policies=["round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"])
+    prices = np.array([[0.1, 0.2], [1.0, 2.0]])
+    report, trained = evaluate_routing(_pool(), FITS, [0, 1], prices, settings, tmp_path, log=lambda m: None)
+    assert len(report["rows"]) == 2 * 2 * 4 and set(trained) == {"ddqn_workload_guided", "sac_qos_han"}
+    for row in report["rows"]:
+        assert 0 <= row["qos_mean"] <= 1 and row["e2e_mean_s"] > 0 and row["e2e_mean_s_std"] >= 0
+        assert row["cost_usd_per_request"] > 0 and row["dropped"] + row["rejected"] <= 40
+    # round-robin alternates the cheap and the dear model: its cost lies between theirs
+    rr = next(r for r in report["rows"] if r["policy"] == "round_robin" and r["load"] == 0.5)
+    cheap, dear = (float(np.mean(_pool().prompt_tokens * p[0] + _pool().output_tokens[:, i] * p[1]) / 1e6)
+                   for i, p in enumerate(prices))
+    assert cheap < rr["cost_usd_per_request"] < dear
+    assert set(report["learning_curves"]) == {"ddqn_workload_guided", "sac_qos_han"}
+    assert all((tmp_path / p).exists() for p in report["plots"]) and len(report["plots"]) == 3
+
+
+def test_settings_name_the_bad_field(tmp_path):
+    with pytest.raises(ValueError, match="routing_evaluation.trace"):
+        RoutingEvaluationSettings(workloads=["trace"])
+    with pytest.raises(ValueError, match="unknown policy 'sjf'"):
+        evaluate_routing(_pool(), FITS, [0, 1], np.zeros((2, 2)), RoutingEvaluationSettings(policies=["sjf"]),
+                         tmp_path, log=lambda m: None)
+
+
+def test_switched_poisson_workload_keeps_the_mean_rate():
+    requests = workload_factory("switched_poisson", _pool(), rate=10.0, n=4000, trace=None)(1)
+    span = requests[-1].arrival - requests[0].arrival
+    assert 0.5 * 10.0 < len(requests) / span < 1.5 * 10.0
+
+
+def test_a_noise_sized_negative_fit_is_clipped_and_reported():
+    from training.policies.evaluation import fleet_profiles
+
+    noisy = dict(FITS[0], prefill_grad_s_per_token=-1.4e-4)
+    profiles, clipped = fleet_profiles([noisy, FITS[1]], queue_capacity=4, kv_capacity_tokens=10_000)
+    assert profiles[0].prefill_s_per_token == 1e-7 and profiles[1].prefill_s_per_token == 1e-4
+    assert clipped == ["instance 0: prefill_grad_s_per_token -0.00014 clipped to 1e-07"]

@@ -1,0 +1,163 @@
+"""000's environment with SAC over the HAN, 004's environment with PPO: rewards as the papers
+define them, smoke-training, ONNX export and the runtime observation builders."""
+
+import numpy as np
+import pytest
+
+from artifacts.policy import RoutingPolicy
+from training.policies.rl.export import export_policy
+from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
+from training.policies.rl.rollout import greedy, run_episode
+from training.policies.rl.sac import SacSettings, train_sac
+from training.policies.simulator.baselines import JoinShortestQueue
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+from training.policies.simulator.workloads import RequestPool, arrivals, switched_poisson
+
+FAST = InstanceProfile(prefill_intercept_s=0.005, prefill_s_per_token=5e-5, decode_w_s=0.01,
+                       decode_h_s_per_token=1e-6, kv_capacity_tokens=40_000)
+SLOW = InstanceProfile(prefill_intercept_s=0.01, prefill_s_per_token=1e-4, decode_w_s=0.03,
+                       decode_h_s_per_token=2e-6, kv_capacity_tokens=20_000)
+
+
+def _pool(n_models=3, rows=64):
+    rng = np.random.default_rng(0)
+    return RequestPool(rng.integers(20, 600, rows), rng.integers(5, 200, (rows, n_models)),
+                       rng.random((rows, n_models)), ["t"] * rows, [f"m{i}" for i in range(n_models)])
+
+
+def _qos_graph_env(variant="han", n=80, rate=40.0):
+    pool = _pool()
+    return QosGraphEnv([FAST, SLOW, SLOW], [0, 1, 2],
+                  lambda s: pool.requests(arrivals("poisson", n, rate=rate, seed=s), seed=s),
+                  requirement_s=0.05, variant=variant, pad=3)
+
+
+def test_qos_graph_env_qos_reward_and_spaces():
+    env = _qos_graph_env()
+    obs, _ = env.reset(seed=1)
+    spec = env.observation_spec()
+    # arrived 1 + 2·3, experts 3·3, running and waiting 3 experts × 3 slots × 7 features each
+    assert obs.shape == (7 + 9 + 2 * 63,) == (spec["size"],) and env.action_space.n == 4
+    total_qos, done = 0.0, False
+    while not done:  # route everything to the fast expert: queues fill, then requests get rejected
+        obs, reward, done, _, info = env.step(1)
+        total_qos += info["qos"]
+    outcomes = env.results()
+    expected = sum(qos(o.job, o.request, o.model, 0.05) for o in outcomes if o.job is not None)
+    assert total_qos == pytest.approx(expected)
+    assert any(o.reason == "buffer full" for o in outcomes)  # 3 running + 3 waiting at most
+    assert env.reset(seed=1)[0].shape == obs.shape
+
+
+def test_qos_graph_env_impact_penalises_joining_a_busy_expert():
+    env = _qos_graph_env(rate=400.0)
+    env.reset(seed=2)
+    for _ in range(3):
+        env.step(2)  # three requests onto the slow expert
+    assert env.impact(1) >= 0.0 and env.impact(0) == 0.0  # the fast expert holds nothing
+    env.stepper.cluster.advance(env.stepper.t + 0.02)
+    slow_risk = env.impact(1)
+    _, reward, *_ , info = env.step(2)
+    assert info["impact"] == pytest.approx(slow_risk) and reward == pytest.approx(info["qos"] - info["impact"])
+
+
+def test_qos_graph_env_drop_action_and_baseline_variant():
+    env = _qos_graph_env(variant="baseline")
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == (9,)
+    outcomes = run_episode(env, lambda o: 0, seed=3)  # drop everything
+    assert all(o.instance == -1 and o.reason == "dropped by the policy" for o in outcomes)
+
+
+@pytest.mark.parametrize("variant", ["han", "baseline"])
+def test_sac_smoke_trains_exports_and_serves(tmp_path, variant):
+    env = _qos_graph_env(variant=variant, n=60)
+    net, info = train_sac(env, SacSettings(total_steps=160, warmup_steps=64, batch_size=16, learn_every=4),
+                          log=lambda m: None)
+    assert info["curve"] and info["curve"][-1]["steps"] == 160
+    obs, _ = env.reset(seed=4)
+    checks = [obs]
+    for a in (1, 2, 3, 1, 2, 3, 1):
+        obs, *_ = env.step(a)
+        checks.append(obs)
+    spec = export_policy(net, tmp_path / "policy", env.observation_spec(), env.action_spec(), np.stack(checks),
+                         output="logits")
+    assert spec["onnx_max_abs_diff"] < 1e-4 and spec["onnx_action_agreement"] == 1.0
+    policy = RoutingPolicy.load(tmp_path / "policy")
+    assert [policy.act(o) for o in checks] == [greedy(net)(o) for o in checks]
+    assert len(run_episode(env, policy.act, seed=7)) == 60
+    # with a generator the runtime samples as SAC acted in training: frequencies follow softmax(logits)
+    logits = policy.scores(checks[-1])[0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    rng = np.random.default_rng(0)
+    counts = np.bincount([policy.act(checks[-1], rng=rng) for _ in range(3000)], minlength=len(probs))
+    assert np.abs(counts / 3000 - probs).max() < 0.04
+
+
+def _slot_env(max_slots=None, n=400):
+    pool = _pool(n_models=2)
+    d0, d1 = [[-42.0, 2.0], [1.0, -11.0]], np.diag([40.0, 10.0])  # a fast-switching toy process
+    return SlotDistributionEnv([SLOW, SLOW, FAST, FAST], [0, 0, 1, 1], [0.9, 0.9, 0.7, 0.7],
+                  lambda s: pool.requests(switched_poisson(n, d0, d1, seed=s), seed=s),
+                  requirement_s=0.5, slot_s=0.5, buffer=4, pad=5, max_slots=max_slots)
+
+
+def test_slot_env_reward_counts_and_observation():
+    env = _slot_env()
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (4 * (5 + 1 + 5),) and env.action_space.shape == (4,)
+    late = rejected = 0
+    on_time = np.zeros(4)
+    rewards, done = 0.0, False
+    while not done:  # everything to instance 0: its buffer of 4 overflows
+        obs, reward, done, _, info = env.step(np.array([20.0, 0.0, 0.0, 0.0], dtype=np.float32))
+        rewards += reward
+        late, rejected, on_time = late + info["late"], rejected + info["rejected"], on_time + info["on_time"]
+    outcomes = env.results()
+    served = [o for o in outcomes if o.served]
+    assert rejected == sum(o.reason == "buffer full" for o in outcomes) > 0
+    assert late == sum(o.e2e > 0.5 for o in served) and on_time.sum() == sum(o.e2e <= 0.5 for o in served)
+    assert rewards == pytest.approx(-late - rejected + float(np.array([0.9, 0.9, 0.7, 0.7]) @ on_time))
+    assert len(outcomes) == 400 and all(o.instance == 0 for o in outcomes)
+
+
+def test_slot_env_observation_reports_ages_and_service():
+    env = _slot_env()
+    env.reset(seed=2)
+    obs, *_ = env.step(np.array([0.0, 0.0, 20.0, 0.0], dtype=np.float32))
+    per = obs.reshape(4, 11)
+    tele = env.telemetry()
+    for i in range(4):
+        assert per[i, :5].sum() == 1.0 and per[i, :5].argmax() == len(tele[i]["ages_s"])
+        assert per[i, 5] == pytest.approx(tele[i]["elapsed_service_s"] / 0.5, rel=1e-5)
+    assert (per[[0, 1, 3], 5] == 0).all()  # nothing was sent there
+
+
+def test_ppo_smoke_trains_exports_and_beats_nothing_silently(tmp_path):
+    env = _slot_env(max_slots=16, n=300)
+    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
+                          PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2), log=lambda m: None)
+    assert info["curve"] and info["curve"][-1]["slots"] == 16
+    obs, _ = env.reset(seed=3)
+    checks = [obs]
+    for _ in range(5):
+        obs, *_ = env.step(np.zeros(4, dtype=np.float32))
+        checks.append(obs)
+    spec = export_policy(net, tmp_path / "policy", env.observation_spec(), env.action_spec(), np.stack(checks),
+                         output="probabilities")
+    assert spec["onnx_max_abs_diff"] < 1e-5
+    policy = RoutingPolicy.load(tmp_path / "policy")
+    probs = policy.act(checks[-1])
+    assert probs.shape == (4,) and probs.sum() == pytest.approx(1.0, abs=1e-5)
+    outcomes = run_episode(_slot_env(), distribution_policy(net), seed=9)
+    assert len(outcomes) == 400
+
+
+def test_single_model_baseline_keeps_to_its_instances():
+    pool = _pool(n_models=2)
+    reqs = pool.requests(arrivals("poisson", 100, rate=20.0, seed=1), seed=1)
+    outcomes = Cluster([SLOW, SLOW, FAST, FAST], models=[0, 0, 1, 1]).run(reqs, JoinShortestQueue(among=(2, 3)))
+    assert {o.instance for o in outcomes} == {2, 3}

@@ -1,0 +1,75 @@
+"""001's environment and double DQN: a smoke-train, ONNX export and the runtime observation builder."""
+
+import numpy as np
+import pytest
+
+from artifacts.policy import RoutingPolicy
+from training.policies.rl.ddqn import DdqnSettings, train_ddqn
+from training.policies.rl.export import export_policy
+from training.policies.rl.rollout import greedy, run_episode
+from training.policies.simulator.baselines import RoundRobin
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.stepper import Stepper
+from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from training.policies.simulator.workloads import RequestPool, arrivals
+
+PROFILE = InstanceProfile(prefill_intercept_s=0.01, prefill_s_per_token=1e-4, decode_w_s=0.02,
+                          decode_h_s_per_token=1e-5, max_running=16, kv_capacity_tokens=50_000)
+
+
+def _workload(n=120, rate=30.0):
+    rng = np.random.default_rng(0)
+    pool = RequestPool(rng.integers(20, 900, 64), rng.integers(5, 400, (64, 1)), np.ones((64, 1)), ["t"] * 64, ["m"])
+    return lambda seed: pool.requests(arrivals("poisson", n, rate=rate, seed=seed), seed=seed)
+
+
+def test_stepper_routing_round_robin_equals_the_cluster_run():
+    reqs = _workload()(3)
+    expected = Cluster([PROFILE] * 4).run(reqs, RoundRobin())
+    stepper, i = Stepper(Cluster([PROFILE] * 4), reqs), 0
+    while stepper.head() is not None:
+        stepper.act(i % 4)
+        i += 1
+    got = stepper.results()
+    assert [o.e2e for o in got] == pytest.approx([o.e2e for o in expected])
+
+
+@pytest.mark.parametrize("variant,size", [("baseline", 11), ("aware", 27), ("guided", 27)])
+def test_env_spaces_and_an_episode(variant, size):
+    env = WorkloadAwareEnv([PROFILE] * 4, _workload(), variant=variant)
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (size,) and env.action_space.n == 5
+    rng = np.random.default_rng(0)  # route at random, waiting now and then
+    outcomes = run_episode(env, lambda o: 4 if rng.random() < 0.1 else int(rng.integers(4)), seed=1)
+    assert len(outcomes) == 120 and all(o.served for o in outcomes)
+
+
+def test_in_system_reward_sums_to_the_total_e2e():
+    env = WorkloadAwareEnv([PROFILE] * 4, _workload(), variant="aware", reward="in_system")
+    env.reset(seed=2)
+    paid, done, i = 0.0, False, 0
+    while not done:  # round-robin with a wait now and then
+        _, reward, done, _, info = env.step(4 if i % 5 == 4 else i % 4)
+        paid += reward - 60.0 * info["completed"] + len(env.stepper.queue)
+        i += 1
+    outcomes = env.results()
+    assert all(o.served for o in outcomes)
+    assert -paid == pytest.approx(sum(o.e2e for o in outcomes), rel=1e-9)
+
+
+def test_ddqn_smoke_trains_exports_and_serves(tmp_path):
+    env = WorkloadAwareEnv([PROFILE] * 4, _workload(n=60), variant="guided")
+    net, info = train_ddqn(env, DdqnSettings(episodes=2, batch_size=32, warmup_steps=50, eps_decay_steps=100),
+                           log=lambda m: None)
+    assert len(info["curve"]) == 2 and info["curve"][1]["guidance"] == pytest.approx(np.exp(-0.5))
+    obs, _ = env.reset(seed=5)
+    spec = export_policy(net, tmp_path / "policy", env.observation_spec(),
+                         env.action_spec(), np.stack([obs, obs * 0.5]))
+    assert spec["onnx_max_abs_diff"] < 1e-5 and spec["onnx_action_agreement"] == 1.0
+    policy = RoutingPolicy.load(tmp_path / "policy")
+    assert policy.act(obs) == greedy(net)(obs)
+    with pytest.raises(ValueError, match="expects 27"):
+        policy.scores(np.zeros((1, 3)))
+    served = run_episode(env, policy.act, seed=6)
+    assert sum(o.served for o in served) == 60

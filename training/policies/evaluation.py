@@ -1,0 +1,205 @@
+"""Every routing policy and baseline on the fleet's simulated cluster, over load levels and
+workloads, several seeds each: the table and plots behind the `routing_evaluation` asset.
+
+The cluster: one instance per profiled tier, serving that tier's model, with the tier's fitted
+prefill/decode gradients and the evaluation's queue limits (the same for every policy). Requests:
+the routing table's test prompts with their true per-model output lengths and qualities, and the
+KNN estimator's predictions of both (what the policies see). Learned policies (001's workload-guided
+double DQN, 000's SAC over the HAN and its baseline RL) are trained here on Poisson arrivals at
+`train_load` (SAC policies then act by sampling, as they were trained; the DDQN greedily), then
+evaluated with every baseline on every workload, including ones they were not trained on
+(gamma-bursty, square-wave, the switched Poisson process, trace replay).
+004's PPO is not in this table: its instances serve one request at a time (004's model of an
+instance), not the fleet's continuous batching; `benchmarks/rl_004.py` evaluates it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.policies.simulator.baselines import BASELINES
+from training.policies.simulator.cluster import Cluster, Outcome
+from training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
+from training.policies.simulator.metrics import mean_std, summarize
+from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
+
+LEARNED = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
+METRICS = ("e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s", "quality_mean",
+           "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected")
+
+
+def fleet_profiles(fits: list[dict], queue_capacity: int,
+                   kv_capacity_tokens: int) -> tuple[list[InstanceProfile], list[str]]:
+    """Instance profiles from the tiers' fits, and a note for every fitted term `from_fit` floored
+    (a tiny CPU model's prefill gradient is noise-sized and can fit negative)."""
+    clipped = [f"instance {i}: {key} {value:.3g} clipped to {FIT_FLOORS[key]:g}"
+               for i, fit in enumerate(fits) for key, value in InstanceProfile.floored_terms(fit).items()]
+    profiles = [InstanceProfile.from_fit(fit, max_running=queue_capacity, buffer=queue_capacity,
+                                         kv_capacity_tokens=kv_capacity_tokens) for fit in fits]
+    return profiles, clipped
+
+
+def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, trace: Path | None):
+    """seed → requests for one of the evaluation workloads at mean `rate`."""
+    if kind == "trace":
+        if trace is None:
+            raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace CSV path")
+        times = read_trace(trace)[0]
+        if len(times) < n + 1:
+            raise ValueError(f"training.routing_evaluation.trace: {len(times)} rows, fewer than requests = {n}")
+
+        def replay(seed: int):  # a window of real timestamps, rescaled to the mean rate
+            start = seed * n % (len(times) - n)
+            t = times[start:start + n] - times[start]
+            return pool.requests(t * (n / rate) / max(t[-1], 1e-9), seed=seed)
+
+        return replay
+    if kind == "switched_poisson":  # 004's process, its two rates mapped to 1.8× and 0.1× the mean rate
+        def spp(seed: int):
+            d1 = np.diag([1.8 * rate, 0.1 * rate])
+            d0 = np.array([[-(1.8 * rate + 0.036), 0.036], [0.036, -(0.1 * rate + 0.036)]])
+            return pool.requests(arrivals("switched_poisson", n, seed=seed, d0=d0, d1=d1), seed=seed)
+
+        return spp
+    return lambda seed: pool.requests(arrivals(kind, n, rate=rate, seed=seed), seed=seed)
+
+
+def score(outcomes: list[Outcome], prices: np.ndarray, qos_limit_s: float, slo_e2e_s: float | None,
+          slo_tpot_s: float | None) -> dict[str, float]:
+    """`summarize` plus 000's average QoS and the cost per request (input + output tokens at the
+    chosen model's price; 0 for requests not served)."""
+    out = summarize(outcomes, slo_e2e_s=slo_e2e_s, slo_tpot_s=slo_tpot_s)
+    out["qos_mean"] = float(np.mean([qos(o.job, o.request, o.model, qos_limit_s) if o.job is not None else 0.0
+                                     for o in outcomes]))
+    cost = [(o.request.prompt_tokens * prices[o.model, 0] + o.job.output_tokens * prices[o.model, 1]) / 1e6
+            if o.served else 0.0 for o in outcomes]
+    out["cost_usd_per_request"] = float(np.mean(cost))
+    out.setdefault("slo_attainment", float("nan"))
+    return out
+
+
+def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
+                     out_dir: Path, log: Callable[[str], None] = print) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train the learned policies, run every policy × workload × load × seed, write plots; returns
+    the report (rows of mean ± std per metric, learning curves, plot paths) and the trained
+    networks with the environment each was trained in (for export)."""
+    from training.policies.rl.ddqn import DdqnSettings, train_ddqn
+    from training.policies.rl.rollout import greedy, run_episode, sampled
+    from training.policies.rl.sac import SacSettings, train_sac
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
+    for note in clipped:
+        log(f"warning: {note}")
+    capacity = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
+                   for p, m in zip(profiles, models))
+    qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
+    trace = Path(settings.trace) if settings.trace else None
+    wanted = settings.policies or [*BASELINES, *LEARNED]
+    for name in wanted:
+        if name not in BASELINES and name not in LEARNED:
+            raise ValueError(f"training.routing_evaluation.policies: unknown policy {name!r} "
+                             f"(baselines {sorted(BASELINES)}, learned {list(LEARNED)})")
+    n = settings.requests
+    train_workload = workload_factory("poisson", pool, settings.train_load * capacity, n, None)
+    envs = {"ddqn_workload_guided": lambda w: WorkloadAwareEnv(profiles, w, variant="guided", models=models),
+            "sac_qos_han": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="han",
+                                                 pad=settings.queue_capacity),
+            "sac_qos_mlp": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="baseline",
+                                                 pad=settings.queue_capacity)}
+    trained, curves, trained_envs = {}, {}, {}
+    for name in (p for p in wanted if p in LEARNED):
+        start = time.perf_counter()
+        env = envs[name](train_workload)
+        if name == "ddqn_workload_guided":
+            net, info = train_ddqn(env, DdqnSettings(episodes=settings.ddqn_episodes, seed=settings.seed), log=log)
+        else:
+            net, info = train_sac(env, SacSettings(total_steps=settings.sac_steps, seed=settings.seed), log=log)
+        trained[name], curves[name], trained_envs[name] = net, info["curve"], env
+        log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
+    rows = []
+    seeds = [settings.seed + 1000 + i for i in range(settings.seeds)]
+    for kind in settings.workloads:
+        for load in settings.loads:
+            workload = workload_factory(kind, pool, load * capacity, n, trace)
+            for name in wanted:
+                runs = []
+                for seed in seeds:
+                    if name in trained:  # SAC acts as it was trained, by sampling; the DDQN greedily
+                        act = greedy(trained[name]) if name == "ddqn_workload_guided" else sampled(trained[name], seed)
+                        outcomes = run_episode(envs[name](workload), act, seed)
+                    else:
+                        outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
+                    runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s))
+                row = {"policy": name, "workload": kind, "load": load}
+                for metric, (mean, std) in mean_std(runs, METRICS).items():
+                    row[metric], row[f"{metric}_std"] = mean, std
+                rows.append(row)
+            log(f"{kind} at {load:.0%} load: {len(wanted)} policies × {len(seeds)} seeds done")
+    report = {"capacity_rps": capacity, "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
+              "seeds": seeds, "requests": n, "train_load": settings.train_load, "rows": rows, "learning_curves": curves}
+    report["plots"] = [str(p) for p in plot_evaluation(report, out_dir)]
+    return report, {name: (trained[name], trained_envs[name]) for name in trained}
+
+
+def plot_evaluation(report: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    workloads = sorted({r["workload"] for r in rows})
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    paths = []
+    top = max(r["load"] for r in rows)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4.5), squeeze=False)
+    for ax, kind in zip(axes[0], workloads):  # latency percentiles at the highest load
+        sel = {r["policy"]: r for r in rows if r["workload"] == kind and r["load"] == top}
+        x = np.arange(len(policies))
+        for j, q in enumerate(("e2e_p50_s", "e2e_p95_s", "e2e_p99_s")):
+            ax.bar(x + (j - 1) * 0.27, [sel[p][q] for p in policies], 0.27, label=q)
+        ax.set_xticks(x, policies, rotation=35, ha="right", fontsize=7)
+        ax.set(title=f"{kind}, load {top:.0%}", ylabel="E2E (s)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    paths.append(out_dir / "latency_percentiles.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    metrics = ("qos_mean", "slo_attainment", "quality_mean", "cost_usd_per_request", "dropped", "rejected")
+    fig, axes = plt.subplots(len(workloads), len(metrics), figsize=(3.6 * len(metrics), 3.2 * len(workloads)),
+                             squeeze=False)
+    for i, kind in enumerate(workloads):  # each metric against load, one line per policy (mean ± std)
+        for ax, metric in zip(axes[i], metrics):
+            for p in policies:
+                pts = sorted((r["load"], r[metric], r[f"{metric}_std"]) for r in rows
+                             if r["workload"] == kind and r["policy"] == p)
+                ax.errorbar([a for a, _, _ in pts], [b for _, b, _ in pts], yerr=[c for _, _, c in pts],
+                            marker="o", ms=3, lw=1, capsize=2, label=p)
+            ax.set(title=f"{kind}: {metric}", xlabel="load")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    paths.append(out_dir / "metrics_by_load.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    if report["learning_curves"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, curve in report["learning_curves"].items():
+            ax.plot([c["steps"] for c in curve], [c["return"] for c in curve], "-o", ms=3, label=name)
+        ax.set(xlabel="environment steps", ylabel="episode return", title="learning curves")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        paths.append(out_dir / "learning_curves.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,105 @@
+"""000's discrete SAC over `QosGraphEnv` with TorchRL's `DiscreteSACLoss` (two Q networks, soft-updated
+targets, learned temperature): the actor and the critics read the state through a HAN
+(`networks.HanHead`) or, for 000's baseline RL, an MLP over the expert-level features.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass
+class SacSettings:
+    total_steps: int = 20_000
+    gamma: float = 0.99
+    learning_rate: float = 3e-4
+    batch_size: int = 64
+    buffer_size: int = 100_000
+    warmup_steps: int = 500
+    learn_every: int = 4
+    target_tau: float = 0.005
+    # the temperature aims at this share of the uniform policy's entropy (TorchRL's default 0.98 keeps
+    # a 7-action policy near uniform, and its greedy action is then a coin flip)
+    target_entropy_weight: float = 0.5
+    hidden: int = 64
+    heads: int = 4
+    seed: int = 0
+
+
+def networks(env, settings: SacSettings):
+    """(actor logits network, Q network) for the environment's variant."""
+    from training.policies.rl.networks import HanHead, mlp
+
+    spec, n_actions = env.observation_spec(), env.action_space.n
+    if spec["variant"] == "han":
+        return (HanHead(spec, n_actions, settings.hidden, settings.heads),
+                HanHead(spec, n_actions, settings.hidden, settings.heads))
+    return mlp(spec["size"], n_actions, (settings.hidden,) * 2), mlp(spec["size"], n_actions, (settings.hidden,) * 2)
+
+
+def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
+    """Returns the actor's logits network (obs → action logits) and the learning curve per episode."""
+    import torch
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+    from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
+    from torchrl.modules import OneHotCategorical, ProbabilisticActor
+    from torchrl.objectives import DiscreteSACLoss, SoftUpdate
+
+    torch.manual_seed(settings.seed)
+    n_actions = env.action_space.n
+    spec = OneHot(n_actions)
+    actor_net, q_net = networks(env, settings)
+    actor = ProbabilisticActor(TensorDictModule(actor_net, in_keys=["observation"], out_keys=["logits"]),
+                               in_keys=["logits"], out_keys=["action"], spec=spec,
+                               distribution_class=OneHotCategorical)
+    qvalue = TensorDictModule(q_net, in_keys=["observation"], out_keys=["action_value"])
+    # vmap over the Q networks cannot trace the HAN's data-dependent edge lists
+    loss = DiscreteSACLoss(actor, qvalue, action_space=spec, num_actions=n_actions, deactivate_vmap=True,
+                           target_entropy_weight=settings.target_entropy_weight)
+    loss.make_value_estimator(gamma=settings.gamma)
+    updater = SoftUpdate(loss, tau=settings.target_tau)
+    optim = torch.optim.Adam(loss.parameters(), lr=settings.learning_rate)
+    buffer = ReplayBuffer(storage=LazyTensorStorage(settings.buffer_size), batch_size=settings.batch_size)
+    rng = np.random.default_rng(settings.seed)
+    curve, steps, episode, alpha = [], 0, 0, float("nan")
+    start = time.perf_counter()
+    while steps < settings.total_steps:
+        obs, _ = env.reset(seed=settings.seed * 1000 + episode)
+        total, losses, done = 0.0, [], False
+        while not done and steps < settings.total_steps:
+            if steps < settings.warmup_steps:
+                action = int(rng.integers(n_actions))
+            else:
+                with torch.no_grad():
+                    logits = actor_net(torch.as_tensor(obs))
+                action = int(torch.distributions.Categorical(logits=logits).sample())
+            nxt, reward, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+            buffer.add(TensorDict({
+                "observation": torch.as_tensor(obs),
+                "action": torch.nn.functional.one_hot(torch.tensor(action), n_actions),
+                "next": {"observation": torch.as_tensor(nxt), "reward": torch.tensor([reward], dtype=torch.float32),
+                         "done": torch.tensor([done]), "terminated": torch.tensor([terminated])},
+            }, batch_size=[]))
+            obs, total, steps = nxt, total + reward, steps + 1
+            if steps >= settings.warmup_steps and steps % settings.learn_every == 0:
+                parts = loss(buffer.sample())
+                value = parts["loss_actor"] + parts["loss_qvalue"] + parts["loss_alpha"]
+                optim.zero_grad()
+                value.backward()
+                optim.step()
+                updater.step()
+                losses.append(float(value.detach()))
+                alpha = float(parts["alpha"])
+        curve.append({"episode": episode, "return": total, "steps": steps, "loss": float(np.mean(losses)) if losses
+                      else None, "alpha": alpha, "seconds": time.perf_counter() - start})
+        log(f"episode {episode}: return {total:.1f}, {steps} steps, loss {curve[-1]['loss'] or float('nan'):.3g}, "
+            f"α {curve[-1]['alpha']:.3f}")
+        episode += 1
+    info = {"settings": asdict(settings), "curve": curve, "train_seconds": time.perf_counter() - start}
+    return actor_net.eval(), info

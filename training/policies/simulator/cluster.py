@@ -1,0 +1,141 @@
+"""The cluster: instances behind one router, driven by an arrival stream and a routing policy.
+
+The router holds a queue. At every arrival (and, while requests wait in the queue, every
+`decision_interval_s`) the policy sees the queue and the instances and answers per request: an
+instance index, `WAIT` (stay in the router queue; 001's wait action) or `DROP` (000's drop action).
+A request left in the router queue longer than `max_queue_s` is dropped with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from training.policies.simulator.instance import Instance, InstanceProfile, Job
+
+WAIT, DROP = None, -1
+
+
+@dataclass
+class Request:
+    """A request with its true labels on every model (per-model arrays) and what the router is told."""
+
+    rid: int
+    arrival: float
+    prompt_tokens: int
+    output_tokens: np.ndarray  # true output length on each model
+    quality: np.ndarray  # true quality on each model (NaN where unknown)
+    task: str = ""
+    predicted_tokens: np.ndarray | None = None  # the predictor's estimate per model (None: truth)
+    predicted_quality: np.ndarray | None = None
+
+    def est_tokens(self, model: int) -> float:
+        return float((self.output_tokens if self.predicted_tokens is None else self.predicted_tokens)[model])
+
+    def est_quality(self, model: int) -> float:
+        return float((self.quality if self.predicted_quality is None else self.predicted_quality)[model])
+
+
+class Policy(Protocol):
+    def assign(self, queue: list[Request], cluster: Cluster, now: float) -> list[int | None]: ...
+
+
+@dataclass
+class Outcome:
+    request: Request
+    instance: int  # -1 when dropped by the router
+    job: Job | None
+    dispatched: float | None
+    reason: str | None = None  # why it was not served
+    model: int = -1  # the chosen instance's model (index into the request's label arrays)
+
+    @property
+    def served(self) -> bool:
+        return self.job is not None and self.job.finished is not None
+
+    @property
+    def e2e(self) -> float:
+        return self.job.finished - self.request.arrival if self.served else math.nan
+
+    @property
+    def ttft(self) -> float:
+        return self.job.first_token - self.request.arrival if self.served else math.nan
+
+    @property
+    def tpot(self) -> float:
+        if not self.served or self.job.output_tokens < 2:
+            return math.nan
+        return (self.job.finished - self.job.first_token) / (self.job.output_tokens - 1)
+
+
+class Cluster:
+    def __init__(self, profiles: list[InstanceProfile], models: list[int] | None = None,
+                 names: list[str] | None = None):
+        models = models or [0] * len(profiles)
+        names = names or [f"i{i}" for i in range(len(profiles))]
+        self.instances = [Instance(n, p, m) for n, p, m in zip(names, profiles, models)]
+        self.now = 0.0
+
+    def advance(self, t: float) -> None:
+        for inst in self.instances:
+            inst.advance(t)
+        self.now = max(self.now, t)
+
+    def run(self, requests: list[Request], policy: Policy, decision_interval_s: float = 0.02,
+            max_queue_s: float = 60.0) -> list[Outcome]:
+        """Simulate until every request is served, rejected or dropped."""
+        outcomes: dict[int, Outcome] = {}
+        queue: deque[Request] = deque()
+
+        def dispatch(now: float) -> None:
+            decisions = policy.assign(list(queue), self, now)
+            kept = deque()
+            for req, choice in zip(list(queue), decisions):
+                if choice is WAIT:
+                    if now - req.arrival > max_queue_s:
+                        outcomes[req.rid] = Outcome(req, DROP, None, None, "timed out in the router queue")
+                    else:
+                        kept.append(req)
+                else:
+                    outcomes[req.rid] = self.route(req, choice, now)
+            queue.clear()
+            queue.extend(kept)
+
+        next_tick = math.inf
+        for req in sorted(requests, key=lambda r: r.arrival):
+            while queue and next_tick < req.arrival:
+                self.advance(next_tick)
+                dispatch(next_tick)
+                next_tick += decision_interval_s
+            self.advance(req.arrival)
+            queue.append(req)
+            dispatch(req.arrival)
+            if not queue:
+                next_tick = math.inf
+            elif math.isinf(next_tick) or next_tick <= req.arrival:
+                next_tick = req.arrival + decision_interval_s
+        while queue:
+            self.advance(next_tick)
+            dispatch(next_tick)
+            next_tick += decision_interval_s
+        self.advance(math.inf)
+        for inst in self.instances:
+            for job in inst.done:
+                if job.rejected:
+                    outcomes[job.rid].reason = job.rejected
+        return [outcomes[r.rid] for r in requests]
+
+    def route(self, req: Request, choice: int, now: float) -> Outcome:
+        """Carry out a DROP or an instance choice for `req` at `now`."""
+        if choice == DROP:
+            return Outcome(req, DROP, None, now, "dropped by the policy")
+        inst = self.instances[choice]
+        job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now)
+        outcome = Outcome(req, choice, job, now, model=inst.model)
+        if not inst.enqueue(job, now):
+            outcome.reason = job.rejected
+        return outcome

@@ -1,0 +1,166 @@
+"""001's routing environment (Gymnasium): route the request at the head of the router queue to one
+of m instances, or wait one decision interval (0.02 s).
+
+Observation (3 + 6·m; 27 for 4 instances), normalised as written in `observation_spec()`:
+- router queue length; the next request's prompt tokens and its predicted decode bucket;
+- per instance: running requests with short / long prompts, with short / long predicted outputs,
+  free KV-cache share, and the estimated time until its earliest running request completes.
+The "baseline RL" variant sees only the queue length, the next prompt and each instance's running
+and waiting counts (3 + 2·m).
+
+Reward per decision: +60 − E2E (seconds) per request completed since the previous decision (001
+gives +60 per completion; without the E2E term every policy that serves all requests earns the
+same, and a penalty on time in the system per step would favour the shortest steps, i.e. waiting),
+− the router queue length (001's queue penalty), and for the workload-guided variant
+− λ_k · s · r_mixing of the chosen instance, where
+001's mixing impact is r_mixing = α·r_p + (1 − α)·r_d with T_p = grad_p · (p_new + Σ_running (p_j +
+d_j)) penalised beyond ε as r_p = max(0, T_p − ε) / T_p (bounded, unlike T_p itself, which on a
+busy 70B instance reaches tens of seconds and drowns every other reward) and r_d = running tokens /
+KV capacity; s = `guidance_scale` (10, against the queue penalty's units); the guidance weight
+λ_k = e^(−0.5 k) decays over training episodes k (set by the trainer).
+With `reward="in_system"` the E2E term is paid as it accrues, −∫ N(t) dt over each step (N: the
+requests in the router queue or on an instance), instead of in one lump at completion: the same
+total over an episode, with the cost of a decision arriving while the decision is still recent.
+`wait_action=False` removes the wait action (every request is routed on arrival): an ablation of
+what the wait action does to learning.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+
+from artifacts.policy import observation_workload_aware
+from training.policies.simulator.cluster import WAIT, Cluster, Request
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.stepper import Stepper
+
+PROMPT_SPLIT = 512  # tokens: short vs long prompts
+DECODE_SPLIT = 256  # predicted output tokens: short vs long decodes
+COMPLETION_REWARD = 60.0
+
+
+class WorkloadAwareEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, profiles: list[InstanceProfile], workload, variant: str = "guided",
+                 decision_interval_s: float = 0.02, alpha: float = 0.5, epsilon_s: float = 0.1,
+                 guidance_scale: float = 10.0, models: list[int] | None = None, reward: str = "completion",
+                 wait_action: bool = True):
+        """`workload(seed) -> list[Request]` gives a fresh episode's requests; `models[i]` is instance
+        i's model (an index into the requests' label arrays; default 0 everywhere)."""
+        if reward not in ("completion", "in_system"):
+            raise ValueError(f"reward must be completion or in_system, got {reward!r}")
+        self.reward = reward
+        if variant not in ("baseline", "aware", "guided"):
+            raise ValueError(f"variant must be baseline, aware or guided, got {variant!r}")
+        self.profiles, self.workload, self.variant = profiles, workload, variant
+        self.models = models
+        self.dt, self.alpha, self.epsilon_s, self.guidance_scale = decision_interval_s, alpha, epsilon_s, guidance_scale
+        self.m = len(profiles)
+        self.guidance = 1.0 if variant == "guided" else 0.0
+        size = 3 + (2 if variant == "baseline" else 6) * self.m
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
+        self.wait_action = wait_action
+        self.action_space = gym.spaces.Discrete(self.m + int(wait_action))  # m instances, then wait
+        self.stepper: Stepper | None = None
+        self.known: dict[int, Request] = {}
+
+    def observation_spec(self) -> dict:
+        per = (["running", "waiting"] if self.variant == "baseline" else
+               ["running_short_prompt", "running_long_prompt", "running_short_decode", "running_long_decode",
+                "free_kv_share", "earliest_completion_s"])
+        return {"size": int(self.observation_space.shape[0]), "variant": self.variant,
+                "global": ["router_queue / 10", "next_prompt_tokens / 1000", "next_decode_bucket"],
+                "per_instance": per, "instances": self.m,
+                "scales": {"counts": "/ max_running", "earliest_completion_s": "/ 10 s"},
+                "prompt_split_tokens": PROMPT_SPLIT, "decode_split_tokens": DECODE_SPLIT,
+                "actions": [f"route to instance {i}" for i in range(self.m)] + (["wait"] if self.wait_action else [])}
+
+    def action_spec(self) -> dict:
+        return {"n": int(self.action_space.n), "kind": "discrete", "meaning": self.observation_spec()["actions"]}
+
+    def set_episode(self, k: int) -> None:
+        """The guidance weight of training episode k: λ_k = e^(−0.5 k) (guided variant only)."""
+        self.guidance = math.exp(-0.5 * k) if self.variant == "guided" else 0.0
+
+    def reset(self, *, seed: int | None = None, options=None):
+        super().reset(seed=seed)
+        requests = self.workload(0 if seed is None else seed)
+        self.known = {r.rid: r for r in requests}
+        self.stepper = Stepper(Cluster(self.profiles, models=self.models), requests, self.dt)
+        self.active: dict[int, float] = {}  # rid -> arrival of the requests in the system
+        self._tracked = 0  # arrivals added to `active` so far
+        self.stepper.head()
+        return self._observe(), {}
+
+    def step(self, action: int):
+        s = self.stepper
+        choice = WAIT if action == self.m else int(action)
+        penalty = self.guidance * self._mixing(choice) if choice is not WAIT else 0.0
+        t0 = s.t
+        done_jobs = s.act(choice)
+        e2e = [j.finished - s.outcomes[j.rid].request.arrival for j in done_jobs if j.finished is not None]
+        completed = len(e2e)
+        if self.reward == "in_system":
+            time_in_system = self._in_system(t0, done_jobs)
+            reward = COMPLETION_REWARD * completed - time_in_system - len(s.queue) - penalty
+        else:
+            reward = COMPLETION_REWARD * completed - sum(e2e) - len(s.queue) - penalty
+        terminated = s.over
+        return self._observe(), float(reward), terminated, False, {"completed": completed}
+
+    def results(self) -> list:
+        return self.stepper.results()
+
+    def _in_system(self, t0: float, done_jobs: list) -> float:
+        """∫ N(t) dt over the step just taken: the request-seconds spent in the system (router queue
+        or instance) since `t0`. Summed over an episode it is Σ E2E, but it is paid while requests
+        wait, not in one lump at their completion. A request rejected leaves at its dispatch; one
+        timed out in the router queue keeps counting until the episode ends (a penalty for it)."""
+        s = self.stepper
+        for r in s.arrivals[self._tracked:s.n_arrived]:
+            self.active[r.rid] = r.arrival
+        self._tracked = s.n_arrived
+        left = {j.rid: (j.finished if j.finished is not None else s.outcomes[j.rid].dispatched or t0)
+                for j in done_jobs}
+        end = s.t if math.isfinite(s.t) else max(left.values(), default=t0)  # the last step runs to the end
+        total = 0.0
+        for rid, arrival in self.active.items():  # a finish reported up to one engine step early counts whole
+            total += max(0.0, left.get(rid, end) - max(t0, arrival))
+        for rid in left:
+            self.active.pop(rid, None)
+        return total
+
+    def _mixing(self, i: int) -> float:
+        inst, req = self.stepper.cluster.instances[i], self.stepper.head()
+        held = inst.context_tokens + sum(self.known[j.rid].est_tokens(inst.model) for j in inst.running.values())
+        t_p = inst.profile.prefill_s_per_token * (req.prompt_tokens + held)
+        r_p = max(0.0, t_p - self.epsilon_s) / t_p if t_p > 0 else 0.0  # in [0, 1): bounded, grows with T_p
+        r_d = inst.context_tokens / inst.profile.kv_capacity_tokens
+        return self.guidance_scale * (self.alpha * r_p + (1 - self.alpha) * r_d)
+
+    def telemetry(self) -> list[dict]:
+        """What a router knows of each instance, in the form `artifacts.policy.observation_workload_aware` takes."""
+        out = []
+        for inst in self.stepper.cluster.instances:
+            running = [{"prompt_tokens": j.prompt_tokens, "generated_tokens": inst.generated(j),
+                        "predicted_output_tokens": self.known[j.rid].est_tokens(inst.model)}
+                       for j in inst.running.values()]
+            out.append({"max_running": inst.profile.max_running, "kv_utilization": inst.kv_utilization(),
+                        "tpot_s": inst.profile.nominal_tpot(inst.context_tokens), "waiting": inst.n_waiting,
+                        "running": running})
+        return out
+
+    def _predicted_tokens(self, req: Request) -> float:
+        """The next request's predicted output length: on the fleet's one model (001), or the mean
+        over the models of a heterogeneous fleet."""
+        return float(np.mean([req.est_tokens(m) for m in sorted(set(self.models or [0]))]))
+
+    def _observe(self) -> np.ndarray:
+        """Built by the runtime's own function, so a served policy sees what it was trained on."""
+        req = self.stepper.head()
+        return observation_workload_aware(len(self.stepper.queue), req.prompt_tokens if req else 0,
+                               self._predicted_tokens(req) if req else 0.0, self.telemetry(), self.observation_spec())

@@ -1,0 +1,185 @@
+"""Workloads for the simulator: arrival processes and the requests that arrive.
+
+Arrivals: Poisson, gamma-bursty and constant (`profiling.arrivals`), square-wave (Poisson whose rate
+alternates between two levels), 004's switched Poisson process (a Markov-modulated Poisson process
+given by its generator D0 and rate matrix D1) and trace replay (timestamps and token counts, e.g.
+the Azure LLM inference trace). Requests are drawn from the routing table, so each carries its
+true output length and quality on every model of the fleet.
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from core.schemas import routing_models
+from profiling.arrivals import arrival_times
+from training.policies.simulator.cluster import Request
+from training.routing_table import matrix
+
+# 004 §5: two phases, 180 req/s and 10 req/s on average, switching rarely
+SPP_D0 = [[-180.036, 0.036], [0.0002, -10.002]]
+SPP_D1 = [[180.0, 0.0], [0.0, 10.0]]
+
+
+def square_wave(low: float, high: float, period_s: float, n: int, seed: int = 0) -> np.ndarray:
+    """Poisson arrivals whose rate is `high` for the first half of every period and `low` after."""
+    if min(low, high) <= 0 or period_s <= 0:
+        raise ValueError("square_wave: rates and period must be positive")
+    rng = np.random.default_rng(seed)
+    out, t = [], 0.0
+    while len(out) < n:
+        rate = high if (t % period_s) < period_s / 2 else low
+        t += rng.exponential(1.0 / rate)
+        out.append(t)
+    times = np.array(out)
+    return times - times[0]
+
+
+def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0, phase0: int = 0,
+                     with_phases: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Markov-modulated Poisson arrivals: in phase i arrivals come at D1[i][i], and the phase
+    switches to j at rate D0[i][j] (004's switched Poisson process), starting in `phase0`.
+    `with_phases` also returns the phase each arrival came in (004 reports per phase)."""
+    d0, d1 = np.asarray(d0, dtype=float), np.asarray(d1, dtype=float)
+    if d0.shape != d1.shape or d0.shape[0] != d0.shape[1]:
+        raise ValueError("switched_poisson: D0 and D1 must be square matrices of one shape")
+    # 004's second row sums to -0.0018, not 0: a rounding of the paper's; allow 0.1% of the row's rate
+    if not np.allclose((d0 + d1).sum(axis=1), 0, atol=1e-3 * np.abs(np.diag(d0)).max()):
+        raise ValueError("switched_poisson: the rows of D0 + D1 must sum to zero (a generator)")
+    rng = np.random.default_rng(seed)
+    phase, t, out, phases = phase0, 0.0, [], []
+    while len(out) < n:
+        events = np.concatenate([d1[phase], np.where(np.arange(len(d0)) == phase, 0.0, d0[phase])])
+        t += rng.exponential(1.0 / events.sum())
+        k = rng.choice(len(events), p=events / events.sum())
+        if k < len(d0):
+            out.append(t)  # an arrival (D1 is diagonal in 004: the phase stays)
+            phases.append(phase)
+            phase = k
+        else:
+            phase = k - len(d0)
+    times = np.array(out)
+    times -= times[0]
+    return (times, np.array(phases)) if with_phases else times
+
+
+def arrivals(kind: str, n: int, rate: float = 1.0, seed: int = 0, **kw) -> np.ndarray:
+    if kind in ("poisson", "gamma", "constant"):
+        return arrival_times(kind, rate, n, seed, cv=kw.get("cv", 2.0))
+    if kind == "square_wave":
+        return square_wave(kw.get("low", rate / 2), kw.get("high", rate * 1.5), kw.get("period_s", 60.0), n, seed)
+    if kind == "switched_poisson":
+        return switched_poisson(n, kw.get("d0", SPP_D0), kw.get("d1", SPP_D1), seed)
+    raise ValueError(f"unknown arrival process {kind!r} (poisson, gamma, constant, square_wave, switched_poisson)")
+
+
+def read_trace(path: Path, limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival offsets s, prompt tokens, output tokens) of an Azure-style trace CSV
+    (TIMESTAMP, ContextTokens, GeneratedTokens); a malformed row raises naming its line."""
+    times, prompt, output = [], [], []
+    with open(path, newline="") as f:
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                stamp = row["TIMESTAMP"].strip()
+                head, _, frac = stamp.partition(".")
+                t = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp() + (float(f"0.{frac}") if frac else 0.0)
+                p, o = int(row["ContextTokens"]), int(row["GeneratedTokens"])
+            except (KeyError, ValueError, TypeError) as exc:
+                raise ValueError(f"{path}: line {line}: {exc}") from exc
+            if p < 1 or o < 1:
+                raise ValueError(f"{path}: line {line}: token counts must be positive, got {p}, {o}")
+            times.append(t)
+            prompt.append(p)
+            output.append(o)
+            if limit and len(times) >= limit:
+                break
+    t = np.array(times)
+    order = np.argsort(t, kind="stable")
+    return t[order] - t[order][0], np.array(prompt)[order], np.array(output)[order]
+
+
+class RequestPool:
+    """Labelled prompts to draw requests from: prompt tokens, and per model the true output length,
+    quality and (optionally) a predictor's estimates of both."""
+
+    def __init__(self, prompt_tokens, output_tokens, quality, tasks, models: list[str],
+                 predicted_tokens=None, predicted_quality=None):
+        self.prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+        self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
+        self.quality = np.asarray(quality, dtype=np.float64)
+        self.tasks = list(tasks)
+        self.models = models
+        self.predicted_tokens = predicted_tokens
+        self.predicted_quality = predicted_quality
+        if not (len(self.prompt_tokens) == len(self.output_tokens) == len(self.quality) == len(self.tasks)):
+            raise ValueError("RequestPool: every column needs one row per prompt")
+
+    @classmethod
+    def from_routing_table(cls, table: pa.Table, prompt_tokens: np.ndarray, models: list[str] | None = None,
+                           min_output_tokens: int = 1, predicted_quality: np.ndarray | None = None,
+                           predicted_tokens: np.ndarray | None = None) -> RequestPool:
+        """Prompts labelled for every model in `models` (default: all); prompt token counts given by the
+        caller (the routing table stores none). Predictions, when given, are (rows of `table`, models)
+        arrays, e.g. a KNN estimator's; without them policies see the true labels."""
+        models = models or routing_models(table.schema)
+        out, quality = matrix(table, "output_tokens", models), matrix(table, "quality", models)
+        keep = ~np.isnan(out).any(axis=1) & ~np.isnan(quality).any(axis=1)
+        if not keep.any():
+            raise ValueError(f"no prompt has an output length and a quality for every model of {models}")
+        out = np.maximum(np.nan_to_num(out[keep]), min_output_tokens).astype(np.int64)
+        tasks = [t for t, k in zip(table.column("task").to_pylist(), keep) if k]
+        return cls(np.asarray(prompt_tokens)[keep], out, quality[keep], tasks, models,
+                   None if predicted_tokens is None else np.asarray(predicted_tokens, dtype=float)[keep],
+                   None if predicted_quality is None else np.asarray(predicted_quality, dtype=float)[keep])
+
+    def ablated(self, quality: str = "true", length: str = "true") -> RequestPool:
+        """000's PS/PL/ZS/ZL study: policies see predicted ("predicted"), true ("true") or zero ("zero")
+        quality scores and output lengths."""
+        def pick(kind: str, truth: np.ndarray, predicted: np.ndarray | None, name: str):
+            if kind == "true":
+                return None
+            if kind == "zero":
+                return np.zeros(truth.shape)
+            if kind == "predicted" and predicted is not None:
+                return predicted
+            raise ValueError(f"{name}: {kind!r} is not true, zero or predicted (with predictions in the pool)")
+
+        return RequestPool(self.prompt_tokens, self.output_tokens, self.quality, self.tasks, self.models,
+                           pick(length, self.output_tokens, self.predicted_tokens, "length"),
+                           pick(quality, self.quality, self.predicted_quality, "quality"))
+
+    @classmethod
+    def from_trace(cls, prompt_tokens, output_tokens, n_models: int) -> RequestPool:
+        """Trace rows: the same output length on every model, quality unknown (NaN)."""
+        out = np.repeat(np.asarray(output_tokens)[:, None], n_models, axis=1)
+        return cls(prompt_tokens, out, np.full(out.shape, np.nan), ["trace"] * len(out),
+                   [f"m{i}" for i in range(n_models)])
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    def requests(self, times: np.ndarray, seed: int = 0, in_order: bool = False) -> list[Request]:
+        """One request per arrival time: pool rows drawn at random (with replacement), or in order."""
+        rng = np.random.default_rng(seed)
+        rows = np.arange(len(times)) % len(self) if in_order else rng.integers(0, len(self), size=len(times))
+        return [Request(rid=i, arrival=float(t), prompt_tokens=int(self.prompt_tokens[r]),
+                        output_tokens=self.output_tokens[r], quality=self.quality[r], task=self.tasks[r],
+                        predicted_tokens=None if self.predicted_tokens is None else self.predicted_tokens[r],
+                        predicted_quality=None if self.predicted_quality is None else self.predicted_quality[r])
+                for i, (t, r) in enumerate(zip(times, rows))]
+
+
+def prompt_token_counts(texts: list[str], tokenizer_ref: str) -> np.ndarray:
+    """Prompt lengths in the tokens of `tokenizer_ref` (an encoder reference; the routing table
+    stores no prompt token counts)."""
+    from transformers import AutoTokenizer
+
+    from artifacts.encoder import resolve_pretrained
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(tokenizer_ref))
+    return np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]], dtype=np.int64)
