@@ -119,6 +119,20 @@ class RouterBundle:
         return self.text_predictor(name).predict(prompts, tasks, model=model,
                                                  task_classifier=self.task_classifier() if has_classifier else None)
 
+    def router(self):
+        """The router chosen by cross-validation (`artifacts.router.Router`: `.predict(texts)` with
+        `.models`, `.quality`, `.output_tokens`, `.cost` and `.best_model(lam)`). A bundle trained
+        without router selection has none; `knn_estimator()` is always there."""
+        from artifacts.router import Router
+
+        component = next((c for c in self.manifest.components if c.kind == "router"), None)
+        if component is None:
+            raise KeyError(f"bundle {self.manifest.name} has no router component "
+                           f"(training.router.enabled was off); use knn_estimator()")
+        if component.name not in self._loaded:
+            self._loaded[component.name] = Router.load(self.root / component.name)
+        return self._loaded[component.name]
+
     @property
     def routing_policies(self) -> list[str]:
         return [c.name for c in self.manifest.components if c.kind == "routing_policy"]

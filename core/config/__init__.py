@@ -43,6 +43,7 @@ from core.config.tiers import BatchGrid, Hardware, ProfilingSettings, SweepSetti
 from core.config.training import (  # noqa: F401
     KnnSettings,
     LengthPredictorSettings,
+    RouterSelectionSettings,
     RoutingEvaluationSettings,
     ScorePredictorSettings,
     TaskClassifierSettings,

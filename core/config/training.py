@@ -23,6 +23,28 @@ class KnnSettings(_Strict):
     prior_strength: float = Field(default=0.0, ge=0)
 
 
+class RouterSelectionSettings(_Strict):
+    """The router estimator family and how one is chosen: k-fold cross-validation inside the
+    training split only (the test split is read once, for the report)."""
+
+    enabled: bool = False
+    folds: int = Field(default=5, ge=2)
+    knn_k: list[int] = [10, 30, 100]
+    knn_prior_strength: list[float] = [0.0, 10.0]
+    mlp_hidden: list[int] = [0, 256]  # 0: logistic heads (one linear layer)
+    mlp_weight_decay: float = Field(default=1e-2, ge=0)
+    mlp_epochs: int = Field(default=30, gt=0)
+    mf_dim: list[int] = [32]
+    mf_epochs: int = Field(default=30, gt=0)
+    ensemble_size: int = Field(default=2, ge=1)  # the ensemble averages the best this many by CV
+    # guard: clusters are the training tasks where known, else k-means on the embeddings
+    guard_clusters: int = Field(default=8, gt=0)
+    # a cluster keeps the estimator only when the bootstrap probability that its cross-validated
+    # gain over the cluster's best single model is positive reaches this
+    guard_confidence: float = Field(default=0.8, ge=0.5, lt=1)
+    guard_bootstrap: int = Field(default=1000, gt=0)
+
+
 class TextPredictorSettings(_Strict):
     """A fine-tuned BERT-family text classifier (001/000): backbone and training schedule."""
 
@@ -91,6 +113,7 @@ class RoutingEvaluationSettings(_Strict):
 
 class TrainingSettings(_Strict):
     knn: KnnSettings = KnnSettings()
+    router: RouterSelectionSettings = RouterSelectionSettings()
     routing_evaluation: RoutingEvaluationSettings = RoutingEvaluationSettings()
     length_predictor: LengthPredictorSettings = LengthPredictorSettings()
     score_predictor: ScorePredictorSettings = ScorePredictorSettings()

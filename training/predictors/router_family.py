@@ -1,0 +1,128 @@
+"""The router estimator family: each candidate fits on embeddings and per-model quality labels and
+returns the arrays `artifacts.router` predicts with, so what cross-validation scores is exactly
+what the bundle serves.
+
+- `knn`: stores the training embeddings and labels (the runtime does the cosine search);
+- `mlp`: one multi-output network on the frozen embedding (logistic heads when `hidden` is 0),
+  soft binary cross-entropy, since labels are graded scores in [0, 1];
+- `mf`: RouteLLM's matrix factorisation: a projection P of the prompt embedding against learned model
+  embeddings v_m, σ(⟨v_m, P·x⟩ + b_m).
+
+Labels may be missing (NaN) for some (prompt, model) pairs; the losses and the KNN vote skip them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from artifacts.router import predict_member
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One estimator configuration: `kind` and its few hyperparameters."""
+
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.kind + "".join(f"_{k}{v:g}" if isinstance(v, float) else f"_{k}{v}"
+                                   for k, v in sorted(self.params.items()))
+
+
+def _filled(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(labels with NaN → prior, mask of known labels, per-model prior)."""
+    known = ~np.isnan(y)
+    prior = np.where(known.any(0), np.nansum(y, 0) / np.maximum(known.sum(0), 1), 0.0)
+    return np.where(known, y, prior), known, prior
+
+
+def _train_torch(net, x: np.ndarray, y: np.ndarray, epochs: int, weight_decay: float, seed: int,
+                 lr: float = 1e-3, batch: int = 128) -> None:
+    import torch
+
+    _, known, _ = _filled(y)
+    xt = torch.tensor(x, dtype=torch.float32)
+    yt = torch.tensor(np.nan_to_num(y), dtype=torch.float32)
+    mt = torch.tensor(known, dtype=torch.float32)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    net.train()
+    for _ in range(epochs):
+        perm = torch.randperm(len(xt), generator=gen)
+        for i in range(0, len(xt), batch):
+            b = perm[i:i + batch]
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(net(xt[b]), yt[b], weight=mt[b],
+                                                                        reduction="sum") / mt[b].sum().clamp(min=1)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    net.eval()
+
+
+def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
+    """Fit one candidate; returns the member's weights (float32 arrays) for `predict_member`."""
+    import torch
+
+    filled, _, prior = _filled(y)
+    if cand.kind == "knn":
+        return {"keys": x.astype(np.float32), "labels": filled.astype(np.float32),
+                "prior": prior.astype(np.float32)}
+    torch.manual_seed(seed)
+    d, m = x.shape[1], y.shape[1]
+    if cand.kind == "mlp":
+        hidden = int(cand.params["hidden"])
+        layers = ([torch.nn.Linear(d, hidden), torch.nn.GELU(approximate="tanh"), torch.nn.Dropout(0.1),
+                   torch.nn.Linear(hidden, m)] if hidden else [torch.nn.Linear(d, m)])
+        net = torch.nn.Sequential(*layers)
+        _train_torch(net, x, y, int(cand.params["epochs"]), float(cand.params["weight_decay"]), seed)
+        linears = [layer for layer in net if isinstance(layer, torch.nn.Linear)]
+        return {key: value for i, lin in enumerate(linears)
+                for key, value in ((f"w{i}", lin.weight.detach().numpy().T.astype(np.float32)),
+                                   (f"b{i}", lin.bias.detach().numpy().astype(np.float32)))}
+    if cand.kind == "mf":
+        dim = int(cand.params["dim"])
+
+        class MF(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = torch.nn.Linear(d, dim, bias=False)
+                self.model_emb = torch.nn.Parameter(torch.randn(m, dim) * 0.1)
+                logit_prior = np.log(np.clip(prior, 1e-3, 1 - 1e-3) / (1 - np.clip(prior, 1e-3, 1 - 1e-3)))
+                self.model_bias = torch.nn.Parameter(torch.tensor(logit_prior, dtype=torch.float32))
+
+            def forward(self, inputs):
+                return self.proj(inputs) @ self.model_emb.T + self.model_bias
+
+        net = MF()
+        _train_torch(net, x, y, int(cand.params["epochs"]), float(cand.params.get("weight_decay", 1e-4)), seed)
+        return {"proj": net.proj.weight.detach().numpy().T.astype(np.float32),
+                "model_emb": net.model_emb.detach().numpy().astype(np.float32),
+                "model_bias": net.model_bias.detach().numpy().astype(np.float32)}
+    raise ValueError(f"unknown estimator kind {cand.kind!r}")
+
+
+def member_params(cand: Candidate, weights: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The JSON parameters `predict_member` needs beside the arrays."""
+    if cand.kind == "mlp":
+        return {"layers": sum(1 for k in weights if k.startswith("w")), **cand.params}
+    return dict(cand.params)
+
+
+def fit_predict(cand: Candidate, x_fit: np.ndarray, y_fit: np.ndarray, x_pred: np.ndarray,
+                seed: int = 0) -> np.ndarray:
+    weights = fit_candidate(cand, x_fit, y_fit, seed)
+    return predict_member(cand.kind, member_params(cand, weights), weights, x_pred.astype(np.float32))
+
+
+def candidates(settings) -> list[Candidate]:
+    """The grid named by `RouterSelectionSettings`."""
+    out = [Candidate("knn", {"k": k, "prior_strength": a}) for k in settings.knn_k for a in settings.knn_prior_strength]
+    out += [Candidate("mlp", {"hidden": h, "weight_decay": settings.mlp_weight_decay, "epochs": settings.mlp_epochs})
+            for h in settings.mlp_hidden]
+    out += [Candidate("mf", {"dim": r, "epochs": settings.mf_epochs}) for r in settings.mf_dim]
+    return out

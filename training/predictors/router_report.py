@@ -1,0 +1,94 @@
+"""Fit the router on a training split and evaluate it once on a test split: the numbers of the
+`router_selection` report (mean score at argmax, gap closed, per cluster against each cluster's best
+single model, Brier score, AIQ and lead over the single-model hull where costs exist, batch latency).
+
+`fit_and_evaluate` passes the test labels to `evaluate` only, after selection has finished; a test
+shuffles them and checks that the chosen estimator and its weights do not move.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from artifacts.router import Router
+from training.predictors.quality_cost_eval import hull_comparison
+from training.predictors.router_selection import brier, score_at_argmax, select_router
+
+
+def gap_closed(router: float, best_single: float, oracle: float) -> float:
+    """(router − best single) / (oracle − best single)."""
+    return (router - best_single) / (oracle - best_single) if oracle > best_single else float("nan")
+
+
+def evaluate(router: Router, x: np.ndarray, y: np.ndarray, cost: np.ndarray | None = None,
+             tasks: list[str] | None = None) -> dict[str, Any]:
+    """The router on labelled prompts (embeddings `x`, labels `y`, true costs where known)."""
+    pred = router.predict_embeddings(x)
+    picks = pred.best_index(0.0)
+    means = np.nanmean(y, axis=0)
+    score = score_at_argmax(pred.quality, y, picks)
+    out: dict[str, Any] = {
+        "prompts": int(len(y)), "router": score, "best_single": float(np.nanmax(means)),
+        "best_single_model": router.models[int(np.nanargmax(means))],
+        "oracle": float(np.nanmean(np.nanmax(y, axis=1))), "brier": brier(pred.quality, y),
+        "guarded_share": float(pred.guarded.mean()),
+        "share": {m: float(s) for m, s in zip(router.models, np.bincount(picks, minlength=len(router.models))
+                                              / max(len(picks), 1)) if s > 0},
+    }
+    out["gap_closed"] = gap_closed(score, out["best_single"], out["oracle"])
+    groups = {"cluster": [router.meta["guard"]["clusters"][c] for c in pred.cluster]}
+    if tasks is not None:
+        groups["task"] = list(tasks)
+    for kind, labels in groups.items():
+        arr = np.asarray(labels)
+        rows = {}
+        for g in sorted(set(labels)):
+            sel = arr == g
+            best = float(np.nanmax(np.nanmean(y[sel], axis=0)))
+            rows[g] = {"prompts": int(sel.sum()), "best_single": best,
+                       "router": score_at_argmax(pred.quality[sel], y[sel], picks[sel]),
+                       "best_single_model": router.models[int(np.nanargmax(np.nanmean(y[sel], 0)))]}
+            rows[g]["lead"] = rows[g]["router"] - best
+        out[f"per_{kind}"] = rows
+    if cost is not None and not np.isnan(cost).all():
+        singles = [(float(np.nanmean(cost[:, j])), float(means[j])) for j in range(len(router.models))]
+        c = np.nan_to_num(pred.cost)
+        dq, dc = float(np.ptp(np.nanmean(pred.quality, 0))), float(np.ptp(c.mean(0)))
+        scale = dq / dc if dq > 0 and dc > 0 else 1.0
+        sweep = []
+        for lam in [0.0, *np.geomspace(scale * 1e-3, scale * 1e3, 120)]:
+            p = pred.best_index(float(lam))
+            rows_ = np.arange(len(p))
+            sweep.append((float(np.nanmean(cost[rows_, p])), float(np.nanmean(y[rows_, p]))))
+        out["hull"] = hull_comparison(sweep, singles)
+    return out
+
+
+def batch_latency(router: Router, texts: list[str], batch: int = 64, repeats: int = 5) -> dict[str, float]:
+    """Median seconds to route one batch of `batch` prompts on this CPU, encoding included."""
+    texts = (texts * (batch // max(len(texts), 1) + 1))[:batch]
+    router.predict(texts[:2])  # load the encoder
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        router.predict(texts)
+        times.append(time.perf_counter() - t)
+    median = float(np.median(times))
+    return {"batch": batch, "median_seconds": median, "per_prompt_ms": median / batch * 1e3}
+
+
+def fit_and_evaluate(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                     models: list[str], settings, encoder: dict[str, Any], *,
+                     tasks_train: list[str] | None = None, tasks_test: list[str] | None = None,
+                     cost_train: np.ndarray | None = None, cost_test: np.ndarray | None = None,
+                     tokens_train: np.ndarray | None = None, seed: int = 0,
+                     log: Callable[[str], None] = print) -> tuple[Router, dict[str, Any]]:
+    """Select on the training split (test untouched), then evaluate once on the test split."""
+    router, report = select_router(x_train, y_train, models, settings, encoder, tasks=tasks_train, cost=cost_train,
+                                   output_tokens=tokens_train, seed=seed, log=log)
+    report["test"] = evaluate(router, x_test, y_test, cost_test, tasks_test)
+    return router, report

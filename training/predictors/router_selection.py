@@ -1,0 +1,196 @@
+"""Choose the bundle's router by k-fold cross-validation inside the training split.
+
+Every candidate of the family (`router_family.candidates`) is scored out of fold: the mean true
+quality of the model it ranks first (λ = 0), with the Brier score of its estimates beside it. An
+ensemble of the best `ensemble_size` is scored the same way. The winner is refitted on the whole
+training split.
+
+The guard then compares, cluster by cluster, the winner's out-of-fold picks with the cluster's best
+single model chosen inside each fold (clusters: the training tasks where known, else k-means over the
+embeddings). Where a bootstrap over the cluster's prompts does not give the gain a probability of at
+least `guard_confidence` of being positive, the cluster is routed by its per-model training means
+(at λ = 0: its best single model on the whole training split). Nothing here reads a test label:
+the caller evaluates the returned router on the test split once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from artifacts.router import Router
+from training.predictors.router_family import Candidate, candidates, fit_candidate, fit_predict, member_params
+
+LogFn = Callable[[str], None]
+
+
+def fold_ids(n: int, folds: int, seed: int) -> np.ndarray:
+    """A fold number per row, shuffled with `seed`, sizes within one of each other."""
+    order = np.random.default_rng(seed).permutation(n)
+    ids = np.empty(n, dtype=np.int64)
+    ids[order] = np.arange(n) % folds
+    return ids
+
+
+def score_at_argmax(pred: np.ndarray, y: np.ndarray, picks: np.ndarray | None = None) -> float:
+    """Mean true quality of each row's first-ranked model (rows where that label is known)."""
+    picks = np.argmax(pred, axis=1) if picks is None else picks
+    chosen = y[np.arange(len(y)), picks]
+    return float(np.nanmean(chosen)) if len(chosen) else float("nan")
+
+
+def brier(pred: np.ndarray, y: np.ndarray) -> float:
+    known = ~np.isnan(y)
+    return float(np.mean((pred[known] - y[known]) ** 2))
+
+
+def cluster_centroids(x: np.ndarray, tasks: list[str] | None, k: int, seed: int) -> tuple[np.ndarray, list[str]]:
+    """Unit centroids: one per training task where tasks are known, else spherical k-means."""
+    if tasks is not None and len(set(tasks)) > 1:
+        names = sorted(set(tasks))
+        arr = np.asarray(tasks)
+        cents = np.stack([x[arr == t].mean(axis=0) for t in names])
+    else:
+        from sklearn.cluster import KMeans
+
+        k = max(1, min(k, len(x) // 20 or 1))
+        cents = KMeans(k, n_init=4, random_state=seed).fit(x).cluster_centers_
+        names = [f"cluster-{i}" for i in range(k)]
+    cents = cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-12)
+    return cents.astype(np.float32), names
+
+
+def assign(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    return np.argmax(x @ centroids.T, axis=1)
+
+
+def cluster_best(y: np.ndarray, clusters: np.ndarray, n_clusters: int) -> np.ndarray:
+    """The model with the highest mean known label per cluster (the overall best where a cluster is empty)."""
+    overall = int(np.nanargmax(np.nanmean(y, axis=0)))
+    best = np.full(n_clusters, overall, dtype=np.int64)
+    for c in range(n_clusters):
+        rows = y[clusters == c]
+        if len(rows) and (~np.isnan(rows)).any():
+            best[c] = int(np.nanargmax(np.where(np.isnan(rows).all(0), -np.inf, np.nanmean(rows, axis=0))))
+    return best
+
+
+def cross_validate(cands: list[Candidate], x: np.ndarray, y: np.ndarray, folds: np.ndarray, seed: int,
+                   log: LogFn = print) -> dict[str, np.ndarray]:
+    """Out-of-fold quality estimates of every candidate."""
+    oof = {}
+    for i, cand in enumerate(cands):
+        pred = np.zeros_like(y, dtype=np.float64)
+        for f in range(int(folds.max()) + 1):
+            fit, val = folds != f, folds == f
+            pred[val] = fit_predict(cand, x[fit], y[fit], x[val], seed)
+        oof[cand.name] = pred
+        log(f"router selection: {i + 1}/{len(cands)} {cand.name}: cv score {score_at_argmax(pred, y):.4f}")
+    return oof
+
+
+def guard_decisions(oof: np.ndarray, y: np.ndarray, clusters: np.ndarray, folds: np.ndarray, n_clusters: int,
+                    confidence: float, draws: int, seed: int) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Per cluster: −1 (the estimator decides) or the index of the best single model to route to."""
+    baseline = np.zeros(len(y))
+    for f in range(int(folds.max()) + 1):
+        fit, val = folds != f, folds == f
+        best = cluster_best(y[fit], clusters[fit], n_clusters)
+        baseline[val] = y[np.flatnonzero(val), best[clusters[val]]]
+    picked = y[np.arange(len(y)), np.argmax(oof, axis=1)]
+    gain = np.nan_to_num(picked - baseline)
+    full_best = cluster_best(y, clusters, n_clusters)
+    rng = np.random.default_rng(seed)
+    forced = np.full(n_clusters, -1, dtype=np.int64)
+    rows = []
+    for c in range(n_clusters):
+        g = gain[clusters == c]
+        if len(g) == 0:
+            forced[c] = full_best[c]
+            rows.append({"cluster": c, "prompts": 0, "cv_gain": None, "p_positive": None, "routed_to_best": True})
+            continue
+        means = rng.choice(g, size=(draws, len(g)), replace=True).mean(axis=1)
+        p_pos = float(np.mean(means > 0))
+        if p_pos < confidence:
+            forced[c] = full_best[c]
+        rows.append({"cluster": c, "prompts": int(len(g)), "cv_router": float(np.nanmean(picked[clusters == c])),
+                     "cv_best_single": float(np.nanmean(baseline[clusters == c])), "cv_gain": float(g.mean()),
+                     "p_positive": p_pos, "routed_to_best": bool(forced[c] >= 0)})
+    return forced, rows
+
+
+def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, encoder: dict[str, Any], *,
+                  tasks: list[str] | None = None, cost: np.ndarray | None = None,
+                  output_tokens: np.ndarray | None = None, seed: int = 0,
+                  log: LogFn = print) -> tuple[Router, dict[str, Any]]:
+    """Cross-validate the family on the training split, refit the winner, add the guard.
+
+    x: (n, d) L2-normalized embeddings; y: (n, m) quality labels (NaN where unknown); `cost` and
+    `output_tokens` (n, m) where known give the router's per-model averages."""
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float64)
+    folds = fold_ids(len(x), settings.folds, seed)
+    cands = candidates(settings)
+    oof = cross_validate(cands, x, y, folds, seed, log)
+    ranked = sorted(cands, key=lambda c: -score_at_argmax(oof[c.name], y))
+    table = [{"estimator": c.name, "kind": c.kind, "params": c.params,
+              "cv_score": score_at_argmax(oof[c.name], y), "cv_brier": brier(oof[c.name], y)} for c in cands]
+    chosen = ranked[:1]
+    # the ensemble averages the best candidate of each of the best kinds (two KNNs that differ in k
+    # make near-identical errors; a KNN and a trained head do not)
+    best_per_kind = [c for i, c in enumerate(ranked) if c.kind not in {r.kind for r in ranked[:i]}]
+    if settings.ensemble_size > 1 and len(best_per_kind) > 1:
+        top = best_per_kind[:settings.ensemble_size]
+        ensemble = np.mean([oof[c.name] for c in top], axis=0)
+        table.append({"estimator": "ensemble(" + "+".join(c.name for c in top) + ")", "kind": "ensemble",
+                      "params": {}, "cv_score": score_at_argmax(ensemble, y), "cv_brier": brier(ensemble, y)})
+        if score_at_argmax(ensemble, y) > score_at_argmax(oof[ranked[0].name], y):
+            chosen = top
+    chosen_oof = np.mean([oof[c.name] for c in chosen], axis=0)
+
+    centroids, cluster_names = cluster_centroids(x, tasks, settings.guard_clusters, seed)
+    clusters = assign(x, centroids)
+    forced, guard_rows = guard_decisions(chosen_oof, y, clusters, folds, len(centroids),
+                                         settings.guard_confidence, settings.guard_bootstrap, seed)
+    for row in guard_rows:
+        row["name"] = cluster_names[row["cluster"]]
+        row["model"] = models[int(forced[row["cluster"]])] if forced[row["cluster"]] >= 0 else None
+    guarded_picks = np.where(forced[clusters] >= 0, forced[clusters], np.argmax(chosen_oof, axis=1))
+    cluster_quality = np.stack([np.nanmean(y[clusters == c], axis=0) if (clusters == c).any() else np.nanmean(y, axis=0)
+                                for c in range(len(centroids))])
+    cluster_quality = np.where(np.isnan(cluster_quality), np.nanmean(y, axis=0), cluster_quality)
+
+    weights: dict[str, np.ndarray] = {}
+    members = []
+    for i, cand in enumerate(chosen):
+        w = fit_candidate(cand, x, y, seed)
+        name = f"m{i}"
+        weights |= {f"{name}/{k}": v for k, v in w.items()}
+        members.append({"name": name, "kind": cand.kind, "estimator": cand.name, "params": member_params(cand, w)})
+
+    def average(values: np.ndarray | None) -> np.ndarray:
+        if values is None:
+            return np.full(len(models), np.nan, dtype=np.float32)
+        with np.errstate(invalid="ignore"):
+            return np.nanmean(np.asarray(values, dtype=np.float64), axis=0).astype(np.float32)
+
+    weights |= {"guard/centroids": centroids, "guard/guarded": (forced >= 0).astype(np.int64),
+                "guard/cluster_quality": cluster_quality.astype(np.float32),
+                "prior/quality": average(y), "prior/output_tokens": average(output_tokens),
+                "prior/cost": average(cost)}
+    meta = {"kind": "router", "models": models, "encoder": encoder, "members": members,
+            "guard": {"clusters": cluster_names, "confidence": settings.guard_confidence,
+                      "source": "tasks" if tasks is not None and len(set(tasks)) > 1 else "kmeans"},
+            "selection": {"folds": settings.folds, "seed": seed, "chosen": [c.name for c in chosen]}}
+    report = {
+        "candidates": table,
+        "chosen": [c.name for c in chosen],
+        "cv": {"best_single": float(np.nanmax(np.nanmean(y, axis=0))),
+               "oracle": float(np.nanmean(np.nanmax(y, axis=1))),
+               "router_unguarded": score_at_argmax(chosen_oof, y),
+               "router": score_at_argmax(chosen_oof, y, guarded_picks)},
+        "guard": guard_rows,
+    }
+    return Router(meta, weights), report
