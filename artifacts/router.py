@@ -14,6 +14,9 @@ The guard: prompts are assigned to the nearest cluster centroid (tasks, or k-mea
 the training data names no task); a cluster where cross-validation showed no reliable gain over its
 best single model is routed by the cluster's per-model training means instead of the estimate: at
 λ = 0 that is the cluster's best single model, and cost still trades off as it does elsewhere.
+A prompt farther from every centroid than almost all training prompts (cosine below
+`guard/ood_threshold`) belongs to no task the router has seen: it is routed by the overall training
+means, i.e. to the best single model, the choice that is safest where nothing was learned.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class RouterPrediction:
     cost: np.ndarray  # NaN where the training data had no costs
     cluster: np.ndarray  # (n_prompts,) the guard's cluster of each prompt
     guarded: np.ndarray  # (n_prompts,) True where the cluster's training means replace the estimate
+    unseen: np.ndarray  # (n_prompts,) True where the prompt is far from every training cluster
 
     def best_index(self, lam: float = 0.0) -> np.ndarray:
         """argmax of predicted quality − λ · predicted cost (unknown cost counts as 0; ties go to
@@ -100,12 +104,15 @@ class Router:
                            for m in members], axis=0)
         n = len(x)
         centroids = self.weights["guard/centroids"]
-        cluster = np.argmax(x @ centroids.T, axis=1)
+        sims = x @ centroids.T
+        cluster = np.argmax(sims, axis=1)
         guarded = self.weights["guard/guarded"].astype(bool)[cluster]
         quality = np.where(guarded[:, None], self.weights["guard/cluster_quality"][cluster], quality)
+        unseen = sims.max(axis=1) < float(self.weights["guard/ood_threshold"][0])
+        quality = np.where(unseen[:, None], self.weights["prior/quality"][None, :], quality)
         tokens = np.broadcast_to(self.weights["prior/output_tokens"], (n, len(self.models))).copy()
         cost = np.broadcast_to(self.weights["prior/cost"], (n, len(self.models))).copy()
-        return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded)
+        return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded, unseen)
 
     def predict(self, texts: list[str], encoder_ref: str | None = None) -> RouterPrediction:
         from artifacts.encoder import encode

@@ -39,13 +39,14 @@ def fleet_entry(config: FleetConfig) -> Fleet:
 
 
 def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
-                       with_policies: bool = False) -> dg.AssetsDefinition:
+                       with_policies: bool = False, with_router: bool = False) -> dg.AssetsDefinition:
     """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it, each
     text predictor named in `predictors` (`length_predictor`, `score_predictor`, `task_classifier`),
     and with `with_policies` the routing policies `routing_evaluation` trained and exported."""
     ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
     ins |= {name: dg.AssetIn(name) for name in predictors}
     ins |= {"routing_evaluation": dg.AssetIn("routing_evaluation")} if with_policies else {}
+    ins |= {"router_selection": dg.AssetIn("router_selection")} if with_router else {}
 
     @dg.asset(
         io_manager_key="json_io",
@@ -63,7 +64,8 @@ def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
         **extra: dict[str, Any],
     ):
         yield from _bundle(context, fleet, knn_estimator, routing_table, prompts, extra.get("latency_heads", {}),
-                           {name: extra[name] for name in predictors}, extra.get("routing_evaluation"))
+                           {name: extra[name] for name in predictors}, extra.get("routing_evaluation"),
+                           extra.get("router_selection"))
 
     return router_bundle
 
@@ -106,7 +108,19 @@ def policy_components(evaluation: dict[str, Any] | None) -> list[ComponentSource
             for name, p in evaluation["policies"].items()]
 
 
-def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, text_predictors, evaluation=None):
+def router_components(selection: dict[str, Any] | None) -> tuple[list[ComponentSource], dict[str, float], list[Path]]:
+    """The router chosen by `router_selection` (component `router`, `bundle.router()`)."""
+    if not selection:
+        return [], {}, []
+    metrics = {k: float(v) for k, v in selection["metrics"].items()}
+    component = ComponentSource(name="router", kind="router", format="safetensors+json", folder=Path(selection["path"]),
+                                metrics=metrics, config={"chosen": selection["chosen"],
+                                                         "selection_mlflow_run_id": selection["mlflow_run_id"]})
+    return [component], {f"router/{k}": v for k, v in metrics.items()}, [Path(p) for p in selection["plots"]]
+
+
+def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, text_predictors, evaluation=None,
+            selection=None):
     config = fleet.config
     reg = config.registry
     knn = ComponentSource(
@@ -115,10 +129,11 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
     )
     latency, latency_metrics, latency_plots = latency_components(latency_heads)
     predictors, predictor_metrics, predictor_plots = predictor_components(text_predictors)
+    router, router_metrics, router_plots = router_components(selection)
     registered, manifest = publish_bundle(
         name=reg.model_name,
         fleet=fleet_entry(config),
-        components=[knn, *latency, *predictors, *policy_components(evaluation)],
+        components=[knn, *router, *latency, *predictors, *policy_components(evaluation)],
         staging_dir=fleet.root / "bundle",
         tracking_uri=reg.tracking_uri,
         experiment=reg.experiment,
@@ -128,8 +143,8 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
         dagster_run_id=context.run_id,
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
                 "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
-        metrics=knn_estimator["metrics"] | latency_metrics | predictor_metrics,
-        plots=[Path(knn_estimator["plot"]), *latency_plots, *predictor_plots],
+        metrics=knn_estimator["metrics"] | latency_metrics | predictor_metrics | router_metrics,
+        plots=[Path(knn_estimator["plot"]), *latency_plots, *predictor_plots, *router_plots],
     )
     context.log.info(f"registered {registered.uri} (version {registered.version}, bundle {manifest.version})")
     yield dg.Output(

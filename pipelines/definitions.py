@@ -21,6 +21,7 @@ from assets.quality import build_quality_asset
 from assets.reports import build_report_asset
 from assets.resources import FleetResource
 from assets.responses import build_responses_asset
+from assets.router import router_selection
 from assets.routing import routing_table
 from core.config import load_fleet
 from pipelines.io_managers import JsonIOManager, ParquetIOManager
@@ -40,10 +41,13 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         routing_table,
         knn_estimator,
         build_bundle_asset(with_latency=bool(profiled), predictors=text_predictors(config),
-                           with_policies=routing_evaluation_enabled(config)),
+                           with_policies=routing_evaluation_enabled(config),
+                           with_router=config.training.router.enabled),
         build_report_asset(predictors=text_predictors(config)),
         *(build_text_predictor_asset(name, with_latency=bool(profiled)) for name in text_predictors(config)),
     ]
+    if config.training.router.enabled:
+        assets.append(router_selection)
     if profiled:
         tiers = dg.StaticPartitionsDefinition(profiled)
         assets += [build_tier_profiles_asset(tiers), build_latency_heads_asset(tiers)]
@@ -66,7 +70,8 @@ def text_predictors(config) -> tuple[str, ...]:
 def training_assets(config) -> list[str]:
     """What `train_and_register` rebuilds, in order."""
     evaluation = ["routing_evaluation"] if routing_evaluation_enabled(config) else []
-    return ["routing_table", "knn_estimator", *text_predictors(config), "predictor_report", *evaluation,
+    router = ["router_selection"] if config.training.router.enabled else []
+    return ["routing_table", "knn_estimator", *router, *text_predictors(config), "predictor_report", *evaluation,
             "router_bundle"]
 
 

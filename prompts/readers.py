@@ -18,10 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.config import BuiltinDataset, FileDataset, HFDataset, RouteLLMDataset, RouterBenchDataset
+from core.config import (
+    BuiltinDataset,
+    FileDataset,
+    HFDataset,
+    RouteLLMDataset,
+    RouterBenchDataset,
+    ScoreTableDataset,
+)
 from core.storage import Quarantine
 from prompts import templates as tt
 from prompts.response_tables import read_routellm, read_routerbench
+from prompts.score_tables import read_score_table
 
 
 @dataclass(frozen=True)
@@ -197,6 +205,18 @@ def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> 
             continue
         meta = {"sample_id": row.sample_id, "file": row.file}
         yield RawPrompt(ds.name, row.row_id, row.eval_name, text, None, meta, split=row.split)
+
+
+def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    rows = read_score_table(ds.files, text_field=ds.text_field, scores_field=ds.scores_field,
+                            task_field=ds.task_field, limit=ds.limit)
+    for row in rows:
+        problem = row.problem(ds.models)
+        if problem is not None:
+            quarantine.add(row.row_id, problem, {"text": str(row.text)[:500], **row.raw})
+            continue
+        task = str(row.task) if row.task is not None else (ds.task or ds.name)
+        yield RawPrompt(ds.name, row.row_id, task, row.text, None, {}, split=row.split)
 
 
 def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
@@ -418,4 +438,6 @@ def read_dataset(ds, quarantine: Quarantine) -> Iterator[RawPrompt]:
         return read_routerbench_prompts(ds, quarantine)
     if ds.kind == "routellm":
         return read_routellm_prompts(ds, quarantine)
+    if ds.kind == "score_table":
+        return read_score_table_prompts(ds, quarantine)
     raise ValueError(f"dataset {ds.name!r}: unknown kind {ds.kind!r}")

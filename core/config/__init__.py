@@ -14,6 +14,7 @@ from core.config.datasets import (  # noqa: F401
     PromptSettings,
     RouteLLMDataset,
     RouterBenchDataset,
+    ScoreTableDataset,
     SplitSettings,
     Templates,
 )

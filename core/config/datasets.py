@@ -87,11 +87,29 @@ class RouteLLMDataset(_Strict):
     limit: int | None = Field(default=None, gt=0)
 
 
+class ScoreTableDataset(_Strict):
+    """Per-model quality scores without responses (LLMRouter's dcrouter files, RouterDC's format):
+    JSON (a list of objects), JSON-lines or Parquet rows with a prompt text and a `{model: score}`
+    mapping, scores in [0, 1]. Models read it with `engine: table_import` and
+    `source: {kind: table, dataset: <name>}`; `scoring.metric: table_correctness` uses the scores."""
+
+    kind: Literal["score_table"]
+    name: str
+    files: dict[Literal["train", "test"], list[ConfigPath]]
+    text_field: str = "question"
+    scores_field: str = "scores"
+    task_field: str | None = None  # e.g. a cluster id column; None: every row is task `task`
+    task: str | None = None  # the task of rows without a task field (None: the dataset's name)
+    # the models the table may score; a row naming another is quarantined (None: no check)
+    models: list[str] | None = None
+    limit: int | None = Field(default=None, gt=0)
+
+
 Dataset = Annotated[
-    FileDataset | HFDataset | BuiltinDataset | RouterBenchDataset | RouteLLMDataset,
+    FileDataset | HFDataset | BuiltinDataset | RouterBenchDataset | RouteLLMDataset | ScoreTableDataset,
     Field(discriminator="kind"),
 ]
-RESPONSE_TABLE_KINDS = ("routerbench", "routellm")
+RESPONSE_TABLE_KINDS = ("routerbench", "routellm", "score_table")
 
 
 class Templates(_Strict):

@@ -43,6 +43,9 @@ class RouterSelectionSettings(_Strict):
     # gain over the cluster's best single model is positive reaches this
     guard_confidence: float = Field(default=0.8, ge=0.5, lt=1)
     guard_bootstrap: int = Field(default=1000, gt=0)
+    # prompts less similar to every cluster centroid than this quantile of the training prompts are
+    # treated as an unseen task and sent to the best single model overall (0: never)
+    unseen_quantile: float = Field(default=0.01, ge=0, lt=0.5)
 
 
 class TextPredictorSettings(_Strict):

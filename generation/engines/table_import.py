@@ -18,6 +18,7 @@ from core.model_sources import load_tokenizer
 from core.storage import Quarantine
 from generation.engines.base import BaseEngine, ProgressFn, PromptRow
 from prompts.response_tables import ImportedResponse, jsonl_responses, routellm_responses, routerbench_responses
+from prompts.score_tables import score_table_responses
 
 
 class TableImportEngine(BaseEngine):
@@ -53,6 +54,9 @@ class TableImportEngine(BaseEngine):
             return routerbench_responses(ds.files, self.column, ds.limit)
         if ds.kind == "routellm":
             return routellm_responses(ds.path, self.column, ds.limit)
+        if ds.kind == "score_table":
+            return score_table_responses(ds.files, self.column, text_field=ds.text_field,
+                                         scores_field=ds.scores_field, limit=ds.limit)
         raise ValueError(f"model {self.spec.name!r}: dataset {ds.name!r} ({ds.kind}) holds no responses")
 
     def generate(

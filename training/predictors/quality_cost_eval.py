@@ -90,6 +90,10 @@ def evaluate_router(
     """`prediction` must be row-aligned with `test`; `lambdas` None: `auto_lambdas`."""
     models = routing_models(test.schema)
     quality, cost = matrix(test, "quality", models), matrix(test, "cost", models)
+    no_costs = bool(np.isnan(cost).all())  # a score table: quality labels only, every model costs the same
+    if no_costs:
+        cost = np.zeros_like(quality)
+        lambdas = [0.0]
     complete = ~(np.isnan(quality).any(axis=1) | np.isnan(cost).any(axis=1))
     if not complete.any():
         raise ValueError("no test prompt has quality and cost for every model")
@@ -108,8 +112,8 @@ def evaluate_router(
         share = np.bincount(picks, minlength=len(models)) / len(picks)
         sweep.append({"lambda": float(lam), **_point(quality, cost, picks),
                       "share": {m: float(s) for m, s in zip(models, share) if s > 0}})
-    hull = hull_comparison([(p["cost"], p["quality"]) for p in sweep],
-                           [(p["cost"], p["quality"]) for p in singles.values()])
+    hull = {} if no_costs else hull_comparison([(p["cost"], p["quality"]) for p in sweep],
+                                               [(p["cost"], p["quality"]) for p in singles.values()])
     return {
         "hull": hull,
         "n_test": int(len(complete)),

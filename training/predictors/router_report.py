@@ -35,7 +35,7 @@ def evaluate(router: Router, x: np.ndarray, y: np.ndarray, cost: np.ndarray | No
         "prompts": int(len(y)), "router": score, "best_single": float(np.nanmax(means)),
         "best_single_model": router.models[int(np.nanargmax(means))],
         "oracle": float(np.nanmean(np.nanmax(y, axis=1))), "brier": brier(pred.quality, y),
-        "guarded_share": float(pred.guarded.mean()),
+        "guarded_share": float(pred.guarded.mean()), "unseen_share": float(pred.unseen.mean()),
         "share": {m: float(s) for m, s in zip(router.models, np.bincount(picks, minlength=len(router.models))
                                               / max(len(picks), 1)) if s > 0},
     }

@@ -176,12 +176,16 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
         with np.errstate(invalid="ignore"):
             return np.nanmean(np.asarray(values, dtype=np.float64), axis=0).astype(np.float32)
 
-    weights |= {"guard/centroids": centroids, "guard/guarded": (forced >= 0).astype(np.int64),
+    own_similarity = (x @ centroids.T).max(axis=1)
+    ood = float(np.quantile(own_similarity, settings.unseen_quantile)) if settings.unseen_quantile > 0 else -2.0
+    weights |= {"guard/centroids": centroids, "guard/ood_threshold": np.asarray([ood], dtype=np.float32),
+                "guard/guarded": (forced >= 0).astype(np.int64),
                 "guard/cluster_quality": cluster_quality.astype(np.float32),
                 "prior/quality": average(y), "prior/output_tokens": average(output_tokens),
                 "prior/cost": average(cost)}
     meta = {"kind": "router", "models": models, "encoder": encoder, "members": members,
             "guard": {"clusters": cluster_names, "confidence": settings.guard_confidence,
+                      "unseen_quantile": settings.unseen_quantile,
                       "source": "tasks" if tasks is not None and len(set(tasks)) > 1 else "kmeans"},
             "selection": {"folds": settings.folds, "seed": seed, "chosen": [c.name for c in chosen]}}
     report = {

@@ -80,7 +80,18 @@ def test_selection_picks_a_router_that_beats_the_best_single_model_and_guards_no
     noisy = cluster >= 2
     assert pred.guarded[noisy].mean() > 0.9 and pred.guarded[~noisy].mean() < 0.1
     assert len(guarded_names) == 2
-    assert np.all(np.asarray(pred.best_model())[pred.guarded] == "large")
+    assert np.all(np.asarray(pred.best_model())[pred.guarded & ~pred.unseen] == "large")
+    assert pred.unseen.mean() < 0.05
+
+
+def test_prompts_of_an_unseen_task_go_to_the_best_single_model():
+    x, y = synthetic(900, 4)
+    router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    far = np.random.default_rng(5).normal(size=(40, 32)) + np.random.default_rng(99).normal(size=32) * 6
+    far = (far / np.linalg.norm(far, axis=1, keepdims=True)).astype(np.float32)
+    pred = router.predict_embeddings(far)
+    assert pred.unseen.all()
+    assert set(pred.best_model()) == {MODELS[int(np.argmax(y.mean(0)))]}
 
 
 def test_router_round_trips_through_safe_files(tmp_path):

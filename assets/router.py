@@ -1,0 +1,52 @@
+"""`router_selection`: the router chosen among the estimator family by cross-validation inside the
+training split, evaluated once on the test split; component folder, report and plots, own MLflow run."""
+
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+
+from artifacts.publish import log_report
+from assets.metadata import clean, markdown_table
+from assets.resources import FleetResource
+
+
+@dg.asset(
+    io_manager_key="json_io",
+    group_name="training",
+    check_specs=[dg.AssetCheckSpec("router_not_below_best_single_cv", asset="router_selection",
+                                   description="The chosen router's cross-validated score is at least the "
+                                               "best single model's on the training split.")],
+    description="Router estimator chosen by k-fold cross-validation on the training split (KNN, logistic / MLP "
+                "heads, matrix factorisation, ensembles) with a per-cluster guard; test evaluated once.",
+)
+def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table):
+    from training.predictors.router_training import train_router
+
+    config = fleet.config
+    result = train_router(routing_table, config.encoder, config.training.router,
+                          fleet.root / "components" / "router", fleet.root / "reports" / "router",
+                          truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
+                          title=config.name, log=context.log.info)
+    reg = config.registry
+    run_id = log_report(tracking_uri=reg.tracking_uri, experiment=reg.experiment,
+                        artifact_location=reg.artifact_location, run_name=f"{config.name}-router-selection",
+                        metrics=result.metrics, files=[result.report_path, *result.plots],
+                        tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+    report = result.report
+    candidates = [clean({"estimator": r["estimator"], "cv_score": r["cv_score"], "cv_brier": r["cv_brier"]})
+                  for r in report["candidates"]]
+    guard = [clean({k: row.get(k) for k in ("name", "prompts", "cv_gain", "p_positive", "model")})
+             for row in report["guard"]]
+    yield dg.Output(
+        {"path": str(result.folder), "metrics": result.metrics, "plots": [str(p) for p in result.plots],
+         "chosen": report["chosen"], "mlflow_run_id": run_id, "report": str(result.report_path)},
+        metadata={"chosen": ", ".join(report["chosen"]), "mlflow_run_id": run_id,
+                  **{k: round(v, 6) for k, v in result.metrics.items() if np.isfinite(v)},
+                  "candidates": markdown_table(candidates), "guard": markdown_table(guard),
+                  **{f"plot_{Path(p).stem}": dg.MetadataValue.path(str(p)) for p in result.plots}},
+    )
+    cv = report["cv"]
+    yield dg.AssetCheckResult(check_name="router_not_below_best_single_cv", passed=cv["router"] >= cv["best_single"],
+                              metadata={"cv_router": cv["router"], "cv_best_single": cv["best_single"]})

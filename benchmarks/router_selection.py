@@ -1,0 +1,147 @@
+"""Router selection benchmark: the estimator family chosen by cross-validation on the training split,
+evaluated once on the test split, on LLMRouter's dcrouter score table and on RouterBench.
+
+    .venv/bin/python -m benchmarks.router_selection [--fleets dcrouter routerbench] [--quick]
+
+Per fleet: prompts → table import → table scoring → routing table with the library code (no Dagster;
+exact duplicate prompts are quarantined, so a test prompt that also sits in the training file is
+dropped from the test split), then `train_router`: every candidate's cross-validated score and Brier
+score, the chosen router, the guard's per-cluster decisions, and the test numbers (mean score at
+argmax, gap closed, per cluster and per task against that group's best single model, AIQ and lead
+over the single-model hull where costs exist, batch-of-64 CPU latency next to the KNN's).
+Leave-one-task-out: the chosen configuration is re-selected without one task and routes that task's
+test prompts (dcrouter's test rows carry no task: its training clusters are held out instead, scored
+out of sample on their training rows). For dcrouter the published 500-row test file is also scored
+as is (119 of its prompts appear verbatim in the training file), for comparison with other reports.
+
+Writes benchmarks/results/router_selection/<fleet>.json and plots beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from artifacts.encoder import encode
+from artifacts.router import Router
+from benchmarks.routerbench_knn import routing_table_of
+from core.config import load_fleet
+from core.schemas import routing_models
+from prompts.score_tables import read_score_table
+from training.predictors.router_report import batch_latency, evaluate
+from training.predictors.router_selection import select_router
+from training.predictors.router_training import split_rows, train_router
+from training.routing_table import matrix
+
+RESULTS = Path(__file__).parent / "results" / "router_selection"
+CONFIGS = {"dcrouter": "configs/dcrouter.yaml", "routerbench": "configs/routerbench.yaml"}
+
+
+def leave_one_task_out(x, y, tasks_train, x_test, y_test, tasks_test, models, settings, encoder, log):
+    """Per held-out task: the router selected without it, on that task's prompts, against the task's
+    best single model (scored on those prompts)."""
+    out = {}
+    for task in sorted(set(tasks_test)):
+        keep = np.asarray(tasks_train) != task
+        held = np.asarray(tasks_test) == task
+        router, _ = select_router(x[keep], y[keep], models, settings, encoder,
+                                  tasks=list(np.asarray(tasks_train)[keep]), log=lambda _: None)
+        result = evaluate(router, x_test[held], y_test[held])
+        out[task] = {"prompts": int(held.sum()), "router": result["router"], "best_single": result["best_single"],
+                     "best_single_model": result["best_single_model"], "lead": result["router"] - result["best_single"]}
+        log(f"  leave out {task}: router {out[task]['router']:.4f} vs best single {out[task]['best_single']:.4f}")
+    return out
+
+
+def knn_latency(x_train, y_train, models, encoder, texts, settings) -> dict:
+    """002's KNN (k = 10) through the same runtime, for the batch-of-64 comparison."""
+    from core.config import RouterSelectionSettings
+
+    knn_only = RouterSelectionSettings(enabled=True, folds=2, knn_k=[10], knn_prior_strength=[10.0], mlp_hidden=[],
+                                       mf_dim=[], ensemble_size=1, guard_clusters=settings.guard_clusters)
+    router, _ = select_router(x_train, y_train, models, knn_only, encoder, log=lambda _: None)
+    return batch_latency(router, texts)
+
+
+def run(fleet: str, quick: bool) -> dict:
+    config = load_fleet(CONFIGS[fleet])
+    settings = config.training.router
+    if quick:
+        settings = settings.model_copy(update={"folds": 3, "knn_k": [30], "mlp_hidden": [0], "mlp_epochs": 5,
+                                               "mf_epochs": 5, "guard_bootstrap": 200})
+    timings: dict[str, float] = {}
+    routing, quarantined = routing_table_of(config, timings)
+    out_dir = RESULTS / fleet
+    t0 = time.perf_counter()
+    result = train_router(routing, config.encoder, settings, Path(config.storage_root) / "benchmarks" / "router",
+                          out_dir, truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
+                          title=fleet, log=lambda m: print(m, flush=True))
+    timings["train_router_s"] = time.perf_counter() - t0
+    report = result.report
+    models = routing_models(routing.schema)
+    train_rows, test_rows = split_rows(routing, "train"), split_rows(routing, "test")
+    quality = matrix(routing, "quality", models)
+    texts = routing.column("text").to_pylist()
+    tasks = np.asarray(routing.column("task").to_pylist())
+    encoder = {"ref": config.encoder, "truncation_side": config.training.knn.truncation_side}
+    x = encode(texts, config.encoder, truncation_side=encoder["truncation_side"])
+    router = Router.load(result.folder)
+    report["batch64_cpu_knn_k10"] = knn_latency(x[train_rows], quality[train_rows], models, encoder,
+                                                [t for t, k in zip(texts, test_rows) if k][:64], settings)
+    if len(set(tasks[test_rows])) > 1:
+        report["leave_one_task_out"] = leave_one_task_out(
+            x[train_rows], quality[train_rows], list(tasks[train_rows]), x[test_rows], quality[test_rows],
+            list(tasks[test_rows]), models, settings, encoder, print)
+    if fleet == "dcrouter":
+        ds = config.datasets[0]
+        cluster_rows = read_score_table({"train": ds.files["train"]}, text_field=ds.text_field,
+                                        scores_field=ds.scores_field, task_field="cluster_id")
+        clusters = np.asarray([f"cluster_id={r.task}" for r in cluster_rows])
+        by_text = {r.text: c for r, c in zip(cluster_rows, clusters)}
+        train_clusters = [by_text.get(t, "none") for t in np.asarray(texts)[train_rows]]
+        folds = np.asarray(train_clusters)
+        report["leave_one_cluster_out_train"] = {}
+        for c in sorted(set(train_clusters)):
+            keep, held = folds != c, folds == c
+            sub, _ = select_router(x[train_rows][keep], quality[train_rows][keep], models, settings, encoder,
+                                   log=lambda _: None)
+            r = evaluate(sub, x[train_rows][held], quality[train_rows][held])
+            report["leave_one_cluster_out_train"][c] = {
+                "prompts": int(held.sum()), "router": r["router"], "best_single": r["best_single"],
+                "best_single_model": r["best_single_model"], "lead": r["router"] - r["best_single"]}
+            print(f"  leave out {c}: router {r['router']:.4f} vs best single {r['best_single']:.4f}", flush=True)
+        published = read_score_table({"test": ds.files["test"]}, text_field=ds.text_field,
+                                     scores_field=ds.scores_field, task_field=None)
+        y_pub = np.asarray([[float(r.scores[m]) for m in models] for r in published])
+        x_pub = encode([r.text for r in published], config.encoder, truncation_side=encoder["truncation_side"])
+        report["test_published_500"] = {k: v for k, v in evaluate(router, x_pub, y_pub).items()
+                                        if k not in ("per_cluster",)}
+    report["quarantined_pairs"] = quarantined
+    report["timings_s"] = timings
+    report["quick"] = quick
+    path = out_dir / f"{fleet}.json"
+    path.write_text(json.dumps(report, indent=2, default=float))
+    test = report.get("test", {})
+    print(f"{fleet}: chosen {report['chosen']}; cv router {report['cv']['router']:.4f} (best single "
+          f"{report['cv']['best_single']:.4f}); test router {test.get('router', float('nan')):.4f}, best single "
+          f"{test.get('best_single', float('nan')):.4f}, oracle {test.get('oracle', float('nan')):.4f}, gap closed "
+          f"{test.get('gap_closed', float('nan')):.3f} -> {path}", flush=True)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--quick", action="store_true", help="smoke sizes: 3 folds, one candidate per kind")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for fleet in args.fleets:
+        run(fleet, args.quick)
+
+
+if __name__ == "__main__":
+    main()

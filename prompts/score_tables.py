@@ -1,0 +1,113 @@
+"""Score tables: prompts with a per-model quality score and no response text.
+
+LLMRouter's dcrouter files and RouterDC's training data hold rows such as
+``{"question": "...", "scores": {"model-a": 0.7, "model-b": 0.0}, "cluster_id": 2}``. This module
+reads them (JSON list, JSON-lines or Parquet; Parquet's scores column may be a map, a struct or a
+JSON string) and checks them: a row is usable as a prompt when its text is a non-empty string and
+its scores are a mapping; a single score is usable when it is a number in [0, 1]. Row problems are
+returned for the prompt reader to quarantine; score problems travel with the cell, so the engine
+quarantines that (prompt, model) pair only and keeps the row's other models.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prompts.response_tables import ImportedResponse
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    row_id: str  # "<file name>:<0-based row>"
+    split: str
+    text: Any
+    task: Any
+    scores: Any
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def problem(self, models: list[str] | None) -> str | None:
+        """Why this row cannot become a prompt, or None."""
+        if not isinstance(self.text, str) or not self.text.strip():
+            return "prompt text missing, empty or not a string"
+        if not isinstance(self.scores, dict) or not self.scores:
+            return "scores missing or not a {model: score} mapping"
+        if models is not None:
+            unknown = sorted(str(m) for m in self.scores if m not in models)
+            if unknown:
+                return f"scores name models outside the dataset's models: {unknown}"
+        return None
+
+
+def _records(path: Path) -> list[Any]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        out = []
+        for i, line in enumerate(text.splitlines()):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    out.append(ValueError(f"line {i + 1} is not JSON ({exc.msg})"))
+        return out
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: a JSON score table must be a list of objects, found {type(data).__name__}")
+    return data
+
+
+def _mapping(value: Any) -> Any:
+    """Parquet maps arrive as [(key, value), ...] and JSON strings as text: both become dicts."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    if isinstance(value, list) and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        return dict(value)
+    return value
+
+
+def read_score_table(files: dict[str, list[Path]], *, text_field: str, scores_field: str,
+                     task_field: str | None, limit: int | None = None) -> list[ScoreRow]:
+    rows: list[ScoreRow] = []
+    for split, paths in files.items():
+        for path in paths:
+            for i, rec in enumerate(_records(Path(path))):
+                if limit is not None and i >= limit:
+                    break
+                row_id = f"{Path(path).name}:{i}"
+                if not isinstance(rec, dict):
+                    rows.append(ScoreRow(row_id, split, None, None, None, {"error": str(rec)[:200]}))
+                    continue
+                task = rec.get(task_field) if task_field else None
+                rows.append(ScoreRow(row_id, split, rec.get(text_field), task, _mapping(rec.get(scores_field)),
+                                     {k: v for k, v in rec.items() if k not in (text_field, scores_field)}))
+    return rows
+
+
+def score_cell(scores: Any, model: str) -> ImportedResponse:
+    """One model's score as an imported cell (empty text: the table holds no response)."""
+    if not isinstance(scores, dict) or model not in scores:
+        return ImportedResponse(None, problem=f"no score for model {model!r}")
+    value = scores[model]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return ImportedResponse(None, problem=f"score {value!r} for model {model!r} is not a finite number")
+    if not 0.0 <= float(value) <= 1.0:
+        return ImportedResponse(None, problem=f"score {value} for model {model!r} is outside [0, 1]")
+    return ImportedResponse("", label=float(value))
+
+
+def score_table_responses(files: dict[str, list[Path]], column: str, *, text_field: str, scores_field: str,
+                          limit: int | None = None) -> dict[str, ImportedResponse]:
+    """row_id → the model's score cell."""
+    return {row.row_id: score_cell(row.scores, column)
+            for row in read_score_table(files, text_field=text_field, scores_field=scores_field, task_field=None,
+                                        limit=limit)}
