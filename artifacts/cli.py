@@ -74,19 +74,28 @@ def download(ref: str, dst: Path, tracking_uri: str | None) -> None:
 @click.option("--lam", default=0.0, show_default=True, help="cost weight λ in quality − λ·cost")
 @_TRACKING
 def predict(ref: str, prompts: tuple[str, ...], lam: float, tracking_uri: str | None) -> None:
-    """Predicted per-model quality, output tokens and cost for PROMPTS, and the chosen model."""
+    """Predicted per-model quality, output tokens and cost for PROMPTS, and the chosen model: by the
+    bundle's router where it has one (chosen by cross-validation), else by its KNN estimator."""
     loaded = load_bundle(ref, tracking_uri=tracking_uri)
-    knn = loaded.knn_estimator()
-    pred = knn.predict(list(prompts))
-    choice = pred.best_model(lam, knn.prior)
+    if any(c.kind == "router" for c in loaded.manifest.components):
+        pred = loaded.router().predict(list(prompts))
+        choice, estimator = pred.best_model(lam), "router"
+    else:
+        knn = loaded.knn_estimator()
+        pred = knn.predict(list(prompts))
+        choice, estimator = pred.best_model(lam, knn.prior), "knn_estimator"
+
+    def number(value: float, digits: int) -> float | None:
+        return None if value != value else round(float(value), digits)  # NaN (unknown) → null
+
     for i, text in enumerate(prompts):
         per_model = {
-            m: {"quality": round(float(pred.quality[i, j]), 4),
-                "output_tokens": round(float(pred.output_tokens[i, j]), 1),
-                "cost": float(pred.cost[i, j])}
+            m: {"quality": number(pred.quality[i, j], 4), "output_tokens": number(pred.output_tokens[i, j], 1),
+                "cost": number(pred.cost[i, j], 8)}
             for j, m in enumerate(pred.models)
         }
-        click.echo(json.dumps({"prompt": text[:80], "route_to": choice[i], "models": per_model}))
+        click.echo(json.dumps({"prompt": text[:80], "route_to": choice[i], "estimator": estimator,
+                               "models": per_model}))
 
 
 if __name__ == "__main__":

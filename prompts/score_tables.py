@@ -31,6 +31,8 @@ class ScoreRow:
 
     def problem(self, models: list[str] | None) -> str | None:
         """Why this row cannot become a prompt, or None."""
+        if "error" in self.raw and self.text is None:
+            return f"row is not a JSON object: {self.raw['error']}"
         if not isinstance(self.text, str) or not self.text.strip():
             return "prompt text missing, empty or not a string"
         if not isinstance(self.scores, dict) or not self.scores:

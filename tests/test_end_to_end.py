@@ -57,6 +57,16 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     assert ((pred.quality >= 0) & (pred.quality <= 1)).all()
     assert np.allclose(pred.output_tokens, 24.0, atol=24)  # within the generation cap
     assert set(pred.best_model(0.0, knn.prior)) <= set(config.model_names)
+    # the router chosen by cross-validation, served from safetensors + JSON
+    router = bundle.router()
+    routed = router.predict(unseen)
+    assert routed.models == config.model_names and routed.quality.shape == (2, 3)
+    assert ((routed.quality >= 0) & (routed.quality <= 1)).all() and set(routed.best_model()) <= set(config.model_names)
+    assert router.meta["selection"]["chosen"] and {c.kind for c in bundle.manifest.components} >= {"router"}
+    cli = _routeforge("bundle", "predict", str(tmp_path / "bundle"), unseen[1], tracking_uri=tracking)
+    assert cli.returncode == 0, cli.stderr
+    line = json.loads(cli.stdout.strip().splitlines()[-1])
+    assert line["estimator"] == "router" and line["route_to"] in config.model_names
 
     # the shared length-bucket predictor, served by ONNX Runtime from the bundle
     lengths = bundle.length_predictor().predict(unseen, tasks=["translation", "math"], model="tiny-llama")

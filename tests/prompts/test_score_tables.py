@@ -1,0 +1,112 @@
+"""Score tables (LLMRouter dcrouter / RouterDC format): import, quarantine, and the routing table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks.routerbench_knn import routing_table_of
+from core.config import load_fleet
+from core.schemas import routing_models
+from prompts.score_tables import read_score_table, score_cell
+from training.routing_table import matrix
+
+MODELS = ["alpha", "beta"]
+
+
+def _fleet(tmp_path: Path, train: Path, test: Path) -> Path:
+    models = "\n".join(f"  - {{name: {m}, engine: table_import, source: {{kind: table, dataset: scores}}}}"
+                       for m in MODELS)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(f"""
+name: scores
+storage_root: {tmp_path / "state"}
+datasets:
+  - kind: score_table
+    name: scores
+    files: {{train: [{train}], test: [{test}]}}
+    models: [alpha, beta]
+templates: {{default: "{{text}}", add_hint: false}}
+split: {{mode: source}}
+scoring: {{metric: table_correctness}}
+registry: {{tracking_uri: "sqlite:///{tmp_path / 'mlflow.db'}", experiment: e, model_name: m}}
+models:
+{models}
+""")
+    return path
+
+
+def test_malformed_rows_and_scores_are_quarantined_with_reasons_and_nothing_valid_is_lost(tmp_path):
+    train = [
+        {"question": "What is 2 + 2?", "scores": {"alpha": 1.0, "beta": 0.0}},
+        {"question": "", "scores": {"alpha": 1.0, "beta": 1.0}},                      # empty text
+        {"scores": {"alpha": 1.0, "beta": 1.0}},                                      # no text
+        {"question": "Name a prime.", "scores": [1, 0]},                              # not a mapping
+        {"question": "Capital of France?", "scores": {"alpha": 1.0, "gamma": 0.5}},   # unknown model
+        {"question": "Spell cat.", "scores": {"alpha": "high", "beta": 0.25}},        # non-numeric alpha
+        {"question": "Sort 3 1 2.", "scores": {"alpha": 1.5, "beta": 0.5}},           # alpha out of range
+        {"question": "What is 2 + 2?", "scores": {"alpha": 0.0, "beta": 1.0}},        # duplicate prompt
+        {"question": "Largest ocean?", "scores": {"alpha": 0.5}},                     # beta missing
+    ]
+    test = [{"question": "What is 3 + 3?", "scores": {"alpha": 0.0, "beta": 1.0}},
+            {"question": "What is 2 + 2?", "scores": {"alpha": 1.0, "beta": 1.0}}]  # in train: leak, dropped
+    (tmp_path / "train.json").write_text(json.dumps(train))
+    lines = "\n".join(json.dumps(r) for r in test)
+    (tmp_path / "test.jsonl").write_text(lines + "\n{not json\n")
+    config = load_fleet(_fleet(tmp_path, tmp_path / "train.json", tmp_path / "test.jsonl"))
+
+    routing, quarantined = routing_table_of(config, {})
+    texts = routing.column("text").to_pylist()
+    assert sorted(texts) == sorted(["What is 2 + 2?", "Spell cat.", "Sort 3 1 2.", "Largest ocean?", "What is 3 + 3?"])
+    assert routing_models(routing.schema) == MODELS
+    q = dict(zip(texts, matrix(routing, "quality", MODELS).tolist()))
+    assert q["What is 2 + 2?"] == [1.0, 0.0]  # the first copy is kept, the duplicate quarantined
+    assert np.isnan(q["Spell cat."][0]) and q["Spell cat."][1] == 0.25
+    assert np.isnan(q["Sort 3 1 2."][0]) and q["Sort 3 1 2."][1] == 0.5
+    assert q["Largest ocean?"][0] == 0.5 and np.isnan(q["Largest ocean?"][1])
+    assert dict(zip(texts, routing.column("split").to_pylist()))["What is 3 + 3?"] == "test"
+    # pairs quarantined by the engine: alpha's two bad scores, beta's missing one
+    assert quarantined == {"alpha": 2, "beta": 1}
+
+    from prompts.sources import build_prompts
+
+    _, quarantine = build_prompts(config)
+    reasons = quarantine.reasons()
+    assert reasons["duplicate prompt"] == 2  # within train, and the test copy of a training prompt
+    assert any(r.startswith("row is not a JSON object: line 3 is not JSON") for r in reasons)
+    assert any("outside the dataset's models: ['gamma']" in r for r in reasons)
+
+
+def test_prompt_quarantine_reasons_name_the_problem(tmp_path):
+    from core.storage import Quarantine
+    from prompts.readers import read_dataset
+
+    rows = [{"question": "", "scores": {"alpha": 1}}, {"scores": {"alpha": 1}},
+            {"question": "q", "scores": "not json"}, {"question": "q2", "scores": {"delta": 1}}, "a string row"]
+    (tmp_path / "t.json").write_text(json.dumps(rows))
+    (tmp_path / "e.json").write_text("[]")
+    config = load_fleet(_fleet(tmp_path, tmp_path / "t.json", tmp_path / "e.json"))
+    quarantine = Quarantine("prompts", None)
+    assert list(read_dataset(config.datasets[0], quarantine)) == []
+    reasons = [r["reason"] for r in quarantine.rows]
+    assert sum("prompt text missing" in r for r in reasons) == 2
+    assert any(r.startswith("row is not a JSON object") for r in reasons)
+    assert any("not a {model: score} mapping" in r for r in reasons)
+    assert any("outside the dataset's models: ['delta']" in r for r in reasons)
+
+
+def test_parquet_score_tables_with_map_or_json_scores(tmp_path):
+    table = pa.table({"prompt": ["a", "b"], "s": [json.dumps({"alpha": 0.5}), json.dumps({"alpha": 1.0})],
+                      "cluster": [3, 4]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    rows = read_score_table({"train": [tmp_path / "t.parquet"]}, text_field="prompt", scores_field="s",
+                            task_field="cluster")
+    assert [(r.text, r.scores, r.task, r.row_id) for r in rows] == [
+        ("a", {"alpha": 0.5}, 3, "t.parquet:0"), ("b", {"alpha": 1.0}, 4, "t.parquet:1")]
+    assert score_cell({"alpha": True}, "alpha").problem.endswith("is not a finite number")
+    assert score_cell({"alpha": float("nan")}, "alpha").problem.endswith("is not a finite number")
+    assert score_cell({"alpha": 0.3}, "alpha").label == 0.3
