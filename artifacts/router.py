@@ -8,6 +8,8 @@ and the sentence encoder only. Member kinds:
   1 / (1 − cos + 1e-6), shrunk toward the per-model prior with strength `a`;
 - `mlp`: per-model heads on the frozen embedding, sigmoid outputs (no hidden layer: logistic);
 - `mf`: RouteLLM-style matrix factorisation, σ(⟨v_m, P·x⟩ + b_m) with learned model embeddings v_m;
+- `dc`: RouterDC's dual-contrastive head: the cosine of a projected prompt with learned model
+  embeddings, mapped to quality per model by σ(a_m·cos + b_m);
 - an ensemble is the mean of its members' predictions.
 
 The guard: prompts are assigned to the nearest cluster centroid (tasks, or k-means clusters where
@@ -82,6 +84,10 @@ def predict_member(kind: str, params: dict[str, Any], w: dict[str, np.ndarray], 
         return _sigmoid(h @ w[f"w{last}"] + w[f"b{last}"])
     if kind == "mf":
         return _sigmoid((x @ w["proj"]) @ w["model_emb"].T + w["model_bias"])
+    if kind == "dc":
+        z = _gelu(x @ w["w0"] + w["b0"]) @ w["w1"] + w["b1"]
+        z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+        return _sigmoid((z @ w["model_emb"].T) * w["scale"] + w["bias"])
     raise ValueError(f"unknown router member kind {kind!r}")
 
 

@@ -27,7 +27,7 @@ from training.predictors.quality_cost_eval import plot_quality_cost
 def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table):
     config = fleet.config
     folder = fleet.root / "components" / "knn_estimator"
-    knn = build_knn(routing_table, config.encoder, config.training.knn, folder)
+    knn = build_knn(routing_table, config.encoder, config.training.knn, folder, cache_dir=fleet.embedding_cache)
     context.log.info(f"indexed {knn.index.ntotal} training prompts")
     evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep)
     plot = plot_quality_cost(evaluation, fleet.root / "reports" / "knn_quality_cost.png",

@@ -46,7 +46,8 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         report = build_report(routing_table, Path(knn_estimator["path"]), knn_estimator["evaluation"],
                               config.encoder, config.training.knn,
                               {name: Path(r["path"]) for name, r in upstream.items()},
-                              config.training.lambda_sweep, out_dir, config.name, log=context.log.info)
+                              config.training.lambda_sweep, out_dir, config.name, log=context.log.info,
+                              cache_dir=fleet.embedding_cache)
         report["predictors"] = {name: r["metrics"] for name, r in upstream.items()}
         plots = [Path(p) for p in report["plots"]] + [Path(p) for r in upstream.values() for p in r["plots"]]
         path = out_dir / "predictor_report.json"

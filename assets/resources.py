@@ -26,3 +26,8 @@ class FleetResource(dg.ConfigurableResource):
     def root(self) -> Path:
         return self.config.storage_root
 
+    @property
+    def embedding_cache(self) -> Path:
+        """Sentence embeddings shared by the training stages (`training.embeddings`)."""
+        return self.config.storage_root / "cache" / "embeddings"
+

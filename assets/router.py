@@ -28,7 +28,7 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, ro
     result = train_router(routing_table, config.encoder, config.training.router,
                           fleet.root / "components" / "router", fleet.root / "reports" / "router",
                           truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
-                          title=config.name, log=context.log.info)
+                          title=config.name, cache_dir=fleet.embedding_cache, log=context.log.info)
     reg = config.registry
     run_id = log_report(tracking_uri=reg.tracking_uri, experiment=reg.experiment,
                         artifact_location=reg.artifact_location, run_name=f"{config.name}-router-selection",

@@ -36,6 +36,10 @@ class RouterSelectionSettings(_Strict):
     mlp_epochs: int = Field(default=30, gt=0)
     mf_dim: list[int] = [32]
     mf_epochs: int = Field(default=30, gt=0)
+    # RouterDC's dual-contrastive head over the frozen encoder; off by default: 0.626–0.634 in 5-fold CV on
+    # dcrouter against 0.655 for the KNN (docs/results.md), at minutes per fit on a CPU
+    dc_dim: list[int] = []
+    dc_epochs: int = Field(default=20, gt=0)
     ensemble_size: int = Field(default=2, ge=1)  # the ensemble averages the best this many by CV
     # guard: clusters are the training tasks where known, else k-means on the embeddings
     guard_clusters: int = Field(default=8, gt=0)

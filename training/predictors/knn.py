@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from artifacts.encoder import encode
 from artifacts.knn import MEASURES, WEIGHT_EPS, KnnEstimator
 from core.config import KnnSettings
 from core.schemas import routing_column, routing_models
+from training.embeddings import encode_cached
 from training.routing_table import matrix
 
 
@@ -46,7 +46,7 @@ def _histogram(lengths: np.ndarray, bucket: int) -> dict:
 
 def build_knn(
     routing: pa.Table, encoder_ref: str, settings: KnnSettings, out_dir: Path, split: str = "train",
-    vectors: np.ndarray | None = None,
+    vectors: np.ndarray | None = None, cache_dir: Path | None = None,
 ) -> KnnEstimator:
     """Embed the `split` prompts, index them, and write index.faiss, labels.parquet and knn.json.
     `vectors`, row-aligned with `routing`, are embeddings the caller already has (not re-encoded)."""
@@ -59,7 +59,7 @@ def build_knn(
     if train.num_rows == 0:
         raise ValueError(f"routing table has no labelled {split!r} prompts to index")
     if vectors is None:
-        vectors = encode(train.column("text").to_pylist(), encoder_ref, truncation_side=settings.truncation_side)
+        vectors = encode_cached(train.column("text").to_pylist(), encoder_ref, settings.truncation_side, cache_dir)
     else:
         vectors = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32)[in_split][keep])
     index = _build_index(vectors, settings)

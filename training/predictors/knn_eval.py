@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from artifacts.encoder import encode
 from artifacts.knn import KnnEstimator, KnnPrediction
 from core.config import KnnSettings
+from training.embeddings import encode_cached
 from training.predictors.knn import build_knn
 from training.predictors.quality_cost_eval import evaluate_router
 
@@ -35,7 +35,8 @@ def evaluate_knn(knn: KnnEstimator, routing: pa.Table, encoder_ref: str,
 
 
 def leave_one_task_out(routing: pa.Table, encoder_ref: str, settings: KnnSettings, work_dir: Path,
-                       lambdas: list[float] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+                       lambdas: list[float] | None = None, log: Callable[[str], None] = print,
+                       cache_dir: Path | None = None) -> dict[str, Any]:
     """Per task with test prompts: the router trained without that task against the single models
     and the random choice on it. Needs at least two tasks in the training split."""
     split, task = np.asarray(routing.column("split").to_pylist()), np.asarray(routing.column("task").to_pylist())
@@ -49,7 +50,8 @@ def leave_one_task_out(routing: pa.Table, encoder_ref: str, settings: KnnSetting
         if not ((split == "test") & (task == held)).any():
             continue
         if vectors is None:
-            vectors = encode(routing.column("text").to_pylist(), encoder_ref, truncation_side=settings.truncation_side)
+            vectors = encode_cached(routing.column("text").to_pylist(), encoder_ref, settings.truncation_side,
+                                    cache_dir)
         subset = routing.filter(pa.array(keep))
         knn = build_knn(subset, encoder_ref, settings, Path(work_dir) / f"without_{held}", vectors=vectors[keep])
         test = test_split(subset)

@@ -59,8 +59,10 @@ def score_router(test: pa.Table, score: TextPredictor, knn: KnnPrediction, prior
 
 def build_report(routing: pa.Table, knn_folder: Path, knn_eval: dict[str, Any], encoder_ref: str,
                  knn_settings: KnnSettings, predictors: dict[str, Path], lambdas: list[float] | None,
-                 out_dir: Path, title: str, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """`knn_eval` is the KNN estimator's own test-split evaluation (`evaluate_knn`), reused here."""
+                 out_dir: Path, title: str, log: Callable[[str], None] = print,
+                 cache_dir: Path | None = None) -> dict[str, Any]:
+    """`knn_eval` is the KNN estimator's own test-split evaluation (`evaluate_knn`), reused here;
+    `cache_dir` holds the embedding cache the other training stages share."""
     out_dir = Path(out_dir)
     knn = KnnEstimator.load(knn_folder)
     test = test_split(routing)
@@ -79,7 +81,7 @@ def build_report(routing: pa.Table, knn_folder: Path, knn_eval: dict[str, Any], 
                              if "score_predictor" in routers else None)
     tasks = {t for s, t in zip(routing.column("split").to_pylist(), routing.column("task").to_pylist())
              if s == "train"}
-    loto = (leave_one_task_out(routing, encoder_ref, knn_settings, out_dir / "knn_loto", lambdas, log)
+    loto = (leave_one_task_out(routing, encoder_ref, knn_settings, out_dir / "knn_loto", lambdas, log, cache_dir)
             if len(tasks) >= 2 else {})
     prompts = test.column("text").to_pylist() or routing.column("text").to_pylist()
     batch = (prompts * (BATCH // len(prompts) + 1))[:BATCH]

@@ -112,8 +112,11 @@ def evaluate_router(
         share = np.bincount(picks, minlength=len(models)) / len(picks)
         sweep.append({"lambda": float(lam), **_point(quality, cost, picks),
                       "share": {m: float(s) for m, s in zip(models, share) if s > 0}})
-    hull = {} if no_costs else hull_comparison([(p["cost"], p["quality"]) for p in sweep],
-                                               [(p["cost"], p["quality"]) for p in singles.values()])
+    if no_costs:  # no trade-off to trace: AIQ and the lead over the hull are undefined
+        hull = dict.fromkeys(("aiq_router", "aiq_single_hull", "max_gap_above_hull", "max_gap_at_cost"), float("nan"))
+    else:
+        hull = hull_comparison([(p["cost"], p["quality"]) for p in sweep],
+                               [(p["cost"], p["quality"]) for p in singles.values()])
     return {
         "hull": hull,
         "n_test": int(len(complete)),
@@ -155,8 +158,9 @@ def plot_quality_cost(result: dict[str, Any], path: Path, title: str,
                label="random")
     ax.scatter(result["oracle"]["cost"], result["oracle"]["quality"], marker="*", s=120, color="tab:green",
                label="oracle")
-    ax.set_xscale("log")
-    ax.set_xlabel("mean cost per prompt (USD, log scale)")
+    if any(p["cost"] > 0 for p in result["single_models"].values()):
+        ax.set_xscale("log")
+    ax.set_xlabel("mean cost per prompt (USD, log scale where costs are known)")
     ax.set_ylabel("mean quality")
     ax.set_title(f"{title} (n={result['n_scored']} test prompts)")
     ax.grid(alpha=0.3)

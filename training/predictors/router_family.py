@@ -7,6 +7,13 @@ what the bundle serves.
   soft binary cross-entropy, since labels are graded scores in [0, 1];
 - `mf`: RouteLLM's matrix factorisation: a projection P of the prompt embedding against learned model
   embeddings v_m, σ(⟨v_m, P·x⟩ + b_m).
+- `dc`: RouterDC's dual contrastive objective on a projection head over the frozen encoder: the
+  cosine of the projected prompt with learned model embeddings is trained with the sample–LLM loss
+  (each of the top-k models against the bottom-k, positives that scored 0 and negatives that scored
+  above 0.5 left out) plus the sample–sample loss over k-means clusters of the prompts (one same-cluster
+  positive against H other-cluster negatives); a per-model logistic map of the cosine (fitted after
+  training) turns it into a quality estimate. RouterDC fine-tunes the whole encoder; here it stays
+  frozen, which keeps cross-validation affordable on a CPU.
 
 Labels may be missing (NaN) for some (prompt, model) pairs; the losses and the KNN vote skip them.
 """
@@ -103,7 +110,86 @@ def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0) 
         return {"proj": net.proj.weight.detach().numpy().T.astype(np.float32),
                 "model_emb": net.model_emb.detach().numpy().astype(np.float32),
                 "model_bias": net.model_bias.detach().numpy().astype(np.float32)}
+    if cand.kind == "dc":
+        return _fit_dual_contrastive(cand, x, y, seed)
     raise ValueError(f"unknown estimator kind {cand.kind!r}")
+
+
+def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    import torch
+    import torch.nn.functional as F
+    from sklearn.cluster import KMeans
+
+    p = cand.params
+    dim, top_k, last_k, h_neg = int(p["dim"]), int(p.get("top_k", 3)), int(p.get("last_k", 3)), int(p.get("H", 3))
+    temperature, cluster_weight = float(p.get("temperature", 0.2)), float(p.get("cluster_weight", 1.0))
+    filled, known, _ = _filled(y)
+    n, d = x.shape
+    m = y.shape[1]
+    clusters = KMeans(int(p.get("clusters", 8)), n_init=2, random_state=seed).fit_predict(x)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    proj = torch.nn.Sequential(torch.nn.Linear(d, dim), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(dim, dim))
+    emb = torch.nn.Parameter(torch.randn(m, dim, generator=gen) * 0.78)
+    opt = torch.optim.AdamW([*proj.parameters(), emb], lr=float(p.get("lr", 1e-3)), weight_decay=1e-4)
+    xt, yt = torch.tensor(x, dtype=torch.float32), torch.tensor(np.where(known, y, -1.0), dtype=torch.float32)
+    ct = torch.tensor(clusters)
+    top_k, last_k = min(top_k, m - 1), min(last_k, m - 1)
+    for _ in range(int(p["epochs"])):
+        perm = torch.randperm(n, generator=gen)
+        for i in range(0, n, 64):
+            b = perm[i:i + 64]
+            z = F.normalize(proj(xt[b]), dim=1)
+            logits = z @ F.normalize(emb, dim=1).T / temperature
+            scores = yt[b]
+            top_true, top_idx = scores.sort(dim=1, descending=True)
+            low_true, low_idx = torch.where(scores < 0, 2.0, scores).topk(last_k, largest=False, dim=1)
+            neg = torch.gather(logits, 1, low_idx).masked_fill(low_true > 0.5, float("-inf"))
+            loss = torch.zeros(())
+            for k in range(top_k):
+                pos = torch.gather(logits, 1, top_idx[:, k:k + 1])
+                keep = (top_true[:, k] > 0).float()
+                logp = torch.log_softmax(torch.cat([pos, neg], dim=1), dim=1)[:, 0]
+                loss = loss + -(logp * keep).sum() / keep.sum().clamp(min=1)
+            if cluster_weight > 0 and len(b) > h_neg + 1:
+                sims = z @ z.T / temperature
+                cb = ct[b]
+                same = (cb[:, None] == cb[None, :]) & ~torch.eye(len(b), dtype=torch.bool)
+                other = cb[:, None] != cb[None, :]
+                rows = same.any(1) & (other.sum(1) >= h_neg)
+                if rows.any():
+                    noise = torch.rand(len(b), len(b), generator=gen)
+                    pos_j = torch.where(same, noise, -1.0).argmax(1)
+                    neg_j = torch.where(other, noise, -1.0).topk(h_neg, dim=1).indices
+                    sel = torch.cat([torch.gather(sims, 1, pos_j[:, None]), torch.gather(sims, 1, neg_j)], dim=1)
+                    loss = loss + cluster_weight * -torch.log_softmax(sel[rows], dim=1)[:, 0].mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        cos = (F.normalize(proj(xt), dim=1) @ F.normalize(emb, dim=1).T).numpy()
+    scale, bias = np.ones(m), np.zeros(m)
+    for j in range(m):  # per-model logistic map cos → quality, on the known labels (soft targets)
+        a = torch.zeros(2, requires_grad=True)
+        c, t, w = (torch.tensor(cos[:, j], dtype=torch.float32), torch.tensor(filled[:, j], dtype=torch.float32),
+                   torch.tensor(known[:, j], dtype=torch.float32))
+        lbfgs = torch.optim.LBFGS([a], max_iter=100)
+
+        def closure():
+            lbfgs.zero_grad()
+            out = F.binary_cross_entropy_with_logits(a[0] * c + a[1], t, weight=w)
+            out.backward()
+            return out
+
+        lbfgs.step(closure)
+        scale[j], bias[j] = float(a[0]), float(a[1])
+    linears = [layer for layer in proj if isinstance(layer, torch.nn.Linear)]
+    return {"w0": linears[0].weight.detach().numpy().T.astype(np.float32),
+            "b0": linears[0].bias.detach().numpy().astype(np.float32),
+            "w1": linears[1].weight.detach().numpy().T.astype(np.float32),
+            "b1": linears[1].bias.detach().numpy().astype(np.float32),
+            "model_emb": F.normalize(emb, dim=1).detach().numpy().astype(np.float32),
+            "scale": scale.astype(np.float32), "bias": bias.astype(np.float32)}
 
 
 def member_params(cand: Candidate, weights: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -125,4 +211,6 @@ def candidates(settings) -> list[Candidate]:
     out += [Candidate("mlp", {"hidden": h, "weight_decay": settings.mlp_weight_decay, "epochs": settings.mlp_epochs})
             for h in settings.mlp_hidden]
     out += [Candidate("mf", {"dim": r, "epochs": settings.mf_epochs}) for r in settings.mf_dim]
+    out += [Candidate("dc", {"dim": r, "epochs": settings.dc_epochs, "clusters": settings.guard_clusters})
+            for r in settings.dc_dim]
     return out

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from artifacts.encoder import encode
 from core.schemas import routing_models
+from training.embeddings import encode_cached
 from training.predictors.router_report import batch_latency, fit_and_evaluate
 from training.predictors.router_selection import select_router
 from training.routing_table import matrix
@@ -82,7 +82,7 @@ def cluster_plot(per_cluster: dict[str, dict[str, Any]], path: Path, title: str)
 
 def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, report_dir: Path, *,
                  truncation_side: str = "right", seed: int = 0, title: str = "router",
-                 log=print) -> RouterTrainingResult:
+                 cache_dir: Path | None = None, log=print) -> RouterTrainingResult:
     models = routing_models(routing.schema)
     train_rows, test_rows = split_rows(routing, "train"), split_rows(routing, "test")
     quality = matrix(routing, "quality", models)
@@ -94,8 +94,8 @@ def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, r
                          f"{settings.folds}-fold selection needs at least {settings.folds * 2}")
     texts = routing.column("text").to_pylist()
     log(f"router: embedding {int(train_rows.sum() + test_rows.sum())} prompts")
-    vectors = encode([t for t, keep in zip(texts, train_rows | test_rows) if keep], encoder_ref,
-                     truncation_side=truncation_side)
+    vectors = encode_cached([t for t, keep in zip(texts, train_rows | test_rows) if keep], encoder_ref,
+                            truncation_side, cache_dir)
     idx = np.flatnonzero(train_rows | test_rows)
     x = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
     x[idx] = vectors
