@@ -4,7 +4,6 @@
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -12,8 +11,8 @@ import pyarrow as pa
 from artifacts.loader import BundleVerificationError, load_bundle
 from artifacts.manifest import Fleet, ModelEntry, TierEntry
 from artifacts.publish import publish_bundle
-from artifacts.writer import ComponentSource
 from assets.resources import FleetResource
+from core.components import TrainedComponent, flatten
 from core.config import FleetConfig
 
 
@@ -40,100 +39,40 @@ def fleet_entry(config: FleetConfig) -> Fleet:
 
 def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
                        with_policies: bool = False, with_router: bool = False) -> dg.AssetsDefinition:
-    """`router_bundle`; with `with_latency`, every tier's `latency_heads` partition joins it, each
-    text predictor named in `predictors` (`length_predictor`, `score_predictor`, `task_classifier`),
-    and with `with_policies` the routing policies `routing_evaluation` trained and exported."""
-    ins = {"latency_heads": dg.AssetIn("latency_heads")} if with_latency else {}
-    ins |= {name: dg.AssetIn(name) for name in predictors}
-    ins |= {"routing_evaluation": dg.AssetIn("routing_evaluation")} if with_policies else {}
-    ins |= {"router_selection": dg.AssetIn("router_selection")} if with_router else {}
+    """`router_bundle` over the trained components: the KNN estimator always; with `with_latency`
+    every tier's `latency_heads` partition; each text predictor named in `predictors`; with
+    `with_policies` the policies `routing_evaluation` exported; with `with_router` the router chosen
+    by `router_selection`. Every input is a `TrainedComponent`, assembled as one list."""
+    names = ["knn_estimator", *(["router_selection"] if with_router else []),
+             *(["latency_heads"] if with_latency else []), *predictors,
+             *(["routing_evaluation"] if with_policies else [])]
 
     @dg.asset(
         io_manager_key="json_io",
         group_name="registry",
-        ins=ins,
-        check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle")],
+        ins={name: dg.AssetIn(name) for name in names},
+        check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle",
+                                       description="The registered version downloads from MLflow, verifies its "
+                                                   "checksums and schema, and its latency heads reproduce.")],
         description="Versioned router bundle, logged to MLflow and registered under the configured alias.",
     )
-    def router_bundle(
-        context: dg.AssetExecutionContext,
-        fleet: FleetResource,
-        knn_estimator: dict[str, Any],
-        routing_table: pa.Table,
-        prompts: pa.Table,
-        **extra: dict[str, Any],
-    ):
-        yield from _bundle(context, fleet, knn_estimator, routing_table, prompts, extra.get("latency_heads", {}),
-                           {name: extra[name] for name in predictors}, extra.get("routing_evaluation"),
-                           extra.get("router_selection"))
+    def router_bundle(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+                      prompts: pa.Table, **trained: TrainedComponent | dict[str, TrainedComponent]):
+        yield from _bundle(context, fleet, routing_table, prompts, flatten(trained[name] for name in names))
 
     return router_bundle
 
 
-def predictor_components(predictors: dict[str, dict[str, Any]]):
-    """Bundle components, MLflow metrics and plots of the text predictors' asset outputs."""
-    components, metrics, plots = [], {}, []
-    for name, result in predictors.items():
-        config = result["config"] | ({"scheme": result["spec"]["scheme"]} if result["spec"].get("scheme") else {})
-        components.append(ComponentSource(name=name, kind=name, format="onnx+tokenizer+json",
-                                          folder=Path(result["path"]), metrics=result["metrics"], config=config))
-        metrics |= {f"{name}/{k}": v for k, v in result["metrics"].items()}
-        plots += [Path(p) for p in result["plots"]]
-    return components, metrics, plots
-
-
-def latency_components(heads: dict[str, dict[str, Any]]) -> tuple[list[ComponentSource], dict[str, float], list[Path]]:
-    components, metrics, plots = [], {}, []
-    for tier, result in sorted(heads.items()):
-        evaluation = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}
-        components.append(ComponentSource(
-            name=Path(result["folder"]).name, kind="latency_heads", format="xgboost-json+json",
-            folder=Path(result["folder"]), metrics=evaluation,
-            config={"tier": tier, "profile_kind": result["kind"], "features": result["features"]},
-        ))
-        # MLflow metric names allow no '@': latency/<model>:<hardware>/<metric>
-        metrics |= {f"latency/{tier.replace('@', ':')}/{k}": v for k, v in evaluation.items()}
-        plots += [Path(p) for p in result["plots"]]
-    return components, metrics, plots
-
-
-def policy_components(evaluation: dict[str, Any] | None) -> list[ComponentSource]:
-    """One component per exported routing policy, with its ONNX parity and evaluation rows' QoS."""
-    if not evaluation:
-        return []
-    return [ComponentSource(name=f"policy--{name}", kind="routing_policy", format="onnx+json",
-                            folder=Path(p["path"]), metrics={k: float(p[k]) for k in ("onnx_max_abs_diff",
-                                                                                      "onnx_action_agreement")},
-                            config={"policy": name, "evaluation_mlflow_run_id": evaluation["mlflow_run_id"]})
-            for name, p in evaluation["policies"].items()]
-
-
-def router_components(selection: dict[str, Any] | None) -> tuple[list[ComponentSource], dict[str, float], list[Path]]:
-    """The router chosen by `router_selection` (component `router`, `bundle.router()`)."""
-    if not selection:
-        return [], {}, []
-    metrics = {k: float(v) for k, v in selection["metrics"].items()}
-    component = ComponentSource(name="router", kind="router", format="safetensors+json", folder=Path(selection["path"]),
-                                metrics=metrics, config={"chosen": selection["chosen"],
-                                                         "selection_mlflow_run_id": selection["mlflow_run_id"]})
-    return [component], {f"router/{k}": v for k, v in metrics.items()}, [Path(p) for p in selection["plots"]]
-
-
-def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads, text_predictors, evaluation=None,
-            selection=None):
+def _bundle(context, fleet, routing_table, prompts, trained: list[TrainedComponent]):
     config = fleet.config
     reg = config.registry
-    knn = ComponentSource(
-        name="knn_estimator", kind="knn_estimator", format="faiss+parquet+json",
-        folder=Path(knn_estimator["path"]), metrics=knn_estimator["metrics"], config=knn_estimator["config"],
-    )
-    latency, latency_metrics, latency_plots = latency_components(latency_heads)
-    predictors, predictor_metrics, predictor_plots = predictor_components(text_predictors)
-    router, router_metrics, router_plots = router_components(selection)
+    components = [c for t in trained for c in t.components]
+    latency = [c for c in components if c.kind == "latency_heads"]
+    metrics = {k: v for t in trained for k, v in t.metrics.items()}
     registered, manifest = publish_bundle(
         name=reg.model_name,
         fleet=fleet_entry(config),
-        components=[knn, *router, *latency, *predictors, *policy_components(evaluation)],
+        components=components,
         staging_dir=fleet.root / "bundle",
         tracking_uri=reg.tracking_uri,
         experiment=reg.experiment,
@@ -143,8 +82,8 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
         dagster_run_id=context.run_id,
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
                 "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
-        metrics=knn_estimator["metrics"] | latency_metrics | predictor_metrics | router_metrics,
-        plots=[Path(knn_estimator["plot"]), *latency_plots, *predictor_plots, *router_plots],
+        metrics=metrics,
+        plots=[p for t in trained for p in t.plots],
     )
     context.log.info(f"registered {registered.uri} (version {registered.version}, bundle {manifest.version})")
     yield dg.Output(
@@ -159,7 +98,7 @@ def _bundle(context, fleet, knn_estimator, routing_table, prompts, latency_heads
             "tracking_uri": reg.tracking_uri,
             "files": sum(len(c.files) for c in manifest.components),
             "latency_tiers": len(latency),
-            "text_predictors": ", ".join(text_predictors) or "none",
+            "components": ", ".join(c.name for c in components),
         },
     )
     with tempfile.TemporaryDirectory(prefix="routeforge-verify-") as tmp:

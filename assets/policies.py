@@ -10,8 +10,10 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts.publish import log_report
+from artifacts.writer import ComponentSource
 from assets.metadata import markdown_table
 from assets.resources import FleetResource
+from core.components import TrainedComponent
 
 TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
                  "quality_mean", "cost_usd_per_request", "dropped", "rejected")
@@ -40,7 +42,7 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
                 "table and plots logged to MLflow.",
 )
 def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
-                       knn_estimator: dict[str, Any], tier_profiles: dict[str, dict[str, Any]]):
+                       knn_estimator: TrainedComponent, tier_profiles: dict[str, dict[str, Any]]):
     from artifacts.knn import KnnEstimator
     from core.schemas import routing_models
     from training.policies.evaluation import evaluate_routing
@@ -53,7 +55,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     fits, instance_models = simulated_fleet(config, tier_profiles, models)
     test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
     texts = test.column("text").to_pylist()
-    knn = KnnEstimator.load(Path(knn_estimator["path"]))
+    knn = KnnEstimator.load(knn_estimator.folder)
     prediction = knn.predict(texts, config.encoder)
     cols = [knn.models.index(m) for m in models]
     pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models,
@@ -91,8 +93,14 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                         tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
     table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
+    components = [ComponentSource(name=f"policy--{name}", kind="routing_policy", format="onnx+json",
+                                  folder=Path(p["path"]), metrics={k: float(p[k]) for k in ("onnx_max_abs_diff",
+                                                                                             "onnx_action_agreement")},
+                                  config={"policy": name, "evaluation_mlflow_run_id": run_id})
+                  for name, p in exports.items()]
     return dg.Output(
-        {"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"], "policies": exports},
+        TrainedComponent(components, details={"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"],
+                                              "policies": exports}),
         metadata={"mlflow_run_id": run_id, "report": dg.MetadataValue.path(str(path)), "table": markdown_table(table),
                   "clipped_fits": dg.MetadataValue.json(report["clipped_fits"]),
                   "policies": dg.MetadataValue.json(exports),

@@ -8,8 +8,10 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from artifacts.writer import ComponentSource
 from assets.metadata import markdown_table
 from assets.resources import FleetResource
+from core.components import TrainedComponent
 from training.predictors.knn import build_knn
 from training.predictors.knn_eval import evaluate_knn
 from training.predictors.quality_cost_eval import plot_quality_cost
@@ -44,9 +46,10 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, routi
     }
     sweep_rows = [{"lambda": s["lambda"], "quality": s["quality"], "cost": s["cost"]}
                   for s in evaluation["lambda_sweep"]]
+    component = ComponentSource(name="knn_estimator", kind="knn_estimator", format="faiss+parquet+json",
+                                folder=folder, metrics=metrics, config=config.training.knn.model_dump())
     yield dg.Output(
-        {"path": str(folder), "metrics": metrics, "plot": str(plot), "evaluation": evaluation,
-         "config": config.training.knn.model_dump()},
+        TrainedComponent([component], metrics=metrics, plots=[Path(plot)], details={"evaluation": evaluation}),
         metadata={
             **{k: round(v, 6) for k, v in metrics.items()},
             "best_single_model": evaluation["best_single_model"],
@@ -67,23 +70,25 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, routi
     )
 
 
-def _decode_speed(context, settings, latency_heads: dict) -> float:
+def _decode_speed(context, settings, latency_heads: dict[str, TrainedComponent]) -> float:
     """Completion-time buckets' decode speed: the profiled tiers' median 1 / nominal TPOT."""
-    speeds = [1.0 / h["rwt"]["decode_s"] for h in latency_heads.values() if h.get("rwt", {}).get("decode_s")]
+    speeds = [1.0 / h.details["rwt"]["decode_s"] for h in latency_heads.values()
+              if h.details.get("rwt", {}).get("decode_s")]
     speed = float(np.median(speeds)) if speeds else settings.decode_tok_s
     context.log.info(f"completion-time buckets at {speed:.1f} decode tokens/s "
                      f"({'profiled tiers' if speeds else 'configured'})")
     return speed
 
 
-def _train(name: str, context, config, routing_table: pa.Table, folder, upstream: dict) -> dict:
+def _train(name: str, context, config, routing_table: pa.Table, folder,
+           latency_heads: dict[str, TrainedComponent] | None) -> dict:
     from training.predictors.bucket_predictors import train_length_predictor, train_score_predictor
     from training.predictors.task_classifier import train_task_classifier
 
     settings = getattr(config.training, name)
     seed, log = config.training.seed, context.log.info
     if name == "length_predictor":
-        speed = _decode_speed(context, settings, upstream.get("latency_heads", {}))
+        speed = _decode_speed(context, settings, latency_heads or {})
         return train_length_predictor(routing_table, settings, speed, folder, seed=seed, log=log)
     if name == "score_predictor":
         return train_score_predictor(routing_table, settings, folder, seed=seed, log=log)
@@ -112,14 +117,18 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
         description=f"{TEXT_PREDICTORS[name]}: safetensors + ONNX component, evaluated on the test split.",
     )
     def text_predictor(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
-                       **upstream: dict):
+                       **latency_heads: dict[str, TrainedComponent]):
         config = fleet.config
         folder = fleet.root / "components" / name
-        result = _train(name, context, config, routing_table, folder, upstream)
+        result = _train(name, context, config, routing_table, folder, latency_heads.get("latency_heads"))
         metrics, spec = result["metrics"], result["spec"]
+        settings = getattr(config.training, name).model_dump()
+        component = ComponentSource(name=name, kind=name, format="onnx+tokenizer+json", folder=folder, metrics=metrics,
+                                    config=settings | ({"scheme": spec["scheme"]} if spec.get("scheme") else {}))
         yield dg.Output(
-            {"path": str(folder), "metrics": metrics, "plots": result["plots"], "spec": spec,
-             "config": getattr(config.training, name).model_dump(), "learning_curve": result["learning_curve"]},
+            TrainedComponent([component], metrics={f"{name}/{k}": v for k, v in metrics.items()},
+                             plots=[Path(p) for p in result["plots"]],
+                             details={"spec": spec, "learning_curve": result["learning_curve"]}),
             metadata={**{k: round(v, 6) for k, v in metrics.items()}, "labels": dg.MetadataValue.json(spec["labels"]),
                       **({"bucket_scheme": dg.MetadataValue.json(spec["scheme"])} if spec.get("scheme") else {}),
                       **{Path(p).stem: dg.MetadataValue.path(p) for p in result["plots"]}},

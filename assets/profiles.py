@@ -9,8 +9,10 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 
+from artifacts.writer import ComponentSource
 from assets.metadata import markdown_table
 from assets.resources import FleetResource
+from core.components import TrainedComponent
 from profiling.tier_profile import build_latency_component, measure_tier, safe_name
 
 
@@ -69,7 +71,16 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         result = build_latency_component(fleet.config, tier, Path(tier_profiles["folder"]), routing_table, folder)
         evaluation = {k: round(v, 6) for k, v in result["evaluation"].items() if isinstance(v, float)}
         context.log.info(f"{tier.name}: {evaluation}")
-        yield dg.Output(result, metadata={
+        numbers = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}
+        component = ComponentSource(name=folder.name, kind="latency_heads", format="xgboost-json+json", folder=folder,
+                                    metrics=numbers, config={"tier": tier.name, "profile_kind": result["kind"],
+                                                             "features": result["features"]})
+        # MLflow metric names allow no '@': latency/<model>:<hardware>/<metric>
+        trained = TrainedComponent([component], {f"latency/{tier.name.replace('@', ':')}/{k}": v
+                                                 for k, v in numbers.items()},
+                                   [Path(p) for p in result["plots"]],
+                                   {k: v for k, v in result.items() if k not in ("plots", "folder")})
+        yield dg.Output(trained, metadata={
             "kind": result["kind"], **evaluation, "rwt": dg.MetadataValue.json(result["rwt"]),
             **{f"plot_{i}": dg.MetadataValue.path(p) for i, p in enumerate(result["plots"])},
         })

@@ -10,9 +10,10 @@ import pyarrow as pa
 from artifacts.publish import log_report
 from assets.metadata import clean, markdown_table
 from assets.resources import FleetResource
+from core.components import TrainedComponent
 
 
-def flat_metrics(report: dict[str, Any], predictors: dict[str, dict[str, Any]]) -> dict[str, float]:
+def flat_metrics(report: dict[str, Any], predictors: dict[str, TrainedComponent]) -> dict[str, float]:
     """MLflow metrics: routers' AIQ and lead, batch-64 speed, and each predictor's held-out metrics."""
     out = {}
     for name, r in report["routers"].items():
@@ -22,8 +23,8 @@ def flat_metrics(report: dict[str, Any], predictors: dict[str, dict[str, Any]]) 
     for task, r in report["leave_one_task_out"].items():
         if isinstance(r, dict):
             out[f"loto/{task}/router_minus_best_single"] = r["router_quality"] - r["best_single_quality"]
-    for name, result in predictors.items():
-        out |= {f"{name}/{k}": v for k, v in result["metrics"].items() if "/" not in k}
+    for result in predictors.values():
+        out |= {k: v for k, v in result.metrics.items() if k.count("/") == 1}
     return out
 
 
@@ -38,18 +39,18 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
                     "CPU inference and the held-out accuracy of every predictor; logged to MLflow.",
     )
     def predictor_report(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
-                         knn_estimator: dict[str, Any], **upstream: dict[str, Any]):
+                         knn_estimator: TrainedComponent, **upstream: TrainedComponent):
         from training.predictors.predictor_report import build_report
 
         config = fleet.config
         out_dir = fleet.root / "reports" / "predictors"
-        report = build_report(routing_table, Path(knn_estimator["path"]), knn_estimator["evaluation"],
+        report = build_report(routing_table, knn_estimator.folder, knn_estimator.details["evaluation"],
                               config.encoder, config.training.knn,
-                              {name: Path(r["path"]) for name, r in upstream.items()},
+                              {name: r.folder for name, r in upstream.items()},
                               config.training.lambda_sweep, out_dir, config.name, log=context.log.info,
                               cache_dir=fleet.embedding_cache)
-        report["predictors"] = {name: r["metrics"] for name, r in upstream.items()}
-        plots = [Path(p) for p in report["plots"]] + [Path(p) for r in upstream.values() for p in r["plots"]]
+        report["predictors"] = {name: r.components[0].metrics for name, r in upstream.items()}
+        plots = [Path(p) for p in report["plots"]] + [p for r in upstream.values() for p in r.plots]
         path = out_dir / "predictor_report.json"
         path.write_text(json.dumps(report, indent=2, default=float))
         reg = config.registry

@@ -8,8 +8,10 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts.publish import log_report
+from artifacts.writer import ComponentSource
 from assets.metadata import clean, markdown_table
 from assets.resources import FleetResource
+from core.components import TrainedComponent
 
 
 @dg.asset(
@@ -37,11 +39,17 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, ro
     report = result.report
     candidates = [clean({"estimator": r["estimator"], "cv_score": r["cv_score"], "cv_brier": r["cv_brier"]})
                   for r in report["candidates"]]
-    guard = [clean({k: row.get(k) for k in ("name", "prompts", "cv_gain", "p_positive", "model")})
-             for row in report["guard"]]
+    guard = [{"cluster": row["name"], "prompts": row["prompts"],
+              "cv_gain": round(row["cv_gain"], 4) if row["cv_gain"] is not None else "—",
+              "p_gain_positive": round(row["p_positive"], 3) if row["p_positive"] is not None else "—",
+              "routed_by": row["model"] or "estimator"} for row in report["guard"]]
+    component = ComponentSource(name="router", kind="router", format="safetensors+json", folder=result.folder,
+                                metrics=result.metrics, config={"chosen": report["chosen"],
+                                                                "selection_mlflow_run_id": run_id})
     yield dg.Output(
-        {"path": str(result.folder), "metrics": result.metrics, "plots": [str(p) for p in result.plots],
-         "chosen": report["chosen"], "mlflow_run_id": run_id, "report": str(result.report_path)},
+        TrainedComponent([component], metrics={f"router/{k}": v for k, v in result.metrics.items()},
+                         plots=result.plots, details={"chosen": report["chosen"], "mlflow_run_id": run_id,
+                                                      "report": str(result.report_path)}),
         metadata={"chosen": ", ".join(report["chosen"]), "mlflow_run_id": run_id,
                   **{k: round(v, 6) for k, v in result.metrics.items() if np.isfinite(v)},
                   "candidates": markdown_table(candidates), "guard": markdown_table(guard),

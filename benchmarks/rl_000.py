@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-from routerbench_fleet import DATA, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 
+from benchmarks.routerbench_fleet import DATA, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 from training.policies.rl.export import export_policy  # noqa: E402
 from training.policies.rl.rollout import greedy, run_episode, sampled  # noqa: E402
 from training.policies.rl.sac import SacSettings, train_sac  # noqa: E402
@@ -75,10 +75,10 @@ SIGNAL_BASELINES = ("quality_only", "route_balance", "least_work_left", "join_sh
 class Setting:
     """The experts, their pool of labelled requests and the two evaluation workloads."""
 
-    def __init__(self, args):
+    def __init__(self, args, predictor: str = "knn"):
         self.timings: dict[str, float] = {}
         self.models = list(EXPERTS)
-        table_pool, _ = routerbench_pool(self.models, predictions=True, timings=self.timings)
+        table_pool, _ = routerbench_pool(self.models, predictions=True, timings=self.timings, predictor=predictor)
         trace_times, _, trace_output = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")
         lengths = np.random.default_rng(0).choice(trace_output, size=len(table_pool))
         self.pool = RequestPool(table_pool.prompt_tokens, np.repeat(lengths[:, None], len(self.models), axis=1),

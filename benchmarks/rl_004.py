@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-from routerbench_fleet import DATA, TIERS, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 
+from benchmarks.routerbench_fleet import DATA, TIERS, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
 from training.policies.rl.export import export_policy  # noqa: E402
 from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo  # noqa: E402
 from training.policies.rl.rollout import run_episode  # noqa: E402

@@ -27,9 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
-from routerbench_fleet import TIERS as FLEET  # noqa: E402
-from routerbench_fleet import routerbench_pool, tier_profile  # noqa: E402
 
+from benchmarks.routerbench_fleet import TIERS as FLEET  # noqa: E402
+from benchmarks.routerbench_fleet import routerbench_pool, tier_profile  # noqa: E402
 from training.policies.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance  # noqa: E402
 from training.policies.simulator.cluster import Cluster  # noqa: E402
 from training.policies.simulator.metrics import summarize  # noqa: E402

@@ -11,13 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from routerbench_knn import routing_table_of
 
+from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
+from core.schemas import routing_models
 from profiling.batch_fits import fit_tier, import_splitwise
+from training.embeddings import encode_cached
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.workloads import RequestPool, prompt_token_counts
 from training.predictors.knn import build_knn
+from training.predictors.router_selection import select_router
 from training.routing_table import matrix
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,8 +38,29 @@ def tier_profile(tier: str, **limits) -> InstanceProfile:
     return InstanceProfile.from_fit(fit_tier(tiers[tier].measurements).to_dict(), **limits)
 
 
-def routerbench_pool(models: list[str], predictions: bool, timings: dict[str, float]) -> tuple[RequestPool, dict]:
-    """(test-split pool, each model's mean quality on the train split: 004's validation accuracy)."""
+def router_quality(routing: pa.Table, texts: list[str], config,
+                   timings: dict[str, float]) -> tuple[np.ndarray, list[str]]:
+    """The cross-validated router's predicted quality of `texts` (and its model order), trained on
+    the routing table's training split over all of RouterBench's models, as the bundle's would be."""
+    t0 = time.perf_counter()
+    train = routing.filter(pa.compute.equal(routing.column("split"), "train"))
+    cache = config.storage_root / "cache" / "embeddings"
+    side = config.training.knn.truncation_side
+    x = encode_cached(train.column("text").to_pylist(), config.encoder, side, cache)
+    models = routing_models(routing.schema)
+    router, _ = select_router(x, matrix(train, "quality", models), models, config.training.router,
+                              {"ref": config.encoder, "truncation_side": side},
+                              tasks=train.column("task").to_pylist(), log=lambda _: None)
+    quality = router.predict_embeddings(encode_cached(texts, config.encoder, side, cache)).quality
+    timings["router_s"] = time.perf_counter() - t0
+    return quality, router.models
+
+
+def routerbench_pool(models: list[str], predictions: bool, timings: dict[str, float],
+                     predictor: str = "knn") -> tuple[RequestPool, dict]:
+    """(test-split pool, each model's mean quality on the train split: 004's validation accuracy).
+    With `predictions`, the pool carries predicted lengths from the KNN estimator and predicted
+    quality from `predictor`: "knn" (002's estimator) or "router" (the cross-validated router)."""
     config = load_fleet(REPO / "configs" / "routerbench.yaml")
     routing, _ = routing_table_of(config, timings)
     split = routing.column("split")
@@ -52,6 +76,9 @@ def routerbench_pool(models: list[str], predictions: bool, timings: dict[str, fl
         cols = [knn.models.index(m) for m in models]
         extra = {"predicted_quality": prediction.quality[:, cols],
                  "predicted_tokens": prediction.output_tokens[:, cols]}
+        if predictor == "router":
+            quality, names = router_quality(routing, texts, config, timings)
+            extra["predicted_quality"] = quality[:, [names.index(m) for m in models]]
     pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models, **extra)
     accuracy = dict(zip(models, np.nanmean(matrix(train, "quality", models), axis=0).tolist()))
     return pool, accuracy

@@ -14,6 +14,7 @@ import dagster as dg
 import pyarrow as pa
 from upath import UPath
 
+from core.components import TYPE_TAG, TrainedComponent
 from core.storage import read_parquet, write_parquet
 
 
@@ -34,7 +35,13 @@ class JsonIOManager(dg.UPathIOManager):
 
     def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(obj, TrainedComponent):
+            obj = obj.to_json()
         path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> Any:
-        return json.loads(path.read_text())
+        """JSON, and a `TrainedComponent` where the file carries its type tag."""
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("__type__") == TYPE_TAG:
+            return TrainedComponent.from_json(data)
+        return data

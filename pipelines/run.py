@@ -56,10 +56,12 @@ def run_pipeline(
             step(f"profile[{tier}]", ["tier_profiles", "latency_heads"], partition=tier)
     result = step("train_and_register", training_assets(config))
     bundle = result.output_for_node("router_bundle")
-    return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator")["metrics"],
+    trained = training_assets(config)
+    return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator").metrics,
             "report": result.output_for_node("predictor_report"),
-            "routing_evaluation": (result.output_for_node("routing_evaluation")
-                                   if "routing_evaluation" in training_assets(config) else None)}
+            "router": result.output_for_node("router_selection").metrics if "router_selection" in trained else None,
+            "routing_evaluation": (result.output_for_node("routing_evaluation").details
+                                   if "routing_evaluation" in trained else None)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,53 @@
+"""Downstream value of predicted quality: RouteBalance's joint assignment (and the other baselines
+that read a quality signal) in 000's setting, fed the KNN estimator's scores, the cross-validated
+router's scores, the true scores or no scores (zero).
+
+    .venv/bin/python -m benchmarks.routebalance_signals [--load 0.8] [--requirement-ms 60] [--quick]
+
+The setting is `benchmarks/rl_000.py`'s: six RouterBench open models on six splitwise Llama-2-70B
+tiers, Azure output lengths (true lengths, TL), Poisson arrivals at `--load` of capacity, 1,000
+requests × 3 seeds. Writes benchmarks/results/routebalance_signals/routebalance_signals.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from benchmarks.rl_000 import SIGNAL_BASELINES, Setting
+from training.policies.simulator.baselines import BASELINES
+
+OUT = Path(__file__).parent / "results" / "routebalance_signals"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--load", type=float, default=0.8)
+    parser.add_argument("--requirement-ms", type=float, default=60.0)
+    parser.add_argument("--quick", action="store_true", help="RouteBalance only")
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    baselines = ("route_balance",) if args.quick else SIGNAL_BASELINES
+    policies = {b: BASELINES[b] for b in baselines}
+    result: dict = {"load": args.load, "requirement_ms": args.requirement_ms, "signals": {}}
+    for predictor in ("knn", "router"):
+        setting = Setting(args, predictor=predictor)
+        signals = {f"predicted_{predictor}": "predicted"}
+        if predictor == "knn":
+            signals |= {"true": "true", "zero": "zero"}
+        for label, quality in signals.items():
+            pool = setting.pool.ablated(quality=quality, length="true")
+            table = setting.evaluate(policies, lambda s, pool=pool: setting.poisson(s, pool=pool), label)
+            result["signals"][label] = {name: {"qos_mean": row["qos_mean"], "latency_per_token_s":
+                                               row["latency_per_token_s"], "dropped": row["dropped"]}
+                                        for name, row in table.items()}
+        result[f"timings_{predictor}"] = setting.timings
+    rb = {label: entry["route_balance"]["qos_mean"][0] for label, entry in result["signals"].items()}
+    result["route_balance_qos"] = rb
+    print("RouteBalance QoS:", {k: round(v, 4) for k, v in rb.items()}, flush=True)
+    (OUT / "routebalance_signals.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
