@@ -10,8 +10,7 @@ import pyarrow as pa
 
 from artifacts.loader import BundleVerificationError, load_bundle
 from artifacts.manifest import Fleet, ModelEntry, TierEntry
-from artifacts.publish import publish_bundle
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent, flatten
 from core.config import FleetConfig
 
@@ -56,28 +55,24 @@ def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
                                                    "checksums and schema, and its latency heads reproduce.")],
         description="Versioned router bundle, logged to MLflow and registered under the configured alias.",
     )
-    def router_bundle(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+    def router_bundle(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                      mlflow: MlflowRegistry, routing_table: pa.Table,
                       prompts: pa.Table, **trained: TrainedComponent | dict[str, TrainedComponent]):
-        yield from _bundle(context, fleet, routing_table, prompts, flatten(trained[name] for name in names))
+        yield from _bundle(context, fleet, store, mlflow, routing_table, prompts,
+                           flatten(trained[name] for name in names))
 
     return router_bundle
 
 
-def _bundle(context, fleet, routing_table, prompts, trained: list[TrainedComponent]):
+def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list[TrainedComponent]):
     config = fleet.config
-    reg = config.registry
     components = [c for t in trained for c in t.components]
     latency = [c for c in components if c.kind == "latency_heads"]
     metrics = {k: v for t in trained for k, v in t.metrics.items()}
-    registered, manifest = publish_bundle(
-        name=reg.model_name,
+    registered, manifest = mlflow.publish(
         fleet=fleet_entry(config),
         components=components,
-        staging_dir=fleet.root / "bundle",
-        tracking_uri=reg.tracking_uri,
-        experiment=reg.experiment,
-        artifact_location=reg.artifact_location,
-        alias=reg.alias,
+        staging_dir=store.staging_dir(),
         input_hashes={"prompts": table_hash(prompts), "routing_table": table_hash(routing_table)},
         dagster_run_id=context.run_id,
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
@@ -89,13 +84,13 @@ def _bundle(context, fleet, routing_table, prompts, trained: list[TrainedCompone
     yield dg.Output(
         {"uri": registered.uri, "model_name": registered.name, "registry_version": registered.version,
          "bundle_version": manifest.version, "mlflow_run_id": registered.run_id,
-         "tracking_uri": reg.tracking_uri},
+         "tracking_uri": mlflow.tracking_uri},
         metadata={
             "uri": registered.uri,
             "registry_version": registered.version,
             "bundle_version": manifest.version,
             "mlflow_run_id": registered.run_id,
-            "tracking_uri": reg.tracking_uri,
+            "tracking_uri": mlflow.tracking_uri,
             "files": sum(len(c.files) for c in manifest.components),
             "latency_tiers": len(latency),
             "components": ", ".join(c.name for c in components),
@@ -103,7 +98,7 @@ def _bundle(context, fleet, routing_table, prompts, trained: list[TrainedCompone
     )
     with tempfile.TemporaryDirectory(prefix="routeforge-verify-") as tmp:
         try:
-            loaded = load_bundle(f"models:/{registered.name}/{registered.version}", Path(tmp), reg.tracking_uri)
+            loaded = load_bundle(f"models:/{registered.name}/{registered.version}", Path(tmp), mlflow.tracking_uri)
             passed, detail = loaded.manifest.version == manifest.version, "downloaded and verified"
             if passed and latency:
                 worst = max(loaded.latency(t).golden_max_abs_diff() for t in loaded.tiers_with_latency)

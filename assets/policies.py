@@ -9,10 +9,9 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from artifacts.publish import log_report
 from artifacts.writer import ComponentSource
 from assets.metadata import markdown_table
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 
 TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
@@ -41,7 +40,8 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
                 "baseline in the simulated fleet over loads × workloads × seeds; exported ONNX policies; "
                 "table and plots logged to MLflow.",
 )
-def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                       mlflow: MlflowRegistry, routing_table: pa.Table,
                        knn_estimator: TrainedComponent, tier_profiles: dict[str, dict[str, Any]]):
     from artifacts.knn import KnnEstimator
     from core.schemas import routing_models
@@ -63,7 +63,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                                           predicted_tokens=prediction.output_tokens[:, cols])
     prices = np.array([[m.price.input_per_mtok, m.price.output_per_mtok] if m.price else [0.0, 0.0]
                        for m in (config.model(name) for name in models)])
-    out_dir = fleet.root / "reports" / "routing"
+    out_dir = store.report_dir("routing")
     context.log.info(f"{len(fits)} simulated instances, {len(pool)} test prompts")
     report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info)
     exports = {}
@@ -86,11 +86,9 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
                for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
                if np.isfinite(r[k])}
-    reg = config.registry
-    run_id = log_report(tracking_uri=reg.tracking_uri, experiment=reg.experiment,
-                        artifact_location=reg.artifact_location, run_name=f"{config.name}-routing-evaluation",
-                        metrics=metrics, files=[path, *map(Path, report["plots"])],
-                        tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+    run_id = mlflow.log_report(run_name=f"{config.name}-routing-evaluation",
+                               metrics=metrics, files=[path, *map(Path, report["plots"])],
+                               tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
     table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
     components = [ComponentSource(name=f"policy--{name}", kind="routing_policy", format="onnx+json",

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from artifacts.writer import ComponentSource
 from assets.metadata import markdown_table
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource
 from core.components import TrainedComponent
 from training.predictors.knn import build_knn
 from training.predictors.knn_eval import evaluate_knn
@@ -26,15 +26,17 @@ from training.predictors.quality_cost_eval import plot_quality_cost
     ],
     description="KNN estimator component folder and its held-out quality–cost evaluation.",
 )
-def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table):
+def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                  routing_table: pa.Table):
     config = fleet.config
-    folder = fleet.root / "components" / "knn_estimator"
-    knn = build_knn(routing_table, config.encoder, config.training.knn, folder, cache_dir=fleet.embedding_cache)
+    folder = store.component_dir("knn_estimator")
+    knn = build_knn(routing_table, config.encoder, config.training.knn, folder, cache_dir=store.cache_dir("embeddings"))
     context.log.info(f"indexed {knn.index.ntotal} training prompts")
     evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep)
-    plot = plot_quality_cost(evaluation, fleet.root / "reports" / "knn_quality_cost.png",
+    reports = store.report_dir("knn")
+    plot = plot_quality_cost(evaluation, reports / "knn_quality_cost.png",
                              f"{config.name}: KNN router, k={knn.k}")
-    (fleet.root / "reports" / "knn_evaluation.json").write_text(json.dumps(evaluation, indent=2))
+    (reports / "knn_evaluation.json").write_text(json.dumps(evaluation, indent=2))
     metrics = {
         "test_router_quality": evaluation["router_max_quality"]["quality"],
         "test_router_cost": evaluation["router_max_quality"]["cost"],
@@ -116,10 +118,10 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
         check_specs=[dg.AssetCheckSpec("onnx_matches_pytorch", asset=name, blocking=True)],
         description=f"{TEXT_PREDICTORS[name]}: safetensors + ONNX component, evaluated on the test split.",
     )
-    def text_predictor(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
-                       **latency_heads: dict[str, TrainedComponent]):
+    def text_predictor(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                       routing_table: pa.Table, **latency_heads: dict[str, TrainedComponent]):
         config = fleet.config
-        folder = fleet.root / "components" / name
+        folder = store.component_dir(name)
         result = _train(name, context, config, routing_table, folder, latency_heads.get("latency_heads"))
         metrics, spec = result["metrics"], result["spec"]
         settings = getattr(config.training, name).model_dump()

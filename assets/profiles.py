@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from artifacts.writer import ComponentSource
 from assets.metadata import markdown_table
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource
 from core.components import TrainedComponent
 from profiling.tier_profile import build_latency_component, measure_tier, safe_name
 
@@ -29,9 +29,10 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         description="Latency measurements of one tier: static batches with fitted gradients, a QPS sweep with "
                     "the state at dispatch of every request, or imported published measurements.",
     )
-    def tier_profiles(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table):
+    def tier_profiles(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                      routing_table: pa.Table):
         tier = _tier(fleet, context.partition_key)
-        folder = fleet.root / "profiles" / safe_name(tier.name)
+        folder = store.profile_dir(safe_name(tier.name))
         summary = measure_tier(fleet.config, tier, routing_table, folder, log=context.log.info)
         metadata: dict = {"kind": summary["kind"], "folder": dg.MetadataValue.path(str(folder))}
         if "fit" in summary:
@@ -62,12 +63,12 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         description="Per-tier XGBoost TPOT/TTFT (and E2E) heads with the static prior, residual quantiles for "
                     "SLO filters and QLM's RWT parameters: the tier's bundle component.",
     )
-    def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, tier_profiles: dict,
-                      routing_table: pa.Table):
+    def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                      tier_profiles: dict, routing_table: pa.Table):
         from artifacts.latency import LatencyModel
 
         tier = _tier(fleet, context.partition_key)
-        folder = fleet.root / "components" / f"latency--{safe_name(tier.name)}"
+        folder = store.component_dir(f"latency--{safe_name(tier.name)}")
         result = build_latency_component(fleet.config, tier, Path(tier_profiles["folder"]), routing_table, folder)
         evaluation = {k: round(v, 6) for k, v in result["evaluation"].items() if isinstance(v, float)}
         context.log.info(f"{tier.name}: {evaluation}")

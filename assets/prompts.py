@@ -7,7 +7,7 @@ from collections import Counter
 import dagster as dg
 
 from assets.metadata import quarantine_metadata
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource
 from prompts.sources import build_prompts
 
 
@@ -17,10 +17,10 @@ from prompts.sources import build_prompts
     check_specs=[dg.AssetCheckSpec("unique_nonempty_prompts", asset="prompts", blocking=True)],
     description="Prompt set: prompt_id (content hash), task, templated text, hint, reference, split.",
 )
-def prompts(context: dg.AssetExecutionContext, fleet: FleetResource):
+def prompts(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore):
     start = time.perf_counter()
     table, quarantine = build_prompts(fleet.config)
-    qpath = quarantine.write(fleet.root)
+    qpath = store.write_quarantine(quarantine)
     ids = table.column("prompt_id").to_pylist()
     empty = sum(1 for t in table.column("text").to_pylist() if not t.strip())
     context.log.info(f"{table.num_rows} prompts, {len(quarantine)} quarantined")

@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow as pa
 
 from assets.metadata import clean, quarantine_metadata
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource
 from core.schemas import QUALITY
 from core.storage import Quarantine, to_table
 from scoring.quality import Scorer, label_agreement
@@ -24,13 +24,14 @@ def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
         description="Quality score per (prompt, model) by the task's metric; unscorable pairs are "
                     "quarantined with the reason, never scored 0.",
     )
-    def quality(context: dg.AssetExecutionContext, fleet: FleetResource, responses: pa.Table, prompts: pa.Table):
+    def quality(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore, responses: pa.Table,
+                prompts: pa.Table):
         quarantine = Quarantine("quality", context.partition_key)
         start = time.perf_counter()
         scorer = Scorer(fleet.config, log=context.log.info)
         rows = scorer.score(responses, prompts, quarantine)
         table = to_table(rows, QUALITY)
-        qpath = quarantine.write(fleet.root)
+        qpath = store.write_quarantine(quarantine)
         scores = [r["score"] for r in rows]
         by_metric: dict[str, list[float]] = {}
         for r in rows:

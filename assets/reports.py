@@ -7,9 +7,8 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from artifacts.publish import log_report
 from assets.metadata import clean, markdown_table
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 
 
@@ -38,26 +37,25 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         description="Routing value (AIQ against the single-model hull), leave-one-task-out KNN, batch-of-64 "
                     "CPU inference and the held-out accuracy of every predictor; logged to MLflow.",
     )
-    def predictor_report(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table,
+    def predictor_report(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                         mlflow: MlflowRegistry, routing_table: pa.Table,
                          knn_estimator: TrainedComponent, **upstream: TrainedComponent):
         from training.predictors.predictor_report import build_report
 
         config = fleet.config
-        out_dir = fleet.root / "reports" / "predictors"
+        out_dir = store.report_dir("predictors")
         report = build_report(routing_table, knn_estimator.folder, knn_estimator.details["evaluation"],
                               config.encoder, config.training.knn,
                               {name: r.folder for name, r in upstream.items()},
                               config.training.lambda_sweep, out_dir, config.name, log=context.log.info,
-                              cache_dir=fleet.embedding_cache)
+                              cache_dir=store.cache_dir("embeddings"))
         report["predictors"] = {name: r.components[0].metrics for name, r in upstream.items()}
         plots = [Path(p) for p in report["plots"]] + [p for r in upstream.values() for p in r.plots]
         path = out_dir / "predictor_report.json"
         path.write_text(json.dumps(report, indent=2, default=float))
-        reg = config.registry
-        run_id = log_report(tracking_uri=reg.tracking_uri, experiment=reg.experiment,
-                            artifact_location=reg.artifact_location, run_name=f"{config.name}-predictor-report",
-                            metrics=flat_metrics(report, upstream), files=[path, *plots],
-                            tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+        run_id = mlflow.log_report(run_name=f"{config.name}-predictor-report",
+                                   metrics=flat_metrics(report, upstream), files=[path, *plots],
+                                   tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
         context.log.info(f"logged the report to MLflow run {run_id}")
         routers = [{"router": name, **clean(r)} for name, r in report["routers"].items()]
         timing = [{"predictor": name, "prompts_per_s": round(t["prompts_per_s"], 1)}

@@ -1,13 +1,22 @@
-"""Dagster resources: the fleet configuration every asset reads."""
+"""Dagster resources: the fleet configuration, the component store and the MLflow registry.
+
+Assets never compose paths under the state folder nor repeat the registry settings: folders come
+from `ComponentStore` (rooted at the fleet's `storage_root` as a UPath: a local root gives plain
+`pathlib.Path` subclasses the libraries use as is, and the same resource can point at object
+storage), and every MLflow run and registration goes through `MlflowRegistry`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
+from upath import UPath
 
 from core.config import FleetConfig, load_fleet
+from core.storage import Quarantine
 
 
 class FleetResource(dg.ConfigurableResource):
@@ -22,12 +31,63 @@ class FleetResource(dg.ConfigurableResource):
             self._config = load_fleet(self.config_path)
         return self._config
 
-    @property
-    def root(self) -> Path:
-        return self.config.storage_root
 
-    @property
-    def embedding_cache(self) -> Path:
-        """Sentence embeddings shared by the training stages (`training.embeddings`)."""
-        return self.config.storage_root / "cache" / "embeddings"
+class ComponentStore(dg.ConfigurableResource):
+    """Where stage files live: `<root>/components/<name>`, `reports/<name>`, `profiles/<tier>`,
+    `exports/<name>`, `cache/<name>`, `quarantine/…` and the bundle staging folder."""
 
+    root: str
+
+    def _dir(self, kind: str, name: str | None = None) -> Path:
+        if name is not None and (not name or "/" in name or name in (".", "..")):
+            raise ValueError(f"{kind} name {name!r} must be one path segment")
+        base = UPath(self.root) / kind
+        folder = base / name if name is not None else base
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def component_dir(self, name: str) -> Path:
+        return self._dir("components", name)
+
+    def report_dir(self, name: str) -> Path:
+        return self._dir("reports", name)
+
+    def profile_dir(self, name: str) -> Path:
+        return self._dir("profiles", name)
+
+    def export_dir(self, name: str) -> Path:
+        return self._dir("exports", name)
+
+    def cache_dir(self, name: str) -> Path:
+        return self._dir("cache", name)
+
+    def staging_dir(self) -> Path:
+        return self._dir("bundle")
+
+    def write_quarantine(self, quarantine: Quarantine) -> Path:
+        return quarantine.write(UPath(self.root))
+
+
+class MlflowRegistry(dg.ConfigurableResource):
+    """The fleet's MLflow tracking server and registered model: report runs and bundle publication."""
+
+    tracking_uri: str
+    experiment: str
+    model_name: str
+    alias: str = "challenger"
+    artifact_location: str | None = None
+
+    def log_report(self, run_name: str, metrics: dict[str, float], files: list[Path],
+                   tags: dict[str, str] | None = None) -> str:
+        from artifacts.publish import log_report
+
+        return log_report(tracking_uri=self.tracking_uri, experiment=self.experiment,
+                          artifact_location=self.artifact_location, run_name=run_name, metrics=metrics,
+                          files=files, tags=tags)
+
+    def publish(self, **kwargs: Any):
+        """`artifacts.publish.publish_bundle` under this registry's name, experiment and alias."""
+        from artifacts.publish import publish_bundle
+
+        return publish_bundle(name=self.model_name, tracking_uri=self.tracking_uri, experiment=self.experiment,
+                              artifact_location=self.artifact_location, alias=self.alias, **kwargs)

@@ -9,7 +9,7 @@ import dagster as dg
 import pyarrow as pa
 
 from assets.metadata import clean, quarantine_metadata
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource
 from generation.partition import generate_partition
 
 
@@ -30,7 +30,7 @@ def build_responses_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         description="Greedy response per prompt for this model, with token counts, TTFT/TPOT/E2E and "
                     "filter flags; cached by content key, so re-runs generate only what is missing.",
     )
-    def responses(context: dg.AssetExecutionContext, fleet: FleetResource, prompts: pa.Table):
+    def responses(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore, prompts: pa.Table):
         model = context.partition_key
         config = fleet.config
         start = time.perf_counter()
@@ -44,7 +44,7 @@ def build_responses_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
 
         result = generate_partition(config, model, prompts, progress, log=context.log.info)
         table, quarantine = result.table, result.quarantine
-        qpath = quarantine.write(fleet.root)
+        qpath = store.write_quarantine(quarantine)
         rows = table.to_pylist()
         flags = Counter(f for r in rows for f in r["flags"])
         metadata = clean(

@@ -7,10 +7,9 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from artifacts.publish import log_report
 from artifacts.writer import ComponentSource
 from assets.metadata import clean, markdown_table
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 
 
@@ -23,19 +22,18 @@ from core.components import TrainedComponent
     description="Router estimator chosen by k-fold cross-validation on the training split (KNN, logistic / MLP "
                 "heads, matrix factorisation, ensembles) with a per-cluster guard; test evaluated once.",
 )
-def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, routing_table: pa.Table):
+def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                     mlflow: MlflowRegistry, routing_table: pa.Table):
     from training.predictors.router_training import train_router
 
     config = fleet.config
     result = train_router(routing_table, config.encoder, config.training.router,
-                          fleet.root / "components" / "router", fleet.root / "reports" / "router",
+                          store.component_dir("router"), store.report_dir("router"),
                           truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
-                          title=config.name, cache_dir=fleet.embedding_cache, log=context.log.info)
-    reg = config.registry
-    run_id = log_report(tracking_uri=reg.tracking_uri, experiment=reg.experiment,
-                        artifact_location=reg.artifact_location, run_name=f"{config.name}-router-selection",
-                        metrics=result.metrics, files=[result.report_path, *result.plots],
-                        tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+                          title=config.name, cache_dir=store.cache_dir("embeddings"), log=context.log.info)
+    run_id = mlflow.log_report(run_name=f"{config.name}-router-selection",
+                               metrics=result.metrics, files=[result.report_path, *result.plots],
+                               tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
     report = result.report
     candidates = [clean({"estimator": r["estimator"], "cv_score": r["cv_score"], "cv_brier": r["cv_brier"]})
                   for r in report["candidates"]]

@@ -5,7 +5,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource
 from training.routing_table import build_routing_table, dataset_card, export_hf_dataset, matrix
 
 
@@ -18,6 +18,7 @@ from training.routing_table import build_routing_table, dataset_card, export_hf_
 def routing_table(
     context: dg.AssetExecutionContext,
     fleet: FleetResource,
+    store: ComponentStore,
     prompts: pa.Table,
     responses: dict[str, pa.Table],
     quality: dict[str, pa.Table],
@@ -30,7 +31,7 @@ def routing_table(
     scoring = fleet.config.scoring
     tasks = set(table.column("task").to_pylist())
     card = dataset_card(table, fleet.config.name, {"*": scoring.metric, **{t: scoring.metric_for(t) for t in tasks}})
-    export = export_hf_dataset(table, fleet.root / "exports" / "routing_table_hf", card)
+    export = export_hf_dataset(table, store.export_dir("routing_table_hf"), card)
     q = matrix(table, "quality", models)
     labelled = ~np.isnan(q)
     coverage = {m: float(labelled[:, j].mean()) for j, m in enumerate(models)}

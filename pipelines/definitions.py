@@ -19,7 +19,7 @@ from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
 from assets.prompts import prompts
 from assets.quality import build_quality_asset
 from assets.reports import build_report_asset
-from assets.resources import FleetResource
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from assets.responses import build_responses_asset
 from assets.router import router_selection
 from assets.routing import routing_table
@@ -56,6 +56,10 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     base = UPath(config.storage_root) / "assets"
     resources = {
         "fleet": FleetResource(config_path=str(Path(config_path).resolve())),
+        "store": ComponentStore(root=str(config.storage_root)),
+        "mlflow": MlflowRegistry(tracking_uri=config.registry.tracking_uri, experiment=config.registry.experiment,
+                                 model_name=config.registry.model_name, alias=config.registry.alias,
+                                 artifact_location=config.registry.artifact_location),
         "parquet_io": ParquetIOManager(base_path=base),
         "json_io": JsonIOManager(base_path=base),
     }
