@@ -47,10 +47,17 @@ lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.import
 	$(BIN)/ruff check pipelines assets training profiling core prompts generation scoring artifacts tests benchmarks
 	$(BIN)/lint-imports
 
-benchmark: $(STAMP)  ## write benchmarks/results/*.json
-	$(BIN)/python benchmarks/demo_run.py
-	$(BIN)/python benchmarks/generation_engines.py
-	$(BIN)/python benchmarks/routerbench_knn.py
+# every benchmark in dependency order (the simulator replays the CPU sweep's records);
+# `make benchmark` runs the smoke sizes into .state/benchmarks-quick, so the quoted results in
+# benchmarks/results/ are only rewritten by a full run: `make benchmark QUICK=`
+BENCHMARKS := demo_run generation_engines quality_metrics cpu_batch_profile cpu_sweep splitwise_heads simulator \
+	routerbench_knn router_selection text_predictors routebalance_frontier routebalance_signals \
+	rl_workload_aware rl_qos_graph rl_slot_distribution
+QUICK ?= --quick
+benchmark: $(STAMP)  ## run every benchmark script (smoke sizes unless QUICK= is given)
+	@set -e; results=$(if $(QUICK),$(CURDIR)/.state/benchmarks-quick,$(CURDIR)/benchmarks/results); \
+	for b in $(BENCHMARKS); do echo "== benchmarks.$$b $(QUICK)"; \
+	ROUTEFORGE_BENCH_RESULTS=$$results $(BIN)/python -m benchmarks.$$b $(QUICK); done
 
 validate: $(STAMP)
 	$(BIN)/dagster definitions validate -m pipelines.definitions

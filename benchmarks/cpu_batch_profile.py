@@ -4,40 +4,40 @@ Grid: batch 1, 2, 4, 8, 16 × prompt 32, 128, 256 tokens × 16 output tokens, 2 
 warm-up; fits the prefill gradient and the decode iteration W + H · context with R², QLM's P, d,
 ε, Θ, and evaluates the batch heads leave-one-configuration-out.
 
-    .venv/bin/python benchmarks/cpu_batch_profile.py
-Writes benchmarks/results/cpu_batch_profile.json and cpu_batch_profile.png.
+    .venv/bin/python -m benchmarks.cpu_batch_profile
+Writes benchmarks/results/cpu_batch_profile/cpu_batch_profile.json and cpu_batch_profile.png.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from benchmarks.cpu_sweep import MODEL  # noqa: E402
-from core.config import BatchGrid  # noqa: E402
-from core.model_sources import build_random_init  # noqa: E402
-from profiling.batch_fits import fit_tier  # noqa: E402
-from profiling.batch_profiler import profile_model  # noqa: E402
-from profiling.latency_heads import leave_one_configuration_out  # noqa: E402
-from profiling.plots import plot_batch_fit  # noqa: E402
+from benchmarks.common import REPO, results_dir
+from benchmarks.common import parser as bench_parser
+from benchmarks.cpu_sweep import MODEL
+from core.config import BatchGrid
+from core.model_sources import build_random_init
+from profiling.batch_fits import fit_tier
+from profiling.batch_profiler import profile_model
+from profiling.latency_heads import leave_one_configuration_out
+from profiling.plots import plot_batch_fit
 
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("cpu_batch_profile")
 
 
 def main() -> None:
+    quick = bench_parser(__doc__).parse_args().quick
     import torch
     from transformers import AutoModelForCausalLM
 
     model_dir = build_random_init(MODEL, REPO / ".state" / "bench_cpu_sweep" / "models")
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    grid = BatchGrid(batch_sizes=[1, 2, 4, 8, 16], prompt_tokens=[32, 128, 256], output_tokens=[16], repeats=2)
+    grid = (BatchGrid(batch_sizes=[1, 2], prompt_tokens=[32, 64], output_tokens=[4], repeats=1) if quick else
+            BatchGrid(batch_sizes=[1, 2, 4, 8, 16], prompt_tokens=[32, 128, 256], output_tokens=[16], repeats=2))
     start = time.perf_counter()
     ms = profile_model(model, grid, max_positions=model.config.max_position_embeddings)
     seconds = time.perf_counter() - start

@@ -8,36 +8,32 @@ Then: TPOT/TTFT/E2E heads trained on the earliest requests of every rate and tes
 20% (time split), against the static prior; QLM's waiting time against the observed one per rate;
 the heads reloaded through the bundle's runtime loader and compared with training predictions.
 
-    .venv/bin/python benchmarks/cpu_sweep.py [--requests-per-rate 300] [--from-records]
-Writes benchmarks/results/cpu_sweep.json, cpu_sweep_records.parquet and two PNG figures.
+    .venv/bin/python -m benchmarks.cpu_sweep [--requests-per-rate 300] [--from-records]
+Writes benchmarks/results/cpu_sweep/cpu_sweep.json, cpu_sweep_records.parquet and two PNG figures.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import numpy as np  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import numpy as np
+import pyarrow.parquet as pq
 
-from artifacts.latency import LatencyModel  # noqa: E402
-from core.config import RandomInitSource, SweepSettings  # noqa: E402
-from core.model_sources import build_random_init  # noqa: E402
-from profiling.local_server import transformers_serve  # noqa: E402
-from profiling.plots import plot_sweep  # noqa: E402
-from profiling.sweep import SweepPrompt, SweepResult, records_table, run_sweep  # noqa: E402
-from profiling.sweep_heads import evaluate_rwt, sweep_data, sweep_rwt, train_sweep_heads  # noqa: E402
+from artifacts.latency import LatencyModel
+from benchmarks.common import DATA, REPO, results_dir
+from benchmarks.common import parser as bench_parser
+from core.config import RandomInitSource, SweepSettings
+from core.model_sources import build_random_init
+from profiling.local_server import transformers_serve
+from profiling.plots import plot_sweep
+from profiling.sweep import SweepPrompt, SweepResult, records_table, run_sweep
+from profiling.sweep_heads import evaluate_rwt, sweep_data, sweep_rwt, train_sweep_heads
 
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("cpu_sweep")
 MODEL = RandomInitSource(kind="random_init", architecture="llama", seed=11, config={
     "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
     "num_key_value_heads": 2, "max_position_embeddings": 1024})
@@ -56,11 +52,13 @@ def prompts(tokenizer, seed: int = 0) -> list[SweepPrompt]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = bench_parser(__doc__)
     parser.add_argument("--requests-per-rate", type=int, default=300)
     parser.add_argument("--from-records", action="store_true",
                         help="retrain and re-evaluate from the saved records and summary, without a new sweep")
     args = parser.parse_args()
+    if args.quick:
+        args.requests_per_rate = 20
     from transformers import AutoTokenizer
 
     work = REPO / ".state" / "bench_cpu_sweep"

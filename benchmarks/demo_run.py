@@ -2,14 +2,13 @@
 
 Runs the pipeline in a fresh state folder with an ephemeral Dagster instance, twice unless
 `--runs` says otherwise (the first run also builds the random-init models), and writes per-stage
-timings, the total and the peak resident memory to `benchmarks/results/demo_run.json`.
+timings, the total and the peak resident memory to `benchmarks/results/demo_run/demo_run.json`.
 
-    .venv/bin/python benchmarks/demo_run.py [--config configs/demo.yaml] [--runs 2]
+    .venv/bin/python -m benchmarks.demo_run [--config configs/demo.yaml] [--runs 2]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -20,15 +19,18 @@ from pathlib import Path
 
 import dagster as dg
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common import parser as bench_parser
+from benchmarks.common import results_dir
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--config", default="configs/demo.yaml")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--out", default=str(RESULTS / "demo_run.json"))
+    parser.add_argument("--out", default=str(results_dir("demo_run") / "demo_run.json"))
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 1
 
     from pipelines.run import run_pipeline
 

@@ -8,13 +8,12 @@
    (503, 429, dropped connections, cut streams, delays past the timeout): pairs completed, duplicates,
    retries.
 
-    .venv/bin/python benchmarks/generation_engines.py [--prompts 64] [--batch 16]
-Writes benchmarks/results/generation_engines.json. The model's text is meaningless (random weights).
+    .venv/bin/python -m benchmarks.generation_engines [--prompts 64] [--batch 16]
+Writes benchmarks/results/generation_engines/generation_engines.json. The model's text is meaningless (random weights).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -25,18 +24,17 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from core.config import load_fleet  # noqa: E402
-from core.storage import Quarantine  # noqa: E402
-from generation.engines import make_engine, prompt_rows  # noqa: E402
-from generation.partition import generate_partition  # noqa: E402
-from prompts.sources import build_prompts  # noqa: E402
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from core.config import load_fleet
+from core.storage import Quarantine
+from generation.engines import make_engine, prompt_rows
+from generation.partition import generate_partition
+from prompts.sources import build_prompts
 
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 MODEL = {"kind": "random_init", "architecture": "llama", "seed": 2,
          "config": {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 688,
                     "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 1024}}
@@ -128,12 +126,14 @@ def http_faults(folder: Path, n: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--http-prompts", type=int, default=200)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "generation_engines.json"))
+    parser.add_argument("--out", default=str(results_dir("generation_engines") / "generation_engines.json"))
     args = parser.parse_args()
+    if args.quick:
+        args.prompts, args.batch, args.http_prompts = 8, 4, 16
     with tempfile.TemporaryDirectory(prefix="routeforge-gen-bench-") as tmp:
         folder = Path(tmp)
         result = {"model": MODEL, "note": "random weights: timings only, text is meaningless",

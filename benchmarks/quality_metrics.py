@@ -6,13 +6,12 @@
 4. BERTScore (all-MiniLM-L6-v2 backbone, layer 6): 10,000 (reference, response) pairs from the
    RouteLLM table's GSM8K solutions vs the two models' answers, pairs/s; then a re-run from the cache.
 
-    .venv/bin/python benchmarks/quality_metrics.py [--pairs 10000]
-Writes benchmarks/results/quality_metrics.json.
+    .venv/bin/python -m benchmarks.quality_metrics [--pairs 10000]
+Writes benchmarks/results/quality_metrics/quality_metrics.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import json
@@ -22,26 +21,27 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from core.config import ScoringSettings  # noqa: E402
-from scoring.metrics.bertscore import BertScoreMetric  # noqa: E402
-from scoring.metrics.code_exec import humaneval_program, run_many  # noqa: E402
-from scoring.metrics.extraction import extract_math, normalize_number  # noqa: E402
-from scoring.quality import exact_match  # noqa: E402
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from core.config import ScoringSettings
+from scoring.metrics.bertscore import BertScoreMetric
+from scoring.metrics.code_exec import humaneval_program, run_many
+from scoring.metrics.extraction import extract_math, normalize_number
+from scoring.quality import exact_match
 
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 MODELS = ("mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--pairs", type=int, default=10_000)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "quality_metrics.json"))
+    parser.add_argument("--out", default=str(results_dir("quality_metrics") / "quality_metrics.json"))
     args = parser.parse_args()
+    if args.quick:
+        args.pairs = 200
     result: dict = {"machine_cpus": os.cpu_count()}
 
     gsm = [json.loads(line) for line in open(DATA / "prompts" / "gsm8k_test.jsonl")]

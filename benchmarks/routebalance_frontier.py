@@ -12,36 +12,33 @@ the routing table counts them), Poisson at `--load` of the cluster's capacity, 2
 For w_q from 0 to 1 (w_l = 1 − w_q, no cost term): mean true quality of the chosen models against
 mean and p95 E2E, next to round-robin, JSQ and quality-only.
 
-    .venv/bin/python benchmarks/routebalance_frontier.py [--load 0.7]
-Writes benchmarks/results/routebalance_frontier.json and .png.
+    .venv/bin/python -m benchmarks.routebalance_frontier [--load 0.7]
+Writes benchmarks/results/routebalance_frontier/routebalance_frontier.json and .png.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from benchmarks.common import parser as bench_parser
+from benchmarks.common import results_dir
+from benchmarks.routerbench_fleet import TIERS as FLEET
+from benchmarks.routerbench_fleet import routerbench_pool, tier_profile
+from training.policies.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.metrics import summarize
+from training.policies.simulator.workloads import arrivals
 
-from benchmarks.routerbench_fleet import TIERS as FLEET  # noqa: E402
-from benchmarks.routerbench_fleet import routerbench_pool, tier_profile  # noqa: E402
-from training.policies.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance  # noqa: E402
-from training.policies.simulator.cluster import Cluster  # noqa: E402
-from training.policies.simulator.metrics import summarize  # noqa: E402
-from training.policies.simulator.workloads import arrivals  # noqa: E402
-
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("routebalance_frontier")
 SEEDS = (1, 2, 3)
 N = 2000
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = bench_parser(__doc__)
     parser.add_argument("--load", type=float, default=0.7)
     args = parser.parse_args()
     timings: dict[str, float] = {}

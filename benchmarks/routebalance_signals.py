@@ -4,30 +4,28 @@ router's scores, the true scores or no scores (zero).
 
     .venv/bin/python -m benchmarks.routebalance_signals [--load 0.8] [--requirement-ms 60] [--quick]
 
-The setting is `benchmarks/rl_000.py`'s: six RouterBench open models on six splitwise Llama-2-70B
+The setting is `benchmarks/rl_qos_graph.py`'s: six RouterBench open models on six splitwise Llama-2-70B
 tiers, Azure output lengths (true lengths, TL), Poisson arrivals at `--load` of capacity, 1,000
 requests × 3 seeds. Writes benchmarks/results/routebalance_signals/routebalance_signals.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
-from benchmarks.rl_000 import SIGNAL_BASELINES, Setting
+from benchmarks.common import parser as bench_parser
+from benchmarks.common import results_dir
+from benchmarks.rl_qos_graph import SIGNAL_BASELINES, Setting
 from training.policies.simulator.baselines import BASELINES
 
-OUT = Path(__file__).parent / "results" / "routebalance_signals"
+OUT = results_dir("routebalance_signals")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--requirement-ms", type=float, default=60.0)
-    parser.add_argument("--quick", action="store_true", help="RouteBalance only")
     args = parser.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
     baselines = ("route_balance",) if args.quick else SIGNAL_BASELINES
     policies = {b: BASELINES[b] for b in baselines}
     result: dict = {"load": args.load, "requirement_ms": args.requirement_ms, "signals": {}}

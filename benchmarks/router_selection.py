@@ -19,7 +19,6 @@ Writes benchmarks/results/router_selection/<fleet>.json and plots beside it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -28,6 +27,8 @@ import numpy as np
 
 from artifacts.encoder import encode
 from artifacts.router import Router
+from benchmarks.common import parser as bench_parser
+from benchmarks.common import results_dir
 from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
 from core.schemas import routing_models
@@ -37,7 +38,6 @@ from training.predictors.router_selection import select_router
 from training.predictors.router_training import split_rows, train_router
 from training.routing_table import matrix
 
-RESULTS = Path(__file__).parent / "results" / "router_selection"
 CONFIGS = {"dcrouter": "configs/dcrouter.yaml", "routerbench": "configs/routerbench.yaml"}
 
 
@@ -75,7 +75,7 @@ def run(fleet: str, quick: bool) -> dict:
                                                "mf_epochs": 5, "guard_bootstrap": 200})
     timings: dict[str, float] = {}
     routing, quarantined = routing_table_of(config, timings)
-    out_dir = RESULTS / fleet
+    out_dir = results_dir("router_selection")
     t0 = time.perf_counter()
     result = train_router(routing, config.encoder, settings, Path(config.storage_root) / "benchmarks" / "router",
                           out_dir, truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
@@ -134,11 +134,9 @@ def run(fleet: str, quick: bool) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--fleets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--quick", action="store_true", help="smoke sizes: 3 folds, one candidate per kind")
     args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
     for fleet in args.fleets:
         run(fleet, args.quick)
 

@@ -5,13 +5,13 @@ estimator's predictions of both, and splitwise tiers standing in for each model'
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.common import DATA, REPO
 from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
 from core.schemas import routing_models
@@ -23,8 +23,6 @@ from training.predictors.knn import build_knn
 from training.predictors.router_selection import select_router
 from training.routing_table import matrix
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 TIERS = {  # model -> splitwise tier
     "gpt-4-1106-preview": "bloom-176b@a100-80gb-tp8",
     "zero-one-ai/Yi-34B-Chat": "llama2-70b@h100-80gb-tp8",

@@ -1,10 +1,10 @@
 """RouterBench quality–cost benchmark of the KNN router (library code only, no Dagster).
 
 Runs prompts → table import → table correctness → routing table → KNN on configs/routerbench.yaml
-and writes `benchmarks/results/routerbench_knn.json` and `.png`: per-model accuracy and cost,
+and writes `benchmarks/results/routerbench_knn/routerbench_knn.json` and `.png`: per-model accuracy and cost,
 random, oracle, KNN argmax-quality routing, and the λ sweep of q̂ − λ·ĉ.
 
-    .venv/bin/python benchmarks/routerbench_knn.py [--config configs/routerbench.yaml] [--k 10]
+    .venv/bin/python -m benchmarks.routerbench_knn [--config configs/routerbench.yaml] [--k 10]
         [--truncation-side left|right] [--prior-strength 10] [--no-loto]
 
 λ runs over `training.predictors.quality_cost_eval.auto_lambdas` (six decades around the fleet's quality-per-cost
@@ -14,11 +14,12 @@ ARC test prompts, and likewise for Winogrande.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+from benchmarks.common import parser as bench_parser
+from benchmarks.common import results_dir
 from core.config import load_fleet
 from core.schemas import QUALITY, RESPONSES
 from core.storage import Quarantine, to_table
@@ -29,8 +30,6 @@ from training.predictors.knn import build_knn
 from training.predictors.knn_eval import evaluate_knn, leave_one_task_out
 from training.predictors.quality_cost_eval import plot_quality_cost
 from training.routing_table import build_routing_table
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def routing_table_of(config, timings: dict[str, float]):
@@ -54,15 +53,17 @@ def routing_table_of(config, timings: dict[str, float]):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--config", default="configs/routerbench.yaml")
     parser.add_argument("--k", type=int, default=None, help="override training.knn.k")
     parser.add_argument("--truncation-side", choices=["left", "right"], default=None,
                         help="override training.knn.truncation_side (which end of a long prompt the encoder keeps)")
     parser.add_argument("--prior-strength", type=float, default=None, help="override training.knn.prior_strength")
     parser.add_argument("--no-loto", action="store_true", help="skip the leave-one-task-out evaluation")
-    parser.add_argument("--out", default=str(RESULTS / "routerbench_knn"))
+    parser.add_argument("--out", default=str(results_dir("routerbench_knn") / "routerbench_knn"))
     args = parser.parse_args()
+    if args.quick:
+        args.no_loto = True
 
     config = load_fleet(args.config)
     updates = {k: v for k, v in (("k", args.k), ("truncation_side", args.truncation_side),

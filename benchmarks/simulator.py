@@ -3,40 +3,35 @@
 1. Speed: simulated requests per wall second for a 4-instance cluster (Llama-2-70B on 4 A100s from the
    splitwise profile) at moderate load (about 60% of its capacity) and near saturation, for each
    baseline policy; and the Azure conversation trace (19,365 requests) replayed on the same cluster.
-2. CPU sweep replay: the measured sweep's arrivals (benchmarks/results/cpu_sweep_records.parquet)
+2. CPU sweep replay: the measured sweep's arrivals (benchmarks/results/cpu_sweep/cpu_sweep_records.parquet)
    on one simulated instance calibrated by this CPU's batch profile of the same model
    (cpu_batch_profile.json); simulated vs measured mean TTFT / TPOT / E2E per rate, for a few values
    of the server's unknown sequence limit.
 3. Static batches: every splitwise configuration replayed as a batch arriving at once on its tier.
 
-    .venv/bin/python benchmarks/simulator.py
-Writes benchmarks/results/simulator.json.
+    .venv/bin/python -m benchmarks.simulator
+Writes benchmarks/results/simulator/simulator.json.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import numpy as np
+import pyarrow.parquet as pq
 
-import numpy as np  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from profiling.batch_fits import fit_tier, import_splitwise
+from training.policies.simulator.baselines import BASELINES
+from training.policies.simulator.calibration import replay_sweep, static_batches
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.metrics import summarize
+from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
 
-from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
-from training.policies.simulator.baselines import BASELINES  # noqa: E402
-from training.policies.simulator.calibration import replay_sweep, static_batches  # noqa: E402
-from training.policies.simulator.cluster import Cluster  # noqa: E402
-from training.policies.simulator.instance import InstanceProfile  # noqa: E402
-from training.policies.simulator.metrics import summarize  # noqa: E402
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
-
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("simulator")
 SPEED_TIER = "llama2-70b@a100-80gb-tp4"
 
 
@@ -72,8 +67,8 @@ def speed(tiers) -> dict:
 
 
 def sweep_replay() -> dict:
-    fit = json.loads((OUT / "cpu_batch_profile.json").read_text())["fit"]
-    records = pq.read_table(OUT / "cpu_sweep_records.parquet")
+    fit = json.loads((results_dir("cpu_batch_profile") / "cpu_batch_profile.json").read_text())["fit"]
+    records = pq.read_table(results_dir("cpu_sweep") / "cpu_sweep_records.parquet")
     out = {}
     for max_running in (16, 32, 64):
         rows = replay_sweep(InstanceProfile.from_fit(fit, max_running=max_running), records)
@@ -96,6 +91,7 @@ def splitwise(tiers) -> dict:
 
 
 def main() -> None:
+    bench_parser(__doc__).parse_args()  # --quick: the benchmark is seconds long either way
     tiers = import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")
     result = {"speed": speed(tiers), "cpu_sweep_replay": sweep_replay(), "splitwise_static_batches": splitwise(tiers)}
     OUT.mkdir(parents=True, exist_ok=True)

@@ -5,27 +5,22 @@ P, d, ε, Θ, and leave-one-configuration-out errors of the TPOT/TTFT heads next
 the static prior, with E2E computed analytically (TTFT + (n − 1) · TPOT); 002's Table 12 reports
 TPOT MAE 0.22–0.88 ms/token and E2E MAPE 1.2–5.6% from live-telemetry heads.
 
-    .venv/bin/python benchmarks/splitwise_heads.py
-Writes benchmarks/results/splitwise_heads.json.
+    .venv/bin/python -m benchmarks.splitwise_heads
+Writes benchmarks/results/splitwise_heads/splitwise_heads.json.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
-from profiling.latency_heads import leave_one_configuration_out  # noqa: E402
-
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from profiling.batch_fits import fit_tier, import_splitwise
+from profiling.latency_heads import leave_one_configuration_out
 
 
 def main() -> None:
+    bench_parser(__doc__).parse_args()  # --quick: the benchmark is seconds long either way
     tiers = import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")
     out = {}
     for name, tier in tiers.items():
@@ -39,7 +34,7 @@ def main() -> None:
         print(f"{name:28s} R2 prefill {fit.prefill_r2:.3f} decode {fit.decode_r2:.3f} | TPOT MAE ms head "
               f"{held.tpot_mae_ms_head:.2f} linear {held.tpot_mae_ms_linear:.2f} prior {held.tpot_mae_ms_prior:.2f}"
               f" | E2E MAPE head {100 * held.e2e_mape_head:.1f}% linear {100 * held.e2e_mape_linear:.1f}%", flush=True)
-    path = REPO / "benchmarks" / "results" / "splitwise_heads.json"
+    path = results_dir("splitwise_heads") / "splitwise_heads.json"
     path.write_text(json.dumps(out, indent=2, sort_keys=True))
     print(f"wrote {path}")
 

@@ -24,33 +24,30 @@ expected quality − λ · the model's mean cost, against RouterBench's single-m
 `--part reroute`: routing by the saved shared score predictor again (automatic λ grid), no training.
 `--part timing`: a batch of 64 through every saved predictor, PyTorch and ONNX Runtime.
 
-    .venv/bin/python benchmarks/text_predictors.py --part task|length|shared|reroute|timing [--epochs 2]
+    .venv/bin/python -m benchmarks.text_predictors --part task|length|shared|reroute|timing [--epochs 2]
         [--input rendered|query]
-Writes benchmarks/results/text_task_classifier_<input>.json, text_length_buckets.json,
+Writes benchmarks/results/text_predictors/text_task_classifier_<input>.json, text_length_buckets.json,
 text_shared_predictor.json, text_predictor_timings.json and a confusion-matrix PNG.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from artifacts.text_predictor import TextPredictor, compose  # noqa: E402
-from training.predictors.predictor_eval import classification_report, plot_confusion  # noqa: E402
-from training.predictors.predictor_report import median_seconds  # noqa: E402
-from training.predictors.text_classifier import ClassifierSettings, package_predictor, train_classifier  # noqa: E402
+from artifacts.text_predictor import TextPredictor, compose
+from benchmarks.common import DATA, REPO, results_dir
+from benchmarks.common import parser as bench_parser
+from training.predictors.predictor_eval import classification_report, plot_confusion
+from training.predictors.predictor_report import median_seconds
+from training.predictors.text_classifier import ClassifierSettings, package_predictor, train_classifier
 
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("text_predictors")
 
 
 def rows(name: str) -> list[dict]:
@@ -177,7 +174,7 @@ def length_predictor(args) -> None:
     for task in sorted({r["task"] for r in rows}):  # 80/20, stratified by source
         idx = np.flatnonzero([r["task"] == task for r in rows])
         test_mask[rng.permutation(idx)[: int(round(0.2 * len(idx)))]] = True
-    sweep = json.loads((OUT / "cpu_sweep.json").read_text())
+    sweep = json.loads((results_dir("cpu_sweep") / "cpu_sweep.json").read_text())
     decode_tok_s = 1.0 / (sweep["summary"][0]["tpot_p50_ms"] / 1e3)  # the profiled tier's idle speed
     train_lengths = lengths[~test_mask]
     n_eq = max(2, int(np.ceil(train_lengths.max() / 250)))
@@ -350,7 +347,7 @@ def shared_predictor(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = bench_parser(__doc__)
     parser.add_argument("--part", choices=["task", "length", "shared", "reroute", "timing"], default="task")
     parser.add_argument("--shared-prompts", type=int, default=600)
     parser.add_argument("--epochs", type=float, default=2.0)
@@ -358,6 +355,8 @@ def main() -> None:
                         help="task part: the bare LLMRouter query, or the prompt the pipeline renders from it")
     parser.add_argument("--per-source", type=int, default=800)
     args = parser.parse_args()
+    if args.quick:
+        args.epochs, args.shared_prompts, args.per_source = 0.05, 60, 40
     {"task": task_classifier, "length": length_predictor, "shared": shared_predictor, "reroute": reroute,
      "timing": timing}[args.part](args)
 

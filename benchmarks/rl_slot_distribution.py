@@ -19,46 +19,45 @@ over all requests and per phase (004 Table 2): violation ratio (late or rejected
 Also evaluated on Poisson and on the Azure trace's timestamps at the same mean rate (not trained
 on). The PPO policy is exported to ONNX.
 
-    .venv/bin/python benchmarks/rl_004.py [--steps 60000]
-Writes benchmarks/results/rl_004.json, rl_004.png and rl_004_policy/.
+    .venv/bin/python -m benchmarks.rl_slot_distribution [--steps 60000]
+Writes benchmarks/results/rl_slot_distribution/: rl_slot_distribution.json, .png and the ONNX policy (git-ignored).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from benchmarks.routerbench_fleet import TIERS, routerbench_pool, save_bar_panel, tier_profile
+from training.policies.rl.export import export_policy
+from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
+from training.policies.rl.rollout import run_episode
+from training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.metrics import mean_std, summarize
+from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+from training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, read_trace, switched_poisson
 
-from benchmarks.routerbench_fleet import DATA, TIERS, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
-from training.policies.rl.export import export_policy  # noqa: E402
-from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo  # noqa: E402
-from training.policies.rl.rollout import run_episode  # noqa: E402
-from training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin  # noqa: E402
-from training.policies.simulator.cluster import Cluster  # noqa: E402
-from training.policies.simulator.metrics import mean_std, summarize  # noqa: E402
-from training.policies.simulator.slot_distribution_env import SlotDistributionEnv  # noqa: E402
-from training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, read_trace, switched_poisson  # noqa: E402
-
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("rl_slot_distribution")
 HEAVY, LIGHT = "gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat"
 SEEDS = (101, 102, 103)
 BUFFER = 15
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = bench_parser(__doc__)
     parser.add_argument("--steps", type=int, default=60_000, help="PPO training steps (slots)")
     parser.add_argument("--slots", type=int, default=128, help="slots per training episode")
     parser.add_argument("--eval-slots", type=int, default=300)
     parser.add_argument("--burst-load", type=float, default=0.9)
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.eval_slots = 1024, 50
 
     timings: dict[str, float] = {}
     models = [HEAVY, LIGHT]
@@ -95,8 +94,8 @@ def main() -> None:
     for _ in range(40):  # observations from a busy cluster too
         obs, *_ = env.step(np.zeros(4, dtype=np.float32))
         checks.append(obs)
-    spec = export_policy(net, OUT / "rl_004_policy", env.observation_spec(), env.action_spec(), np.stack(checks),
-                         output="probabilities")
+    spec = export_policy(net, OUT / "rl_slot_distribution_policy", env.observation_spec(), env.action_spec(),
+                         np.stack(checks), output="probabilities")
 
     def eval_spp(seed):
         return spp(seed, args.eval_slots, 0)
@@ -145,8 +144,8 @@ def main() -> None:
         if mean_rate is None:  # the other workloads run at the switched process's realised mean rate
             mean_rate = float(np.mean([len(eval_spp(s)) / (args.eval_slots * slot) for s in SEEDS]))
             result["mean_rate_rps"] = mean_rate
-    (OUT / "rl_004.json").write_text(json.dumps(result, indent=2))
-    plot(result, OUT / "rl_004.png")
+    (OUT / "rl_slot_distribution.json").write_text(json.dumps(result, indent=2))
+    plot(result, OUT / "rl_slot_distribution.png")
 
 
 def score(outcomes, seed, phases, requirement, g, heavy) -> dict[str, float]:

@@ -8,52 +8,48 @@ requests per episode (001: 2,000 at 20 req/s). Training on Poisson; evaluation o
 Poisson, on gamma-bursty arrivals (CV 2) and on the trace's own timestamps (rescaled to the same
 mean rate), 3 seeds each (mean ± std). The workload-guided policy is exported to ONNX.
 
-    .venv/bin/python benchmarks/rl_001.py [--episodes 12] [--load 0.9]
-Writes benchmarks/results/rl_001.json and benchmarks/results/rl_001_policy/.
+    .venv/bin/python -m benchmarks.rl_workload_aware [--episodes 12] [--load 0.9]
+Writes benchmarks/results/rl_workload_aware/: <out>.json and <out>_policy/ (ONNX, git-ignored).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from profiling.batch_fits import fit_tier, import_splitwise
+from training.policies.rl.ddqn import DdqnSettings, train_ddqn
+from training.policies.rl.export import export_policy
+from training.policies.rl.rollout import greedy, run_episode
+from training.policies.simulator.baselines import BASELINES
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.metrics import mean_std, summarize
+from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
 
-from profiling.batch_fits import fit_tier, import_splitwise  # noqa: E402
-from training.policies.rl.ddqn import DdqnSettings, train_ddqn  # noqa: E402
-from training.policies.rl.export import export_policy  # noqa: E402
-from training.policies.rl.rollout import greedy, run_episode  # noqa: E402
-from training.policies.simulator.baselines import BASELINES  # noqa: E402
-from training.policies.simulator.cluster import Cluster  # noqa: E402
-from training.policies.simulator.instance import InstanceProfile  # noqa: E402
-from training.policies.simulator.metrics import mean_std, summarize  # noqa: E402
-from training.policies.simulator.workload_aware_env import WorkloadAwareEnv  # noqa: E402
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
-
-DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("rl_workload_aware")
 TIER = "llama2-70b@a100-80gb-tp4"
 N = 2000
 SEEDS = (101, 102, 103)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = bench_parser(__doc__)
     parser.add_argument("--episodes", type=int, default=12)
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--reward", choices=["completion", "in_system"], default="completion",
                         help="E2E paid at completion (001's +60 per completion, minus E2E) or while in the system")
     parser.add_argument("--no-wait", action="store_true", help="drop the wait action (route every request at once)")
     parser.add_argument("--network", choices=["mlp", "per_instance"], default="mlp")
-    parser.add_argument("--out", default="rl_001")
+    parser.add_argument("--out", default="rl_workload_aware")
     args = parser.parse_args()
+    if args.quick:
+        args.episodes = 1
 
     fit = fit_tier(import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")[TIER].measurements)
     profile = InstanceProfile.from_fit(fit.to_dict(), max_running=64, kv_capacity_tokens=400_000)

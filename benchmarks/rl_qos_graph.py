@@ -16,39 +16,36 @@ the Azure trace's timestamps rescaled to the same mean rate (not trained on), 3 
 requests each. Each SAC policy is evaluated greedily (its most probable action) and as trained (an action drawn
 from its distribution); both are exported to ONNX.
 
-    .venv/bin/python benchmarks/rl_000.py [--steps 6000]
-Writes benchmarks/results/rl_000.json, rl_000.png and rl_000_policy_{han,baseline}/.
+    .venv/bin/python -m benchmarks.rl_qos_graph [--steps 6000]
+Writes benchmarks/results/rl_qos_graph/: rl_qos_graph.json, .png and the ONNX policies (git-ignored).
 
 000's ablation of the predictors (PS/PL/ZS/ZL; here with true lengths in place of PL):
 
-    .venv/bin/python benchmarks/rl_000.py --ablation [--steps 6000] [--signals PS+TL ZS+ZL ...]
-Writes benchmarks/results/rl_000_ablation.{json,png}.
+    .venv/bin/python -m benchmarks.rl_qos_graph --ablation [--steps 6000] [--signals PS+TL ZS+ZL ...]
+Writes benchmarks/results/rl_qos_graph/rl_qos_graph_ablation.{json,png}.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from benchmarks.routerbench_fleet import routerbench_pool, save_bar_panel, tier_profile
+from training.policies.rl.export import export_policy
+from training.policies.rl.rollout import greedy, run_episode, sampled
+from training.policies.rl.sac import SacSettings, train_sac
+from training.policies.simulator.baselines import BASELINES
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.metrics import mean_std
+from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
 
-from benchmarks.routerbench_fleet import DATA, routerbench_pool, save_bar_panel, tier_profile  # noqa: E402
-from training.policies.rl.export import export_policy  # noqa: E402
-from training.policies.rl.rollout import greedy, run_episode, sampled  # noqa: E402
-from training.policies.rl.sac import SacSettings, train_sac  # noqa: E402
-from training.policies.simulator.baselines import BASELINES  # noqa: E402
-from training.policies.simulator.cluster import Cluster  # noqa: E402
-from training.policies.simulator.metrics import mean_std  # noqa: E402
-from training.policies.simulator.qos_graph_env import QosGraphEnv, qos  # noqa: E402
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace  # noqa: E402
-
-OUT = REPO / "benchmarks" / "results"
+OUT = results_dir("rl_qos_graph")
 EXPERTS = {  # model -> (splitwise tier, GPUs)
     "mistralai/mistral-7b-chat": ("llama2-70b@h100-80gb-tp8", 8),
     "WizardLM/WizardLM-13B-V1.2": ("llama2-70b@h100-80gb-tp4", 4),
@@ -127,7 +124,7 @@ class Setting:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = bench_parser(__doc__)
     parser.add_argument("--steps", type=int, default=6000, help="SAC training steps (decisions) per policy")
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--requirement-ms", type=float, default=60.0)
@@ -138,6 +135,8 @@ def main() -> None:
     parser.add_argument("--signals", nargs="+", choices=list(SIGNALS), default=list(SIGNALS),
                         help="the ablation's signal settings")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.episode = 200, 100
     setting = Setting(args)
     if args.ablation:
         ablation(setting, args)
@@ -159,7 +158,7 @@ def compare(setting: Setting, args) -> None:
         for _ in range(60):  # observations of a filling cluster too
             obs, *_ = env.step(1 + len(checks) % len(setting.models))
             checks.append(obs)
-        spec = export_policy(net, OUT / f"rl_000_policy_{variant}", env.observation_spec(), env.action_spec(),
+        spec = export_policy(net, OUT / f"rl_qos_graph_policy_{variant}", env.observation_spec(), env.action_spec(),
                              np.stack(checks), output="logits")
         result.setdefault("onnx", {})[variant] = {k: spec[k] for k in ("onnx_max_abs_diff",
                                                                         "onnx_action_agreement")}
@@ -169,8 +168,8 @@ def compare(setting: Setting, args) -> None:
             row["qos_vs_baseline_rl"] = row["qos_mean"][0] / table["sac_baseline"]["qos_mean"][0] - 1
         result["workloads"][wname] = table
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
-    (OUT / "rl_000.json").write_text(json.dumps(result, indent=2))
-    plot(result, OUT / "rl_000.png")
+    (OUT / "rl_qos_graph.json").write_text(json.dumps(result, indent=2))
+    plot(result, OUT / "rl_qos_graph.png")
 
 
 def ablation(setting: Setting, args) -> None:
@@ -196,8 +195,8 @@ def ablation(setting: Setting, args) -> None:
         for entry in result["signals"].values():
             entry["sac_sampled_qos_vs_ps_tl"] = entry["policies"]["sac_sampled"]["qos_mean"][0] / base - 1
     result["paper_000"] = {"ps_pl_qos_vs_zs_zl": 0.1794, "ps_pl_latency_per_token_vs_zs_zl": -0.0133}
-    (OUT / "rl_000_ablation.json").write_text(json.dumps(result, indent=2))
-    plot_ablation(result, OUT / "rl_000_ablation.png")
+    (OUT / "rl_qos_graph_ablation.json").write_text(json.dumps(result, indent=2))
+    plot_ablation(result, OUT / "rl_qos_graph_ablation.png")
 
 
 def score(outcomes, requirement: float) -> dict[str, float]:
