@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from artifacts.encoder import encode
 from artifacts.router import Router
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
@@ -33,6 +32,7 @@ from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
 from core.schemas import routing_models
 from prompts.score_tables import read_score_table
+from training.embeddings import encode_cached
 from training.predictors.router_report import batch_latency, evaluate
 from training.predictors.router_selection import select_router
 from training.predictors.router_training import split_rows, train_router
@@ -76,10 +76,11 @@ def run(fleet: str, quick: bool) -> dict:
     timings: dict[str, float] = {}
     routing, quarantined = routing_table_of(config, timings)
     out_dir = results_dir("router_selection")
+    cache = Path(config.storage_root) / "cache" / "embeddings"
     t0 = time.perf_counter()
     result = train_router(routing, config.encoder, settings, Path(config.storage_root) / "benchmarks" / "router",
                           out_dir, truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
-                          title=fleet, log=lambda m: print(m, flush=True))
+                          title=fleet, cache_dir=cache, log=lambda m: print(m, flush=True))
     timings["train_router_s"] = time.perf_counter() - t0
     report = result.report
     models = routing_models(routing.schema)
@@ -88,7 +89,7 @@ def run(fleet: str, quick: bool) -> dict:
     texts = routing.column("text").to_pylist()
     tasks = np.asarray(routing.column("task").to_pylist())
     encoder = {"ref": config.encoder, "truncation_side": config.training.knn.truncation_side}
-    x = encode(texts, config.encoder, truncation_side=encoder["truncation_side"])
+    x = encode_cached(texts, config.encoder, encoder["truncation_side"], cache)
     router = Router.load(result.folder)
     report["batch64_cpu_knn_k10"] = knn_latency(x[train_rows], quality[train_rows], models, encoder,
                                                 [t for t, k in zip(texts, test_rows) if k][:64], settings)
@@ -117,7 +118,7 @@ def run(fleet: str, quick: bool) -> dict:
         published = read_score_table({"test": ds.files["test"]}, text_field=ds.text_field,
                                      scores_field=ds.scores_field, task_field=None)
         y_pub = np.asarray([[float(r.scores[m]) for m in models] for r in published])
-        x_pub = encode([r.text for r in published], config.encoder, truncation_side=encoder["truncation_side"])
+        x_pub = encode_cached([r.text for r in published], config.encoder, encoder["truncation_side"], cache)
         report["test_published_500"] = {k: v for k, v in evaluate(router, x_pub, y_pub).items()
                                         if k not in ("per_cluster",)}
     report["quarantined_pairs"] = quarantined

@@ -81,7 +81,7 @@ def llmrouter_prompts(name: str, rendered: bool) -> list[tuple[str, str]]:
     renders from it (001's multiple-choice template lists the options), which is what a router sees."""
     from core.config import BuiltinDataset
     from core.storage import Quarantine
-    from prompts.readers import read_llmrouter
+    from prompts.builtin_readers import read_llmrouter
 
     ds = BuiltinDataset(kind="builtin", name=name, reader="llmrouter", path=DATA / "prompts" / name,
                         templates=rendered)
@@ -131,7 +131,7 @@ def length_rows(per_source: int, seed: int = 0) -> list[dict]:
     """(prompt, task, response) of real answers from four sources, at most `per_source` each."""
     from core.config import BuiltinDataset
     from core.storage import Quarantine
-    from prompts.readers import read_arena_hard
+    from prompts.builtin_readers import read_arena_hard
     from prompts.response_tables import jsonl_responses, read_routellm, read_routerbench
 
     rng = np.random.default_rng(seed)

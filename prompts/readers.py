@@ -7,11 +7,9 @@ goes on. Normalization, templates, hints, length limits and de-duplication happe
 
 from __future__ import annotations
 
-import ast
 import csv
 import gzip
 import json
-import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from core.config import (
-    BuiltinDataset,
     FileDataset,
     HFDataset,
     RouteLLMDataset,
@@ -27,7 +24,6 @@ from core.config import (
     ScoreTableDataset,
 )
 from core.storage import Quarantine
-from prompts import templates as tt
 from prompts.response_tables import read_routellm, read_routerbench
 from prompts.score_tables import read_score_table
 
@@ -58,7 +54,7 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _string(rec: dict[str, Any], key: str, *, required: bool) -> str | None:
+def string_field(rec: dict[str, Any], key: str, *, required: bool) -> str | None:
     value = rec.get(key)
     if value is None:
         if required:
@@ -69,9 +65,9 @@ def _string(rec: dict[str, Any], key: str, *, required: bool) -> str | None:
     return str(value)
 
 
-def _text(rec: dict[str, Any], key: str) -> str:
+def text_field(rec: dict[str, Any], key: str) -> str:
     """A required string field that is not blank."""
-    value = _string(rec, key, required=True)
+    value = string_field(rec, key, required=True)
     if not value.strip():
         raise RowError(f"field {key!r} missing or empty")
     return value
@@ -79,16 +75,16 @@ def _text(rec: dict[str, Any], key: str) -> str:
 
 def record_prompt(ds: FileDataset | HFDataset, rec: Any, row_id: str) -> RawPrompt:
     """Map one record through the dataset's field names, checking every type."""
-    rec = _object(rec)
+    rec = as_object(rec)
     text = rec.get(ds.text_field)
     if text is None or (isinstance(text, str) and not text.strip()):
         raise RowError(f"field {ds.text_field!r} missing or empty")
     if not isinstance(text, str):
         raise RowError(f"field {ds.text_field!r} is {_type_name(text)}, not a string")
-    task = ds.task or (_string(rec, ds.task_field, required=False) if ds.task_field else None)
+    task = ds.task or (string_field(rec, ds.task_field, required=False) if ds.task_field else None)
     if not task:
         raise RowError(f"field {ds.task_field!r} missing and no fixed task")
-    reference = _string(rec, ds.reference_field, required=False) if ds.reference_field else None
+    reference = string_field(rec, ds.reference_field, required=False) if ds.reference_field else None
     if ds.id_field:
         ident = rec.get(ds.id_field)
         if ident is not None:
@@ -104,7 +100,7 @@ def record_prompt(ds: FileDataset | HFDataset, rec: Any, row_id: str) -> RawProm
     return RawPrompt(ds.name, row_id, task, text, reference, meta)
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
+def decoded_lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
     """(line number, text) per non-blank line, gzip or plain; an undecodable line gives a RowError."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
@@ -117,9 +113,9 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
                 yield line_no, RowError(f"invalid UTF-8 at byte {exc.start}")
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
+def jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
     """(row id, record) per line; an unusable line yields a RowError instead of a record."""
-    for line_no, line in _decoded_lines(path):
+    for line_no, line in decoded_lines(path):
         row_id = f"{path.name}:{line_no}"
         if isinstance(line, RowError):
             yield row_id, line
@@ -136,7 +132,7 @@ def _has_surrogates(text: str) -> bool:
 
 def _table_records(ds: FileDataset) -> Iterator[tuple[str, Any]]:
     if ds.kind == "jsonl":
-        yield from _jsonl_records(ds.path)
+        yield from jsonl_records(ds.path)
     elif ds.kind == "csv":
         csv.field_size_limit(sys.maxsize)
         # surrogateescape keeps undecodable bytes visible per row instead of failing the file
@@ -158,7 +154,7 @@ def _table_records(ds: FileDataset) -> Iterator[tuple[str, Any]]:
             yield f"{ds.path.name}:{i}", rec
 
 
-def _convert(records: Iterator[tuple[str, Any]], limit: int | None, quarantine: Quarantine,
+def convert_records(records: Iterator[tuple[str, Any]], limit: int | None, quarantine: Quarantine,
              make: Callable[[str, Any], RawPrompt]) -> Iterator[RawPrompt]:
     """Apply `make` to the first `limit` records; a RowError sends the record to the quarantine."""
     for i, (row_id, rec) in enumerate(records):
@@ -172,14 +168,14 @@ def _convert(records: Iterator[tuple[str, Any]], limit: int | None, quarantine: 
             quarantine.add(row_id, str(exc), rec if not isinstance(rec, RowError) else None)
 
 
-def _object(rec: Any) -> dict[str, Any]:
+def as_object(rec: Any) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise RowError(f"row is {_type_name(rec)}, not an object")
     return rec
 
 
 def read_file(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    return _convert(_table_records(ds), ds.limit, quarantine, lambda row_id, rec: record_prompt(ds, rec, row_id))
+    return convert_records(_table_records(ds), ds.limit, quarantine, lambda row_id, rec: record_prompt(ds, rec, row_id))
 
 
 def read_hf(ds: HFDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
@@ -227,212 +223,14 @@ def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterat
         yield RawPrompt(ds.name, row_id, ds.task, prompt, None, {})
 
 
-# ---- built-in public prompt files -------------------------------------------------------------
-
-
-def parse_choices(value: Any) -> tuple[list[str], list[str]] | None:
-    """(labels, texts) from a `choices` value: a list, or a dict with label(s) and text(s), possibly
-    as a Python-literal string (LLMRouter's cells)."""
-    if isinstance(value, str):
-        if value.strip() in ("", "None"):
-            return None
-        try:
-            value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            return None
-    if isinstance(value, dict):
-        texts = value.get("text") or value.get("texts")
-        labels = value.get("label") or value.get("labels")
-        if isinstance(texts, list):
-            labels = labels if isinstance(labels, list) and len(labels) == len(texts) else None
-            return [str(x) for x in (labels or [chr(65 + i) for i in range(len(texts))])], [str(t) for t in texts]
-        return None
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return [chr(65 + i) for i in range(len(value))], value
-    return None
-
-
-_CODE_METRICS = {"code_eval"}
-_MC_METRICS = {"em_mc"}
-
-
-def read_llmrouter(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    """LLMRouter query JSONL: task_name, query, ground_truth, metric, choices, task_id."""
-
-    def make(row_id: str, rec: Any) -> RawPrompt:
-        rec = _object(rec)
-        query = _text(rec, "query")
-        task = _text(rec, "task_name")
-        reference = _string(rec, "ground_truth", required=False)
-        metric = rec.get("metric")
-        meta: dict[str, Any] = {"metric": metric, "task_id": rec.get("task_id")}
-        choices = parse_choices(rec.get("choices")) if metric in _MC_METRICS else None
-        text = query
-        if choices:
-            meta["choices"] = {"labels": choices[0], "texts": choices[1]}
-            if ds.templates:
-                text = tt.in_context_qna(query, *choices)
-        if metric in _CODE_METRICS:
-            if task != "mbpp":  # HumanEval-style: the query is the signature and docstring
-                meta["program_prefix"] = query
-                if defs := re.findall(r"^def\s+(\w+)\s*\(", query, re.M):
-                    meta["entry_point"] = defs[-1]
-            tests = rec.get("choices") if task == "mbpp" else reference
-            if isinstance(tests, str) and tests.startswith("["):
-                try:
-                    tests = ast.literal_eval(tests)
-                except (ValueError, SyntaxError):
-                    pass
-            meta["tests"] = tests
-        if (answer := final_answer(reference)) is not None:
-            meta["final_answer"] = answer
-        return RawPrompt(ds.name, row_id, task, text, reference, meta)
-
-    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
-
-
-def read_gsm8k(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    def make(row_id: str, rec: Any) -> RawPrompt:
-        rec = _object(rec)
-        question = _string(rec, "question", required=True)
-        answer = _string(rec, "answer", required=True)
-        final = final_answer(answer)
-        if final is None:
-            raise RowError("field 'answer' has no '#### <final answer>' line")
-        return RawPrompt(ds.name, row_id, "gsm8k", question, answer, {"final_answer": final})
-
-    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
-
-
-def read_humaneval(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    def make(row_id: str, rec: Any) -> RawPrompt:
-        rec = _object(rec)
-        prompt = _string(rec, "prompt", required=True)
-        meta = {
-            "task_id": _string(rec, "task_id", required=True),
-            "entry_point": _string(rec, "entry_point", required=True),
-            "tests": _string(rec, "test", required=True),
-            "program_prefix": prompt,
-        }
-        solution = _string(rec, "canonical_solution", required=False)
-        return RawPrompt(ds.name, meta["task_id"], "code", prompt, solution, meta)
-
-    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
-
-
-def _sibling(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name.replace("_text.txt", suffix))
-
-
-def read_tweeteval_sentiment(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    """TweetEval sentiment: `*_text.txt` (one tweet a line), `*_labels.txt`, the label mapping."""
-    labels = _sibling(ds.path, "_labels.txt").read_text().split("\n")
-    mapping_file = ds.path.with_name(ds.path.name.split("_val_")[0].split("_test_")[0] + "_mapping.txt")
-    names = dict(line.split("\t", 1) for line in mapping_file.read_text().splitlines() if "\t" in line)
-    choices = [names[k] for k in sorted(names, key=int)]
-    for line_no, text in _decoded_lines(ds.path):
-        i = line_no - 1  # labels are aligned with lines
-        if ds.limit is not None and i >= ds.limit:
-            break
-        row_id = f"{ds.path.name}:{line_no}"
-        if isinstance(text, RowError):
-            quarantine.add(row_id, str(text))
-            continue
-        label = labels[i].strip() if i < len(labels) else ""
-        if label not in names:
-            quarantine.add(row_id, f"label {label!r} not in the mapping", {"text": text})
-            continue
-        if ds.templates:
-            text = tt.sentiment(text.strip(), tt.row_rng(ds.seed, row_id), item="tweet", subject="topic")
-        yield RawPrompt(ds.name, row_id, "sentiment", text, names[label], {"label": names[label], "choices": choices})
-
-
-def conll_sentences(path: Path) -> Iterator[tuple[int, list[tuple[str, str]]]]:
-    """(first line number, [(token, BIO tag)]) per blank-line separated sentence."""
-    tokens: list[tuple[str, str]] = []
-    start = 1
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                if tokens:
-                    yield start, tokens
-                tokens, start = [], line_no + 1
-                continue
-            token, _, tag = line.partition("\t")
-            tokens.append((token, tag.strip() or "O"))
-    if tokens:
-        yield start, tokens
-
-
-def bio_entities(tokens: list[tuple[str, str]]) -> dict[str, list[str]]:
-    """Entity strings per type from BIO tags (an I- without a B- starts a new entity)."""
-    found: dict[str, list[str]] = {}
-    current: tuple[str, list[str]] | None = None
-    for token, tag in tokens + [("", "O")]:
-        kind = tag[2:] if tag[:2] in ("B-", "I-") else None
-        if current and (tag.startswith("B-") or kind != current[0]):
-            found.setdefault(current[0], []).append(" ".join(current[1]))
-            current = None
-        if kind and current is None:
-            current = (kind, [token])
-        elif kind and current:
-            current[1].append(token)
-    return found
-
-
-# 001 asks for a person, place or object; WNUT-17's types that answer each.
-_WNUT_KINDS = {"person": ("person",), "place": ("location",), "object": ("product", "creative-work")}
-
-
-def read_wnut17(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    for i, (line_no, tokens) in enumerate(conll_sentences(ds.path)):
-        if ds.limit is not None and i >= ds.limit:
-            break
-        row_id = f"{ds.path.name}:{line_no}"
-        sentence = " ".join(t for t, _ in tokens)
-        entities = bio_entities(tokens)
-        meta: dict[str, Any] = {"entities": entities}
-        text, reference = sentence, None
-        if ds.templates:
-            text, kind = tt.entity_recognition(sentence, tt.row_rng(ds.seed, row_id))
-            wanted = [e for t in _WNUT_KINDS[kind] for e in entities.get(t, [])]
-            meta["asked"] = kind
-            reference = ", ".join(wanted) if wanted else "none"
-        else:
-            reference = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(entities.items())) or "none"
-        yield RawPrompt(ds.name, row_id, "entity_recognition", text, reference, meta)
-
-
-def read_arena_hard(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    """arena-hard questions: uid (the row id, which answer files join on), category, cluster, prompt."""
-
-    def make(row_id: str, rec: Any) -> RawPrompt:
-        rec = _object(rec)
-        uid = _string(rec, "uid", required=True)
-        prompt = _text(rec, "prompt")
-        meta = {"category": rec.get("category"), "cluster": rec.get("cluster")}
-        return RawPrompt(ds.name, uid, "open_ended", prompt, None, meta)
-
-    return _convert(_jsonl_records(ds.path), ds.limit, quarantine, make)
-
-
-BUILTIN = {
-    "llmrouter": read_llmrouter,
-    "gsm8k": read_gsm8k,
-    "humaneval": read_humaneval,
-    "tweeteval_sentiment": read_tweeteval_sentiment,
-    "wnut17": read_wnut17,
-    "arena_hard": read_arena_hard,
-}
-
-
 def read_dataset(ds, quarantine: Quarantine) -> Iterator[RawPrompt]:
     if ds.kind in ("jsonl", "csv", "parquet"):
         return read_file(ds, quarantine)
     if ds.kind == "hf":
         return read_hf(ds, quarantine)
     if ds.kind == "builtin":
+        from prompts.builtin_readers import BUILTIN  # it imports this module's record helpers
+
         return BUILTIN[ds.reader](ds, quarantine)
     if ds.kind == "routerbench":
         return read_routerbench_prompts(ds, quarantine)

@@ -21,7 +21,8 @@ from core.config import REFERENCE_METRICS, FleetConfig, Templates
 from core.schemas import PROMPTS
 from core.storage import Quarantine, to_table
 from prompts import templates as tt
-from prompts.readers import RawPrompt, RowError, parse_choices, read_dataset
+from prompts.builtin_readers import parse_choices
+from prompts.readers import RawPrompt, RowError, read_dataset
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 

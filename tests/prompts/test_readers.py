@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.config import load_fleet
-from prompts.readers import bio_entities, parse_choices
+from prompts.builtin_readers import bio_entities, parse_choices
 from prompts.sources import build_prompts
 
 
