@@ -101,9 +101,9 @@ def run(fleet: str, quick: bool) -> dict:
         ds = config.datasets[0]
         cluster_rows = read_score_table({"train": ds.files["train"]}, text_field=ds.text_field,
                                         scores_field=ds.scores_field, task_field="cluster_id")
-        clusters = np.asarray([f"cluster_id={r.task}" for r in cluster_rows])
-        by_text = {r.text: c for r, c in zip(cluster_rows, clusters)}
-        train_clusters = [by_text.get(t, "none") for t in np.asarray(texts)[train_rows]]
+        by_row = {r.row_id: f"cluster_id={r.task}" for r in cluster_rows}
+        source_rows = np.asarray(routing.column("source_row").to_pylist())
+        train_clusters = [by_row[r] for r in source_rows[train_rows]]
         folds = np.asarray(train_clusters)
         report["leave_one_cluster_out_train"] = {}
         for c in sorted(set(train_clusters)):

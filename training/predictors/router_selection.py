@@ -15,6 +15,7 @@ the caller evaluates the returned router on the test split once.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +56,8 @@ def cluster_centroids(x: np.ndarray, tasks: list[str] | None, k: int, seed: int)
     else:
         from sklearn.cluster import KMeans
 
-        k = max(1, min(k, len(x) // 20 or 1))
+        distinct = len(np.unique(np.round(x, 4), axis=0))  # identical embeddings (a shared prompt prefix
+        k = max(1, min(k, len(x) // 20 or 1, distinct))     # cut by truncation) make fewer clusters
         cents = KMeans(k, n_init=4, random_state=seed).fit(x).cluster_centers_
         names = [f"cluster-{i}" for i in range(k)]
     cents = cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-12)
@@ -173,7 +175,8 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
     def average(values: np.ndarray | None) -> np.ndarray:
         if values is None:
             return np.full(len(models), np.nan, dtype=np.float32)
-        with np.errstate(invalid="ignore"):
+        with warnings.catch_warnings():  # a model with no known value keeps NaN: unknown, not an error
+            warnings.simplefilter("ignore", RuntimeWarning)
             return np.nanmean(np.asarray(values, dtype=np.float64), axis=0).astype(np.float32)
 
     own_similarity = (x @ centroids.T).max(axis=1)
