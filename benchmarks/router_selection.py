@@ -32,6 +32,7 @@ from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
 from core.schemas import routing_models
 from prompts.score_tables import read_score_table
+from prompts.sources import normalize
 from training.embeddings import encode_cached
 from training.predictors.router_report import batch_latency, evaluate
 from training.predictors.router_selection import select_router
@@ -101,9 +102,9 @@ def run(fleet: str, quick: bool) -> dict:
         ds = config.datasets[0]
         cluster_rows = read_score_table({"train": ds.files["train"]}, text_field=ds.text_field,
                                         scores_field=ds.scores_field, task_field="cluster_id")
-        by_row = {r.row_id: f"cluster_id={r.task}" for r in cluster_rows}
-        source_rows = np.asarray(routing.column("source_row").to_pylist())
-        train_clusters = [by_row[r] for r in source_rows[train_rows]]
+        # the routing table holds the prompts as the pipeline normalised them (NFC, trimmed, LF)
+        by_text = {normalize(r.text): f"cluster_id={r.task}" for r in cluster_rows}
+        train_clusters = [by_text[t] for t in np.asarray(texts)[train_rows]]
         folds = np.asarray(train_clusters)
         report["leave_one_cluster_out_train"] = {}
         for c in sorted(set(train_clusters)):

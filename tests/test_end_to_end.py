@@ -158,10 +158,16 @@ def test_routerbench_end_to_end(config_copy, state_dir):
         pq.read_table(p).num_rows for p in (config.storage_root / "quarantine" / "quality").rglob("*.parquet")
     )
     assert quarantined == 154
-    evaluation = json.loads((config.storage_root / "reports" / "knn_evaluation.json").read_text())
+    evaluation = json.loads((config.storage_root / "reports" / "knn" / "knn_evaluation.json").read_text())
     assert evaluation["n_test"] == 825
     # leave one task out: the index without ARC routes ARC's test prompts, and likewise for Winogrande
     loto = out["report"]["leave_one_task_out"]
     assert {"arc-challenge", "winogrande"} <= set(loto)
     assert all(loto[t]["n_test"] > 0 for t in ("arc-challenge", "winogrande"))
-    assert (config.storage_root / "reports" / "knn_quality_cost.png").stat().st_size > 10_000
+    assert (config.storage_root / "reports" / "knn" / "knn_quality_cost.png").stat().st_size > 10_000
+    # the router chosen by cross-validation: never below the best single model on the test split
+    router = out["router"]
+    assert router["test/router"] >= router["test/best_single"] - 1e-9
+    assert router["cv/router"] >= router["cv/best_single"] - 1e-9
+    report = json.loads((config.storage_root / "reports" / "router" / "router_selection.json").read_text())
+    assert all(row["lead"] >= -1e-9 for row in report["test"]["per_task"].values())

@@ -32,6 +32,7 @@ from core.config.models import (  # noqa: F401
     TableSource,
     VllmOptions,
 )
+from core.config.policies import DdqnSettings, PpoSettings, SacSettings  # noqa: F401
 from core.config.scoring import (  # noqa: F401
     JUDGE_RUBRIC,
     REFERENCE_METRICS,

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from core.config.base import ConfigPath, ModelRef, _Strict
+from core.config.policies import DdqnSettings, SacSettings
 
 
 class KnnSettings(_Strict):
@@ -104,8 +105,8 @@ class RoutingEvaluationSettings(_Strict):
     queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
     kv_capacity_tokens: int = Field(400_000, ge=2)
     train_load: float = Field(0.9, gt=0)  # learned policies train on Poisson at this load
-    ddqn_episodes: int = Field(6, ge=1)
-    sac_steps: int = Field(4000, ge=1)
+    ddqn: DdqnSettings = DdqnSettings(episodes=6)  # 001's double DQN (workload-guided)
+    sac: SacSettings = SacSettings(total_steps=4000)  # 000's SAC, over the HAN and over an MLP
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
     slo_e2e_s: float | None = None
     slo_tpot_s: float | None = None

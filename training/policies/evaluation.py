@@ -90,9 +90,9 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     """Train the learned policies, run every policy × workload × load × seed, write plots; returns
     the report (rows of mean ± std per metric, learning curves, plot paths) and the trained
     networks with the environment each was trained in (for export)."""
-    from training.policies.rl.ddqn import DdqnSettings, train_ddqn
+    from training.policies.rl.ddqn import train_ddqn
     from training.policies.rl.rollout import greedy, run_episode, sampled
-    from training.policies.rl.sac import SacSettings, train_sac
+    from training.policies.rl.sac import train_sac
 
     out_dir.mkdir(parents=True, exist_ok=True)
     profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
@@ -119,9 +119,9 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         start = time.perf_counter()
         env = envs[name](train_workload)
         if name == "ddqn_workload_guided":
-            net, info = train_ddqn(env, DdqnSettings(episodes=settings.ddqn_episodes, seed=settings.seed), log=log)
+            net, info = train_ddqn(env, settings.ddqn.model_copy(update={"seed": settings.seed}), log=log)
         else:
-            net, info = train_sac(env, SacSettings(total_steps=settings.sac_steps, seed=settings.seed), log=log)
+            net, info = train_sac(env, settings.sac.model_copy(update={"seed": settings.seed}), log=log)
         trained[name], curves[name], trained_envs[name] = net, info["curve"], env
         log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     rows = []

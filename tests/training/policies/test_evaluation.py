@@ -4,7 +4,7 @@ policies trained on Poisson, plots; and its settings' validation."""
 import numpy as np
 import pytest
 
-from core.config import RoutingEvaluationSettings
+from core.config import DdqnSettings, RoutingEvaluationSettings, SacSettings
 from training.policies.evaluation import evaluate_routing, workload_factory
 from training.policies.simulator.workloads import RequestPool
 
@@ -23,7 +23,7 @@ def _pool():
 
 def test_every_policy_workload_load_and_seed(tmp_path):
     settings = RoutingEvaluationSettings(enabled=True, loads=[0.5, 0.9], workloads=["poisson", "square_wave"],
-                                         requests=40, seeds=3, queue_capacity=4, ddqn_episodes=1, sac_steps=80,
+                                         requests=40, seeds=3, queue_capacity=4, ddqn=DdqnSettings(episodes=1), sac=SacSettings(total_steps=80),
                                          policies=["round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"])
     prices = np.array([[0.1, 0.2], [1.0, 2.0]])
     report, trained = evaluate_routing(_pool(), FITS, [0, 1], prices, settings, tmp_path, log=lambda m: None)

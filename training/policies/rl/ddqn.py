@@ -10,30 +10,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
-
-@dataclass
-class DdqnSettings:
-    episodes: int = 10
-    gamma: float = 0.99
-    learning_rate: float = 1e-3
-    batch_size: int = 512
-    buffer_size: int = 100_000
-    hidden: tuple[int, int] = (64, 64)
-    eps_start: float = 1.0
-    eps_end: float = 0.05
-    eps_decay_steps: int = 20_000
-    learn_every: int = 4
-    warmup_steps: int = 1_000
-    target_tau: float = 0.005
-    reward_scale: float = 0.01  # +60 per completion makes Q values of thousands: learn on a smaller scale
-    # "mlp": 001's obs-64-64-actions; "per_instance": one Q head shared by every instance
-    # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
-    network: str = "mlp"
-    seed: int = 0
+from core.config.policies import DdqnSettings  # noqa: F401 - re-exported for callers
 
 
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
@@ -101,4 +81,4 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                       "seconds": time.perf_counter() - start})
         log(f"episode {k}: return {total:.0f}, {steps} steps so far, ε {eps:.2f}, "
             f"loss {curve[-1]['loss'] if losses else float('nan'):.3g}")
-    return net.eval(), {"settings": asdict(settings), "curve": curve}
+    return net.eval(), {"settings": settings.model_dump(), "curve": curve}

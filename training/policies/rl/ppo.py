@@ -8,23 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
-
-@dataclass
-class PpoSettings:
-    total_steps: int = 50_000
-    hidden: tuple[int, ...] = (90, 60)
-    learning_rate: float = 3e-4
-    n_steps: int = 1024
-    batch_size: int = 128
-    n_epochs: int = 10
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_range: float = 0.2
-    seed: int = 0
+from core.config.policies import PpoSettings  # noqa: F401 - re-exported for callers
 
 
 def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
@@ -59,7 +46,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
                 policy_kwargs={"net_arch": {"pi": list(settings.hidden), "vf": list(settings.hidden)},
                                "activation_fn": nn.Tanh}, verbose=0)
     model.learn(total_timesteps=settings.total_steps, callback=Curve())
-    return simplex_actor(model.policy), {"settings": asdict(settings), "curve": curve,
+    return simplex_actor(model.policy), {"settings": settings.model_dump(), "curve": curve,
                                          "train_seconds": time.perf_counter() - start}
 
 

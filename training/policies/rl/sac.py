@@ -7,27 +7,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
-
-@dataclass
-class SacSettings:
-    total_steps: int = 20_000
-    gamma: float = 0.99
-    learning_rate: float = 3e-4
-    batch_size: int = 64
-    buffer_size: int = 100_000
-    warmup_steps: int = 500
-    learn_every: int = 4
-    target_tau: float = 0.005
-    # the temperature aims at this share of the uniform policy's entropy (TorchRL's default 0.98 keeps
-    # a 7-action policy near uniform, and its greedy action is then a coin flip)
-    target_entropy_weight: float = 0.5
-    hidden: int = 64
-    heads: int = 4
-    seed: int = 0
+from core.config.policies import SacSettings  # noqa: F401 - re-exported for callers
 
 
 def networks(env, settings: SacSettings):
@@ -101,5 +84,5 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
         log(f"episode {episode}: return {total:.1f}, {steps} steps, loss {curve[-1]['loss'] or float('nan'):.3g}, "
             f"α {curve[-1]['alpha']:.3f}")
         episode += 1
-    info = {"settings": asdict(settings), "curve": curve, "train_seconds": time.perf_counter() - start}
+    info = {"settings": settings.model_dump(), "curve": curve, "train_seconds": time.perf_counter() - start}
     return actor_net.eval(), info

@@ -1,0 +1,64 @@
+"""Settings of the RL trainers (`training/policies/rl/`): part of the one fleet schema, so a fleet
+file sets them under `training.routing_evaluation.{ddqn,sac}` and benchmarks build them the same way."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from core.config.base import _Strict
+
+
+class DdqnSettings(_Strict):
+    """001's double DQN."""
+
+    episodes: int = 10
+    gamma: float = 0.99
+    learning_rate: float = 1e-3
+    batch_size: int = 512
+    buffer_size: int = 100_000
+    hidden: tuple[int, int] = (64, 64)
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_steps: int = 20_000
+    learn_every: int = 4
+    warmup_steps: int = 1_000
+    target_tau: float = 0.005
+    reward_scale: float = 0.01  # +60 per completion makes Q values of thousands: learn on a smaller scale
+    # "mlp": 001's obs-64-64-actions; "per_instance": one Q head shared by every instance
+    # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
+    network: Literal["mlp", "per_instance"] = "mlp"
+    seed: int = 0
+
+
+class SacSettings(_Strict):
+    """000's discrete SAC."""
+
+    total_steps: int = 20_000
+    gamma: float = 0.99
+    learning_rate: float = 3e-4
+    batch_size: int = 64
+    buffer_size: int = 100_000
+    warmup_steps: int = 500
+    learn_every: int = 4
+    target_tau: float = 0.005
+    # the temperature aims at this share of the uniform policy's entropy (TorchRL's default 0.98 keeps
+    # a 7-action policy near uniform, and its greedy action is then a coin flip)
+    target_entropy_weight: float = 0.5
+    hidden: int = 64
+    heads: int = 4
+    seed: int = 0
+
+
+class PpoSettings(_Strict):
+    """004's PPO (Stable-Baselines3)."""
+
+    total_steps: int = 50_000
+    hidden: tuple[int, ...] = (90, 60)
+    learning_rate: float = 3e-4
+    n_steps: int = 1024
+    batch_size: int = 128
+    n_epochs: int = 10
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    seed: int = 0
