@@ -58,14 +58,20 @@ def leave_one_task_out(x, y, tasks_train, x_test, y_test, tasks_test, models, se
     return out
 
 
-def knn_latency(x_train, y_train, models, encoder, texts, settings) -> dict:
-    """002's KNN (k = 10) through the same runtime, for the batch-of-64 comparison."""
+def latencies(router: Router, x_train, y_train, models, encoder, texts, settings, rounds: int = 5) -> dict:
+    """Batch-of-64 latency of the chosen router and of 002's KNN (k = 10) through the same runtime,
+    measured in alternation so that any other load on the machine weighs on both alike."""
     from core.config import RouterSelectionSettings
 
     knn_only = RouterSelectionSettings(enabled=True, folds=2, knn_k=[10], knn_prior_strength=[10.0], mlp_hidden=[],
                                        mf_dim=[], ensemble_size=1, guard_clusters=settings.guard_clusters)
-    router, _ = select_router(x_train, y_train, models, knn_only, encoder, log=lambda _: None)
-    return batch_latency(router, texts)
+    knn, _ = select_router(x_train, y_train, models, knn_only, encoder, log=lambda _: None)
+    runs: dict[str, list[dict]] = {"router": [], "knn_k10": []}
+    for _ in range(rounds):
+        runs["router"].append(batch_latency(router, texts, repeats=1))
+        runs["knn_k10"].append(batch_latency(knn, texts, repeats=1))
+    return {name: {"batch": 64, "median_seconds": float(np.median([r["median_seconds"] for r in rs])),
+                   "per_prompt_ms": float(np.median([r["per_prompt_ms"] for r in rs]))} for name, rs in runs.items()}
 
 
 def run(fleet: str, quick: bool) -> dict:
@@ -92,8 +98,8 @@ def run(fleet: str, quick: bool) -> dict:
     encoder = {"ref": config.encoder, "truncation_side": config.training.knn.truncation_side}
     x = encode_cached(texts, config.encoder, encoder["truncation_side"], cache)
     router = Router.load(result.folder)
-    report["batch64_cpu_knn_k10"] = knn_latency(x[train_rows], quality[train_rows], models, encoder,
-                                                [t for t, k in zip(texts, test_rows) if k][:64], settings)
+    report["batch64_cpu_alternating"] = latencies(router, x[train_rows], quality[train_rows], models, encoder,
+                                                  [t for t, k in zip(texts, test_rows) if k][:64], settings)
     if len(set(tasks[test_rows])) > 1:
         report["leave_one_task_out"] = leave_one_task_out(
             x[train_rows], quality[train_rows], list(tasks[train_rows]), x[test_rows], quality[test_rows],

@@ -14,7 +14,6 @@ takes far longer than the rest of router selection, and it is not part of the de
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,12 +33,20 @@ class RouterDcSettings:
     seed: int = 0
 
 
-def sample_llm_loss(logits, scores, top_k: int, last_k: int):
-    """RouterDC's sample–LLM contrastive loss on (batch, models) logits and scores in [0, 1]."""
+def sample_llm_loss(logits, scores, top_k: int, last_k: int, known=None):
+    """RouterDC's sample–LLM contrastive loss on (batch, models) logits and scores in [0, 1]: each
+    of the top-k models (skipped where it scored 0) against the bottom-k (those above 0.5 left out).
+    `known` (bool, same shape) marks labelled pairs; an unlabelled one is neither positive nor negative."""
     import torch
 
-    top_true, top_idx = scores.sort(dim=1, descending=True)
-    low_true, low_idx = scores.topk(last_k, largest=False, dim=1)
+    m = logits.shape[1]
+    top_k, last_k = max(1, min(top_k, m - 1)), max(1, min(last_k, m - 1))  # a fleet may have few models
+    if known is not None:
+        ranked, bottom = torch.where(known, scores, -1.0), torch.where(known, scores, 2.0)
+    else:
+        ranked = bottom = scores
+    top_true, top_idx = ranked.sort(dim=1, descending=True)
+    low_true, low_idx = bottom.topk(last_k, largest=False, dim=1)
     negatives = torch.gather(logits, 1, low_idx).masked_fill(low_true > 0.5, float("-inf"))
     loss = logits.new_zeros(())
     for k in range(top_k):
@@ -50,23 +57,24 @@ def sample_llm_loss(logits, scores, top_k: int, last_k: int):
     return loss
 
 
-def sample_sample_loss(z, clusters, negatives: int, rng: random.Random):
-    """One same-cluster positive against `negatives` other-cluster prompts per row (cosine logits)."""
+def sample_sample_loss(z, clusters, negatives: int, generator, temperature: float = 1.0):
+    """RouterDC's sample–sample loss: per row, one random same-cluster positive against `negatives`
+    random other-cluster prompts, over cosine logits (z is L2-normalized); rows without enough of
+    either are left out."""
     import torch
 
-    sims = z @ z.T
-    rows, index = [], []
-    ids = clusters.tolist()
-    for i, c in enumerate(ids):
-        same = [j for j, d in enumerate(ids) if d == c and j != i]
-        other = [j for j, d in enumerate(ids) if d != c]
-        if same and len(other) >= negatives:
-            rows.append(i)
-            index.append([rng.choice(same), *rng.sample(other, negatives)])
-    if not rows:
+    n = len(z)
+    same = (clusters[:, None] == clusters[None, :]) & ~torch.eye(n, dtype=torch.bool, device=z.device)
+    other = clusters[:, None] != clusters[None, :]
+    rows = same.any(1) & (other.sum(1) >= negatives)
+    if not rows.any():
         return z.new_zeros(())
-    sel = torch.gather(sims[rows], 1, torch.tensor(index, device=z.device))
-    return -torch.log_softmax(sel, dim=1)[:, 0].mean()
+    noise = torch.rand(n, n, generator=generator).to(z.device)
+    pos = torch.where(same, noise, -1.0).argmax(1)
+    neg = torch.where(other, noise, -1.0).topk(negatives, dim=1).indices
+    sims = z @ z.T / temperature
+    sel = torch.cat([torch.gather(sims, 1, pos[:, None]), torch.gather(sims, 1, neg)], dim=1)
+    return -torch.log_softmax(sel[rows], dim=1)[:, 0].mean()
 
 
 def finetune(texts: list[str], scores: np.ndarray, clusters: np.ndarray, encoder_ref: str,
@@ -80,7 +88,7 @@ def finetune(texts: list[str], scores: np.ndarray, clusters: np.ndarray, encoder
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(settings.seed)
-    rng = random.Random(settings.seed)
+    gen = torch.Generator().manual_seed(settings.seed)
     model = SentenceTransformer(resolve_pretrained(encoder_ref), device=device).float()  # a half copy trains in fp32
     model.max_seq_length = settings.max_length
     model.tokenizer.truncation_side = "left"  # RouterDC keeps the end of a long prompt
@@ -101,7 +109,7 @@ def finetune(texts: list[str], scores: np.ndarray, clusters: np.ndarray, encoder
         logits = z @ F.normalize(emb, dim=1).T / settings.temperature
         loss = sample_llm_loss(logits, y[batch], settings.top_k, settings.last_k)
         if settings.cluster_weight:
-            loss = loss + settings.cluster_weight * sample_sample_loss(z, c[batch], settings.negatives, rng)
+            loss = loss + settings.cluster_weight * sample_sample_loss(z, c[batch], settings.negatives, gen)
         opt.zero_grad()
         loss.backward()
         opt.step()

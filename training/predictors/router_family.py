@@ -120,6 +120,8 @@ def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: i
     import torch.nn.functional as F
     from sklearn.cluster import KMeans
 
+    from training.predictors.router_dc_finetune import sample_llm_loss, sample_sample_loss
+
     p = cand.params
     dim, top_k, last_k, h_neg = int(p["dim"]), int(p.get("top_k", 3)), int(p.get("last_k", 3)), int(p.get("H", 3))
     temperature, cluster_weight = float(p.get("temperature", 0.2)), float(p.get("cluster_weight", 1.0))
@@ -132,37 +134,18 @@ def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: i
     proj = torch.nn.Sequential(torch.nn.Linear(d, dim), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(dim, dim))
     emb = torch.nn.Parameter(torch.randn(m, dim, generator=gen) * 0.78)
     opt = torch.optim.AdamW([*proj.parameters(), emb], lr=float(p.get("lr", 1e-3)), weight_decay=1e-4)
-    xt, yt = torch.tensor(x, dtype=torch.float32), torch.tensor(np.where(known, y, -1.0), dtype=torch.float32)
+    xt, yt = torch.tensor(x, dtype=torch.float32), torch.tensor(np.nan_to_num(y), dtype=torch.float32)
+    kt = torch.tensor(known)
     ct = torch.tensor(clusters)
-    top_k, last_k = min(top_k, m - 1), min(last_k, m - 1)
     for _ in range(int(p["epochs"])):
         perm = torch.randperm(n, generator=gen)
         for i in range(0, n, 64):
             b = perm[i:i + 64]
             z = F.normalize(proj(xt[b]), dim=1)
             logits = z @ F.normalize(emb, dim=1).T / temperature
-            scores = yt[b]
-            top_true, top_idx = scores.sort(dim=1, descending=True)
-            low_true, low_idx = torch.where(scores < 0, 2.0, scores).topk(last_k, largest=False, dim=1)
-            neg = torch.gather(logits, 1, low_idx).masked_fill(low_true > 0.5, float("-inf"))
-            loss = torch.zeros(())
-            for k in range(top_k):
-                pos = torch.gather(logits, 1, top_idx[:, k:k + 1])
-                keep = (top_true[:, k] > 0).float()
-                logp = torch.log_softmax(torch.cat([pos, neg], dim=1), dim=1)[:, 0]
-                loss = loss + -(logp * keep).sum() / keep.sum().clamp(min=1)
-            if cluster_weight > 0 and len(b) > h_neg + 1:
-                sims = z @ z.T / temperature
-                cb = ct[b]
-                same = (cb[:, None] == cb[None, :]) & ~torch.eye(len(b), dtype=torch.bool)
-                other = cb[:, None] != cb[None, :]
-                rows = same.any(1) & (other.sum(1) >= h_neg)
-                if rows.any():
-                    noise = torch.rand(len(b), len(b), generator=gen)
-                    pos_j = torch.where(same, noise, -1.0).argmax(1)
-                    neg_j = torch.where(other, noise, -1.0).topk(h_neg, dim=1).indices
-                    sel = torch.cat([torch.gather(sims, 1, pos_j[:, None]), torch.gather(sims, 1, neg_j)], dim=1)
-                    loss = loss + cluster_weight * -torch.log_softmax(sel[rows], dim=1)[:, 0].mean()
+            loss = sample_llm_loss(logits, yt[b], top_k, last_k, known=kt[b])
+            if cluster_weight > 0:
+                loss = loss + cluster_weight * sample_sample_loss(z, ct[b], h_neg, gen, temperature)
             opt.zero_grad()
             loss.backward()
             opt.step()

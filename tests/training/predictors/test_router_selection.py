@@ -46,7 +46,8 @@ def synthetic(n: int, seed: int, with_clusters: bool = False):
 @pytest.mark.parametrize("cand", [Candidate("knn", {"k": 5, "prior_strength": 2.0}),
                                   Candidate("mlp", {"hidden": 0, "weight_decay": 0.0, "epochs": 60}),
                                   Candidate("mlp", {"hidden": 16, "weight_decay": 0.0, "epochs": 60}),
-                                  Candidate("mf", {"dim": 4, "epochs": 60})])
+                                  Candidate("mf", {"dim": 4, "epochs": 60}),
+                                  Candidate("dc", {"dim": 16, "epochs": 30, "clusters": 4, "lr": 3e-3})])
 def test_every_member_learns_the_structured_clusters(cand):
     x, y = synthetic(600, 1)
     xt, yt, cluster = synthetic(300, 2, with_clusters=True)
@@ -141,3 +142,31 @@ def test_selection_never_reads_test_labels():
 def test_folds_are_balanced_and_seeded():
     ids = fold_ids(103, 5, seed=1)
     assert np.bincount(ids).tolist() in ([21, 21, 21, 20, 20],) and np.array_equal(ids, fold_ids(103, 5, seed=1))
+
+
+def test_sample_llm_loss_skips_zero_positives_and_unlabelled_pairs():
+    import torch
+
+    from training.predictors.router_dc_finetune import sample_llm_loss
+
+    logits = torch.tensor([[2.0, 0.0, -2.0]])
+    good = sample_llm_loss(logits, torch.tensor([[1.0, 0.0, 0.0]]), top_k=1, last_k=2)
+    bad = sample_llm_loss(-logits, torch.tensor([[1.0, 0.0, 0.0]]), top_k=1, last_k=2)
+    assert good < bad  # ranking the best model first costs less
+    assert sample_llm_loss(logits, torch.zeros(1, 3), top_k=1, last_k=2) == 0  # nobody scored: no positive
+    # an unlabelled model is neither the positive nor a negative
+    masked = sample_llm_loss(logits, torch.tensor([[0.0, 1.0, 0.0]]), top_k=1, last_k=1,
+                             known=torch.tensor([[False, True, True]]))
+    plain = torch.log_softmax(torch.tensor([0.0, -2.0]), 0)[0]
+    assert torch.isclose(masked, -plain)
+
+
+def test_routerdc_finetune_moves_the_encoder_and_routes():
+    from training.predictors.router_dc_finetune import RouterDcSettings, finetune, route_scores
+
+    texts = [f"{'Solve' if i % 2 else 'Translate'} item {i}" for i in range(16)]
+    y = np.tile([[1.0, 0.0], [0.0, 1.0]], (8, 1))
+    model, emb = finetune(texts, y, np.arange(16) % 2, ENCODER["ref"], RouterDcSettings(steps=2, batch_size=8),
+                          device="cpu", log=lambda _: None)
+    scores = route_scores(model, emb, texts[:4])
+    assert scores.shape == (4, 2) and np.all(np.abs(scores) <= 1 + 1e-5)
