@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -133,10 +134,15 @@ class RouteBalance:
     before the next request. Latency is 002's analytic E2E at the instance's TPOT (context-dependent):
     predicted length · TPOT where a sequence slot is free, else (pending decode / running +
     predicted length) · TPOT; plus the prefill. Equal scores (e.g. a weight on a term every
-    candidate ties on) go to the lower latency estimate."""
+    candidate ties on) go to the lower latency estimate.
+
+    `quality_scale="absolute"` keeps the quality estimates as they are instead of min–max stretching
+    them per request: a calibrated estimate (probabilities of a correct answer) then weighs by how
+    much the models really differ, where min–max turns a 0.01 difference into the full range."""
 
     weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # quality, latency, cost on the simplex
     price_per_token: tuple[float, ...] | None = None  # per instance; None: no cost term
+    quality_scale: str = "minmax"  # 002's per-request min–max, or "absolute"
     known: dict[int, Request] = field(default_factory=dict)
 
     def assign(self, queue, cluster, now):
@@ -163,7 +169,8 @@ class RouteBalance:
             quality = np.array([quality_of(req, i) for i in insts])
             cost = (np.asarray(self.price_per_token) * (req.prompt_tokens + est) if self.price_per_token
                     else np.zeros(len(insts)))
-            score = wq * _unit(quality) - wl * _unit(latency) - wc * _unit(cost)
+            q = _unit(quality) if self.quality_scale == "minmax" else quality
+            score = wq * q - wl * _unit(latency) - wc * _unit(cost)
             choice = int(np.lexsort((latency, -np.round(score, 12)))[0])  # ties: the lower latency
             pending[choice] += est[choice]  # dead reckoning until the next telemetry
             out[k] = choice
@@ -183,4 +190,5 @@ BASELINES = {
     "earliest_available": EarliestAvailable,
     "quality_only": QualityOnly,
     "route_balance": RouteBalance,
+    "route_balance_absolute": partial(RouteBalance, quality_scale="absolute"),
 }
