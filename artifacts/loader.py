@@ -139,7 +139,7 @@ class RouterBundle:
 
     def routing_policy(self, name: str):
         """A trained routing policy (`artifacts.policy.RoutingPolicy`: `act(observation)` and the
-        observation spec its `observation_00x` builder follows), e.g. `policy--sac_qos_han`."""
+        observation spec its `artifacts.policy.observation_*` builder follows), e.g. `policy--sac_qos_han`."""
         from artifacts.policy import RoutingPolicy
 
         if name not in self._loaded:
