@@ -59,7 +59,8 @@ def run_pipeline(
     trained = training_assets(config)
     return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator").metrics,
             "report": result.output_for_node("predictor_report"),
-            "router": result.output_for_node("router_selection").metrics if "router_selection" in trained else None,
+            "router": (result.output_for_node("router_selection").components[0].metrics
+                       if "router_selection" in trained else None),
             "routing_evaluation": (result.output_for_node("routing_evaluation").details
                                    if "routing_evaluation" in trained else None)}
 

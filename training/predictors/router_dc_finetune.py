@@ -92,7 +92,8 @@ def finetune(texts: list[str], scores: np.ndarray, clusters: np.ndarray, encoder
     model = SentenceTransformer(resolve_pretrained(encoder_ref), device=device).float()  # a half copy trains in fp32
     model.max_seq_length = settings.max_length
     model.tokenizer.truncation_side = "left"  # RouterDC keeps the end of a long prompt
-    dim = model.get_sentence_embedding_dimension()
+    dim = (model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
+           else model.get_sentence_embedding_dimension())  # renamed in sentence-transformers 6
     emb = torch.nn.Parameter(torch.randn(scores.shape[1], dim, device=device) * 0.78)
     opt = torch.optim.AdamW([*model.parameters(), emb], lr=settings.lr)
     y = torch.tensor(np.nan_to_num(scores, nan=0.0), dtype=torch.float32, device=device)

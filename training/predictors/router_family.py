@@ -165,7 +165,7 @@ def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: i
             return out
 
         lbfgs.step(closure)
-        scale[j], bias[j] = float(a[0]), float(a[1])
+        scale[j], bias[j] = float(a[0].detach()), float(a[1].detach())
     linears = [layer for layer in proj if isinstance(layer, torch.nn.Linear)]
     return {"w0": linears[0].weight.detach().numpy().T.astype(np.float32),
             "b0": linears[0].bias.detach().numpy().astype(np.float32),
