@@ -95,7 +95,7 @@ def run(fleet: str, quick: bool) -> dict:
     quality = matrix(routing, "quality", models)
     texts = routing.column("text").to_pylist()
     tasks = np.asarray(routing.column("task").to_pylist())
-    encoder = {"ref": config.encoder, "truncation_side": config.training.knn.truncation_side}
+    encoder = {"ref": config.encoder, "truncation_side": report["truncation_side"]}  # the side CV chose
     x = encode_cached(texts, config.encoder, encoder["truncation_side"], cache)
     router = Router.load(result.folder)
     report["batch64_cpu_alternating"] = latencies(router, x[train_rows], quality[train_rows], models, encoder,

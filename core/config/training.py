@@ -41,6 +41,9 @@ class RouterSelectionSettings(_Strict):
     # dcrouter against 0.655 for the KNN (docs/results.md), at minutes per fit on a CPU
     dc_dim: list[int] = []
     dc_epochs: int = Field(default=20, gt=0)
+    # which end of a long prompt the encoder keeps, chosen by CV among these (each costs one embedding
+    # pass); None: the KNN's `truncation_side` only
+    truncation_sides: list[Literal["left", "right"]] | None = None
     ensemble_size: int = Field(default=2, ge=1)  # the ensemble averages the best this many by CV
     # guard: clusters are the training tasks where known, else k-means on the embeddings
     guard_clusters: int = Field(default=8, gt=0)

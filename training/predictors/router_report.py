@@ -81,14 +81,30 @@ def batch_latency(router: Router, texts: list[str], batch: int = 64, repeats: in
     return {"batch": batch, "median_seconds": median, "per_prompt_ms": median / batch * 1e3}
 
 
-def fit_and_evaluate(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-                     models: list[str], settings, encoder: dict[str, Any], *,
-                     tasks_train: list[str] | None = None, tasks_test: list[str] | None = None,
-                     cost_train: np.ndarray | None = None, cost_test: np.ndarray | None = None,
-                     tokens_train: np.ndarray | None = None, seed: int = 0,
+def fit_and_evaluate(x_train: np.ndarray | dict[str, tuple[np.ndarray, np.ndarray]], y_train: np.ndarray,
+                     x_test: np.ndarray | None, y_test: np.ndarray | None, models: list[str], settings,
+                     encoder: dict[str, Any], *, tasks_train: list[str] | None = None,
+                     tasks_test: list[str] | None = None, cost_train: np.ndarray | None = None,
+                     cost_test: np.ndarray | None = None, tokens_train: np.ndarray | None = None, seed: int = 0,
                      log: Callable[[str], None] = print) -> tuple[Router, dict[str, Any]]:
-    """Select on the training split (test untouched), then evaluate once on the test split."""
-    router, report = select_router(x_train, y_train, models, settings, encoder, tasks=tasks_train, cost=cost_train,
-                                   output_tokens=tokens_train, seed=seed, log=log)
-    report["test"] = evaluate(router, x_test, y_test, cost_test, tasks_test)
+    """Select on the training split (test untouched), then evaluate once on the test split.
+
+    `x_train` may instead map encoder truncation sides to (train, test) embeddings: selection runs
+    on each, the side with the higher cross-validated score wins (ties: the first), and only the
+    winner sees the test split. `y_test` None: cross-validated numbers only."""
+    views = x_train if isinstance(x_train, dict) else {encoder.get("truncation_side", "right"): (x_train, x_test)}
+    chosen: tuple[str, Router, dict[str, Any]] | None = None
+    by_side = {}
+    for side, (xs, _) in views.items():
+        router, report = select_router(xs, y_train, models, settings, {**encoder, "truncation_side": side},
+                                       tasks=tasks_train, cost=cost_train, output_tokens=tokens_train, seed=seed,
+                                       log=log)
+        by_side[side] = report["cv"]
+        if chosen is None or report["cv"]["router"] > chosen[2]["cv"]["router"]:
+            chosen = (side, router, report)
+    side, router, report = chosen
+    report["truncation_side"] = side
+    report["cv_by_truncation_side"] = by_side
+    if y_test is not None and len(y_test):
+        report["test"] = evaluate(router, views[side][1], y_test, cost_test, tasks_test)
     return router, report

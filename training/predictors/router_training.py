@@ -17,7 +17,6 @@ import pyarrow as pa
 from core.schemas import routing_models
 from training.embeddings import encode_cached
 from training.predictors.router_report import batch_latency, fit_and_evaluate
-from training.predictors.router_selection import select_router
 from training.routing_table import matrix
 
 
@@ -93,26 +92,25 @@ def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, r
         raise ValueError(f"routing table has {int(train_rows.sum())} labelled training prompts; "
                          f"{settings.folds}-fold selection needs at least {settings.folds * 2}")
     texts = routing.column("text").to_pylist()
-    log(f"router: embedding {int(train_rows.sum() + test_rows.sum())} prompts")
-    vectors = encode_cached([t for t, keep in zip(texts, train_rows | test_rows) if keep], encoder_ref,
-                            truncation_side, cache_dir)
-    idx = np.flatnonzero(train_rows | test_rows)
-    x = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
-    x[idx] = vectors
+    rows = train_rows | test_rows
+    sides = list(getattr(settings, "truncation_sides", None) or [truncation_side])
+    log(f"router: embedding {int(rows.sum())} prompts ({', '.join(sides)} truncation)")
+    views = {}
+    for side in sides:
+        vectors = encode_cached([t for t, keep in zip(texts, rows) if keep], encoder_ref, side, cache_dir)
+        x = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+        x[np.flatnonzero(rows)] = vectors
+        views[side] = (x[train_rows], x[test_rows])
     tasks = np.asarray(routing.column("task").to_pylist())
     cost, tokens = matrix(routing, "cost", models), matrix(routing, "output_tokens", models)
     has_test = bool(test_rows.any())
-    encoder = {"ref": encoder_ref, "truncation_side": truncation_side}
     start = time.perf_counter()
-    fit = {"tasks": list(tasks[train_rows]), "cost": cost[train_rows], "output_tokens": tokens[train_rows]}
-    if has_test:
-        router, report = fit_and_evaluate(
-            x[train_rows], quality[train_rows], x[test_rows], quality[test_rows], models, settings, encoder,
-            tasks_train=fit["tasks"], tasks_test=list(tasks[test_rows]), cost_train=fit["cost"],
-            cost_test=cost[test_rows], tokens_train=fit["output_tokens"], seed=seed, log=log)
-    else:  # nothing held out: the report has the cross-validated numbers only
-        router, report = select_router(x[train_rows], quality[train_rows], models, settings, encoder,
-                                       seed=seed, log=log, **fit)
+    router, report = fit_and_evaluate(
+        views, quality[train_rows], None, quality[test_rows] if has_test else None, models, settings,
+        {"ref": encoder_ref}, tasks_train=list(tasks[train_rows]),
+        tasks_test=list(tasks[test_rows]) if has_test else None, cost_train=cost[train_rows],
+        cost_test=cost[test_rows] if has_test else None, tokens_train=tokens[train_rows], seed=seed, log=log)
+    x_test = views[report["truncation_side"]][1]
     report["selection_seconds"] = time.perf_counter() - start
     out_dir, report_dir = Path(out_dir), Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +118,7 @@ def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, r
     plots = []
     if has_test:
         report["batch64_cpu"] = batch_latency(router, [t for t, k in zip(texts, test_rows) if k][:64])
-        pred = router.predict_embeddings(x[test_rows]).quality
+        pred = router.predict_embeddings(x_test).quality
         plots.append(reliability_plot(pred, quality[test_rows], report_dir / "router_reliability.png",
                                       f"{title}: reliability (test)"))
         plots.append(cluster_plot(report["test"]["per_cluster"], report_dir / "router_per_cluster.png",

@@ -170,3 +170,18 @@ def test_routerdc_finetune_moves_the_encoder_and_routes():
                           device="cpu", log=lambda _: None)
     scores = route_scores(model, emb, texts[:4])
     assert scores.shape == (4, 2) and np.all(np.abs(scores) <= 1 + 1e-5)
+
+
+def test_cross_validation_chooses_the_informative_embedding_view():
+    x, y = synthetic(600, 11)
+    xt, yt = synthetic(200, 12)
+    rng = np.random.default_rng(3)
+    noise = rng.normal(size=x.shape).astype(np.float32)
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    noise_t = rng.normal(size=xt.shape).astype(np.float32)
+    noise_t /= np.linalg.norm(noise_t, axis=1, keepdims=True)
+    router, report = fit_and_evaluate({"right": (noise, noise_t), "left": (x, xt)}, y, None, yt, MODELS, SETTINGS,
+                                      ENCODER, log=lambda _: None)
+    assert report["truncation_side"] == "left" and router.meta["encoder"]["truncation_side"] == "left"
+    assert report["cv_by_truncation_side"]["left"]["router"] > report["cv_by_truncation_side"]["right"]["router"]
+    assert report["test"]["router"] > report["test"]["best_single"]
