@@ -20,7 +20,7 @@ from training.embeddings import encode_cached
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.workloads import RequestPool, prompt_token_counts
 from training.predictors.knn import build_knn
-from training.predictors.router_selection import select_router
+from training.predictors.router_report import fit_and_evaluate
 from training.routing_table import matrix
 
 TIERS = {  # model -> splitwise tier
@@ -43,13 +43,15 @@ def router_quality(routing: pa.Table, texts: list[str], config,
     t0 = time.perf_counter()
     train = routing.filter(pa.compute.equal(routing.column("split"), "train"))
     cache = config.storage_root / "cache" / "embeddings"
-    side = config.training.knn.truncation_side
-    x = encode_cached(train.column("text").to_pylist(), config.encoder, side, cache)
+    settings = config.training.router
+    sides = settings.truncation_sides or [config.training.knn.truncation_side]
+    views = {side: (encode_cached(train.column("text").to_pylist(), config.encoder, side, cache),
+                    encode_cached(texts, config.encoder, side, cache)) for side in sides}
     models = routing_models(routing.schema)
-    router, _ = select_router(x, matrix(train, "quality", models), models, config.training.router,
-                              {"ref": config.encoder, "truncation_side": side},
-                              tasks=train.column("task").to_pylist(), log=lambda _: None)
-    quality = router.predict_embeddings(encode_cached(texts, config.encoder, side, cache)).quality
+    router, report = fit_and_evaluate(views, matrix(train, "quality", models), None, None, models, settings,
+                                      {"ref": config.encoder}, tasks_train=train.column("task").to_pylist(),
+                                      log=lambda _: None)
+    quality = router.predict_embeddings(views[report["truncation_side"]][1]).quality
     timings["router_s"] = time.perf_counter() - t0
     return quality, router.models
 
