@@ -10,7 +10,9 @@ and the sentence encoder only. Member kinds:
 - `mf`: RouteLLM-style matrix factorisation, σ(⟨v_m, P·x⟩ + b_m) with learned model embeddings v_m;
 - `dc`: RouterDC's dual-contrastive head: the cosine of a projected prompt with learned model
   embeddings, mapped to quality per model by σ(a_m·cos + b_m);
-- an ensemble is the mean of its members' predictions.
+- an ensemble is the mean of its members' predictions;
+- where cross-validation kept it, a per-model isotonic map (knots `calibration/x`, `calibration/y`,
+  split by `calibration/offsets`) turns the estimate into a calibrated probability.
 
 The guard: prompts are assigned to the nearest cluster centroid (tasks, or k-means clusters where
 the training data names no task); a cluster where cross-validation showed no reliable gain over its
@@ -108,6 +110,11 @@ class Router:
         members = self.meta["members"]
         quality = np.mean([predict_member(m["kind"], m["params"], self._member_weights(m["name"]), x)
                            for m in members], axis=0)
+        if "calibration/offsets" in self.weights:  # per-model isotonic maps, chosen by cross-validation
+            xs, ys, cut = (self.weights["calibration/x"], self.weights["calibration/y"],
+                           self.weights["calibration/offsets"])
+            quality = np.column_stack([np.interp(quality[:, j], xs[cut[j]:cut[j + 1]], ys[cut[j]:cut[j + 1]])
+                                       for j in range(quality.shape[1])])
         n = len(x)
         centroids = self.weights["guard/centroids"]
         sims = x @ centroids.T

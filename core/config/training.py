@@ -44,7 +44,10 @@ class RouterSelectionSettings(_Strict):
     # which end of a long prompt the encoder keeps, chosen by CV among these (each costs one embedding
     # pass); None: the KNN's `truncation_side` only
     truncation_sides: list[Literal["left", "right"]] | None = None
-    ensemble_size: int = Field(default=2, ge=1)  # the ensemble averages the best this many by CV
+    ensemble_size: int = Field(default=2, ge=1)
+    # per-model isotonic calibration of the chosen estimate, kept when cross-fitted calibration
+    # lowers the CV Brier score without lowering the CV routing score
+    calibrate: bool = True  # the ensemble averages the best this many by CV
     # guard: clusters are the training tasks where known, else k-means on the embeddings
     guard_clusters: int = Field(default=8, gt=0)
     # a cluster keeps the estimator only when the bootstrap probability that its cross-validated

@@ -79,6 +79,35 @@ def cluster_best(y: np.ndarray, clusters: np.ndarray, n_clusters: int) -> np.nda
     return best
 
 
+def isotonic_maps(pred: np.ndarray, y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per model, the isotonic (non-decreasing) map from predicted to observed quality, fitted on the
+    labelled pairs, as the (x, y) knots `np.interp` applies at runtime."""
+    from sklearn.isotonic import IsotonicRegression
+
+    maps = []
+    for j in range(y.shape[1]):
+        known = ~np.isnan(y[:, j])
+        if known.sum() < 2:
+            maps.append((np.asarray([0.0, 1.0]), np.asarray([0.0, 1.0])))
+            continue
+        iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(pred[known, j], y[known, j])
+        maps.append((np.asarray(iso.X_thresholds_, dtype=np.float64), np.asarray(iso.y_thresholds_, dtype=np.float64)))
+    return maps
+
+
+def apply_maps(pred: np.ndarray, maps: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    return np.column_stack([np.interp(pred[:, j], xs, ys) for j, (xs, ys) in enumerate(maps)])
+
+
+def cross_fitted_calibration(pred: np.ndarray, y: np.ndarray, folds: np.ndarray) -> np.ndarray:
+    """Out-of-fold predictions calibrated by isotonic maps fitted on the other folds only, so the
+    calibrated score is as honest as the uncalibrated one."""
+    out = np.empty_like(pred)
+    for f in range(int(folds.max()) + 1):
+        out[folds == f] = apply_maps(pred[folds == f], isotonic_maps(pred[folds != f], y[folds != f]))
+    return out
+
+
 def cross_validate(cands: list[Candidate], x: np.ndarray, y: np.ndarray, folds: np.ndarray, seed: int,
                    log: LogFn = print) -> dict[str, np.ndarray]:
     """Out-of-fold quality estimates of every candidate."""
@@ -151,6 +180,14 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
         if score_at_argmax(ensemble, y) > score_at_argmax(oof[ranked[0].name], y):
             chosen = top
     chosen_oof = np.mean([oof[c.name] for c in chosen], axis=0)
+    calibrated = False
+    if settings.calibrate:
+        # kept only where cross-fitted calibration lowers the Brier score without lowering routing
+        cal = cross_fitted_calibration(chosen_oof, y, folds)
+        table.append({"estimator": "isotonic-calibrated chosen", "kind": "calibration", "params": {},
+                      "cv_score": score_at_argmax(cal, y), "cv_brier": brier(cal, y)})
+        if brier(cal, y) < brier(chosen_oof, y) and score_at_argmax(cal, y) >= score_at_argmax(chosen_oof, y):
+            maps, chosen_oof, calibrated = isotonic_maps(chosen_oof, y), cal, True
 
     centroids, cluster_names = cluster_centroids(x, tasks, settings.guard_clusters, seed)
     clusters = assign(x, centroids)
@@ -181,6 +218,10 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
 
     own_similarity = (x @ centroids.T).max(axis=1)
     ood = float(np.quantile(own_similarity, settings.unseen_quantile)) if settings.unseen_quantile > 0 else -2.0
+    if calibrated:
+        weights |= {"calibration/x": np.concatenate([m[0] for m in maps]).astype(np.float32),
+                    "calibration/y": np.concatenate([m[1] for m in maps]).astype(np.float32),
+                    "calibration/offsets": np.cumsum([0, *(len(m[0]) for m in maps)]).astype(np.int64)}
     weights |= {"guard/centroids": centroids, "guard/ood_threshold": np.asarray([ood], dtype=np.float32),
                 "guard/guarded": (forced >= 0).astype(np.int64),
                 "guard/cluster_quality": cluster_quality.astype(np.float32),
@@ -190,10 +231,12 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
             "guard": {"clusters": cluster_names, "confidence": settings.guard_confidence,
                       "unseen_quantile": settings.unseen_quantile,
                       "source": "tasks" if tasks is not None and len(set(tasks)) > 1 else "kmeans"},
+            "calibration": "isotonic" if calibrated else None,
             "selection": {"folds": settings.folds, "seed": seed, "chosen": [c.name for c in chosen]}}
     report = {
         "candidates": table,
         "chosen": [c.name for c in chosen],
+        "calibrated": calibrated,
         "cv": {"best_single": float(np.nanmax(np.nanmean(y, axis=0))),
                "oracle": float(np.nanmean(np.nanmax(y, axis=1))),
                "router_unguarded": score_at_argmax(chosen_oof, y),

@@ -185,3 +185,25 @@ def test_cross_validation_chooses_the_informative_embedding_view():
     assert report["truncation_side"] == "left" and router.meta["encoder"]["truncation_side"] == "left"
     assert report["cv_by_truncation_side"]["left"]["router"] > report["cv_by_truncation_side"]["right"]["router"]
     assert report["test"]["router"] > report["test"]["best_single"]
+
+
+def test_isotonic_calibration_is_cross_fitted_and_served_as_knots(tmp_path):
+    from training.predictors.router_selection import apply_maps, brier, cross_fitted_calibration, isotonic_maps
+
+    rng = np.random.default_rng(0)
+    p_true = rng.random((2000, 3))
+    y = (rng.random((2000, 3)) < p_true).astype(float)
+    squashed = 0.4 + 0.2 * p_true  # right order, wrong scale: what a shrunk KNN vote looks like
+    cal = cross_fitted_calibration(squashed, y, fold_ids(2000, 5, 0))
+    assert brier(cal, y) < brier(squashed, y) - 0.02
+    maps = isotonic_maps(squashed, y)
+    assert all(np.all(np.diff(ys) >= 0) for _, ys in maps)  # monotone per model
+    assert brier(apply_maps(squashed, maps), y) < brier(squashed, y)
+    # the runtime applies the same knots
+    x, yy = synthetic(600, 13)
+    router, report = select_router(x, yy, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    assert any(r["kind"] == "calibration" for r in report["candidates"])
+    router.save(tmp_path / "r")
+    loaded = Router.load(tmp_path / "r")
+    assert (loaded.meta["calibration"] == "isotonic") == report["calibrated"] == ("calibration/x" in loaded.weights)
+    assert np.array_equal(loaded.predict_embeddings(x[:20]).quality, router.predict_embeddings(x[:20]).quality)
