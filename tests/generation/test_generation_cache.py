@@ -74,8 +74,10 @@ def _shards(config) -> int:
 
 def test_sigkill_at_random_points_then_resume_gives_every_pair_once(config_copy, shared_data, tmp_path):
     """10 trials: start the generation CLI and SIGKILL it at a random point, during start-up (even
-    trials) or a random moment after it has written its first new shard (odd trials)."""
-    n = 240
+    trials) or a random moment after it has written its first new shard (odd trials). The partition
+    is large enough that ten short runs cannot finish it on a fast, idle machine (at 240 prompts a
+    run sometimes finished before its kill, and the trial killed nothing)."""
+    n = 720
     path = local_fleet(config_copy, shared_data, n, shard_size=2, batch_size=2, sampling={"max_tokens": 24})
     config = load_fleet(path)
     env = dict(os.environ)  # the subprocess resolves the same config file to the same storage
@@ -91,13 +93,13 @@ def test_sigkill_at_random_points_then_resume_gives_every_pair_once(config_copy,
             deadline = time.time() + 120
             while _shards(config) == before and proc.poll() is None and time.time() < deadline:
                 time.sleep(0.02)
-            time.sleep(rng.uniform(0.0, 1.0))
+            time.sleep(rng.uniform(0.0, 0.5))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             killed_while_running += 1
         proc.wait()
     assert killed_while_running >= 8
-    assert 0 < _shards(config) < n // 2 + n // 4  # kills landed mid-generation: some work done, far from all
+    assert 0 < _shards(config) < n // 2  # kills landed mid-generation: some work done, not all (n / 2 shards)
     final = subprocess.run(cmd + ["--out", str(tmp_path / "final.parquet")], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stderr[-3000:]
