@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from artifacts.router import Router
-from training.predictors.quality_cost_eval import hull_comparison
+from training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 from training.predictors.router_selection import brier, score_at_argmax, select_router
 
 
@@ -56,11 +56,8 @@ def evaluate(router: Router, x: np.ndarray, y: np.ndarray, cost: np.ndarray | No
         out[f"per_{kind}"] = rows
     if cost is not None and not np.isnan(cost).all():
         singles = [(float(np.nanmean(cost[:, j])), float(means[j])) for j in range(len(router.models))]
-        c = np.nan_to_num(pred.cost)
-        dq, dc = float(np.ptp(np.nanmean(pred.quality, 0))), float(np.ptp(c.mean(0)))
-        scale = dq / dc if dq > 0 and dc > 0 else 1.0
         sweep = []
-        for lam in [0.0, *np.geomspace(scale * 1e-3, scale * 1e3, 120)]:
+        for lam in auto_lambdas(pred):  # the KNN evaluation's grid: 0 and six decades around q/c
             p = pred.best_index(float(lam))
             rows_ = np.arange(len(p))
             sweep.append((float(np.nanmean(cost[rows_, p])), float(np.nanmean(y[rows_, p]))))
