@@ -1,7 +1,19 @@
 """Runtime latency model of one tier: predict TPOT, TTFT and E2E from the state at dispatch.
 
-Reads a `latency--<tier>` folder of a bundle: `heads.json` (feature order, prior, residual
-quantiles, golden predictions) and the XGBoost JSON models it names. Needs only xgboost and numpy.
+Reads a `latency--<tier>` folder of a bundle: `heads.json` and the XGBoost JSON models it names.
+Needs only xgboost and numpy. Each target (`tpot`, `ttft`, and for live sweeps a direct `e2e`) is
+served by one of three kinds of head, recorded in `heads.json` with why it was chosen:
+
+- `line`: the tier's analytic latency model alone, a linear combination of named terms, each a
+  product of features (`[]` is the intercept, `["batch_size", "prompt_tokens", "prompt_tokens"]` is
+  b·p²). A missing feature takes the training median recorded in `fill`.
+- `residual`: the line plus gradient-boosted trees fitted to what the line gets wrong.
+- `trees`: gradient-boosted trees alone (RouteBalance's heads).
+
+A line extrapolates where trees cannot (held-out cells at the edge of a profiled grid), and trees
+learn what the line's form misses; the residual head has both. Format 1 files (before `heads`
+existed) list only `targets` and are served as `trees`.
+
 A tier imported from coarse end-to-end results has no heads; it predicts with its prior.
 """
 
@@ -16,26 +28,96 @@ from typing import Any
 
 import numpy as np
 
+HEAD_KINDS = ("line", "residual", "trees")
+
+
+@dataclass(frozen=True)
+class LinearTerms:
+    """Σ coef_i · Π features(term_i): the analytic part of a head, in JSON."""
+
+    terms: tuple[tuple[str, ...], ...]
+    coef: tuple[float, ...]
+    fill: Mapping[str, float]  # value used where a feature is missing (NaN)
+
+    @classmethod
+    def from_json(cls, spec: Mapping[str, Any]) -> LinearTerms:
+        return cls(terms=tuple(tuple(t) for t in spec["terms"]), coef=tuple(float(c) for c in spec["coef"]),
+                   fill={k: float(v) for k, v in spec["fill"].items()})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"terms": [list(t) for t in self.terms], "coef": list(self.coef), "fill": dict(self.fill)}
+
+    def design(self, x: np.ndarray, features: Sequence[str]) -> np.ndarray:
+        """One column per term, missing features filled."""
+        index = {f: i for i, f in enumerate(features)}
+        filled = {f: np.where(np.isnan(x[:, index[f]]), self.fill[f], x[:, index[f]])
+                  for f in {f for t in self.terms for f in t}}
+        columns = [np.prod([filled[f] for f in t], axis=0) if t else np.ones(len(x)) for t in self.terms]
+        return np.column_stack(columns) if columns else np.zeros((len(x), 0))
+
+    def predict(self, x: np.ndarray, features: Sequence[str]) -> np.ndarray:
+        """Summed term by term in a fixed order, not by a matrix product: BLAS picks its kernel by
+        the matrix's shape, so the same row can differ in the last bit between a batch of 16 and
+        one of 2,000, and the bundle's check compares predictions exactly."""
+        out = np.zeros(len(x), dtype=np.float64)
+        for c, column in zip(self.coef, self.design(x, features).T):
+            out = out + c * column
+        return out
+
+
+@dataclass
+class Head:
+    """One target's predictor: `line` + `booster` where each is present (see the module docstring)."""
+
+    kind: str
+    line: LinearTerms | None = None
+    booster: Any = None  # xgboost.Booster
+
+    def __post_init__(self):
+        if self.kind not in HEAD_KINDS:
+            raise ValueError(f"head kind {self.kind!r} is not one of {HEAD_KINDS}")
+        if (self.line is None) != (self.kind == "trees") or (self.booster is None) != (self.kind == "line"):
+            raise ValueError(f"a {self.kind} head needs {'a line' if self.kind != 'trees' else 'no line'} "
+                             f"and {'trees' if self.kind != 'line' else 'no trees'}")
+
+    def predict(self, x: np.ndarray, features: Sequence[str]) -> np.ndarray:
+        out = np.zeros(len(x), dtype=np.float64)
+        if self.line is not None:
+            out = out + self.line.predict(x, features)
+        if self.booster is not None:
+            import xgboost as xgb
+
+            out = out + self.booster.predict(xgb.DMatrix(x, feature_names=list(features))).astype(np.float64)
+        return out
+
+
+def _load_booster(path: Path):
+    import xgboost as xgb
+
+    booster = xgb.Booster()
+    booster.load_model(str(path))
+    return booster
+
 
 @dataclass
 class LatencyModel:
     tier: str
     spec: dict[str, Any]
-    boosters: dict[str, Any]  # target -> xgboost.Booster
+    heads: dict[str, Head]  # target -> head
 
     @classmethod
     def load(cls, folder: Path) -> LatencyModel:
         folder = Path(folder)
         spec = json.loads((folder / "heads.json").read_text())
-        boosters = {}
-        if spec.get("targets"):
-            import xgboost as xgb
-
-            for target, file in spec["targets"].items():
-                booster = xgb.Booster()
-                booster.load_model(str(folder / file))
-                boosters[target] = booster
-        return cls(tier=spec["tier"], spec=spec, boosters=boosters)
+        heads: dict[str, Head] = {}
+        if "heads" in spec:
+            for target, h in spec["heads"].items():
+                line = LinearTerms.from_json(h["line"]) if h.get("line") else None
+                booster = _load_booster(folder / h["trees"]) if h.get("trees") else None
+                heads[target] = Head(h["kind"], line, booster)
+        else:  # format 1: XGBoost heads only
+            heads = {t: Head("trees", None, _load_booster(folder / f)) for t, f in (spec.get("targets") or {}).items()}
+        return cls(tier=spec["tier"], spec=spec, heads=heads)
 
     @property
     def features(self) -> list[str]:
@@ -53,12 +135,9 @@ class LatencyModel:
     def predict_matrix(self, x: np.ndarray, output_tokens: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Seconds: `tpot`, `ttft`, `e2e` (analytic: TTFT + (n − 1)·TPOT) and `e2e_direct` when the
         tier has a direct E2E head. `output_tokens` overrides n for prior-only tiers."""
-        import xgboost as xgb
-
         x = np.asarray(x, dtype=np.float64)
-        if self.boosters:
-            dm = xgb.DMatrix(x, feature_names=self.features)
-            out = {k: b.predict(dm).astype(np.float64) for k, b in self.boosters.items()}
+        if self.heads:
+            out = {k: h.predict(x, self.features) for k, h in self.heads.items()}
             n = self._length(x) if output_tokens is None else np.asarray(output_tokens, dtype=np.float64)
         else:
             if output_tokens is None:
@@ -82,15 +161,35 @@ class LatencyModel:
                 "e2e": p["ttft_s"] + np.maximum(n - 1, 0) * p["tpot_s"]}
 
     def slo_bound(self, target: str, predicted: np.ndarray, quantile: str = "0.95") -> np.ndarray:
-        """predicted + the residual quantile measured on held-out data (an SLO filter's bound)."""
+        """An upper bound an SLO filter can compare with its limit, from held-out errors.
+
+        With `intervals` (format 2): predicted × (1 + q), q the quantile of the relative error
+        (observed − predicted) / predicted measured on data the heads were not fitted to, so the
+        bound widens with the latency it bounds. Otherwise predicted + the absolute residual quantile."""
+        interval = self.spec.get("intervals", {}).get(target)
+        if interval is not None:
+            return np.asarray(predicted) * (1.0 + interval["quantiles"][quantile])
         return predicted + self.spec["residual_quantiles"][target][quantile]
+
+    def within_range(self, x: np.ndarray) -> np.ndarray:
+        """Per row: every known feature inside the [min, max] the heads were trained on. Outside,
+        a head extrapolates and its SLO bound was never checked (on splitwise tiers, held-out
+        batches larger than any in training broke the p95 bound); format 1 files have no range."""
+        x = np.asarray(x, dtype=np.float64)
+        ok = np.ones(len(x), dtype=bool)
+        for i, f in enumerate(self.features):
+            bounds = self.spec.get("range", {}).get(f)
+            if bounds is not None:
+                column = x[:, i]
+                ok &= np.isnan(column) | ((column >= bounds[0]) & (column <= bounds[1]))
+        return ok
 
     def golden_max_abs_diff(self) -> float:
         """Largest difference between these heads' predictions and those made at training time."""
         golden = self.spec.get("golden")
-        if not golden or not self.boosters:
+        if not golden or not self.heads:
             return 0.0
         x = np.array([[math.nan if v is None else v for v in row] for row in golden["x"]], dtype=np.float64)
         got = self.predict_matrix(x)
         keys = {"tpot": "tpot", "ttft": "ttft", "e2e": "e2e_direct"}
-        return max(float(np.abs(got[keys[k]] - np.asarray(golden[k])).max()) for k in self.boosters)
+        return max(float(np.abs(got[keys[k]] - np.asarray(golden[k])).max()) for k in self.heads)

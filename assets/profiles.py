@@ -60,8 +60,9 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         io_manager_key="json_io",
         group_name="training",
         check_specs=[dg.AssetCheckSpec("loader_reproduces_heads", asset="latency_heads", blocking=True)],
-        description="Per-tier XGBoost TPOT/TTFT (and E2E) heads with the static prior, residual quantiles for "
-                    "SLO filters and QLM's RWT parameters: the tier's bundle component.",
+        description="Per-tier TPOT/TTFT (and E2E) heads: the analytic line, line + monotone residual trees, or "
+                    "trees, whichever cross-validates best per target; the static prior, SLO intervals and "
+                    "QLM's RWT parameters: the tier's bundle component.",
     )
     def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                       tier_profiles: dict, routing_table: pa.Table):
@@ -75,7 +76,9 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         numbers = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}
         component = ComponentSource(name=folder.name, kind="latency_heads", format="xgboost-json+json", folder=folder,
                                     metrics=numbers, config={"tier": tier.name, "profile_kind": result["kind"],
-                                                             "features": result["features"]})
+                                                             "features": result["features"],
+                                                             "served": {t: v["kind"]
+                                                                        for t, v in result["served"].items()}})
         # MLflow metric names allow no '@': latency/<model>:<hardware>/<metric>
         trained = TrainedComponent([component], {f"latency/{tier.name.replace('@', ':')}/{k}": v
                                                  for k, v in numbers.items()},
@@ -83,6 +86,7 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
                                    {k: v for k, v in result.items() if k not in ("plots", "folder")})
         yield dg.Output(trained, metadata={
             "kind": result["kind"], **evaluation, "rwt": dg.MetadataValue.json(result["rwt"]),
+            "served_heads": dg.MetadataValue.json(result["served"]),
             **{f"plot_{i}": dg.MetadataValue.path(p) for i, p in enumerate(result["plots"])},
         })
         diff = LatencyModel.load(folder).golden_max_abs_diff()

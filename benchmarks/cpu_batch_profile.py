@@ -50,9 +50,11 @@ def main() -> None:
     print(f"{len(ms)} batches in {seconds:.1f} s; prefill {fit.prefill_grad_s_per_token * 1e6:.1f} µs/token "
           f"(R² {fit.prefill_r2:.3f}); decode W {fit.decode_w_s * 1e3:.2f} ms + H {fit.decode_h_s_per_token * 1e6:.2f} "
           f"µs/token (R² {fit.decode_r2:.3f}); P {fit.ttft_p_s * 1e3:.1f} ms, d {fit.decode_d_s * 1e3:.2f} ms, "
-          f"ε {fit.epsilon:.2f}, Θ {fit.theta_tokens_per_s:.0f} tok/s; held-out TPOT MAE head "
-          f"{held.tpot_mae_ms_head:.3f} ms vs linear {held.tpot_mae_ms_linear:.3f} "
-          f"vs prior {held.tpot_mae_ms_prior:.3f}")
+          f"ε {fit.epsilon:.2f}, Θ {fit.theta_tokens_per_s:.0f} tok/s; held-out TPOT MAE served "
+          f"{held.tpot_mae_ms_served:.3f} ms vs linear {held.tpot_mae_ms_linear:.3f} vs trees "
+          f"{held.kinds['trees']['tpot_mae_ms']:.3f} vs prior {held.tpot_mae_ms_prior:.3f}; TTFT MAE served "
+          f"{held.ttft_mae_ms_served:.2f} ms vs linear {held.ttft_mae_ms_linear:.2f} vs trees "
+          f"{held.kinds['trees']['ttft_mae_ms']:.2f}; chosen {held.chosen}; p95 coverage {held.coverage_p95}")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ def main() -> None:
 
     heads_dir = work / "latency" / tier
     started = time.perf_counter()
-    spec, trained = train_sweep_heads(table, heads_dir, tier, plot=OUT / "cpu_sweep_heads.png")
+    spec, trained = train_sweep_heads(table, heads_dir, tier, plot=OUT / "cpu_sweep_heads.png",
+                                      saturation_rps=result.saturation_rps)
     train_s = time.perf_counter() - started
     params = sweep_rwt(result.summary, max_output_tokens=96)
     rwt = evaluate_rwt(table, params)
@@ -106,17 +107,24 @@ def main() -> None:
         "rates_offered": result.rates, "saturation_rps": result.saturation_rps,
         "saturation_output_tok_s": result.saturation_tok_s, "server_metrics_endpoint": result.metrics_available,
         "sweep_wall_s": sweep_s, "heads_train_s": train_s, "summary": result.summary,
-        "heads": {k: spec[k] for k in ("evaluation", "prior", "residual_quantiles", "trees", "split")},
+        "heads": {k: spec[k] for k in ("evaluation", "prior", "intervals", "residual_quantiles", "split")}
+        | {"served": {t: {k: v for k, v in h.items() if k != "line"} for t, h in spec["heads"].items()}},
         "rwt_params": params.to_dict(), "rwt_per_rate": rwt, "loader_max_abs_diff": loader_diff,
     }
     (OUT / "cpu_sweep.json").write_text(json.dumps(out, indent=2))
-    h = spec["evaluation"]["held_out"]
+    h = spec["evaluation"]["held_out_rate_phases"]
     print(f"{len(result.records)} requests ({rate_requests} at {len(result.rates)} rates) in {sweep_s:.0f} s; "
-          f"saturation {result.saturation_rps:.1f} req/s")
-    print(f"held-out TPOT MAE head {h['tpot_mae_ms_head']:.2f} ms vs prior {h['tpot_mae_ms_prior']:.2f}; "
-          f"TTFT MAE head {h['ttft_mae_ms_head']:.1f} ms vs prior {h['ttft_mae_ms_prior']:.1f}; "
+          f"saturation {result.saturation_rps:.1f} req/s; served {({t: v['kind'] for t, v in spec['heads'].items()})}")
+    print(f"held-out (rate phases) TPOT MAE served {h['tpot_mae_ms_served']:.2f} ms vs line "
+          f"{h['tpot_mae_ms_line']:.2f}, trees {h['tpot_mae_ms_trees']:.2f}, prior {h['tpot_mae_ms_prior']:.2f}; "
+          f"TTFT MAE served "
+          f"{h['ttft_mae_ms_served']:.1f} ms vs line {h['ttft_mae_ms_line']:.1f}, trees {h['ttft_mae_ms_trees']:.1f}, "
+          f"prior {h['ttft_mae_ms_prior']:.1f}; "
           f"E2E MAPE analytic {100 * h['e2e_mape_analytic']:.1f}% direct {100 * h['e2e_mape_direct']:.1f}% "
           f"prior {100 * h['e2e_mape_prior']:.1f}%")
+    for r in spec["evaluation"]["per_rate"]:
+        print(f"  {r['rate']:6.2f} req/s: p95 bound covers TPOT {r['tpot_within_p95_bound']:.3f}, TTFT "
+              f"{r['ttft_within_p95_bound']:.3f}, E2E {r['e2e_within_p95_bound']:.3f}")
     for r in rwt:
         print(f"  {r['rate']:6.2f} req/s: wait observed {r['observed_wait_ms']:.1f} ms, "
               f"QLM {r['predicted_wait_ms']:.1f} ms (queue {r['mean_queue_ahead']:.2f})")

@@ -1,34 +1,59 @@
-"""Per-tier XGBoost latency heads (002 §4.3) and their held-out evaluation on batch profiles.
+"""Per-tier latency heads from static-batch profiles (002 §4.3, issue 19) and their held-out evaluation.
 
 A head maps what is known at dispatch to an observed latency (TPOT or TTFT). For static-batch
-profiles (splitwise) the observable state is the batch itself: batch size, prompt and output
-tokens per request, prefill tokens and mean context tokens. Live sweep records add the instance
-telemetry of METHODS.md's feature list through the same trainer.
+profiles (splitwise, the in-process batch profiler) the observable state is the batch itself:
+batch size, prompt and output tokens per request, prefill tokens and mean context tokens.
 
-Hyperparameters default to RouteBalance's: depth 6, eta 0.1, subsample 0.8, colsample 0.8,
-min_child_weight 5, 500 rounds with early stopping after 30 on a validation slice.
+The analytic line per target (`profiling.head_models` fits it, slopes ≥ 0):
+- decode iteration (TPOT) = W + H · context tokens + S · batch size: 000/001's W + H·context plus a
+  per-sequence cost, which a CPU shows plainly (its iteration time grows with the number of
+  sequences more than with their context);
+- prefill (TTFT) = c + k1 · b·p + k2 · b·p²: the prefill gradient plus attention's quadratic term.
+The residual head adds trees non-decreasing in batch size. The classic two-term line (W + H·context,
+k1·b·p + c), the fuller line, line + residual trees or plain trees serve each target, whichever has
+the lowest error in grouped K-fold over configurations.
 
-Evaluation holds out whole configurations (batch × prompt × output cells), never random rows of
-one configuration, since repeats of a cell are near-identical: leave-one-configuration-out. E2E is
-analytic from the heads as in 002: for a static batch, whose decode slots are all free, the prefill
-yields the first token and n − 1 decode iterations follow (TTFT + (n − 1) × TPOT), compared with the
-measured E2E.
+Evaluation holds out whole configurations, never random rows of one, since repeats of a cell are
+near-identical: leave-one-configuration-out, with the choice of kind and the interval made again
+inside every training set (nested), so what is reported is what the procedure would deliver on a
+configuration it never saw. A configuration is (batch, prompt, requested output) by default;
+`by="generated"` keys it by the generated count instead, the protocol of the first heads (a run
+that stopped early is then its own configuration, and its siblings stay in training). E2E is
+analytic as in 002: for a static batch, whose decode slots are all free, the prefill yields the
+first token and n − 1 decode iterations follow (TTFT + (n − 1) × TPOT), compared with the measured E2E.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from profiling.batch_fits import BatchMeasurement, fit_tier
+from artifacts.latency import Head
+from profiling.batch_fits import BatchMeasurement, TierFit, fit_tier
+from profiling.head_models import (
+    HeadRecipe,
+    choose_by_groups,
+    feature_range,
+    group_folds,
+    relative_error_quantiles,
+)
 
 FEATURES = ("batch_size", "prompt_tokens", "output_tokens", "prefill_tokens", "mean_context_tokens")
-XGB_PARAMS = {"max_depth": 6, "eta": 0.1, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
-              "objective": "reg:squarederror", "seed": 0, "nthread": 2}
-ROUNDS, EARLY_STOP = 500, 30
+TERMS = {
+    "tpot": ((), ("mean_context_tokens",), ("batch_size",)),
+    "ttft": ((), ("prefill_tokens",), ("batch_size", "prompt_tokens", "prompt_tokens")),
+}
+LOAD = ("batch_size",)
+TARGET_OF = {"tpot": "decode_iter_s", "ttft": "prefill_s"}
+CANDIDATES = ("classic_line", "line", "residual", "trees")
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+CV_FOLDS = 5  # inner: choosing the kind
+OUTER_FOLDS = 5  # the pipeline's held-out evaluation (benchmarks hold out one configuration at a time)
 
 
 def features(ms: list[BatchMeasurement]) -> np.ndarray:
@@ -36,127 +61,202 @@ def features(ms: list[BatchMeasurement]) -> np.ndarray:
                      for m in ms], dtype=np.float64)
 
 
-def train_head(x: np.ndarray, y: np.ndarray, params: dict | None = None, seed: int = 0,
-               feature_names: tuple[str, ...] = FEATURES, validation: tuple[np.ndarray, np.ndarray] | None = None):
-    """An XGBoost regressor with early stopping, trimmed to its best iteration.
+def configuration(by: str) -> Callable[[BatchMeasurement], tuple[int, int, int]]:
+    if by not in ("requested", "generated"):
+        raise ValueError(f"by: 'requested' or 'generated', not {by!r}")
 
-    Early stopping watches `validation` when given (sweeps pass the latest training requests, so
-    the stopping point is chosen on later data as the held-out test will be); otherwise a seeded
-    20% slice of the rows. The returned booster holds only the trees up to the best iteration, so
-    any runtime that loads its JSON predicts exactly what it predicted here, with no extra argument."""
-    import xgboost as xgb
+    def key(m: BatchMeasurement) -> tuple[int, int, int]:
+        out = m.requested_output_tokens if by == "requested" and m.requested_output_tokens else m.output_tokens
+        return (m.batch_size, m.prompt_tokens, out)
 
-    if validation is None:
-        order = np.random.default_rng(seed).permutation(len(y))
-        n_val = max(1, len(y) // 5)
-        validation = (x[order[:n_val]], y[order[:n_val]])
-        x, y = x[order[n_val:]], y[order[n_val:]]
-    names = list(feature_names)
-    dtrain = xgb.DMatrix(x, label=y, feature_names=names)
-    dval = xgb.DMatrix(validation[0], label=validation[1], feature_names=names)
-    booster = xgb.train({**XGB_PARAMS, "seed": seed, **(params or {})}, dtrain, num_boost_round=ROUNDS,
-                        evals=[(dval, "val")], early_stopping_rounds=EARLY_STOP, verbose_eval=False)
-    return booster[: booster.best_iteration + 1]
+    return key
 
 
-def predict(booster, x: np.ndarray, feature_names: tuple[str, ...] = FEATURES) -> np.ndarray:
-    import xgboost as xgb
+CLASSIC_TERMS = {"tpot": ((), ("mean_context_tokens",)), "ttft": ((), ("prefill_tokens",))}
 
-    return booster.predict(xgb.DMatrix(x, feature_names=list(feature_names)))
+
+def recipes(seed: int = 0) -> dict[str, HeadRecipe]:
+    return {t: HeadRecipe(FEATURES, TERMS[t], LOAD, seed, CLASSIC_TERMS[t]) for t in TARGET_OF}
+
+
+def _targets(ms: list[BatchMeasurement]) -> dict[str, np.ndarray]:
+    return {t: np.array([getattr(m, a) for m in ms]) for t, a in TARGET_OF.items()}
+
+
+def _e2e(ms: list[BatchMeasurement], ttft: np.ndarray, tpot: np.ndarray) -> np.ndarray:
+    return np.array([m.e2e_from(a, b) for m, a, b in zip(ms, ttft, tpot)])
+
+
+@dataclass
+class ServedHeads:
+    """The chosen head per target, fitted on every measurement, and the held-out errors behind it."""
+
+    heads: dict[str, Head]
+    selection: dict[str, dict]
+    intervals: dict[str, dict]  # target -> {"kind": "relative", "quantiles": {q: value}}
+
+
+def serve(ms: list[BatchMeasurement], by: str = "requested", seed: int = 0,
+          quantiles: tuple[float, ...] = QUANTILES) -> ServedHeads:
+    """Choose each target's kind by grouped K-fold over configurations, fit it on everything, and
+    take the SLO intervals from the chosen kinds' out-of-fold errors (E2E's from the analytic sum),
+    the largest over batch sizes so that every batch size is covered."""
+    x, y = features(ms), _targets(ms)
+    groups = [configuration(by)(m) for m in ms]
+    heads, selection, oof = {}, {}, {}
+    for target, recipe in recipes(seed).items():
+        choice = choose_by_groups(recipe, x, y[target], groups, folds=CV_FOLDS)
+        heads[target] = recipe.fit(choice.kind, x, y[target])
+        selection[target] = choice.record()
+        oof[target] = choice.out_of_fold[choice.kind]
+    observed = {**y, "e2e": np.array([m.e2e_s if m.e2e_s is not None else np.nan for m in ms])}
+    predicted = {**oof, "e2e": _e2e(ms, oof["ttft"], oof["tpot"])}
+    batch = np.array([m.batch_size for m in ms])
+    intervals = {}
+    for t in observed:
+        seen = ~np.isnan(observed[t])
+        if seen.any():
+            intervals[t] = {"kind": "relative", "groups": "batch_size", "quantiles": relative_error_quantiles(
+                observed[t][seen], predicted[t][seen], quantiles, groups=batch[seen])}
+    return ServedHeads(heads, selection, intervals)
 
 
 @dataclass
 class HeldOutReport:
     configurations: int
-    tpot_mae_ms_head: float
-    tpot_mae_ms_linear: float
+    by: str
+    outer_folds: int | None
+    tpot_mae_ms_served: float
+    tpot_mae_ms_linear: float  # the classic W + H·context fit (`profiling.batch_fits`)
     tpot_mae_ms_prior: float
-    ttft_mae_ms_head: float
+    ttft_mae_ms_served: float
     ttft_mae_ms_linear: float
-    e2e_mape_head: float
+    e2e_mape_served: float
     e2e_mape_linear: float
+    kinds: dict[str, dict[str, float]]  # per candidate fitted alone: tpot/ttft MAE (ms), e2e MAPE
+    chosen: dict[str, dict[str, int]]  # target -> candidate -> configurations where it was chosen
+    coverage_p95: dict[str, float]  # target -> held-out rows under the served p95 bound
+    coverage_p95_by_batch: dict[str, dict[str, float]]  # target -> batch size -> fraction
     per_configuration: list[dict] = field(default_factory=list)
-    residuals: dict[str, list[float]] = field(default_factory=dict)  # observed − predicted, per held-out row
+    residuals: dict[str, list[float]] = field(default_factory=dict)  # observed − served prediction
 
     def summary(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k not in ("per_configuration", "residuals")}
 
 
-def _ape(predicted: list[float], true: np.ndarray) -> float:
-    return float((np.abs(np.array(predicted) - true) / true).mean())
+def _ape(predicted: np.ndarray, true: np.ndarray) -> float:
+    return float((np.abs(predicted - true) / true).mean())
 
 
-def leave_one_configuration_out(ms: list[BatchMeasurement]) -> HeldOutReport:
-    """Train on all other configurations, predict the held-out one; errors over all of them.
+def _classic_line(fit: TierFit, ms: list[BatchMeasurement]) -> dict[str, np.ndarray]:
+    return {"tpot": np.array([fit.decode_iter_s(m.mean_context_tokens) for m in ms]),
+            "ttft": np.array([fit.prefill_s(m.prefill_tokens) for m in ms])}
 
-    Compared: the XGBoost heads, the linear batch fit (W + H·context, k1·tokens + c) trained on the
-    same rows, and the static prior (batch-1 decode time per token, for TPOT)."""
-    cells = sorted({(m.batch_size, m.prompt_tokens, m.output_tokens) for m in ms})
-    rows = []
+
+def leave_one_configuration_out(ms: list[BatchMeasurement], by: str = "requested", seed: int = 0,
+                                outer_folds: int | None = None) -> HeldOutReport:
+    """For every configuration: choose, fit and bound the heads on all the others (exactly as
+    `serve` does for the bundle), then predict the held-out one. Compared on the same rows: each
+    candidate fitted alone, the classic linear fit (`profiling.batch_fits`: W + H·context,
+    k1·tokens + c, unbounded, the baseline the first heads were compared with) and the static prior
+    (batch-1 decode time per token, for TPOT). With `outer_folds`, configurations are held out a
+    fold at a time (grouped K-fold) instead of one at a time: K times fewer fits, for the pipeline."""
+    key = configuration(by)
+    cells = sorted({key(m) for m in ms})
+    fold_of = dict(zip(cells, group_folds(cells, outer_folds or len(cells), seed)))
+    rows: list[dict] = []
     residuals: dict[str, list[float]] = {"tpot": [], "ttft": [], "e2e": []}
-    for cell in cells:
-        train = [m for m in ms if (m.batch_size, m.prompt_tokens, m.output_tokens) != cell]
-        test = [m for m in ms if (m.batch_size, m.prompt_tokens, m.output_tokens) == cell]
-        x_train, x_test = features(train), features(test)
-        tpot_head = train_head(x_train, np.array([m.decode_iter_s for m in train]))
-        ttft_head = train_head(x_train, np.array([m.prefill_s for m in train]))
-        linear = fit_tier(train)
-        tpot_true = np.array([m.decode_iter_s for m in test])
-        ttft_true = np.array([m.prefill_s for m in test])
-        e2e_true = np.array([m.e2e_s for m in test])
-        tpot_h, ttft_h = predict(tpot_head, x_test), predict(ttft_head, x_test)
-        e2e_h = np.array([m.e2e_from(a, b) for m, a, b in zip(test, ttft_h, tpot_h)])
-        residuals["tpot"] += (tpot_true - tpot_h).tolist()
-        residuals["ttft"] += (ttft_true - ttft_h).tolist()
-        residuals["e2e"] += (e2e_true - e2e_h).tolist()
-        tpot_l = np.array([linear.decode_iter_s(m.mean_context_tokens) for m in test])
-        ttft_l = np.array([linear.prefill_s(m.prefill_tokens) for m in test])
-        rows.append({
-            "batch_size": cell[0], "prompt_tokens": cell[1], "output_tokens": cell[2],
-            "tpot_ae_ms_head": float(np.abs(tpot_h - tpot_true).mean() * 1e3),
-            "tpot_ae_ms_linear": float(np.abs(tpot_l - tpot_true).mean() * 1e3),
-            "tpot_ae_ms_prior": float(np.abs(linear.decode_d_s - tpot_true).mean() * 1e3),
-            "ttft_ae_ms_head": float(np.abs(ttft_h - ttft_true).mean() * 1e3),
-            "ttft_ae_ms_linear": float(np.abs(ttft_l - ttft_true).mean() * 1e3),
-            "e2e_ape_head": _ape(list(e2e_h), e2e_true),
-            "e2e_ape_linear": _ape([m.e2e_from(a, b) for m, a, b in zip(test, ttft_l, tpot_l)], e2e_true),
-        })
+    covered: dict[str, list[tuple[int, bool]]] = {"tpot": [], "ttft": [], "e2e": []}
+    chosen: dict[str, dict[str, int]] = {t: defaultdict(int) for t in TARGET_OF}
+    for fold in sorted(set(fold_of.values())):
+        train = [m for m in ms if fold_of[key(m)] != fold]
+        served = serve(train, by, seed)
+        x_train, y_train = features(train), _targets(train)
+        models = {k: {t: served.heads[t] if served.selection[t]["chosen"] == k else r.fit(k, x_train, y_train[t])
+                      for t, r in recipes(seed).items()} for k in CANDIDATES}
+        fit = fit_tier(train)
+        for cell in (c for c in cells if fold_of[c] == fold):
+            test = [m for m in ms if key(m) == cell]
+            x_test = features(test)
+            truth = {**_targets(test), "e2e": np.array([m.e2e_s for m in test])}
+            pred = {t: h.predict(x_test, FEATURES) for t, h in served.heads.items()}
+            pred["e2e"] = _e2e(test, pred["ttft"], pred["tpot"])
+            for t in residuals:
+                residuals[t] += (truth[t] - pred[t]).tolist()
+                bound = pred[t] * (1 + served.intervals[t]["quantiles"]["0.95"])
+                covered[t] += [(m.batch_size, bool(o <= b)) for m, o, b in zip(test, truth[t], bound)]
+            for t in TARGET_OF:
+                chosen[t][served.selection[t]["chosen"]] += 1
+            alone = {}
+            for k in CANDIDATES:
+                p = {t: h.predict(x_test, FEATURES) for t, h in models[k].items()}
+                alone[k] = {**p, "e2e": _e2e(test, p["ttft"], p["tpot"])}
+            line = _classic_line(fit, test)
+            line["e2e"] = _e2e(test, line["ttft"], line["tpot"])
+            row = {"batch_size": cell[0], "prompt_tokens": cell[1], "output_tokens": cell[2],
+                   "chosen": {t: served.selection[t]["chosen"] for t in TARGET_OF},
+                   "tpot_ae_ms_prior": float(np.abs(fit.decode_d_s - truth["tpot"]).mean() * 1e3)}
+            for name, p in {"served": pred, "linear": line, **alone}.items():
+                row[f"tpot_ae_ms_{name}"] = float(np.abs(p["tpot"] - truth["tpot"]).mean() * 1e3)
+                row[f"ttft_ae_ms_{name}"] = float(np.abs(p["ttft"] - truth["ttft"]).mean() * 1e3)
+                row[f"e2e_ape_{name}"] = _ape(p["e2e"], truth["e2e"])
+            rows.append(row)
 
-    def mean(key: str) -> float:
-        return float(np.mean([r[key] for r in rows]))
+    def mean(k: str) -> float:
+        return float(np.mean([r[k] for r in rows]))
+
+    def coverage(pairs: list[tuple[int, bool]]) -> dict[str, float]:
+        by_batch: dict[int, list[bool]] = defaultdict(list)
+        for b, ok in pairs:
+            by_batch[b].append(ok)
+        return {str(b): float(np.mean(v)) for b, v in sorted(by_batch.items())}
 
     return HeldOutReport(
-        configurations=len(cells), tpot_mae_ms_head=mean("tpot_ae_ms_head"),
-        tpot_mae_ms_linear=mean("tpot_ae_ms_linear"), tpot_mae_ms_prior=mean("tpot_ae_ms_prior"),
-        ttft_mae_ms_head=mean("ttft_ae_ms_head"), ttft_mae_ms_linear=mean("ttft_ae_ms_linear"),
-        e2e_mape_head=mean("e2e_ape_head"), e2e_mape_linear=mean("e2e_ape_linear"), per_configuration=rows,
-        residuals=residuals,
+        configurations=len(cells), by=by, outer_folds=outer_folds,
+        tpot_mae_ms_served=mean("tpot_ae_ms_served"), tpot_mae_ms_linear=mean("tpot_ae_ms_linear"),
+        tpot_mae_ms_prior=mean("tpot_ae_ms_prior"),
+        ttft_mae_ms_served=mean("ttft_ae_ms_served"), ttft_mae_ms_linear=mean("ttft_ae_ms_linear"),
+        e2e_mape_served=mean("e2e_ape_served"), e2e_mape_linear=mean("e2e_ape_linear"),
+        kinds={k: {"tpot_mae_ms": mean(f"tpot_ae_ms_{k}"), "ttft_mae_ms": mean(f"ttft_ae_ms_{k}"),
+                   "e2e_mape": mean(f"e2e_ape_{k}")} for k in CANDIDATES},
+        chosen={t: dict(v) for t, v in chosen.items()},
+        coverage_p95={t: float(np.mean([ok for _, ok in v])) for t, v in covered.items()},
+        coverage_p95_by_batch={t: coverage(v) for t, v in covered.items()},
+        per_configuration=rows, residuals=residuals,
     )
 
 
 def write_batch_heads(ms: list[BatchMeasurement], folder: Path, tier: str,
-                      quantiles: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99)) -> dict:
-    """TPOT and TTFT heads on every batch measurement of a tier, evaluated leave-one-configuration-
-    out first; residual quantiles come from those held-out predictions. Written as XGBoost JSON
-    plus `heads.json` (features, prior, fit, residuals, golden predictions for the loader check)."""
+                      quantiles: tuple[float, ...] = QUANTILES, seed: int = 0) -> dict:
+    """The served heads of a tier (see `serve`), evaluated first by holding out configurations
+    (`OUTER_FOLDS` grouped folds, choice and intervals nested inside each), then written
+    as XGBoost JSON (for residual and tree heads) plus `heads.json`: features, each head's kind,
+    line and selection record, the SLO intervals, the prior and fit, and golden predictions for
+    the loader check."""
     fit = fit_tier(ms)
-    held = leave_one_configuration_out(ms)
+    held = leave_one_configuration_out(ms, seed=seed, outer_folds=OUTER_FOLDS)
+    served = serve(ms, seed=seed, quantiles=quantiles)
     x = features(ms)
-    heads = {"tpot": train_head(x, np.array([m.decode_iter_s for m in ms])),
-             "ttft": train_head(x, np.array([m.prefill_s for m in ms]))}
     folder.mkdir(parents=True, exist_ok=True)
-    for k, booster in heads.items():
-        booster.save_model(str(folder / f"{k}.json"))
+    heads_spec = {}
+    for target, head in served.heads.items():
+        entry = {"kind": head.kind, "line": head.line.to_json() if head.line else None,
+                 "selection": served.selection[target]}
+        if head.booster is not None:
+            head.booster.save_model(str(folder / f"{target}.json"))
+            entry |= {"trees": f"{target}.json", "rounds": int(head.booster.num_boosted_rounds())}
+        heads_spec[target] = entry
     golden = list(range(min(16, len(ms))))
     spec = {
-        "tier": tier, "kind": "batch", "features": list(FEATURES), "targets": {k: f"{k}.json" for k in heads},
+        "tier": tier, "kind": "batch", "format": 2, "features": list(FEATURES), "heads": heads_spec,
         "length_feature": "output_tokens", "units": "seconds",
         "prior": {"ttft_s": fit.ttft_p_s, "tpot_s": fit.decode_d_s},
+        "intervals": served.intervals, "range": feature_range(x, FEATURES),
         "residual_quantiles": {k: {str(q): float(np.quantile(v, q)) for q in quantiles}
                                for k, v in held.residuals.items()},
         "e2e": "analytic: ttft + max(n - 1, 0) * tpot (a static batch: every decode slot is free)",
-        "trees": {k: int(h.num_boosted_rounds()) for k, h in heads.items()},
-        "golden": {"x": x[golden].tolist(), **{k: predict(h, x[golden]).tolist() for k, h in heads.items()}},
+        "golden": {"x": x[golden].tolist(),
+                   **{k: h.predict(x[golden], FEATURES).tolist() for k, h in served.heads.items()}},
         "evaluation": {"held_out": held.summary(), "per_configuration": held.per_configuration},
         "fit": fit.to_dict(),
     }

@@ -84,3 +84,29 @@ def plot_heads(observed: dict[str, np.ndarray], head: dict[str, np.ndarray], pri
         ax.set(xlabel=f"observed {key.upper()} ({unit})", ylabel=f"predicted ({unit})", title=key.upper())
         ax.legend()
     return _save(plt, fig, path, title)
+
+
+def plot_head_choice(held: dict[str, Any], path: Path, title: str) -> Path:
+    """Held-out errors of the served heads next to each candidate alone (left: TPOT and TTFT MAE),
+    and how often the served p95 bound held per batch size (right), from a `HeldOutReport.summary()`."""
+    plt, fig, (a, b) = _figure(2)
+    names = ["served", *held["kinds"]]
+    tpot = [held["tpot_mae_ms_served"], *(held["kinds"][k]["tpot_mae_ms"] for k in held["kinds"])]
+    ttft = [held["ttft_mae_ms_served"], *(held["kinds"][k]["ttft_mae_ms"] for k in held["kinds"])]
+    pos = np.arange(len(names))
+    a.bar(pos - 0.2, tpot, 0.4, label="TPOT MAE (ms/token)")
+    a2 = a.twinx()
+    a2.bar(pos + 0.2, ttft, 0.4, color="tab:orange", label="TTFT MAE (ms)")
+    a.set_xticks(pos, names, rotation=20)
+    a.set(ylabel="TPOT MAE (ms/token)", title="held-out error by head")
+    a2.set_ylabel("TTFT MAE (ms)")
+    a.legend(loc="upper left")
+    a2.legend(loc="upper right")
+    for target, style in (("tpot", "o-"), ("ttft", "s--"), ("e2e", "^:")):
+        cov = held["coverage_p95_by_batch"][target]
+        b.plot([int(k) for k in cov], list(cov.values()), style, label=target.upper())
+    b.axhline(0.95, color="grey", lw=1)
+    b.set(xscale="log", xlabel="batch size", ylabel="held-out rows under the p95 bound", ylim=(0, 1.05),
+          title="SLO bound coverage")
+    b.legend()
+    return _save(plt, fig, path, title)

@@ -1,16 +1,26 @@
-"""Latency heads from a QPS sweep (002 §4.3): state at dispatch → TPOT, TTFT and E2E of the request.
+"""Latency heads from a QPS sweep (002 §4.3, issue 19): state at dispatch → TPOT, TTFT and E2E.
 
 Split by time, never by random rows: within each phase and rate, requests in send order, the
-earliest train the heads, the next slice picks the early-stopping point, and the latest
-`held_out_fraction` is the held-out test. Compared on the test rows:
+earliest train the heads, the next slice picks the early-stopping point and the kind of head, and
+the latest `held_out_fraction` is the held-out test.
 
-- the XGBoost TPOT and TTFT heads against the static prior (the tier's idle TPOT and TTFT:
-  nominal TPOT × predicted length, 002's prior);
-- E2E three ways: analytic from the heads (TTFT + (n − 1) · TPOT, 002's formula with its queueing
-  term carried by the TTFT head, whose features see the queue), a direct E2E head, and the prior.
+Each target has an analytic line over the load features a client always knows (linear, slopes ≥ 0,
+`profiling.head_models`): TTFT = own prefill (prompt tokens) + the prefill and requests queued ahead
++ the interference of running decodes, with the recent TTFT the client observed; TPOT = the
+running batch (decoding requests, their context, requests in flight, pending prefill) with the
+recent inter-token gap; E2E = the line of TTFT plus the predicted output length times the recent gap
+and the running batch. The line, line + residual trees (monotone non-decreasing in the request
+counts) or plain trees serve each target: the one with the lowest validation MAE. Server features
+(vLLM's running/waiting) join the lines where the server exposes them.
 
-Residual quantiles (observed − predicted, on the validation slice) turn a head into an SLO filter:
-predicted + q95 residual ≤ SLO; the test rows report how often that bound held.
+Compared on the test rows: the served heads, each kind alone, and the static prior (the tier's idle
+TPOT and TTFT: nominal TPOT × predicted length, 002's prior); E2E analytic from the heads
+(TTFT + (n − 1) · TPOT, 002's formula with its queueing term carried by the TTFT head, whose features
+see the queue) and direct.
+
+SLO intervals: the conformal quantile of the relative error (observed − predicted) / predicted on the
+validation slice, the largest over the offered rates below saturation; a head's bound is
+predicted × (1 + q). The test rows report, per offered rate, how often that bound held.
 """
 
 from __future__ import annotations
@@ -23,7 +33,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from profiling.latency_heads import predict, train_head
+from artifacts.latency import HEAD_KINDS
+from profiling.head_models import Choice, HeadRecipe, feature_range, relative_error_quantiles
 from profiling.live_state import FEATURES
 from profiling.plots import plot_heads
 from profiling.rwt import RwtParams, group_stats, waiting_time
@@ -89,14 +100,30 @@ def _mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float((np.abs(pred - true) / true).mean())
 
 
+TERMS = {
+    "ttft": ((), ("prompt_tokens",), ("pending_prefill_tokens",), ("waiting_first_token",), ("decoding",),
+             ("decode_context_tokens",), ("recent_ttft_ms",), ("backlog_s",), ("server_waiting",)),
+    "tpot": ((), ("decoding",), ("decode_context_tokens",), ("in_flight",), ("pending_prefill_tokens",),
+             ("recent_itl_ms",), ("pending_decode_tokens",), ("server_running",)),
+    "e2e": ((), ("predicted_output_tokens",), ("predicted_output_tokens", "recent_itl_ms"),
+            ("predicted_output_tokens", "decoding"), ("prompt_tokens",), ("recent_ttft_ms",), ("backlog_s",),
+            ("pending_decode_tokens",), ("server_waiting",)),
+}
+LOAD = ("in_flight", "waiting_first_token", "decoding", "server_running", "server_waiting")
+
+
 def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: float = 0.2,
                       quantiles: tuple[float, ...] = (0.5, 0.9, 0.95, 0.99), seed: int = 0,
-                      plot: Path | None = None, rwt: RwtParams | None = None
-                      ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Train, evaluate and write the heads of one tier to `folder` (and the held-out scatter to
-    `plot`). Returns the spec written as heads.json (evaluation included) and the training-time
-    predictions of every head for every row of `sweep_data(records, held_out)`. With `rwt`, QLM's
-    predicted against observed wait per rate joins the evaluation (`rwt_per_rate`)."""
+                      plot: Path | None = None, rwt: RwtParams | None = None,
+                      saturation_rps: float | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Train, choose, evaluate and write the heads of one tier to `folder` (and the held-out scatter
+    to `plot`). Returns the spec written as heads.json (evaluation included) and the training-time
+    predictions of every served head for every row of `sweep_data(records, held_out)`. With `rwt`,
+    QLM's predicted against observed wait per rate joins the evaluation (`rwt_per_rate`). The SLO
+    intervals are calibrated on the validation rows of the idle phase and of every offered rate
+    below `saturation_rps` (all rates when not given), each rate covered (see
+    `profiling.head_models.relative_error_quantiles`); past saturation the queue grows for as long
+    as the phase lasts and no bound learned earlier holds."""
     d = sweep_data(records, held_out)
     train, val, test = (d.split == s for s in ("train", "val", "test"))
     if min(train.sum(), val.sum(), test.sum()) < 5:
@@ -104,31 +131,53 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
                          f"{int(val.sum())}/{int(test.sum())}); sweep more requests")
     idle = d.phase == "idle"
     prior = {"ttft_s": float(np.median(d.y["ttft"][idle])), "tpot_s": float(np.median(d.y["tpot"][idle]))}
-    heads = {k: train_head(d.x[train], d.y[k][train], seed=seed, feature_names=FEATURES,
-                           validation=(d.x[val], d.y[k][val])) for k in TARGETS}
+    by_kind: dict[str, dict[str, np.ndarray]] = {}
+    heads, selection = {}, {}
+    for target in TARGETS:
+        recipe = HeadRecipe(FEATURES, TERMS[target], LOAD, seed)
+        fitted = {k: recipe.fit(k, d.x[train], d.y[target][train], validation=(d.x[val], d.y[target][val]))
+                  for k in HEAD_KINDS}
+        by_kind[target] = {k: h.predict(d.x, FEATURES) for k, h in fitted.items()}
+        choice = Choice.lowest({k: np.abs(p[val] - d.y[target][val]) for k, p in by_kind[target].items()})
+        heads[target], selection[target] = fitted[choice.kind], choice.record() | {"on": "validation slice"}
     folder.mkdir(parents=True, exist_ok=True)
-    pred = {k: predict(h, d.x, FEATURES) for k, h in heads.items()}
+    pred = {k: by_kind[k][selection[k]["chosen"]] for k in TARGETS}
     pred["e2e_analytic"] = analytic_e2e(pred["ttft"], pred["tpot"], d.n)
     prior_pred = {"tpot": np.full(len(d.n), prior["tpot_s"]), "ttft": np.full(len(d.n), prior["ttft_s"])}
     prior_pred["e2e"] = analytic_e2e(prior_pred["ttft"], prior_pred["tpot"], d.n)
     # keyed by the runtime loader's outputs: its `e2e` is the analytic one, `e2e_direct` the E2E head
     named = {"tpot": pred["tpot"], "ttft": pred["ttft"], "e2e": pred["e2e_analytic"], "e2e_direct": pred["e2e"]}
-    residuals = {k: {str(q): float(np.quantile(d.y[k.removesuffix("_direct")][val] - v[val], q)) for q in quantiles}
+    observed = {k: d.y[k.removesuffix("_direct")] for k in named}
+    residuals = {k: {str(q): float(np.quantile(observed[k][val] - v[val], q)) for q in quantiles}
+                 for k, v in named.items()}
+    calibrate = val & ((d.phase == "idle") | ((d.phase == "rate") & (d.rate < (saturation_rps or np.inf))))
+    cells = np.array([f"{p}@{r:g}" for p, r in zip(d.phase, d.rate)])
+    intervals = {k: {"kind": "relative", "groups": "offered rate below saturation",
+                     "quantiles": relative_error_quantiles(observed[k][calibrate], v[calibrate], quantiles,
+                                                           groups=cells[calibrate])}
                  for k, v in named.items()}
 
     def errors(mask: np.ndarray) -> dict[str, float]:
         y = {k: v[mask] for k, v in d.y.items()}
         p = {k: v[mask] for k, v in pred.items()}
         q = {k: v[mask] for k, v in prior_pred.items()}
-        return {
+        out = {
             "requests": int(mask.sum()),
-            "tpot_mae_ms_head": _mae_ms(p["tpot"], y["tpot"]), "tpot_mae_ms_prior": _mae_ms(q["tpot"], y["tpot"]),
-            "ttft_mae_ms_head": _mae_ms(p["ttft"], y["ttft"]), "ttft_mae_ms_prior": _mae_ms(q["ttft"], y["ttft"]),
+            "tpot_mae_ms_served": _mae_ms(p["tpot"], y["tpot"]), "tpot_mae_ms_prior": _mae_ms(q["tpot"], y["tpot"]),
+            "ttft_mae_ms_served": _mae_ms(p["ttft"], y["ttft"]), "ttft_mae_ms_prior": _mae_ms(q["ttft"], y["ttft"]),
             "e2e_mape_analytic": _mape(p["e2e_analytic"], y["e2e"]), "e2e_mape_direct": _mape(p["e2e"], y["e2e"]),
             "e2e_mape_prior": _mape(q["e2e"], y["e2e"]),
-            "e2e_within_q95_bound": float((y["e2e"] <= p["e2e_analytic"] + residuals["e2e"]["0.95"]).mean())
-            if "0.95" in residuals["e2e"] else float("nan"),
         }
+        for k in HEAD_KINDS:
+            out[f"tpot_mae_ms_{k}"] = _mae_ms(by_kind["tpot"][k][mask], y["tpot"])
+            out[f"ttft_mae_ms_{k}"] = _mae_ms(by_kind["ttft"][k][mask], y["ttft"])
+            out[f"e2e_mape_analytic_{k}"] = _mape(analytic_e2e(by_kind["ttft"][k][mask], by_kind["tpot"][k][mask],
+                                                               d.n[mask]), y["e2e"])
+        if "0.95" in intervals["e2e"]["quantiles"]:
+            for k, v in named.items():
+                bound = v[mask] * (1 + intervals[k]["quantiles"]["0.95"])
+                out[f"{k}_within_p95_bound"] = float((observed[k][mask] <= bound).mean())
+        return out
 
     evaluation = {"held_out": errors(test), "held_out_rate_phases": errors(test & (d.phase == "rate")),
                   "per_rate": []}
@@ -136,18 +185,24 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
         evaluation["per_rate"].append({"rate": float(rate), **errors(test & (d.phase == "rate") & (d.rate == rate))})
     if rwt is not None:
         evaluation["rwt_per_rate"] = evaluate_rwt(records, rwt)
-    for k, booster in heads.items():
-        booster.save_model(str(folder / f"{k}.json"))
+    heads_spec = {}
+    for target, head in heads.items():
+        entry = {"kind": head.kind, "line": head.line.to_json() if head.line else None,
+                 "selection": selection[target]}
+        if head.booster is not None:
+            head.booster.save_model(str(folder / f"{target}.json"))
+            entry |= {"trees": f"{target}.json", "rounds": int(head.booster.num_boosted_rounds())}
+        heads_spec[target] = entry
     if plot is not None:
         plot_heads({k: d.y[k][test] for k in TARGETS},
                    {"tpot": pred["tpot"][test], "ttft": pred["ttft"][test], "e2e": pred["e2e_analytic"][test]},
                    {k: v[test] for k, v in prior_pred.items()}, plot, f"{tier}: held-out requests (latest by time)")
     golden = np.flatnonzero(test)[:16]
     spec = {
-        "tier": tier, "kind": "sweep", "features": list(FEATURES), "targets": {k: f"{k}.json" for k in TARGETS},
-        "units": "seconds", "prior": prior, "residual_quantiles": residuals,
+        "tier": tier, "kind": "sweep", "format": 2, "features": list(FEATURES), "heads": heads_spec,
+        "units": "seconds", "prior": prior, "intervals": intervals, "residual_quantiles": residuals,
+        "range": feature_range(d.x[train | val], FEATURES),
         "e2e": "analytic: ttft + max(n - 1, 0) * tpot; direct: the e2e head",
-        "trees": {k: int(h.num_boosted_rounds()) for k, h in heads.items()},
         "golden": {"x": d.x[golden].tolist(), **{k: pred[k][golden].tolist() for k in TARGETS}},
         "evaluation": evaluation,
         "split": {s: int((d.split == s).sum()) for s in ("train", "val", "test")},

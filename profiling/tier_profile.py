@@ -22,7 +22,7 @@ from core.schemas import routing_column
 from profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
 from profiling.coarse_priors import coarse_prior, read_llm_inference_bench
 from profiling.latency_heads import write_batch_heads
-from profiling.plots import plot_batch_fit, plot_sweep
+from profiling.plots import plot_batch_fit, plot_head_choice, plot_sweep
 from profiling.rwt import RwtParams, routing_table_groups
 from profiling.sweep import SweepPrompt, records_table, run_sweep
 from profiling.sweep_heads import sweep_rwt, train_sweep_heads
@@ -140,11 +140,13 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
     plots: list[str] = []
     if "fit" in summary:
         ms = [BatchMeasurement(**r) for r in pq.read_table(profile_dir / "batches.parquet").to_pylist()]
-        spec = write_batch_heads(ms, folder, tier.name, tuple(config.profiling.residual_quantiles))
+        spec = write_batch_heads(ms, folder, tier.name, tuple(config.profiling.residual_quantiles),
+                                 seed=config.training.seed)
         fit = spec["fit"]
         rwt = RwtParams(fit["ttft_p_s"], fit["decode_d_s"], fit["epsilon"], fit["theta_tokens_per_s"], max_out)
         evaluation = spec["evaluation"]["held_out"]
-        plots.append(summary["plot"])
+        plots += [summary["plot"], str(plot_head_choice(evaluation, profile_dir / "heads_held_out.png",
+                                                        f"{tier.name}: heads held out by configuration"))]
     elif "prior" in summary:
         p = summary["prior"]
         spec = {"tier": tier.name, "kind": "prior", "features": [], "targets": {}, "units": "seconds",
@@ -158,7 +160,8 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
         rwt = sweep_rwt(summary["phases"], max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))
         spec, _ = train_sweep_heads(records, folder, tier.name, config.profiling.held_out_fraction,
                                     tuple(config.profiling.residual_quantiles), seed=config.training.seed,
-                                    plot=profile_dir / "heads_held_out.png", rwt=rwt)
+                                    plot=profile_dir / "heads_held_out.png", rwt=rwt,
+                                    saturation_rps=summary.get("saturation_rps"))
         rwt_rows = spec["evaluation"]["rwt_per_rate"]
         evaluation = spec["evaluation"]["held_out"]
         plots += [str(profile_dir / "heads_held_out.png"),
@@ -166,5 +169,6 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
     groups = {g: asdict(s) for g, s in routing_table_groups(routing_table).items() if g.endswith(f"|{tier.model}")}
     (folder / "rwt.json").write_text(json.dumps({"tier": tier.name, "params": rwt.to_dict(), "groups": groups},
                                                 indent=2))
+    served = {t: {"kind": h["kind"], "why": h["selection"]["why"]} for t, h in spec.get("heads", {}).items()}
     return {"tier": tier.name, "kind": spec["kind"], "folder": str(folder), "evaluation": evaluation,
-            "rwt": rwt.to_dict(), "plots": plots, "features": spec["features"]}
+            "rwt": rwt.to_dict(), "plots": plots, "features": spec["features"], "served": served}

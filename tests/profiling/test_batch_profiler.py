@@ -44,7 +44,9 @@ def test_grid_is_measured_fitted_and_turned_into_heads_the_loader_reproduces(mod
              "mean_context_tokens": 4 * (128 + 4)}
     got = loaded.predict([state])
     assert got["e2e"][0] == pytest.approx(got["ttft"][0] + 7 * got["tpot"][0])
-    assert (loaded.slo_bound("tpot", got["tpot"]) >= got["tpot"] + spec["residual_quantiles"]["tpot"]["0.95"] - 1e-12).all()
+    q95 = spec["intervals"]["tpot"]["quantiles"]["0.95"]
+    assert loaded.slo_bound("tpot", got["tpot"]) == pytest.approx(got["tpot"] * (1 + q95))
+    assert q95 >= spec["intervals"]["tpot"]["quantiles"]["0.5"]
 
 
 def test_cells_beyond_the_context_are_skipped_and_a_one_token_grid_refused(model):

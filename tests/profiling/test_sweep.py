@@ -76,7 +76,11 @@ def test_heads_split_by_time_and_reload_exactly(sweep, tmp_path):
     assert spec["split"]["test"] > 0 and (tmp_path / "h.png").stat().st_size > 0
     held = spec["evaluation"]["held_out"]
     assert held["requests"] == spec["split"]["test"]
-    assert np.isfinite([held["tpot_mae_ms_head"], held["tpot_mae_ms_prior"], held["e2e_mape_analytic"]]).all()
+    assert np.isfinite([held["tpot_mae_ms_served"], held["tpot_mae_ms_prior"], held["e2e_mape_analytic"]]).all()
+    for head in spec["heads"].values():  # the served kind is the lowest validation MAE, and says so
+        mae = head["selection"]["cv_mae_ms"]
+        assert head["kind"] == min(mae, key=mae.get) and head["selection"]["why"].startswith(head["kind"])
+        assert (head["line"] is None) == (head["kind"] == "trees") and ("trees" in head) == (head["kind"] != "line")
     loaded = LatencyModel.load(tmp_path / "heads")
     assert loaded.golden_max_abs_diff() == 0.0
     replay = loaded.predict_matrix(d.x)

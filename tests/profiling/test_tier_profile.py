@@ -45,7 +45,13 @@ def test_splitwise_tier_becomes_heads_with_rwt_groups(imported_fleet, tmp_path):
     summary = measure_tier(imported_fleet, tier, table, tmp_path / "profile", log=lambda m: None)
     assert summary["measurements"] > 50 and summary["fit"]["prefill_r2"] > 0.98
     result = build_latency_component(imported_fleet, tier, tmp_path / "profile", table, tmp_path / "component")
-    assert result["kind"] == "batch" and result["evaluation"]["tpot_mae_ms_head"] > 0
+    held = result["evaluation"]
+    assert result["kind"] == "batch" and held["tpot_mae_ms_served"] > 0
+    # on this tier (A100 × 4, every batch fits at once) the held-out edges go to a line-based head,
+    # which beats plain trees there (the comparison with the classic line is benchmarks/splitwise_heads.py's)
+    assert set(result["served"]) == {"tpot", "ttft"} and result["served"]["tpot"]["kind"] in ("line", "residual")
+    assert held["tpot_mae_ms_served"] < held["kinds"]["trees"]["tpot_mae_ms"]
+    assert sum(held["chosen"]["tpot"].values()) == held["configurations"]
     model = LatencyModel.load(tmp_path / "component")
     assert model.golden_max_abs_diff() == 0.0
     rwt = json.loads((tmp_path / "component" / "rwt.json").read_text())
