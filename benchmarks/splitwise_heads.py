@@ -64,7 +64,37 @@ def main() -> None:
         print(f"median over tiers [{by}]: {out['median_over_tiers'][by]}")
     path = results_dir("splitwise_heads") / "splitwise_heads.json"
     path.write_text(json.dumps(out, indent=2, sort_keys=True))
-    print(f"wrote {path}")
+    plot(out, protocols[0], path.with_suffix(".png"))
+    print(f"wrote {path} and {path.with_suffix('.png')}")
+
+
+def plot(out: dict, by: str, path) -> None:
+    """Per tier: held-out TPOT MAE and E2E MAPE of the served heads, the classic line and the trees."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(out["tiers"])
+    rows = [out["tiers"][n][by]["held_out"] for n in names]
+    series = {"served": (lambda r: r["tpot_mae_ms_served"], lambda r: 100 * r["e2e_mape_served"]),
+              "classic line": (lambda r: r["tpot_mae_ms_linear"], lambda r: 100 * r["e2e_mape_linear"]),
+              "trees (heads before)": (lambda r: r["kinds"]["trees"]["tpot_mae_ms"],
+                                       lambda r: 100 * r["kinds"]["trees"]["e2e_mape"])}
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    pos = np.arange(len(names))
+    for i, (label, (tpot, e2e)) in enumerate(series.items()):
+        axes[0].bar(pos + (i - 1) * 0.27, [tpot(r) for r in rows], 0.27, label=label)
+        axes[1].bar(pos + (i - 1) * 0.27, [e2e(r) for r in rows], 0.27, label=label)
+    short = [n.replace("-80gb", "").replace("llama2-", "") for n in names]
+    for ax, ylabel in zip(axes, ("TPOT MAE (ms/token)", "E2E MAPE (%)")):
+        ax.set_xticks(pos, short, rotation=30, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.legend()
+    fig.suptitle(f"splitwise tiers, held out by configuration ({by} tokens)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
