@@ -46,16 +46,22 @@ def inspect(ref: str, tracking_uri: str | None) -> None:
 
 @bundle.command()
 @click.argument("ref")
+@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              envvar="ROUTEFORGE_PUBLIC_KEY",
+              help="Ed25519 public key (PEM) the manifest must be signed by ($ROUTEFORGE_PUBLIC_KEY); "
+                   "without it only checksums are checked.")
 @_TRACKING
-def verify(ref: str, tracking_uri: str | None) -> None:
-    """Check schema version and every file's sha256; exit 1 naming the offending files."""
+def verify(ref: str, public_key: Path | None, tracking_uri: str | None) -> None:
+    """Check schema version, every file's sha256 and (with --public-key) the manifest's signature;
+    exit 1 naming the offending files or the reason the signature is refused."""
     try:
-        manifest = verify_bundle(fetch(ref, tracking_uri=tracking_uri))
+        manifest = verify_bundle(fetch(ref, tracking_uri=tracking_uri), public_key)
     except BundleVerificationError as exc:
         click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
     n = sum(len(c.files) for c in manifest.components)
-    click.echo(f"OK: {manifest.name} version {manifest.version}, {n} files verified")
+    signed = f"; signature by {public_key} valid" if public_key else " (signature not checked: no --public-key)"
+    click.echo(f"OK: {manifest.name} version {manifest.version}, {n} files verified{signed}")
 
 
 @bundle.command()

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
 from artifacts.registry import download_bundle, is_remote_uri
+from artifacts.signing import SIGNATURE_FILE, signature_problem
 from artifacts.writer import sha256_file
 
 SUPPORTED_MAJOR = MANIFEST_SCHEMA_VERSION.split(".")[0]
@@ -49,10 +50,39 @@ def read_manifest(root: Path) -> Manifest:
     return Manifest.model_validate(raw)
 
 
-def verify_bundle(root: Path) -> Manifest:
-    """Check every checksum; raise naming each mismatched, missing or unlisted file."""
+def _unsafe_path(rel: str) -> str | None:
+    """Why a manifest path could reach outside the bundle folder, or None."""
+    parts = PurePosixPath(rel).parts
+    if rel.startswith("/") or PureWindowsPath(rel).drive or "\\" in rel:
+        return "absolute or not a POSIX relative path"
+    if ".." in parts or not parts:
+        return "leaves the bundle folder"
+    return None
+
+
+def verify_bundle(root: Path, public_key: Path | None = None) -> Manifest:
+    """Check every checksum; raise naming each mismatched, missing or unlisted file.
+
+    Refused before any file is read: a manifest path that could leave the bundle folder (absolute,
+    `..`), and any symbolic link inside the bundle (it could point anywhere). With `public_key`, the
+    manifest must also carry a valid Ed25519 signature by that key's owner (`artifacts.signing`):
+    an unsigned bundle, one signed by another key and one whose files and checksums were rewritten
+    together are refused, naming the reason."""
     root = Path(root)
     manifest = read_manifest(root)
+    unsafe = [f"{e.path}: {why}" for c in manifest.components for e in c.files
+              if (why := _unsafe_path(e.path)) is not None]
+    links = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_symlink())
+    unsafe += [f"{rel}: a symbolic link (bundles hold plain files only)" for rel in links]
+    if unsafe:
+        raise BundleVerificationError(f"bundle at {root} refused: " + "; ".join(unsafe))
+    if public_key is not None:
+        try:
+            problem = signature_problem(root, Path(public_key))
+        except ValueError as exc:
+            raise BundleVerificationError(f"public key: {exc}") from exc
+        if problem is not None:
+            raise BundleVerificationError(f"bundle at {root} refused: {problem}")
     problems = []
     listed = set()
     for comp in manifest.components:
@@ -65,7 +95,7 @@ def verify_bundle(root: Path) -> Manifest:
                 problems.append(f"{entry.path}: sha256 mismatch")
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and rel != MANIFEST_FILE and rel not in listed:
+        if path.is_file() and rel not in (MANIFEST_FILE, SIGNATURE_FILE) and rel not in listed:
             problems.append(f"{rel}: not listed in the manifest")
     if problems:
         raise BundleVerificationError(f"bundle at {root} failed verification: " + "; ".join(problems))
@@ -161,7 +191,9 @@ class RouterBundle:
                        f"(has {self.tiers_with_latency})")
 
 
-def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | None = None) -> RouterBundle:
-    """Load a bundle from a folder or `models:/<name>@<alias>`; verifies before returning."""
+def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | None = None,
+                public_key: Path | None = None) -> RouterBundle:
+    """Load a bundle from a folder or `models:/<name>@<alias>`; verifies before returning (with
+    `public_key`, its signature too: see `verify_bundle`)."""
     root = fetch(str(ref), dst, tracking_uri)
-    return RouterBundle(root=root, manifest=verify_bundle(root))
+    return RouterBundle(root=root, manifest=verify_bundle(root, public_key))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from artifacts.manifest import Fleet, Lineage, Manifest
 from artifacts.registry import RegisteredBundle, ensure_experiment, register_bundle
+from artifacts.signing import sign_bundle
 from artifacts.writer import ComponentSource, write_bundle
 
 
@@ -47,7 +48,10 @@ def publish_bundle(
     params: dict[str, str] | None = None,
     metrics: dict[str, float] | None = None,
     plots: list[Path] = (),
+    signing_key: Path | None = None,
 ) -> tuple[RegisteredBundle, Manifest]:
+    """Write the bundle inside a new MLflow run, sign its manifest with `signing_key` (Ed25519 PEM;
+    `artifacts.signing`) and register it under `alias`."""
     import mlflow
 
     experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
@@ -60,11 +64,12 @@ def publish_bundle(
             mlflow.log_artifact(str(plot), "plots")
         lineage = Lineage(input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id)
         manifest = write_bundle(staging_dir, name, fleet, components, lineage, code_version())
-        mlflow.set_tags({"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name})
-        registered = register_bundle(
-            staging_dir, run.info.run_id, name, alias,
-            tags={"bundle_version": manifest.version, "code_version": manifest.code_version},
-        )
+        tags = {"bundle_version": manifest.version, "code_version": manifest.code_version}
+        if signing_key is not None:
+            tags["signing_key_id"] = sign_bundle(staging_dir, signing_key)
+        mlflow.set_tags({"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name}
+                        | {f"routeforge.{k}": v for k, v in tags.items() if k == "signing_key_id"})
+        registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags)
     return registered, manifest
 
 

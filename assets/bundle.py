@@ -51,8 +51,9 @@ def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
         group_name="registry",
         ins={name: dg.AssetIn(name) for name in names},
         check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle",
-                                       description="The registered version downloads from MLflow, verifies its "
-                                                   "checksums and schema, and its latency heads reproduce.")],
+                                       description="The registered version downloads from MLflow, its manifest's "
+                                                   "signature, checksums and schema verify, and its latency "
+                                                   "heads reproduce.")],
         description="Versioned router bundle, logged to MLflow and registered under the configured alias.",
     )
     def router_bundle(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
@@ -98,8 +99,9 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
     )
     with tempfile.TemporaryDirectory(prefix="routeforge-verify-") as tmp:
         try:
-            loaded = load_bundle(f"models:/{registered.name}/{registered.version}", Path(tmp), mlflow.tracking_uri)
-            passed, detail = loaded.manifest.version == manifest.version, "downloaded and verified"
+            loaded = load_bundle(f"models:/{registered.name}/{registered.version}", Path(tmp), mlflow.tracking_uri,
+                                 public_key=mlflow.public_key_path())
+            passed, detail = loaded.manifest.version == manifest.version, "downloaded, signature and files verified"
             if passed and latency:
                 worst = max(loaded.latency(t).golden_max_abs_diff() for t in loaded.tiers_with_latency)
                 passed, detail = worst == 0.0, f"downloaded and verified; latency heads max |diff| {worst:g}"

@@ -76,6 +76,25 @@ class MlflowRegistry(dg.ConfigurableResource):
     model_name: str
     alias: str = "challenger"
     artifact_location: str | None = None
+    signing_key: str  # Ed25519 private key (PEM) that signs each bundle's manifest
+    create_signing_key: bool = False  # create the key pair on first use (the default location only)
+
+    def signing_key_path(self) -> Path:
+        """The private key, created (0600, `.pub` beside it) when this is the default location and
+        it does not exist yet; a configured key that is missing is an error naming it."""
+        from artifacts.signing import generate_key_pair
+
+        path = Path(self.signing_key)
+        if not path.is_file():
+            if not self.create_signing_key:
+                raise FileNotFoundError(f"registry.signing_key / $ROUTEFORGE_SIGNING_KEY: no key at {path}")
+            generate_key_pair(path)
+        return path
+
+    def public_key_path(self) -> Path:
+        from artifacts.signing import public_key_path
+
+        return public_key_path(self.signing_key_path())
 
     def log_report(self, run_name: str, metrics: dict[str, float], files: list[Path],
                    tags: dict[str, str] | None = None) -> str:
@@ -90,4 +109,5 @@ class MlflowRegistry(dg.ConfigurableResource):
         from artifacts.publish import publish_bundle
 
         return publish_bundle(name=self.model_name, tracking_uri=self.tracking_uri, experiment=self.experiment,
-                              artifact_location=self.artifact_location, alias=self.alias, **kwargs)
+                              artifact_location=self.artifact_location, alias=self.alias,
+                              signing_key=self.signing_key_path(), **kwargs)

@@ -54,12 +54,14 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         if routing_evaluation_enabled(config):
             assets.append(routing_evaluation)
     base = UPath(config.storage_root) / "assets"
+    signing_key, create_key = config.signing_key_path()
     resources = {
         "fleet": FleetResource(config_path=str(Path(config_path).resolve())),
         "store": ComponentStore(root=str(config.storage_root)),
         "mlflow": MlflowRegistry(tracking_uri=config.registry.tracking_uri, experiment=config.registry.experiment,
                                  model_name=config.registry.model_name, alias=config.registry.alias,
-                                 artifact_location=config.registry.artifact_location),
+                                 artifact_location=config.registry.artifact_location,
+                                 signing_key=str(signing_key), create_signing_key=create_key),
         "parquet_io": ParquetIOManager(base_path=base),
         "json_io": JsonIOManager(base_path=base),
     }

@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -135,9 +136,12 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
         assert rwt["params"]["theta_tok_s"] > 0 and rwt["groups"]  # μ_o, σ_o per task for this model
         assert all(g.endswith("|" + tier.split("@")[0]) for g in rwt["groups"])
 
-    # the acceptance commands: verify by URI, then a changed byte is named
-    ok = _routeforge("bundle", "verify", out["uri"], tracking_uri=tracking)
-    assert ok.returncode == 0, ok.stderr
+    # the acceptance commands: verify by URI with the key pair the run created (no key configured),
+    # then a changed byte is named
+    private = config.storage_root / "keys" / "bundle-signing.key"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    ok = _routeforge("bundle", "verify", out["uri"], "--public-key", f"{private}.pub", tracking_uri=tracking)
+    assert ok.returncode == 0 and "signature by" in ok.stdout, ok.stderr
     target = tmp_path / "bundle" / "knn_estimator" / "knn.json"
     target.write_bytes(target.read_bytes().replace(b'"k": 10', b'"k": 11'))
     bad = _routeforge("bundle", "verify", str(tmp_path / "bundle"), tracking_uri=tracking)

@@ -34,6 +34,10 @@ class RegistrySettings(_Strict):
     model_name: str
     alias: str = "challenger"
     artifact_location: StoreUri | None = None
+    # Ed25519 private key (PEM) that signs every bundle's manifest; `.pub` beside it is what router
+    # services verify with. Unset: $ROUTEFORGE_SIGNING_KEY, else a key pair the pipeline creates
+    # under <storage_root>/keys/ on first use (see `signing_key_path`).
+    signing_key: ConfigPath | None = None
 
 
 class FleetConfig(_Strict):
@@ -110,6 +114,16 @@ class FleetConfig(_Strict):
     def sampling(self, model: str) -> Sampling:
         """The resolved sampling settings of one model."""
         return self.generation.sampling.merged(self.model(model).sampling)
+
+    def signing_key_path(self) -> tuple[Path, bool]:
+        """(private key path, whether the pipeline may create it): `registry.signing_key`, else
+        $ROUTEFORGE_SIGNING_KEY, else `<storage_root>/keys/bundle-signing.key` (created when missing).
+        A configured key must exist: a typo must not silently sign with a fresh, unknown key."""
+        if self.registry.signing_key is not None:
+            return self.registry.signing_key, False
+        if os.environ.get("ROUTEFORGE_SIGNING_KEY"):
+            return Path(os.environ["ROUTEFORGE_SIGNING_KEY"]).expanduser().resolve(), False
+        return Path(self.storage_root) / "keys" / "bundle-signing.key", True
 
     def tier_of(self, model: str) -> Tier | None:
         """The first tier that deploys `model` (where its engine runs and with which parallelism)."""

@@ -5,27 +5,36 @@ from click.testing import CliRunner
 from artifacts.cli import main
 from artifacts.loader import load_bundle
 from artifacts.publish import publish_bundle
+from artifacts.signing import generate_key_pair, key_id, load_public_key
 
 
 def test_publish_register_and_load_over_http(mlflow_server, tmp_path, component, fleet):
+    private = tmp_path / "keys" / "bundle.key"
+    public = generate_key_pair(private)
     published = []
     for round_ in range(2):
         registered, manifest = publish_bundle(
             name="http-router", fleet=fleet, components=[component], staging_dir=tmp_path / f"stage{round_}",
             tracking_uri=mlflow_server, experiment="http-test", artifact_location=None, alias="challenger",
-            input_hashes={"prompts": "a" * 64}, params={"k": "3"}, metrics={"acc": 0.5},
+            input_hashes={"prompts": "a" * 64}, params={"k": "3"}, metrics={"acc": 0.5}, signing_key=private,
         )
         published.append(registered)
     assert [r.version for r in published] == ["1", "2"]
     assert published[-1].uri == "models:/http-router@challenger"
 
-    loaded = load_bundle(published[-1].uri, tmp_path / "download", mlflow_server)
+    # the signature travels with the bundle through the server's artifact store
+    loaded = load_bundle(published[-1].uri, tmp_path / "download", mlflow_server, public_key=public)
     assert loaded.manifest.lineage.mlflow_run_id == published[-1].run_id
+    from mlflow import MlflowClient
+
+    tags = MlflowClient(mlflow_server).get_model_version("http-router", "2").tags
+    assert tags["signing_key_id"] == key_id(load_public_key(public))
     assert loaded.manifest.lineage.input_hashes == {"prompts": "a" * 64}
 
     runner = CliRunner()
-    result = runner.invoke(main, ["bundle", "verify", "models:/http-router/1", "--tracking-uri", mlflow_server])
-    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, ["bundle", "verify", "models:/http-router/1", "--tracking-uri", mlflow_server,
+                                  "--public-key", str(public)])
+    assert result.exit_code == 0 and "signature by" in result.output, result.output
     result = runner.invoke(main, ["bundle", "download", "models:/http-router@challenger", str(tmp_path / "dl")],
                            env={"MLFLOW_TRACKING_URI": mlflow_server})
     assert result.exit_code == 0 and (tmp_path / "dl" / "manifest.json").exists()

@@ -78,3 +78,26 @@ def test_production_example_validates(state_dir, shared_data, monkeypatch):
     assert config.scoring.metric_for("mbpp") == "code_pass_at_1" and config.scoring.metric_for("x") == "bertscore"
     evaluation = config.training.routing_evaluation
     assert evaluation.enabled and evaluation.trace.is_absolute() and evaluation.trace.exists()
+
+
+def test_signing_key_from_the_fleet_file_the_environment_or_the_state_folder(config_copy, monkeypatch, tmp_path):
+    monkeypatch.delenv("ROUTEFORGE_SIGNING_KEY", raising=False)
+    config = load_fleet(config_copy("demo"))
+    assert config.signing_key_path() == (config.storage_root / "keys" / "bundle-signing.key", True)
+    monkeypatch.setenv("ROUTEFORGE_SIGNING_KEY", str(tmp_path / "env.key"))
+    assert config.signing_key_path() == (tmp_path / "env.key", False)  # configured: never created for you
+    configured = load_fleet(config_copy("demo", registry={**config.registry.model_dump(mode="json"),
+                                                          "signing_key": str(tmp_path / "fleet.key")}))
+    assert configured.signing_key_path() == (tmp_path / "fleet.key", False)
+
+
+def test_a_configured_signing_key_that_is_missing_is_named(tmp_path):
+    from assets.resources import MlflowRegistry
+
+    registry = MlflowRegistry(tracking_uri="sqlite:///x.db", experiment="e", model_name="m",
+                              signing_key=str(tmp_path / "nope.key"))
+    with pytest.raises(FileNotFoundError, match="registry.signing_key / \\$ROUTEFORGE_SIGNING_KEY: no key at"):
+        registry.signing_key_path()
+    created = MlflowRegistry(tracking_uri="sqlite:///x.db", experiment="e", model_name="m",
+                             signing_key=str(tmp_path / "keys" / "k.key"), create_signing_key=True)
+    assert created.public_key_path() == tmp_path / "keys" / "k.key.pub" and created.public_key_path().is_file()

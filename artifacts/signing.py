@@ -1,0 +1,116 @@
+"""Ed25519 signatures over a bundle's manifest, so that a bundle rewritten consistently (files and
+their checksums together) by anyone who can write to the artifact store no longer verifies.
+
+The manifest lists every file with its sha256; signing the manifest's exact bytes therefore covers
+every file. The signature lives beside it as `manifest.sig`, a small JSON document any runtime can
+check with any Ed25519 library: `{"algorithm": "ed25519", "key_id": ..., "signature": base64}`,
+where `key_id` is the first 16 hex digits of the sha256 of the raw 32-byte public key (it names the
+key; it proves nothing). Keys are PEM files (PKCS #8 private, SubjectPublicKeyInfo public), the
+public one beside the private one as `<name>.pub`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from artifacts.manifest import MANIFEST_FILE
+
+SIGNATURE_FILE = "manifest.sig"
+ALGORITHM = "ed25519"
+
+
+def public_key_path(private_key: Path) -> Path:
+    return Path(f"{private_key}.pub")
+
+
+def generate_key_pair(private_key: Path) -> Path:
+    """Write a new key pair: `private_key` readable by its owner only (created 0600, never widened
+    afterwards), the public key beside it as `<private_key>.pub`. Returns the public key's path.
+    Refuses to overwrite an existing private key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    private_key = Path(private_key)
+    private_key.parent.mkdir(parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    fd = os.open(private_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    public = public_key_path(private_key)
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return public
+
+
+def _load_private(path: Path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: not an unencrypted PEM private key ({exc})") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path}: a {type(key).__name__}, not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: Path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: not a PEM public key ({exc})") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(f"{path}: a {type(key).__name__}, not an Ed25519 public key")
+    return key
+
+
+def key_id(public_key) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def sign_bundle(root: Path, private_key: Path) -> str:
+    """Sign `root`'s manifest with the key at `private_key`; writes `manifest.sig`, returns the key id."""
+    key = _load_private(private_key)
+    signature = key.sign((Path(root) / MANIFEST_FILE).read_bytes())
+    kid = key_id(key.public_key())
+    (Path(root) / SIGNATURE_FILE).write_text(json.dumps(
+        {"algorithm": ALGORITHM, "key_id": kid, "signature": base64.b64encode(signature).decode()}, indent=2))
+    return kid
+
+
+def signature_problem(root: Path, public_key: Path) -> str | None:
+    """Why `root` does not carry a valid signature by `public_key`'s owner, or None when it does."""
+    from cryptography.exceptions import InvalidSignature
+
+    key = load_public_key(public_key)
+    path = Path(root) / SIGNATURE_FILE
+    if not path.is_file():
+        return f"unsigned: no {SIGNATURE_FILE} (a signed bundle was required)"
+    try:
+        doc = json.loads(path.read_text())
+        algorithm, kid, signature = doc["algorithm"], doc["key_id"], base64.b64decode(doc["signature"], validate=True)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"{SIGNATURE_FILE}: malformed ({exc})"
+    if algorithm != ALGORITHM:
+        return f"{SIGNATURE_FILE}: algorithm {algorithm!r}, expected {ALGORITHM!r}"
+    expected = key_id(key)
+    if kid != expected:
+        return f"signed by another key (key id {kid}, expected {expected})"
+    try:
+        key.verify(signature, (Path(root) / MANIFEST_FILE).read_bytes())
+    except InvalidSignature:
+        return f"bad signature: {MANIFEST_FILE} was changed after it was signed by key {kid}"
+    return None

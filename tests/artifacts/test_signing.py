@@ -1,0 +1,102 @@
+"""Signed bundles: an Ed25519 signature over the manifest, checked by the loader and the CLI; paths
+that leave the bundle and symbolic links are refused with or without a key."""
+
+import json
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from artifacts.cli import main
+from artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
+from artifacts.manifest import MANIFEST_FILE, Lineage
+from artifacts.signing import SIGNATURE_FILE, generate_key_pair, sign_bundle
+from artifacts.writer import sha256_file, write_bundle
+
+
+@pytest.fixture
+def keys(tmp_path):
+    private = tmp_path / "keys" / "signing.key"
+    public = generate_key_pair(private)
+    return private, public
+
+
+@pytest.fixture
+def signed(tmp_path, component, fleet, keys):
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [component], Lineage(), "test")
+    sign_bundle(root, keys[0])
+    return root
+
+
+def test_key_pair_private_part_is_owner_only_and_never_overwritten(keys):
+    private, public = keys
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert public.name == "signing.key.pub" and b"BEGIN PUBLIC KEY" in public.read_bytes()
+    with pytest.raises(FileExistsError):
+        generate_key_pair(private)
+
+
+def test_a_signed_bundle_verifies_and_loads_with_its_public_key(signed, keys):
+    manifest = verify_bundle(signed, public_key=keys[1])
+    assert manifest.name == "router"
+    assert load_bundle(signed, public_key=keys[1]).manifest.version == manifest.version
+    doc = json.loads((signed / SIGNATURE_FILE).read_text())
+    assert doc["algorithm"] == "ed25519" and len(doc["key_id"]) == 16
+
+
+def test_files_and_checksums_rewritten_together_are_refused(signed, keys):
+    target = signed / "knn_estimator" / "index.bin"
+    target.write_bytes(b"a different index")
+    raw = json.loads((signed / MANIFEST_FILE).read_text())
+    entry = raw["components"][0]["files"][0]
+    entry["sha256"], entry["bytes"] = sha256_file(target), target.stat().st_size
+    (signed / MANIFEST_FILE).write_text(json.dumps(raw, indent=2))
+    verify_bundle(signed)  # consistent: checksums alone cannot tell
+    with pytest.raises(BundleVerificationError, match="bad signature: manifest.json was changed after it was signed"):
+        verify_bundle(signed, public_key=keys[1])
+    with pytest.raises(BundleVerificationError, match="bad signature"):
+        load_bundle(signed, public_key=keys[1])
+
+
+def test_unsigned_and_other_key_bundles_are_refused_naming_why(signed, keys, tmp_path):
+    other_private = tmp_path / "other" / "k"
+    other_public = generate_key_pair(other_private)
+    with pytest.raises(BundleVerificationError, match="signed by another key"):
+        verify_bundle(signed, public_key=other_public)
+    sign_bundle(signed, other_private)  # re-signed by someone else's key
+    with pytest.raises(BundleVerificationError, match="signed by another key"):
+        load_bundle(signed, public_key=keys[1])
+    (signed / SIGNATURE_FILE).unlink()
+    with pytest.raises(BundleVerificationError, match="unsigned: no manifest.sig"):
+        verify_bundle(signed, public_key=keys[1])
+    with pytest.raises(BundleVerificationError, match="public key: .*not a PEM public key"):
+        verify_bundle(signed, public_key=keys[0])  # the private key file is not a public key
+
+
+@pytest.mark.parametrize("path", ["../outside.bin", "/etc/passwd", "knn_estimator/../../x", "C:/x"])
+def test_manifest_paths_that_leave_the_bundle_are_refused(signed, path):
+    raw = json.loads((signed / MANIFEST_FILE).read_text())
+    raw["components"][0]["files"][0]["path"] = path
+    (signed / MANIFEST_FILE).write_text(json.dumps(raw))
+    with pytest.raises(BundleVerificationError, match="refused: .*(leaves the bundle folder|absolute)"):
+        verify_bundle(signed)
+
+
+def test_a_symbolic_link_in_the_bundle_is_refused(signed, tmp_path):
+    (tmp_path / "secret").write_text("outside")
+    (signed / "knn_estimator" / "link").symlink_to(tmp_path / "secret")
+    with pytest.raises(BundleVerificationError, match="knn_estimator/link: a symbolic link"):
+        verify_bundle(signed)
+
+
+def test_cli_verify_with_a_public_key(signed, keys, tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(main, ["bundle", "verify", str(signed), "--public-key", str(keys[1])])
+    assert ok.exit_code == 0 and f"signature by {keys[1]} valid" in ok.output
+    unchecked = runner.invoke(main, ["bundle", "verify", str(signed)])
+    assert unchecked.exit_code == 0 and "signature not checked" in unchecked.output
+    other = generate_key_pair(tmp_path / "o" / "k")
+    refused = runner.invoke(main, ["bundle", "verify", str(signed), "--public-key", str(other)])
+    assert refused.exit_code == 1 and "FAILED" in refused.output and "signed by another key" in refused.output
+    assert "Traceback" not in refused.output
