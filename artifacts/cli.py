@@ -104,5 +104,61 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, tracking_uri: str | 
                                "models": per_model}))
 
 
+def _registry(name: str, tracking_uri: str | None):
+    from artifacts.release import Registry
+
+    if not tracking_uri:
+        raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
+    return Registry(tracking_uri, name)
+
+
+@bundle.command()
+@click.argument("name")
+@click.option("--version", "version", default=None, help="the version to promote (default: the latest)")
+@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              envvar="ROUTEFORGE_PUBLIC_KEY", help="verify both bundles' signatures with this key")
+@click.option("--force", is_flag=True, help="promote even where the rules say no (needs --reason)")
+@click.option("--reason", default=None, help="why; recorded on the model version with who asked")
+@_TRACKING
+def promote(name: str, version: str | None, public_key: Path | None, force: bool, reason: str | None,
+            tracking_uri: str | None) -> None:
+    """Gate VERSION of NAME against the current champion on the frozen evaluation set, with the
+    rules recorded at its registration (the pipeline's release gate), and move `champion` if it
+    passes; the decision and its reasons are recorded on the version either way. Exit 1 when held."""
+    import tempfile
+
+    from artifacts.release import gate
+
+    if force and not (reason and reason.strip()):
+        raise click.UsageError("--force needs --reason: a forced promotion records who asked and why")
+    registry = _registry(name, tracking_uri)
+    try:
+        version = version or registry.latest_version()
+        with tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
+            decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason)
+    except (ValueError, BundleVerificationError) as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(1)
+    verdict = "promoted to champion" if decision.promote else "held (stays challenger)"
+    click.echo(f"{name} version {version}: {verdict}; " + "; ".join(decision.reasons))
+    sys.exit(0 if decision.promote else 1)
+
+
+@bundle.command()
+@click.argument("name")
+@click.option("--reason", default=None, help="why; recorded on the version rolled back from")
+@_TRACKING
+def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
+    """Move NAME's `champion` alias back to the previous champion."""
+    from artifacts.release import rollback as roll_back
+
+    try:
+        current, previous = roll_back(_registry(name, tracking_uri), reason)
+    except ValueError as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"{name}: champion moved back from version {current} to version {previous}")
+
+
 if __name__ == "__main__":
     main()

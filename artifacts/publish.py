@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from artifacts.manifest import Fleet, Lineage, Manifest
-from artifacts.registry import RegisteredBundle, ensure_experiment, register_bundle
+from artifacts.registry import RegisteredBundle, ensure_experiment, latest_version, register_bundle, registry_lock
 from artifacts.signing import sign_bundle
 from artifacts.writer import ComponentSource, write_bundle
 
@@ -49,27 +49,39 @@ def publish_bundle(
     metrics: dict[str, float] | None = None,
     plots: list[Path] = (),
     signing_key: Path | None = None,
+    skip_unchanged: bool = True,
 ) -> tuple[RegisteredBundle, Manifest]:
     """Write the bundle inside a new MLflow run, sign its manifest with `signing_key` (Ed25519 PEM;
-    `artifacts.signing`) and register it under `alias`."""
+    `artifacts.signing`) and register it under `alias`; with a SQLite store, holding the store's
+    lock (`artifacts.registry.registry_lock`) so concurrent pipelines take turns. With
+    `skip_unchanged`, a bundle whose content version equals the newest registered version's creates
+    no run and no version: the existing one is returned with `unchanged=True`."""
     import mlflow
 
-    experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-bundle") as run:
-        if params:
-            mlflow.log_params(params)
-        if metrics:
-            mlflow.log_metrics(metrics)
-        for plot in plots:
-            mlflow.log_artifact(str(plot), "plots")
-        lineage = Lineage(input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id)
-        manifest = write_bundle(staging_dir, name, fleet, components, lineage, code_version())
-        tags = {"bundle_version": manifest.version, "code_version": manifest.code_version}
-        if signing_key is not None:
-            tags["signing_key_id"] = sign_bundle(staging_dir, signing_key)
-        mlflow.set_tags({"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name}
-                        | {f"routeforge.{k}": v for k, v in tags.items() if k == "signing_key_id"})
-        registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags)
+    with registry_lock(tracking_uri):
+        experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+        # the content version hashes the component files only (no timestamps, run ids or lineage):
+        # equal to the newest version's, there is nothing new to register
+        draft = write_bundle(staging_dir, name, fleet, components, Lineage(input_hashes=input_hashes), code_version())
+        latest = latest_version(name)
+        if skip_unchanged and latest is not None and latest[1].get("bundle_version") == draft.version:
+            return RegisteredBundle(name, latest[0], alias, latest[2], unchanged=True), draft
+        with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-bundle") as run:
+            if params:
+                mlflow.log_params(params)
+            if metrics:
+                mlflow.log_metrics(metrics)
+            for plot in plots:
+                mlflow.log_artifact(str(plot), "plots")
+            lineage = Lineage(input_hashes=input_hashes, dagster_run_id=dagster_run_id,
+                              mlflow_run_id=run.info.run_id)
+            manifest = write_bundle(staging_dir, name, fleet, components, lineage, code_version())
+            tags = {"bundle_version": manifest.version, "code_version": manifest.code_version}
+            if signing_key is not None:
+                tags["signing_key_id"] = sign_bundle(staging_dir, signing_key)
+            mlflow.set_tags({"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name}
+                            | {f"routeforge.{k}": v for k, v in tags.items() if k == "signing_key_id"})
+            registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags)
     return registered, manifest
 
 
@@ -78,11 +90,12 @@ def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | N
     """An evaluation report as its own MLflow run (metrics, JSON and plots); returns the run id."""
     import mlflow
 
-    experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)})
-        for f in files:
-            mlflow.log_artifact(str(f), "report")
-        if tags:
-            mlflow.set_tags(tags)
+    with registry_lock(tracking_uri):
+        experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
+            mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)})
+            for f in files:
+                mlflow.log_artifact(str(f), "report")
+            if tags:
+                mlflow.set_tags(tags)
     return run.info.run_id

@@ -8,6 +8,8 @@ runtime that can download artifacts can load it. Importing mlflow is deferred to
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,7 @@ class RegisteredBundle:
     version: str
     alias: str
     run_id: str
+    unchanged: bool = False  # the content equalled this existing version's: nothing was registered
 
     @property
     def uri(self) -> str:
@@ -30,15 +33,48 @@ def is_remote_uri(ref: str) -> bool:
     return ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/"))
 
 
+def _sqlite_file(tracking_uri: str) -> Path | None:
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+@contextmanager
+def registry_lock(tracking_uri: str, timeout_s: float = 600.0) -> Iterator[None]:
+    """Serialize this process's registry writes with every other process's, for a SQLite store.
+
+    MLflow creates a SQLite store's tables on first use; two processes doing so at once race on
+    alembic's version row and one dies ("Online migration expected to match one row"), and later
+    concurrent writers can meet "database is locked". A file lock beside the database (`filelock`)
+    makes two pipelines registering into one local store take turns. An `mlflow server` serializes
+    writes itself, and is what pipelines on several machines should share: no lock there."""
+    path = _sqlite_file(tracking_uri)
+    if path is None:
+        yield
+        return
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock", timeout=timeout_s):
+        yield
+
+
 def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> str:
+    """The experiment's id, created when missing; a concurrent creator winning the race is fine."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     mlflow.set_tracking_uri(tracking_uri)
     existing = mlflow.get_experiment_by_name(name)
     if existing is not None:
         return existing.experiment_id
     location = Path(artifact_location).resolve().as_uri() if artifact_location else None
-    return mlflow.create_experiment(name, artifact_location=location)
+    try:
+        return mlflow.create_experiment(name, artifact_location=location)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow.get_experiment_by_name(name).experiment_id
 
 
 def register_bundle(
@@ -60,6 +96,17 @@ def register_bundle(
     mv = client.create_model_version(model_name, source=source, run_id=run_id, tags=tags or {})
     client.set_registered_model_alias(model_name, alias, mv.version)
     return RegisteredBundle(model_name, str(mv.version), alias, run_id)
+
+
+def latest_version(model_name: str) -> tuple[str, dict[str, str], str] | None:
+    """(version, tags, run id) of the newest registered version of `model_name`, None when there is none."""
+    from mlflow import MlflowClient
+
+    versions = MlflowClient().search_model_versions(f"name='{model_name}'")
+    if not versions:
+        return None
+    newest = max(versions, key=lambda v: int(v.version))
+    return str(newest.version), dict(newest.tags), newest.run_id
 
 
 def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:

@@ -10,6 +10,10 @@ import pyarrow as pa
 
 from artifacts.loader import BundleVerificationError, load_bundle
 from artifacts.manifest import Fleet, ModelEntry, TierEntry
+from artifacts.registry import registry_lock
+from artifacts.release import Registry
+from artifacts.writer import sha256_file
+from assets.release import write_evaluation_candidate
 from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent, flatten
 from core.config import FleetConfig
@@ -70,23 +74,34 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
     components = [c for t in trained for c in t.components]
     latency = [c for c in components if c.kind == "latency_heads"]
     metrics = {k: v for t in trained for k, v in t.metrics.items()}
+    # the manifest names the evaluation set the release gate will judge it on: the frozen one, or
+    # this run's test split when this registration is the one that freezes it
+    with registry_lock(mlflow.tracking_uri):
+        pinned = Registry(mlflow.tracking_uri, mlflow.model_name).pinned_evaluation_sha()
+    evaluation_sha = pinned or sha256_file(write_evaluation_candidate(store, routing_table))
     registered, manifest = mlflow.publish(
         fleet=fleet_entry(config),
         components=components,
         staging_dir=store.staging_dir(),
-        input_hashes={"prompts": table_hash(prompts), "routing_table": table_hash(routing_table)},
+        input_hashes={"prompts": table_hash(prompts), "routing_table": table_hash(routing_table),
+                      "evaluation_set": evaluation_sha},
         dagster_run_id=context.run_id,
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
                 "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
         metrics=metrics,
         plots=[p for t in trained for p in t.plots],
     )
-    context.log.info(f"registered {registered.uri} (version {registered.version}, bundle {manifest.version})")
+    if registered.unchanged:
+        context.log.info(f"nothing registered: the bundle's content ({manifest.version}) equals version "
+                         f"{registered.version}'s")
+    else:
+        context.log.info(f"registered {registered.uri} (version {registered.version}, bundle {manifest.version})")
     yield dg.Output(
         {"uri": registered.uri, "model_name": registered.name, "registry_version": registered.version,
          "bundle_version": manifest.version, "mlflow_run_id": registered.run_id,
-         "tracking_uri": mlflow.tracking_uri},
+         "tracking_uri": mlflow.tracking_uri, "unchanged": registered.unchanged},
         metadata={
+            "registered": not registered.unchanged,
             "uri": registered.uri,
             "registry_version": registered.version,
             "bundle_version": manifest.version,

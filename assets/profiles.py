@@ -13,11 +13,15 @@ from artifacts.writer import ComponentSource
 from assets.metadata import markdown_table
 from assets.resources import ComponentStore, FleetResource
 from core.components import TrainedComponent
-from profiling.tier_profile import build_latency_component, measure_tier, safe_name
+from profiling.tier_profile import build_latency_component, kept_profile, measure_tier, safe_name
 
 
 def _tier(fleet: FleetResource, key: str):
     return next(t for t in fleet.config.tiers if t.name == key)
+
+
+class TierProfileConfig(dg.Config):
+    remeasure: bool = False  # measure again even when the kept profile's settings still match
 
 
 def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -27,14 +31,21 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         group_name="profiling",
         pool="generation",  # timings need the accelerator to themselves: never beside generation
         description="Latency measurements of one tier: static batches with fitted gradients, a QPS sweep with "
-                    "the state at dispatch of every request, or imported published measurements.",
+                    "the state at dispatch of every request, or imported published measurements. Kept across "
+                    "runs while the tier, its model and the profiling settings are unchanged (run config "
+                    "`remeasure: true` measures again).",
     )
-    def tier_profiles(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
-                      routing_table: pa.Table):
+    def tier_profiles(context: dg.AssetExecutionContext, config: TierProfileConfig, fleet: FleetResource,
+                      store: ComponentStore, routing_table: pa.Table):
         tier = _tier(fleet, context.partition_key)
         folder = store.profile_dir(safe_name(tier.name))
-        summary = measure_tier(fleet.config, tier, routing_table, folder, log=context.log.info)
-        metadata: dict = {"kind": summary["kind"], "folder": dg.MetadataValue.path(str(folder))}
+        kept = None if config.remeasure else kept_profile(fleet.config, tier, folder)
+        if kept is not None:
+            context.log.info(f"{tier.name}: kept the profile measured earlier (settings unchanged; "
+                             "remeasure: true to measure again)")
+        summary = kept or measure_tier(fleet.config, tier, routing_table, folder, log=context.log.info)
+        metadata: dict = {"kind": summary["kind"], "folder": dg.MetadataValue.path(str(folder)),
+                          "kept_from_earlier_run": kept is not None}
         if "fit" in summary:
             fit = summary["fit"]
             metadata |= {"measurements": summary["measurements"],

@@ -18,6 +18,7 @@ from assets.predictors import TEXT_PREDICTORS, build_text_predictor_asset, knn_e
 from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
 from assets.prompts import prompts
 from assets.quality import build_quality_asset
+from assets.release import release_gate
 from assets.reports import build_report_asset
 from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from assets.responses import build_responses_asset
@@ -48,6 +49,8 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     ]
     if config.training.router.enabled:
         assets.append(router_selection)
+    if config.release.enabled:
+        assets.append(release_gate)
     if profiled:
         tiers = dg.StaticPartitionsDefinition(profiled)
         assets += [build_tier_profiles_asset(tiers), build_latency_heads_asset(tiers)]
@@ -77,8 +80,9 @@ def training_assets(config) -> list[str]:
     """What `train_and_register` rebuilds, in order."""
     evaluation = ["routing_evaluation"] if routing_evaluation_enabled(config) else []
     router = ["router_selection"] if config.training.router.enabled else []
+    gate = ["release_gate"] if config.release.enabled else []
     return ["routing_table", "knn_estimator", *router, *text_predictors(config), "predictor_report", *evaluation,
-            "router_bundle"]
+            "router_bundle", *gate]
 
 
 def routing_evaluation_enabled(config) -> bool:
@@ -98,12 +102,17 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
         selection=dg.AssetSelection.assets(*training_assets(config)),
         description="Rebuild the routing table, retrain predictors and register a new bundle version.",
     )
-    prompts_job = dg.define_asset_job("build_prompts", selection=dg.AssetSelection.assets("prompts"))
+    prompts_job = dg.define_asset_job("build_prompts", selection=dg.AssetSelection.assets("prompts"),
+                                      description="Read every configured prompt source into the prompt set.")
+    routing_job = dg.define_asset_job(
+        "build_routing_table", selection=dg.AssetSelection.assets("routing_table"),
+        description="Join every model partition's responses and scores into the routing table.",
+    )
     weekly = dg.ScheduleDefinition(
         job=train, cron_schedule="0 3 * * 1", default_status=dg.DefaultScheduleStatus.STOPPED,
         description="Weekly retraining from the latest responses and scores.",
     )
-    jobs = [prompts_job, generate, train]
+    jobs = [prompts_job, generate, routing_job, train]
     if any(t.profile is not None for t in config.tiers):
         jobs.append(dg.define_asset_job(
             "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),

@@ -2,10 +2,10 @@
 
     python -m pipelines.run configs/demo.yaml
 
-Stages run in order: prompts, then responses + quality per model partition, then routing table,
-tier profiles + latency heads per profiled tier, then KNN estimator and bundle. Runs are recorded
-in the Dagster instance at $DAGSTER_HOME (an ephemeral one when unset), so they show up in
-`dagster dev` with full lineage.
+The code location's own named jobs run in order: `build_prompts`, `generate_and_score` per model
+partition, `build_routing_table`, `profile_tiers` per profiled tier, then `train_and_register`.
+Runs are recorded in the Dagster instance at $DAGSTER_HOME (an ephemeral one when unset), so they
+show up in `dagster dev` under those job names, with full lineage.
 """
 
 from __future__ import annotations
@@ -19,23 +19,22 @@ from pathlib import Path
 import dagster as dg
 
 from core.config import load_fleet
-from pipelines.definitions import build_assets, training_assets
+from pipelines.definitions import build_definitions, training_assets
 
 
 def run_pipeline(
     config_path: str | Path, instance: dg.DagsterInstance | None = None, log_level: str = "INFO"
 ) -> dict:
     config = load_fleet(config_path)
-    assets, resources = build_assets(config_path)
+    defs = build_definitions(config_path)
     if instance is None:
         instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     timings: dict[str, float] = {}
 
-    def step(label: str, selection: list[str], partition: str | None = None):
+    def step(label: str, job: str, partition: str | None = None):
         start = time.perf_counter()
-        result = dg.materialize(
-            assets, selection=selection, partition_key=partition, instance=instance, resources=resources,
-            tags={"routeforge/fleet": config.name},
+        result = defs.resolve_job_def(job).execute_in_process(
+            partition_key=partition, instance=instance, tags={"routeforge/fleet": config.name},
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
         )
         timings[label] = time.perf_counter() - start
@@ -46,15 +45,15 @@ def run_pipeline(
             raise RuntimeError(f"{label}: asset checks failed: {names}")
         return result
 
-    step("prompts", ["prompts"])
+    step("prompts", "build_prompts")
     for model in config.model_names:
-        step(f"generate_and_score[{model}]", ["responses", "quality"], partition=model)
+        step(f"generate_and_score[{model}]", "generate_and_score", partition=model)
     profiled = [t.name for t in config.tiers if t.profile is not None]
     if profiled:
-        step("routing_table", ["routing_table"])
+        step("routing_table", "build_routing_table")
         for tier in profiled:
-            step(f"profile[{tier}]", ["tier_profiles", "latency_heads"], partition=tier)
-    result = step("train_and_register", training_assets(config))
+            step(f"profile[{tier}]", "profile_tiers", partition=tier)
+    result = step("train_and_register", "train_and_register")
     bundle = result.output_for_node("router_bundle")
     trained = training_assets(config)
     return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator").metrics,
@@ -62,7 +61,8 @@ def run_pipeline(
             "router": (result.output_for_node("router_selection").components[0].metrics
                        if "router_selection" in trained else None),
             "routing_evaluation": (result.output_for_node("routing_evaluation").details
-                                   if "routing_evaluation" in trained else None)}
+                                   if "routing_evaluation" in trained else None),
+            "release": result.output_for_node("release_gate") if "release_gate" in trained else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,8 +75,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:<40} {seconds:8.1f}s")
     print(f"total {time.perf_counter() - start:.1f}s")
     print(f"tracking URI: {out['tracking_uri']}")
-    print(f"registered bundle: {out['uri']} (registry version {out['registry_version']}, "
-          f"bundle {out['bundle_version']})")
+    if out.get("unchanged"):
+        print(f"nothing registered: the bundle's content ({out['bundle_version']}) equals registry version "
+              f"{out['registry_version']}'s ({out['uri']})")
+    else:
+        print(f"registered bundle: {out['uri']} (registry version {out['registry_version']}, "
+              f"bundle {out['bundle_version']})")
+    if out["release"] is not None and not out["release"].get("unchanged"):
+        verdict = "promoted to @champion" if out["release"]["promoted"] else "kept as challenger"
+        print(f"release gate: version {out['registry_version']} {verdict}: {'; '.join(out['release']['reasons'])}")
     return 0
 
 

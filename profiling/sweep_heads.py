@@ -129,7 +129,12 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
     if min(train.sum(), val.sum(), test.sum()) < 5:
         raise ValueError(f"{tier}: too few sweep records for train/validation/test ({int(train.sum())}/"
                          f"{int(val.sum())}/{int(test.sum())}); sweep more requests")
+    # the static prior: the idle phase of a sweep; for traffic, the requests that found nothing else
+    # in flight (else the lightest tenth)
     idle = d.phase == "idle"
+    if not idle.any():
+        in_flight = d.x[:, FEATURES.index("in_flight")]
+        idle = in_flight == 0 if (in_flight == 0).any() else in_flight <= np.nanquantile(in_flight, 0.1)
     prior = {"ttft_s": float(np.median(d.y["ttft"][idle])), "tpot_s": float(np.median(d.y["tpot"][idle]))}
     by_kind: dict[str, dict[str, np.ndarray]] = {}
     heads, selection = {}, {}
@@ -150,7 +155,9 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
     observed = {k: d.y[k.removesuffix("_direct")] for k in named}
     residuals = {k: {str(q): float(np.quantile(observed[k][val] - v[val], q)) for q in quantiles}
                  for k, v in named.items()}
-    calibrate = val & ((d.phase == "idle") | ((d.phase == "rate") & (d.rate < (saturation_rps or np.inf))))
+    # every load below saturation: the idle phase, each offered rate below it, and logged traffic
+    calibrate = val & ((d.phase == "idle") | (d.phase == "traffic")
+                       | ((d.phase == "rate") & (d.rate < (saturation_rps or np.inf))))
     cells = np.array([f"{p}@{r:g}" for p, r in zip(d.phase, d.rate)])
     intervals = {k: {"kind": "relative", "groups": "offered rate below saturation",
                      "quantiles": relative_error_quantiles(observed[k][calibrate], v[calibrate], quantiles,
@@ -179,8 +186,9 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
                 out[f"{k}_within_p95_bound"] = float((observed[k][mask] <= bound).mean())
         return out
 
-    evaluation = {"held_out": errors(test), "held_out_rate_phases": errors(test & (d.phase == "rate")),
-                  "per_rate": []}
+    evaluation = {"held_out": errors(test), "per_rate": []}
+    if (test & (d.phase == "rate")).any():  # a sweep (logged traffic has no offered rates)
+        evaluation["held_out_rate_phases"] = errors(test & (d.phase == "rate"))
     for rate in sorted(set(d.rate[test & (d.phase == "rate")])):
         evaluation["per_rate"].append({"rate": float(rate), **errors(test & (d.phase == "rate") & (d.rate == rate))})
     if rwt is not None:

@@ -8,6 +8,7 @@ writes the bundle component: `heads.json` + XGBoost JSON models (see `artifacts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -96,13 +97,36 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
     return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log)
 
 
+def profile_key(config: FleetConfig, tier: Tier) -> str:
+    """sha256 of everything that decides what measuring `tier` would produce: the tier, its model and
+    hardware, and the profiling settings. Equal keys: the kept measurements still answer the question."""
+    hardware = next((h for h in config.hardware if h.name == tier.hardware), None)
+    spec = {"tier": tier.model_dump(mode="json"), "model": config.model(tier.model).model_dump(mode="json"),
+            "hardware": hardware.model_dump(mode="json") if hardware else None,
+            "profiling": config.profiling.model_dump(mode="json")}
+    if tier.profile is not None and tier.profile.kind == "traffic_log":  # new logs: new measurements
+        from prompts.traffic_logs import log_files
+
+        spec["logs"] = [(str(p), p.stat().st_size) for p in log_files(tier.profile.logs)]
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def kept_profile(config: FleetConfig, tier: Tier, folder: Path) -> dict | None:
+    """The summary of a profile measured earlier with the same `profile_key`, or None."""
+    path = folder / "profile.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("profile_key") == profile_key(config, tier) else None
+
+
 def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log = print) -> dict:
     """Measure (or import) the tier into `folder`; returns a summary with the files written."""
     profile = tier.profile
     if profile is None:
         raise ValueError(f"tier {tier.name}: no profile configured (tiers[].profile)")
     folder.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"tier": tier.name, "kind": profile.kind}
+    summary: dict[str, Any] = {"tier": tier.name, "kind": profile.kind, "profile_key": profile_key(config, tier)}
     if profile.kind in ("batch", "splitwise"):
         if profile.kind == "batch":
             ms = _measure_batches(config, tier, log)
@@ -116,6 +140,21 @@ def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folde
         fit = fit_tier(ms)
         summary |= {"measurements": len(ms), "fit": fit.to_dict(),
                     "plot": str(plot_batch_fit(ms, fit, folder / "batch_fit.png", tier.name))}
+    elif profile.kind == "traffic_log":
+        from core.storage import Quarantine
+        from profiling.traffic_records import replay
+        from prompts.traffic_logs import read_traffic_logs
+
+        quarantine = Quarantine("tier_profiles", tier.name)
+        served = profile.served_model or tier.model
+        mine = [r for r in read_traffic_logs(profile.logs, quarantine)
+                if r.tier == tier.name or (r.tier is None and r.model == served)]
+        records = replay(mine, tier.name, config.profiling.sweep.window_s)
+        pq.write_table(records, folder / "sweep.parquet")
+        summary |= {"traffic": True, "requests": records.num_rows, "logged_requests": len(mine),
+                    "quarantined": len(quarantine), "quarantine_reasons": quarantine.reasons()}
+        log(f"{tier.name}: {records.num_rows} timed requests from the traffic logs ({len(quarantine)} lines "
+            "quarantined)")
     elif profile.kind == "llm_inference_bench":
         rows = read_llm_inference_bench(profile.file)
         if profile.key not in rows:
@@ -155,6 +194,16 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
         (folder / "heads.json").write_text(json.dumps(spec, indent=2))
         rwt = RwtParams(p["overhead_s"], p["tpot_s"], p["epsilon"], p["theta_tok_s"], max_out)
         evaluation = {"r2_batch1": p["r2_batch1"]}
+    elif summary.get("traffic"):
+        from profiling.traffic_records import traffic_rwt
+
+        records = pq.read_table(profile_dir / "sweep.parquet")
+        rwt = traffic_rwt(records, max_output_tokens=max_out)
+        spec, _ = train_sweep_heads(records, folder, tier.name, config.profiling.held_out_fraction,
+                                    tuple(config.profiling.residual_quantiles), seed=config.training.seed,
+                                    plot=profile_dir / "heads_held_out.png")
+        evaluation = spec["evaluation"]["held_out"]
+        plots.append(str(profile_dir / "heads_held_out.png"))
     else:
         records = pq.read_table(profile_dir / "sweep.parquet")
         rwt = sweep_rwt(summary["phases"], max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))

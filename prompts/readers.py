@@ -22,6 +22,7 @@ from core.config import (
     RouteLLMDataset,
     RouterBenchDataset,
     ScoreTableDataset,
+    TrafficLogDataset,
 )
 from core.storage import Quarantine
 from prompts.response_tables import read_routellm, read_routerbench
@@ -223,6 +224,14 @@ def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterat
         yield RawPrompt(ds.name, row_id, ds.task, prompt, None, {})
 
 
+def read_traffic_log_prompts(ds: TrafficLogDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    from prompts.traffic_logs import read_traffic_logs
+
+    for r in read_traffic_logs(ds.path, quarantine, ds.limit):
+        yield RawPrompt(ds.name, r.row_id, r.task or ds.task, r.text, None,
+                        {"served_model": r.model, "sent_s": r.sent_s})
+
+
 def read_dataset(ds, quarantine: Quarantine) -> Iterator[RawPrompt]:
     if ds.kind in ("jsonl", "csv", "parquet"):
         return read_file(ds, quarantine)
@@ -238,4 +247,6 @@ def read_dataset(ds, quarantine: Quarantine) -> Iterator[RawPrompt]:
         return read_routellm_prompts(ds, quarantine)
     if ds.kind == "score_table":
         return read_score_table_prompts(ds, quarantine)
+    if ds.kind == "traffic_log":
+        return read_traffic_log_prompts(ds, quarantine)
     raise ValueError(f"dataset {ds.name!r}: unknown kind {ds.kind!r}")

@@ -31,6 +31,12 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
         out = run_pipeline(CONFIGS / "demo.yaml", instance)
         assert out["uri"] == "models:/routeforge-demo-router@challenger"
         assert out["registry_version"] == "1"
+        # the runs carry the code location's job names (what `make demo` shows in the UI)
+        runs = [(r.job_name, r.tags.get("dagster/partition")) for r in instance.get_runs()]
+        assert sorted(runs, key=str) == sorted(
+            [("build_prompts", None), ("build_routing_table", None), ("train_and_register", None)]
+            + [("generate_and_score", m) for m in config.model_names]
+            + [("profile_tiers", t.name) for t in config.tiers], key=str)
         # lineage: one materialization per model partition, with metadata
         events = instance.fetch_materializations(dg.AssetKey("responses"), limit=10).records
         partitions = sorted(e.asset_materialization.partition for e in events)

@@ -18,7 +18,7 @@ from core.config.datasets import (  # noqa: F401
     SplitSettings,
     Templates,
 )
-from core.config.fleet import FleetConfig, RegistrySettings, load_fleet  # noqa: F401
+from core.config.fleet import FleetConfig, RegistrySettings, ReleaseSettings, load_fleet  # noqa: F401
 from core.config.generation import GenerationSettings, ResponseFilters  # noqa: F401
 from core.config.models import (  # noqa: F401
     HubSource,

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from artifacts.encoder import ENCODER_PACKAGE_REF
-from core.config.base import ConfigPath, ModelRef, _Strict
+from core.config.base import ConfigPath, ModelRef, StoreUri, _Strict
 
 
 class _PromptFields(_Strict):
@@ -105,8 +105,21 @@ class ScoreTableDataset(_Strict):
     limit: int | None = Field(default=None, gt=0)
 
 
+class TrafficLogDataset(_Strict):
+    """Production request logs (`prompts.traffic_logs`): OpenAI-format request/response JSON-lines,
+    one file, or every *.jsonl / *.jsonl.gz under a folder or fsspec URI. Each request's prompt
+    becomes a prompt; its task is the line's `metadata.task`, else `task`."""
+
+    kind: Literal["traffic_log"]
+    name: str
+    path: StoreUri
+    task: str = "traffic"
+    limit: int | None = Field(default=None, gt=0)
+
+
 Dataset = Annotated[
-    FileDataset | HFDataset | BuiltinDataset | RouterBenchDataset | RouteLLMDataset | ScoreTableDataset,
+    FileDataset | HFDataset | BuiltinDataset | RouterBenchDataset | RouteLLMDataset | ScoreTableDataset
+    | TrafficLogDataset,
     Field(discriminator="kind"),
 ]
 RESPONSE_TABLE_KINDS = ("routerbench", "routellm", "score_table")

@@ -40,6 +40,26 @@ class RegistrySettings(_Strict):
     signing_key: ConfigPath | None = None
 
 
+class ReleaseSettings(_Strict):
+    """The release gate after each registration (`artifacts.release`): the challenger becomes
+    `champion` only when no metric regresses beyond its tolerance against the champion on the frozen
+    evaluation set, or, for the first version, when it clears every floor. Metrics: router_quality,
+    gap_closed, task_classifier_top1 (higher is better), latency/<tier>/{tpot_mae_ms, ttft_mae_ms,
+    e2e_mape} (lower is better)."""
+
+    enabled: bool = True
+    tolerance: dict[str, float] = Field(default_factory=dict)  # metric -> largest allowed regression
+    default_tolerance: float = Field(default=0.0, ge=0)  # for metrics not named in `tolerance`
+    floors: dict[str, float] = Field(default_factory=dict)  # metric -> least value for a first champion
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> ReleaseSettings:
+        bad = sorted(k for k, v in self.tolerance.items() if v < 0)
+        if bad:
+            raise ValueError(f"tolerance: must be ≥ 0 ({bad})")
+        return self
+
+
 class FleetConfig(_Strict):
     name: str
     storage_root: ConfigPath
@@ -56,6 +76,7 @@ class FleetConfig(_Strict):
     training: TrainingSettings = TrainingSettings()
     profiling: ProfilingSettings = ProfilingSettings()
     registry: RegistrySettings
+    release: ReleaseSettings = ReleaseSettings()
 
     @model_validator(mode="after")
     def _cross_references(self) -> FleetConfig:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from core.config.base import ConfigPath, _Strict
+from core.config.base import ConfigPath, StoreUri, _Strict
 
 
 class Hardware(_Strict):
@@ -27,17 +27,23 @@ class TierProfile(_Strict):
     - `splitwise` / `llm_inference_bench`: published measurements in `file`; `key` is the tier's
       name there (splitwise: `llama2-70b@a100-80gb-tp4`; LLM-Inference-Bench:
       `<Model>@<Hardware>x<count>@<Framework>`).
+    - `traffic_log`: what production saw: the timed requests of production logs at `logs` that this
+      tier served (the line's `tier`, else `served_model` or the tier's model), their state at
+      dispatch rebuilt by replaying the log (`profiling.traffic_records`).
     """
 
-    kind: Literal["batch", "sweep", "splitwise", "llm_inference_bench"]
+    kind: Literal["batch", "sweep", "splitwise", "llm_inference_bench", "traffic_log"]
     base_url: str | None = None
     served_model: str | None = None
     serve: bool = False
     file: ConfigPath | None = None
     key: str | None = None
+    logs: StoreUri | None = None  # traffic_log: a log file, or a folder / fsspec URI of them
 
     @model_validator(mode="after")
     def _needs(self) -> TierProfile:
+        if self.kind == "traffic_log" and self.logs is None:
+            raise ValueError("profile: kind traffic_log needs `logs` (a file, folder or fsspec URI)")
         if self.kind in ("splitwise", "llm_inference_bench") and (self.file is None or self.key is None):
             raise ValueError(f"profile: kind {self.kind} needs `file` and `key`")
         if self.kind == "sweep" and self.serve and self.base_url:

@@ -1,0 +1,275 @@
+"""Release gate: a challenger becomes `champion` only when it is at least as good as the one in service.
+
+Both bundles are evaluated here, by the runtime's own loaders, on one frozen evaluation set: the
+prompts of the first registered version's test split with every model's true quality (parquet:
+`text`, `task`, `quality/<model>`), logged once to the registry and pinned by the registered model's
+tags, so every later comparison uses the same prompts. Measured per bundle:
+
+- `router_quality`: mean true quality of the model the bundle routes each prompt to (its router, or
+  its KNN estimator when it has none; λ = 0);
+- `gap_closed`: (router − best single model) / (oracle − best single model) on the same prompts;
+- `task_classifier_top1`: where the bundle has a task classifier and the set names tasks;
+- `latency/<tier>/tpot_mae_ms`, `…/ttft_mae_ms`, `…/e2e_mape`: the held-out errors each tier's heads
+  recorded in the manifest (lower is better).
+
+Rules (`ReleaseRules`, from the fleet file's `release` section): the challenger is promoted only
+when every required check passed and no metric the champion also has regresses by more than its
+tolerance (default 0); with no champion yet, only when it clears every configured floor. The
+decision, its reasons and both versions' metrics are written to the challenger's model-version
+tags; the registered model's `routeforge.champion_history` tag lists the champions in order, which
+is what `rollback` walks back. A forced promotion records who asked and why.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CHAMPION = "champion"
+EVALUATION_TAG = "routeforge.evaluation_set"  # registered model: {"uri": ..., "sha256": ...}
+HISTORY_TAG = "routeforge.champion_history"  # registered model: JSON list of versions
+CHECKS_TAG = "checks_passed"  # model version: "true" when every required asset check passed
+RULES_TAG = "release_rules"  # model version: the rules in force when it was registered
+LOWER_IS_BETTER_SUFFIXES = ("_mae_ms", "_mape")
+
+
+@dataclass(frozen=True)
+class ReleaseRules:
+    tolerance: dict[str, float] = field(default_factory=dict)  # metric -> allowed regression
+    floors: dict[str, float] = field(default_factory=dict)  # metric -> least acceptable (most, for errors)
+    default_tolerance: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps({"tolerance": self.tolerance, "floors": self.floors,
+                           "default_tolerance": self.default_tolerance}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> ReleaseRules:
+        return cls(**json.loads(text)) if text else cls()
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric.endswith(LOWER_IS_BETTER_SUFFIXES)
+
+
+@dataclass
+class Decision:
+    promote: bool
+    reasons: list[str]
+    challenger: dict[str, float]
+    champion: dict[str, float] | None
+    champion_version: str | None = None
+    forced_by: str | None = None
+    force_reason: str | None = None
+
+    def tags(self, evaluation_sha: str | None) -> dict[str, str]:
+        out = {"gate.decision": "promoted" if self.promote else "held",
+               "gate.reasons": json.dumps(self.reasons), "gate.challenger_metrics": json.dumps(self.challenger),
+               "gate.champion_metrics": json.dumps(self.champion), "gate.champion_version": str(self.champion_version),
+               "gate.evaluation_set_sha256": str(evaluation_sha)}
+        if self.forced_by:
+            out |= {"gate.forced_by": self.forced_by, "gate.force_reason": str(self.force_reason)}
+        return out
+
+
+def decide(challenger: dict[str, float], champion: dict[str, float] | None, rules: ReleaseRules,
+           checks_passed: bool) -> Decision:
+    """The rule itself, free of any registry: see the module docstring."""
+    reasons = []
+    if not checks_passed:
+        reasons.append("a required asset check did not pass")
+    if champion is None:
+        for metric, floor in sorted(rules.floors.items()):
+            value = challenger.get(metric)
+            if value is None:
+                reasons.append(f"{metric}: not measured, floor {floor}")
+            elif (value > floor) if lower_is_better(metric) else (value < floor):
+                reasons.append(f"{metric} {value:.4g} does not clear the floor {floor:.4g}")
+    else:
+        for metric in sorted(set(challenger) & set(champion)):
+            new, old = challenger[metric], champion[metric]
+            allowed = rules.tolerance.get(metric, rules.default_tolerance)
+            worse_by = (new - old) if lower_is_better(metric) else (old - new)
+            if worse_by > allowed + 1e-12:
+                reasons.append(f"{metric} regressed {old:.4g} → {new:.4g} (tolerance {allowed:g})")
+    return Decision(promote=not reasons, reasons=reasons or ["no regression beyond tolerance"
+                                                             if champion is not None else "clears every floor"],
+                    challenger=challenger, champion=champion)
+
+
+def _quality_columns(table) -> list[str]:
+    return [c for c in table.column_names if c.startswith("quality/")]
+
+
+def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
+    """Metrics of a loaded `RouterBundle` on an evaluation table (see the module docstring)."""
+    models = [c.removeprefix("quality/") for c in _quality_columns(evaluation)]
+    truth = np.column_stack([np.asarray(evaluation.column(f"quality/{m}").to_pylist(), dtype=float) for m in models])
+    complete = ~np.isnan(truth).any(axis=1)
+    texts = [t for t, ok in zip(evaluation.column("text").to_pylist(), complete) if ok]
+    truth = truth[complete]
+    if not len(texts):
+        raise ValueError("evaluation set: no prompt has a quality for every model")
+    if any(c.kind == "router" for c in bundle.manifest.components):
+        chosen = bundle.router().predict(texts).best_model(0.0)
+    else:
+        knn = bundle.knn_estimator()
+        chosen = knn.predict(texts).best_model(0.0, knn.prior)
+    index = {m: i for i, m in enumerate(models)}
+    routed = np.array([truth[i, index[m]] if m in index else np.nan for i, m in enumerate(chosen)])
+    out: dict[str, float] = {"router_quality": float(np.nanmean(routed))}
+    best, oracle = float(truth.mean(axis=0).max()), float(truth.max(axis=1).mean())
+    if oracle > best:
+        out["gap_closed"] = (out["router_quality"] - best) / (oracle - best)
+    if any(c.name == "task_classifier" for c in bundle.manifest.components) and "task" in evaluation.column_names:
+        tasks = [t for t, ok in zip(evaluation.column("task").to_pylist(), complete) if ok]
+        top = bundle.task_classifier().predict(texts)["top"]
+        out["task_classifier_top1"] = float(np.mean([p[0] == t for p, t in zip(top, tasks)]))
+    for c in bundle.manifest.components:
+        if c.kind == "latency_heads":
+            for key in ("tpot_mae_ms_served", "ttft_mae_ms_served", "e2e_mape_served"):
+                if key in c.metrics and math.isfinite(c.metrics[key]):
+                    out[f"latency/{c.config['tier']}/{key.removesuffix('_served')}"] = float(c.metrics[key])
+    return out
+
+
+@dataclass
+class Registry:
+    """The registered model's release state in MLflow (a client bound to one tracking URI)."""
+
+    tracking_uri: str
+    name: str
+
+    def __post_init__(self):
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(self.tracking_uri)
+
+    def model_tags(self) -> dict[str, str]:
+        return dict(self.client.get_registered_model(self.name).tags)
+
+    def pinned_evaluation_sha(self) -> str | None:
+        """sha256 of the frozen evaluation set, None before the first registration froze one."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            pinned = self.model_tags().get(EVALUATION_TAG)
+        except MlflowException:  # no registered model yet
+            return None
+        return json.loads(pinned)["sha256"] if pinned else None
+
+    def champion_version(self) -> str | None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return str(self.client.get_model_version_by_alias(self.name, CHAMPION).version)
+        except MlflowException:
+            return None
+
+    def latest_version(self) -> str:
+        versions = self.client.search_model_versions(f"name='{self.name}'")
+        if not versions:
+            raise ValueError(f"registered model {self.name!r} has no versions")
+        return str(max(int(v.version) for v in versions))
+
+    def version_tags(self, version: str) -> dict[str, str]:
+        return dict(self.client.get_model_version(self.name, version).tags)
+
+    def history(self) -> list[str]:
+        return json.loads(self.model_tags().get(HISTORY_TAG, "[]"))
+
+    def evaluation_set(self, candidate: Path | None = None, run_id: str | None = None) -> tuple[Path, str]:
+        """The frozen evaluation set (a local parquet path and its sha256). The first call with a
+        `candidate` freezes it: logs it to `run_id` under `evaluation/` and pins it in the registered
+        model's tags; every later call downloads the pinned one, whatever `candidate` says."""
+        import mlflow
+
+        from artifacts.writer import sha256_file
+
+        pinned = self.model_tags().get(EVALUATION_TAG)
+        if pinned is None:
+            if candidate is None or run_id is None:
+                raise ValueError(f"registered model {self.name!r} has no frozen evaluation set yet")
+            self.client.log_artifact(run_id, str(candidate), "evaluation")
+            pinned = json.dumps({"uri": f"runs:/{run_id}/evaluation/{Path(candidate).name}",
+                                 "sha256": sha256_file(Path(candidate))})
+            self.client.set_registered_model_tag(self.name, EVALUATION_TAG, pinned)
+        spec = json.loads(pinned)
+        mlflow.set_tracking_uri(self.tracking_uri)
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=spec["uri"]))
+        if sha256_file(local) != spec["sha256"]:
+            raise ValueError(f"frozen evaluation set {spec['uri']}: sha256 differs from the pinned one")
+        return local, spec["sha256"]
+
+    def metrics_of(self, version: str, evaluation: Path, public_key: Path | None, workdir: Path) -> dict[str, float]:
+        import pyarrow.parquet as pq
+
+        from artifacts.loader import load_bundle
+
+        bundle = load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
+                             public_key=public_key)
+        return evaluate_bundle(bundle, pq.read_table(evaluation))
+
+    def move_champion(self, version: str, decision: Decision, evaluation_sha: str | None) -> None:
+        self.client.set_registered_model_alias(self.name, CHAMPION, version)
+        history = [v for v in self.history() if v != version] + [version]
+        self.client.set_registered_model_tag(self.name, HISTORY_TAG, json.dumps(history))
+        self.record(version, decision, evaluation_sha)
+
+    def record(self, version: str, decision: Decision, evaluation_sha: str | None) -> None:
+        for key, value in decision.tags(evaluation_sha).items():
+            self.client.set_model_version_tag(self.name, version, key, value)
+
+
+def gate(registry: Registry, version: str, public_key: Path | None, workdir: Path, rules: ReleaseRules | None = None,
+         force: bool = False, reason: str | None = None) -> Decision:
+    """Compare `version` with the current champion on the frozen evaluation set and move the alias
+    when the rules (the version's own recorded rules unless `rules` is given) allow it, or when
+    forced with a reason. Records the decision either way."""
+    if force and not (reason and reason.strip()):
+        raise ValueError("--force needs --reason: a forced promotion records who asked and why")
+    tags = registry.version_tags(version)
+    rules = rules or ReleaseRules.from_json(tags.get(RULES_TAG))
+    evaluation, sha = registry.evaluation_set()
+    champion = registry.champion_version()
+    if champion == version:
+        raise ValueError(f"version {version} of {registry.name!r} is already the champion")
+    challenger_metrics = registry.metrics_of(version, evaluation, public_key, workdir)
+    champion_metrics = (registry.metrics_of(champion, evaluation, public_key, workdir)
+                        if champion is not None else None)
+    decision = decide(challenger_metrics, champion_metrics, rules, tags.get(CHECKS_TAG) == "true")
+    decision.champion_version = champion
+    if force and not decision.promote:
+        decision.reasons = [f"forced over: {r}" for r in decision.reasons]
+        decision.promote, decision.forced_by, decision.force_reason = True, getpass.getuser(), reason
+    if decision.promote:
+        registry.move_champion(version, decision, sha)
+    else:
+        registry.record(version, decision, sha)
+    return decision
+
+
+def rollback(registry: Registry, reason: str | None = None) -> tuple[str, str]:
+    """Move `champion` back to the previous champion; returns (from, to)."""
+    history = registry.history()
+    current = registry.champion_version()
+    if current is None or len(history) < 2:
+        raise ValueError(f"registered model {registry.name!r} has no earlier champion to roll back to")
+    previous = history[-2] if history[-1] == current else history[-1]
+    registry.client.set_registered_model_alias(registry.name, CHAMPION, previous)
+    registry.client.set_registered_model_tag(registry.name, HISTORY_TAG,
+                                             json.dumps([v for v in history if v != current]))
+    registry.client.set_model_version_tag(registry.name, current, "gate.rolled_back",
+                                          json.dumps({"by": getpass.getuser(), "reason": reason, "to": previous}))
+    return current, previous
+
+
+def decision_summary(decision: Decision) -> dict[str, Any]:
+    return {"promoted": decision.promote, "reasons": decision.reasons, "champion_version": decision.champion_version,
+            "challenger": decision.challenger, "champion": decision.champion, "forced_by": decision.forced_by}

