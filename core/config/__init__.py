@@ -17,6 +17,7 @@ from core.config.datasets import (  # noqa: F401
     ScoreTableDataset,
     SplitSettings,
     Templates,
+    TrafficLogDataset,
 )
 from core.config.fleet import FleetConfig, RegistrySettings, ReleaseSettings, load_fleet  # noqa: F401
 from core.config.generation import GenerationSettings, ResponseFilters  # noqa: F401
