@@ -53,6 +53,10 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
                          **{k: round(fit[k], 9) for k in ("prefill_grad_s_per_token", "prefill_r2", "decode_w_s",
                                                           "decode_h_s_per_token", "decode_r2", "ttft_p_s",
                                                           "decode_d_s", "epsilon", "theta_tokens_per_s")}}
+        elif summary.get("traffic"):
+            metadata |= {"requests": summary["requests"], "logged_requests": summary["logged_requests"],
+                         "quarantined_lines": summary["quarantined"],
+                         "quarantine_reasons": dg.MetadataValue.json(summary["quarantine_reasons"])}
         elif "phases" in summary:
             metadata |= {"requests": summary["requests"], "saturation_rps": round(summary["saturation_rps"], 3),
                          "server_metrics_endpoint": summary["server_metrics_endpoint"],

@@ -26,6 +26,7 @@ from assets.router import router_selection
 from assets.routing import routing_table
 from core.config import load_fleet
 from pipelines.io_managers import JsonIOManager, ParquetIOManager
+from pipelines.sensors import build_sensors, retrain_fleet
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
@@ -112,14 +113,15 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
         job=train, cron_schedule="0 3 * * 1", default_status=dg.DefaultScheduleStatus.STOPPED,
         description="Weekly retraining from the latest responses and scores.",
     )
-    jobs = [prompts_job, generate, routing_job, train]
+    jobs = [prompts_job, generate, routing_job, train, retrain_fleet]
     if any(t.profile is not None for t in config.tiers):
         jobs.append(dg.define_asset_job(
             "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
             description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",
         ))
     return dg.Definitions(assets=assets, resources=resources, jobs=jobs,
-                          schedules=[weekly])
+                          schedules=[weekly],
+                          sensors=build_sensors(config, str(Path(config_path).resolve()), {j.name: j for j in jobs}))
 
 
 defs = build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))

@@ -228,7 +228,8 @@ def read_traffic_log_prompts(ds: TrafficLogDataset, quarantine: Quarantine) -> I
     from prompts.traffic_logs import read_traffic_logs
 
     for r in read_traffic_logs(ds.path, quarantine, ds.limit):
-        yield RawPrompt(ds.name, r.row_id, r.task or ds.task, r.text, None,
+        reference = r.completion if ds.reference == "logged_response" else None
+        yield RawPrompt(ds.name, r.row_id, r.task or ds.task, r.text, reference,
                         {"served_model": r.model, "sent_s": r.sent_s})
 
 

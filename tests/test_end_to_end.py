@@ -31,6 +31,8 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
         out = run_pipeline(CONFIGS / "demo.yaml", instance)
         assert out["uri"] == "models:/routeforge-demo-router@challenger"
         assert out["registry_version"] == "1"
+        # the first version clears the (empty) floors and becomes champion
+        assert out["release"]["promoted"] and out["release"]["reasons"] == ["clears every floor"]
         # the runs carry the code location's job names (what `make demo` shows in the UI)
         runs = [(r.job_name, r.tags.get("dagster/partition")) for r in instance.get_runs()]
         assert sorted(runs, key=str) == sorted(
@@ -152,6 +154,13 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     target.write_bytes(target.read_bytes().replace(b'"k": 10', b'"k": 11'))
     bad = _routeforge("bundle", "verify", str(tmp_path / "bundle"), tracking_uri=tracking)
     assert bad.returncode == 1 and "knn_estimator/knn.json: sha256 mismatch" in bad.stderr
+
+    # the same fleet again: every stage is seeded, the measured profiles are kept, so the bundle's
+    # content is the same and nothing new is registered
+    with dg.instance_for_test() as instance:
+        again = run_pipeline(CONFIGS / "demo.yaml", instance)
+    assert again["unchanged"] and again["registry_version"] == "1" and again["bundle_version"] == out["bundle_version"]
+    assert again["release"]["reasons"] == ["nothing new was registered"]
 
 
 def test_routerbench_end_to_end(config_copy, state_dir):

@@ -14,7 +14,7 @@ TEXTS = ["What is {a} plus {b}?", "Translate 'cat number {a}' to French.", "Writ
 
 
 def synthetic_log(path: Path, n: int = 400, rate: float = 4.0, model: str = "tiny-llama", seed: int = 0,
-                  chat: bool = True, start: float = 1_790_000_000.0) -> list[dict]:
+                  chat: bool = True, start: float = 1_790_000_000.0, prefix: str = "") -> list[dict]:
     rng = np.random.default_rng(seed)
     t = start
     ends: list[tuple[float, float]] = []  # (first token, end) of earlier requests
@@ -29,7 +29,7 @@ def synthetic_log(path: Path, n: int = 400, rate: float = 4.0, model: str = "tin
         tpot = 0.008 + 0.002 * decoding + rng.uniform(0, 0.001)
         e2e = ttft + (completion - 1) * tpot
         ends.append((t + ttft, t + e2e))
-        text = TEXTS[i % len(TEXTS)].format(a=i, b=i * 3 % 17)
+        text = prefix + TEXTS[i % len(TEXTS)].format(a=i, b=i * 3 % 17)
         request = {"model": model, "messages": [{"role": "user", "content": text}]} if chat else \
             {"model": model, "prompt": text}
         choice = {"message": {"role": "assistant", "content": "ok " * 3}} if chat else {"text": "ok " * 3}

@@ -108,12 +108,17 @@ class ScoreTableDataset(_Strict):
 class TrafficLogDataset(_Strict):
     """Production request logs (`prompts.traffic_logs`): OpenAI-format request/response JSON-lines,
     one file, or every *.jsonl / *.jsonl.gz under a folder or fsspec URI. Each request's prompt
-    becomes a prompt; its task is the line's `metadata.task`, else `task`."""
+    becomes a prompt; its task is the line's `metadata.task`, else `task`. Logs carry no reference
+    answer: score them with a reference-free metric (`llm_judge`), or with `reference:
+    logged_response` take the answer production gave as the reference (quality then means agreement
+    with the model in service: a router learns where a cheaper model answers alike)."""
 
     kind: Literal["traffic_log"]
     name: str
     path: StoreUri
     task: str = "traffic"
+    reference: Literal["none", "logged_response"] = "none"
+    reference_required: bool | None = None  # None: whether the task's scoring metric compares with one
     limit: int | None = Field(default=None, gt=0)
 
 

@@ -60,6 +60,24 @@ class ReleaseSettings(_Strict):
         return self
 
 
+class WatchedLocation(_Strict):
+    """A folder or fsspec URI whose new files (prompt sets, traffic logs) launch `jobs`."""
+
+    name: str
+    uri: StoreUri
+    suffixes: list[str] = Field(default_factory=lambda: [".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet"])
+    jobs: list[str] = Field(default_factory=lambda: ["retrain_fleet"], min_length=1)
+
+
+class AutomationSettings(_Strict):
+    """Dagster sensors (`pipelines/sensors.py`): new files under each watched location, and a change
+    of this fleet file's content, each launch their named jobs; the weekly schedule stays."""
+
+    watch: list[WatchedLocation] = Field(default_factory=list)
+    on_fleet_change: list[str] = Field(default_factory=lambda: ["retrain_fleet"])
+    minimum_interval_s: int = Field(default=60, ge=1)
+
+
 class FleetConfig(_Strict):
     name: str
     storage_root: ConfigPath
@@ -77,6 +95,7 @@ class FleetConfig(_Strict):
     profiling: ProfilingSettings = ProfilingSettings()
     registry: RegistrySettings
     release: ReleaseSettings = ReleaseSettings()
+    automation: AutomationSettings = AutomationSettings()
 
     @model_validator(mode="after")
     def _cross_references(self) -> FleetConfig:

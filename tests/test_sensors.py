@@ -1,0 +1,88 @@
+"""Continuous retraining: a traffic-log file dropped in the watched folder launches `retrain_fleet`,
+which registers a new challenger trained on those prompts and latency records; a changed fleet file
+launches its jobs; a sensor never launches the same change twice (issue 20, item 3)."""
+
+import json
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+from mlflow import MlflowClient
+
+from artifacts.loader import load_bundle
+from core.config import load_fleet
+from pipelines.definitions import build_definitions
+from pipelines.run import run_pipeline
+from tests.conftest import CONFIGS
+from tests.traffic import synthetic_log
+
+
+def _fleet(config_copy, traffic):
+    return config_copy(
+        "demo", datasets=[
+            {"kind": "jsonl", "name": "demo", "path": str(CONFIGS / "data" / "demo_prompts.jsonl"), "text_field": "prompt",
+             "reference_field": "reference", "task_field": "task", "id_field": "id"},
+            {"kind": "traffic_log", "name": "production", "path": str(traffic), "reference": "logged_response"}],
+        tiers=[{"model": "tiny-llama", "hardware": "cpu", "profile": {"kind": "traffic_log", "logs": str(traffic)}}],
+        training={"knn": {"k": 5}},
+        automation={"watch": [{"name": "traffic", "uri": str(traffic), "jobs": ["retrain_fleet"]}]},
+    )
+
+
+@pytest.mark.e2e
+def test_a_dropped_traffic_log_retrains_and_registers_a_challenger(config_copy, state_dir, tmp_path):
+    traffic = tmp_path / "traffic"
+    synthetic_log(traffic / "day1.jsonl", n=40, rate=5.0, prefix="[day 1] ")
+    path = _fleet(config_copy, traffic)
+    config = load_fleet(path)
+    defs = build_definitions(path)
+    sensor = defs.resolve_sensor_def("watch_traffic")
+    with dg.instance_for_test() as instance:
+        first = run_pipeline(path, instance)
+        assert first["registry_version"] == "1"
+        context = dg.build_sensor_context(instance=instance, cursor=None)
+        assert isinstance(sensor(context), dg.SkipReason)  # switched on: existing files are not new
+        cursor = context.cursor
+        assert isinstance(sensor(dg.build_sensor_context(instance=instance, cursor=cursor)), dg.SkipReason)
+
+        synthetic_log(traffic / "day2.jsonl.gz", n=40, rate=5.0, seed=1, start=1_790_086_400.0, prefix="[day 2] ")
+        context = dg.build_sensor_context(instance=instance, cursor=cursor)
+        requests = sensor(context)
+        assert [r.job_name for r in requests] == ["retrain_fleet"]
+        assert requests[0].tags["routeforge/files"] == "day2.jsonl.gz"
+        # the same tick evaluated again finds nothing new: a file launches one run
+        assert isinstance(sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor)), dg.SkipReason)
+
+        result = defs.resolve_job_def("retrain_fleet").execute_in_process(instance=instance, tags=requests[0].tags)
+        assert result.success
+        assert result.output_for_node("retrain_all_stages")["registry_version"] == "2"
+        assert "retrain_fleet" in {r.job_name for r in instance.get_runs()}
+
+    prompts = pq.read_table(config.storage_root / "assets" / "prompts.parquet").column("text").to_pylist()
+    assert sum("[day 2] " in t for t in prompts) == 40 and sum("[day 1] " in t for t in prompts) == 40
+    profile = json.loads((config.storage_root / "profiles" / "tiny-llama@cpu" / "profile.json").read_text())
+    assert profile["kind"] == "traffic_log" and profile["requests"] == 80  # both days' timed requests
+    bundle = load_bundle("models:/routeforge-demo-router/2", tmp_path / "v2", config.registry.tracking_uri)
+    heads = bundle.latency("tiny-llama@cpu").spec
+    assert heads["kind"] == "sweep" and sum(heads["split"].values()) == 80
+    version = MlflowClient(config.registry.tracking_uri).get_model_version("routeforge-demo-router", "2")
+    assert version.tags["checks_passed"] == "true" and version.tags["gate.decision"] in ("promoted", "held")
+
+
+def test_a_changed_fleet_file_launches_its_jobs_once(config_copy, tmp_path):
+    path = config_copy("demo", automation={"on_fleet_change": ["train_and_register"]})
+    sensor = build_definitions(path).resolve_sensor_def("fleet_file_changed")
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(instance=instance, cursor=None)
+        assert isinstance(sensor(context), dg.SkipReason)
+        path.write_text(path.read_text() + "# edited by hand\n")
+        changed = dg.build_sensor_context(instance=instance, cursor=context.cursor)
+        requests = sensor(changed)
+        assert [r.job_name for r in requests] == ["train_and_register"]
+        assert isinstance(sensor(dg.build_sensor_context(instance=instance, cursor=changed.cursor)), dg.SkipReason)
+
+
+def test_a_watched_location_naming_an_unknown_job_is_refused(config_copy, tmp_path):
+    path = config_copy("demo", automation={"watch": [{"name": "w", "uri": str(tmp_path), "jobs": ["no_such_job"]}]})
+    with pytest.raises(ValueError, match=r"automation.watch\[w\].jobs: unknown job\(s\) \['no_such_job'\]"):
+        build_definitions(path)
