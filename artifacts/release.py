@@ -10,7 +10,13 @@ tags, so every later comparison uses the same prompts. Measured per bundle:
 - `gap_closed`: (router − best single model) / (oracle − best single model) on the same prompts;
 - `task_classifier_top1`: where the bundle has a task classifier and the set names tasks;
 - `latency/<tier>/tpot_mae_ms`, `…/ttft_mae_ms`, `…/e2e_mape`: the held-out errors each tier's heads
-  recorded in the manifest (lower is better).
+  recorded in the manifest (lower is better);
+- `policy/<name>/simulator_qos` (higher is better) and `…/simulator_e2e_mean_s` (lower): each learned
+  routing policy's mean over the simulator workloads its training run evaluated it on (seeded, from
+  the fleet's profiles), as recorded in the manifest.
+
+The latency and policy figures are the bundle's own held-out evaluation, not replayed here: the
+runtime has no simulator, and a champion's latency records may be ones the challenger trained on.
 
 Rules (`ReleaseRules`, from the fleet file's `release` section): the challenger is promoted only
 when every required check passed and no metric the champion also has regresses by more than its
@@ -36,7 +42,7 @@ EVALUATION_TAG = "routeforge.evaluation_set"  # registered model: {"uri": ..., "
 HISTORY_TAG = "routeforge.champion_history"  # registered model: JSON list of versions
 CHECKS_TAG = "checks_passed"  # model version: "true" when every required asset check passed
 RULES_TAG = "release_rules"  # model version: the rules in force when it was registered
-LOWER_IS_BETTER_SUFFIXES = ("_mae_ms", "_mape")
+LOWER_IS_BETTER_SUFFIXES = ("_mae_ms", "_mape", "_mean_s")
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,10 @@ def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
         top = bundle.task_classifier().predict(texts)["top"]
         out["task_classifier_top1"] = float(np.mean([p[0] == t for p, t in zip(top, tasks)]))
     for c in bundle.manifest.components:
+        if c.kind == "routing_policy":
+            for key in ("simulator_qos", "simulator_e2e_mean_s"):
+                if key in c.metrics and math.isfinite(c.metrics[key]):
+                    out[f"policy/{c.config['policy']}/{key}"] = float(c.metrics[key])
         if c.kind == "latency_heads":
             for key in ("tpot_mae_ms_served", "ttft_mae_ms_served", "e2e_mape_served"):
                 if key in c.metrics and math.isfinite(c.metrics[key]):

@@ -91,9 +91,20 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                                tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
     table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
+    def simulated(name: str) -> dict[str, float]:
+        """The policy's mean over every workload × load × seed of the evaluation (the release gate's)."""
+        rows = [r for r in report["rows"] if r["policy"] == name]
+        out = {}
+        for key, label in (("qos_mean", "simulator_qos"), ("e2e_mean_s", "simulator_e2e_mean_s")):
+            values = [r[key] for r in rows if np.isfinite(r[key])]
+            if values:
+                out[label] = float(np.mean(values))
+        return out
+
     components = [ComponentSource(name=f"policy--{name}", kind="routing_policy", format="onnx+json",
-                                  folder=Path(p["path"]), metrics={k: float(p[k]) for k in ("onnx_max_abs_diff",
-                                                                                             "onnx_action_agreement")},
+                                  folder=Path(p["path"]),
+                                  metrics={**{k: float(p[k]) for k in ("onnx_max_abs_diff", "onnx_action_agreement")},
+                                           **simulated(name)},
                                   config={"policy": name, "evaluation_mlflow_run_id": run_id})
                   for name, p in exports.items()]
     return dg.Output(

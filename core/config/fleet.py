@@ -44,8 +44,8 @@ class ReleaseSettings(_Strict):
     """The release gate after each registration (`artifacts.release`): the challenger becomes
     `champion` only when no metric regresses beyond its tolerance against the champion on the frozen
     evaluation set, or, for the first version, when it clears every floor. Metrics: router_quality,
-    gap_closed, task_classifier_top1 (higher is better), latency/<tier>/{tpot_mae_ms, ttft_mae_ms,
-    e2e_mape} (lower is better)."""
+    gap_closed, task_classifier_top1, policy/<name>/simulator_qos (higher is better),
+    latency/<tier>/{tpot_mae_ms, ttft_mae_ms, e2e_mape}, policy/<name>/simulator_e2e_mean_s (lower)."""
 
     enabled: bool = True
     tolerance: dict[str, float] = Field(default_factory=dict)  # metric -> largest allowed regression

@@ -12,14 +12,17 @@ def test_publish_register_and_load_over_http(mlflow_server, tmp_path, component,
     private = tmp_path / "keys" / "bundle.key"
     public = generate_key_pair(private)
     published = []
-    for round_ in range(2):
+    for round_ in range(3):
+        if round_ == 2:  # new content: a new version (the same content again registered nothing)
+            (component.folder / "nested" / "meta.json").write_text('{"k": 4}')
         registered, manifest = publish_bundle(
             name="http-router", fleet=fleet, components=[component], staging_dir=tmp_path / f"stage{round_}",
             tracking_uri=mlflow_server, experiment="http-test", artifact_location=None, alias="challenger",
             input_hashes={"prompts": "a" * 64}, params={"k": "3"}, metrics={"acc": 0.5}, signing_key=private,
         )
         published.append(registered)
-    assert [r.version for r in published] == ["1", "2"]
+    assert [(r.version, r.unchanged) for r in published] == [("1", False), ("1", True), ("2", False)]
+    assert published[1].run_id == published[0].run_id  # no new run either
     assert published[-1].uri == "models:/http-router@challenger"
 
     # the signature travels with the bundle through the server's artifact store

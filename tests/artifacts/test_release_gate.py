@@ -129,5 +129,8 @@ def test_decide_names_failed_checks_floors_and_lower_is_better_metrics():
     assert not slower.promote and "latency/t/tpot_mae_ms regressed 1.1 → 1.3" in slower.reasons[0]
     within = decide({"latency/t/tpot_mae_ms": 1.15}, {"latency/t/tpot_mae_ms": 1.1}, rules, checks_passed=True)
     assert within.promote
+    slower_policy = decide({"policy/p/simulator_e2e_mean_s": 2.0, "policy/p/simulator_qos": 0.7},
+                           {"policy/p/simulator_e2e_mean_s": 1.5, "policy/p/simulator_qos": 0.6}, rules, True)
+    assert slower_policy.reasons == ["policy/p/simulator_e2e_mean_s regressed 1.5 → 2 (tolerance 0)"]
     unchecked = decide({"router_quality": 0.9}, {"router_quality": 0.8}, rules, checks_passed=False)
     assert not unchecked.promote and unchecked.reasons == ["a required asset check did not pass"]
