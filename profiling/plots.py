@@ -100,13 +100,18 @@ def plot_head_choice(held: dict[str, Any], path: Path, title: str) -> Path:
     a.set_xticks(pos, names, rotation=20)
     a.set(ylabel="TPOT MAE (ms/token)", title="held-out error by head")
     a2.set_ylabel("TTFT MAE (ms)")
-    a.legend(loc="upper left")
-    a2.legend(loc="upper right")
+    a.set_ylim(0, max(tpot) * 1.3)
+    a2.set_ylim(0, max(ttft) * 1.3)
+    a.legend(loc="upper left", fontsize="small")
+    a2.legend(loc="upper right", fontsize="small")
+    batches = sorted({int(k) for cov in held["coverage_p95_by_batch"].values() for k in cov})
     for target, style in (("tpot", "o-"), ("ttft", "s--"), ("e2e", "^:")):
         cov = held["coverage_p95_by_batch"][target]
         b.plot([int(k) for k in cov], list(cov.values()), style, label=target.upper())
     b.axhline(0.95, color="grey", lw=1)
-    b.set(xscale="log", xlabel="batch size", ylabel="held-out rows under the p95 bound", ylim=(0, 1.05),
+    b.set_xscale("log", base=2)
+    b.set_xticks(batches, [str(x) for x in batches])
+    b.set(xlabel="batch size", ylabel="held-out rows under the p95 bound", ylim=(0, 1.05),
           title="SLO bound coverage")
     b.legend()
     return _save(plt, fig, path, title)

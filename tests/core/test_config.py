@@ -101,3 +101,11 @@ def test_a_configured_signing_key_that_is_missing_is_named(tmp_path):
     created = MlflowRegistry(tracking_uri="sqlite:///x.db", experiment="e", model_name="m",
                              signing_key=str(tmp_path / "keys" / "k.key"), create_signing_key=True)
     assert created.public_key_path() == tmp_path / "keys" / "k.key.pub" and created.public_key_path().is_file()
+
+
+def test_production_example_declares_release_rules_and_sensors(state_dir, shared_data, monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    config = load_fleet(CONFIGS / "fleet.example.yaml")
+    assert config.release.tolerance["router_quality"] == 0.005 and config.release.floors == {"router_quality": 0.5}
+    assert [w.jobs for w in config.automation.watch] == [["retrain_fleet"]]
+    assert Path(config.automation.watch[0].uri).is_absolute()
