@@ -11,15 +11,48 @@ import click
 from artifacts.loader import BundleVerificationError, fetch, load_bundle, read_manifest, verify_bundle
 from artifacts.registry import download_bundle
 
+LOCAL_STORE = Path(".state") / "mlflow.db"  # where `make demo` keeps its registry
+
+
+def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the project's local store when run from a
+    checkout that has one (what the Makefile uses)."""
+    if value:
+        return value
+    return f"sqlite:///{LOCAL_STORE.resolve()}" if LOCAL_STORE.is_file() else None
+
+
 _TRACKING = click.option(
-    "--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None,
-    help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI).",
+    "--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, callback=_tracking_default,
+    help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI, else ./.state/mlflow.db "
+         "when it exists).",
 )
 
 
-@click.group()
-def main() -> None:
+class _OneLineErrors(click.Group):
+    """Any error a command raises ends as one line on stderr and exit code 1 (usage errors: 2);
+    `--debug` (or $ROUTEFORGE_DEBUG=1) shows the traceback instead."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:
+            if (ctx.obj or {}).get("debug"):
+                raise
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            click.echo(f"error: {message}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_OneLineErrors)
+@click.version_option(package_name="routeforge", message="routeforge %(version)s")
+@click.option("--debug", is_flag=True, envvar="ROUTEFORGE_DEBUG", help="Show the traceback of an error.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """routeforge: router bundles trained by the routeforge pipeline."""
+    ctx.obj = {"debug": debug}
 
 
 @main.group()
@@ -29,10 +62,14 @@ def bundle() -> None:
 
 @bundle.command()
 @click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole manifest as JSON.")
 @_TRACKING
-def inspect(ref: str, tracking_uri: str | None) -> None:
+def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
     """Print the manifest summary: version, fleet, components and their metrics."""
     manifest = read_manifest(fetch(ref, tracking_uri=tracking_uri))
+    if as_json:
+        click.echo(manifest.model_dump_json(indent=2))
+        return
     click.echo(f"bundle {manifest.name} version {manifest.version} (schema {manifest.schema_version})")
     click.echo(f"created {manifest.created_at} by routeforge {manifest.code_version}")
     click.echo(f"fleet {manifest.fleet.name}: {', '.join(m.name for m in manifest.fleet.models)}")
@@ -50,16 +87,24 @@ def inspect(ref: str, tracking_uri: str | None) -> None:
               envvar="ROUTEFORGE_PUBLIC_KEY",
               help="Ed25519 public key (PEM) the manifest must be signed by ($ROUTEFORGE_PUBLIC_KEY); "
                    "without it only checksums are checked.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @_TRACKING
-def verify(ref: str, public_key: Path | None, tracking_uri: str | None) -> None:
+def verify(ref: str, public_key: Path | None, as_json: bool, tracking_uri: str | None) -> None:
     """Check schema version, every file's sha256 and (with --public-key) the manifest's signature;
     exit 1 naming the offending files or the reason the signature is refused."""
     try:
         manifest = verify_bundle(fetch(ref, tracking_uri=tracking_uri), public_key)
     except BundleVerificationError as exc:
-        click.echo(f"FAILED: {exc}", err=True)
+        if as_json:
+            click.echo(json.dumps({"ok": False, "ref": ref, "error": str(exc)}))
+        else:
+            click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
     n = sum(len(c.files) for c in manifest.components)
+    if as_json:
+        click.echo(json.dumps({"ok": True, "ref": ref, "name": manifest.name, "version": manifest.version,
+                               "files": n, "signature": "valid" if public_key else "not checked"}))
+        return
     signed = f"; signature by {public_key} valid" if public_key else " (signature not checked: no --public-key)"
     click.echo(f"OK: {manifest.name} version {manifest.version}, {n} files verified{signed}")
 

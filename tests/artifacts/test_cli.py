@@ -1,0 +1,77 @@
+"""The `routeforge` CLI as a user meets it: a version, JSON output, and errors as one line naming
+the cause with exit code 1 (2 for usage), a traceback only with --debug."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from artifacts.cli import _tracking_default, main
+from artifacts.manifest import Lineage
+from artifacts.writer import write_bundle
+
+
+@pytest.fixture
+def runner(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("ROUTEFORGE_DEBUG", raising=False)
+    return CliRunner()
+
+
+def test_version(runner):
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("routeforge ")
+
+
+@pytest.mark.parametrize("args", [
+    ["bundle", "inspect", "/nonexistent/bundle"],
+    ["bundle", "predict", "/nonexistent/bundle", "hello"],
+])
+def test_errors_are_one_line_without_a_traceback(runner, args):
+    result = runner.invoke(main, args)
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no manifest.json" in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_a_registry_reference_without_a_tracking_uri_says_what_to_do(runner, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no .state/mlflow.db here
+    result = runner.invoke(main, ["bundle", "inspect", "models:/router@champion"])
+    assert result.exit_code == 1 and result.output.strip() == (
+        "error: cannot resolve models:/router@champion: pass a tracking URI or set MLFLOW_TRACKING_URI")
+
+
+def test_inside_a_checkout_the_local_store_is_the_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _tracking_default(None, None, None) is None
+    (tmp_path / ".state").mkdir()
+    (tmp_path / ".state" / "mlflow.db").write_bytes(b"")
+    assert _tracking_default(None, None, None) == f"sqlite:///{tmp_path / '.state' / 'mlflow.db'}"
+    assert _tracking_default(None, None, "http://mlflow:5000") == "http://mlflow:5000"
+
+
+def test_debug_shows_the_traceback(runner):
+    result = runner.invoke(main, ["--debug", "bundle", "inspect", "/nonexistent/bundle"])
+    assert result.exit_code == 1 and result.exception is not None and "no manifest.json" in str(result.exception)
+
+
+def test_usage_errors_exit_2(runner):
+    result = runner.invoke(main, ["bundle", "verify"])
+    assert result.exit_code == 2 and "Missing argument" in result.output
+
+
+def test_json_output_of_inspect_and_verify(runner, tmp_path, component, fleet):
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [component], Lineage(), "test")
+    shown = runner.invoke(main, ["bundle", "inspect", str(root), "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.output)["name"] == "router"
+    ok = runner.invoke(main, ["bundle", "verify", str(root), "--json"])
+    assert json.loads(ok.output) == {"ok": True, "ref": str(root), "name": "router",
+                                     "version": json.loads(shown.output)["version"], "files": 2,
+                                     "signature": "not checked"}
+    Path(root / "knn_estimator" / "index.bin").write_bytes(b"changed")
+    bad = runner.invoke(main, ["bundle", "verify", str(root), "--json"])
+    report = json.loads(bad.output)
+    assert bad.exit_code == 1 and report["ok"] is False and "index.bin: sha256 mismatch" in report["error"]
