@@ -90,6 +90,22 @@ class Head:
             out = out + self.booster.predict(xgb.DMatrix(x, feature_names=list(features))).astype(np.float64)
         return out
 
+    def save(self, folder: Path, target: str, selection: dict[str, Any]) -> dict[str, Any]:
+        """Write the trees (if any) as `<target>.json` in `folder`; returns the `heads.json` entry
+        `from_spec` reads back, with the record of why this head serves."""
+        entry: dict[str, Any] = {"kind": self.kind, "line": self.line.to_json() if self.line else None,
+                                 "selection": selection}
+        if self.booster is not None:
+            self.booster.save_model(str(Path(folder) / f"{target}.json"))
+            entry |= {"trees": f"{target}.json", "rounds": int(self.booster.num_boosted_rounds())}
+        return entry
+
+    @classmethod
+    def from_spec(cls, folder: Path, entry: Mapping[str, Any]) -> Head:
+        line = LinearTerms.from_json(entry["line"]) if entry.get("line") else None
+        booster = _load_booster(Path(folder) / entry["trees"]) if entry.get("trees") else None
+        return cls(entry["kind"], line, booster)
+
 
 def _load_booster(path: Path):
     import xgboost as xgb
@@ -109,12 +125,8 @@ class LatencyModel:
     def load(cls, folder: Path) -> LatencyModel:
         folder = Path(folder)
         spec = json.loads((folder / "heads.json").read_text())
-        heads: dict[str, Head] = {}
         if "heads" in spec:
-            for target, h in spec["heads"].items():
-                line = LinearTerms.from_json(h["line"]) if h.get("line") else None
-                booster = _load_booster(folder / h["trees"]) if h.get("trees") else None
-                heads[target] = Head(h["kind"], line, booster)
+            heads = {target: Head.from_spec(folder, entry) for target, entry in spec["heads"].items()}
         else:  # format 1: XGBoost heads only
             heads = {t: Head("trees", None, _load_booster(folder / f)) for t, f in (spec.get("targets") or {}).items()}
         return cls(tier=spec["tier"], spec=spec, heads=heads)

@@ -70,10 +70,11 @@ def verify_bundle(root: Path, public_key: Path | None = None) -> Manifest:
     together are refused, naming the reason."""
     root = Path(root)
     manifest = read_manifest(root)
+    present = sorted(root.rglob("*"))
     unsafe = [f"{e.path}: {why}" for c in manifest.components for e in c.files
               if (why := _unsafe_path(e.path)) is not None]
-    links = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_symlink())
-    unsafe += [f"{rel}: a symbolic link (bundles hold plain files only)" for rel in links]
+    unsafe += [f"{p.relative_to(root).as_posix()}: a symbolic link (bundles hold plain files only)"
+               for p in present if p.is_symlink()]
     if unsafe:
         raise BundleVerificationError(f"bundle at {root} refused: " + "; ".join(unsafe))
     if public_key is not None:
@@ -93,7 +94,7 @@ def verify_bundle(root: Path, public_key: Path | None = None) -> Manifest:
                 problems.append(f"{entry.path}: missing")
             elif path.stat().st_size != entry.bytes or sha256_file(path) != entry.sha256:
                 problems.append(f"{entry.path}: sha256 mismatch")
-    for path in sorted(root.rglob("*")):
+    for path in present:
         rel = path.relative_to(root).as_posix()
         if path.is_file() and rel not in (MANIFEST_FILE, SIGNATURE_FILE) and rel not in listed:
             problems.append(f"{rel}: not listed in the manifest")

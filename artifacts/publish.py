@@ -13,7 +13,7 @@ from pathlib import Path
 from artifacts.manifest import Fleet, Lineage, Manifest
 from artifacts.registry import RegisteredBundle, ensure_experiment, latest_version, register_bundle, registry_lock
 from artifacts.signing import sign_bundle
-from artifacts.writer import ComponentSource, write_bundle
+from artifacts.writer import ComponentSource, write_bundle, write_manifest
 
 
 def code_version() -> str:
@@ -73,14 +73,15 @@ def publish_bundle(
                 mlflow.log_metrics(metrics)
             for plot in plots:
                 mlflow.log_artifact(str(plot), "plots")
-            lineage = Lineage(input_hashes=input_hashes, dagster_run_id=dagster_run_id,
-                              mlflow_run_id=run.info.run_id)
-            manifest = write_bundle(staging_dir, name, fleet, components, lineage, code_version())
+            # the files are in place: only the manifest learns the run (the content version is the same)
+            manifest = draft.model_copy(update={"lineage": Lineage(
+                input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id)})
+            write_manifest(staging_dir, manifest)
             tags = {"bundle_version": manifest.version, "code_version": manifest.code_version}
+            run_tags = {"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name}
             if signing_key is not None:
-                tags["signing_key_id"] = sign_bundle(staging_dir, signing_key)
-            mlflow.set_tags({"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name}
-                            | {f"routeforge.{k}": v for k, v in tags.items() if k == "signing_key_id"})
+                tags["signing_key_id"] = run_tags["routeforge.signing_key_id"] = sign_bundle(staging_dir, signing_key)
+            mlflow.set_tags(run_tags)
             registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags)
     return registered, manifest
 

@@ -98,11 +98,12 @@ def register_bundle(
     return RegisteredBundle(model_name, str(mv.version), alias, run_id)
 
 
-def latest_version(model_name: str) -> tuple[str, dict[str, str], str] | None:
-    """(version, tags, run id) of the newest registered version of `model_name`, None when there is none."""
+def latest_version(model_name: str, client=None) -> tuple[str, dict[str, str], str] | None:
+    """(version, tags, run id) of the newest registered version of `model_name`, None when there is
+    none; `client` is an `MlflowClient` (default: one on the current tracking URI)."""
     from mlflow import MlflowClient
 
-    versions = MlflowClient().search_model_versions(f"name='{model_name}'")
+    versions = (client or MlflowClient()).search_model_versions(f"name='{model_name}'")
     if not versions:
         return None
     newest = max(versions, key=lambda v: int(v.version))

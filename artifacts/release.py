@@ -183,10 +183,12 @@ class Registry:
             return None
 
     def latest_version(self) -> str:
-        versions = self.client.search_model_versions(f"name='{self.name}'")
-        if not versions:
+        from artifacts.registry import latest_version
+
+        latest = latest_version(self.name, self.client)
+        if latest is None:
             raise ValueError(f"registered model {self.name!r} has no versions")
-        return str(max(int(v.version) for v in versions))
+        return latest[0]
 
     def version_tags(self, version: str) -> dict[str, str]:
         return dict(self.client.get_model_version(self.name, version).tags)
@@ -238,15 +240,16 @@ class Registry:
 
 
 def gate(registry: Registry, version: str, public_key: Path | None, workdir: Path, rules: ReleaseRules | None = None,
-         force: bool = False, reason: str | None = None) -> Decision:
-    """Compare `version` with the current champion on the frozen evaluation set and move the alias
-    when the rules (the version's own recorded rules unless `rules` is given) allow it, or when
-    forced with a reason. Records the decision either way."""
+         force: bool = False, reason: str | None = None, evaluation: tuple[Path, str] | None = None) -> Decision:
+    """Compare `version` with the current champion on the frozen evaluation set (`evaluation`, the
+    (path, sha256) `Registry.evaluation_set` gave, or fetched here) and move the alias when the rules
+    (the version's own recorded rules unless `rules` is given) allow it, or when forced with a
+    reason. Records the decision either way."""
     if force and not (reason and reason.strip()):
         raise ValueError("--force needs --reason: a forced promotion records who asked and why")
     tags = registry.version_tags(version)
     rules = rules or ReleaseRules.from_json(tags.get(RULES_TAG))
-    evaluation, sha = registry.evaluation_set()
+    evaluation, sha = evaluation or registry.evaluation_set()
     champion = registry.champion_version()
     if champion == version:
         raise ValueError(f"version {version} of {registry.name!r} is already the champion")

@@ -71,5 +71,10 @@ def write_bundle(
         components=entries,
         lineage=lineage,
     )
-    (target / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
+    write_manifest(target, manifest)
     return manifest
+
+
+def write_manifest(root: Path, manifest: Manifest) -> None:
+    """(Re)write `root`'s manifest, e.g. once its lineage learns the MLflow run id."""
+    (Path(root) / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))

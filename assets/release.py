@@ -73,8 +73,9 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
     with registry_lock(mlflow.tracking_uri), tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
         registry.client.set_model_version_tag(registry.name, version, CHECKS_TAG, "false" if failed else "true")
         registry.client.set_model_version_tag(registry.name, version, RULES_TAG, rules.to_json())
-        _, sha = registry.evaluation_set(candidate, run_id=router_bundle["mlflow_run_id"])
-        decision = gate(registry, version, mlflow.public_key_path(), Path(tmp), rules)
+        evaluation = registry.evaluation_set(candidate, run_id=router_bundle["mlflow_run_id"])
+        decision = gate(registry, version, mlflow.public_key_path(), Path(tmp), rules, evaluation=evaluation)
+        sha = evaluation[1]
     if failed:
         decision.reasons.append(f"failed checks: {', '.join(failed)}")
     verdict = "promoted to champion" if decision.promote else "kept as challenger"

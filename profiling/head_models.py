@@ -185,8 +185,7 @@ class Choice:
         nearly everywhere; docs/results.md.)"""
         mae = {k: float(np.mean(v)) for k, v in errors.items()}
         se = {k: float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0 for k, v in errors.items()}
-        order = list(errors)
-        kind = min(order, key=lambda k: (mae[k], order.index(k)))
+        kind = min(errors, key=mae.get)  # the first of equals: the simpler
         return cls(kind=kind, cv_mae=mae, out_of_fold=out_of_fold or {}, standard_error=se)
 
     def record(self) -> dict:

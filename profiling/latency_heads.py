@@ -238,14 +238,7 @@ def write_batch_heads(ms: list[BatchMeasurement], folder: Path, tier: str,
     served = serve(ms, seed=seed, quantiles=quantiles)
     x = features(ms)
     folder.mkdir(parents=True, exist_ok=True)
-    heads_spec = {}
-    for target, head in served.heads.items():
-        entry = {"kind": head.kind, "line": head.line.to_json() if head.line else None,
-                 "selection": served.selection[target]}
-        if head.booster is not None:
-            head.booster.save_model(str(folder / f"{target}.json"))
-            entry |= {"trees": f"{target}.json", "rounds": int(head.booster.num_boosted_rounds())}
-        heads_spec[target] = entry
+    heads_spec = {t: h.save(folder, t, served.selection[t]) for t, h in served.heads.items()}
     golden = list(range(min(16, len(ms))))
     spec = {
         "tier": tier, "kind": "batch", "format": 2, "features": list(FEATURES), "heads": heads_spec,

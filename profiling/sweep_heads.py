@@ -88,6 +88,13 @@ def sweep_data(records: pa.Table, held_out: float) -> SweepData:
     )
 
 
+def lightest_load(in_flight: np.ndarray) -> np.ndarray:
+    """Rows sent with nothing else in flight, else the lightest tenth: the closest a log comes to a
+    sweep's idle phase."""
+    none = in_flight == 0
+    return none if none.any() else in_flight <= np.nanquantile(in_flight, 0.1)
+
+
 def analytic_e2e(ttft: np.ndarray, tpot: np.ndarray, n: np.ndarray) -> np.ndarray:
     return ttft + np.maximum(n - 1, 0) * tpot
 
@@ -129,12 +136,10 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
     if min(train.sum(), val.sum(), test.sum()) < 5:
         raise ValueError(f"{tier}: too few sweep records for train/validation/test ({int(train.sum())}/"
                          f"{int(val.sum())}/{int(test.sum())}); sweep more requests")
-    # the static prior: the idle phase of a sweep; for traffic, the requests that found nothing else
-    # in flight (else the lightest tenth)
+    # the static prior: the idle phase of a sweep; for traffic, the lightest load the log saw
     idle = d.phase == "idle"
     if not idle.any():
-        in_flight = d.x[:, FEATURES.index("in_flight")]
-        idle = in_flight == 0 if (in_flight == 0).any() else in_flight <= np.nanquantile(in_flight, 0.1)
+        idle = lightest_load(d.x[:, FEATURES.index("in_flight")])
     prior = {"ttft_s": float(np.median(d.y["ttft"][idle])), "tpot_s": float(np.median(d.y["tpot"][idle]))}
     by_kind: dict[str, dict[str, np.ndarray]] = {}
     heads, selection = {}, {}
@@ -193,14 +198,7 @@ def train_sweep_heads(records: pa.Table, folder: Path, tier: str, held_out: floa
         evaluation["per_rate"].append({"rate": float(rate), **errors(test & (d.phase == "rate") & (d.rate == rate))})
     if rwt is not None:
         evaluation["rwt_per_rate"] = evaluate_rwt(records, rwt)
-    heads_spec = {}
-    for target, head in heads.items():
-        entry = {"kind": head.kind, "line": head.line.to_json() if head.line else None,
-                 "selection": selection[target]}
-        if head.booster is not None:
-            head.booster.save_model(str(folder / f"{target}.json"))
-            entry |= {"trees": f"{target}.json", "rounds": int(head.booster.num_boosted_rounds())}
-        heads_spec[target] = entry
+    heads_spec = {t: h.save(folder, t, selection[t]) for t, h in heads.items()}
     if plot is not None:
         plot_heads({k: d.y[k][test] for k in TARGETS},
                    {"tpot": pred["tpot"][test], "ttft": pred["ttft"][test], "e2e": pred["e2e_analytic"][test]},

@@ -194,27 +194,24 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
         (folder / "heads.json").write_text(json.dumps(spec, indent=2))
         rwt = RwtParams(p["overhead_s"], p["tpot_s"], p["epsilon"], p["theta_tok_s"], max_out)
         evaluation = {"r2_batch1": p["r2_batch1"]}
-    elif summary.get("traffic"):
-        from profiling.traffic_records import traffic_rwt
-
+    else:  # request records: a QPS sweep's, or production traffic replayed into the same format
         records = pq.read_table(profile_dir / "sweep.parquet")
-        rwt = traffic_rwt(records, max_output_tokens=max_out)
+        if summary.get("traffic"):
+            from profiling.traffic_records import traffic_rwt
+
+            rwt, sweep = traffic_rwt(records, max_output_tokens=max_out), {}
+        else:
+            rwt = sweep_rwt(summary["phases"],
+                            max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))
+            sweep = {"rwt": rwt, "saturation_rps": summary.get("saturation_rps")}
         spec, _ = train_sweep_heads(records, folder, tier.name, config.profiling.held_out_fraction,
                                     tuple(config.profiling.residual_quantiles), seed=config.training.seed,
-                                    plot=profile_dir / "heads_held_out.png")
+                                    plot=profile_dir / "heads_held_out.png", **sweep)
         evaluation = spec["evaluation"]["held_out"]
         plots.append(str(profile_dir / "heads_held_out.png"))
-    else:
-        records = pq.read_table(profile_dir / "sweep.parquet")
-        rwt = sweep_rwt(summary["phases"], max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))
-        spec, _ = train_sweep_heads(records, folder, tier.name, config.profiling.held_out_fraction,
-                                    tuple(config.profiling.residual_quantiles), seed=config.training.seed,
-                                    plot=profile_dir / "heads_held_out.png", rwt=rwt,
-                                    saturation_rps=summary.get("saturation_rps"))
-        rwt_rows = spec["evaluation"]["rwt_per_rate"]
-        evaluation = spec["evaluation"]["held_out"]
-        plots += [str(profile_dir / "heads_held_out.png"),
-                  str(plot_sweep(summary["phases"], rwt_rows, profile_dir / "sweep.png", tier.name))]
+        if sweep:
+            plots.append(str(plot_sweep(summary["phases"], spec["evaluation"]["rwt_per_rate"],
+                                        profile_dir / "sweep.png", tier.name)))
     groups = {g: asdict(s) for g, s in routing_table_groups(routing_table).items() if g.endswith(f"|{tier.model}")}
     (folder / "rwt.json").write_text(json.dumps({"tier": tier.name, "params": rwt.to_dict(), "groups": groups},
                                                 indent=2))

@@ -21,6 +21,7 @@ import pyarrow as pa
 from profiling.live_state import ClientState
 from profiling.rwt import RwtParams
 from profiling.sweep import FEATURE_COLUMNS, records_table
+from profiling.sweep_heads import lightest_load
 from prompts.traffic_logs import TrafficRequest
 
 PHASE = "traffic"
@@ -76,10 +77,7 @@ def traffic_rwt(records: pa.Table, max_output_tokens: int) -> RwtParams:
     else the lightest tenth), ε = the 90th-percentile TPOT over d, Θ = the highest decode throughput
     over any 10-second window (output tokens per second across requests)."""
     t = records.to_pydict()
-    in_flight = np.asarray(t["f_in_flight"], dtype=float)
-    light = in_flight == 0
-    if not light.any():
-        light = in_flight <= np.quantile(in_flight, 0.1)
+    light = lightest_load(np.asarray(t["f_in_flight"], dtype=float))
     ttft, tpot = np.asarray(t["ttft_s"]), np.asarray(t["tpot_s"])
     d = float(np.median(tpot[light]))
     sent, e2e, tokens = np.asarray(t["sent_s"]), np.asarray(t["e2e_s"]), np.asarray(t["output_tokens"], dtype=float)
