@@ -61,11 +61,11 @@ benchmark: $(STAMP)  ## run every benchmark script (smoke sizes unless QUICK= is
 	ROUTEFORGE_BENCH_RESULTS=$$results $(BIN)/python -m benchmarks.$$b $(QUICK); done
 
 validate: $(STAMP)
-	$(BIN)/dagster definitions validate -m pipelines.definitions
+	$(BIN)/dagster definitions validate -w workspace.yaml
 
 ui: $(STAMP)  ## Dagster UI on http://127.0.0.1:3000 (ROUTEFORGE_CONFIG picks the fleet)
 	@mkdir -p .state
-	$(BIN)/dagster dev -m pipelines.definitions -h 127.0.0.1 -p 3000
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 mlflow-ui: $(STAMP)  ## MLflow UI on http://127.0.0.1:5000 over the local store
 	@mkdir -p .state

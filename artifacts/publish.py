@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import math
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -47,9 +51,10 @@ def publish_bundle(
     dagster_run_id: str | None = None,
     params: dict[str, str] | None = None,
     metrics: dict[str, float] | None = None,
-    plots: list[Path] = (),
+    plots: list[tuple[str, Path]] = (),
     signing_key: Path | None = None,
     skip_unchanged: bool = True,
+    context: RunContext | None = None,
 ) -> tuple[RegisteredBundle, Manifest]:
     """Write the bundle inside a new MLflow run, sign its manifest with `signing_key` (Ed25519 PEM;
     `artifacts.signing`) and register it under `alias`; with a SQLite store, holding the store's
@@ -66,13 +71,15 @@ def publish_bundle(
         latest = latest_version(name)
         if skip_unchanged and latest is not None and latest[1].get("bundle_version") == draft.version:
             return RegisteredBundle(name, latest[0], alias, latest[2], unchanged=True), draft
-        with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-bundle") as run:
+        parent = parent_run(experiment_id, context) if context is not None else None
+        with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-bundle", parent_run_id=parent,
+                              tags=context.tags("router_bundle") if context is not None else None) as run:
             if params:
                 mlflow.log_params(params)
             if metrics:
                 mlflow.log_metrics(metrics)
-            for plot in plots:
-                mlflow.log_artifact(str(plot), "plots")
+            for component, plot in plots:
+                mlflow.log_artifact(str(plot), f"plots/{component}")
             # the files are in place: only the manifest learns the run (the content version is the same)
             manifest = draft.model_copy(update={"lineage": Lineage(
                 input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id)})
@@ -86,17 +93,97 @@ def publish_bundle(
     return registered, manifest
 
 
-def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
-               metrics: dict[str, float], files: list[Path], tags: dict[str, str] | None = None) -> str:
-    """An evaluation report as its own MLflow run (metrics, JSON and plots); returns the run id."""
+@dataclass(frozen=True)
+class RunContext:
+    """Where a training run belongs: the pipeline run (an MLflow parent run found or created by its
+    `key`, one per `pipelines.run` invocation or Dagster run) and the Dagster run and step behind it."""
+
+    key: str
+    fleet: str
+    dagster_run_id: str | None = None
+    dagster_job: str | None = None
+
+    def tags(self, step: str | None = None) -> dict[str, str]:
+        tags = {"routeforge.pipeline_run": self.key, "routeforge.fleet": self.fleet}
+        if self.dagster_run_id:
+            tags["dagster.run_id"] = self.dagster_run_id
+        if self.dagster_job:
+            tags["dagster.job"] = self.dagster_job
+        if step:
+            tags["routeforge.step"] = step
+        return tags
+
+
+def parent_run(experiment_id: str, context: RunContext) -> str:
+    """The pipeline run's parent run id: the run tagged with its key, created (and closed) when
+    the first child is logged. Callers hold `registry_lock`, so two steps do not create two."""
+    import mlflow
+
+    found = mlflow.search_runs([experiment_id], filter_string=f"tags.`routeforge.pipeline_run` = '{context.key}' "
+                               "and tags.`routeforge.role` = 'pipeline'", output_format="list", max_results=1)
+    if found:
+        return found[0].info.run_id
+    client = mlflow.MlflowClient()
+    run = client.create_run(experiment_id, run_name=f"{context.fleet}-pipeline-{context.key[:8]}",
+                            tags={**context.tags(), "routeforge.role": "pipeline"})
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+@contextmanager
+def child_run(tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
+              context: RunContext | None, step: str | None = None) -> Iterator:
+    """An MLflow run nested under the pipeline run (a top-level run without a context)."""
     import mlflow
 
     with registry_lock(tracking_uri):
         experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
-        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
-            mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)})
-            for f in files:
-                mlflow.log_artifact(str(f), "report")
-            if tags:
-                mlflow.set_tags(tags)
+        parent = parent_run(experiment_id, context) if context is not None else None
+    tags = context.tags(step) if context is not None else {}
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, parent_run_id=parent, tags=tags) as run:
+        yield run
+
+
+def log_curves(curves: dict[str, list[tuple[int, float]]]) -> None:
+    """Learning curves as metric histories (one metric, many steps), drawn as lines by MLflow."""
+    import mlflow
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    metrics = [Metric(key, float(v), now, int(step)) for key, points in curves.items() for step, v in points
+               if v is not None and math.isfinite(v)]
+    for i in range(0, len(metrics), 1000):
+        mlflow.MlflowClient().log_batch(mlflow.active_run().info.run_id, metrics=metrics[i:i + 1000])
+
+
+def log_dataset(table, name: str, source: str | None = None) -> None:
+    """The routing table as the run's training input (schema, digest and size in MLflow's Datasets)."""
+    import mlflow
+
+    frame = table.to_pandas() if hasattr(table, "to_pandas") else table
+    dataset = mlflow.data.from_pandas(frame, source=source, name=name)
+    mlflow.log_input(dataset, context="training")
+
+
+def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
+               metrics: dict[str, float], files: list[Path], tags: dict[str, str] | None = None,
+               context: RunContext | None = None, step: str | None = None,
+               curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None,
+               artifact_dir: str = "report") -> str:
+    """A training or evaluation step as an MLflow run nested under the pipeline run: metrics,
+    curves as histories, the routing table as its input, files under `artifact_dir` (plots under
+    `plots/<step>/`, so same-named plots of two steps do not overwrite each other); returns the run id."""
+    import mlflow
+
+    with child_run(tracking_uri, experiment, artifact_location, run_name, context, step) as run:
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)})
+        if curves:
+            log_curves(curves)
+        if dataset is not None:
+            log_dataset(dataset, "routing_table")
+        for f in files:
+            folder = f"plots/{step or run_name}" if Path(f).suffix == ".png" else artifact_dir
+            mlflow.log_artifact(str(f), folder)
+        if tags:
+            mlflow.set_tags(tags)
     return run.info.run_id

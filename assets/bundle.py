@@ -89,7 +89,8 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
                 "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
         metrics=metrics,
-        plots=[p for t in trained for p in t.plots],
+        plots=[(t.plot_folder, p) for t in trained for p in t.plots],
+        context=mlflow.run_context(context),
     )
     if registered.unchanged:
         context.log.info(f"nothing registered: the bundle's content ({manifest.version}) equals version "
@@ -105,7 +106,7 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
             "uri": registered.uri,
             "registry_version": registered.version,
             "bundle_version": manifest.version,
-            "mlflow_run_id": registered.run_id,
+            "mlflow_run": mlflow.run_link(registered.run_id),
             "tracking_uri": mlflow.tracking_uri,
             "files": sum(len(c.files) for c in manifest.components),
             "latency_tiers": len(latency),

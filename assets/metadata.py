@@ -36,3 +36,28 @@ def markdown_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
     for r in rows:
         lines.append("| " + " | ".join(f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + " |")
     return dg.MetadataValue.md("\n".join(lines))
+
+
+# Dagster's asset page renders markdown images, data URIs included, so a plot is visible where the
+# materialization is read; a plot larger than this is linked by path instead (the event log keeps
+# every materialization's metadata, and a few MB per event would bloat it).
+INLINE_PLOT_BYTES = 400_000
+
+
+def inline_plot(path) -> dg.MetadataValue:
+    """A PNG as an inline markdown image (its file path under it), or the path alone when large."""
+    import base64
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size > INLINE_PLOT_BYTES:
+        return dg.MetadataValue.path(str(path))
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return dg.MetadataValue.md(f"![{path.stem}](data:image/png;base64,{data})\n\n`{path}`")
+
+
+def plot_entries(paths, prefix: str = "plot_") -> dict[str, dg.MetadataValue]:
+    """One metadata entry per plot, keyed by its file stem (unique within one materialization)."""
+    from pathlib import Path
+
+    return {f"{prefix}{Path(p).stem}": inline_plot(p) for p in paths}

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts.writer import ComponentSource
-from assets.metadata import markdown_table
+from assets.metadata import clean, markdown_table, plot_entries
 from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 
@@ -30,6 +30,17 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
         raise dg.Failure("routing_evaluation needs at least one tier profile with a prefill/decode fit "
                          "(profile kind batch or splitwise)")
     return fits, index
+
+
+def training_curves(report: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """Each learned policy's episode return and loss, stepped by environment steps (MLflow histories)."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for name, curve in report["learning_curves"].items():
+        for key in ("return", "loss"):
+            points = [(c["steps"], c[key]) for c in curve if c.get(key) is not None]
+            if points:
+                curves[f"{name}/train/{key}"] = points
+    return curves
 
 
 @dg.asset(
@@ -86,9 +97,9 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
                for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
                if np.isfinite(r[k])}
-    run_id = mlflow.log_report(run_name=f"{config.name}-routing-evaluation",
+    run_id = mlflow.log_report(context, run_name=f"{config.name}-routing-evaluation",
                                metrics=metrics, files=[path, *map(Path, report["plots"])],
-                               tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+                               curves=training_curves(report), dataset=routing_table)
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
     table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
     def simulated(name: str) -> dict[str, float]:
@@ -110,8 +121,12 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     return dg.Output(
         TrainedComponent(components, details={"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"],
                                               "policies": exports}),
-        metadata={"mlflow_run_id": run_id, "report": dg.MetadataValue.path(str(path)), "table": markdown_table(table),
+        metadata={"mlflow_run": mlflow.run_link(run_id), "report": dg.MetadataValue.path(str(path)),
+                  "table": markdown_table(table),
                   "clipped_fits": dg.MetadataValue.json(report["clipped_fits"]),
                   "policies": dg.MetadataValue.json(exports),
-                  **{f"plot_{Path(p).stem}": dg.MetadataValue.path(p) for p in report["plots"]}},
+                  # headline numbers per policy and baseline, for the Plots tab's trends across runs
+                  **clean({f"{name}/{label}": value for name in sorted({r["policy"] for r in report["rows"]})
+                           for label, value in simulated(name).items()}),
+                  **plot_entries(report["plots"])},
     )

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from artifacts.writer import ComponentSource
-from assets.metadata import markdown_table
-from assets.resources import ComponentStore, FleetResource
+from assets.metadata import inline_plot, markdown_table, plot_entries
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 from training.predictors.knn import build_knn
 from training.predictors.knn_eval import evaluate_knn
@@ -21,13 +21,16 @@ from training.predictors.quality_cost_eval import plot_quality_cost
     io_manager_key="json_io",
     group_name="training",
     check_specs=[
-        dg.AssetCheckSpec("predictions_well_formed", asset="knn_estimator", blocking=True),
-        dg.AssetCheckSpec("router_not_below_random", asset="knn_estimator"),
+        dg.AssetCheckSpec("predictions_well_formed", asset="knn_estimator", blocking=True,
+                          description="Predicted quality is finite and inside [0, 1] for every test prompt and model."),
+        dg.AssetCheckSpec("router_not_below_random", asset="knn_estimator",
+                          description="Warns when routing test prompts by the KNN's predictions scores below "
+                                      "choosing a model at random."),
     ],
     description="KNN estimator component folder and its held-out quality–cost evaluation.",
 )
 def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
-                  routing_table: pa.Table):
+                  mlflow: MlflowRegistry, routing_table: pa.Table):
     config = fleet.config
     folder = store.component_dir("knn_estimator")
     knn = build_knn(routing_table, config.encoder, config.training.knn, folder, cache_dir=store.cache_dir("embeddings"))
@@ -48,6 +51,8 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
     }
     sweep_rows = [{"lambda": s["lambda"], "quality": s["quality"], "cost": s["cost"]}
                   for s in evaluation["lambda_sweep"]]
+    run_id = mlflow.log_report(context, run_name=f"{config.name}-knn-estimator", metrics=metrics,
+                               files=[reports / "knn_evaluation.json", Path(plot)], dataset=routing_table)
     component = ComponentSource(name="knn_estimator", kind="knn_estimator", format="faiss+parquet+json",
                                 folder=folder, metrics=metrics, config=config.training.knn.model_dump())
     yield dg.Output(
@@ -56,7 +61,8 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
             **{k: round(v, 6) for k, v in metrics.items()},
             "best_single_model": evaluation["best_single_model"],
             "lambda_sweep": markdown_table(sweep_rows),
-            "quality_cost_plot": dg.MetadataValue.path(str(plot)),
+            "quality_cost_plot": inline_plot(plot),
+            "mlflow_run": mlflow.run_link(run_id),
         },
     )
     finite = all(np.isfinite(getattr(prediction, m)).all() for m in ("quality", "output_tokens", "cost"))
@@ -115,11 +121,14 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
         io_manager_key="json_io",
         group_name="training",
         ins=ins,
-        check_specs=[dg.AssetCheckSpec("onnx_matches_pytorch", asset=name, blocking=True)],
+        check_specs=[dg.AssetCheckSpec("onnx_matches_pytorch", asset=name, blocking=True,
+                                       description="The exported ONNX graph's logits match PyTorch's within 1e-3 "
+                                                   "(batched with padding and one prompt at a time).")],
         description=f"{TEXT_PREDICTORS[name]}: safetensors + ONNX component, evaluated on the test split.",
     )
     def text_predictor(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
-                       routing_table: pa.Table, **latency_heads: dict[str, TrainedComponent]):
+                       mlflow: MlflowRegistry, routing_table: pa.Table,
+                       **latency_heads: dict[str, TrainedComponent]):
         config = fleet.config
         folder = store.component_dir(name)
         result = _train(name, context, config, routing_table, folder, latency_heads.get("latency_heads"))
@@ -127,13 +136,17 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
         settings = getattr(config.training, name).model_dump()
         component = ComponentSource(name=name, kind=name, format="onnx+tokenizer+json", folder=folder, metrics=metrics,
                                     config=settings | ({"scheme": spec["scheme"]} if spec.get("scheme") else {}))
+        curve = [(point["step"], point["loss"]) for point in result["learning_curve"]]
+        run_id = mlflow.log_report(context, run_name=f"{config.name}-{name}", metrics=metrics,
+                                   files=[Path(p) for p in result["plots"]], curves={"train/loss": curve},
+                                   dataset=routing_table)
         yield dg.Output(
             TrainedComponent([component], metrics={f"{name}/{k}": v for k, v in metrics.items()},
                              plots=[Path(p) for p in result["plots"]],
                              details={"spec": spec, "learning_curve": result["learning_curve"]}),
             metadata={**{k: round(v, 6) for k, v in metrics.items()}, "labels": dg.MetadataValue.json(spec["labels"]),
                       **({"bucket_scheme": dg.MetadataValue.json(spec["scheme"])} if spec.get("scheme") else {}),
-                      **{Path(p).stem: dg.MetadataValue.path(p) for p in result["plots"]}},
+                      "mlflow_run": mlflow.run_link(run_id), **plot_entries(result["plots"], prefix="")},
         )
         diff = metrics["onnx_max_abs_diff"]
         yield dg.AssetCheckResult(check_name="onnx_matches_pytorch", passed=diff < 1e-3,

@@ -10,8 +10,8 @@ import dagster as dg
 import pyarrow as pa
 
 from artifacts.writer import ComponentSource
-from assets.metadata import markdown_table
-from assets.resources import ComponentStore, FleetResource
+from assets.metadata import inline_plot, markdown_table, plot_entries
+from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 from profiling.tier_profile import build_latency_component, kept_profile, measure_tier, safe_name
 
@@ -49,7 +49,7 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         if "fit" in summary:
             fit = summary["fit"]
             metadata |= {"measurements": summary["measurements"],
-                         "batch_fit_plot": dg.MetadataValue.path(summary["plot"]),
+                         "batch_fit_plot": inline_plot(summary["plot"]),
                          **{k: round(fit[k], 9) for k in ("prefill_grad_s_per_token", "prefill_r2", "decode_w_s",
                                                           "decode_h_s_per_token", "decode_r2", "ttft_p_s",
                                                           "decode_d_s", "epsilon", "theta_tokens_per_s")}}
@@ -74,13 +74,15 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         partitions_def=partitions,
         io_manager_key="json_io",
         group_name="training",
-        check_specs=[dg.AssetCheckSpec("loader_reproduces_heads", asset="latency_heads", blocking=True)],
+        check_specs=[dg.AssetCheckSpec("loader_reproduces_heads", asset="latency_heads", blocking=True,
+                                       description="The runtime loader (artifacts.latency) reads the saved heads back "
+                                                   "and predicts exactly what the trainer predicted.")],
         description="Per-tier TPOT/TTFT (and E2E) heads: the analytic line, line + monotone residual trees, or "
                     "trees, whichever cross-validates best per target; the static prior, SLO intervals and "
                     "QLM's RWT parameters: the tier's bundle component.",
     )
     def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
-                      tier_profiles: dict, routing_table: pa.Table):
+                      mlflow: MlflowRegistry, tier_profiles: dict, routing_table: pa.Table):
         from artifacts.latency import LatencyModel
 
         tier = _tier(fleet, context.partition_key)
@@ -99,10 +101,14 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
                                                  for k, v in numbers.items()},
                                    [Path(p) for p in result["plots"]],
                                    {k: v for k, v in result.items() if k not in ("plots", "folder")})
+        run_id = mlflow.log_report(context, run_name=f"{fleet.config.name}-latency-{safe_name(tier.name)}",
+                                   metrics=numbers, files=[Path(p) for p in result["plots"]],
+                                   tags={"routeforge.tier": tier.name})
         yield dg.Output(trained, metadata={
-            "kind": result["kind"], **evaluation, "rwt": dg.MetadataValue.json(result["rwt"]),
+            "kind": result["kind"], **evaluation, "mlflow_run": mlflow.run_link(run_id),
+            "rwt": dg.MetadataValue.json(result["rwt"]),
             "served_heads": dg.MetadataValue.json(result["served"]),
-            **{f"plot_{i}": dg.MetadataValue.path(p) for i, p in enumerate(result["plots"])},
+            **plot_entries(result["plots"]),
         })
         diff = LatencyModel.load(folder).golden_max_abs_diff()
         yield dg.AssetCheckResult(check_name="loader_reproduces_heads", passed=diff == 0.0,

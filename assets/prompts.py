@@ -14,7 +14,9 @@ from prompts.sources import build_prompts
 @dg.asset(
     io_manager_key="parquet_io",
     group_name="data",
-    check_specs=[dg.AssetCheckSpec("unique_nonempty_prompts", asset="prompts", blocking=True)],
+    check_specs=[dg.AssetCheckSpec("unique_nonempty_prompts", asset="prompts", blocking=True,
+                                   description="Every prompt id is unique, no text is empty, and the set is not empty; "
+                                               "blocks generation otherwise.")],
     description="Prompt set: prompt_id (content hash), task, templated text, hint, reference, split.",
 )
 def prompts(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore):

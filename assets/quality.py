@@ -20,7 +20,9 @@ def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
         partitions_def=partitions,
         io_manager_key="parquet_io",
         group_name="scoring",
-        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset="quality", blocking=True)],
+        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset="quality", blocking=True,
+                                       description="Every quality score lies in [0, 1] and every response is either "
+                                                   "scored or quarantined with a reason.")],
         description="Quality score per (prompt, model) by the task's metric; unscorable pairs are "
                     "quarantined with the reason, never scored 0.",
     )

@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from assets.metadata import clean, markdown_table
+from assets.metadata import clean, markdown_table, plot_entries
 from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 
@@ -53,9 +53,9 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         plots = [Path(p) for p in report["plots"]] + [p for r in upstream.values() for p in r.plots]
         path = out_dir / "predictor_report.json"
         path.write_text(json.dumps(report, indent=2, default=float))
-        run_id = mlflow.log_report(run_name=f"{config.name}-predictor-report",
+        run_id = mlflow.log_report(context, run_name=f"{config.name}-predictor-report",
                                    metrics=flat_metrics(report, upstream), files=[path, *plots],
-                                   tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+                                   dataset=routing_table)
         context.log.info(f"logged the report to MLflow run {run_id}")
         routers = [{"router": name, **clean(r)} for name, r in report["routers"].items()]
         timing = [{"predictor": name, "prompts_per_s": round(t["prompts_per_s"], 1)}
@@ -65,10 +65,12 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         yield dg.Output(
             {"path": str(path), "mlflow_run_id": run_id, "routers": report["routers"],
              "batch64_cpu": report["batch64_cpu"], "leave_one_task_out": report["leave_one_task_out"]},
-            metadata={"mlflow_run_id": run_id, "report": dg.MetadataValue.path(str(path)),
+            metadata={"mlflow_run": mlflow.run_link(run_id), "report": dg.MetadataValue.path(str(path)),
                       "routers": markdown_table(routers), "batch64_cpu": markdown_table(timing),
                       "leave_one_task_out": markdown_table(loto),
-                      "quality_cost_plot": dg.MetadataValue.path(report["plots"][0])},
+                      **clean({k: v for k, v in flat_metrics(report, upstream).items()
+                               if k.startswith(("routing/", "loto/"))}),
+                      **plot_entries(report["plots"])},
         )
 
     return predictor_report

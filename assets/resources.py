@@ -68,6 +68,13 @@ class ComponentStore(dg.ConfigurableResource):
         return quarantine.write(UPath(self.root))
 
 
+# Dagster run tag shared by the job runs of one `pipelines.run` invocation: their MLflow runs nest
+# under one parent run keyed by it (a run launched alone, from the UI, is its own pipeline run).
+PIPELINE_RUN_TAG = "routeforge/pipeline_run"
+# where `make mlflow-ui` serves the local store; links in Dagster metadata point there
+LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"
+
+
 class MlflowRegistry(dg.ConfigurableResource):
     """The fleet's MLflow tracking server and registered model: report runs and bundle publication."""
 
@@ -96,13 +103,37 @@ class MlflowRegistry(dg.ConfigurableResource):
 
         return public_key_path(self.signing_key_path())
 
-    def log_report(self, run_name: str, metrics: dict[str, float], files: list[Path],
-                   tags: dict[str, str] | None = None) -> str:
+    ui_url: str | None = None  # the MLflow UI for run links (default: the server, or `make mlflow-ui`'s)
+
+    def run_context(self, context: dg.AssetExecutionContext):
+        """This step's place in the MLflow run tree (`artifacts.publish.RunContext`)."""
+        from artifacts.publish import RunContext
+
+        tags = context.run.tags
+        return RunContext(key=tags.get(PIPELINE_RUN_TAG, context.run_id),
+                          fleet=tags.get("routeforge/fleet", self.experiment),
+                          dagster_run_id=context.run_id, dagster_job=context.job_name)
+
+    def log_report(self, context: dg.AssetExecutionContext, run_name: str, metrics: dict[str, float],
+                   files: list[Path], tags: dict[str, str] | None = None,
+                   curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
+        """A child run of the pipeline run for this asset (`artifacts.publish.log_report`)."""
         from artifacts.publish import log_report
 
         return log_report(tracking_uri=self.tracking_uri, experiment=self.experiment,
                           artifact_location=self.artifact_location, run_name=run_name, metrics=metrics,
-                          files=files, tags=tags)
+                          files=files, tags=tags, context=self.run_context(context),
+                          step=context.asset_key.to_user_string(), curves=curves, dataset=dataset)
+
+    def run_link(self, run_id: str) -> dg.MetadataValue:
+        """The run's page in the MLflow UI, as a link in Dagster's metadata."""
+        import mlflow
+
+        base = self.ui_url or (self.tracking_uri if self.tracking_uri.startswith(("http://", "https://"))
+                               else LOCAL_MLFLOW_UI)
+        mlflow.set_tracking_uri(self.tracking_uri)
+        experiment_id = mlflow.get_run(run_id).info.experiment_id
+        return dg.MetadataValue.url(f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}")
 
     def publish(self, **kwargs: Any):
         """`artifacts.publish.publish_bundle` under this registry's name, experiment and alias."""

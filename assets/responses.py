@@ -26,7 +26,9 @@ def build_responses_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefin
         # Generation holds an accelerator (or a server's capacity): runs share the `generation`
         # pool, limited to 1 by dagster.yaml; raise it with `dagster instance concurrency set`.
         pool="generation",
-        check_specs=[dg.AssetCheckSpec("every_prompt_accounted", asset="responses", blocking=True)],
+        check_specs=[dg.AssetCheckSpec("every_prompt_accounted", asset="responses", blocking=True,
+                                       description="Each prompt of the set has exactly one response or one quarantine "
+                                                   "row for this model: nothing was lost or generated twice.")],
         description="Greedy response per prompt for this model, with token counts, TTFT/TPOT/E2E and "
                     "filter flags; cached by content key, so re-runs generate only what is missing.",
     )

@@ -1,14 +1,13 @@
 """`router_selection`: the router chosen among the estimator family by cross-validation inside the
 training split, evaluated once on the test split; component folder, report and plots, own MLflow run."""
 
-from pathlib import Path
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
 
 from artifacts.writer import ComponentSource
-from assets.metadata import clean, markdown_table
+from assets.metadata import clean, markdown_table, plot_entries
 from assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from core.components import TrainedComponent
 
@@ -31,9 +30,9 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
                           store.component_dir("router"), store.report_dir("router"),
                           truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
                           title=config.name, cache_dir=store.cache_dir("embeddings"), log=context.log.info)
-    run_id = mlflow.log_report(run_name=f"{config.name}-router-selection",
+    run_id = mlflow.log_report(context, run_name=f"{config.name}-router-selection",
                                metrics=result.metrics, files=[result.report_path, *result.plots],
-                               tags={"routeforge.fleet": config.name, "dagster_run_id": context.run_id})
+                               dataset=routing_table)
     report = result.report
     candidates = [clean({"estimator": r["estimator"], "cv_score": r["cv_score"], "cv_brier": r["cv_brier"]})
                   for r in report["candidates"]]
@@ -48,10 +47,10 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
         TrainedComponent([component], metrics={f"router/{k}": v for k, v in result.metrics.items()},
                          plots=result.plots, details={"chosen": report["chosen"], "mlflow_run_id": run_id,
                                                       "report": str(result.report_path)}),
-        metadata={"chosen": ", ".join(report["chosen"]), "mlflow_run_id": run_id,
+        metadata={"chosen": ", ".join(report["chosen"]), "mlflow_run": mlflow.run_link(run_id),
                   **{k: round(v, 6) for k, v in result.metrics.items() if np.isfinite(v)},
                   "candidates": markdown_table(candidates), "guard": markdown_table(guard),
-                  **{f"plot_{Path(p).stem}": dg.MetadataValue.path(str(p)) for p in result.plots}},
+                  **plot_entries(result.plots)},
     )
     cv = report["cv"]
     yield dg.AssetCheckResult(check_name="router_not_below_best_single_cv", passed=cv["router"] >= cv["best_single"],

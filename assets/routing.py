@@ -12,7 +12,9 @@ from training.routing_table import build_routing_table, dataset_card, export_hf_
 @dg.asset(
     io_manager_key="parquet_io",
     group_name="training",
-    check_specs=[dg.AssetCheckSpec("every_prompt_labelled", asset="routing_table")],
+    check_specs=[dg.AssetCheckSpec("every_prompt_labelled", asset="routing_table",
+                                   description="Warns when a prompt has no quality label from any model (every "
+                                               "model's response to it was quarantined).")],
     description="One row per prompt: per-model quality, output tokens and cost (null where missing).",
 )
 def routing_table(

@@ -11,6 +11,7 @@ how Dagster's JSON IO manager stores it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,16 @@ class TrainedComponent:
         if len(self.components) != 1:
             raise ValueError(f"{len(self.components)} components, not one: read .components")
         return self.components[0].folder
+
+    @property
+    def plot_folder(self) -> str:
+        """The MLflow folder for this result's plots: its component's name, or `policies` etc. for
+        several (the common prefix of their names), so plots of two trainers never collide."""
+        names = [c.name for c in self.components]
+        if len(names) == 1:
+            return names[0]
+        common = os.path.commonprefix(names).rstrip("-_") if names else ""
+        return common or "components"
 
     def to_json(self) -> dict[str, Any]:
         return {"__type__": TYPE_TAG,

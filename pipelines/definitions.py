@@ -25,6 +25,7 @@ from assets.responses import build_responses_asset
 from assets.router import router_selection
 from assets.routing import routing_table
 from core.config import load_fleet
+from pipelines.console import progress_logger
 from pipelines.io_managers import JsonIOManager, ParquetIOManager
 from pipelines.sensors import build_sensors, retrain_fleet
 
@@ -119,8 +120,11 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
             "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
             description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",
         ))
+    # `console` is Dagster's default; `progress` feeds `pipelines.run`'s stage lines (used only
+    # when a run's config names it, so runs from the UI log exactly as before)
     return dg.Definitions(assets=assets, resources=resources, jobs=jobs,
-                          schedules=[weekly],
+                          schedules=[weekly], loggers={"console": dg.colored_console_logger,
+                                                       "progress": progress_logger},
                           sensors=build_sensors(config, str(Path(config_path).resolve()), {j.name: j for j in jobs}))
 
 

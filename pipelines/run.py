@@ -14,30 +14,52 @@ import argparse
 import os
 import sys
 import time
+import traceback
+import uuid
+from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
 
+from assets.resources import PIPELINE_RUN_TAG
 from core.config import load_fleet
+from pipelines.console import ProgressConsole, capture_library_warnings, output_to_file
 from pipelines.definitions import build_definitions, training_assets
 
 
+def stage_count(config) -> int:
+    """How many job runs `run_pipeline` makes for this fleet (the console's [i/n])."""
+    profiled = [t for t in config.tiers if t.profile is not None]
+    return 2 + len(config.model_names) + (1 + len(profiled) if profiled else 0)
+
+
 def run_pipeline(
-    config_path: str | Path, instance: dg.DagsterInstance | None = None, log_level: str = "INFO"
+    config_path: str | Path, instance: dg.DagsterInstance | None = None, log_level: str = "INFO",
+    console: ProgressConsole | None = None,
 ) -> dict:
     config = load_fleet(config_path)
     defs = build_definitions(config_path)
     if instance is None:
         instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     timings: dict[str, float] = {}
+    # one MLflow parent run groups every training run this pipeline run logs
+    pipeline_run = uuid.uuid4().hex
+    loggers = {"console": {"config": {"log_level": log_level}}}
+    if console is not None:
+        loggers["progress"] = {}
 
     def step(label: str, job: str, partition: str | None = None):
         start = time.perf_counter()
+        if console is not None:
+            console.begin(label)
         result = defs.resolve_job_def(job).execute_in_process(
-            partition_key=partition, instance=instance, tags={"routeforge/fleet": config.name},
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            partition_key=partition, instance=instance,
+            tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run},
+            run_config={"loggers": loggers},
         )
         timings[label] = time.perf_counter() - start
+        if console is not None:
+            console.end(label, timings[label])
         failed = [e for e in result.get_asset_check_evaluations() if not e.passed
                   and e.severity == dg.AssetCheckSeverity.ERROR]
         if failed:
@@ -68,11 +90,31 @@ def run_pipeline(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", default=os.environ.get("ROUTEFORGE_CONFIG", "configs/demo.yaml"))
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show every Dagster event, library warning and progress bar on the terminal")
+    parser.add_argument("--log-file", type=Path, default=None,
+                        help="where the run's full output goes (default: .state/logs/<fleet>-<time>.log)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    out = run_pipeline(args.config)
-    for label, seconds in out["timings_s"].items():
-        print(f"  {label:<40} {seconds:8.1f}s")
+    if args.verbose:
+        out = run_pipeline(args.config)
+        for label, seconds in out["timings_s"].items():
+            print(f"  {label:<40} {seconds:8.1f}s")
+    else:
+        config = load_fleet(args.config)
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        log_file = args.log_file or Path(".state") / "logs" / f"{config.name}-{stamp}.log"
+        print(f"routeforge: fleet {config.name} ({args.config}); full log: {log_file}", flush=True)
+        try:
+            with output_to_file(log_file) as terminal, ProgressConsole(terminal, stage_count(config)) as console:
+                capture_library_warnings()
+                out = run_pipeline(args.config, console=console)
+        except Exception as error:  # one line on the terminal; the traceback is in the log file
+            with open(log_file, "a") as log:
+                traceback.print_exception(error, file=log)
+            print(f"routeforge: failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                  f" (traceback in {log_file})", file=sys.stderr)
+            return 1
     print(f"total {time.perf_counter() - start:.1f}s")
     print(f"tracking URI: {out['tracking_uri']}")
     if out.get("unchanged"):

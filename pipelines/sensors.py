@@ -15,6 +15,7 @@ names beside it.
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -87,11 +88,14 @@ def build_sensors(config: FleetConfig, config_path: str, jobs: dict) -> list[dg.
             raise ValueError(f"{field}: unknown job(s) {unknown} (the code location defines {sorted(jobs)})")
         return [jobs[n] for n in names]
 
-    sensors = [watch_sensor(w, automation.minimum_interval_s, resolve(w.jobs, f"automation.watch[{w.name}].jobs"))
-               for w in automation.watch]
-    if automation.on_fleet_change:
-        sensors.append(fleet_file_sensor(config_path, automation.minimum_interval_s,
-                                         resolve(automation.on_fleet_change, "automation.on_fleet_change")))
+    # Dagster's @sensor passes its own beta `owners` parameter on and warns about it at every import
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Parameter `owners`")
+        sensors = [watch_sensor(w, automation.minimum_interval_s,
+                                resolve(w.jobs, f"automation.watch[{w.name}].jobs")) for w in automation.watch]
+        if automation.on_fleet_change:
+            sensors.append(fleet_file_sensor(config_path, automation.minimum_interval_s,
+                                             resolve(automation.on_fleet_change, "automation.on_fleet_change")))
     return sensors
 
 

@@ -106,7 +106,30 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     run = mlflow.get_run(report["mlflow_run_id"])
     assert "routing/knn_estimator/aiq_router" in run.data.metrics
     logged = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id, artifact_path="report")}
-    assert {"report/predictor_report.json", "report/routers_quality_cost.png"} <= logged
+    assert "report/predictor_report.json" in logged
+    plots = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id,
+                                                             artifact_path="plots/predictor_report")}
+    assert "plots/predictor_report/routers_quality_cost.png" in plots
+
+    # one MLflow parent run for the pipeline run; every training step a child tagged with its Dagster run
+    parent_id = run.data.tags["mlflow.parentRunId"]
+    parent = mlflow.get_run(parent_id)
+    assert parent.data.tags["routeforge.role"] == "pipeline"
+    children = mlflow.search_runs([run.info.experiment_id], output_format="list",
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
+    steps = {c.data.tags["routeforge.step"] for c in children}
+    assert {"knn_estimator", "router_selection", "length_predictor", "score_predictor", "task_classifier",
+            "latency_heads", "routing_evaluation", "predictor_report", "router_bundle"} <= steps
+    assert all(c.data.tags.get("dagster.run_id") for c in children)
+    # curves as metric histories, the routing table as the training runs' dataset input
+    trainer = next(c for c in children if c.data.tags["routeforge.step"] == "length_predictor")
+    history = mlflow.MlflowClient().get_metric_history(trainer.info.run_id, "train/loss")
+    assert len(history) >= 2 and len({m.step for m in history}) == len(history)
+    assert [d.dataset.name for d in trainer.inputs.dataset_inputs] == ["routing_table"]
+    # the bundle run keeps each component's plots in its own folder (no two tiers overwrite one file)
+    bundle_run = next(c for c in children if c.data.tags["routeforge.step"] == "router_bundle")
+    folders = {a.path for a in mlflow.artifacts.list_artifacts(run_id=bundle_run.info.run_id, artifact_path="plots")}
+    assert {f"plots/latency--{t.name}" for t in config.tiers} <= folders
 
     # routing evaluation: every policy × workload × load, 3 seeds, in MLflow; the policies in the bundle
     routing = out["routing_evaluation"]
@@ -123,7 +146,10 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     run = mlflow.get_run(routing["mlflow_run_id"])
     assert "round_robin/poisson/load_0.9/e2e_mean_s" in run.data.metrics
     logged = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id, artifact_path="report")}
-    assert {"report/routing_evaluation.json", "report/latency_percentiles.png", "report/learning_curves.png"} <= logged
+    assert "report/routing_evaluation.json" in logged
+    plots = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id,
+                                                             artifact_path="plots/routing_evaluation")}
+    assert {"plots/routing_evaluation/latency_percentiles.png", "plots/routing_evaluation/learning_curves.png"} <= plots
     assert sorted(bundle.routing_policies) == ["policy--ddqn_workload_guided", "policy--sac_qos_han", "policy--sac_qos_mlp"]
     for name in bundle.routing_policies:
         policy = bundle.routing_policy(name)

@@ -79,6 +79,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         curve.append({"episode": k, "return": total, "steps": steps, "epsilon": eps, "gamma": gamma,
                       "guidance": getattr(env, "guidance", 0.0), "loss": float(np.mean(losses)) if losses else None,
                       "seconds": time.perf_counter() - start})
-        log(f"episode {k}: return {total:.0f}, {steps} steps so far, ε {eps:.2f}, "
-            f"loss {curve[-1]['loss'] if losses else float('nan'):.3g}")
+        learning = (f"loss {curve[-1]['loss']:.3g}" if losses
+                    else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
+        log(f"episode {k}: return {total:.0f}, {steps} steps so far, ε {eps:.2f}, {learning}")
     return net.eval(), {"settings": settings.model_dump(), "curve": curve}

@@ -81,8 +81,9 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                 alpha = float(parts["alpha"])
         curve.append({"episode": episode, "return": total, "steps": steps, "loss": float(np.mean(losses)) if losses
                       else None, "alpha": alpha, "seconds": time.perf_counter() - start})
-        log(f"episode {episode}: return {total:.1f}, {steps} steps, loss {curve[-1]['loss'] or float('nan'):.3g}, "
-            f"α {curve[-1]['alpha']:.3f}")
+        learning = (f"loss {curve[-1]['loss']:.3g}, α {curve[-1]['alpha']:.3f}" if losses
+                    else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
+        log(f"episode {episode}: return {total:.1f}, {steps} steps, {learning}")
         episode += 1
     info = {"settings": settings.model_dump(), "curve": curve, "train_seconds": time.perf_counter() - start}
     return actor_net.eval(), info
