@@ -29,9 +29,29 @@ _TRACKING = click.option(
 )
 
 
+PLUGIN_GROUP = "routeforge.commands"  # entry points adding commands from higher layers (`config`)
+
+
+def _plugins() -> dict[str, object]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+
+
 class _OneLineErrors(click.Group):
     """Any error a command raises ends as one line on stderr and exit code 1 (usage errors: 2);
-    `--debug` (or $ROUTEFORGE_DEBUG=1) shows the traceback instead."""
+    `--debug` (or $ROUTEFORGE_DEBUG=1) shows the traceback instead. Commands registered under the
+    `routeforge.commands` entry point group (the pipeline's `config`) are loaded when named, so the
+    runtime does not import the pipeline's code to inspect or verify a bundle."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_plugins()})
+
+    def get_command(self, ctx: click.Context, name: str):
+        command = super().get_command(ctx, name)
+        if command is None and name in (plugins := _plugins()):
+            command = plugins[name].load()
+        return command
 
     def invoke(self, ctx: click.Context):
         try:

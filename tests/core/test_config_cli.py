@@ -1,0 +1,61 @@
+"""`routeforge config validate|schema`: the fleet file checked without running anything, and the
+JSON Schema editors use, generated from the pydantic models and kept in sync with them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import yaml
+from click.testing import CliRunner
+
+from artifacts.cli import main
+from core.config.cli import fleet_json_schema
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+
+
+def test_committed_schema_is_current_and_accepts_every_shipped_fleet():
+    committed = json.loads((CONFIGS / "fleet.schema.json").read_text())
+    assert committed == json.loads(json.dumps(fleet_json_schema())), (
+        "configs/fleet.schema.json is stale: run `routeforge config schema -o configs/fleet.schema.json`")
+    validator = jsonschema.Draft202012Validator(committed)
+    for name in ("demo", "routerbench", "dcrouter", "fleet.example"):
+        text = (CONFIGS / f"{name}.yaml").read_text()
+        assert text.startswith("# yaml-language-server: $schema=./fleet.schema.json")
+        assert not list(validator.iter_errors(yaml.safe_load(text))), name
+    # the schema catches what the loader would refuse
+    bad = yaml.safe_load((CONFIGS / "demo.yaml").read_text()) | {"modles": []}
+    assert any("modles" in e.message for e in validator.iter_errors(bad))
+
+
+def test_validate_reports_ok_and_one_line_errors(tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(main, ["config", "validate", str(CONFIGS / "demo.yaml")])
+    assert ok.exit_code == 0 and ok.output.startswith(f"OK: {CONFIGS / 'demo.yaml'}: fleet demo, 3 models")
+
+    resolved = runner.invoke(main, ["config", "validate", "--json", str(CONFIGS / "demo.yaml")])
+    assert json.loads(resolved.output)["name"] == "demo"
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((CONFIGS / "demo.yaml").read_text().replace("storage_root:", "storage_rot:", 1))
+    for path in (bad, tmp_path / "missing.yaml"):
+        result = subprocess.run([sys.executable, "-m", "artifacts.cli", "config", "validate", str(path)],
+                                capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert result.returncode == 1
+        assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "Traceback" not in result.stderr
+    assert "storage_rot" in subprocess.run(
+        [sys.executable, "-m", "artifacts.cli", "config", "validate", str(bad)],
+        capture_output=True, text=True, timeout=120, cwd=REPO).stderr
+
+
+def test_schema_command_writes_the_file(tmp_path):
+    out = tmp_path / "fleet.schema.json"
+    result = CliRunner().invoke(main, ["config", "schema", "-o", str(out)])
+    assert result.exit_code == 0
+    assert json.loads(out.read_text())["title"] == "FleetConfig"
