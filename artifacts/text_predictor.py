@@ -2,7 +2,14 @@
 probabilities, top-k classes and, for bucket predictors, expected values. ONNX Runtime only.
 
 Folder layout (a bundle component): `model.onnx`, the tokenizer files, and `predictor.json`:
-{kind, labels, max_length, truncation_side, hint_template, model_tokens, scheme}.
+{kind, labels, max_length, truncation_side, hint_template, model_tokens, scheme, embeddings}.
+
+With `embeddings` in the spec the ONNX graph takes `inputs_embeds` and the word-embedding lookup
+happens here, in NumPy, from a table in safetensors: either a sibling component shared by every
+predictor of the same backbone (`embeddings.shared`, e.g. `text_embeddings--<digest>`, stored once
+in the bundle) or the predictor's own folder, plus the predictor's own rows for the special tokens
+it added (`extra_embeddings.safetensors`). Tables are float32 or int8 with one scale per row.
+Older components without `embeddings` take `input_ids` and are served as before.
 """
 
 from __future__ import annotations
@@ -35,11 +42,54 @@ def compose(prompt: str, task: str | None = None, model: str | None = None, hint
     return text
 
 
+EMBEDDINGS_FILE = "embeddings.safetensors"
+EXTRA_EMBEDDINGS_FILE = "extra_embeddings.safetensors"
+
+
+def quantize_rows(table: np.ndarray) -> dict[str, np.ndarray]:
+    """int8 with one symmetric scale per row: a row's largest |value| maps to 127."""
+    scale = np.abs(table).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    return {"int8": np.round(table / scale[:, None]).clip(-127, 127).astype(np.int8),
+            "scale": scale.astype(np.float32)}
+
+
+def read_table(path: Path) -> np.ndarray:
+    """A float32 table from `weight` (float32) or `int8` × `scale` (per row) in a safetensors file."""
+    from safetensors.numpy import load_file
+
+    tensors = load_file(str(path))
+    if "weight" in tensors:
+        return tensors["weight"].astype(np.float32)
+    return tensors["int8"].astype(np.float32) * tensors["scale"][:, None]
+
+
+def embedding_table(folder: Path, spec: dict[str, Any]) -> np.ndarray | None:
+    """The predictor's full word-embedding table (shared rows, then its own extra rows), or None
+    for a graph that embeds token ids itself."""
+    embeddings = spec.get("embeddings")
+    if not embeddings:
+        return None
+    home = folder.parent / embeddings["shared"] if embeddings.get("shared") else folder
+    path = home / EMBEDDINGS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder.name}: its word-embedding table {path} is missing (component "
+                                f"{embeddings.get('shared') or folder.name})")
+    table = read_table(path)
+    if (folder / EXTRA_EMBEDDINGS_FILE).is_file():
+        table = np.concatenate([table, read_table(folder / EXTRA_EMBEDDINGS_FILE)])
+    if table.shape[0] != embeddings["rows"]:
+        raise ValueError(f"{folder.name}: embedding table has {table.shape[0]} rows, "
+                         f"the spec says {embeddings['rows']}")
+    return table
+
+
 @dataclass
 class TextPredictor:
     spec: dict[str, Any]
     session: Any
     tokenizer: Any
+    table: np.ndarray | None = None
 
     @classmethod
     def load(cls, folder: Path) -> TextPredictor:
@@ -52,7 +102,7 @@ class TextPredictor:
         tokenizer.truncation_side = spec.get("truncation_side", "right")
         options = ort.SessionOptions()
         session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
-        return cls(spec, session, tokenizer)
+        return cls(spec, session, tokenizer, embedding_table(folder, spec))
 
     @property
     def labels(self) -> list[str]:
@@ -63,8 +113,9 @@ class TextPredictor:
         for i in range(0, len(texts), batch_size):
             enc = self.tokenizer(list(texts[i:i + batch_size]), truncation=True, max_length=self.spec["max_length"],
                                  padding=True, return_tensors="np")
-            feeds = {"input_ids": enc["input_ids"].astype(np.int64),
-                     "attention_mask": enc["attention_mask"].astype(np.int64)}
+            ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+            feeds = ({"input_ids": ids} if self.table is None else {"inputs_embeds": self.table[ids]}) | {
+                "attention_mask": mask}
             out.append(self.session.run(["logits"], feeds)[0])
         return np.concatenate(out) if out else np.zeros((0, len(self.labels)), dtype=np.float32)
 

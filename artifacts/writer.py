@@ -28,6 +28,13 @@ def file_entries(root: Path, folder: Path) -> list[FileEntry]:
     ]
 
 
+def same_files(a: Path, b: Path) -> bool:
+    """Both folders hold the same relative paths with the same bytes."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    return [(e.path, e.sha256) for e in file_entries(a, a)] == [(e.path, e.sha256) for e in file_entries(b, b)]
+
+
 @dataclass
 class ComponentSource:
     name: str
@@ -52,7 +59,14 @@ def write_bundle(
         shutil.rmtree(target)
     target.mkdir(parents=True)
     entries = []
+    written: dict[str, ComponentSource] = {}
     for comp in components:
+        if comp.name in written:  # one component several trainers name (a shared embedding table)
+            if not same_files(written[comp.name].folder, comp.folder):
+                raise ValueError(f"two different components are both named {comp.name!r} "
+                                 f"({written[comp.name].folder} and {comp.folder})")
+            continue
+        written[comp.name] = comp
         dest = target / comp.name
         shutil.copytree(comp.folder, dest)
         entries.append(

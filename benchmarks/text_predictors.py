@@ -43,9 +43,10 @@ import numpy as np
 from artifacts.text_predictor import TextPredictor, compose
 from benchmarks.common import DATA, REPO, results_dir
 from benchmarks.common import parser as bench_parser
+from training.predictors.packaging import package_predictor
 from training.predictors.predictor_eval import classification_report, plot_confusion
 from training.predictors.predictor_report import median_seconds
-from training.predictors.text_classifier import ClassifierSettings, package_predictor, train_classifier
+from training.predictors.text_classifier import ClassifierSettings, train_classifier
 
 OUT = results_dir("text_predictors")
 

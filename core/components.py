@@ -30,16 +30,17 @@ class TrainedComponent:
 
     @property
     def folder(self) -> Path:
-        """The folder of the single component (most trainers write one)."""
-        if len(self.components) != 1:
-            raise ValueError(f"{len(self.components)} components, not one: read .components")
+        """The folder of the trainer's own component: the first (a text predictor lists the shared
+        embedding table it uses after its own)."""
+        if not self.components:
+            raise ValueError("no components")
         return self.components[0].folder
 
     @property
     def plot_folder(self) -> str:
         """The MLflow folder for this result's plots: its component's name, or `policies` etc. for
         several (the common prefix of their names), so plots of two trainers never collide."""
-        names = [c.name for c in self.components]
+        names = [c.name for c in self.components if c.kind != "text_embeddings"]
         if len(names) == 1:
             return names[0]
         common = os.path.commonprefix(names).rstrip("-_") if names else ""

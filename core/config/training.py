@@ -71,6 +71,13 @@ class TextPredictorSettings(_Strict):
     # which end of a prompt beyond max_length is cut: "left" keeps the end, where few-shot prompts
     # put the question
     truncation_side: Literal["left", "right"] = "left"
+    # The word-embedding table (half of a MiniLM, a third of a DistilBERT) stays as pretrained: the
+    # text predictors of one backbone then share one table, stored once in the bundle.
+    freeze_word_embeddings: bool = True
+    # int8: the ONNX graph's matrix weights quantized per output channel (onnxruntime dynamic
+    # quantization) and the shared table per row, about a quarter of float32's size; parity with
+    # PyTorch is measured at packaging (predictor.json, asset check `onnx_matches_pytorch`).
+    export_precision: Literal["int8", "float32"] = "int8"
 
 
 class LengthPredictorSettings(TextPredictorSettings):

@@ -20,8 +20,9 @@ from artifacts.text_predictor import TextPredictor, compose, softmax
 from core.config import LengthPredictorSettings, ScorePredictorSettings, TextPredictorSettings
 from core.schemas import routing_column, routing_models
 from training.predictors.buckets import BucketScheme, completion_time, equal_width
+from training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
 from training.predictors.predictor_eval import classification_report, plot_confusion, plot_reliability
-from training.predictors.text_classifier import ClassifierSettings, model_token, package_predictor, train_classifier
+from training.predictors.text_classifier import ClassifierSettings, model_token, train_classifier
 
 HINT = "This is a {task} task."
 
@@ -29,7 +30,9 @@ HINT = "This is a {task} task."
 def classifier_settings(settings: TextPredictorSettings, seed: int, model_tokens: list[str] | None = None):
     return ClassifierSettings(backbone=settings.backbone, epochs=settings.epochs, max_length=settings.max_length,
                               batch_size=settings.batch_size, learning_rate=settings.learning_rate, seed=seed,
-                              truncation_side=settings.truncation_side, model_tokens=list(model_tokens or []))
+                              truncation_side=settings.truncation_side, model_tokens=list(model_tokens or []),
+                              freeze_word_embeddings=settings.freeze_word_embeddings,
+                              export_precision=settings.export_precision)
 
 
 def split_rows(table: pa.Table, split: str) -> pa.Table:
@@ -66,8 +69,10 @@ def train_bucket_predictor(routing_table: pa.Table, measure: str, kind: str, set
     spec = {"kind": kind, "labels": [str(i) for i in range(scheme.n)], "max_length": settings.max_length,
             "truncation_side": classifier.truncation_side, "hint_template": hint, "model_tokens": tokens,
             "scheme": scheme.to_dict(), "backbone": settings.backbone, **(extra_spec or {})}
-    spec = package_predictor(work / "model", folder, spec, texts[:32])
-    metrics = {"train_pairs": float(len(texts)), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
+    spec = package_predictor(work / "model", folder, spec, texts[:PARITY_PROMPTS],
+                             freeze_word_embeddings=classifier.freeze_word_embeddings,
+                             precision=classifier.export_precision)
+    metrics = {"train_pairs": float(len(texts)), **parity_metrics(spec),
                "train_seconds": summary["seconds"]}
     plots = []
     test_texts, test_values, owners = _pairs(split_rows(routing_table, "test"), measure, models, tokens, hint)

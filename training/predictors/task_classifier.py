@@ -13,8 +13,9 @@ import pyarrow as pa
 from artifacts.text_predictor import TextPredictor
 from core.config import TaskClassifierSettings
 from training.predictors.bucket_predictors import classifier_settings, split_rows
+from training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
 from training.predictors.predictor_eval import classification_report, plot_confusion, plot_reliability
-from training.predictors.text_classifier import package_predictor, train_classifier
+from training.predictors.text_classifier import train_classifier
 
 
 def train_task_classifier(routing_table: pa.Table, settings: TaskClassifierSettings, folder: Path, seed: int = 0,
@@ -31,9 +32,11 @@ def train_task_classifier(routing_table: pa.Table, settings: TaskClassifierSetti
     spec = {"kind": "task_classifier", "labels": labels, "max_length": settings.max_length,
             "truncation_side": classifier.truncation_side, "hint_template": None, "model_tokens": None,
             "scheme": None, "backbone": settings.backbone}
-    spec = package_predictor(work / "model", folder, spec, texts[:32])
+    spec = package_predictor(work / "model", folder, spec, texts[:PARITY_PROMPTS],
+                             freeze_word_embeddings=classifier.freeze_word_embeddings,
+                             precision=classifier.export_precision)
     metrics = {"train_prompts": float(len(texts)), "tasks": float(len(labels)),
-               "onnx_max_abs_diff": spec["onnx_max_abs_diff"], "train_seconds": summary["seconds"]}
+               **parity_metrics(spec), "train_seconds": summary["seconds"]}
     plots = []
     known = [t in index for t in test.column("task").to_pylist()]  # a task never trained on cannot be scored
     test = test.filter(pa.array(known))

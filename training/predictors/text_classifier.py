@@ -5,7 +5,7 @@ One trainer for every text predictor of 000/001: the Hugging Face `Trainer` over
 backbone offline). Optional special tokens per candidate model make one predictor serve every model
 (000: the prompt is prefixed with the model's token). Long few-shot prompts are truncated from the
 left so the question at their end survives. The result is saved as safetensors + tokenizer files
-and exported to ONNX (`export_onnx`), whose logits are compared with PyTorch's.
+and packaged for the runtime by `training.predictors.packaging` (ONNX, shared embeddings, int8).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ class ClassifierSettings:
     seed: int = 0
     truncation_side: str = "left"
     model_tokens: list[str] = field(default_factory=list)  # one special token per model (000)
+    freeze_word_embeddings: bool = True  # shared, as pretrained, by every predictor of the backbone
+    export_precision: str = "int8"  # or "float32" (see `training.predictors.packaging`)
 
 
 def model_token(model: str) -> str:
@@ -70,6 +72,9 @@ def train_classifier(texts: Sequence[str], labels: Sequence[int], n_labels: int,
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=n_labels)
     if settings.model_tokens:
         model.resize_token_embeddings(len(tokenizer))
+    if settings.freeze_word_embeddings:
+        # added model-token rows keep their (seeded) initial values too and are stored per predictor
+        model.get_input_embeddings().weight.requires_grad_(False)
     data = Dataset.from_dict({"text": list(texts), "label": [int(x) for x in labels]})
     data = data.map(lambda b: tokenizer(b["text"], truncation=True, max_length=settings.max_length),
                     batched=True, remove_columns=["text"])
@@ -111,47 +116,3 @@ def torch_logits(model_dir: Path, texts: Sequence[str], max_length: int, batch_s
                             return_tensors="pt")
             out.append(model(**enc).logits.float().numpy())
     return np.concatenate(out) if out else np.zeros((0, model.config.num_labels), dtype=np.float32)
-
-
-def export_onnx(model_dir: Path, onnx_path: Path) -> Path:
-    """ONNX graph with dynamic batch and sequence axes: input_ids, attention_mask → logits."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
-    enc = tokenizer(["an example prompt", "another, longer example prompt for tracing"], padding=True,
-                    return_tensors="pt")
-    onnx_path.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(
-        model, (enc["input_ids"], enc["attention_mask"]), str(onnx_path), input_names=["input_ids", "attention_mask"],
-        output_names=["logits"], opset_version=17, dynamo=False,
-        dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
-                      "logits": {0: "batch"}},
-    )
-    return onnx_path
-
-
-def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Sequence[str]) -> dict:
-    """Write the runtime component: ONNX model, tokenizer files and `predictor.json`; the ONNX
-    logits on `check_texts` (batched with padding, then one at a time) are compared with PyTorch's
-    and the largest absolute difference is recorded in the spec."""
-    import shutil
-
-    from artifacts.text_predictor import TextPredictor
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in Path(model_dir).iterdir():
-        if f.name.startswith(("tokenizer", "special_tokens", "vocab")):
-            shutil.copy(f, folder / f.name)
-    export_onnx(model_dir, folder / "model.onnx")
-    (folder / "predictor.json").write_text(json.dumps(spec, indent=2))
-    runtime = TextPredictor.load(folder)
-    texts = list(check_texts)
-    reference = torch_logits(model_dir, texts, spec["max_length"], truncation_side=spec["truncation_side"])
-    batched = runtime.logits(texts)
-    single = np.concatenate([runtime.logits([t]) for t in texts[:8]])
-    diff = max(float(np.abs(batched - reference).max()), float(np.abs(single - reference[:8]).max()))
-    spec = spec | {"onnx_max_abs_diff": diff}
-    (folder / "predictor.json").write_text(json.dumps(spec, indent=2))
-    return spec

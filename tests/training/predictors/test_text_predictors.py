@@ -7,8 +7,9 @@ import pytest
 
 from artifacts.text_predictor import TextPredictor, compose
 from training.predictors.buckets import BucketScheme, completion_time, equal_width
+from training.predictors.packaging import package_predictor, parity_passes
 from training.predictors.predictor_eval import classification_report
-from training.predictors.text_classifier import ClassifierSettings, model_token, package_predictor, train_classifier
+from training.predictors.text_classifier import ClassifierSettings, model_token, train_classifier
 
 
 def test_equal_width_and_completion_time_buckets():
@@ -53,9 +54,26 @@ def test_shared_predictor_trains_exports_and_serves(shared_data, tmp_path):
     assert (tmp_path / "model" / "model.safetensors").exists()
     spec = {"kind": "length_bucket", "labels": ["short", "long"], "max_length": 48, "truncation_side": "left",
             "hint_template": "This is a {task} task.", "model_tokens": tokens, "scheme": scheme.to_dict()}
-    spec = package_predictor(tmp_path / "model", tmp_path / "component", spec, texts[:20])
-    assert spec["onnx_max_abs_diff"] < 1e-4  # batched with padding and one at a time
+    # float32: the runtime graph (embedding lookup in NumPy) reproduces PyTorch, batched and one at a time
+    exact = package_predictor(tmp_path / "model", tmp_path / "f32" / "component", spec, texts,
+                              precision="float32")
+    assert exact["onnx_max_abs_diff"] < 1e-4 and exact["onnx_top1_agreement"] == 1.0 and parity_passes(exact)
+    # int8 (the default): a quarter of the size, the same decisions
+    spec = package_predictor(tmp_path / "model", tmp_path / "component", spec, texts)
+    assert spec["precision"] == "int8" and parity_passes(spec) and spec["onnx_max_abs_diff"] < 0.1
+
+    def size(root, packaged):  # the component and the shared table it names
+        folders = [root / "component", root / packaged["embeddings"]["shared"]]
+        return sum(f.stat().st_size for folder in folders for f in folder.rglob("*") if f.is_file())
+
+    assert size(tmp_path, spec) < 0.3 * size(tmp_path / "f32", exact)
+    # the frozen table is the backbone's, written once beside the component and named by its content
+    shared = spec["embeddings"]["shared"]
+    assert shared.startswith("text_embeddings--") and (tmp_path / shared / "embeddings.safetensors").is_file()
+    assert (tmp_path / "component" / "extra_embeddings.safetensors").is_file()  # the two model tokens
+    assert not (tmp_path / "component" / "embeddings.safetensors").exists()
     runtime = TextPredictor.load(tmp_path / "component")
+    assert runtime.table.shape[0] == spec["embeddings"]["rows"] == len(runtime.tokenizer)
     out = runtime.predict([picked[0]["query"], picked[-1]["query"]], tasks=["gsm8k", "mbpp"], model="large")
     assert out["probabilities"].shape == (2, 2) and np.allclose(out["probabilities"].sum(axis=1), 1)
     assert all(len(t) == 2 for t in out["top"])
