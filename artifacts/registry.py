@@ -59,6 +59,11 @@ def registry_lock(tracking_uri: str, timeout_s: float = 600.0) -> Iterator[None]
         yield
 
 
+# MLflow 3's UI opens an experiment in its GenAI (traces) view unless the experiment says otherwise:
+# routeforge's are model training (runs, metrics, registered models)
+EXPERIMENT_KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+
+
 def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> str:
     """The experiment's id, created when missing; a concurrent creator winning the race is fine."""
     import mlflow
@@ -67,10 +72,12 @@ def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | Non
     mlflow.set_tracking_uri(tracking_uri)
     existing = mlflow.get_experiment_by_name(name)
     if existing is not None:
+        if existing.tags.get(EXPERIMENT_KIND_TAG) is None:
+            mlflow.MlflowClient().set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         return existing.experiment_id
     location = Path(artifact_location).resolve().as_uri() if artifact_location else None
     try:
-        return mlflow.create_experiment(name, artifact_location=location)
+        return mlflow.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise

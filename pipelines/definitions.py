@@ -66,7 +66,8 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         "mlflow": MlflowRegistry(tracking_uri=config.registry.tracking_uri, experiment=config.registry.experiment,
                                  model_name=config.registry.model_name, alias=config.registry.alias,
                                  artifact_location=config.registry.artifact_location,
-                                 signing_key=str(signing_key), create_signing_key=create_key),
+                                 signing_key=str(signing_key), create_signing_key=create_key,
+                                 ui_url=config.registry.ui_url),
         "parquet_io": ParquetIOManager(base_path=base),
         "json_io": JsonIOManager(base_path=base),
     }

@@ -28,12 +28,45 @@ def test_partitions_follow_the_fleet_file(shared_data):
 
 def test_dagster_validates_the_code_location(tmp_path):
     out = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "dagster"), "definitions", "validate", "-m",
-         "pipelines.definitions"],
+        [os.path.join(os.path.dirname(sys.executable), "dagster"), "definitions", "validate", "-w",
+         "workspace.yaml"],
         cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Validation successful" in out.stdout + out.stderr
+    assert "routeforge" in out.stdout + out.stderr  # the code location's name, as the UI shows it
+
+
+def test_every_asset_check_says_what_it_checks():
+    from pipelines.definitions import build_definitions
+
+    graph = build_definitions(CONFIGS / "demo.yaml").resolve_asset_graph()
+    checks = [graph.get_check_spec(key) for key in graph.asset_check_keys]
+    assert len(checks) >= 9
+    assert all(spec.description and len(spec.description) > 30 for spec in checks), [
+        spec.key.name for spec in checks if not spec.description]
+
+
+def test_plots_are_inline_images_in_dagster_metadata(tmp_path):
+    import base64
+
+    import dagster as dg
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from assets.metadata import inline_plot, plot_entries
+
+    path = tmp_path / "curve.png"
+    plt.plot([0, 1], [1, 0])
+    plt.savefig(path)
+    plt.close()
+    value = inline_plot(path)
+    assert isinstance(value, dg.MarkdownMetadataValue)
+    encoded = value.md_str.split("data:image/png;base64,")[1].split(")")[0]
+    assert base64.b64decode(encoded) == path.read_bytes()
+    assert set(plot_entries([path])) == {"plot_curve"}
 
 
 def test_the_repository_dagster_yaml_makes_a_working_instance(tmp_path):

@@ -92,6 +92,12 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     kinds = {c.name: c.kind for c in bundle.manifest.components}
     assert {kinds[n] for n in ("length_predictor", "score_predictor", "task_classifier")} == {
         "length_predictor", "score_predictor", "task_classifier"}
+    # one frozen word-embedding table for the three MiniLM predictors, stored once; int8 graphs
+    tables = [n for n, k in kinds.items() if k == "text_embeddings"]
+    specs = [bundle.text_predictor(n).spec for n in ("length_predictor", "score_predictor", "task_classifier")]
+    assert len(tables) == 1 and all(s["embeddings"]["shared"] == tables[0] and s["precision"] == "int8" for s in specs)
+    total = sum(f.bytes for c in bundle.manifest.components for f in c.files)
+    assert total < 60e6, f"demo bundle is {total / 1e6:.1f} MB"
 
     # the evaluation report: every router against the hull, leave-one-task-out, batch-of-64 speed, in MLflow
     report = out["report"]

@@ -38,6 +38,9 @@ class RegistrySettings(_Strict):
     # services verify with. Unset: $ROUTEFORGE_SIGNING_KEY, else a key pair the pipeline creates
     # under <storage_root>/keys/ on first use (see `signing_key_path`).
     signing_key: ConfigPath | None = None
+    # where people open the MLflow UI, for the run links in Dagster's metadata; unset: the tracking
+    # server itself when it is one (http[s]://), else `make mlflow-ui`'s http://127.0.0.1:5000
+    ui_url: str | None = None
 
 
 class ReleaseSettings(_Strict):
