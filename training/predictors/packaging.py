@@ -6,8 +6,10 @@ Three fine-tuned MiniLMs in float32 ONNX made the demo bundle 264 MB. Here:
   table, written once per backbone and precision to a sibling component `text_embeddings--<digest>`
   that every predictor of that backbone names, so the bundle stores it once; rows the predictor
   added (its model tokens) stay in its own folder;
-- with `export_precision: int8` the graph's MatMul weights are quantized per output channel by
-  onnxruntime's dynamic quantization and the table per row (`artifacts.text_predictor.quantize_rows`).
+- with `export_precision: int8` the graph's MatMul weights are stored in 8 bits (weight-only, in
+  blocks, `quantize_graph`) and the table with one scale per row
+  (`artifacts.text_predictor.quantize_rows`); `int8_dynamic` quantizes activations too (faster,
+  coarser).
 Parity with the PyTorch model is measured on the check prompts, batched and one at a time, and kept
 in `predictor.json`: the largest logit difference and the top-1 agreement, overall and on prompts
 the PyTorch model does not consider a near tie (top-2 logit margin ≥ `DECIDED_MARGIN`).
@@ -56,10 +58,41 @@ def export_onnx(model, onnx_path: Path, dim: int) -> Path:
     return onnx_path
 
 
+PRECISIONS = ("int8", "int8_dynamic", "float32")
+WEIGHT_BLOCK = 128  # input rows sharing one scale in weight-only int8 (MatMulNBits' block_size)
+
+
+def quantize_graph(source: Path, target: Path, precision: str) -> None:
+    """`int8`: weight-only (onnxruntime's MatMulNBits, 8 bits, symmetric blocks of WEIGHT_BLOCK;
+    activations stay float32). `int8_dynamic`: weights per output channel and activations per
+    batch in int8 (onnxruntime dynamic quantization): about twice as fast on CPU, about ten times
+    the logit error (benchmarks/predictor_packaging.py). `float32`: as exported."""
+    if precision == "int8":
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
+            DefaultWeightOnlyQuantConfig,
+            MatMulNBitsQuantizer,
+        )
+
+        quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), algo_config=DefaultWeightOnlyQuantConfig(
+            block_size=WEIGHT_BLOCK, is_symmetric=True, bits=8))
+        quantizer.process()
+        quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
+    elif precision == "int8_dynamic":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul"])
+    elif precision == "float32":
+        shutil.copy(source, target)
+    else:
+        raise ValueError(f"export_precision {precision!r}: expected one of {PRECISIONS}")
+
+
 def _write_table(path: Path, table: np.ndarray, precision: str) -> None:
     from safetensors.numpy import save_file
 
-    tensors = quantize_rows(table) if precision == "int8" else {"weight": table.astype(np.float32)}
+    tensors = quantize_rows(table) if precision.startswith("int8") else {"weight": table.astype(np.float32)}
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path))
 
@@ -102,7 +135,6 @@ def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Se
                       freeze_word_embeddings: bool = True, precision: str = "int8") -> dict:
     """Write the runtime component (ONNX, tokenizer files, `predictor.json`, the embedding tables)
     and return its spec with the parity figures against PyTorch on `check_texts`."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoModelForSequenceClassification
 
     from training.predictors.text_classifier import torch_logits
@@ -120,11 +152,7 @@ def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Se
     base = table[:table.shape[0] - extra]
     with tempfile.TemporaryDirectory() as tmp:
         graph = export_onnx(model, Path(tmp) / "model.onnx", table.shape[1])
-        if precision == "int8":
-            quantize_dynamic(str(graph), str(folder / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True,
-                             op_types_to_quantize=["MatMul"])
-        else:
-            shutil.copy(graph, folder / "model.onnx")
+        quantize_graph(graph, folder / "model.onnx", precision)
     if freeze_word_embeddings:
         shared = write_shared_table(folder.parent, base, precision)
     else:
