@@ -6,8 +6,9 @@ Two experiments, results in `benchmarks/results/predictor_packaging/predictor_pa
 1. **A trained predictor.** 001's task classifier on LLMRouter's queries (14 tasks; a stratified
    sample of the training file, the whole test file), MiniLM, trained twice: word embeddings
    trainable (before) and frozen (now). Each is packaged in float32, int8 (weight-only) and
-   int8_dynamic. Reported: test top-1 and batch-of-64 CPU time of every variant, top-1 agreement between them on the test prompts (int8 vs float32 of the
-   same weights: what quantization changes; now vs before: what the whole change does), and sizes.
+   int8_dynamic. Reported: test top-1 and batch-of-64 CPU time of every variant, top-1 agreement
+   between them on the test prompts (int8 vs float32 of the same weights: what quantization
+   changes; now vs before: what the whole change does), and sizes.
 2. **The demo bundle.** `configs/demo.yaml` through the whole pipeline twice in scratch state:
    with the text predictors as before (`freeze_word_embeddings: false`, `export_precision:
    float32`) and with the defaults; the bundle folders' sizes, and the top-1 agreement of each
@@ -97,7 +98,7 @@ def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int 
         "now_vs_before": agreement(logits["frozen/int8"], logits["trainable/float32"]),
         "frozen_vs_trainable_float32": agreement(logits["frozen/float32"], logits["trainable/float32"]),
     }
-    for key, values in logits.items():  # CPU time of a batch of 64 test prompts, after one warm-up batch
+    for key in logits:  # CPU time of a batch of 64 test prompts, after one warm-up batch
         runtime = runtimes[key]
         runtime.logits(test_texts[:64])
         start = time.perf_counter()
