@@ -53,7 +53,9 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
         meta = profiles[0].asset_materialization.metadata
         # timings of a 2-layer, 64-wide model are noise-sized: check the fit is reported, not its sign
         assert meta["measurements"].value == 12 and np.isfinite(meta["prefill_grad_s_per_token"].value)
-        assert os.path.getsize(meta["batch_fit_plot"].value) > 10_000
+        plot = meta["batch_fit_plot"].value  # an inline image, its file path under it
+        assert plot.startswith("![batch_fit](data:image/png;base64,")
+        assert os.path.getsize(plot.rsplit("`", 2)[1]) > 10_000
 
     tracking = config.registry.tracking_uri
     bundle = load_bundle(out["uri"], tmp_path / "bundle", tracking)
