@@ -43,7 +43,8 @@ from training.policies.simulator.baselines import BASELINES
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.metrics import mean_std
 from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
+from training.policies.simulator.traces import read_trace
+from training.policies.simulator.workloads import RequestPool, arrivals
 
 OUT = results_dir("rl_qos_graph")
 EXPERTS = {  # model -> (splitwise tier, GPUs)

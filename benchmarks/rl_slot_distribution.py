@@ -41,7 +41,8 @@ from training.policies.simulator.baselines import JoinShortestQueue, RandomPolic
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.metrics import mean_std, summarize
 from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
-from training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, read_trace, switched_poisson
+from training.policies.simulator.traces import read_trace
+from training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, switched_poisson
 
 OUT = results_dir("rl_slot_distribution")
 HEAVY, LIGHT = "gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat"

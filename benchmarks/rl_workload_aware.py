@@ -29,8 +29,9 @@ from training.policies.simulator.baselines import BASELINES
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.metrics import mean_std, summarize
+from training.policies.simulator.traces import read_trace
 from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
+from training.policies.simulator.workloads import RequestPool, arrivals
 
 OUT = results_dir("rl_workload_aware")
 TIER = "llama2-70b@a100-80gb-tp4"

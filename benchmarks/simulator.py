@@ -29,7 +29,8 @@ from training.policies.simulator.calibration import replay_sweep, static_batches
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.metrics import summarize
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
+from training.policies.simulator.traces import read_trace
+from training.policies.simulator.workloads import RequestPool, arrivals
 
 OUT = results_dir("simulator")
 SPEED_TIER = "llama2-70b@a100-80gb-tp4"

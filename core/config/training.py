@@ -104,6 +104,17 @@ class TaskClassifierSettings(TextPredictorSettings):
     """001 appendix A.6: the prompt's task, which supplies the task hint when a caller does not know it."""
 
 
+class TraceSettings(_Strict):
+    """A request trace in CSV or JSON-lines with its own column names (Azure's by default)."""
+
+    path: ConfigPath
+    format: Literal["csv", "jsonl"] | None = None  # from the file's suffix when unset
+    timestamp: str = "TIMESTAMP"
+    timestamp_unit: Literal["datetime", "s", "ms", "us"] = "datetime"
+    prompt_tokens: str = "ContextTokens"
+    output_tokens: str = "GeneratedTokens"
+
+
 class RoutingEvaluationSettings(_Strict):
     """`routing_evaluation`: learned routing policies and every baseline in the simulator built from
     the profiled tiers (training.routing_evaluation)."""
@@ -112,7 +123,9 @@ class RoutingEvaluationSettings(_Strict):
     loads: list[float] = Field(default_factory=lambda: [0.5, 0.9])  # × the simulated fleet's capacity
     workloads: list[Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace"]] = Field(
         default_factory=lambda: ["poisson", "gamma", "switched_poisson"])
-    trace: ConfigPath | None = None  # Azure-style CSV (TIMESTAMP, ContextTokens, GeneratedTokens) for "trace"
+    # the "trace" workload's file: a path (Azure's columns: TIMESTAMP, ContextTokens, GeneratedTokens)
+    # or {path, format, timestamp, timestamp_unit, prompt_tokens, output_tokens}
+    trace: ConfigPath | TraceSettings | None = None
     requests: int = Field(500, ge=10)  # per run
     seeds: int = Field(3, ge=1)
     policies: list[str] | None = None  # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp

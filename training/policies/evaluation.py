@@ -27,8 +27,9 @@ from training.policies.simulator.cluster import Cluster, Outcome
 from training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from training.policies.simulator.metrics import mean_std, summarize
 from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from training.policies.simulator.traces import TraceColumns, read_trace
 from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace
+from training.policies.simulator.workloads import RequestPool, arrivals
 
 LEARNED = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
 METRICS = ("e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s", "quality_mean",
@@ -46,12 +47,26 @@ def fleet_profiles(fits: list[dict], queue_capacity: int,
     return profiles, clipped
 
 
-def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, trace: Path | None):
-    """seed → requests for one of the evaluation workloads at mean `rate`."""
+def trace_source(trace) -> tuple[Path, TraceColumns] | None:
+    """The configured trace (`training.routing_evaluation.trace`: a path with Azure's columns, or
+    `TraceSettings`) as a file and its column mapping."""
+    if trace is None:
+        return None
+    if isinstance(trace, (str, Path)):
+        return Path(trace), TraceColumns()
+    return Path(trace.path), TraceColumns(timestamp=trace.timestamp, timestamp_unit=trace.timestamp_unit,
+                                          prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
+                                          format=trace.format)
+
+
+def workload_factory(kind: str, pool: RequestPool, rate: float, n: int,
+                     trace: tuple[Path, TraceColumns] | None):
+    """seed → requests for one of the evaluation workloads at mean `rate`; `trace` is a file and
+    its column mapping."""
     if kind == "trace":
         if trace is None:
-            raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace CSV path")
-        times = read_trace(trace)[0]
+            raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace file")
+        times = read_trace(trace[0], columns=trace[1])[0]
         if len(times) < n + 1:
             raise ValueError(f"training.routing_evaluation.trace: {len(times)} rows, fewer than requests = {n}")
 
@@ -101,7 +116,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     capacity = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
                    for p, m in zip(profiles, models))
     qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
-    trace = Path(settings.trace) if settings.trace else None
+    trace = trace_source(settings.trace)
     wanted = settings.policies or [*BASELINES, *LEARNED]
     for name in wanted:
         if name not in BASELINES and name not in LEARNED:

@@ -7,7 +7,8 @@ from training.policies.simulator.baselines import BASELINES, JoinShortestQueue, 
 from training.policies.simulator.cluster import DROP, WAIT, Cluster, Request
 from training.policies.simulator.instance import Instance, InstanceProfile, Job
 from training.policies.simulator.metrics import summarize
-from training.policies.simulator.workloads import RequestPool, arrivals, read_trace, switched_poisson
+from training.policies.simulator.traces import read_trace
+from training.policies.simulator.workloads import RequestPool, arrivals, switched_poisson
 
 PROFILE = InstanceProfile(prefill_intercept_s=0.01, prefill_s_per_token=1e-4, decode_w_s=0.02,
                           decode_h_s_per_token=1e-5, max_running=8, kv_capacity_tokens=100_000)
@@ -102,7 +103,7 @@ def test_workload_generators(shared_data, tmp_path):
     assert prompt.min() >= 1 and output.min() >= 1
     bad = tmp_path / "bad.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 x,1,1\n")
-    with pytest.raises(ValueError, match="line 3"):
+    with pytest.raises(ValueError, match="row 3, column 'TIMESTAMP'"):
         read_trace(bad)
 
 
@@ -141,3 +142,50 @@ def test_pool_from_routing_table_carries_predictions_and_ablates_them():
     assert r.est_quality(0) == 1.0 and r.est_tokens(0) == 10.0  # the truth
     with pytest.raises(ValueError, match="quality: 'guess'"):
         pool.ablated(quality="guess")
+
+
+def test_traces_with_other_column_names_and_units(tmp_path):
+    from training.policies.simulator.traces import TraceColumns, TraceError
+
+    columns = TraceColumns(timestamp="ts_ms", timestamp_unit="ms", prompt_tokens="in", output_tokens="out")
+    jsonl = tmp_path / "gateway.jsonl"
+    jsonl.write_text('{"ts_ms": 1000, "in": 12, "out": 3}\n\n{"ts_ms": 1250.5, "in": 40, "out": 9}\n'
+                     '{"ts_ms": 3000, "in": 7, "out": 1}\n')
+    times, prompt, output = read_trace(jsonl, columns=columns)
+    assert times == pytest.approx([0.0, 0.2505, 2.0]) and prompt.tolist() == [12, 40, 7] and output.tolist() == [3, 9, 1]
+    csv_file = tmp_path / "log.csv"
+    csv_file.write_text("when,in,out\n2024-05-01T10:00:00+00:00,5,5\n2024-05-01T10:00:01.5+00:00,6,6\n")
+    times, _, _ = read_trace(csv_file, columns=TraceColumns(timestamp="when", prompt_tokens="in", output_tokens="out"))
+    assert times.tolist() == [0.0, 1.5]
+
+    def fails(text: str, match: str, suffix: str = ".csv", cols: TraceColumns = columns):
+        path = tmp_path / f"bad{suffix}"
+        path.write_text(text)
+        with pytest.raises(TraceError, match=match) as info:
+            read_trace(path, columns=cols)
+        assert len(str(info.value).splitlines()) == 1
+
+    fails("ts_ms,in\n1,2\n", r"row 1: no column 'out'")                                  # missing column
+    fails("ts_ms,in,out\n5,1,1\n-1,1,1\n", r"row 3, column 'ts_ms': timestamp '-1' is negative")
+    fails("ts_ms,in,out\n5,1,1\n4,1,1\n", r"row 3, column 'ts_ms': timestamps go backwards")
+    fails("ts_ms,in,out\n5,1,1\n6,many,1\n", r"row 3, column 'in': 'many' is not a token count")
+    fails("ts_ms,in,out\n5,1,1\n6,1,2.5\n", r"row 3, column 'out': token counts are positive integers")
+    fails("ts_ms,in,out\n5,1,\n", r"row 2, column 'out': missing")
+    fails('{"ts_ms": 1, "in": 1, "out": 1}\n[1, 2]\n', r"row 2: a JSON object is expected", ".jsonl")
+    fails('{"ts_ms": 1, "in": 1, "out": 1}\n{oops\n', r"row 2: not JSON", ".jsonl")
+    fails("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", r"row 2, column 'TIMESTAMP': 'yesterday'",
+          cols=TraceColumns())
+
+
+def test_routing_evaluation_reads_a_mapped_trace_from_the_fleet_file(tmp_path):
+    from core.config.training import RoutingEvaluationSettings, TraceSettings
+    from training.policies.evaluation import trace_source
+
+    settings = RoutingEvaluationSettings.model_validate(
+        {"workloads": ["trace"], "trace": {"path": str(tmp_path / "t.jsonl"), "timestamp": "ts",
+                                           "timestamp_unit": "s", "prompt_tokens": "p", "output_tokens": "o"}})
+    assert isinstance(settings.trace, TraceSettings)
+    path, columns = trace_source(settings.trace)
+    assert path == tmp_path / "t.jsonl" and columns.timestamp == "ts" and columns.file_format(path) == "jsonl"
+    plain = RoutingEvaluationSettings.model_validate({"workloads": ["trace"], "trace": str(tmp_path / "a.csv")})
+    assert trace_source(plain.trace)[1].timestamp == "TIMESTAMP"

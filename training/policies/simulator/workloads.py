@@ -9,10 +9,6 @@ true output length and quality on every model of the fleet.
 
 from __future__ import annotations
 
-import csv
-from datetime import datetime
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 
@@ -76,31 +72,6 @@ def arrivals(kind: str, n: int, rate: float = 1.0, seed: int = 0, **kw) -> np.nd
     if kind == "switched_poisson":
         return switched_poisson(n, kw.get("d0", SPP_D0), kw.get("d1", SPP_D1), seed)
     raise ValueError(f"unknown arrival process {kind!r} (poisson, gamma, constant, square_wave, switched_poisson)")
-
-
-def read_trace(path: Path, limit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival offsets s, prompt tokens, output tokens) of an Azure-style trace CSV
-    (TIMESTAMP, ContextTokens, GeneratedTokens); a malformed row raises naming its line."""
-    times, prompt, output = [], [], []
-    with open(path, newline="") as f:
-        for line, row in enumerate(csv.DictReader(f), start=2):
-            try:
-                stamp = row["TIMESTAMP"].strip()
-                head, _, frac = stamp.partition(".")
-                t = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp() + (float(f"0.{frac}") if frac else 0.0)
-                p, o = int(row["ContextTokens"]), int(row["GeneratedTokens"])
-            except (KeyError, ValueError, TypeError) as exc:
-                raise ValueError(f"{path}: line {line}: {exc}") from exc
-            if p < 1 or o < 1:
-                raise ValueError(f"{path}: line {line}: token counts must be positive, got {p}, {o}")
-            times.append(t)
-            prompt.append(p)
-            output.append(o)
-            if limit and len(times) >= limit:
-                break
-    t = np.array(times)
-    order = np.argsort(t, kind="stable")
-    return t[order] - t[order][0], np.array(prompt)[order], np.array(output)[order]
 
 
 class RequestPool:
