@@ -21,11 +21,19 @@ best single model is routed by the cluster's per-model training means instead of
 A prompt farther from every centroid than almost all training prompts (cosine below
 `guard/ood_threshold`) belongs to no task the router has seen: it is routed by the overall training
 means, i.e. to the best single model, the choice that is safest where nothing was learned.
+
+Known prompts: a prompt whose text (NFC, whitespace collapsed) is one of the training prompts is routed
+by the scores observed for it (`recall/keys`: SHA-256 of the text, `recall/quality`), not by an
+estimate: production traffic repeats prompts, and for those the router knows rather than guesses.
+A model the training row has no score for keeps its estimate. `Router.predict(texts)` applies it;
+`predict_embeddings` cannot (it never sees the text) and `apply_recall` adds it to its result.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +52,7 @@ class RouterPrediction:
     cluster: np.ndarray  # (n_prompts,) the guard's cluster of each prompt
     guarded: np.ndarray  # (n_prompts,) True where the cluster's training means replace the estimate
     unseen: np.ndarray  # (n_prompts,) True where the prompt is far from every training cluster
+    recalled: np.ndarray | None = None  # (n_prompts,) True where observed scores of a training prompt were used
 
     def best_index(self, lam: float = 0.0) -> np.ndarray:
         """argmax of predicted quality − λ · predicted cost (unknown cost counts as 0; ties go to
@@ -54,6 +63,23 @@ class RouterPrediction:
 
     def best_model(self, lam: float = 0.0) -> list[str]:
         return [self.models[i] for i in self.best_index(lam)]
+
+
+def text_key(text: str) -> bytes:
+    """The identity of a prompt for recall: SHA-256 of its text, Unicode NFC, whitespace runs collapsed."""
+    return hashlib.sha256(" ".join(unicodedata.normalize("NFC", str(text)).split()).encode("utf-8")).digest()
+
+
+def recall_weights(texts: list[str], quality: np.ndarray) -> dict[str, np.ndarray]:
+    """`recall/keys` (n, 32) uint8 and `recall/quality` (n, m): the training prompts' observed scores
+    (a text seen twice keeps the mean of its rows)."""
+    rows: dict[bytes, list[int]] = {}
+    for i, text in enumerate(texts):
+        rows.setdefault(text_key(text), []).append(i)
+    keys = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), 32)
+    with np.errstate(all="ignore"):
+        observed = np.stack([np.nanmean(quality[idx], axis=0) for idx in rows.values()]).astype(np.float32)
+    return {"recall/keys": keys.copy(), "recall/quality": observed}
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -131,8 +157,27 @@ class Router:
         from artifacts.encoder import encode
 
         encoder = self.meta["encoder"]
-        return self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],
-                                              truncation_side=encoder.get("truncation_side", "right")))
+        prediction = self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],
+                                                    truncation_side=encoder.get("truncation_side", "right")))
+        return self.apply_recall(texts, prediction)
+
+    def apply_recall(self, texts: list[str], prediction: RouterPrediction) -> RouterPrediction:
+        """Replace the estimate of every known prompt by the scores observed for it in training."""
+        recalled = np.zeros(len(texts), dtype=bool)
+        if "recall/keys" in self.weights:
+            if getattr(self, "_recall_index", None) is None:
+                self._recall_index = {bytes(k): i for i, k in enumerate(self.weights["recall/keys"])}
+            observed = self.weights["recall/quality"]
+            quality = prediction.quality.copy()
+            for i, text in enumerate(texts):
+                row = self._recall_index.get(text_key(text))
+                if row is not None:
+                    known = ~np.isnan(observed[row])
+                    quality[i, known] = observed[row][known]
+                    recalled[i] = True
+            prediction.quality = quality
+        prediction.recalled = recalled
+        return prediction
 
     def save(self, folder: Path) -> list[Path]:
         from safetensors.numpy import save_file

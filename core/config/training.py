@@ -57,6 +57,9 @@ class RouterSelectionSettings(_Strict):
     # prompts less similar to every cluster centroid than this quantile of the training prompts are
     # treated as an unseen task and sent to the best single model overall (0: never)
     unseen_quantile: float = Field(default=0.01, ge=0, lt=0.5)
+    # a prompt that is one of the training prompts (same text, whitespace collapsed) is routed by the
+    # scores observed for it rather than an estimate (the bundle keeps a SHA-256 per training prompt)
+    recall_known_prompts: bool = True
 
 
 class TextPredictorSettings(_Strict):

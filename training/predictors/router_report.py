@@ -25,9 +25,12 @@ def gap_closed(router: float, best_single: float, oracle: float) -> float:
 
 
 def evaluate(router: Router, x: np.ndarray, y: np.ndarray, cost: np.ndarray | None = None,
-             tasks: list[str] | None = None) -> dict[str, Any]:
-    """The router on labelled prompts (embeddings `x`, labels `y`, true costs where known)."""
+             tasks: list[str] | None = None, texts: list[str] | None = None) -> dict[str, Any]:
+    """The router on labelled prompts (embeddings `x`, labels `y`, true costs where known); with
+    `texts`, known training prompts are routed by their observed scores as `Router.predict` does."""
     pred = router.predict_embeddings(x)
+    if texts is not None:
+        pred = router.apply_recall(texts, pred)
     picks = pred.best_index(0.0)
     means = np.nanmean(y, axis=0)
     score = score_at_argmax(pred.quality, y, picks)
@@ -36,6 +39,7 @@ def evaluate(router: Router, x: np.ndarray, y: np.ndarray, cost: np.ndarray | No
         "best_single_model": router.models[int(np.nanargmax(means))],
         "oracle": float(np.nanmean(np.nanmax(y, axis=1))), "brier": brier(pred.quality, y),
         "guarded_share": float(pred.guarded.mean()), "unseen_share": float(pred.unseen.mean()),
+        "recalled_share": float(pred.recalled.mean()) if pred.recalled is not None else 0.0,
         "share": {m: float(s) for m, s in zip(router.models, np.bincount(picks, minlength=len(router.models))
                                               / max(len(picks), 1)) if s > 0},
     }

@@ -207,3 +207,23 @@ def test_isotonic_calibration_is_cross_fitted_and_served_as_knots(tmp_path):
     loaded = Router.load(tmp_path / "r")
     assert (loaded.meta["calibration"] == "isotonic") == report["calibrated"] == ("calibration/x" in loaded.weights)
     assert np.array_equal(loaded.predict_embeddings(x[:20]).quality, router.predict_embeddings(x[:20]).quality)
+
+
+def test_known_prompts_are_routed_by_their_observed_scores(tmp_path):
+    from artifacts.router import recall_weights
+
+    x, y = synthetic(300, 6)
+    router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    texts = [f"prompt number {i}" for i in range(len(x))]
+    y_known = y.copy()
+    y_known[5] = [0.0, 1.0, np.nan]  # a model without a score for this prompt keeps its estimate
+    router.weights.update(recall_weights(texts, y_known))
+    router.save(tmp_path / "router")
+    loaded = Router.load(tmp_path / "router")
+    asked = ["  prompt   number 5 ", "never seen", "prompt number 7"]
+    estimate = loaded.predict_embeddings(x[[5, 0, 7]])
+    pred = loaded.apply_recall(asked, loaded.predict_embeddings(x[[5, 0, 7]]))
+    assert pred.recalled.tolist() == [True, False, True]
+    assert pred.quality[0, :2].tolist() == [0.0, 1.0] and pred.quality[0, 2] == estimate.quality[0, 2]
+    assert np.array_equal(pred.quality[1], estimate.quality[1])  # unknown prompts keep the estimate
+    assert np.allclose(pred.quality[2], y_known[7]) and pred.best_model()[0] == "medium"
