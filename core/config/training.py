@@ -79,7 +79,7 @@ class TextPredictorSettings(_Strict):
     freeze_word_embeddings: bool = True
     # int8: the ONNX graph's matrix weights in 8 bits (weight-only, blocks of 128; activations stay
     # float32) and the shared table with a scale per row, about a quarter of float32's size;
-    # int8_dynamic also quantizes activations (about 2x faster on CPU, about 10x the logit error).
+    # int8_dynamic also quantizes activations (about 2x faster on CPU, 4-10x the logit error).
     # Parity with PyTorch is measured at packaging (predictor.json, check `onnx_matches_pytorch`).
     export_precision: Literal["int8", "int8_dynamic", "float32"] = "int8"
 

@@ -65,7 +65,7 @@ WEIGHT_BLOCK = 128  # input rows sharing one scale in weight-only int8 (MatMulNB
 def quantize_graph(source: Path, target: Path, precision: str) -> None:
     """`int8`: weight-only (onnxruntime's MatMulNBits, 8 bits, symmetric blocks of WEIGHT_BLOCK;
     activations stay float32). `int8_dynamic`: weights per output channel and activations per
-    batch in int8 (onnxruntime dynamic quantization): about twice as fast on CPU, about ten times
+    batch in int8 (onnxruntime dynamic quantization): about twice as fast on CPU, 4–10 times
     the logit error (benchmarks/predictor_packaging.py). `float32`: as exported."""
     if precision == "int8":
         import onnx
