@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -71,9 +69,7 @@ def publish_bundle(
         latest = latest_version(name)
         if skip_unchanged and latest is not None and latest[1].get("bundle_version") == draft.version:
             return RegisteredBundle(name, latest[0], alias, latest[2], unchanged=True), draft
-        parent = parent_run(experiment_id, context) if context is not None else None
-        with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-bundle", parent_run_id=parent,
-                              tags=context.tags("router_bundle") if context is not None else None) as run:
+        with start_child_run(experiment_id, f"{name}-bundle", context, "router_bundle") as run:
             if params:
                 mlflow.log_params(params)
             if metrics:
@@ -130,18 +126,16 @@ def parent_run(experiment_id: str, context: RunContext) -> str:
     return run.info.run_id
 
 
-@contextmanager
-def child_run(tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
-              context: RunContext | None, step: str | None = None) -> Iterator:
-    """An MLflow run nested under the pipeline run (a top-level run without a context)."""
+def start_child_run(experiment_id: str, run_name: str, context: RunContext | None, step: str | None = None):
+    """Start an MLflow run nested under the pipeline run (a top-level run without a context); the
+    caller holds `registry_lock` (the parent is found or created here) and uses the result as a
+    context manager."""
     import mlflow
 
-    with registry_lock(tracking_uri):
-        experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
-        parent = parent_run(experiment_id, context) if context is not None else None
-    tags = context.tags(step) if context is not None else {}
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, parent_run_id=parent, tags=tags) as run:
-        yield run
+    if context is None:
+        return mlflow.start_run(experiment_id=experiment_id, run_name=run_name)
+    return mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
+                            parent_run_id=parent_run(experiment_id, context), tags=context.tags(step))
 
 
 def log_curves(curves: dict[str, list[tuple[int, float]]]) -> None:
@@ -152,37 +146,39 @@ def log_curves(curves: dict[str, list[tuple[int, float]]]) -> None:
     now = int(time.time() * 1000)
     metrics = [Metric(key, float(v), now, int(step)) for key, points in curves.items() for step, v in points
                if v is not None and math.isfinite(v)]
-    for i in range(0, len(metrics), 1000):
-        mlflow.MlflowClient().log_batch(mlflow.active_run().info.run_id, metrics=metrics[i:i + 1000])
+    client, run_id = mlflow.MlflowClient(), mlflow.active_run().info.run_id
+    for i in range(0, len(metrics), 1000):  # log_batch takes at most 1,000 metrics
+        client.log_batch(run_id, metrics=metrics[i:i + 1000])
 
 
-def log_dataset(table, name: str, source: str | None = None) -> None:
-    """The routing table as the run's training input (schema, digest and size in MLflow's Datasets)."""
+def log_dataset(table, name: str) -> None:
+    """A table (Arrow or pandas) as the run's training input (schema, digest and size in MLflow's Datasets)."""
     import mlflow
 
     frame = table.to_pandas() if hasattr(table, "to_pandas") else table
-    dataset = mlflow.data.from_pandas(frame, source=source, name=name)
-    mlflow.log_input(dataset, context="training")
+    mlflow.log_input(mlflow.data.from_pandas(frame, name=name), context="training")
 
 
 def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
                metrics: dict[str, float], files: list[Path], tags: dict[str, str] | None = None,
                context: RunContext | None = None, step: str | None = None,
-               curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None,
-               artifact_dir: str = "report") -> str:
+               curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
     """A training or evaluation step as an MLflow run nested under the pipeline run: metrics,
-    curves as histories, the routing table as its input, files under `artifact_dir` (plots under
+    curves as histories, the routing table as its input, files under `report/` (plots under
     `plots/<step>/`, so same-named plots of two steps do not overwrite each other); returns the run id."""
     import mlflow
 
-    with child_run(tracking_uri, experiment, artifact_location, run_name, context, step) as run:
+    with registry_lock(tracking_uri):
+        experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+        active = start_child_run(experiment_id, run_name, context, step)
+    with active as run:
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)})
         if curves:
             log_curves(curves)
         if dataset is not None:
             log_dataset(dataset, "routing_table")
         for f in files:
-            folder = f"plots/{step or run_name}" if Path(f).suffix == ".png" else artifact_dir
+            folder = f"plots/{step or run_name}" if Path(f).suffix == ".png" else "report"
             mlflow.log_artifact(str(f), folder)
         if tags:
             mlflow.set_tags(tags)

@@ -126,6 +126,18 @@ class Router:
         self.meta = meta
         self.models: list[str] = meta["models"]
         self.weights = weights
+        self._recall_index = self._index_recall()
+
+    def _index_recall(self) -> dict[bytes, int]:
+        keys = self.weights.get("recall/keys")
+        return {} if keys is None else {bytes(k): i for i, k in enumerate(keys)}
+
+    def add_recall(self, texts: list[str], quality: np.ndarray) -> None:
+        """Remember the training prompts' observed scores (`recall_weights`) for `apply_recall`."""
+        self.weights.update(recall_weights(texts, quality))
+        self._recall_index = self._index_recall()
+        self.meta["recall"] = {"prompts": len(self._recall_index),
+                               "key": "sha256 of the text, NFC, whitespace collapsed"}
 
     def _member_weights(self, name: str) -> dict[str, np.ndarray]:
         prefix = f"{name}/"
@@ -165,8 +177,6 @@ class Router:
         """Replace the estimate of every known prompt by the scores observed for it in training."""
         recalled = np.zeros(len(texts), dtype=bool)
         if "recall/keys" in self.weights:
-            if getattr(self, "_recall_index", None) is None:
-                self._recall_index = {bytes(k): i for i, k in enumerate(self.weights["recall/keys"])}
             observed = self.weights["recall/quality"]
             quality = prediction.quality.copy()
             for i, text in enumerate(texts):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import math
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -46,9 +48,6 @@ INLINE_PLOT_BYTES = 400_000
 
 def inline_plot(path) -> dg.MetadataValue:
     """A PNG as an inline markdown image (its file path under it), or the path alone when large."""
-    import base64
-    from pathlib import Path
-
     path = Path(path)
     if not path.is_file() or path.stat().st_size > INLINE_PLOT_BYTES:
         return dg.MetadataValue.path(str(path))
@@ -58,6 +57,4 @@ def inline_plot(path) -> dg.MetadataValue:
 
 def plot_entries(paths, prefix: str = "plot_") -> dict[str, dg.MetadataValue]:
     """One metadata entry per plot, keyed by its file stem (unique within one materialization)."""
-    from pathlib import Path
-
     return {f"{prefix}{Path(p).stem}": inline_plot(p) for p in paths}

@@ -148,7 +148,7 @@ def output_to_file(path: Path) -> Iterator[TextIO]:
                     os.environ[key] = value
 
 
-def capture_library_warnings() -> None:
+def silence_progress_bars() -> None:
     """Turn off the progress bars of libraries already imported (the environment covers later ones);
     warnings and library loggers need nothing: they write to stderr, which is the log file."""
     with contextlib.suppress(ImportError):

@@ -23,7 +23,7 @@ import dagster as dg
 
 from assets.resources import PIPELINE_RUN_TAG
 from core.config import load_fleet
-from pipelines.console import ProgressConsole, capture_library_warnings, output_to_file
+from pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from pipelines.definitions import build_definitions, training_assets
 
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"routeforge: fleet {config.name} ({args.config}); full log: {log_file}", flush=True)
         try:
             with output_to_file(log_file) as terminal, ProgressConsole(terminal, stage_count(config)) as console:
-                capture_library_warnings()
+                silence_progress_bars()
                 out = run_pipeline(args.config, console=console)
         except Exception as error:  # one line on the terminal; the traceback is in the log file
             with open(log_file, "a") as log:

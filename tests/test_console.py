@@ -7,13 +7,13 @@ import os
 import sys
 import time
 
-from pipelines.console import ProgressConsole, capture_library_warnings, output_to_file
+from pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 
 
 def test_output_goes_to_the_log_file_and_stage_lines_to_the_terminal(tmp_path, capfd):
     log = tmp_path / "logs" / "run.log"
     with output_to_file(log) as terminal, ProgressConsole(terminal, total=2, heartbeat_s=60) as console:
-        capture_library_warnings()
+        silence_progress_bars()
         console.begin("prompts")
         print("a python print")
         sys.stderr.write("a python stderr write\n")

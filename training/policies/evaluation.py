@@ -54,9 +54,7 @@ def trace_source(trace) -> tuple[Path, TraceColumns] | None:
         return None
     if isinstance(trace, (str, Path)):
         return Path(trace), TraceColumns()
-    return Path(trace.path), TraceColumns(timestamp=trace.timestamp, timestamp_unit=trace.timestamp_unit,
-                                          prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
-                                          format=trace.format)
+    return Path(trace.path), TraceColumns(**trace.model_dump(exclude={"path"}))
 
 
 def workload_factory(kind: str, pool: RequestPool, rate: float, n: int,

@@ -31,6 +31,20 @@ from artifacts.text_predictor import EMBEDDINGS_FILE, EXTRA_EMBEDDINGS_FILE, Tex
 DECIDED_MARGIN = 0.1  # logits; closer top-2 logits are a tie a rounding error may break either way
 TOLERANCE = {"float32": 1e-3}  # largest logit difference accepted, where the precision is lossless
 MIN_DECIDED_AGREEMENT = 0.995  # top-1 agreement on decided prompts accepted for a lossy precision
+PARITY_PROMPTS = 256  # training prompts the packaged predictor is compared with PyTorch on
+
+
+def torch_logits(model, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:
+    """The PyTorch model's logits, tokenized as the runtime tokenizes (the reference for parity)."""
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(texts), batch_size):
+            enc = tokenizer(list(texts[i:i + batch_size]), truncation=True, max_length=max_length, padding=True,
+                            return_tensors="pt")
+            out.append(model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.float().numpy())
+    return np.concatenate(out) if out else np.zeros((0, model.config.num_labels), dtype=np.float32)
 
 
 def export_onnx(model, onnx_path: Path, dim: int) -> Path:
@@ -123,6 +137,12 @@ def parity(reference: np.ndarray, runtime: np.ndarray) -> dict[str, float]:
             "onnx_parity_prompts": float(len(reference)), "onnx_near_tie_prompts": float((~decided).sum())}
 
 
+def parity_metrics(spec: dict) -> dict[str, float]:
+    """The parity figures of a packaged spec, as component metrics."""
+    return {k: float(spec[k]) for k in ("onnx_max_abs_diff", "onnx_top1_agreement", "onnx_top1_agreement_decided",
+                                        "onnx_near_tie_prompts") if k in spec}
+
+
 def parity_passes(spec: dict) -> bool:
     """The packaging check: lossless precisions within TOLERANCE, int8 by decided top-1 agreement."""
     precision = spec.get("precision", "float32")
@@ -136,8 +156,6 @@ def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Se
     """Write the runtime component (ONNX, tokenizer files, `predictor.json`, the embedding tables)
     and return its spec with the parity figures against PyTorch on `check_texts`."""
     from transformers import AutoModelForSequenceClassification
-
-    from training.predictors.text_classifier import torch_logits
 
     folder = Path(folder)
     if folder.exists():
@@ -166,7 +184,7 @@ def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Se
     (folder / "predictor.json").write_text(json.dumps(spec, indent=2))
     runtime = TextPredictor.load(folder)
     texts = list(check_texts)
-    reference = torch_logits(model_dir, texts, spec["max_length"], truncation_side=spec["truncation_side"])
+    reference = torch_logits(model, runtime.tokenizer, texts, spec["max_length"])
     batched = runtime.logits(texts)
     single = np.concatenate([runtime.logits([t]) for t in texts[:8]])
     figures = parity(reference, batched)
@@ -174,12 +192,3 @@ def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Se
     spec = spec | figures
     (folder / "predictor.json").write_text(json.dumps(spec, indent=2))
     return spec
-
-
-PARITY_PROMPTS = 256  # training prompts the packaged predictor is compared with PyTorch on
-
-
-def parity_metrics(spec: dict) -> dict[str, float]:
-    """The parity figures of a packaged spec, as component metrics."""
-    return {k: float(spec[k]) for k in ("onnx_max_abs_diff", "onnx_top1_agreement", "onnx_top1_agreement_decided",
-                                        "onnx_near_tie_prompts") if k in spec}

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from artifacts.router import recall_weights
 from core.schemas import routing_models
 from training.embeddings import encode_cached
 from training.predictors.router_report import batch_latency, fit_and_evaluate
@@ -114,10 +113,7 @@ def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, r
     x_test = views[report["truncation_side"]][1]
     report["selection_seconds"] = time.perf_counter() - start
     if getattr(settings, "recall_known_prompts", False):
-        train_texts = [t for t, keep in zip(texts, train_rows) if keep]
-        router.weights.update(recall_weights(train_texts, quality[train_rows]))
-        router.meta["recall"] = {"prompts": int(len(router.weights["recall/keys"])),
-                                 "key": "sha256 of the text, whitespace collapsed"}
+        router.add_recall([t for t, keep in zip(texts, train_rows) if keep], quality[train_rows])
     out_dir, report_dir = Path(out_dir), Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     router.save(out_dir)

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from artifacts.encoder import resolve_pretrained
 
 
@@ -99,20 +97,3 @@ def train_classifier(texts: Sequence[str], labels: Sequence[int], n_labels: int,
     (out_dir / "training.json").write_text(json.dumps(summary, indent=2))
     log(f"trained {n_labels}-way classifier on {len(data)} rows in {seconds:.0f} s (loss {result.training_loss:.3f})")
     return summary
-
-
-def torch_logits(model_dir: Path, texts: Sequence[str], max_length: int, batch_size: int = 64,
-                 truncation_side: str = "left") -> np.ndarray:
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.truncation_side = truncation_side
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
-    out = []
-    with torch.inference_mode():
-        for i in range(0, len(texts), batch_size):
-            enc = tokenizer(list(texts[i:i + batch_size]), truncation=True, max_length=max_length, padding=True,
-                            return_tensors="pt")
-            out.append(model(**enc).logits.float().numpy())
-    return np.concatenate(out) if out else np.zeros((0, model.config.num_labels), dtype=np.float32)
