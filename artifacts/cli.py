@@ -225,5 +225,22 @@ def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
     click.echo(f"{name}: champion moved back from version {current} to version {previous}")
 
 
+@main.group()
+def keys() -> None:
+    """Bundle-signing keys (Ed25519)."""
+
+
+@keys.command()
+@click.argument("private_key", type=click.Path(path_type=Path))
+def generate(private_key: Path) -> None:
+    """Write a new key pair: PRIVATE_KEY (mode 0600) and PRIVATE_KEY.pub, for `registry.signing_key`
+    or $ROUTEFORGE_SIGNING_KEY, which a fleet on object storage must set."""
+    from artifacts.signing import generate_key_pair
+
+    if private_key.exists():
+        raise click.ClickException(f"{private_key} exists; refusing to overwrite a private key")
+    click.echo(f"private key {private_key}\npublic key  {generate_key_pair(private_key)}")
+
+
 if __name__ == "__main__":
     main()

@@ -117,6 +117,26 @@ def latest_version(model_name: str, client=None) -> tuple[str, dict[str, str], s
     return str(newest.version), dict(newest.tags), newest.run_id
 
 
+PROXIED_DOWNLOAD = "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD"
+
+
+def download_artifacts(uri: str, dst: Path | None = None) -> Path:
+    """`mlflow.artifacts.download_artifacts`, streamed through the tracking server. MLflow 3 clients
+    otherwise fetch large files straight from the server's object store by presigned URLs, so a
+    router service would need a route to that store; set $MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD=true
+    to opt in to those direct downloads."""
+    import mlflow
+
+    forced = PROXIED_DOWNLOAD not in os.environ
+    if forced:
+        os.environ[PROXIED_DOWNLOAD] = "false"
+    try:
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst) if dst else None))
+    finally:
+        if forced:
+            os.environ.pop(PROXIED_DOWNLOAD, None)
+
+
 def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
     """Download `models:/name@alias` (or runs:/…) into `dst` (a fresh temp folder by default)."""
     import tempfile
@@ -129,4 +149,4 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
         raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
     dst.mkdir(parents=True, exist_ok=True)
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst)))
+    return download_artifacts(uri, dst)

@@ -202,6 +202,7 @@ class Registry:
         model's tags; every later call downloads the pinned one, whatever `candidate` says."""
         import mlflow
 
+        from artifacts.registry import download_artifacts
         from artifacts.writer import sha256_file
 
         pinned = self.model_tags().get(EVALUATION_TAG)
@@ -214,7 +215,7 @@ class Registry:
             self.client.set_registered_model_tag(self.name, EVALUATION_TAG, pinned)
         spec = json.loads(pinned)
         mlflow.set_tracking_uri(self.tracking_uri)
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=spec["uri"]))
+        local = download_artifacts(spec["uri"])
         if sha256_file(local) != spec["sha256"]:
             raise ValueError(f"frozen evaluation set {spec['uri']}: sha256 differs from the pinned one")
         return local, spec["sha256"]

@@ -66,7 +66,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     fits, instance_models = simulated_fleet(config, tier_profiles, models)
     test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
     texts = test.column("text").to_pylist()
-    knn = KnnEstimator.load(knn_estimator.folder)
+    knn = KnnEstimator.load(store.pull(knn_estimator.folder))
     prediction = knn.predict(texts, config.encoder)
     cols = [knn.models.index(m) for m in models]
     pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models,
@@ -94,6 +94,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     report["policies"] = exports
     path = out_dir / "routing_evaluation.json"
     path.write_text(json.dumps(report, indent=2, default=float))
+    store.push(out_dir)
     metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
                for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
                if np.isfinite(r[k])}

@@ -41,6 +41,7 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
     plot = plot_quality_cost(evaluation, reports / "knn_quality_cost.png",
                              f"{config.name}: KNN router, k={knn.k}")
     (reports / "knn_evaluation.json").write_text(json.dumps(evaluation, indent=2))
+    store.push(folder, reports)
     metrics = {
         "test_router_quality": evaluation["router_max_quality"]["quality"],
         "test_router_cost": evaluation["router_max_quality"]["cost"],
@@ -144,6 +145,7 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
         components = [component] + ([ComponentSource(
             name=shared, kind="text_embeddings", format="safetensors", folder=folder.parent / shared,
             config={"backbone": spec.get("backbone"), "precision": spec["embeddings"]["precision"]})] if shared else [])
+        store.push(*(c.folder for c in components), *{Path(p).parent for p in result["plots"]})
         curve = [(point["step"], point["loss"]) for point in result["learning_curve"]]
         run_id = mlflow.log_report(context, run_name=f"{config.name}-{name}", metrics=metrics,
                                    files=[Path(p) for p in result["plots"]], curves={"train/loss": curve},

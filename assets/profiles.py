@@ -24,9 +24,13 @@ class TierProfileConfig(dg.Config):
     remeasure: bool = False  # measure again even when the kept profile's settings still match
 
 
-def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+def build_tier_profiles_asset(partitions: dg.PartitionsDefinition, op_tags: dict | None = None
+                              ) -> dg.AssetsDefinition:
+    """`op_tags`: what the step asks of a Ray or Kubernetes executor (an accelerator)."""
+
     @dg.asset(
         partitions_def=partitions,
+        op_tags=op_tags or None,
         io_manager_key="json_io",
         group_name="profiling",
         pool="generation",  # timings need the accelerator to themselves: never beside generation
@@ -38,7 +42,7 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
     def tier_profiles(context: dg.AssetExecutionContext, config: TierProfileConfig, fleet: FleetResource,
                       store: ComponentStore, routing_table: pa.Table):
         tier = _tier(fleet, context.partition_key)
-        folder = store.profile_dir(safe_name(tier.name))
+        folder = store.pull(store.profile_dir(safe_name(tier.name)), missing_ok=True)
         kept = None if config.remeasure else kept_profile(fleet.config, tier, folder)
         if kept is not None:
             context.log.info(f"{tier.name}: kept the profile measured earlier (settings unchanged; "
@@ -64,6 +68,7 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
                                                     for k, v in p.items()} for p in summary["phases"]])}
         else:
             metadata |= {k: round(v, 6) for k, v in summary["prior"].items() if isinstance(v, float)}
+        store.push(folder)
         return dg.Output(summary | {"folder": str(folder)}, metadata=metadata)
 
     return tier_profiles
@@ -87,7 +92,9 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
 
         tier = _tier(fleet, context.partition_key)
         folder = store.component_dir(f"latency--{safe_name(tier.name)}")
-        result = build_latency_component(fleet.config, tier, Path(tier_profiles["folder"]), routing_table, folder)
+        profile = store.pull(tier_profiles["folder"])
+        result = build_latency_component(fleet.config, tier, profile, routing_table, folder)
+        store.push(folder, profile)  # the held-out plots are written beside the profile
         evaluation = {k: round(v, 6) for k, v in result["evaluation"].items() if isinstance(v, float)}
         context.log.info(f"{tier.name}: {evaluation}")
         numbers = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}

@@ -34,6 +34,7 @@ def write_evaluation_candidate(store: ComponentStore, routing_table: pa.Table) -
     """This run's evaluation set, which the first registration freezes (later ones use the pinned one)."""
     path = store.report_dir("release") / "evaluation_set.parquet"
     pq.write_table(evaluation_table(routing_table), path)
+    store.push(path.parent)
     return path
 
 

@@ -44,6 +44,9 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
 
         config = fleet.config
         out_dir = store.report_dir("predictors")
+        for trained in (knn_estimator, *upstream.values()):
+            for path in (*(c.folder for c in trained.components), *trained.plots):
+                store.pull(path)
         report = build_report(routing_table, knn_estimator.folder, knn_estimator.details["evaluation"],
                               config.encoder, config.training.knn,
                               {name: r.folder for name, r in upstream.items()},
@@ -53,6 +56,7 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         plots = [Path(p) for p in report["plots"]] + [p for r in upstream.values() for p in r.plots]
         path = out_dir / "predictor_report.json"
         path.write_text(json.dumps(report, indent=2, default=float))
+        store.push(out_dir)
         run_id = mlflow.log_report(context, run_name=f"{config.name}-predictor-report",
                                    metrics=flat_metrics(report, upstream), files=[path, *plots],
                                    dataset=routing_table)

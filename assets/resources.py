@@ -1,9 +1,9 @@
 """Dagster resources: the fleet configuration, the component store and the MLflow registry.
 
 Assets never compose paths under the state folder nor repeat the registry settings: folders come
-from `ComponentStore` (rooted at the fleet's `storage_root` as a UPath: a local root gives plain
-`pathlib.Path` subclasses the libraries use as is, and the same resource can point at object
-storage), and every MLflow run and registration goes through `MlflowRegistry`.
+from `ComponentStore` (rooted at the fleet's `storage_root`, a local folder or an object store, with
+a local mirror for the libraries that need files), and every MLflow run and registration goes
+through `MlflowRegistry`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
-from upath import UPath
 
 from core.config import FleetConfig, load_fleet
 from core.storage import Quarantine
+from core.storage_root import StorageRoot
 
 
 class FleetResource(dg.ConfigurableResource):
@@ -34,14 +34,28 @@ class FleetResource(dg.ConfigurableResource):
 
 class ComponentStore(dg.ConfigurableResource):
     """Where stage files live: `<root>/components/<name>`, `reports/<name>`, `profiles/<tier>`,
-    `exports/<name>`, `cache/<name>`, `quarantine/…` and the bundle staging folder."""
+    `exports/<name>`, `cache/<name>`, `quarantine/…` and the bundle staging folder.
+
+    Folders are handed out in the local mirror of the root (`core.storage_root`): with a local root
+    that is the root itself; with an object store, an asset `push`es each folder it wrote when it is
+    done, and an asset that reads another's folder `pull`s it first (a no-op when the mirror already
+    holds the committed version). The root is checked once per run before any asset runs, so a
+    missing bucket or wrong credentials fail with one error naming `storage_root`."""
 
     root: str
+    storage_options: dict[str, Any] = {}
+
+    @property
+    def location(self) -> StorageRoot:
+        return StorageRoot(self.root, dict(self.storage_options))
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self.location.check()
 
     def _dir(self, kind: str, name: str | None = None) -> Path:
         if name is not None and (not name or "/" in name or name in (".", "..")):
             raise ValueError(f"{kind} name {name!r} must be one path segment")
-        base = UPath(self.root) / kind
+        base = self.location.mirror / kind
         folder = base / name if name is not None else base
         folder.mkdir(parents=True, exist_ok=True)
         return folder
@@ -59,13 +73,24 @@ class ComponentStore(dg.ConfigurableResource):
         return self._dir("exports", name)
 
     def cache_dir(self, name: str) -> Path:
+        """A machine-local cache (embeddings): kept in the mirror, never pushed."""
         return self._dir("cache", name)
 
     def staging_dir(self) -> Path:
         return self._dir("bundle")
 
+    def push(self, *folders: Path) -> None:
+        """Commit folders this asset wrote to the root (no-op for a local root)."""
+        for folder in folders:
+            self.location.push(Path(folder))
+
+    def pull(self, folder: str | Path, missing_ok: bool = False) -> Path:
+        """The committed content of a folder another asset (or an earlier run) wrote, in this
+        machine's mirror; `missing_ok`: nothing committed yet is not an error."""
+        return self.location.pull(Path(folder), missing_ok=missing_ok)
+
     def write_quarantine(self, quarantine: Quarantine) -> Path:
-        return quarantine.write(UPath(self.root))
+        return quarantine.write(self.location.path())
 
 
 # Dagster run tag shared by the job runs of one `pipelines.run` invocation: their MLflow runs nest

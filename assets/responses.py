@@ -18,9 +18,12 @@ def _mean(values: list[float | None]) -> float | None:
     return fmean(present) if present else None
 
 
-def build_responses_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
+def build_responses_asset(partitions: dg.PartitionsDefinition, op_tags: dict | None = None) -> dg.AssetsDefinition:
+    """`op_tags`: what the step asks of a Ray or Kubernetes executor (an accelerator)."""
+
     @dg.asset(
         partitions_def=partitions,
+        op_tags=op_tags or None,
         io_manager_key="parquet_io",
         group_name="generation",
         # Generation holds an accelerator (or a server's capacity): runs share the `generation`

@@ -30,6 +30,7 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
                           store.component_dir("router"), store.report_dir("router"),
                           truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
                           title=config.name, cache_dir=store.cache_dir("embeddings"), log=context.log.info)
+    store.push(result.folder, result.report_path.parent)
     run_id = mlflow.log_report(context, run_name=f"{config.name}-router-selection",
                                metrics=result.metrics, files=[result.report_path, *result.plots],
                                dataset=routing_table)

@@ -34,6 +34,7 @@ def routing_table(
     tasks = set(table.column("task").to_pylist())
     card = dataset_card(table, fleet.config.name, {"*": scoring.metric, **{t: scoring.metric_for(t) for t in tasks}})
     export = export_hf_dataset(table, store.export_dir("routing_table_hf"), card)
+    store.push(store.export_dir("routing_table_hf"))
     q = matrix(table, "quality", models)
     labelled = ~np.isnan(q)
     coverage = {m: float(labelled[:, j].mean()) for j, m in enumerate(models)}

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.schemas import QUARANTINE, STAGE_SCHEMA_VERSION
+from core.storage_root import is_remote
 
 _VERSION_KEY = b"routeforge.stage_schema_version"
 
@@ -36,12 +37,17 @@ def to_table(rows: list[dict[str, Any]] | pa.Table, schema: pa.Schema) -> pa.Tab
 
 
 def write_parquet(table: pa.Table, path: Path) -> Path:
-    """Atomic write (temp file + rename) so a crash never leaves a half-written stage file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write a stage file so that a crash never leaves half of one: locally a temporary file renamed
+    into place; on an object store one PUT, which becomes visible whole or not at all."""
     metadata = dict(table.schema.metadata or {})
     metadata[_VERSION_KEY] = STAGE_SCHEMA_VERSION.encode()
     table = table.replace_schema_metadata(metadata)
+    if is_remote(path):
+        with path.open("wb") as handle:
+            pq.write_table(table, handle)
+        return path
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
@@ -49,7 +55,11 @@ def write_parquet(table: pa.Table, path: Path) -> Path:
 
 
 def read_parquet(path: Path, schema: pa.Schema | None = None) -> pa.Table:
-    table = pq.read_table(path)
+    if is_remote(path):
+        with path.open("rb") as handle:
+            table = pq.read_table(handle)
+    else:
+        table = pq.read_table(path)
     version = (table.schema.metadata or {}).get(_VERSION_KEY, b"?").decode()
     if version != STAGE_SCHEMA_VERSION:
         raise ValueError(
@@ -91,7 +101,8 @@ class Quarantine:
     def write(self, root: Path) -> Path:
         """Write to `<root>/quarantine/<stage>[/<partition>].parquet` (also when empty, to clear old rows)."""
         name = self.stage if self.partition is None else f"{self.stage}/{_safe(self.partition)}"
-        return write_parquet(to_table(self.rows, QUARANTINE), Path(root) / "quarantine" / f"{name}.parquet")
+        root = root if is_remote(root) else Path(root)
+        return write_parquet(to_table(self.rows, QUARANTINE), root / "quarantine" / f"{name}.parquet")
 
 
 def _safe(name: str) -> str:
@@ -104,29 +115,65 @@ safe_name = _safe
 class ShardCache:
     """Append-only Parquet shards of rows keyed by one column: a durable, resumable cache.
 
-    Each `append` writes one shard to a temporary name and renames it, so a process killed at any
-    point leaves only whole shards. `load` removes leftover temporary files, sets aside a shard it
-    cannot read (renamed `*.unreadable-<error>`) and keeps the first row seen per key.
+    Each `append` writes one whole shard under a unique name, so a process killed at any point
+    leaves only whole shards. Locally the shard is written to a temporary name and renamed. An
+    object store has no rename: the shard is one PUT and is *committed* by an empty marker object
+    (`<shard>.committed`) written after it; `load` ignores and deletes shards without a marker.
+    `load` also sets aside a shard it cannot read (renamed `*.unreadable-<error>`) and keeps the
+    first row seen per key. One writer per folder at a time (Dagster runs one partition once).
     """
 
+    MARKER = ".committed"
+
     def __init__(self, folder: Path, schema: pa.Schema, key: str = "cache_key", compact_above: int = 64):
-        self.folder = Path(folder)
+        self.folder = folder if is_remote(folder) else Path(folder)
+        self.remote = is_remote(folder)
         self.schema = schema
         self.key = key
         self.compact_above = compact_above
 
+    def _names(self) -> set[str]:
+        if self.remote:  # another process may have written or deleted shards since the last listing
+            self.folder.fs.invalidate_cache(self.folder.path)
+        if not self.folder.exists():
+            return set()
+        return {p.name for p in self.folder.iterdir()}
+
     def shards(self) -> list[Path]:
-        return sorted(self.folder.glob("shard-*.parquet"))
+        names = self._names()
+        shards = sorted(n for n in names if n.startswith("shard-") and n.endswith(".parquet"))
+        if self.remote:
+            shards = [n for n in shards if n + self.MARKER in names]
+        return [self.folder / n for n in shards]
+
+    def _clear_uncommitted(self) -> None:
+        names = self._names()
+        if self.remote:
+            stale = [n for n in names if n.endswith(".parquet") and n.startswith("shard-")
+                     and n + self.MARKER not in names]
+        else:
+            stale = [n for n in names if n.startswith("shard-") and ".parquet.tmp" in n]
+        for name in stale:
+            (self.folder / name).unlink(missing_ok=True)
+
+    def _set_aside(self, shard: Path, error: Exception) -> None:
+        aside = shard.with_suffix(f".unreadable-{type(error).__name__}")
+        if self.remote:
+            shard.fs.mv(shard.path, aside.path)
+            (self.folder / (shard.name + self.MARKER)).unlink(missing_ok=True)
+        else:
+            shard.rename(aside)
 
     def load(self) -> dict[str, dict[str, Any]]:
-        for stale in self.folder.glob("shard-*.parquet.tmp*"):
-            stale.unlink(missing_ok=True)
+        self._clear_uncommitted()
         rows: dict[str, dict[str, Any]] = {}
         for shard in self.shards():
             try:
                 table = read_parquet(shard, self.schema)
+            except FileNotFoundError:
+                continue  # removed since the listing (a compaction elsewhere): its rows are in the merged shard
             except Exception as exc:  # noqa: BLE001 - a shard we cannot read is set aside, not fatal
-                shard.rename(shard.with_suffix(f".unreadable-{type(exc).__name__}"))
+                self._set_aside(shard, exc)
                 continue
             for row in table.to_pylist():
                 rows.setdefault(row[self.key], row)
@@ -136,7 +183,16 @@ class ShardCache:
         if not rows:
             return None
         name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-        return write_parquet(to_table(rows, self.schema), self.folder / name)
+        path = write_parquet(to_table(rows, self.schema), self.folder / name)
+        if self.remote:
+            (self.folder / (name + self.MARKER)).write_bytes(b"")
+        return path
+
+    def remove(self, shard: Path) -> None:
+        """Uncommit (remote: marker first), then delete."""
+        if self.remote:
+            (self.folder / (shard.name + self.MARKER)).unlink(missing_ok=True)
+        shard.unlink(missing_ok=True)
 
     def compact(self) -> None:
         """Merge shards into one when there are many; a crash in between leaves duplicates, which
@@ -146,5 +202,5 @@ class ShardCache:
             return
         merged = self.append(list(self.load().values()))
         for shard in shards:
-            if shard != merged:
-                shard.unlink(missing_ok=True)
+            if str(shard) != str(merged):
+                self.remove(shard)

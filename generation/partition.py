@@ -49,7 +49,7 @@ class GenerationResult:
 
 
 def cache_folder(config: FleetConfig, model: str) -> Path:
-    return config.storage_root / "cache" / "responses" / safe_name(model)
+    return config.storage.path("cache", "responses", safe_name(model))
 
 
 def generate_partition(
@@ -76,7 +76,7 @@ def generate_partition(
 
     if missing:
         start = time.perf_counter()
-        engine = make_engine(spec, config, config.storage_root / "models")
+        engine = make_engine(spec, config, config.storage.mirror / "models")
         result.engine_version = engine.version
         step = config.generation.shard_size if use_cache else len(missing)
         for begin in range(0, len(missing), step):

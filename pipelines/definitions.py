@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import dagster as dg
-from upath import UPath
 
 from assets.bundle import build_bundle_asset
 from assets.policies import routing_evaluation
@@ -26,6 +25,7 @@ from assets.router import router_selection
 from assets.routing import routing_table
 from core.config import load_fleet
 from pipelines.console import progress_logger
+from pipelines.executors import accelerator_tags, executor_for
 from pipelines.io_managers import JsonIOManager, ParquetIOManager
 from pipelines.sensors import build_sensors, retrain_fleet
 
@@ -39,7 +39,7 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     profiled = [t.name for t in config.tiers if t.profile is not None]
     assets = [
         prompts,
-        build_responses_asset(models),
+        build_responses_asset(models, accelerator_tags(config)),
         build_quality_asset(models),
         routing_table,
         knn_estimator,
@@ -55,14 +55,14 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         assets.append(release_gate)
     if profiled:
         tiers = dg.StaticPartitionsDefinition(profiled)
-        assets += [build_tier_profiles_asset(tiers), build_latency_heads_asset(tiers)]
+        assets += [build_tier_profiles_asset(tiers, accelerator_tags(config)), build_latency_heads_asset(tiers)]
         if routing_evaluation_enabled(config):
             assets.append(routing_evaluation)
-    base = UPath(config.storage_root) / "assets"
+    base = config.storage.path("assets")
     signing_key, create_key = config.signing_key_path()
     resources = {
         "fleet": FleetResource(config_path=str(Path(config_path).resolve())),
-        "store": ComponentStore(root=str(config.storage_root)),
+        "store": ComponentStore(root=str(config.storage_root), storage_options=dict(config.storage_options)),
         "mlflow": MlflowRegistry(tracking_uri=config.registry.tracking_uri, experiment=config.registry.experiment,
                                  model_name=config.registry.model_name, alias=config.registry.alias,
                                  artifact_location=config.registry.artifact_location,
@@ -123,10 +123,17 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
         ))
     # `console` is Dagster's default; `progress` feeds `pipelines.run`'s stage lines (used only
     # when a run's config names it, so runs from the UI log exactly as before)
-    return dg.Definitions(assets=assets, resources=resources, jobs=jobs,
+    return dg.Definitions(assets=assets, resources=resources, jobs=jobs, executor=executor_for(config),
                           schedules=[weekly], loggers={"console": dg.colored_console_logger,
                                                        "progress": progress_logger},
                           sensors=build_sensors(config, str(Path(config_path).resolve()), {j.name: j for j in jobs}))
 
 
 defs = build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))
+
+
+@dg.definitions
+def fleet_from_environment() -> dg.Definitions:
+    """The definitions of the fleet file $ROUTEFORGE_CONFIG names *now* (not at import, as `defs`):
+    what step processes and `dg.execute_job` reconstruct (pipelines/executors.py)."""
+    return build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))

@@ -1,11 +1,12 @@
-"""Run the whole pipeline for a fleet file in-process and print the registered bundle's URI.
+"""Run the whole pipeline for a fleet file and print the registered bundle's URI.
 
     python -m pipelines.run configs/demo.yaml
 
 The code location's own named jobs run in order: `build_prompts`, `generate_and_score` per model
 partition, `build_routing_table`, `profile_tiers` per profiled tier, then `train_and_register`.
 Runs are recorded in the Dagster instance at $DAGSTER_HOME (an ephemeral one when unset), so they
-show up in `dagster dev` under those job names, with full lineage.
+show up in `dagster dev` under those job names, with full lineage. Steps run in this process, or
+under the fleet's `execution.executor` (one process or one Ray job per step; pipelines/executors.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from assets.resources import PIPELINE_RUN_TAG
 from core.config import load_fleet
 from pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from pipelines.definitions import build_definitions, training_assets
+from pipelines.executors import execute
 
 
 def stage_count(config) -> int:
@@ -38,6 +40,7 @@ def run_pipeline(
     console: ProgressConsole | None = None,
 ) -> dict:
     config = load_fleet(config_path)
+    config.storage.check()  # a missing bucket or wrong credentials stop here, before any work
     defs = build_definitions(config_path)
     if instance is None:
         instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
@@ -52,11 +55,9 @@ def run_pipeline(
         start = time.perf_counter()
         if console is not None:
             console.begin(label)
-        result = defs.resolve_job_def(job).execute_in_process(
-            partition_key=partition, instance=instance,
-            tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run},
-            run_config={"loggers": loggers},
-        )
+        result = execute(defs, config, config_path, job, instance, partition,
+                         tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run},
+                         run_config={"loggers": loggers})
         timings[label] = time.perf_counter() - start
         if console is not None:
             console.end(label, timings[label])

@@ -41,7 +41,7 @@ def _model_dir(config: FleetConfig, model: str) -> Path:
     spec = config.model(model)
     if spec.engine != "transformers":
         raise ValueError(f"model {model!r} ({spec.engine}): in-process profiling needs a transformers model")
-    location, _ = causal_lm_location(spec.source, config.storage_root / "models")
+    location, _ = causal_lm_location(spec.source, config.storage.mirror / "models")
     return Path(location)
 
 

@@ -121,7 +121,7 @@ class Scorer:
 
     @property
     def cache_dir(self) -> Path:
-        return self.config.storage_root / "cache" / "quality"
+        return self.config.storage.path("cache", "quality")
 
     def bertscore(self):
         if self._bertscore_metric is None:

@@ -7,7 +7,9 @@ them against the file's folder (passed as the validation context by `load_fleet`
 - `ConfigPath`: a local file or folder (made absolute);
 - `ModelRef`: a hub id, a `package:` reference or a local folder (made absolute only when it names
   an existing local path or starts with `.`, so `gpt2` stays a hub id);
-- `StoreUri`: a URI such as `sqlite:///rel/path.db` (the path part resolved) or `http://...` (kept).
+- `StoreUri`: a URI such as `sqlite:///rel/path.db` (the path part resolved) or `http://...` (kept);
+- `StorageLocation`: a local folder (made absolute, as a `Path`; `file://` URIs too) or an fsspec
+  URI such as `s3://bucket/prefix` (kept as a string).
 
 A model built directly in Python (no context) keeps its values as given.
 """
@@ -60,3 +62,15 @@ def _resolve_ref(value: str, info: ValidationInfo) -> str:
 ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
 ModelRef = Annotated[str, AfterValidator(_resolve_ref)]
 StoreUri = Annotated[str, AfterValidator(_resolve_ref)]
+
+
+def _resolve_location(value: str | Path, info: ValidationInfo) -> str | Path:
+    text = str(value)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    elif "://" in text:
+        return text.rstrip("/")
+    return _resolve_path(Path(text).expanduser(), info)
+
+
+StorageLocation = Annotated[str | Path, AfterValidator(_resolve_location)]

@@ -11,19 +11,20 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from artifacts.encoder import ENCODER_PACKAGE_REF
-from core.config.base import CONFIG_DIR, ConfigError, ConfigPath, ModelRef, StoreUri, _Strict
+from core.config.base import CONFIG_DIR, ConfigError, ConfigPath, ModelRef, StorageLocation, StoreUri, _Strict
 from core.config.datasets import RESPONSE_TABLE_KINDS, Dataset, PromptSettings, SplitSettings, Templates
 from core.config.generation import GenerationSettings
 from core.config.models import ModelSpec, Sampling
 from core.config.scoring import ScoringSettings
 from core.config.tiers import Hardware, ProfilingSettings, Tier
 from core.config.training import TrainingSettings
+from core.storage_root import StorageRoot
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -81,9 +82,41 @@ class AutomationSettings(_Strict):
     minimum_interval_s: int = Field(default=60, ge=1)
 
 
+class ExecutionSettings(_Strict):
+    """Where the steps of a job run execute (`pipelines/executors.py`):
+
+    - `in_process`: in the run's own process (one machine; the least overhead; the default);
+    - `multiprocess`: one process per step, up to `max_concurrent` at once;
+    - `ray`: one Ray job per step on a Ray cluster (`dagster-ray`'s executor, extra `deploy`).
+
+    Every executor but `in_process` needs a persistent Dagster instance ($DAGSTER_HOME, PostgreSQL
+    across machines) and, across machines, an object-store `storage_root` that every worker reaches."""
+
+    executor: Literal["in_process", "multiprocess", "ray"] = "in_process"
+    max_concurrent: int | None = Field(default=None, ge=1)
+    # the Ray job server (http://<head>:8265); unset: $RAY_ADDRESS
+    ray_address: str | None = None
+    # CPUs and GPUs each step asks of Ray (Kubernetes: deploy/helm/values.yaml); a step of the
+    # `generation` pool (responses, tier_profiles) asks `accelerator_gpus`, the others none
+    step_cpus: float = Field(default=1.0, gt=0)
+    accelerator_gpus: float = Field(default=0.0, ge=0)
+    # environment variables forwarded to every step (names, values taken from the launching
+    # process; `NAME=value` sets one); the fleet file, mirror, credentials and stores by default
+    step_env: list[str] = Field(default_factory=lambda: [
+        "ROUTEFORGE_CONFIG", "ROUTEFORGE_MIRROR", "ROUTEFORGE_SIGNING_KEY", "ROUTEFORGE_DATA", "ROUTEFORGE_STATE",
+        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+        "MLFLOW_TRACKING_URI", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "TOKENIZERS_PARALLELISM",
+        "DAGSTER_HOME", "DAGSTER_POSTGRES_URL", "DAGSTER_COMPUTE_LOG_BUCKET", "PATH"])
+
+
 class FleetConfig(_Strict):
     name: str
-    storage_root: ConfigPath
+    # a local folder or an fsspec URI (s3://bucket/prefix, gs://..., file://...): every stage file,
+    # cache shard, quarantine file, report and component folder goes there (core.storage_root)
+    storage_root: StorageLocation
+    # fsspec options for a URI root, e.g. {endpoint_url: ..., key: ..., secret: ...} for S3; unset:
+    # the filesystem's own defaults (AWS_* environment variables, instance credentials)
+    storage_options: dict[str, Any] = Field(default_factory=dict)
     encoder: ModelRef = ENCODER_PACKAGE_REF
     models: list[ModelSpec] = Field(min_length=1)
     hardware: list[Hardware] = Field(default_factory=list)
@@ -99,6 +132,7 @@ class FleetConfig(_Strict):
     registry: RegistrySettings
     release: ReleaseSettings = ReleaseSettings()
     automation: AutomationSettings = AutomationSettings()
+    execution: ExecutionSettings = ExecutionSettings()
 
     @model_validator(mode="after")
     def _cross_references(self) -> FleetConfig:
@@ -166,7 +200,17 @@ class FleetConfig(_Strict):
             return self.registry.signing_key, False
         if os.environ.get("ROUTEFORGE_SIGNING_KEY"):
             return Path(os.environ["ROUTEFORGE_SIGNING_KEY"]).expanduser().resolve(), False
+        if not self.storage.is_local:
+            # a private key belongs in a secret store, not in a shared bucket nor a temporary mirror
+            raise ConfigError(f"registry.signing_key: required when storage_root is an object store "
+                              f"({self.storage_root}); set it, or $ROUTEFORGE_SIGNING_KEY, to the bundle-signing "
+                              f"private key (`routeforge keys generate` makes a pair)")
         return Path(self.storage_root) / "keys" / "bundle-signing.key", True
+
+    @property
+    def storage(self) -> StorageRoot:
+        """`storage_root` with its options: `.path(...)` under the root, `.mirror` for library files."""
+        return StorageRoot(str(self.storage_root), dict(self.storage_options))
 
     def tier_of(self, model: str) -> Tier | None:
         """The first tier that deploys `model` (where its engine runs and with which parallelism)."""

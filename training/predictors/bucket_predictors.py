@@ -21,7 +21,7 @@ from core.config import LengthPredictorSettings, ScorePredictorSettings, TextPre
 from core.schemas import routing_column, routing_models
 from training.predictors.buckets import BucketScheme, completion_time, equal_width
 from training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
-from training.predictors.predictor_eval import classification_report, plot_confusion, plot_reliability
+from training.predictors.predictor_eval import classification_report, plot_confusion, plot_folder, plot_reliability
 from training.predictors.text_classifier import ClassifierSettings, model_token, train_classifier
 
 HINT = "This is a {task} task."
@@ -89,9 +89,10 @@ def train_bucket_predictor(routing_table: pa.Table, measure: str, kind: str, set
             if mine.any():
                 metrics[f"test_top1/{m}"] = float((probs[mine].argmax(1) == truth[mine]).mean())
         title = f"{kind} ({scheme.name}), test pairs"
-        plots = [plot_confusion(report["confusion"], spec["labels"], folder.parent / f"{folder.name}_confusion.png",
+        plots = [plot_confusion(report["confusion"], spec["labels"],
+                                plot_folder(folder) / f"{folder.name}_confusion.png",
                                 f"{title}: top-1 {100 * report['top1']:.1f}%"),
-                 plot_reliability(report["reliability"], folder.parent / f"{folder.name}_calibration.png",
+                 plot_reliability(report["reliability"], plot_folder(folder) / f"{folder.name}_calibration.png",
                                   f"{title}: ECE {report['ece']:.3f}")]
     return {"metrics": metrics, "spec": spec, "plots": [str(p) for p in plots],
             "learning_curve": summary["learning_curve"]}

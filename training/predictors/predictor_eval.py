@@ -31,6 +31,14 @@ def classification_report(truth: np.ndarray, probs: np.ndarray, labels: list[str
             "confusion": confusion.tolist()}
 
 
+def plot_folder(component: Path) -> Path:
+    """Where a trained component's evaluation plots go: beside its folder, not inside it (they are
+    not shipped in the bundle), in a folder of their own (pushed as one to an object-store root)."""
+    folder = Path(component).parent / f"{Path(component).name}.plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def plot_confusion(confusion: list[list[int]], labels: list[str], path: Path, title: str) -> Path:
     import matplotlib
 

@@ -14,7 +14,7 @@ from artifacts.text_predictor import TextPredictor
 from core.config import TaskClassifierSettings
 from training.predictors.bucket_predictors import classifier_settings, split_rows
 from training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
-from training.predictors.predictor_eval import classification_report, plot_confusion, plot_reliability
+from training.predictors.predictor_eval import classification_report, plot_confusion, plot_folder, plot_reliability
 from training.predictors.text_classifier import train_classifier
 
 
@@ -46,9 +46,9 @@ def train_task_classifier(routing_table: pa.Table, settings: TaskClassifierSetti
         metrics |= {"test_top1": report["top1"], "test_top3": report["top3"], "test_ece": report["ece"],
                     "test_prompts": float(report["n"]), "test_unseen_task_prompts": float(known.count(False))}
         metrics |= {f"test_top1/{t}": v for t, v in report["per_label_top1"].items()}
-        plots = [plot_confusion(report["confusion"], labels, folder.parent / f"{folder.name}_confusion.png",
+        plots = [plot_confusion(report["confusion"], labels, plot_folder(folder) / f"{folder.name}_confusion.png",
                                 f"task classifier, test prompts: top-1 {100 * report['top1']:.1f}%"),
-                 plot_reliability(report["reliability"], folder.parent / f"{folder.name}_calibration.png",
+                 plot_reliability(report["reliability"], plot_folder(folder) / f"{folder.name}_calibration.png",
                                   f"task classifier: ECE {report['ece']:.3f}")]
     return {"metrics": metrics, "spec": spec, "plots": [str(p) for p in plots],
             "learning_curve": summary["learning_curve"]}

@@ -1,0 +1,100 @@
+"""The code location's executor, chosen by the fleet's `execution` settings, and how `pipelines.run`
+starts a job under it.
+
+`in_process` runs with `execute_in_process` (no step processes: the laptop default). The others run
+through `dg.execute_job` on a reconstructable job (`pipelines.definitions:fleet_from_environment`,
+rebuilt in each step process from $ROUTEFORGE_CONFIG), so each step is its own process
+(`multiprocess`) or its own Ray job on a Ray cluster (`ray`, dagster-ray's executor). Steps then
+share nothing but the Dagster instance and the fleet's `storage_root`: IO-manager outputs and pushed
+component folders (core.storage_root).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from core.config import FleetConfig
+
+DEFINITIONS_MODULE = "pipelines.definitions"
+
+
+def executor_for(config: FleetConfig) -> dg.ExecutorDefinition:
+    settings = config.execution
+    if settings.executor == "in_process":
+        return dg.in_process_executor
+    if settings.executor == "multiprocess":
+        return dg.multiprocess_executor.configured(
+            {"max_concurrent": settings.max_concurrent} if settings.max_concurrent else {})
+    try:
+        from dagster_ray import ray_executor
+    except ImportError as exc:
+        raise RuntimeError("execution.executor: ray needs the `deploy` extra (dagster-ray, ray[default]): "
+                           "pip install 'routeforge[deploy]'") from exc
+    address = settings.ray_address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise RuntimeError("execution.ray_address: unset, and so is $RAY_ADDRESS (the Ray job server, "
+                           "http://<head>:8265)")
+    ray: dict[str, Any] = {"address": address, "num_cpus": settings.step_cpus, "env_vars": list(settings.step_env),
+                           "inherit_job_submission_client_from_ray_run_launcher": False}
+    return ray_executor.configured({"ray": ray, **({"max_concurrent": settings.max_concurrent}
+                                                   if settings.max_concurrent else {})})
+
+
+def accelerator_tags(config: FleetConfig) -> dict[str, Any]:
+    """Op tags of the `generation`-pool steps: the GPUs they ask of Ray and of Kubernetes
+    (`dagster-k8s/config`, read by the k8s executor and run launcher of deploy/helm)."""
+    gpus = config.execution.accelerator_gpus
+    if not gpus:
+        return {}
+    tags: dict[str, Any] = {"dagster-ray/config": {"num_gpus": gpus, "num_cpus": config.execution.step_cpus}}
+    if float(gpus).is_integer():
+        limits = {"nvidia.com/gpu": str(int(gpus))}
+        tags["dagster-k8s/config"] = {"container_config": {"resources": {"limits": limits}}}
+    return tags
+
+
+def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, job: str,
+            instance: dg.DagsterInstance, partition: str | None, tags: dict[str, str], run_config: dict):
+    """Run one job of the code location under the fleet's executor; returns Dagster's result."""
+    if config.execution.executor == "in_process":
+        return defs.resolve_job_def(job).execute_in_process(partition_key=partition, instance=instance, tags=tags,
+                                                           run_config=run_config)
+    from dagster._core.definitions.reconstruct import ReconstructableRepository
+
+    if instance.is_ephemeral:
+        raise RuntimeError(f"execution.executor: {config.execution.executor} runs each step in its own process, "
+                           "which needs a persistent Dagster instance: set $DAGSTER_HOME")
+    # step processes rebuild the definitions from the same fleet file
+    os.environ["ROUTEFORGE_CONFIG"] = str(Path(config_path).resolve())
+    repository = ReconstructableRepository.for_module(DEFINITIONS_MODULE, "fleet_from_environment",
+                                                      working_directory=os.getcwd())
+    run_tags = {**tags, **({"dagster/partition": partition} if partition else {})}
+    with dg.execute_job(repository.get_reconstructable_job(job), instance=instance, tags=run_tags,
+                        run_config=run_config) as result:
+        if not result.success:
+            failures = [e.message for e in result.all_events if e.is_failure]
+            raise RuntimeError(f"{job}: run {result.run_id} failed: {failures[-1] if failures else 'see Dagster'}")
+        return _Detached(result)
+
+
+class _Detached:
+    """What `pipelines.run` reads of a result, kept after `execute_job`'s context closes."""
+
+    NODES = ("router_bundle", "knn_estimator", "predictor_report", "router_selection", "routing_evaluation",
+             "release_gate")
+
+    def __init__(self, result):
+        present = {node.name for node in result.job_def.nodes}
+        # outputs are read back through the IO managers (the object store), as a later run would
+        self._outputs = {node: result.output_for_node(node) for node in self.NODES if node in present}
+        self._checks = result.get_asset_check_evaluations()
+
+    def output_for_node(self, node: str):
+        return self._outputs[node]
+
+    def get_asset_check_evaluations(self):
+        return self._checks

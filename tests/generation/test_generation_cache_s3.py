@@ -1,0 +1,43 @@
+"""The response cache's exactly-once guarantee on an object store (no atomic rename there): each
+shard is one PUT committed by a marker written after it; SIGKILL at random points, then resume."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from core.config import load_fleet
+from core.storage import ShardCache
+from generation.partition import cache_folder
+from tests.generation.test_generation_cache import kill_and_resume, local_fleet
+from tests.services import Unavailable, s3_server
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    try:
+        with s3_server(tmp_path_factory.mktemp("s3"), ("routeforge",)) as server:
+            yield server
+    except Unavailable as exc:
+        pytest.skip(f"no S3 server on this machine: {exc}")
+
+
+def test_sigkill_with_the_cache_on_s3_then_resume_gives_every_pair_once(config_copy, shared_data, tmp_path, s3,
+                                                                         monkeypatch):
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ROUTEFORGE_MIRROR", str(tmp_path / "mirror"))
+    n = 480
+    path = local_fleet(config_copy, shared_data, n, storage_root="s3://routeforge/crash", shard_size=2, batch_size=2,
+                       sampling={"max_tokens": 24})
+    config = load_fleet(path)
+    assert config.storage_root == "s3://routeforge/crash"
+    kills = kill_and_resume(path, dict(os.environ), tmp_path, trials=6, n=n, seed=1)
+    assert kills >= 5
+    folder = cache_folder(config, "tiny")
+    names = [p.name for p in folder.iterdir()]
+    # every committed shard has its marker; no uncommitted shard is left once a run has loaded the cache
+    shards = [x for x in names if x.endswith(".parquet")]
+    assert shards and all(x + ShardCache.MARKER in names for x in shards)
+    assert not (tmp_path / "state").exists()
