@@ -12,6 +12,7 @@ component folders (core.storage_root).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,19 @@ def executor_for(config: FleetConfig) -> dg.ExecutorDefinition:
     if not address:
         raise RuntimeError("execution.ray_address: unset, and so is $RAY_ADDRESS (the Ray job server, "
                            "http://<head>:8265)")
-    ray: dict[str, Any] = {"address": address, "num_cpus": settings.step_cpus, "env_vars": list(settings.step_env),
+    ray: dict[str, Any] = {"address": address, "num_cpus": settings.step_cpus, "env_vars": _step_env(settings.step_env),
                            "inherit_job_submission_client_from_ray_run_launcher": False}
-    return ray_executor.configured({"ray": ray, **({"max_concurrent": settings.max_concurrent}
-                                                   if settings.max_concurrent else {})})
+    # Ray bounds concurrency itself: a step waits for `step_cpus` (and GPUs) to be free
+    return ray_executor.configured({"ray": ray})
+
+
+def _step_env(names: list[str]) -> list[str]:
+    """The step environment; PATH leads with this interpreter's folder, where the step's entry point
+    (`dagster api execute_step`) is installed, also when the launcher runs an unactivated venv."""
+    env = [name for name in names if name != "PATH"]
+    if "PATH" in names:
+        env.append(f"PATH={Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return env
 
 
 def accelerator_tags(config: FleetConfig) -> dict[str, Any]:

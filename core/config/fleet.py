@@ -93,6 +93,7 @@ class ExecutionSettings(_Strict):
     across machines) and, across machines, an object-store `storage_root` that every worker reaches."""
 
     executor: Literal["in_process", "multiprocess", "ray"] = "in_process"
+    # multiprocess: steps at once (default: the CPU count); Ray schedules by `step_cpus` instead
     max_concurrent: int | None = Field(default=None, ge=1)
     # the Ray job server (http://<head>:8265); unset: $RAY_ADDRESS
     ray_address: str | None = None
