@@ -28,6 +28,8 @@ from typing import Any
 
 from upath import UPath
 
+from artifacts.writer import sha256_file
+
 LISTING = ".routeforge-files.json"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -43,14 +45,6 @@ def is_uri(value: str) -> bool:
 def is_remote(path: Any) -> bool:
     """Whether `path` lives on a filesystem other than the local one (no atomic rename there)."""
     return getattr(path, "protocol", "") not in ("", "file", "local")
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -92,7 +86,7 @@ class StorageRoot:
             return
         folder = Path(folder)
         remote = self.path(self.relative(folder))
-        listing = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": sha256_of(p)}
+        listing = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)}
                    for p in sorted(folder.rglob("*")) if p.is_file()}
         before = self._remote_listing(remote) or {}
         fs = remote.fs
@@ -128,11 +122,11 @@ class StorageRoot:
             return
         for name, entry in listing.items():
             target = folder / name
-            if target.exists() and target.stat().st_size == entry["size"] and sha256_of(target) == entry["sha256"]:
+            if target.exists() and target.stat().st_size == entry["size"] and sha256_file(target) == entry["sha256"]:
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             remote.fs.get_file(f"{remote.path}/{name}", str(target))
-            if sha256_of(target) != entry["sha256"]:
+            if sha256_file(target) != entry["sha256"]:
                 raise StorageError(f"storage_root {self.uri}: {self.relative(target)} does not match its listing")
         local_listing.write_text(json.dumps(listing, indent=1, sort_keys=True))
 
