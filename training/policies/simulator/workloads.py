@@ -47,21 +47,31 @@ def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0, phase0: int = 
     # 004's second row sums to -0.0018, not 0: a rounding of the paper's; allow 0.1% of the row's rate
     if not np.allclose((d0 + d1).sum(axis=1), 0, atol=1e-3 * np.abs(np.diag(d0)).max()):
         raise ValueError("switched_poisson: the rows of D0 + D1 must sum to zero (a generator)")
+    # Each event costs one exponential and one uniform draw, exactly the draws `rng.choice(p=...)`
+    # makes (a uniform searched in the cumulative p), so the stream equals the plain loop's, at a
+    # tenth of its cost (an episode of 004's training draws ~23,000 arrivals at every reset).
+    m = len(d0)
+    scales, cdfs = [], []
+    for phase in range(m):
+        events = np.concatenate([d1[phase], np.where(np.arange(m) == phase, 0.0, d0[phase])])
+        cdf = (events / events.sum()).cumsum()
+        scales.append(1.0 / events.sum())
+        cdfs.append(cdf / cdf[-1])
     rng = np.random.default_rng(seed)
-    phase, t, out, phases = phase0, 0.0, [], []
-    while len(out) < n:
-        events = np.concatenate([d1[phase], np.where(np.arange(len(d0)) == phase, 0.0, d0[phase])])
-        t += rng.exponential(1.0 / events.sum())
-        k = rng.choice(len(events), p=events / events.sum())
-        if k < len(d0):
-            out.append(t)  # an arrival (D1 is diagonal in 004: the phase stays)
-            phases.append(phase)
+    exponential, uniform = rng.exponential, rng.random
+    times, phases = np.empty(n), np.empty(n, dtype=np.int64)
+    phase, t, count = phase0, 0.0, 0
+    while count < n:
+        t += exponential(scales[phase])
+        k = int(cdfs[phase].searchsorted(uniform(), side="right"))
+        if k < m:  # an arrival (D1 is diagonal in 004: the phase stays)
+            times[count], phases[count] = t, phase
+            count += 1
             phase = k
         else:
-            phase = k - len(d0)
-    times = np.array(out)
+            phase = k - m
     times -= times[0]
-    return (times, np.array(phases)) if with_phases else times
+    return (times, phases) if with_phases else times
 
 
 def arrivals(kind: str, n: int, rate: float = 1.0, seed: int = 0, **kw) -> np.ndarray:

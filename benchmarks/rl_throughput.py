@@ -1,0 +1,171 @@
+"""Environment decisions per second of the three learned-routing settings, with the policy network
+in the loop (issue 16's first obstacle: the papers train 10^6-10^7 decisions).
+
+For each environment: decisions per second stepping it with random actions (the simulator and the
+observation alone), and with the policy network choosing every action (one forward pass per
+decision, no gradients: the cost of collecting experience, before any learning update), and with
+`--copies` environments stepped together, their actions from one batched forward pass. One process,
+this machine's 2 cores, one torch thread; `--seconds` of stepping each, episodes reset as they end.
+The trainers (benchmarks/rl_*.py) still step one environment and update after every decision: this
+measures what collection can reach, not what training reaches today.
+
+- 001 (`WorkloadAwareEnv`, workload-guided): 4 Llama-2-70B@A100x4 instances (splitwise fit), Azure
+  conversation trace lengths, Poisson at 0.9 load; the DDQN's MLP Q network;
+- 000 (`QosGraphEnv`, HAN): the 6 splitwise tiers of `benchmarks.rl_qos_graph`, trace lengths, random
+  scores (throughput does not depend on their values); SAC's HAN actor;
+- 004 (`SlotDistributionEnv`): `benchmarks.rl_slot_distribution`'s setting (2 heavy + 2 light
+  instances, 004's switched Poisson time-stretched, 128-slot episodes); PPO's MLP actor.
+
+    .venv/bin/python -m benchmarks.rl_throughput [--seconds 20]
+Writes benchmarks/results/rl_throughput/rl_throughput.json.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import torch
+
+from benchmarks.common import DATA, results_dir
+from benchmarks.common import parser as bench_parser
+from benchmarks.rl_slot_distribution import HEAVY, LIGHT
+from benchmarks.routerbench_fleet import TIERS, tier_profile
+from training.policies.rl.networks import mlp
+from training.policies.rl.sac import SacSettings, networks
+from training.policies.simulator.qos_graph_env import QosGraphEnv
+from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+from training.policies.simulator.traces import read_trace
+from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from training.policies.simulator.workloads import SPP_D0, SPP_D1, RequestPool, arrivals, switched_poisson
+
+OUT = results_dir("rl_throughput")
+QOS_TIERS = ["llama2-70b@h100-80gb-tp8", "llama2-70b@h100-80gb-tp4", "llama2-70b@h100-80gb-tp2",
+             "llama2-70b@a100-80gb-tp8", "llama2-70b@a100-80gb-tp4", "llama2-70b@a100-80gb-tp2"]
+
+
+def _pool(n_models: int) -> RequestPool:
+    _, prompt, output = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")
+    pool = RequestPool.from_trace(prompt, output, n_models)
+    scores = np.random.default_rng(0).random(pool.quality.shape)
+    return RequestPool(pool.prompt_tokens, pool.output_tokens, scores, pool.tasks, pool.models, None, scores)
+
+
+def workload_aware() -> tuple[WorkloadAwareEnv, torch.nn.Module]:
+    profile = tier_profile("llama2-70b@a100-80gb-tp4", max_running=64, kv_capacity_tokens=400_000)
+    pool = _pool(1)
+    rate = 0.9 * 4 * profile.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens.mean())
+    env = WorkloadAwareEnv([profile] * 4, lambda s: pool.requests(arrivals("poisson", 2000, rate=rate, seed=s), seed=s),
+                           variant="guided")
+    return env, mlp(env.observation_space.shape[0], env.action_space.n, (64, 64))
+
+
+def qos_graph() -> tuple[QosGraphEnv, torch.nn.Module]:
+    profiles = [tier_profile(t, max_running=5, buffer=5) for t in QOS_TIERS]
+    pool = _pool(len(profiles))
+    rate = 0.9 * sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens.mean()) for p in profiles)
+    def workload(seed: int):
+        return pool.requests(arrivals("poisson", 1000, rate=rate, seed=seed), seed=seed)
+
+    env = QosGraphEnv(profiles, list(range(len(profiles))), workload, 0.05, variant="han")
+    actor, _ = networks(env, SacSettings())
+    return env, actor
+
+
+def slot_distribution() -> tuple[SlotDistributionEnv, torch.nn.Module]:
+    """`benchmarks.rl_slot_distribution`'s training environment: GPT-4 (BLOOM-176B tier) x 2 and
+    Mixtral (Llama-2-70B tier) x 2, 004's switched Poisson stretched by k so the bursty phase is 0.9
+    of capacity, episodes of 128 slots, half starting bursty (trace lengths stand in for RouterBench's)."""
+    models = [0, 0, 1, 1]
+    profiles = [tier_profile(TIERS[m]) for m in (HEAVY, HEAVY, LIGHT, LIGHT)]
+    pool = _pool(2)
+    service = [p.prefill_intercept_s + p.prefill_s_per_token * pool.prompt_tokens.mean()
+               + pool.output_tokens[:, m].mean() * p.decode_w_s for p, m in zip(profiles, models)]
+    k = 180.0 / (0.9 * float(sum(1 / s for s in service)))
+    slot, slots = 1.0 * k, 128
+    d0, d1 = np.asarray(SPP_D0) / k, np.asarray(SPP_D1) / k
+
+    def workload(seed: int):
+        times = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=seed % 2)
+        return pool.requests(times[times < slots * slot], seed=seed)
+
+    env = SlotDistributionEnv(profiles, models, [0.9, 0.9, 0.7, 0.7], workload, requirement_s=0.3 * k, slot_s=slot,
+                              buffer=15, max_slots=slots)
+    return env, mlp(env.observation_space.shape[0], env.action_space.shape[0], (64, 64))
+
+
+def _action(env, net: torch.nn.Module | None, obs: np.ndarray, rng: np.random.Generator):
+    continuous = not hasattr(env.action_space, "n")
+    if net is None:
+        return env.action_space.sample() if continuous else int(rng.integers(env.action_space.n))
+    with torch.no_grad():
+        out = net(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))[0]
+    return out.numpy().astype(np.float32) if continuous else int(out.argmax())
+
+
+def decisions_per_second(env, net: torch.nn.Module | None, seconds: float) -> dict:
+    rng = np.random.default_rng(0)
+    env.action_space.seed(0)
+    obs, _ = env.reset(seed=0)
+    decisions, episodes = 0, 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        obs, _, terminated, truncated, _ = env.step(_action(env, net, obs, rng))
+        decisions += 1
+        if terminated or truncated:
+            episodes += 1
+            obs, _ = env.reset(seed=episodes)
+    elapsed = time.perf_counter() - start
+    return {"decisions": decisions, "seconds": round(elapsed, 2), "decisions_per_s": round(decisions / elapsed, 1),
+            "episodes_finished": episodes}
+
+
+def batched_decisions_per_second(build, copies: int, seconds: float) -> dict:
+    """`copies` environments stepped together, their actions from one batched forward pass (the
+    shape a vectorized collector takes; each copy resets on its own as its episode ends)."""
+    pairs = [build() for _ in range(copies)]
+    envs, net = [e for e, _ in pairs], pairs[0][1].eval()
+    continuous = not hasattr(envs[0].action_space, "n")
+    obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
+    decisions, episodes = 0, 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        with torch.no_grad():
+            out = net(torch.as_tensor(np.stack(obs), dtype=torch.float32)).numpy()
+        for i, env in enumerate(envs):
+            action = out[i].astype(np.float32) if continuous else int(out[i].argmax())
+            obs[i], _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                episodes += 1
+                obs[i], _ = env.reset(seed=copies + episodes)
+        decisions += copies
+    elapsed = time.perf_counter() - start
+    return {"copies": copies, "decisions": decisions, "seconds": round(elapsed, 2),
+            "decisions_per_s": round(decisions / elapsed, 1), "episodes_finished": episodes}
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--copies", type=int, default=16, help="environments stepped together for the batched row")
+    args = parser.parse_args()
+    seconds = 2.0 if args.quick else args.seconds
+    torch.set_num_threads(1)
+    result = {"seconds_each": seconds, "torch_threads": 1, "environments": {}}
+    for name, build in (("001_workload_aware_guided", workload_aware), ("000_qos_graph_han", qos_graph),
+                        ("004_slot_distribution", slot_distribution)):
+        env, net = build()
+        row = {"environment_only": decisions_per_second(env, None, seconds),
+               "with_policy_network": decisions_per_second(env, net.eval(), seconds),
+               "batched_policy_network": batched_decisions_per_second(build, args.copies, seconds)}
+        result["environments"][name] = row
+        print(f"{name}: {row['environment_only']['decisions_per_s']} decisions/s alone, "
+              f"{row['with_policy_network']['decisions_per_s']} with the policy network, "
+              f"{row['batched_policy_network']['decisions_per_s']} with {args.copies} copies and batched inference",
+              flush=True)
+    (OUT / "rl_throughput.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
