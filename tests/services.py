@@ -147,6 +147,7 @@ def s3_server(folder: Path, buckets: tuple[str, ...] = ("routeforge",)) -> Itera
 
     try:
         import moto.server  # noqa: F401
+        import s3fs
     except ImportError as exc:
         raise Unavailable(f"moto[server] is not installed ({exc})") from exc
     folder.mkdir(parents=True, exist_ok=True)
@@ -167,7 +168,13 @@ def s3_server(folder: Path, buckets: tuple[str, ...] = ("routeforge",)) -> Itera
         s3 = boto3.client("s3", **bootstrap)
         for bucket in buckets:
             s3.create_bucket(Bucket=bucket)
-        yield S3(endpoint, key["AccessKeyId"], key["SecretAccessKey"], buckets[0])
+        # fsspec caches filesystems by their arguments: one made for an earlier server (its
+        # endpoint read from the environment) would be handed out again, pointing at a dead port
+        s3fs.S3FileSystem.clear_instance_cache()
+        try:
+            yield S3(endpoint, key["AccessKeyId"], key["SecretAccessKey"], buckets[0])
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
 
 
 # -- MLflow tracking server ------------------------------------------------------------------------
