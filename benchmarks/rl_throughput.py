@@ -4,7 +4,10 @@ in the loop (issue 16's first obstacle: the papers train 10^6-10^7 decisions).
 For each environment: decisions per second stepping it with random actions (the simulator and the
 observation alone), and with the policy network choosing every action (one forward pass per
 decision, no gradients: the cost of collecting experience, before any learning update), and with
-`--copies` environments stepped together, their actions from one batched forward pass. One process,
+`--copies` environments stepped together behind one batched forward pass. Actions are random in
+every row (the network's output is computed, then ignored), so the simulated dynamics, and so the
+simulator's share of the cost, are the same in all three: an untrained network's actions (always
+"wait", say) would make steps artificially cheap or dear. One process,
 this machine's 2 cores, one torch thread; `--seconds` of stepping each, episodes reset as they end.
 The trainers (benchmarks/rl_*.py) still step one environment and update after every decision: this
 measures what collection can reach, not what training reaches today.
@@ -95,13 +98,13 @@ def slot_distribution() -> tuple[SlotDistributionEnv, torch.nn.Module]:
     return env, mlp(env.observation_space.shape[0], env.action_space.shape[0], (64, 64))
 
 
-def _action(env, net: torch.nn.Module | None, obs: np.ndarray, rng: np.random.Generator):
-    continuous = not hasattr(env.action_space, "n")
-    if net is None:
-        return env.action_space.sample() if continuous else int(rng.integers(env.action_space.n))
+def _random_action(env, rng: np.random.Generator):
+    return env.action_space.sample() if not hasattr(env.action_space, "n") else int(rng.integers(env.action_space.n))
+
+
+def _forward(net: torch.nn.Module, observations: np.ndarray) -> np.ndarray:
     with torch.no_grad():
-        out = net(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))[0]
-    return out.numpy().astype(np.float32) if continuous else int(out.argmax())
+        return net(torch.as_tensor(observations, dtype=torch.float32)).numpy()
 
 
 def decisions_per_second(env, net: torch.nn.Module | None, seconds: float) -> dict:
@@ -111,7 +114,9 @@ def decisions_per_second(env, net: torch.nn.Module | None, seconds: float) -> di
     decisions, episodes = 0, 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        obs, _, terminated, truncated, _ = env.step(_action(env, net, obs, rng))
+        if net is not None:
+            _forward(net, obs[None])
+        obs, _, terminated, truncated, _ = env.step(_random_action(env, rng))
         decisions += 1
         if terminated or truncated:
             episodes += 1
@@ -126,16 +131,16 @@ def batched_decisions_per_second(build, copies: int, seconds: float) -> dict:
     shape a vectorized collector takes; each copy resets on its own as its episode ends)."""
     pairs = [build() for _ in range(copies)]
     envs, net = [e for e, _ in pairs], pairs[0][1].eval()
-    continuous = not hasattr(envs[0].action_space, "n")
+    rng = np.random.default_rng(0)
+    for i, env in enumerate(envs):
+        env.action_space.seed(i)
     obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
     decisions, episodes = 0, 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        with torch.no_grad():
-            out = net(torch.as_tensor(np.stack(obs), dtype=torch.float32)).numpy()
+        _forward(net, np.stack(obs))
         for i, env in enumerate(envs):
-            action = out[i].astype(np.float32) if continuous else int(out[i].argmax())
-            obs[i], _, terminated, truncated, _ = env.step(action)
+            obs[i], _, terminated, truncated, _ = env.step(_random_action(env, rng))
             if terminated or truncated:
                 episodes += 1
                 obs[i], _ = env.reset(seed=copies + episodes)
