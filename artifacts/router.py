@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ def recall_weights(texts: list[str], quality: np.ndarray) -> dict[str, np.ndarra
     for i, text in enumerate(texts):
         rows.setdefault(text_key(text), []).append(i)
     keys = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), 32)
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # a model with no label for a text: NaN, which is what is meant
+        warnings.simplefilter("ignore", RuntimeWarning)
         observed = np.stack([np.nanmean(quality[idx], axis=0) for idx in rows.values()]).astype(np.float32)
     return {"recall/keys": keys.copy(), "recall/quality": observed}
 
