@@ -72,8 +72,7 @@ def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
 def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list[TrainedComponent]):
     config = fleet.config
     components = [c for t in trained for c in t.components]
-    for path in (*(c.folder for c in components), *(p for t in trained for p in t.plots)):
-        store.pull(path)  # a no-op unless the store is remote and this machine lacks them
+    store.pull_trained(*trained)  # a no-op unless the store is remote and this machine lacks them
     latency = [c for c in components if c.kind == "latency_heads"]
     metrics = {k: v for t in trained for k, v in t.metrics.items()}
     # the manifest names the evaluation set the release gate will judge it on: the frozen one, or

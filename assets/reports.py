@@ -44,9 +44,7 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
 
         config = fleet.config
         out_dir = store.report_dir("predictors")
-        for trained in (knn_estimator, *upstream.values()):
-            for path in (*(c.folder for c in trained.components), *trained.plots):
-                store.pull(path)
+        store.pull_trained(knn_estimator, *upstream.values())
         report = build_report(routing_table, knn_estimator.folder, knn_estimator.details["evaluation"],
                               config.encoder, config.training.knn,
                               {name: r.folder for name, r in upstream.items()},

@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
+from core.components import TrainedComponent
 from core.config import FleetConfig, load_fleet
 from core.storage import Quarantine
 from core.storage_root import StorageRoot
@@ -83,6 +84,15 @@ class ComponentStore(dg.ConfigurableResource):
         """Commit folders this asset wrote to the root (no-op for a local root)."""
         for folder in folders:
             self.location.push(Path(folder))
+
+    def pull_trained(self, *trained: TrainedComponent) -> None:
+        """Every component folder and plot of upstream trainers, in this machine's mirror (a plot
+        inside a folder already fetched costs nothing more)."""
+        fetched = [self.pull(c.folder) for t in trained for c in t.components]
+        for plot in (Path(p) for t in trained for p in t.plots):
+            if not any(plot.is_relative_to(folder) for folder in fetched):
+                self.pull(plot)  # fetches the committed folder holding it
+                fetched.append(plot.parent)
 
     def pull(self, folder: str | Path, missing_ok: bool = False) -> Path:
         """The committed content of a folder another asset (or an earlier run) wrote, in this

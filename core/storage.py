@@ -126,8 +126,8 @@ class ShardCache:
     MARKER = ".committed"
 
     def __init__(self, folder: Path, schema: pa.Schema, key: str = "cache_key", compact_above: int = 64):
-        self.folder = folder if is_remote(folder) else Path(folder)
         self.remote = is_remote(folder)
+        self.folder = folder if self.remote else Path(folder)
         self.schema = schema
         self.key = key
         self.compact_above = compact_above
@@ -139,17 +139,18 @@ class ShardCache:
             return set()
         return {p.name for p in self.folder.iterdir()}
 
-    def shards(self) -> list[Path]:
-        names = self._names()
+    def shards(self, names: set[str] | None = None) -> list[Path]:
+        """Committed shards, oldest first (`names`: a listing of the folder already taken)."""
+        names = self._names() if names is None else names
         shards = sorted(n for n in names if n.startswith("shard-") and n.endswith(".parquet"))
         if self.remote:
             shards = [n for n in shards if n + self.MARKER in names]
         return [self.folder / n for n in shards]
 
-    def _clear_uncommitted(self) -> None:
-        names = self._names()
+    def _clear_uncommitted(self, names: set[str]) -> None:
+        """Delete what killed writers left: temporary files locally, unmarked shards remotely."""
         if self.remote:
-            stale = [n for n in names if n.endswith(".parquet") and n.startswith("shard-")
+            stale = [n for n in names if n.startswith("shard-") and n.endswith(".parquet")
                      and n + self.MARKER not in names]
         else:
             stale = [n for n in names if n.startswith("shard-") and ".parquet.tmp" in n]
@@ -165,9 +166,10 @@ class ShardCache:
             shard.rename(aside)
 
     def load(self) -> dict[str, dict[str, Any]]:
-        self._clear_uncommitted()
+        names = self._names()  # one listing serves both: uncommitted names are never in `shards`
+        self._clear_uncommitted(names)
         rows: dict[str, dict[str, Any]] = {}
-        for shard in self.shards():
+        for shard in self.shards(names):
             try:
                 table = read_parquet(shard, self.schema)
             except FileNotFoundError:

@@ -93,8 +93,9 @@ class StorageRoot:
         for name, entry in listing.items():
             if before.get(name) != entry:
                 fs.put_file(str(folder / name), f"{remote.path}/{name}")
-        (remote / LISTING).write_text(json.dumps(listing, indent=1, sort_keys=True))
-        self._local_listing(folder).write_text(json.dumps(listing, indent=1, sort_keys=True))
+        text = json.dumps(listing, indent=1, sort_keys=True)
+        (remote / LISTING).write_text(text)
+        self._local_listing(folder).write_text(text)
         for stale in set(before) - set(listing):
             fs.rm(f"{remote.path}/{stale}")
 
@@ -107,9 +108,10 @@ class StorageRoot:
         parts = self.relative(Path(path)).split("/")
         for depth in range(len(parts), 0, -1):
             name = "/".join(parts[:depth])
-            listing = self._remote_listing(self.path(name))
+            remote = self.path(name)
+            listing = self._remote_listing(remote)
             if listing is not None:
-                self._fetch(self.mirror / name, self.path(name), listing)
+                self._fetch(self.mirror / name, remote, listing)
                 return Path(path)
         if missing_ok:
             return Path(path)

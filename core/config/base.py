@@ -21,6 +21,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
 
+from core.storage_root import is_uri
+
 CONFIG_DIR = "config_dir"  # the validation-context key holding the fleet file's folder
 
 
@@ -68,7 +70,7 @@ def _resolve_location(value: str | Path, info: ValidationInfo) -> str | Path:
     text = str(value)
     if text.startswith("file://"):
         text = text[len("file://"):]
-    elif "://" in text:
+    elif is_uri(text):
         return text.rstrip("/")
     return _resolve_path(Path(text).expanduser(), info)
 
