@@ -166,15 +166,41 @@ class RouterBundle:
 
     @property
     def routing_policies(self) -> list[str]:
+        """Every routing policy in the bundle: learned (ONNX) and heuristic (JSON spec) alike."""
         return [c.name for c in self.manifest.components if c.kind == "routing_policy"]
 
-    def routing_policy(self, name: str):
-        """A trained routing policy (`artifacts.policy.RoutingPolicy`: `act(observation)` and the
-        observation spec its `artifacts.policy.observation_*` builder follows), e.g. `policy--sac_qos_han`."""
+    @property
+    def recommended_policy(self) -> str | None:
+        """The routing policy the training run's gate recommends (`training.policies.gate`), or None
+        for a bundle without routing policies. The reason is in `routing_recommendation`."""
+        return next((c.name for c in self.manifest.components if c.kind == "routing_policy"
+                     and c.config.get("recommended")), None)
+
+    @property
+    def routing_recommendation(self) -> dict:
+        """{recommended_policy, recommendation (why), objective} as the manifest records them."""
+        for c in self.manifest.components:
+            if c.kind == "routing_simulator":
+                return {k: c.config[k] for k in ("recommended_policy", "recommendation", "objective") if k in c.config}
+        return {}
+
+    def routing_policy(self, name: str | None = None):
+        """A routing policy by name (e.g. `policy--sac_qos_han`), or without a name the recommended
+        one. A learned policy is an `artifacts.policy.RoutingPolicy` (`act(observation)`, with the
+        observation built by its `artifacts.policy.observation_*` function); a heuristic is an
+        `artifacts.heuristics.HeuristicPolicy` (`route(request, instances)` on router telemetry)."""
+        from artifacts.heuristics import HeuristicPolicy
         from artifacts.policy import RoutingPolicy
 
+        if name is None:
+            name = self.recommended_policy
+            if name is None:
+                raise KeyError(f"bundle {self.manifest.name} recommends no routing policy "
+                               f"(it has {self.routing_policies or 'none'})")
         if name not in self._loaded:
-            self._loaded[name] = RoutingPolicy.load(self.root / self.manifest.component(name).name)
+            component = self.manifest.component(name)
+            load = HeuristicPolicy.load if component.config.get("policy_kind") == "heuristic" else RoutingPolicy.load
+            self._loaded[name] = load(self.root / component.name)
         return self._loaded[name]
 
     @property

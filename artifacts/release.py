@@ -138,7 +138,7 @@ def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
         top = bundle.task_classifier().predict(texts)["top"]
         out["task_classifier_top1"] = float(np.mean([p[0] == t for p, t in zip(top, tasks)]))
     for c in bundle.manifest.components:
-        if c.kind == "routing_policy":
+        if c.kind == "routing_policy" and c.config.get("policy_kind") != "heuristic":
             for key in ("simulator_qos", "simulator_e2e_mean_s"):
                 if key in c.metrics and math.isfinite(c.metrics[key]):
                     out[f"policy/{c.config['policy']}/{key}"] = float(c.metrics[key])

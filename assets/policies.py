@@ -19,17 +19,18 @@ TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p9
 
 
 def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: list[str]):
-    """(fits, model index per instance): one instance per tier whose profile has a latency fit."""
-    fits, index = [], []
+    """(fits, model index per instance, tier names): one instance per tier whose profile has a latency fit."""
+    fits, index, names = [], [], []
     for tier in config.tiers:
         summary = tier_profiles.get(tier.name)
         if summary and "fit" in summary:
             fits.append(summary["fit"])
             index.append(models.index(tier.model))
+            names.append(tier.name)
     if not fits:
         raise dg.Failure("routing_evaluation needs at least one tier profile with a prefill/decode fit "
                          "(profile kind batch or splitwise)")
-    return fits, index
+    return fits, index, names
 
 
 def training_curves(report: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
@@ -57,13 +58,14 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     from artifacts.knn import KnnEstimator
     from core.schemas import routing_models
     from training.policies.evaluation import evaluate_routing
+    from training.policies.packaging import export_heuristics, write_simulator
     from training.policies.rl.export import export_policy
     from training.policies.simulator.workloads import RequestPool, prompt_token_counts
 
     config = fleet.config
     settings = config.training.routing_evaluation
     models = routing_models(routing_table.schema)
-    fits, instance_models = simulated_fleet(config, tier_profiles, models)
+    fits, instance_models, tiers = simulated_fleet(config, tier_profiles, models)
     test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
     texts = test.column("text").to_pylist()
     knn = KnnEstimator.load(store.pull(knn_estimator.folder))
@@ -92,6 +94,10 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
                          "onnx_action_agreement": spec["onnx_action_agreement"]}
     report["policies"] = exports
+    gate = report["gate"]
+    heuristics = export_heuristics([r["policy"] for r in report["rows"]], len(fits), out_dir / "policies")
+    simulator = write_simulator(out_dir / "simulator", tiers=tiers, models=models, instance_models=instance_models,
+                                fits=fits, settings=settings, report=report)
     path = out_dir / "routing_evaluation.json"
     path.write_text(json.dumps(report, indent=2, default=float))
     store.push(out_dir)
@@ -99,10 +105,11 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
                if np.isfinite(r[k])}
     run_id = mlflow.log_report(context, run_name=f"{config.name}-routing-evaluation",
-                               metrics=metrics, files=[path, *map(Path, report["plots"])],
+                               metrics=metrics, files=[path, simulator, *map(Path, report["plots"])],
                                curves=training_curves(report), dataset=routing_table)
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
     table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
+
     def simulated(name: str) -> dict[str, float]:
         """The policy's mean over every workload × load × seed of the evaluation (the release gate's)."""
         rows = [r for r in report["rows"] if r["policy"] == name]
@@ -113,19 +120,33 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                 out[label] = float(np.mean(values))
         return out
 
+    def policy_config(name: str, kind: str) -> dict:
+        return {"policy": name, "policy_kind": kind, "recommended": name == gate["recommended"],
+                "evaluation_mlflow_run_id": run_id}
+
     components = [ComponentSource(name=f"policy--{name}", kind="routing_policy", format="onnx+json",
                                   folder=Path(p["path"]),
                                   metrics={**{k: float(p[k]) for k in ("onnx_max_abs_diff", "onnx_action_agreement")},
                                            **simulated(name)},
-                                  config={"policy": name, "evaluation_mlflow_run_id": run_id})
+                                  config=policy_config(name, "learned"))
                   for name, p in exports.items()]
+    components += [ComponentSource(name=f"policy--{name}", kind="routing_policy", format="json", folder=folder,
+                                   metrics=simulated(name), config=policy_config(name, "heuristic"))
+                   for name, folder in heuristics.items()]
+    components.append(ComponentSource(
+        name="routing_simulator", kind="routing_simulator", format="json", folder=simulator.parent,
+        config={"recommended_policy": f"policy--{gate['recommended']}", "recommendation": gate["reason"],
+                "objective": gate["objective"], "evaluation_mlflow_run_id": run_id}))
+    context.log.info(f"routing gate: recommends {gate['recommended']}: {gate['reason']}")
     return dg.Output(
         TrainedComponent(components, details={"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"],
-                                              "policies": exports}),
+                                              "policies": exports, "gate": gate}),
         metadata={"mlflow_run": mlflow.run_link(run_id), "report": dg.MetadataValue.path(str(path)),
                   "table": markdown_table(table),
                   "clipped_fits": dg.MetadataValue.json(report["clipped_fits"]),
                   "policies": dg.MetadataValue.json(exports),
+                  "recommended_policy": gate["recommended"],
+                  "recommendation": gate["reason"],
                   # headline numbers per policy and baseline, for the Plots tab's trends across runs
                   **clean({f"{name}/{label}": value for name in sorted({r["policy"] for r in report["rows"]})
                            for label, value in simulated(name).items()}),

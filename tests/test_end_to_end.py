@@ -25,7 +25,7 @@ def _routeforge(*args, tracking_uri):
                           env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri})
 
 
-def test_demo_fleet_end_to_end(state_dir, tmp_path):
+def test_demo_fleet_end_to_end(state_dir, tmp_path, shared_data):
     config = load_fleet(CONFIGS / "demo.yaml")
     with dg.instance_for_test() as instance:
         out = run_pipeline(CONFIGS / "demo.yaml", instance)
@@ -158,12 +158,33 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path):
     plots = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id,
                                                              artifact_path="plots/routing_evaluation")}
     assert {"plots/routing_evaluation/latency_percentiles.png", "plots/routing_evaluation/learning_curves.png"} <= plots
-    assert sorted(bundle.routing_policies) == ["policy--ddqn_workload_guided", "policy--sac_qos_han", "policy--sac_qos_mlp"]
-    for name in bundle.routing_policies:
+    learned = ["policy--ddqn_workload_guided", "policy--sac_qos_han", "policy--sac_qos_mlp"]
+    heuristic = ["policy--earliest_available", "policy--join_shortest_queue", "policy--least_work_left",
+                 "policy--quality_only", "policy--round_robin", "policy--route_balance", "policy--route_balance_absolute"]
+    assert sorted(bundle.routing_policies) == sorted(learned + heuristic)
+    for name in learned:
         policy = bundle.routing_policy(name)
         assert policy.spec["onnx_action_agreement"] == 1.0
         action = policy.act(np.zeros(policy.spec["observation"]["size"], dtype=np.float32))
         assert 0 <= action < policy.spec["action"]["n"]
+    # the gate's recommendation: recorded in the manifest with its reason, returned without a name;
+    gate = routing["gate"]
+    assert bundle.recommended_policy == f"policy--{gate['recommended']}"
+    assert bundle.routing_recommendation["recommendation"] == gate["reason"]
+    recommended = bundle.routing_policy()
+    assert (recommended.name if gate["kind"] == "heuristic" else recommended.spec["output"]) in (
+        gate["recommended"], "q_values", "logits")
+    assert bundle.manifest.component(bundle.recommended_policy).config["recommended"] is True
+    # the bundle's policies and the baselines replayed on the Azure trace's timestamps
+    replay = _routeforge("policies", "evaluate", str(tmp_path / "bundle"), "--trace",
+                         str(shared_data / "traces" / "azure_llm_inference_conv_2023.csv"), "--requests", "150",
+                         "--seeds", "2", "--json", tracking_uri=tracking)
+    assert replay.returncode == 0, replay.stderr
+    rows = {r["policy"]: r for r in json.loads(replay.stdout)["rows"]}
+    assert {n.removeprefix("policy--") for n in learned + heuristic} | {"random"} == set(rows)
+    assert [n for n, r in rows.items() if r["recommended"]] == [gate["recommended"]]
+    assert all(abs(r["served"] + r["dropped"] + r["rejected"] - 150) < 1e-9 for r in rows.values())
+    assert rows["join_shortest_queue"]["served"] > 0 and rows["join_shortest_queue"]["e2e_p99_s"] > 0
 
     # latency heads per tier, measured on this CPU, loadable and exact from the bundle alone
     assert sorted(bundle.tiers_with_latency) == sorted(t.name for t in config.tiers)

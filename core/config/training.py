@@ -140,6 +140,10 @@ class RoutingEvaluationSettings(_Strict):
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
     slo_e2e_s: float | None = None
     slo_tpot_s: float | None = None
+    # the routing gate's objective: the bundle recommends the policy best on it (a learned policy only
+    # when it beats the best heuristic by more than the seed noise; training.policies.gate)
+    objective: Literal["qos_mean", "slo_attainment", "quality_mean", "e2e_mean_s", "e2e_p99_s",
+                       "ttft_mean_s"] = "qos_mean"
     seed: int = 0
 
     @model_validator(mode="after")

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from training.policies.simulator.baselines import BASELINES
+from training.policies.gate import recommend
+from training.policies.simulator.baselines import BASELINES, EXPORTABLE
 from training.policies.simulator.cluster import Cluster, Outcome
 from training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from training.policies.simulator.metrics import mean_std, summarize
@@ -158,6 +159,10 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             log(f"{kind} at {load:.0%} load: {len(wanted)} policies × {len(seeds)} seeds done")
     report = {"capacity_rps": capacity, "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
               "seeds": seeds, "requests": n, "train_load": settings.train_load, "rows": rows, "learning_curves": curves}
+    report["gate"] = recommend(rows, learned=[p for p in wanted if p in trained],
+                               heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
+                               trained_on=("poisson", settings.train_load))
+    log(f"routing gate: recommends {report['gate']['recommended']} ({report['gate']['reason']})")
     report["plots"] = [str(p) for p in plot_evaluation(report, out_dir)]
     return report, {name: (trained[name], trained_envs[name]) for name in trained}
 

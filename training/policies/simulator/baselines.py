@@ -15,6 +15,7 @@ from functools import partial
 
 import numpy as np
 
+from artifacts import heuristics
 from training.policies.simulator.cluster import Cluster, Request
 from training.policies.simulator.instance import Instance
 
@@ -24,20 +25,16 @@ def outstanding(inst: Instance) -> int:
 
 
 def work_left_s(inst: Instance, requests_by_rid: dict[int, Request] | None = None) -> float:
-    """Estimated seconds of work queued on the instance: the running requests' remaining decode
-    steps and the waiting requests' prefill plus decode, at the profile's decode speed for the
-    current batch (predictions where the router has them)."""
+    """Estimated seconds of work queued on the instance (`artifacts.heuristics.work_left_s`), from
+    the requests' predicted lengths where the router has them, else the true ones."""
     p = inst.profile
-    tpot = p.nominal_tpot(inst.context_tokens)
-    remaining = 0.0
-    for job in inst.running.values():
-        est = requests_by_rid[job.rid].est_tokens(inst.model) if requests_by_rid else job.output_tokens
-        remaining = max(remaining, est - inst.generated(job))
-    waiting = 0.0
-    for job in inst.waiting:
-        est = requests_by_rid[job.rid].est_tokens(inst.model) if requests_by_rid else job.output_tokens
-        waiting += p.prefill_s_per_token * job.prompt_tokens + est * tpot / max(1, p.max_running)
-    return remaining * tpot + waiting
+
+    def est(job) -> float:
+        return requests_by_rid[job.rid].est_tokens(inst.model) if requests_by_rid else job.output_tokens
+
+    return heuristics.work_left_s(p.nominal_tpot(inst.context_tokens), p.prefill_s_per_token, p.max_running,
+                                  [est(j) - inst.generated(j) for j in inst.running.values()],
+                                  [j.prompt_tokens for j in inst.waiting], [est(j) for j in inst.waiting])
 
 
 class _PerRequest(ABC):
@@ -72,6 +69,9 @@ class RoundRobin(_PerRequest):
         self.next += 1
         return i
 
+    def parameters(self) -> dict:
+        return {}
+
 
 @dataclass
 class JoinShortestQueue(_PerRequest):
@@ -81,8 +81,10 @@ class JoinShortestQueue(_PerRequest):
     among: tuple[int, ...] | None = None
 
     def choose(self, request, cluster, now):
-        among = self.among if self.among is not None else range(len(cluster.instances))
-        return min(among, key=lambda i: outstanding(cluster.instances[i]))
+        return heuristics.shortest_queue([outstanding(i) for i in cluster.instances], self.among)
+
+    def parameters(self) -> dict:
+        return {} if self.among is None else {"among": list(self.among)}
 
 
 @dataclass
@@ -94,7 +96,10 @@ class LeastWorkLeft(_PerRequest):
 
     def choose(self, request, cluster, now):
         self.known[request.rid] = request
-        return int(np.argmin([work_left_s(i, self.known) for i in cluster.instances]))
+        return heuristics.least_work([work_left_s(i, self.known) for i in cluster.instances])
+
+    def parameters(self) -> dict:
+        return {}
 
 
 @dataclass
@@ -106,35 +111,32 @@ class EarliestAvailable(_PerRequest):
 
     def choose(self, request, cluster, now):
         self.known[request.rid] = request
-        starts = [max(inst.clock - now, 0.0) if inst.n_running < inst.profile.max_running and not inst.waiting
-                  else work_left_s(inst, self.known) for inst in cluster.instances]
-        return int(np.argmin(starts))
+        insts = cluster.instances
+        return heuristics.earliest_start([i.n_running < i.profile.max_running and not i.waiting for i in insts],
+                                         [max(i.clock - now, 0.0) for i in insts],
+                                         [work_left_s(i, self.known) for i in insts])
 
-
-def quality_of(request: Request, inst: Instance) -> float:
-    """Predicted quality of the instance's model; 0 where unknown (a trace without labels), so that
-    unknown quality ties instead of poisoning comparisons."""
-    q = request.est_quality(inst.model)
-    return 0.0 if np.isnan(q) else q
+    def parameters(self) -> dict:
+        return {}
 
 
 class QualityOnly(_PerRequest):
     """argmax predicted quality of the instance's model; ties to the least loaded."""
 
     def choose(self, request, cluster, now):
-        scores = [(quality_of(request, inst), -outstanding(inst)) for inst in cluster.instances]
-        return max(range(len(scores)), key=lambda i: scores[i])
+        return heuristics.best_quality([request.est_quality(i.model) for i in cluster.instances],
+                                       [outstanding(i) for i in cluster.instances])
+
+    def parameters(self) -> dict:
+        return {}
 
 
 @dataclass
 class RouteBalance:
     """002's joint assignment: for the batch of waiting requests, longest predicted first (LPT),
-    score every instance by w_q · quality − w_l · latency − w_c · cost, each min–max normalised over
-    the batch's candidates, and dead-reckon the chosen instance's pending decode tokens locally
-    before the next request. Latency is 002's analytic E2E at the instance's TPOT (context-dependent):
-    predicted length · TPOT where a sequence slot is free, else (pending decode / running +
-    predicted length) · TPOT; plus the prefill. Equal scores (e.g. a weight on a term every
-    candidate ties on) go to the lower latency estimate.
+    score every instance by w_q · quality − w_l · latency − w_c · cost (`artifacts.heuristics.
+    joint_choice`), and dead-reckon the chosen instance's pending decode tokens locally before the
+    next request. Latency is 002's analytic E2E at the instance's TPOT (`route_balance_latency`).
 
     `quality_scale="absolute"` keeps the quality estimates as they are instead of min–max stretching
     them per request: a calibrated estimate (probabilities of a correct answer) then weighs by how
@@ -145,8 +147,11 @@ class RouteBalance:
     quality_scale: str = "minmax"  # 002's per-request min–max, or "absolute"
     known: dict[int, Request] = field(default_factory=dict)
 
+    def parameters(self) -> dict:
+        return {"weights": list(self.weights), "quality_scale": self.quality_scale,
+                "price_per_token": None if self.price_per_token is None else list(self.price_per_token)}
+
     def assign(self, queue, cluster, now):
-        wq, wl, wc = self.weights
         insts = cluster.instances
         self.known |= {r.rid: r for r in queue}
 
@@ -155,31 +160,23 @@ class RouteBalance:
 
         pending = np.array([sum(left(i, j) for j in i.running.values()) + sum(left(i, j) for j in i.waiting)
                             for i in insts], dtype=float)
-        running = np.array([max(1, i.n_running) for i in insts], dtype=float)
+        running = np.array([i.n_running for i in insts], dtype=float)
         out: list[int | None] = [None] * len(queue)
         order = sorted(range(len(queue)), key=lambda k: -max(queue[k].est_tokens(i.model) for i in insts))
         for k in order:
             req = queue[k]
             est = np.array([req.est_tokens(i.model) for i in insts])
-            tpot = np.array([i.profile.nominal_tpot(i.context_tokens) for i in insts])
-            prefill = np.array([i.profile.prefill_s_per_token * req.prompt_tokens for i in insts])
-            free = np.array([i.n_running < i.profile.max_running and not i.waiting for i in insts])
-            # 002: predicted_len · TPOT when a decode slot is free, else (pending / running + predicted_len) · TPOT
-            latency = np.where(free, est, pending / running + est) * tpot + prefill
-            quality = np.array([quality_of(req, i) for i in insts])
+            latency = heuristics.route_balance_latency(
+                est, pending, running, [i.profile.nominal_tpot(i.context_tokens) for i in insts],
+                [i.profile.prefill_s_per_token * req.prompt_tokens for i in insts],
+                [i.n_running < i.profile.max_running and not i.waiting for i in insts])
             cost = (np.asarray(self.price_per_token) * (req.prompt_tokens + est) if self.price_per_token
                     else np.zeros(len(insts)))
-            q = _unit(quality) if self.quality_scale == "minmax" else quality
-            score = wq * q - wl * _unit(latency) - wc * _unit(cost)
-            choice = int(np.lexsort((latency, -np.round(score, 12)))[0])  # ties: the lower latency
+            choice = heuristics.joint_choice([req.est_quality(i.model) for i in insts], latency, cost,
+                                             self.weights, self.quality_scale)
             pending[choice] += est[choice]  # dead reckoning until the next telemetry
             out[k] = choice
         return out
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    span = np.ptp(x)
-    return (x - x.min()) / span if span > 0 else np.zeros_like(x)
 
 
 BASELINES = {
@@ -192,3 +189,29 @@ BASELINES = {
     "route_balance": RouteBalance,
     "route_balance_absolute": partial(RouteBalance, quality_scale="absolute"),
 }
+
+# the baselines a bundle can carry as heuristic specs (`artifacts.heuristics`): every deterministic one
+EXPORTABLE = {"round_robin": "round_robin", "join_shortest_queue": "join_shortest_queue",
+              "least_work_left": "least_work_left", "earliest_available": "earliest_available",
+              "quality_only": "quality_only", "route_balance": "route_balance",
+              "route_balance_absolute": "route_balance"}
+
+
+def heuristic_spec_of(name: str, instances: int) -> dict:
+    """The exported spec of baseline `name` (as the evaluation builds it)."""
+    return heuristics.heuristic_spec(EXPORTABLE[name], instances, **BASELINES[name]().parameters())
+
+
+def from_spec(spec: dict):
+    """The simulator policy that executes a bundle's heuristic spec (the CLI's `policies evaluate`)."""
+    policy = heuristics.HeuristicPolicy.from_spec(spec)
+    params = dict(policy.parameters)
+    if policy.name == "join_shortest_queue":
+        return JoinShortestQueue(among=tuple(params["among"]) if params.get("among") is not None else None)
+    if policy.name == "route_balance":
+        prices = params.get("price_per_token")
+        return RouteBalance(weights=tuple(params.get("weights", (1 / 3, 1 / 3, 1 / 3))),
+                            price_per_token=tuple(prices) if prices else None,
+                            quality_scale=params.get("quality_scale", "minmax"))
+    return {"round_robin": RoundRobin, "least_work_left": LeastWorkLeft, "earliest_available": EarliestAvailable,
+            "quality_only": QualityOnly}[policy.name]()

@@ -1,0 +1,160 @@
+"""Non-learned routing policies as parameterised specs a runtime executes: join-shortest-queue,
+least work left, earliest available, quality-only, RouteBalance's joint assignment (002) and
+round-robin.
+
+Why here: the routing gate (`training.policies.gate`) may recommend a heuristic over a learned
+policy, so a bundle must carry heuristics a router service can run with NumPy alone. The
+simulator's baselines (`training.policies.simulator.baselines`) call the same decision functions,
+so the exported spec decides exactly as the policy the evaluation measured.
+
+`policy.json` of a heuristic: {"kind": "heuristic", "heuristic": <name>, "parameters": {...},
+"instances": m}. `HeuristicPolicy.route(request, instances)` takes the telemetry a router has:
+
+- request: `prompt_tokens`, and per instance `predicted_output_tokens` and `predicted_quality`
+  (the instance's model's estimates; quality may be omitted where unknown);
+- each instance: `max_running`, `tpot_s` (current decode step time), `prefill_s_per_token`, its
+  `running` requests as {predicted_output_tokens, generated_tokens} and its `waiting` requests as
+  {prompt_tokens, predicted_output_tokens}; optionally `busy_for_s`, the time until its engine step
+  in flight ends (earliest-available's start time on an instance with a free slot; default 0).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HEURISTICS = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only",
+              "route_balance")
+
+
+def work_left_s(tpot_s: float, prefill_s_per_token: float, max_running: int, running_left_tokens,
+                waiting_prompt_tokens, waiting_output_tokens) -> float:
+    """Estimated seconds of work queued on an instance: the longest running request's remaining
+    decode steps, plus each waiting request's prefill and its share of decode steps at the current
+    batch's step time."""
+    remaining = max([0.0, *running_left_tokens])
+    waiting = sum(prefill_s_per_token * p + est * tpot_s / max(1, max_running)
+                  for p, est in zip(waiting_prompt_tokens, waiting_output_tokens))
+    return remaining * tpot_s + waiting
+
+
+def shortest_queue(outstanding, among=None) -> int:
+    """The instance with the fewest running + waiting requests (first on ties); `among` restricts
+    the candidates."""
+    among = range(len(outstanding)) if among is None else among
+    return min(among, key=lambda i: outstanding[i])
+
+
+def least_work(work_left) -> int:
+    return int(np.argmin(work_left))
+
+
+def earliest_start(free, busy_for_s, work_left) -> int:
+    """The instance that can start the request soonest: after `busy_for_s` where a sequence slot is
+    free and nothing waits, else after its estimated work left."""
+    return int(np.argmin([b if f else w for f, b, w in zip(free, busy_for_s, work_left)]))
+
+
+def best_quality(quality, outstanding) -> int:
+    """argmax predicted quality (NaN counts as 0, so unknown quality ties); ties to the least loaded."""
+    q = [0.0 if np.isnan(x) else float(x) for x in quality]
+    return max(range(len(q)), key=lambda i: (q[i], -outstanding[i]))
+
+
+def route_balance_latency(est_tokens, pending_tokens, running, tpot_s, prefill_s, free) -> np.ndarray:
+    """002's analytic E2E per instance: predicted length · TPOT where a decode slot is free, else
+    (pending decode tokens / running + predicted length) · TPOT; plus the prefill."""
+    est, pending = np.asarray(est_tokens, dtype=float), np.asarray(pending_tokens, dtype=float)
+    return (np.where(free, est, pending / np.maximum(1.0, running) + est) * np.asarray(tpot_s, dtype=float)
+            + np.asarray(prefill_s, dtype=float))
+
+
+def joint_choice(quality, latency, cost, weights, quality_scale: str = "minmax") -> int:
+    """002's joint score w_q · quality − w_l · latency − w_c · cost, latency and cost min–max
+    normalised over the candidates, quality too unless `quality_scale="absolute"` (calibrated
+    estimates then weigh by how much the models really differ). Equal scores go to the lower latency."""
+    wq, wl, wc = weights
+    q = np.nan_to_num(np.asarray(quality, dtype=float))
+    latency = np.asarray(latency, dtype=float)
+    score = wq * (_unit(q) if quality_scale == "minmax" else q) - wl * _unit(latency) - wc * _unit(np.asarray(cost))
+    return int(np.lexsort((latency, -np.round(score, 12)))[0])
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    span = np.ptp(x)
+    return (x - x.min()) / span if span > 0 else np.zeros_like(x, dtype=float)
+
+
+@dataclass
+class HeuristicPolicy:
+    """A heuristic routing policy from its spec; `route(request, instances)` returns an instance index."""
+
+    spec: dict[str, Any]
+    _next: int = field(default=0, repr=False)  # round-robin's position
+
+    @classmethod
+    def load(cls, folder: Path) -> HeuristicPolicy:
+        return cls.from_spec(json.loads((Path(folder) / "policy.json").read_text()))
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> HeuristicPolicy:
+        if spec.get("kind") != "heuristic" or spec.get("heuristic") not in HEURISTICS:
+            raise ValueError(f"policy.json: heuristic must be one of {list(HEURISTICS)}, got {spec.get('heuristic')!r}")
+        return cls(spec)
+
+    @property
+    def name(self) -> str:
+        return self.spec["heuristic"]
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.spec.get("parameters", {})
+
+    def route(self, request: dict[str, Any], instances: list[dict[str, Any]]) -> int:
+        m = self.spec.get("instances", len(instances))
+        if len(instances) != m:
+            raise ValueError(f"{len(instances)} instances given, the policy was exported for {m}")
+        name, params = self.name, self.parameters
+        if name == "round_robin":
+            self._next += 1
+            return (self._next - 1) % m
+        outstanding = [len(i["running"]) + len(i["waiting"]) for i in instances]
+        if name == "join_shortest_queue":
+            return shortest_queue(outstanding, params.get("among"))
+        if name == "quality_only":
+            return best_quality(request.get("predicted_quality", [np.nan] * m), outstanding)
+        est = np.asarray(request["predicted_output_tokens"], dtype=float)
+        free = [len(i["running"]) < i["max_running"] and not i["waiting"] for i in instances]
+        if name == "route_balance":
+            pending = [sum(max(0.0, r["predicted_output_tokens"] - r["generated_tokens"]) for r in i["running"])
+                       + sum(r["predicted_output_tokens"] for r in i["waiting"]) for i in instances]
+            latency = route_balance_latency(est, pending, [len(i["running"]) for i in instances],
+                                            [i["tpot_s"] for i in instances],
+                                            [i["prefill_s_per_token"] * request["prompt_tokens"] for i in instances],
+                                            free)
+            prices = params.get("price_per_token")
+            cost = np.asarray(prices) * (request["prompt_tokens"] + est) if prices else np.zeros(m)
+            return joint_choice(request.get("predicted_quality", [np.nan] * m), latency, cost,
+                                params.get("weights", (1 / 3, 1 / 3, 1 / 3)), params.get("quality_scale", "minmax"))
+        work = [work_left_s(i["tpot_s"], i["prefill_s_per_token"], i["max_running"],
+                            [max(0.0, r["predicted_output_tokens"] - r["generated_tokens"]) for r in i["running"]],
+                            [r["prompt_tokens"] for r in i["waiting"]],
+                            [r["predicted_output_tokens"] for r in i["waiting"]]) for i in instances]
+        if name == "least_work_left":
+            return least_work(work)
+        return earliest_start(free, [i.get("busy_for_s", 0.0) for i in instances], work)  # earliest_available
+
+
+def heuristic_spec(name: str, instances: int, **parameters) -> dict[str, Any]:
+    """The `policy.json` of a heuristic (validated by building it)."""
+    spec = {"kind": "heuristic", "heuristic": name, "parameters": parameters, "instances": instances,
+            "telemetry": "artifacts.heuristics: request {prompt_tokens, predicted_output_tokens[m], "
+                         "predicted_quality[m]}; instances [{max_running, tpot_s, prefill_s_per_token, "
+                         "running: [{predicted_output_tokens, generated_tokens}], waiting: [{prompt_tokens, "
+                         "predicted_output_tokens}]}]"}
+    HeuristicPolicy.from_spec(spec)
+    return spec

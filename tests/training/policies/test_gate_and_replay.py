@@ -1,0 +1,209 @@
+"""The routing gate, heuristics exported as specs the runtime executes, and `routeforge policies
+evaluate` replaying a trace against a bundle."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from artifacts.cli import main
+from artifacts.heuristics import HeuristicPolicy
+from artifacts.loader import load_bundle
+from artifacts.manifest import Fleet, Lineage, ModelEntry
+from artifacts.writer import ComponentSource, write_bundle
+from training.policies.gate import recommend
+from training.policies.packaging import export_heuristics, write_simulator
+from training.policies.simulator.baselines import BASELINES, EXPORTABLE, RandomPolicy, heuristic_spec_of
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.workloads import RequestPool, arrivals
+
+FITS = [{"prefill_intercept_s": 0.005, "prefill_grad_s_per_token": 5e-5, "decode_w_s": 0.01,
+         "decode_h_s_per_token": 1e-6},
+        {"prefill_intercept_s": 0.01, "prefill_grad_s_per_token": 1e-4, "decode_w_s": 0.03,
+         "decode_h_s_per_token": 2e-6}]
+
+
+def _rows(values: dict[str, dict[str, tuple[float, float]]]) -> list[dict]:
+    """{policy: {workload: (mean, std)}} → evaluation rows at load 0.9."""
+    return [{"policy": p, "workload": w, "load": 0.9, "qos_mean": m, "qos_mean_std": s}
+            for p, cells in values.items() for w, (m, s) in cells.items()]
+
+
+def test_gate_recommends_a_learned_policy_only_beyond_the_seed_noise():
+    heuristic = {"poisson": (0.60, 0.02), "gamma": (0.58, 0.02)}
+    clear = recommend(_rows({"join_shortest_queue": heuristic, "round_robin": {"poisson": (0.5, 0.0), "gamma": (0.5, 0.0)},
+                             "sac": {"poisson": (0.70, 0.01), "gamma": (0.66, 0.01)}}),
+                      learned=["sac"], heuristics=["round_robin", "join_shortest_queue"], trained_on=("poisson", 0.9))
+    assert clear["recommended"] == "sac" and clear["kind"] == "learned" and clear["best_heuristic"] == "join_shortest_queue"
+    assert clear["margin"] == pytest.approx(0.09) and clear["noise"] == pytest.approx(0.02)
+    noisy = recommend(_rows({"join_shortest_queue": heuristic, "sac": {"poisson": (0.62, 0.05), "gamma": (0.60, 0.05)}}),
+                      learned=["sac"], heuristics=["join_shortest_queue"], trained_on=("poisson", 0.9))
+    assert noisy["recommended"] == "join_shortest_queue" and "within the seed noise" in noisy["reason"]
+    # wins on average by more than the noise, but only on the workload it was trained on
+    unseen = recommend(_rows({"join_shortest_queue": heuristic, "sac": {"poisson": (0.80, 0.0), "gamma": (0.55, 0.0)}}),
+                       learned=["sac"], heuristics=["join_shortest_queue"], trained_on=("poisson", 0.9))
+    assert unseen["recommended"] == "join_shortest_queue" and "unseen workloads" in unseen["reason"]
+    # lower is better for latency objectives
+    rows = [dict(r, e2e_mean_s=r["qos_mean"], e2e_mean_s_std=0.0) for r in
+            _rows({"join_shortest_queue": heuristic, "ddqn": {"poisson": (0.3, 0.0), "gamma": (0.3, 0.0)}})]
+    assert recommend(rows, ["ddqn"], ["join_shortest_queue"], objective="e2e_mean_s")["recommended"] == "ddqn"
+    with pytest.raises(ValueError, match="objective 'goodput'"):
+        recommend(rows, ["ddqn"], ["join_shortest_queue"], objective="goodput")
+
+
+def _telemetry(cluster: Cluster, request, known: dict, now: float) -> tuple[dict, list[dict]]:
+    """What a router service knows, in the runtime heuristics' form."""
+    insts = cluster.instances
+    req = {"prompt_tokens": request.prompt_tokens,
+           "predicted_output_tokens": [request.est_tokens(i.model) for i in insts],
+           "predicted_quality": [request.est_quality(i.model) for i in insts]}
+    out = [{"max_running": i.profile.max_running, "tpot_s": i.profile.nominal_tpot(i.context_tokens),
+            "prefill_s_per_token": i.profile.prefill_s_per_token, "busy_for_s": max(i.clock - now, 0.0),
+            "running": [{"predicted_output_tokens": known[j.rid].est_tokens(i.model), "generated_tokens": i.generated(j)}
+                        for j in i.running.values()],
+            "waiting": [{"prompt_tokens": j.prompt_tokens, "predicted_output_tokens": known[j.rid].est_tokens(i.model)}
+                        for j in i.waiting]} for i in insts]
+    return req, out
+
+
+def test_exported_heuristics_decide_as_the_simulated_baselines():
+    """At every decision of a busy run, each exported spec run by the runtime picks the instance the
+    simulator's baseline picks (round-robin's counter aside)."""
+    rng = np.random.default_rng(1)
+    n, m = 300, 3
+    pool = RequestPool(rng.integers(10, 1500, n), rng.integers(1, 400, (n, m)), rng.random((n, m)), ["t"] * n,
+                       ["a", "b", "c"], predicted_tokens=rng.integers(1, 400, (n, m)).astype(float),
+                       predicted_quality=rng.random((n, m)))
+    profiles = [InstanceProfile(0.01, 3e-4 * (k + 1), 0.03, 1e-6, max_running=4, buffer=8, kv_capacity_tokens=20000)
+                for k in range(m)]
+    names = [name for name in EXPORTABLE if name != "round_robin"]
+    runtime = {name: HeuristicPolicy.from_spec(heuristic_spec_of(name, m)) for name in names}
+    checked = {name: 0 for name in names}
+
+    class Checking(RandomPolicy):
+        known: dict = {}
+
+        def choose(self, request, cluster, now):
+            self.known[request.rid] = request
+            req, insts = _telemetry(cluster, request, self.known, now)
+            for name in names:
+                sim = BASELINES[name]()
+                sim.known = dict(self.known) if hasattr(sim, "known") else None
+                expected = sim.assign([request], cluster, now)[0]
+                assert runtime[name].route(req, insts) == expected, name
+                checked[name] += 1
+            return super().choose(request, cluster, now)
+
+    Cluster(profiles, models=[0, 1, 2]).run(pool.requests(arrivals("poisson", 200, rate=6, seed=2), seed=2), Checking())
+    assert all(count >= 200 for count in checked.values())
+    rr = HeuristicPolicy.from_spec(heuristic_spec_of("round_robin", m))
+    assert [rr.route({}, [{}] * m) for _ in range(4)] == [0, 1, 2, 0]
+    with pytest.raises(ValueError, match="exported for 3"):
+        rr.route({}, [{}] * 2)
+
+
+def _learned_policy(folder, profiles, workload):
+    """An untrained 001 network exported as a bundle's learned policy (the CLI runs it by its spec)."""
+    from training.policies.rl.export import export_policy
+    from training.policies.rl.networks import mlp
+    from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+
+    env = WorkloadAwareEnv(profiles, workload, variant="guided", models=[0, 1])
+    obs, _ = env.reset(seed=0)
+    net = mlp(env.observation_space.shape[0], env.action_space.n)
+    export_policy(net, folder, env.observation_spec(), env.action_spec(), obs[None], output="q_values")
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    from training.policies.evaluation import fleet_profiles
+
+    settings = SimpleNamespace(queue_capacity=4, kv_capacity_tokens=50_000, train_load=0.9)
+    profiles, _ = fleet_profiles(FITS, settings.queue_capacity, settings.kv_capacity_tokens)
+    rng = np.random.default_rng(0)
+    pool = RequestPool(rng.integers(20, 400, 50), rng.integers(5, 120, (50, 2)), rng.random((50, 2)), ["t"] * 50,
+                       ["fast", "slow"])
+    _learned_policy(tmp_path / "src" / "ddqn_workload_guided", profiles,
+                    lambda seed: pool.requests(arrivals("poisson", 30, rate=3.0, seed=seed), seed=seed))
+    heuristics = export_heuristics(["join_shortest_queue", "route_balance", "random"], 2, tmp_path / "src")
+    gate = {"recommended": "join_shortest_queue", "reason": "the learned policy loses", "objective": "qos_mean"}
+    simulator = write_simulator(tmp_path / "src" / "simulator", tiers=["t-fast", "t-slow"], models=["fast", "slow"],
+                                instance_models=[0, 1], fits=FITS, settings=settings,
+                                report={"qos_latency_per_token_s": 0.1, "capacity_rps": 5.0, "gate": gate})
+    components = [ComponentSource("policy--ddqn_workload_guided", "routing_policy", "onnx+json",
+                                  tmp_path / "src" / "ddqn_workload_guided",
+                                  config={"policy": "ddqn_workload_guided", "policy_kind": "learned", "recommended": False})]
+    components += [ComponentSource(f"policy--{name}", "routing_policy", "json", folder,
+                                   config={"policy": name, "policy_kind": "heuristic",
+                                           "recommended": name == "join_shortest_queue"})
+                   for name, folder in heuristics.items()]
+    components.append(ComponentSource("routing_simulator", "routing_simulator", "json", simulator.parent,
+                                      config={"recommended_policy": "policy--join_shortest_queue",
+                                              "recommendation": gate["reason"], "objective": "qos_mean"}))
+    fleet = Fleet(name="t", models=[ModelEntry(name="fast", engine="table_import"),
+                                    ModelEntry(name="slow", engine="table_import")])
+    write_bundle(tmp_path / "bundle", "t", fleet, components, Lineage(), "test")
+    return tmp_path / "bundle"
+
+
+def test_bundle_recommends_and_returns_its_policy(bundle):
+    loaded = load_bundle(bundle)
+    assert sorted(loaded.routing_policies) == ["policy--ddqn_workload_guided", "policy--join_shortest_queue",
+                                               "policy--route_balance"]  # random is not exported
+    assert loaded.recommended_policy == "policy--join_shortest_queue"
+    assert loaded.routing_recommendation["recommendation"] == "the learned policy loses"
+    policy = loaded.routing_policy()
+    assert isinstance(policy, HeuristicPolicy) and policy.name == "join_shortest_queue"
+    idle = {"max_running": 4, "tpot_s": 0.01, "prefill_s_per_token": 1e-4, "running": [], "waiting": []}
+    busy = dict(idle, running=[{"predicted_output_tokens": 50, "generated_tokens": 3}])
+    assert policy.route({"prompt_tokens": 10, "predicted_output_tokens": [20, 20]}, [busy, idle]) == 1
+    assert loaded.routing_policy("policy--ddqn_workload_guided").spec["output"] == "q_values"
+
+
+def test_policies_evaluate_replays_a_trace_with_other_column_names(bundle, tmp_path):
+    rng = np.random.default_rng(3)
+    stamps = np.cumsum(rng.exponential(400.0, 120)).astype(int)
+    trace = tmp_path / "log.jsonl"
+    trace.write_text("".join(json.dumps({"ts_ms": int(t), "in": int(p), "out": int(o)}) + "\n"
+                             for t, p, o in zip(stamps, rng.integers(20, 400, 120), rng.integers(5, 120, 120))))
+    result = CliRunner().invoke(main, ["policies", "evaluate", str(bundle), "--trace", str(trace), "--timestamp", "ts_ms",
+                                       "--timestamp-unit", "ms", "--prompt-tokens", "in", "--output-tokens", "out",
+                                       "--load", "0.8", "--seeds", "2", "--requests", "50", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rows = {r["policy"]: r for r in report["rows"]}
+    # the bundle's three policies, then every baseline it does not carry
+    assert {n: r["source"] for n, r in rows.items() if r["source"] == "bundle"} == {
+        "ddqn_workload_guided": "bundle", "join_shortest_queue": "bundle", "route_balance": "bundle"}
+    assert set(BASELINES) - {"join_shortest_queue", "route_balance"} <= {n for n, r in rows.items() if r["source"] == "baseline"}
+    assert [n for n, r in rows.items() if r["recommended"]] == ["join_shortest_queue"]
+    assert report["requests"] == 50 and report["rate_rps"] == pytest.approx(0.8 * report["capacity_rps"])
+    for row in rows.values():
+        assert row["served"] + row["dropped"] + row["rejected"] == pytest.approx(50)
+        assert 0 <= row["qos_mean"] <= 1
+    assert rows["join_shortest_queue"]["e2e_p99_s"] >= rows["join_shortest_queue"]["e2e_mean_s"] > 0
+    table = CliRunner().invoke(main, ["policies", "evaluate", str(bundle), "--trace", str(trace), "--timestamp", "ts_ms",
+                                      "--timestamp-unit", "ms", "--prompt-tokens", "in", "--output-tokens", "out",
+                                      "--seeds", "1", "--requests", "30"])
+    assert table.exit_code == 0, table.output
+    assert "join_shortest_queue *" in table.stdout and "E2E p99 s" in table.stdout
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("t,p\n1,5\n", "row 1: no column 'o'"),
+    ("t,p,o\n1,5,3\n-2,5,3\n", "row 3, column 't': timestamp '-2' is negative"),
+    ("t,p,o\n5,5,3\n2,5,3\n", "row 3, column 't': timestamps go backwards"),
+    ("t,p,o\n1,5,3\n2,five,3\n", "row 3, column 'p': 'five' is not a token count"),
+])
+def test_policies_evaluate_names_the_bad_row_and_column(tmp_path, content, expected):
+    trace = tmp_path / "bad.csv"
+    trace.write_text(content)
+    result = CliRunner().invoke(main, ["policies", "evaluate", str(tmp_path / "no-bundle"), "--trace", str(trace),
+                                       "--timestamp", "t", "--timestamp-unit", "s", "--prompt-tokens", "p",
+                                       "--output-tokens", "o"])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and str(trace) in lines[0]

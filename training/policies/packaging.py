@@ -1,0 +1,49 @@
+"""What `routing_evaluation` puts in a bundle besides the learned ONNX policies: every deterministic
+heuristic as a parameterised spec (`artifacts.heuristics`), and `simulator.json`, the simulated
+fleet the policies were judged on with the gate's recommendation, so `routeforge policies
+evaluate` can replay any trace against the bundle's policies without the pipeline's inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from training.policies.simulator.baselines import EXPORTABLE, heuristic_spec_of
+
+SIMULATOR_FILE = "simulator.json"
+
+
+def export_heuristics(policies: list[str], instances: int, out_dir: Path) -> dict[str, Path]:
+    """One folder with a `policy.json` per exportable baseline among `policies`."""
+    folders = {}
+    for name in (p for p in policies if p in EXPORTABLE):
+        folder = out_dir / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "policy.json").write_text(json.dumps(heuristic_spec_of(name, instances), indent=2))
+        folders[name] = folder
+    return folders
+
+
+def write_simulator(folder: Path, *, tiers: list[str], models: list[str], instance_models: list[int],
+                    fits: list[dict], settings, report: dict[str, Any]) -> Path:
+    """`simulator.json`: the instances (tier, model, latency fit), the queue limits, the QoS
+    requirement, and the gate's recommendation with every policy's numbers."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {"instances": [{"tier": t, "model": models[m], "model_index": m, "fit": f}
+                          for t, m, f in zip(tiers, instance_models, fits)],
+            "models": models, "queue_capacity": settings.queue_capacity,
+            "kv_capacity_tokens": settings.kv_capacity_tokens,
+            "qos_latency_per_token_s": report["qos_latency_per_token_s"], "capacity_rps": report["capacity_rps"],
+            "train_load": settings.train_load, "gate": report["gate"]}
+    path = folder / SIMULATOR_FILE
+    path.write_text(json.dumps(spec, indent=2, default=float))
+    return path
+
+
+def read_simulator(folder: Path) -> dict[str, Any]:
+    path = Path(folder) / SIMULATOR_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no simulated fleet in this bundle (it was built before routing "
+                                f"policies were packaged, or without training.routing_evaluation)")
+    return json.loads(path.read_text())

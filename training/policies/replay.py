@@ -1,0 +1,105 @@
+"""Replay a trace against a bundle's routing policies: every policy the bundle carries (learned ONNX
+policies through the runtime's own loader, heuristics from their exported specs) and every
+baseline it does not carry, on the simulated fleet recorded in the bundle (`simulator.json`).
+
+Why: a router team holding a bundle and its own traffic log should see, before deploying, how the
+recommended policy fares on that traffic against the alternatives, without the training inputs.
+The trace's arrival times are rescaled so that its mean rate is `load` × the fleet's capacity for
+the trace's own request sizes; each seed replays another window of the trace. A trace carries no
+quality labels, so every model counts as quality 1: QoS is then the share of requests served
+within the per-token latency requirement L (000's QoS with s = 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from training.policies.evaluation import METRICS, fleet_profiles, score
+from training.policies.packaging import read_simulator
+from training.policies.rl.rollout import run_episode
+from training.policies.simulator.baselines import BASELINES, from_spec
+from training.policies.simulator.cluster import Cluster, Request
+from training.policies.simulator.metrics import mean_std
+from training.policies.simulator.qos_graph_env import QosGraphEnv
+from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+
+
+def trace_windows(times: np.ndarray, prompt: np.ndarray, output: np.ndarray, n: int, rate: float,
+                  n_models: int) -> Callable[[int], list[Request]]:
+    """seed → the `n` requests of one window of the trace (its own token counts, in order), arrival
+    offsets rescaled to mean rate `rate`."""
+    n = min(n, len(times))
+
+    def window(seed: int) -> list[Request]:
+        start = seed * n % max(1, len(times) - n + 1)
+        t = times[start:start + n] - times[start]
+        t = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
+        return [Request(rid=i, arrival=float(a), prompt_tokens=int(p), output_tokens=np.full(n_models, int(o)),
+                        quality=np.ones(n_models), task="trace")
+                for i, (a, p, o) in enumerate(zip(t, prompt[start:start + n], output[start:start + n]))]
+
+    return window
+
+
+def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
+    """An episode of an exported learned policy in the environment its observation spec names."""
+    obs_spec = policy.spec["observation"]
+    if "experts" in obs_spec:  # 000's QoS graph (HAN or the baseline RL); SAC acts by sampling, as trained
+        env = QosGraphEnv(profiles, models, workload, obs_spec["requirement_s"], variant=obs_spec["variant"],
+                          pad=obs_spec["pad"])
+        rng = np.random.default_rng(seed)
+        return run_episode(env, lambda obs: policy.act(obs, rng=rng), seed)
+    env = WorkloadAwareEnv(profiles, workload, variant=obs_spec["variant"], models=models,
+                           wait_action=policy.spec["action"]["n"] > obs_spec["instances"])
+    return run_episode(env, policy.act, seed)
+
+
+def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, load: float = 0.9,
+                    seeds: int = 3, requests: int = 1000, slo_e2e_s: float | None = None,
+                    slo_tpot_s: float | None = None, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Rows of mean ± std per policy over `seeds` windows of the trace (see the module doc)."""
+    component = next((c for c in bundle.manifest.components if c.kind == "routing_simulator"), None)
+    if component is None:
+        raise ValueError(f"bundle {bundle.manifest.name} has no routing_simulator component: it was trained "
+                         f"without training.routing_evaluation (or before policies were packaged)")
+    sim = read_simulator(bundle.root / component.name)
+    profiles, _ = fleet_profiles([i["fit"] for i in sim["instances"]], sim["queue_capacity"],
+                                 sim["kv_capacity_tokens"])
+    models = [i["model_index"] for i in sim["instances"]]
+    n_models = len(sim["models"])
+    capacity = sum(p.capacity_rps(float(prompt.mean()), float(output.mean())) for p in profiles)
+    rate = load * capacity
+    workload = trace_windows(times, prompt, output, requests, rate, n_models)
+    qos_limit = sim["qos_latency_per_token_s"]
+    prices = np.zeros((n_models, 2))
+    recommended = bundle.recommended_policy
+    carried = {c.config.get("policy"): c.name for c in bundle.manifest.components if c.kind == "routing_policy"}
+    plan = [(name, "bundle", ref) for name, ref in carried.items()]
+    plan += [(name, "baseline", None) for name in BASELINES if name not in carried]
+    rows = []
+    for name, source, ref in plan:
+        runs = []
+        for seed in range(seeds):
+            if ref is not None and bundle.manifest.component(ref).config.get("policy_kind") != "heuristic":
+                policy = bundle.routing_policy(ref)
+                outcomes = _learned_runner(policy, profiles, models, workload, seed)
+            else:
+                policy = from_spec(bundle.routing_policy(ref).spec) if ref is not None else BASELINES[name]()
+                outcomes = Cluster(profiles, models=models).run(workload(seed), policy)
+            runs.append(score(outcomes, prices, qos_limit, slo_e2e_s, slo_tpot_s))
+        row = {"policy": name, "source": source, "recommended": ref is not None and ref == recommended}
+        for metric, (mean, std) in mean_std(runs, METRICS).items():
+            row[metric], row[f"{metric}_std"] = mean, std
+        rows.append(row)
+        log(f"{name}: {seeds} windows replayed")
+    return {"bundle": bundle.manifest.name, "bundle_version": bundle.manifest.version, "load": load,
+            "rate_rps": rate, "capacity_rps": capacity, "requests": min(requests, len(times)), "seeds": seeds,
+            "instances": [{k: i[k] for k in ("tier", "model")} for i in sim["instances"]],
+            "qos_latency_per_token_s": qos_limit, "recommended": recommended,
+            "quality": "a trace carries no quality labels: every model counts as 1, so QoS is the share of "
+                       "requests served within L per output token",
+            "rows": rows}
+

@@ -1,0 +1,110 @@
+"""Teachers for the learned routing policies: the best non-learned policy of a setting, acting inside
+the RL environment, and the demonstrations it gives.
+
+Why: trained from scratch at a budget this machine affords, 001's DQN and 000's SAC lose to
+join-shortest-queue (docs/results.md). Starting them from the best heuristic's behaviour
+(behaviour cloning on its demonstrations) and fine-tuning with a decaying pull toward it (DQfD's
+large-margin loss for the DQN, a behaviour-cloning term for SAC) puts a learned policy at the
+teacher's level from the first episode; RL then has to earn anything above it, and the routing
+gate (`training.policies.gate`) decides whether it did.
+
+The teacher is chosen by evaluation among join-shortest-queue, earliest available, least work
+left and RouteBalance's joint assignment: each plays episodes of the training workload (training
+seeds, never the evaluation's) in the environment, and the one with the highest episode return,
+the quantity RL maximises, with any guidance term switched off, teaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from training.policies.simulator.baselines import BASELINES
+
+TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance")
+
+
+def teacher_action(env, policy) -> int:
+    """The environment action `policy` (a simulator baseline) takes for the request at the head of
+    the router queue, in the state the environment is in."""
+    stepper = env.stepper
+    if hasattr(policy, "known"):
+        policy.known = env.known  # every request's predictions: the baseline looks up the ones it holds
+    choice = policy.assign([stepper.head()], stepper.cluster, stepper.t)[0]
+    return env.action_for(choice)
+
+
+def teacher_return(env, name: str, seed: int) -> float:
+    """One episode's return with the teacher acting (guidance off)."""
+    policy = BASELINES[name]()
+    if hasattr(env, "set_episode"):
+        env.set_episode(10_000)  # 001's decaying guidance weight, decayed away
+    env.reset(seed=seed)
+    total, done = 0.0, False
+    while not done:
+        _, reward, terminated, truncated, _ = env.step(teacher_action(env, policy))
+        total, done = total + reward, terminated or truncated
+    return total
+
+
+def choose_teacher(env, candidates: tuple[str, ...] = TEACHERS, seeds: tuple[int, ...] = (0, 1),
+                   log: Callable[[str], None] = print) -> tuple[str, dict[str, float]]:
+    """(the best candidate by mean episode return on `seeds`, every candidate's mean return)."""
+    scores = {name: float(np.mean([teacher_return(env, name, s) for s in seeds])) for name in candidates}
+    best = max(scores, key=scores.get)
+    log("teacher candidates (mean episode return): " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items())
+        + f"; {best} teaches")
+    return best, scores
+
+
+@dataclass
+class Demonstrations:
+    """Transitions played with the teacher in control (with probability `noise` a random action is
+    taken instead, so the states off the teacher's path are seen too), each labelled with the action
+    the teacher would take in its state."""
+
+    observation: np.ndarray
+    action: np.ndarray  # taken
+    reward: np.ndarray
+    next_observation: np.ndarray
+    done: np.ndarray
+    terminated: np.ndarray
+    expert: np.ndarray  # the teacher's action in the state
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+
+def demonstrate(env, name: str, episodes: int, seed: int, noise: float = 0.1) -> Demonstrations:
+    rng = np.random.default_rng(seed)
+    rows: list[tuple] = []
+    for k in range(episodes):
+        policy = BASELINES[name]()
+        if hasattr(env, "set_episode"):
+            env.set_episode(k)
+        obs, _ = env.reset(seed=seed * 1000 + 500 + k)
+        done = False
+        while not done:
+            expert = teacher_action(env, policy)
+            action = int(rng.integers(env.action_space.n)) if rng.random() < noise else expert
+            nxt, reward, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
+            rows.append((obs, action, reward, nxt, done, terminated, expert))
+            obs = nxt
+    cols = list(zip(*rows))
+    return Demonstrations(np.stack(cols[0]).astype(np.float32), np.array(cols[1]), np.array(cols[2], np.float32),
+                          np.stack(cols[3]).astype(np.float32), np.array(cols[4]), np.array(cols[5]),
+                          np.array(cols[6]))
+
+
+def resolve_teacher(env, teacher: str | None, seed: int, log: Callable[[str], None]) -> tuple[str | None, dict]:
+    """`teacher`: None (no teacher), "auto" (chosen by `choose_teacher` on training seeds) or a name."""
+    if teacher is None:
+        return None, {}
+    if teacher == "auto":
+        return choose_teacher(env, seeds=(seed * 1000 + 900, seed * 1000 + 901), log=log)
+    if teacher not in TEACHERS:
+        raise ValueError(f"teacher {teacher!r}: expected auto or one of {list(TEACHERS)}")
+    return teacher, {}
