@@ -41,7 +41,8 @@ class RoutingPolicy:
 
     def act(self, observation: np.ndarray, rng: np.random.Generator | None = None) -> int | np.ndarray:
         """The greedy action; with `rng`, a policy whose output is logits (SAC) samples its action
-        from softmax(logits) instead, as it acted in training."""
+        from softmax(logits) instead. `spec["act"]` says which the policy was evaluated with
+        ("sample" or "greedy"; absent in bundles before it was recorded: sample for logits)."""
         out = self.scores(observation)[0]
         if self.spec["action"].get("kind") == "simplex":
             return out

@@ -48,9 +48,10 @@ def training_curves(report: dict[str, Any]) -> dict[str, list[tuple[int, float]]
     io_manager_key="json_io",
     group_name="evaluation",
     ins={"tier_profiles": dg.AssetIn("tier_profiles")},
-    description="Learned routing policies (001's DDQN, 000's SAC over a HAN and its baseline RL) and every "
-                "baseline in the simulated fleet over loads × workloads × seeds; exported ONNX policies; "
-                "table and plots logged to MLflow.",
+    description="Learned routing policies (001's DDQN, 000's SAC over a HAN and its baseline RL, each started "
+                "from the best heuristic) and every baseline in the simulated fleet over loads × workloads × "
+                "seeds; the gate's recommended policy; exported ONNX policies and heuristic specs; table and "
+                "plots logged to MLflow.",
 )
 def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                        mlflow: MlflowRegistry, routing_table: pa.Table,
@@ -90,7 +91,8 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                 break
         output = "q_values" if name.startswith("ddqn") else "logits"
         spec = export_policy(net, out_dir / "policies" / name, env.observation_spec(), env.action_spec(),
-                             np.stack(checks), output=output)
+                             np.stack(checks), output=output,
+                             act=settings.sac.act if output == "logits" else "greedy")
         exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
                          "onnx_action_agreement": spec["onnx_action_agreement"]}
     report["policies"] = exports
@@ -144,6 +146,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         metadata={"mlflow_run": mlflow.run_link(run_id), "report": dg.MetadataValue.path(str(path)),
                   "table": markdown_table(table),
                   "clipped_fits": dg.MetadataValue.json(report["clipped_fits"]),
+                  "teachers": dg.MetadataValue.json(report["pretrain"]),
                   "policies": dg.MetadataValue.json(exports),
                   "recommended_policy": gate["recommended"],
                   "recommendation": gate["reason"],

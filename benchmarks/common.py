@@ -27,3 +27,17 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
     p.add_argument("--quick", action="store_true", help="smoke sizes: checks the script runs, numbers not for quoting")
     return p
+
+
+def gate_over(by_workload: dict[str, dict[str, dict]], learned: list[str], heuristics: list[str], objective: str,
+              trained_on: str) -> dict:
+    """The pipeline's routing gate (`training.policies.gate.recommend`) over a benchmark's results
+    shaped {workload: {policy: {metric: [mean, std], <metric>_by_seed: [...]}}} (per-seed values,
+    where given, make the gate's noise the paired one)."""
+    from training.policies.gate import recommend
+
+    rows = [{"policy": p, "workload": w, "load": 0.0, objective: stats[objective][0],
+             f"{objective}_std": stats[objective][1],
+             **({f"{objective}_by_seed": stats[f"{objective}_by_seed"]} if f"{objective}_by_seed" in stats else {})}
+            for w, policies in by_workload.items() for p, stats in policies.items() if objective in stats]
+    return recommend(rows, learned, heuristics, objective=objective, trained_on=(trained_on, 0.0))

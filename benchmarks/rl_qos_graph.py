@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import DATA, results_dir
+from benchmarks.common import DATA, gate_over, results_dir
 from benchmarks.common import parser as bench_parser
 from benchmarks.routerbench_fleet import routerbench_pool, save_bar_panel, tier_profile
 from training.policies.rl.export import export_policy
@@ -118,6 +118,7 @@ class Setting:
                     outcomes = Cluster(self.profiles, models=self.experts).run(workload(seed), policy())
                 runs.append(score(outcomes, self.requirement) | {"wall_s": time.perf_counter() - t0})
             table[pname] = row = mean_std(runs)
+            row["qos_mean_by_seed"] = [r["qos_mean"] for r in runs]
             print(f"{label:<24} {pname:<22} QoS {row['qos_mean'][0]:.4f} ± {row['qos_mean'][1]:.4f}, "
                   f"latency/token {1000 * row['latency_per_token_s'][0]:.1f} ms, dropped {row['dropped'][0]:.0f}, "
                   f"rejected {row['rejected'][0]:.0f}", flush=True)
@@ -135,6 +136,10 @@ def main() -> None:
                              "evaluated per signal setting (the baseline RL sees no per-request signal)")
     parser.add_argument("--signals", nargs="+", choices=list(SIGNALS), default=list(SIGNALS),
                         help="the ablation's signal settings")
+    parser.add_argument("--teacher", default=None,
+                        help="start SAC from a heuristic: auto (the best on training seeds) or a name")
+    parser.add_argument("--target-entropy-weight", type=float, default=0.5)
+    parser.add_argument("--out", default="rl_qos_graph")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.episode = 200, 100
@@ -150,7 +155,8 @@ def compare(setting: Setting, args) -> None:
     learned = {}
     for variant in ("han", "baseline"):
         env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
-        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2))
+        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher,
+                                               target_entropy_weight=args.target_entropy_weight))
         result["training"][variant] = info
         learned[f"sac_{variant}"] = (variant, lambda seed, net=net: greedy(net))
         learned[f"sac_{variant}_sampled"] = (variant, lambda seed, net=net: sampled(net, seed))
@@ -159,7 +165,7 @@ def compare(setting: Setting, args) -> None:
         for _ in range(60):  # observations of a filling cluster too
             obs, *_ = env.step(1 + len(checks) % len(setting.models))
             checks.append(obs)
-        spec = export_policy(net, OUT / f"rl_qos_graph_policy_{variant}", env.observation_spec(), env.action_spec(),
+        spec = export_policy(net, OUT / f"{args.out}_policy_{variant}", env.observation_spec(), env.action_spec(),
                              np.stack(checks), output="logits")
         result.setdefault("onnx", {})[variant] = {k: spec[k] for k in ("onnx_max_abs_diff",
                                                                         "onnx_action_agreement")}
@@ -169,8 +175,12 @@ def compare(setting: Setting, args) -> None:
             row["qos_vs_baseline_rl"] = row["qos_mean"][0] / table["sac_baseline"]["qos_mean"][0] - 1
         result["workloads"][wname] = table
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
-    (OUT / "rl_qos_graph.json").write_text(json.dumps(result, indent=2))
-    plot(result, OUT / "rl_qos_graph.png")
+    result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
+    result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
+                               "qos_mean", trained_on="poisson")
+    print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")
+    (OUT / f"{args.out}.json").write_text(json.dumps(result, indent=2))
+    plot(result, OUT / f"{args.out}.png")
 
 
 def ablation(setting: Setting, args) -> None:
@@ -185,7 +195,7 @@ def ablation(setting: Setting, args) -> None:
         pool = setting.pool.ablated(quality=quality, length=length)
         env = setting.env(variant, lambda s, pool=pool: setting.poisson(s, args.episode, pool))
         t0 = time.perf_counter()
-        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2))
+        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher))
         policies = {"sac_sampled": (variant, lambda seed, net=net: sampled(net, seed))}
         policies |= {b: BASELINES[b] for b in SIGNAL_BASELINES}
         table = setting.evaluate(policies, lambda s, pool=pool: setting.poisson(s, pool=pool), name)

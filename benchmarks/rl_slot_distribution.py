@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import DATA, results_dir
+from benchmarks.common import DATA, gate_over, results_dir
 from benchmarks.common import parser as bench_parser
 from benchmarks.routerbench_fleet import TIERS, routerbench_pool, save_bar_panel, tier_profile
 from training.policies.rl.export import export_policy
@@ -138,6 +138,7 @@ def main() -> None:
                                   heavy) | {"wall_s": time.perf_counter() - t0})
             table[pname] = mean_std(runs)
             row = table[pname]
+            row["goodput_ratio_by_seed"] = [r["goodput_ratio"] for r in runs]
             print(f"{wname:<22} {pname:<26} within L {row['within_requirement'][0]:.4f}, "
                   f"goodput ratio {row['goodput_ratio'][0]:.4f}, violation {row['violation_ratio'][0]:.4f}, "
                   f"heavy {row['heavy_ratio'][0]:.3f}, p98 {row['e2e_p98_s'][0]:.1f} s", flush=True)
@@ -145,6 +146,9 @@ def main() -> None:
         if mean_rate is None:  # the other workloads run at the switched process's realised mean rate
             mean_rate = float(np.mean([len(eval_spp(s)) / (args.eval_slots * slot) for s in SEEDS]))
             result["mean_rate_rps"] = mean_rate
+    result["gate"] = gate_over(result["workloads"], ["ppo"], [b for b in baselines if b != "random"],
+                               "goodput_ratio", trained_on="switched_poisson")
+    print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")
     (OUT / "rl_slot_distribution.json").write_text(json.dumps(result, indent=2))
     plot(result, OUT / "rl_slot_distribution.png")
 

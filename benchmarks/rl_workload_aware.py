@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import DATA, results_dir
+from benchmarks.common import DATA, gate_over, results_dir
 from benchmarks.common import parser as bench_parser
 from profiling.batch_fits import fit_tier, import_splitwise
 from training.policies.rl.ddqn import DdqnSettings, train_ddqn
@@ -47,6 +47,8 @@ def main() -> None:
                         help="E2E paid at completion (001's +60 per completion, minus E2E) or while in the system")
     parser.add_argument("--no-wait", action="store_true", help="drop the wait action (route every request at once)")
     parser.add_argument("--network", choices=["mlp", "per_instance"], default="mlp")
+    parser.add_argument("--teacher", default=None,
+                        help="start from a heuristic: auto (the best on training seeds) or a name (DQfD)")
     parser.add_argument("--out", default="rl_workload_aware")
     args = parser.parse_args()
     if args.quick:
@@ -73,7 +75,7 @@ def main() -> None:
     workloads = {"poisson": poisson, "gamma_cv2": bursty, "azure_trace_timestamps": trace}
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,
               "episodes": args.episodes, "reward": args.reward, "wait_action": not args.no_wait,
-              "network": args.network, "policies": {},
+              "network": args.network, "teacher": args.teacher, "policies": {},
               "training": {}}
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
@@ -81,7 +83,8 @@ def main() -> None:
         env = WorkloadAwareEnv([profile] * 4, poisson, variant=variant, reward=args.reward,
                                wait_action=not args.no_wait)
         start = time.perf_counter()
-        net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network))
+        net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network,
+                                                           teacher=args.teacher))
         info["train_seconds"] = time.perf_counter() - start
         result["training"][variant] = info
         policies[f"ddqn_{variant}"] = (lambda n: (lambda env: greedy(n)))(net)
@@ -102,12 +105,17 @@ def main() -> None:
                     outcomes = Cluster([profile] * 4).run(workload(seed), make(None))
                 runs.append(summarize(outcomes))
             stats = mean_std(runs, ("e2e_mean_s", "e2e_p95_s", "ttft_mean_s", "served"))
+            stats["e2e_mean_s_by_seed"] = [r["e2e_mean_s"] for r in runs]
             result["policies"].setdefault(wname, {})[pname] = stats
         rr = result["policies"][wname]["round_robin"]["e2e_mean_s"][0]
         for pname, stats in result["policies"][wname].items():
             stats["e2e_vs_round_robin"] = stats["e2e_mean_s"][0] / rr - 1
             print(f"{wname:<24} {pname:<22} E2E {stats['e2e_mean_s'][0]:7.2f} ± {stats['e2e_mean_s'][1]:.2f} s "
                   f"({100 * stats['e2e_vs_round_robin']:+.2f}% vs round-robin)", flush=True)
+    result["gate"] = gate_over(result["policies"], [f"ddqn_{v}" for v in ("baseline", "aware", "guided")],
+                               [p for p in policies if not p.startswith("ddqn_") and p != "random"], "e2e_mean_s",
+                               trained_on="poisson")
+    print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")
     result["paper_001"] = {"baseline_rl": -0.0435, "workload_aware": -0.0779, "workload_guided": -0.1143}
     (OUT / f"{args.out}.json").write_text(json.dumps(result, indent=2))
 

@@ -7,6 +7,8 @@ from typing import Literal
 
 from core.config.base import _Strict
 
+TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance"]
+
 
 class DdqnSettings(_Strict):
     """001's double DQN."""
@@ -27,6 +29,17 @@ class DdqnSettings(_Strict):
     # "mlp": 001's obs-64-64-actions; "per_instance": one Q head shared by every instance
     # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
     network: Literal["mlp", "per_instance"] = "mlp"
+    # start from a heuristic (training.policies.rl.teacher): "auto" (the best of JSQ, earliest
+    # available, least work left and RouteBalance on training seeds), one of them, or None (from
+    # scratch); behaviour cloning on its demonstrations, then DQfD's large-margin loss toward it,
+    # weighted margin_weight · margin_decay^episode during RL
+    teacher: TeacherName | None = "auto"
+    demo_episodes: int = 4
+    demo_noise: float = 0.1  # share of random actions while demonstrating (states off the teacher's path)
+    pretrain_steps: int = 2000
+    margin: float = 0.8
+    margin_weight: float = 1.0
+    margin_decay: float = 0.8
     seed: int = 0
 
 
@@ -46,6 +59,21 @@ class SacSettings(_Strict):
     target_entropy_weight: float = 0.5
     hidden: int = 64
     heads: int = 4
+    # start from a heuristic, as DdqnSettings.teacher; during RL a behaviour-cloning term
+    # bc_weight · bc_decay^episode (cross-entropy of the actor on the teacher's actions) pulls toward it
+    teacher: TeacherName | None = "auto"
+    demo_episodes: int = 4
+    demo_noise: float = 0.1
+    pretrain_steps: int = 1000
+    bc_weight: float = 1.0
+    bc_decay: float = 0.8
+    # the entropy temperature's start (TorchRL's default 1.0). Tried 0.05 with a teacher, to keep the
+    # cloned actor near-deterministic: the actor then followed the critic's errors and episode returns
+    # fell far below the teacher's within two episodes (docs/results.md)
+    alpha_init: float = 1.0
+    # how the trained actor routes: "sample" from its distribution (as SAC trains it) or "greedy"
+    # (its most probable action); recorded in the exported policy.json as `act`
+    act: Literal["sample", "greedy"] = "sample"
     seed: int = 0
 
 

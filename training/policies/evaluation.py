@@ -128,7 +128,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                                                  pad=settings.queue_capacity),
             "sac_qos_mlp": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="baseline",
                                                  pad=settings.queue_capacity)}
-    trained, curves, trained_envs = {}, {}, {}
+    trained, curves, trained_envs, pretrained = {}, {}, {}, {}
     for name in (p for p in wanted if p in LEARNED):
         start = time.perf_counter()
         env = envs[name](train_workload)
@@ -137,6 +137,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         else:
             net, info = train_sac(env, settings.sac.model_copy(update={"seed": settings.seed}), log=log)
         trained[name], curves[name], trained_envs[name] = net, info["curve"], env
+        pretrained[name] = info.get("pretrain", {})
         log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     rows = []
     seeds = [settings.seed + 1000 + i for i in range(settings.seeds)]
@@ -147,7 +148,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 runs = []
                 for seed in seeds:
                     if name in trained:  # SAC acts as it was trained, by sampling; the DDQN greedily
-                        act = greedy(trained[name]) if name == "ddqn_workload_guided" else sampled(trained[name], seed)
+                        sample = name != "ddqn_workload_guided" and settings.sac.act == "sample"
+                        act = sampled(trained[name], seed) if sample else greedy(trained[name])
                         outcomes = run_episode(envs[name](workload), act, seed)
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
@@ -155,10 +157,12 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 row = {"policy": name, "workload": kind, "load": load}
                 for metric, (mean, std) in mean_std(runs, METRICS).items():
                     row[metric], row[f"{metric}_std"] = mean, std
+                row[f"{settings.objective}_by_seed"] = [r[settings.objective] for r in runs]  # the gate pairs seeds
                 rows.append(row)
             log(f"{kind} at {load:.0%} load: {len(wanted)} policies × {len(seeds)} seeds done")
     report = {"capacity_rps": capacity, "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
-              "seeds": seeds, "requests": n, "train_load": settings.train_load, "rows": rows, "learning_curves": curves}
+              "seeds": seeds, "requests": n, "train_load": settings.train_load, "rows": rows, "learning_curves": curves,
+              "pretrain": pretrained}
     report["gate"] = recommend(rows, learned=[p for p in wanted if p in trained],
                                heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
                                trained_on=("poisson", settings.train_load))

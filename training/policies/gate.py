@@ -2,7 +2,9 @@
 
 A learned policy is recommended only when it beats the best heuristic on the evaluation's held-out
 seeds by more than the seed noise, and does not lose to it on the workloads it was not trained on
-(trace replay, bursty arrivals). Otherwise the best heuristic is recommended: a router service that
+(trace replay, bursty arrivals). The noise is the paired one where per-seed values are given (the
+std over seeds of the difference between the two policies, which see the same arrivals), else the
+larger of the two policies' own std over seeds. Otherwise the best heuristic is recommended: a router service that
 asks a bundle for its routing policy never gets one that loses to a one-line rule. Every policy
 keeps its numbers, recommended or not.
 """
@@ -15,7 +17,23 @@ import numpy as np
 
 # objective → True where higher is better
 OBJECTIVES = {"qos_mean": True, "slo_attainment": True, "quality_mean": True, "e2e_mean_s": False,
-              "e2e_p99_s": False, "ttft_mean_s": False}
+              "e2e_p99_s": False, "ttft_mean_s": False, "goodput_ratio": True}  # goodput: 004's benchmark
+
+
+def _paired_noise(rows: list[dict], a: str, b: str, objective: str) -> float | None:
+    """The seed noise of a paired comparison: the std over seeds of a's minus b's per-seed value,
+    averaged over the cells where both have per-seed values (`<objective>_by_seed`, same seeds).
+    Both policies see the same arrivals per seed, so this is far below either policy's own spread."""
+    key, stds = f"{objective}_by_seed", []
+    by_cell = {(r["policy"], r["workload"], r["load"]): r for r in rows}
+    for (policy, workload, load), row in by_cell.items():
+        other = by_cell.get((b, workload, load))
+        if policy != a or other is None or key not in row or key not in other:
+            continue
+        diff = np.asarray(row[key], dtype=float) - np.asarray(other[key], dtype=float)
+        if diff.size > 1 and np.isfinite(diff).all():
+            stds.append(float(diff.std()))
+    return float(np.mean(stds)) if stds else None
 
 
 def _summary(rows: list[dict], policy: str, objective: str, cells: set) -> dict[str, Any] | None:
@@ -65,7 +83,8 @@ def recommend(rows: list[dict], learned: list[str], heuristics: list[str], objec
                 "reason": f"no learned policy was evaluated; {best_h} is the best heuristic on {objective}"}
     best_l = max(scored, key=lambda p: sign * table[p]["mean"])
     margin = sign * (table[best_l]["mean"] - table[best_h]["mean"])
-    noise = max(table[best_l]["seed_std"], table[best_h]["seed_std"])
+    paired = _paired_noise(rows, best_l, best_h, objective)
+    noise = paired if paired is not None else max(table[best_l]["seed_std"], table[best_h]["seed_std"])
     l_unseen, h_unseen = table[best_l]["unseen_mean"], table[best_h]["unseen_mean"]
     holds_unseen = l_unseen is None or h_unseen is None or sign * (l_unseen - h_unseen) >= 0
     fmt = f"{objective} {{:.4g}}"

@@ -47,10 +47,10 @@ def trace_windows(times: np.ndarray, prompt: np.ndarray, output: np.ndarray, n: 
 def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
     """An episode of an exported learned policy in the environment its observation spec names."""
     obs_spec = policy.spec["observation"]
-    if "experts" in obs_spec:  # 000's QoS graph (HAN or the baseline RL); SAC acts by sampling, as trained
+    if "experts" in obs_spec:  # 000's QoS graph (HAN or the baseline RL); SAC acts as its spec says
         env = QosGraphEnv(profiles, models, workload, obs_spec["requirement_s"], variant=obs_spec["variant"],
                           pad=obs_spec["pad"])
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed) if policy.spec.get("act", "sample") == "sample" else None
         return run_episode(env, lambda obs: policy.act(obs, rng=rng), seed)
     env = WorkloadAwareEnv(profiles, workload, variant=obs_spec["variant"], models=models,
                            wait_action=policy.spec["action"]["n"] > obs_spec["instances"])

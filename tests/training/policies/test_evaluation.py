@@ -23,7 +23,7 @@ def _pool():
 
 def test_every_policy_workload_load_and_seed(tmp_path):
     settings = RoutingEvaluationSettings(enabled=True, loads=[0.5, 0.9], workloads=["poisson", "square_wave"],
-                                         requests=40, seeds=3, queue_capacity=4, ddqn=DdqnSettings(episodes=1), sac=SacSettings(total_steps=80),
+                                         requests=40, seeds=3, queue_capacity=4, ddqn=DdqnSettings(episodes=1, demo_episodes=1, pretrain_steps=20), sac=SacSettings(total_steps=80, demo_episodes=1, pretrain_steps=20),
                                          policies=["round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"])
     prices = np.array([[0.1, 0.2], [1.0, 2.0]])
     report, trained = evaluate_routing(_pool(), FITS, [0, 1], prices, settings, tmp_path, log=lambda m: None)
@@ -37,6 +37,13 @@ def test_every_policy_workload_load_and_seed(tmp_path):
                    for i, p in enumerate(prices))
     assert cheap < rr["cost_usd_per_request"] < dear
     assert set(report["learning_curves"]) == {"ddqn_workload_guided", "sac_qos_han"}
+    # both started from the heuristic chosen on training seeds; the gate names one policy and why
+    assert {p["teacher"] for p in report["pretrain"].values()} <= {"join_shortest_queue", "earliest_available",
+                                                                  "least_work_left", "route_balance"}
+    gate = report["gate"]
+    assert gate["recommended"] in {"round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"}
+    assert gate["best_heuristic"] in {"round_robin", "route_balance"} and gate["reason"]
+    assert all(len(r["qos_mean_by_seed"]) == 3 for r in report["rows"])
     assert all((tmp_path / p).exists() for p in report["plots"]) and len(report["plots"]) == 3
 
 

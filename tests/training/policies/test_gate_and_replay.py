@@ -50,6 +50,15 @@ def test_gate_recommends_a_learned_policy_only_beyond_the_seed_noise():
     rows = [dict(r, e2e_mean_s=r["qos_mean"], e2e_mean_s_std=0.0) for r in
             _rows({"join_shortest_queue": heuristic, "ddqn": {"poisson": (0.3, 0.0), "gamma": (0.3, 0.0)}})]
     assert recommend(rows, ["ddqn"], ["join_shortest_queue"], objective="e2e_mean_s")["recommended"] == "ddqn"
+    # per-seed values pair the comparison: both policies see the same arrivals, so a steady lead of
+    # 0.03 on seeds whose levels vary by ±0.1 is beyond the noise
+    levels = np.array([0.5, 0.6, 0.7])
+    paired = [{"policy": p, "workload": w, "load": 0.9, "qos_mean": float((levels + lead).mean()),
+               "qos_mean_std": float(levels.std()), "qos_mean_by_seed": list(levels + lead + jitter)}
+              for p, lead, jitter in (("join_shortest_queue", 0.0, 0.0), ("sac", 0.03, np.array([0.0, 0.002, -0.002])))
+              for w in ("poisson", "gamma")]
+    out = recommend(paired, ["sac"], ["join_shortest_queue"], trained_on=("poisson", 0.9))
+    assert out["recommended"] == "sac" and out["noise"] < 0.01
     with pytest.raises(ValueError, match="objective 'goodput'"):
         recommend(rows, ["ddqn"], ["join_shortest_queue"], objective="goodput")
 

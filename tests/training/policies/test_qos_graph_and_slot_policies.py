@@ -75,7 +75,7 @@ def test_qos_graph_env_drop_action_and_baseline_variant():
 @pytest.mark.parametrize("variant", ["han", "baseline"])
 def test_sac_smoke_trains_exports_and_serves(tmp_path, variant):
     env = _qos_graph_env(variant=variant, n=60)
-    net, info = train_sac(env, SacSettings(total_steps=160, warmup_steps=64, batch_size=16, learn_every=4),
+    net, info = train_sac(env, SacSettings(total_steps=160, warmup_steps=64, batch_size=16, learn_every=4, teacher=None),
                           log=lambda m: None)
     assert info["curve"] and info["curve"][-1]["steps"] == 160
     obs, _ = env.reset(seed=4)

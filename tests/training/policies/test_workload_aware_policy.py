@@ -60,7 +60,7 @@ def test_in_system_reward_sums_to_the_total_e2e():
 
 def test_ddqn_smoke_trains_exports_and_serves(tmp_path):
     env = WorkloadAwareEnv([PROFILE] * 4, _workload(n=60), variant="guided")
-    net, info = train_ddqn(env, DdqnSettings(episodes=2, batch_size=32, warmup_steps=50, eps_decay_steps=100),
+    net, info = train_ddqn(env, DdqnSettings(episodes=2, batch_size=32, warmup_steps=50, eps_decay_steps=100, teacher=None),
                            log=lambda m: None)
     assert len(info["curve"]) == 2 and info["curve"][1]["guidance"] == pytest.approx(np.exp(-0.5))
     obs, _ = env.reset(seed=5)

@@ -10,8 +10,9 @@ import numpy as np
 
 
 def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, check_obs: np.ndarray,
-                  output: str = "q_values") -> dict:
-    """Write `policy.onnx` + `policy.json`; returns the spec with the parity measured on `check_obs`."""
+                  output: str = "q_values", act: str = "greedy") -> dict:
+    """Write `policy.onnx` + `policy.json`; returns the spec with the parity measured on `check_obs`.
+    `act`: how the policy routes, "greedy" (argmax) or "sample" (from softmax(logits), as SAC trains)."""
     import torch
 
     from artifacts.policy import RoutingPolicy
@@ -23,7 +24,7 @@ def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, 
     torch.onnx.export(net, (torch.zeros(1, n_obs),), str(folder / "policy.onnx"), input_names=["observation"],
                       output_names=[output], opset_version=17, dynamo=False,
                       dynamic_axes={"observation": {0: "batch"}, output: {0: "batch"}})
-    spec = {"observation": observation_spec, "action": action_spec, "output": output}
+    spec = {"observation": observation_spec, "action": action_spec, "output": output, "act": act}
     (folder / "policy.json").write_text(json.dumps(spec, indent=2))
     with torch.no_grad():
         reference = net(torch.as_tensor(check_obs, dtype=torch.float32)).numpy()

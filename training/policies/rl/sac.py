@@ -1,6 +1,12 @@
 """000's discrete SAC over `QosGraphEnv` with TorchRL's `DiscreteSACLoss` (two Q networks, soft-updated
 targets, learned temperature): the actor and the critics read the state through a HAN
 (`networks.HanHead`) or, for 000's baseline RL, an MLP over the expert-level features.
+
+With a teacher (`SacSettings.teacher`, `training.policies.rl.teacher`) the actor starts as the best
+heuristic: the teacher's demonstrations fill the replay buffer, `pretrain_steps` updates fit the
+actor to the teacher's actions (cross-entropy) and the critics to the demonstrations (TD), and
+during RL the cross-entropy on demonstration batches stays, weighted bc_weight · bc_decay^k in
+episode k; exploration comes from the policy itself from the first step (no random warm-up).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     from torchrl.modules import OneHotCategorical, ProbabilisticActor
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
+    from training.policies.rl.teacher import demonstrate, resolve_teacher
+
     torch.manual_seed(settings.seed)
     n_actions = env.action_space.n
     spec = OneHot(n_actions)
@@ -43,19 +51,50 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     qvalue = TensorDictModule(q_net, in_keys=["observation"], out_keys=["action_value"])
     # vmap over the Q networks cannot trace the HAN's data-dependent edge lists
     loss = DiscreteSACLoss(actor, qvalue, action_space=spec, num_actions=n_actions, deactivate_vmap=True,
-                           target_entropy_weight=settings.target_entropy_weight)
+                           target_entropy_weight=settings.target_entropy_weight, alpha_init=settings.alpha_init)
     loss.make_value_estimator(gamma=settings.gamma)
     updater = SoftUpdate(loss, tau=settings.target_tau)
     optim = torch.optim.Adam(loss.parameters(), lr=settings.learning_rate)
     buffer = ReplayBuffer(storage=LazyTensorStorage(settings.buffer_size), batch_size=settings.batch_size)
     rng = np.random.default_rng(settings.seed)
-    curve, steps, episode, alpha = [], 0, 0, float("nan")
+
+    def transition(obs, action, reward, nxt, done, terminated):
+        return TensorDict({
+            "observation": torch.as_tensor(obs),
+            "action": torch.nn.functional.one_hot(torch.tensor(int(action)), n_actions),
+            "next": {"observation": torch.as_tensor(nxt), "reward": torch.tensor([reward], dtype=torch.float32),
+                     "done": torch.tensor([bool(done)]), "terminated": torch.tensor([bool(terminated)])},
+        }, batch_size=[])
+
+    def behaviour_cloning(weight: float):
+        idx = torch.as_tensor(rng.integers(len(demo_expert), size=settings.batch_size))
+        return weight * torch.nn.functional.cross_entropy(actor_net(demo_obs[idx]), demo_expert[idx])
+
+    teacher, teacher_scores = resolve_teacher(env, settings.teacher, settings.seed, log)
+    pretrain: dict = {}
     start = time.perf_counter()
+    if teacher is not None:
+        demos = demonstrate(env, teacher, settings.demo_episodes, settings.seed, settings.demo_noise)
+        for row in demos.transitions():
+            buffer.add(transition(*row))
+        demo_obs, demo_expert = torch.as_tensor(demos.observation), torch.as_tensor(demos.expert)
+        for _ in range(settings.pretrain_steps):
+            value = loss(buffer.sample())["loss_qvalue"] + behaviour_cloning(settings.bc_weight)
+            optim.zero_grad()
+            value.backward()
+            optim.step()
+            updater.step()
+        pretrain = demos.summary(actor_net, teacher, teacher_scores, time.perf_counter() - start)
+        log(f"pretrained on {len(demos)} {teacher} demonstrations: the actor's most probable action is the "
+            f"teacher's in {pretrain['agreement_with_teacher']:.1%} of them")
+    warmup = 0 if teacher is not None else settings.warmup_steps
+    curve, steps, episode, alpha = [], 0, 0, float("nan")
     while steps < settings.total_steps:
         obs, _ = env.reset(seed=settings.seed * 1000 + episode)
         total, losses, done = 0.0, [], False
+        bc_weight = settings.bc_weight * settings.bc_decay ** episode if teacher is not None else 0.0
         while not done and steps < settings.total_steps:
-            if steps < settings.warmup_steps:
+            if steps < warmup:
                 action = int(rng.integers(n_actions))
             else:
                 with torch.no_grad():
@@ -63,16 +102,13 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                 action = int(torch.distributions.Categorical(logits=logits).sample())
             nxt, reward, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
-            buffer.add(TensorDict({
-                "observation": torch.as_tensor(obs),
-                "action": torch.nn.functional.one_hot(torch.tensor(action), n_actions),
-                "next": {"observation": torch.as_tensor(nxt), "reward": torch.tensor([reward], dtype=torch.float32),
-                         "done": torch.tensor([done]), "terminated": torch.tensor([terminated])},
-            }, batch_size=[]))
+            buffer.add(transition(obs, action, reward, nxt, done, terminated))
             obs, total, steps = nxt, total + reward, steps + 1
-            if steps >= settings.warmup_steps and steps % settings.learn_every == 0:
+            if steps >= warmup and steps % settings.learn_every == 0:
                 parts = loss(buffer.sample())
                 value = parts["loss_actor"] + parts["loss_qvalue"] + parts["loss_alpha"]
+                if bc_weight > 0:
+                    value = value + behaviour_cloning(bc_weight)
                 optim.zero_grad()
                 value.backward()
                 optim.step()
@@ -80,10 +116,11 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                 losses.append(float(value.detach()))
                 alpha = float(parts["alpha"])
         curve.append({"episode": episode, "return": total, "steps": steps, "loss": float(np.mean(losses)) if losses
-                      else None, "alpha": alpha, "seconds": time.perf_counter() - start})
+                      else None, "alpha": alpha, "bc_weight": bc_weight, "seconds": time.perf_counter() - start})
         learning = (f"loss {curve[-1]['loss']:.3g}, α {curve[-1]['alpha']:.3f}" if losses
-                    else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
+                    else f"filling the replay buffer ({steps}/{warmup} warm-up steps)")
         log(f"episode {episode}: return {total:.1f}, {steps} steps, {learning}")
         episode += 1
-    info = {"settings": settings.model_dump(), "curve": curve, "train_seconds": time.perf_counter() - start}
+    info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
+            "train_seconds": time.perf_counter() - start}
     return actor_net.eval(), info

@@ -76,6 +76,10 @@ class QosGraphEnv(gym.Env):
         return {"n": self.n + 1, "kind": "discrete",
                 "meaning": ["drop"] + [f"route to expert {i}" for i in range(self.n)]}
 
+    def action_for(self, choice: int) -> int:
+        """The action that carries out a simulator decision (an expert index, or DROP)."""
+        return 0 if choice == DROP else int(choice) + 1
+
     def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
         requests = self.workload(0 if seed is None else seed)

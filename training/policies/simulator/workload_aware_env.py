@@ -82,6 +82,10 @@ class WorkloadAwareEnv(gym.Env):
     def action_spec(self) -> dict:
         return {"n": int(self.action_space.n), "kind": "discrete", "meaning": self.observation_spec()["actions"]}
 
+    def action_for(self, choice: int | None) -> int:
+        """The action that carries out a simulator decision (an instance index, or WAIT)."""
+        return self.m if choice is WAIT else int(choice)
+
     def set_episode(self, k: int) -> None:
         """The guidance weight of training episode k: λ_k = e^(−0.5 k) (guided variant only)."""
         self.guidance = math.exp(-0.5 * k) if self.variant == "guided" else 0.0

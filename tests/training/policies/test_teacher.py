@@ -1,0 +1,75 @@
+"""Learned policies that start from the best heuristic: the teacher chosen by evaluation, its
+demonstrations, and the DQN / SAC pretrained on them before RL."""
+
+import numpy as np
+import pytest
+
+from core.config import DdqnSettings, SacSettings
+from training.policies.evaluation import fleet_profiles
+from training.policies.rl.teacher import choose_teacher, demonstrate, teacher_action
+from training.policies.simulator.baselines import JoinShortestQueue
+from training.policies.simulator.qos_graph_env import QosGraphEnv
+from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from training.policies.simulator.workloads import RequestPool, arrivals
+
+FITS = [{"prefill_intercept_s": 0.005, "prefill_grad_s_per_token": 5e-5, "decode_w_s": 0.01,
+         "decode_h_s_per_token": 1e-6}] * 3
+
+
+def _setting(n: int = 120, rate: float = 40.0):
+    rng = np.random.default_rng(0)
+    pool = RequestPool(rng.integers(20, 400, 60), rng.integers(5, 200, (60, 3)), rng.random((60, 3)), ["t"] * 60,
+                       ["a", "b", "c"])
+    profiles, _ = fleet_profiles(FITS, 4, 50_000)
+    return profiles, lambda seed: pool.requests(arrivals("poisson", n, rate=rate, seed=seed), seed=seed)
+
+
+def test_teacher_acts_in_each_environment_as_the_heuristic():
+    profiles, workload = _setting()
+    qos = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
+    qos.reset(seed=1)
+    aware = WorkloadAwareEnv(profiles, workload, variant="baseline", models=[0, 1, 2])
+    aware.reset(seed=1)
+    for _ in range(40):  # JSQ's choice, as the action that carries it out (QoS env: 0 is drop)
+        for env, offset in ((qos, 1), (aware, 0)):
+            expected = JoinShortestQueue().assign([env.stepper.head()], env.stepper.cluster, env.stepper.t)[0]
+            action = teacher_action(env, JoinShortestQueue())
+            assert action == expected + offset
+            env.step(action)
+    demos = demonstrate(aware, "join_shortest_queue", episodes=1, seed=0, noise=0.2)
+    assert len(demos) >= 120 and demos.observation.shape == (len(demos), aware.observation_space.shape[0])
+    assert 0.6 < float(np.mean(demos.action == demos.expert)) < 1.0  # a fifth of the actions are random
+
+
+def test_teacher_is_chosen_by_episode_return_on_training_seeds():
+    profiles, workload = _setting()
+    env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
+    chosen, scores = choose_teacher(env, ("join_shortest_queue",), seeds=(5, 6),
+                                    log=lambda _: None)
+    assert chosen == "join_shortest_queue" and set(scores) == {"join_shortest_queue"}
+    chosen, scores = choose_teacher(env, ("join_shortest_queue", "least_work_left", "route_balance"), seeds=(5, 6, 7),
+                                    log=lambda _: None)
+    best = max(scores, key=scores.get)
+    assert chosen in scores and scores[chosen] <= scores[best]
+
+
+@pytest.mark.parametrize("trainer", ["ddqn", "sac"])
+def test_pretrained_policy_imitates_its_teacher_before_rl(trainer):
+    """With a teacher, the trainers report how often the pretrained network picks the teacher's
+    action; on 000's baseline features (every expert's running and waiting counts) JSQ is
+    readable from the observation, so a short pretraining imitates it closely."""
+    from training.policies.rl.ddqn import train_ddqn
+    from training.policies.rl.sac import train_sac
+
+    profiles, workload = _setting(n=150, rate=60.0)
+    env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
+    if trainer == "ddqn":
+        env.set_episode = lambda k: None  # the DQN trainer sets 001's guidance per episode
+        net, info = train_ddqn(env, DdqnSettings(episodes=1, teacher="join_shortest_queue", demo_episodes=3,
+                                                 pretrain_steps=400, batch_size=64), log=lambda _: None)
+    else:
+        net, info = train_sac(env, SacSettings(total_steps=150, teacher="join_shortest_queue", demo_episodes=3,
+                                               pretrain_steps=400), log=lambda _: None)
+    assert info["pretrain"]["teacher"] == "join_shortest_queue" and info["pretrain"]["demonstrations"] >= 450
+    assert info["pretrain"]["agreement_with_teacher"] > 0.6
+    assert info["curve"] and info["curve"][0]["steps"] > 0
