@@ -21,6 +21,11 @@ measures what collection can reach, not what training reaches today.
 
     .venv/bin/python -m benchmarks.rl_throughput [--seconds 20]
 Writes benchmarks/results/rl_throughput/rl_throughput.json.
+
+`--training`: decisions per second of the double DQN's whole training loop (collection, replay
+buffer and one update per 4 decisions) in 001's setting, from scratch, `--episodes` episodes of
+2,000 requests, with one environment and with `--copies` environments stepped together
+(`DdqnSettings.n_envs`). Writes rl_throughput_training.json.
 """
 
 from __future__ import annotations
@@ -150,13 +155,35 @@ def batched_decisions_per_second(build, copies: int, seconds: float) -> dict:
             "decisions_per_s": round(decisions / elapsed, 1), "episodes_finished": episodes}
 
 
+def training_decisions_per_second(copies: int, episodes: int) -> dict:
+    from training.policies.rl.ddqn import DdqnSettings, train_ddqn
+
+    env, _ = workload_aware()
+    start = time.perf_counter()
+    _, info = train_ddqn(env, DdqnSettings(episodes=episodes, n_envs=copies, teacher=None), log=lambda _: None)
+    elapsed = time.perf_counter() - start
+    decisions = info["curve"][-1]["steps"] if copies == 1 else max(c["steps"] for c in info["curve"])
+    return {"copies": copies, "episodes": episodes, "decisions": decisions, "seconds": round(elapsed, 1),
+            "decisions_per_s": round(decisions / elapsed, 1)}
+
+
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--copies", type=int, default=16, help="environments stepped together for the batched row")
+    parser.add_argument("--training", action="store_true", help="the DDQN's training loop instead (see above)")
+    parser.add_argument("--episodes", type=int, default=16, help="with --training")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     torch.set_num_threads(1)
+    if args.training:
+        episodes = 2 if args.quick else args.episodes
+        rows = [training_decisions_per_second(n, episodes) for n in (1, args.copies)]
+        for row in rows:
+            print(f"DDQN training, {row['copies']} environment(s): {row['decisions']} decisions in {row['seconds']} s, "
+                  f"{row['decisions_per_s']} per second", flush=True)
+        (OUT / "rl_throughput_training.json").write_text(json.dumps({"torch_threads": 1, "rows": rows}, indent=2))
+        return
     result = {"seconds_each": seconds, "torch_threads": 1, "environments": {}}
     for name, build in (("001_workload_aware_guided", workload_aware), ("000_qos_graph_han", qos_graph),
                         ("004_slot_distribution", slot_distribution)):

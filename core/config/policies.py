@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from core.config.base import _Strict
 
 TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance"]
@@ -29,6 +31,8 @@ class DdqnSettings(_Strict):
     # "mlp": 001's obs-64-64-actions; "per_instance": one Q head shared by every instance
     # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
     network: Literal["mlp", "per_instance"] = "mlp"
+    # environment copies stepped together (one batched forward pass per step; rounds of n_envs episodes)
+    n_envs: int = Field(1, ge=1)
     # start from a heuristic (training.policies.rl.teacher): "auto" (the best of JSQ, earliest
     # available, least work left and RouteBalance on training seeds), one of them, or None (from
     # scratch); behaviour cloning on its demonstrations, then DQfD's large-margin loss toward it,
@@ -71,6 +75,7 @@ class SacSettings(_Strict):
     # cloned actor near-deterministic: the actor then followed the critic's errors and episode returns
     # fell far below the teacher's within two episodes (docs/results.md)
     alpha_init: float = 1.0
+    n_envs: int = Field(1, ge=1)  # environment copies stepped together, as DdqnSettings.n_envs
     # how the trained actor routes: "sample" from its distribution (as SAC trains it) or "greedy"
     # (its most probable action); recorded in the exported policy.json as `act`
     act: Literal["sample", "greedy"] = "sample"

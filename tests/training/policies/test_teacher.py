@@ -73,3 +73,16 @@ def test_pretrained_policy_imitates_its_teacher_before_rl(trainer):
     assert info["pretrain"]["teacher"] == "join_shortest_queue" and info["pretrain"]["demonstrations"] >= 450
     assert info["pretrain"]["agreement_with_teacher"] > 0.6
     assert info["curve"] and info["curve"][0]["steps"] > 0
+
+
+def test_sac_steps_environment_copies_together_within_its_budget():
+    from training.policies.rl.sac import train_sac
+
+    profiles, workload = _setting(n=40, rate=60.0)
+    env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
+    _, info = train_sac(env, SacSettings(total_steps=100, n_envs=4, teacher=None, warmup_steps=20, batch_size=16),
+                        log=lambda _: None)
+    curve = info["curve"]
+    assert [c["episode"] for c in curve] == list(range(len(curve))) and len(curve) % 4 == 0
+    assert max(c["steps"] for c in curve) == 100  # the last round is cut at the budget
+    assert curve[-1]["loss"] is not None

@@ -73,3 +73,16 @@ def test_ddqn_smoke_trains_exports_and_serves(tmp_path):
         policy.scores(np.zeros((1, 3)))
     served = run_episode(env, policy.act, seed=6)
     assert sum(o.served for o in served) == 60
+
+
+def test_ddqn_steps_environment_copies_together():
+    """n_envs copies play consecutive episodes together; each episode is played whole, with its own
+    guidance weight, and the curve counts every decision once."""
+    env = WorkloadAwareEnv([PROFILE] * 4, _workload(n=40), variant="guided")
+    _, info = train_ddqn(env, DdqnSettings(episodes=5, n_envs=3, batch_size=32, warmup_steps=50, eps_decay_steps=100,
+                                           teacher=None), log=lambda m: None)
+    curve = info["curve"]
+    assert sorted(c["episode"] for c in curve) == [0, 1, 2, 3, 4]
+    assert all(c["guidance"] == pytest.approx(np.exp(-0.5 * c["episode"])) for c in curve)
+    assert len({c["steps"] for c in curve}) == 5 and max(c["steps"] for c in curve) >= 5 * 40
+    assert all(c["loss"] is not None for c in curve[3:])  # learning once the warm-up is filled

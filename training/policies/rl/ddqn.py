@@ -3,6 +3,9 @@ network, a replay buffer and ε-greedy exploration; network obs-64-64-actions as
 
 Episode k sets the environment's guidance weight λ_k = e^(−0.5 k) and, for the guided variant,
 001's guided discount γ̃ = (1 − e^(−0.5 k)) · γ (the heuristic carries the credit early on).
+With `n_envs` > 1, that many copies of the environment play episodes k … k + n_envs − 1 together
+(one batched forward pass per step, transitions added to the buffer as one batch) and the round
+uses episode k's discount and margin weight; updates per decision stay `1 / learn_every`.
 
 With a teacher (`DdqnSettings.teacher`, `training.policies.rl.teacher`) the network starts from the
 best heuristic, in the manner of DQfD (Hester et al. 2018): the teacher's demonstrations fill the
@@ -15,6 +18,7 @@ the teacher's).
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable
@@ -27,12 +31,12 @@ from core.config.policies import DdqnSettings  # noqa: F401 - re-exported for ca
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
     """Returns the trained Q network (obs → Q values) and the learning curve per episode."""
     import torch
-    from tensordict import TensorDict
     from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
     from torchrl.modules import QValueActor
     from torchrl.objectives import DQNLoss, SoftUpdate
 
     from training.policies.rl.networks import PerInstanceQ, mlp
+    from training.policies.rl.rollout import play_round, transitions
     from training.policies.rl.teacher import demonstrate, resolve_teacher
 
     torch.manual_seed(settings.seed)
@@ -52,14 +56,6 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     optim = torch.optim.Adam(loss.parameters(), lr=settings.learning_rate)
     buffer = ReplayBuffer(storage=LazyTensorStorage(settings.buffer_size), batch_size=settings.batch_size)
 
-    def transition(obs, action, reward, nxt, done, terminated):
-        return TensorDict({
-            "observation": torch.as_tensor(obs), "action": torch.nn.functional.one_hot(torch.tensor(action), n_actions),
-            "next": {"observation": torch.as_tensor(nxt),
-                     "reward": torch.tensor([reward * settings.reward_scale], dtype=torch.float32),
-                     "done": torch.tensor([bool(done)]), "terminated": torch.tensor([bool(terminated)])},
-        }, batch_size=[])
-
     def update(batch, margin_weight: float) -> float:
         value = loss(batch)["loss"]
         if margin_weight > 0:
@@ -76,8 +72,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     if teacher is not None:
         start = time.perf_counter()
         demos = demonstrate(env, teacher, settings.demo_episodes, settings.seed, settings.demo_noise)
-        for row in demos.transitions():
-            buffer.add(transition(*row))
+        buffer.extend(transitions(list(demos.transitions()), n_actions, settings.reward_scale))
         demo_obs, demo_expert = torch.as_tensor(demos.observation), torch.as_tensor(demos.expert)
         loss.make_value_estimator(gamma=settings.gamma)
         for _ in range(settings.pretrain_steps):
@@ -85,36 +80,50 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         pretrain = demos.summary(net, teacher, teacher_scores, time.perf_counter() - start)
         log(f"pretrained on {len(demos)} {teacher} demonstrations: the greedy policy takes the teacher's action "
             f"in {pretrain['agreement_with_teacher']:.1%} of them")
-    curve, steps = [], 0
-    for k in range(settings.episodes):
-        env.set_episode(k)
+    envs = [env] + [copy.deepcopy(env) for _ in range(settings.n_envs - 1)]
+    curve, steps, updates, eps = [], 0, 0, settings.eps_start
+    for first in range(0, settings.episodes, len(envs)):  # a round: one episode per copy, stepped together
+        ks = list(range(first, min(first + len(envs), settings.episodes)))
         guided = getattr(env, "variant", "") == "guided"
-        gamma = (1 - math.exp(-0.5 * (k + 1))) * settings.gamma if guided else settings.gamma
+        gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
         loss.make_value_estimator(gamma=gamma)
-        margin_weight = settings.margin_weight * settings.margin_decay ** k if teacher is not None else 0.0
-        obs, _ = env.reset(seed=settings.seed * 1000 + k)
-        start, total, losses, done = time.perf_counter(), 0.0, [], False
-        while not done:
+        margin_weight = settings.margin_weight * settings.margin_decay ** first if teacher is not None else 0.0
+        for e, k in zip(envs, ks):
+            e.set_episode(k)
+        losses: list[float] = []
+        start, steps_before = time.perf_counter(), steps
+
+        def act(observations: np.ndarray) -> list[int]:
+            nonlocal eps
             eps = settings.eps_end if teacher is not None else max(
                 settings.eps_end, settings.eps_start - (settings.eps_start - settings.eps_end) * steps
                 / settings.eps_decay_steps)
-            if rng.random() < eps:
-                action = int(rng.integers(n_actions))
+            with torch.no_grad():
+                best = net(torch.as_tensor(observations)).argmax(1).tolist()
+            return [int(rng.integers(n_actions)) if rng.random() < eps else a for a in best]
+
+        def after_step(rows) -> None:
+            nonlocal steps, updates
+            buffer.extend(transitions(rows, n_actions, settings.reward_scale))
+            steps += len(rows)
+            if steps >= settings.warmup_steps or teacher is not None:
+                while updates < steps // settings.learn_every:  # the same updates per decision as one copy
+                    losses.append(update(buffer.sample(), margin_weight))
+                    updates += 1
             else:
-                with torch.no_grad():
-                    action = int(net(torch.as_tensor(obs)).argmax())
-            nxt, reward, terminated, truncated, _ = env.step(action)
-            done = terminated or truncated
-            buffer.add(transition(obs, action, reward, nxt, done, terminated))
-            obs, total, steps = nxt, total + reward, steps + 1
-            if (steps >= settings.warmup_steps or teacher is not None) and steps % settings.learn_every == 0:
-                losses.append(update(buffer.sample(), margin_weight))
-        curve.append({"episode": k, "return": total, "steps": steps, "epsilon": eps, "gamma": gamma,
-                      "guidance": getattr(env, "guidance", 0.0), "loss": float(np.mean(losses)) if losses else None,
-                      "margin_weight": margin_weight, "seconds": time.perf_counter() - start})
+                updates = steps // settings.learn_every
+
+        played = play_round(envs[:len(ks)], ks, lambda k: settings.seed * 1000 + k, act, after_step)
+        for e, p in zip(envs, played):
+            curve.append({"episode": p["episode"], "return": p["return"], "steps": steps_before + p["finished_at"],
+                          "epsilon": eps, "gamma": gamma, "guidance": getattr(e, "guidance", 0.0),
+                          "margin_weight": margin_weight, "loss": float(np.mean(losses)) if losses else None,
+                          "seconds": time.perf_counter() - start})
         learning = (f"loss {curve[-1]['loss']:.3g}" if losses
                     else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
-        log(f"episode {k}: return {total:.0f}, {steps} steps so far, ε {eps:.2f}, {learning}")
+        returns = ", ".join(f"{p['return']:.0f}" for p in played)
+        log(f"episode{'s' if len(ks) > 1 else ''} {ks[0]}{f'–{ks[-1]}' if len(ks) > 1 else ''}: return {returns}, "
+            f"{steps} steps so far, ε {eps:.2f}, {learning}")
     return net.eval(), {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
 
 

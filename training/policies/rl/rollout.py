@@ -41,3 +41,50 @@ def sampled(net, seed: int = 0) -> Callable[[np.ndarray], int]:
         return int(rng.choice(len(probs), p=probs / probs.sum()))
 
     return act
+
+
+def play_round(envs: list, episodes: list[int], seed_of: Callable[[int], int],
+               act: Callable[[np.ndarray], list[int]], after_step: Callable[[list[tuple]], None],
+               budget: int | None = None) -> list[dict]:
+    """Play episode `episodes[i]` on `envs[i]`, every copy stepped together: `act` maps the stacked
+    observations of the copies still playing to their actions (one batched forward pass),
+    `after_step` receives that step's transitions (observation, action, reward, next observation,
+    done, terminated), and the round ends when every episode has, or after `budget` decisions in all.
+    Returns per episode {episode, return, finished_at (decisions into the round; None if cut)}."""
+    obs = [env.reset(seed=seed_of(k))[0] for env, k in zip(envs, episodes)]
+    out = [{"episode": k, "return": 0.0, "finished_at": None} for k in episodes]
+    active, decided = list(range(len(episodes))), 0
+    while active and (budget is None or decided < budget):
+        actions = act(np.stack([obs[i] for i in active]))
+        rows, still = [], []
+        for i, action in zip(active, actions):
+            nxt, reward, terminated, truncated, _ = envs[i].step(action)
+            done = terminated or truncated
+            rows.append((obs[i], action, reward, nxt, done, terminated))
+            obs[i] = nxt
+            out[i]["return"] += reward
+            if done:
+                out[i]["finished_at"] = decided + len(rows)
+            else:
+                still.append(i)
+        decided += len(rows)
+        active = still
+        after_step(rows)
+    return out
+
+
+def transitions(rows: list[tuple], n_actions: int, reward_scale: float = 1.0):
+    """A TensorDict batch of (observation, action, reward, next observation, done, terminated) rows,
+    actions one-hot, as TorchRL's losses read a replay buffer."""
+    import torch
+    from tensordict import TensorDict
+
+    obs, action, reward, nxt, done, terminated = zip(*rows)
+    return TensorDict({
+        "observation": torch.as_tensor(np.stack(obs)),
+        "action": torch.nn.functional.one_hot(torch.as_tensor(np.asarray(action, dtype=np.int64)), n_actions),
+        "next": {"observation": torch.as_tensor(np.stack(nxt)),
+                 "reward": torch.as_tensor(np.asarray(reward, dtype=np.float32)[:, None] * reward_scale),
+                 "done": torch.as_tensor(np.asarray(done, dtype=bool)[:, None]),
+                 "terminated": torch.as_tensor(np.asarray(terminated, dtype=bool)[:, None])},
+    }, batch_size=[len(rows)])

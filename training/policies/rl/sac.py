@@ -7,10 +7,13 @@ heuristic: the teacher's demonstrations fill the replay buffer, `pretrain_steps`
 actor to the teacher's actions (cross-entropy) and the critics to the demonstrations (TD), and
 during RL the cross-entropy on demonstration batches stays, weighted bc_weight · bc_decay^k in
 episode k; exploration comes from the policy itself from the first step (no random warm-up).
+With `n_envs` > 1, copies of the environment play consecutive episodes together (one batched
+forward pass of the actor per step; `rollout.play_round`), updates per decision unchanged.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 
@@ -33,12 +36,12 @@ def networks(env, settings: SacSettings):
 def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
     """Returns the actor's logits network (obs → action logits) and the learning curve per episode."""
     import torch
-    from tensordict import TensorDict
     from tensordict.nn import TensorDictModule
     from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
     from torchrl.modules import OneHotCategorical, ProbabilisticActor
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
+    from training.policies.rl.rollout import play_round, transitions
     from training.policies.rl.teacher import demonstrate, resolve_teacher
 
     torch.manual_seed(settings.seed)
@@ -57,14 +60,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     optim = torch.optim.Adam(loss.parameters(), lr=settings.learning_rate)
     buffer = ReplayBuffer(storage=LazyTensorStorage(settings.buffer_size), batch_size=settings.batch_size)
     rng = np.random.default_rng(settings.seed)
-
-    def transition(obs, action, reward, nxt, done, terminated):
-        return TensorDict({
-            "observation": torch.as_tensor(obs),
-            "action": torch.nn.functional.one_hot(torch.tensor(int(action)), n_actions),
-            "next": {"observation": torch.as_tensor(nxt), "reward": torch.tensor([reward], dtype=torch.float32),
-                     "done": torch.tensor([bool(done)]), "terminated": torch.tensor([bool(terminated)])},
-        }, batch_size=[])
+    updates = 0
 
     def behaviour_cloning(weight: float):
         idx = torch.as_tensor(rng.integers(len(demo_expert), size=settings.batch_size))
@@ -75,8 +71,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     start = time.perf_counter()
     if teacher is not None:
         demos = demonstrate(env, teacher, settings.demo_episodes, settings.seed, settings.demo_noise)
-        for row in demos.transitions():
-            buffer.add(transition(*row))
+        buffer.extend(transitions(list(demos.transitions()), n_actions))
         demo_obs, demo_expert = torch.as_tensor(demos.observation), torch.as_tensor(demos.expert)
         for _ in range(settings.pretrain_steps):
             value = loss(buffer.sample())["loss_qvalue"] + behaviour_cloning(settings.bc_weight)
@@ -88,23 +83,27 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
         log(f"pretrained on {len(demos)} {teacher} demonstrations: the actor's most probable action is the "
             f"teacher's in {pretrain['agreement_with_teacher']:.1%} of them")
     warmup = 0 if teacher is not None else settings.warmup_steps
+    envs = [env] + [copy.deepcopy(env) for _ in range(settings.n_envs - 1)]
     curve, steps, episode, alpha = [], 0, 0, float("nan")
-    while steps < settings.total_steps:
-        obs, _ = env.reset(seed=settings.seed * 1000 + episode)
-        total, losses, done = 0.0, [], False
+    while steps < settings.total_steps:  # rounds of n_envs episodes stepped together, cut at the budget
         bc_weight = settings.bc_weight * settings.bc_decay ** episode if teacher is not None else 0.0
-        while not done and steps < settings.total_steps:
+        losses: list[float] = []
+        steps_before = steps
+
+        def act(observations: np.ndarray) -> list[int]:
             if steps < warmup:
-                action = int(rng.integers(n_actions))
-            else:
-                with torch.no_grad():
-                    logits = actor_net(torch.as_tensor(obs))
-                action = int(torch.distributions.Categorical(logits=logits).sample())
-            nxt, reward, terminated, truncated, _ = env.step(action)
-            done = terminated or truncated
-            buffer.add(transition(obs, action, reward, nxt, done, terminated))
-            obs, total, steps = nxt, total + reward, steps + 1
-            if steps >= warmup and steps % settings.learn_every == 0:
+                return rng.integers(n_actions, size=len(observations)).tolist()
+            with torch.no_grad():
+                logits = actor_net(torch.as_tensor(observations))
+            return torch.distributions.Categorical(logits=logits).sample().tolist()
+
+        def after_step(rows) -> None:
+            nonlocal steps, updates, alpha
+            buffer.extend(transitions(rows, n_actions))
+            steps += len(rows)
+            if steps < warmup:
+                updates = steps // settings.learn_every
+            while steps >= warmup and updates < steps // settings.learn_every:
                 parts = loss(buffer.sample())
                 value = parts["loss_actor"] + parts["loss_qvalue"] + parts["loss_alpha"]
                 if bc_weight > 0:
@@ -115,12 +114,22 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                 updater.step()
                 losses.append(float(value.detach()))
                 alpha = float(parts["alpha"])
-        curve.append({"episode": episode, "return": total, "steps": steps, "loss": float(np.mean(losses)) if losses
-                      else None, "alpha": alpha, "bc_weight": bc_weight, "seconds": time.perf_counter() - start})
+                updates += 1
+
+        ks = list(range(episode, episode + len(envs)))
+        played = play_round(envs, ks, lambda k: settings.seed * 1000 + k, act, after_step,
+                            budget=settings.total_steps - steps)
+        for p in played:
+            curve.append({"episode": p["episode"], "return": p["return"],
+                          "steps": steps_before + (p["finished_at"] or steps - steps_before),
+                          "loss": float(np.mean(losses)) if losses else None, "alpha": alpha, "bc_weight": bc_weight,
+                          "seconds": time.perf_counter() - start})
         learning = (f"loss {curve[-1]['loss']:.3g}, α {curve[-1]['alpha']:.3f}" if losses
                     else f"filling the replay buffer ({steps}/{warmup} warm-up steps)")
-        log(f"episode {episode}: return {total:.1f}, {steps} steps, {learning}")
-        episode += 1
+        returns = ", ".join(f"{p['return']:.1f}" for p in played)
+        log(f"episode{'s' if len(ks) > 1 else ''} {ks[0]}{f'–{ks[-1]}' if len(ks) > 1 else ''}: return {returns}, "
+            f"{steps} steps, {learning}")
+        episode += len(envs)
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
             "train_seconds": time.perf_counter() - start}
     return actor_net.eval(), info
