@@ -9,8 +9,8 @@ every row (the network's output is computed, then ignored), so the simulated dyn
 simulator's share of the cost, are the same in all three: an untrained network's actions (always
 "wait", say) would make steps artificially cheap or dear. One process,
 this machine's 2 cores, one torch thread; `--seconds` of stepping each, episodes reset as they end.
-The trainers (benchmarks/rl_*.py) still step one environment and update after every decision: this
-measures what collection can reach, not what training reaches today.
+This measures what collection can reach; the trainers also update every 2–4 decisions, which
+`--training` includes (below).
 
 - 001 (`WorkloadAwareEnv`, workload-guided): 4 Llama-2-70B@A100x4 instances (splitwise fit), Azure
   conversation trace lengths, Poisson at 0.9 load; the DDQN's MLP Q network;
