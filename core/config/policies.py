@@ -12,7 +12,20 @@ from core.config.base import _Strict
 TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance"]
 
 
-class DdqnSettings(_Strict):
+class _FromTeacher(_Strict):
+    """What the DQN and SAC trainers share: the teacher they start from and how many environment
+    copies they step together."""
+
+    # start from a heuristic (training.policies.rl.teacher): "auto" (the best of JSQ, earliest
+    # available, least work left and RouteBalance on training seeds), one of them, or None (from scratch)
+    teacher: TeacherName | None = "auto"
+    demo_episodes: int = 4
+    demo_noise: float = 0.1  # share of random actions while demonstrating (states off the teacher's path)
+    # environment copies stepped together (one batched forward pass per step; rounds of n_envs episodes)
+    n_envs: int = Field(1, ge=1)
+
+
+class DdqnSettings(_FromTeacher):
     """001's double DQN."""
 
     episodes: int = 10
@@ -31,15 +44,8 @@ class DdqnSettings(_Strict):
     # "mlp": 001's obs-64-64-actions; "per_instance": one Q head shared by every instance
     # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
     network: Literal["mlp", "per_instance"] = "mlp"
-    # environment copies stepped together (one batched forward pass per step; rounds of n_envs episodes)
-    n_envs: int = Field(1, ge=1)
-    # start from a heuristic (training.policies.rl.teacher): "auto" (the best of JSQ, earliest
-    # available, least work left and RouteBalance on training seeds), one of them, or None (from
-    # scratch); behaviour cloning on its demonstrations, then DQfD's large-margin loss toward it,
-    # weighted margin_weight · margin_decay^episode during RL
-    teacher: TeacherName | None = "auto"
-    demo_episodes: int = 4
-    demo_noise: float = 0.1  # share of random actions while demonstrating (states off the teacher's path)
+    # with a teacher: behaviour cloning on its demonstrations (TD + DQfD's large-margin loss), then
+    # the margin loss during RL, weighted margin_weight · margin_decay^episode
     pretrain_steps: int = 2000
     margin: float = 0.8
     margin_weight: float = 1.0
@@ -47,7 +53,7 @@ class DdqnSettings(_Strict):
     seed: int = 0
 
 
-class SacSettings(_Strict):
+class SacSettings(_FromTeacher):
     """000's discrete SAC."""
 
     total_steps: int = 20_000
@@ -63,11 +69,8 @@ class SacSettings(_Strict):
     target_entropy_weight: float = 0.5
     hidden: int = 64
     heads: int = 4
-    # start from a heuristic, as DdqnSettings.teacher; during RL a behaviour-cloning term
-    # bc_weight · bc_decay^episode (cross-entropy of the actor on the teacher's actions) pulls toward it
-    teacher: TeacherName | None = "auto"
-    demo_episodes: int = 4
-    demo_noise: float = 0.1
+    # with a teacher: the actor cloned by cross-entropy on its demonstrations, then during RL a
+    # behaviour-cloning term bc_weight · bc_decay^episode pulls toward it
     pretrain_steps: int = 1000
     bc_weight: float = 1.0
     bc_decay: float = 0.8
@@ -75,7 +78,6 @@ class SacSettings(_Strict):
     # cloned actor near-deterministic: the actor then followed the critic's errors and episode returns
     # fell far below the teacher's within two episodes (docs/results.md)
     alpha_init: float = 1.0
-    n_envs: int = Field(1, ge=1)  # environment copies stepped together, as DdqnSettings.n_envs
     # how the trained actor routes: "sample" from its distribution (as SAC trains it) or "greedy"
     # (its most probable action); recorded in the exported policy.json as `act`
     act: Literal["sample", "greedy"] = "sample"
