@@ -139,7 +139,6 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         name="routing_simulator", kind="routing_simulator", format="json", folder=simulator.parent,
         config={"recommended_policy": f"policy--{gate['recommended']}", "recommendation": gate["reason"],
                 "objective": gate["objective"], "evaluation_mlflow_run_id": run_id}))
-    context.log.info(f"routing gate: recommends {gate['recommended']}: {gate['reason']}")
     return dg.Output(
         TrainedComponent(components, details={"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"],
                                               "policies": exports, "gate": gate}),

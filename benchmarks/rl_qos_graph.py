@@ -43,7 +43,7 @@ from training.policies.simulator.baselines import BASELINES
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.metrics import mean_std
 from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
-from training.policies.simulator.traces import read_trace
+from training.policies.simulator.traces import read_trace, trace_window
 from training.policies.simulator.workloads import RequestPool, arrivals
 
 OUT = results_dir("rl_qos_graph")
@@ -97,9 +97,7 @@ class Setting:
         return (pool or self.pool).requests(arrivals("poisson", n, rate=self.rate, seed=seed), seed=seed)
 
     def trace(self, seed, n=N_EVAL, pool=None):
-        start = seed * n % (len(self.trace_times) - n)
-        t = self.trace_times[start:start + n] - self.trace_times[start]
-        return (pool or self.pool).requests(t * (n / self.rate) / t[-1], seed=seed)
+        return (pool or self.pool).requests(trace_window(self.trace_times, n, self.rate, seed)[1], seed=seed)
 
     def env(self, variant, workload):
         return QosGraphEnv(self.profiles, self.experts, workload, self.requirement, variant=variant, pad=PAD)

@@ -41,7 +41,7 @@ from training.policies.simulator.baselines import JoinShortestQueue, RandomPolic
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.metrics import mean_std, summarize
 from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
-from training.policies.simulator.traces import read_trace
+from training.policies.simulator.traces import read_trace, trace_window
 from training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, switched_poisson
 
 OUT = results_dir("rl_slot_distribution")
@@ -109,9 +109,7 @@ def main() -> None:
     trace_times = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")[0]
 
     def trace(seed, n=4000):
-        start = seed * n % (len(trace_times) - n)
-        t = trace_times[start:start + n] - trace_times[start]
-        return pool.requests(t * (n / mean_rate) / t[-1], seed=seed)
+        return pool.requests(trace_window(trace_times, n, mean_rate, seed)[1], seed=seed)
 
     heavy = tuple(i for i, m in enumerate(instance_models) if m == 0)
     light = tuple(i for i, m in enumerate(instance_models) if m == 1)

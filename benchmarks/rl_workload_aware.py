@@ -29,7 +29,7 @@ from training.policies.simulator.baselines import BASELINES
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.metrics import mean_std, summarize
-from training.policies.simulator.traces import read_trace
+from training.policies.simulator.traces import read_trace, trace_window
 from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 from training.policies.simulator.workloads import RequestPool, arrivals
 
@@ -68,9 +68,7 @@ def main() -> None:
         return pool.requests(arrivals("gamma", N, rate=rate, seed=seed, cv=2.0), seed=seed)
 
     def trace(seed):  # a window of the real timestamps, rescaled to the same mean rate
-        start = seed * N % (len(times) - N)
-        t = times[start:start + N] - times[start]
-        return pool.requests(t * (N / rate) / t[-1], seed=seed)
+        return pool.requests(trace_window(times, N, rate, seed)[1], seed=seed)
 
     workloads = {"poisson": poisson, "gamma_cv2": bursty, "azure_trace_timestamps": trace}
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,

@@ -28,7 +28,7 @@ from training.policies.simulator.cluster import Cluster, Outcome
 from training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from training.policies.simulator.metrics import mean_std, summarize
 from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
-from training.policies.simulator.traces import TraceColumns, read_trace
+from training.policies.simulator.traces import TraceColumns, read_trace, trace_window
 from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 from training.policies.simulator.workloads import RequestPool, arrivals
 
@@ -70,9 +70,7 @@ def workload_factory(kind: str, pool: RequestPool, rate: float, n: int,
             raise ValueError(f"training.routing_evaluation.trace: {len(times)} rows, fewer than requests = {n}")
 
         def replay(seed: int):  # a window of real timestamps, rescaled to the mean rate
-            start = seed * n % (len(times) - n)
-            t = times[start:start + n] - times[start]
-            return pool.requests(t * (n / rate) / max(t[-1], 1e-9), seed=seed)
+            return pool.requests(trace_window(times, n, rate, seed)[1], seed=seed)
 
         return replay
     if kind == "switched_poisson":  # 004's process, its two rates mapped to 1.8× and 0.1× the mean rate

@@ -15,9 +15,9 @@ SIMULATOR_FILE = "simulator.json"
 
 
 def export_heuristics(policies: list[str], instances: int, out_dir: Path) -> dict[str, Path]:
-    """One folder with a `policy.json` per exportable baseline among `policies`."""
+    """One folder with a `policy.json` per exportable baseline among `policies` (repeats written once)."""
     folders = {}
-    for name in (p for p in policies if p in EXPORTABLE):
+    for name in (p for p in dict.fromkeys(policies) if p in EXPORTABLE):
         folder = out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "policy.json").write_text(json.dumps(heuristic_spec_of(name, instances), indent=2))

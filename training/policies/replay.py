@@ -24,6 +24,7 @@ from training.policies.simulator.baselines import BASELINES, from_spec
 from training.policies.simulator.cluster import Cluster, Request
 from training.policies.simulator.metrics import mean_std
 from training.policies.simulator.qos_graph_env import QosGraphEnv
+from training.policies.simulator.traces import trace_window
 from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
 
@@ -34,9 +35,7 @@ def trace_windows(times: np.ndarray, prompt: np.ndarray, output: np.ndarray, n: 
     n = min(n, len(times))
 
     def window(seed: int) -> list[Request]:
-        start = seed * n % max(1, len(times) - n + 1)
-        t = times[start:start + n] - times[start]
-        t = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
+        start, t = trace_window(times, n, rate, seed)
         return [Request(rid=i, arrival=float(a), prompt_tokens=int(p), output_tokens=np.full(n_models, int(o)),
                         quality=np.ones(n_models), task="trace")
                 for i, (a, p, o) in enumerate(zip(t, prompt[start:start + n], output[start:start + n]))]
@@ -76,21 +75,21 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
     qos_limit = sim["qos_latency_per_token_s"]
     prices = np.zeros((n_models, 2))
     recommended = bundle.recommended_policy
-    carried = {c.config.get("policy"): c.name for c in bundle.manifest.components if c.kind == "routing_policy"}
-    plan = [(name, "bundle", ref) for name, ref in carried.items()]
-    plan += [(name, "baseline", None) for name in BASELINES if name not in carried]
+    carried = {c.config.get("policy"): c for c in bundle.manifest.components if c.kind == "routing_policy"}
+    plan = [(name, c.name, c.config.get("policy_kind") != "heuristic") for name, c in carried.items()]
+    plan += [(name, None, False) for name in BASELINES if name not in carried]
     rows = []
-    for name, source, ref in plan:
+    for name, ref, learned in plan:
         runs = []
-        for seed in range(seeds):
-            if ref is not None and bundle.manifest.component(ref).config.get("policy_kind") != "heuristic":
-                policy = bundle.routing_policy(ref)
-                outcomes = _learned_runner(policy, profiles, models, workload, seed)
+        for seed in range(seeds):  # a fresh heuristic per window: round-robin and the work estimates keep state
+            if learned:
+                outcomes = _learned_runner(bundle.routing_policy(ref), profiles, models, workload, seed)
             else:
                 policy = from_spec(bundle.routing_policy(ref).spec) if ref is not None else BASELINES[name]()
                 outcomes = Cluster(profiles, models=models).run(workload(seed), policy)
             runs.append(score(outcomes, prices, qos_limit, slo_e2e_s, slo_tpot_s))
-        row = {"policy": name, "source": source, "recommended": ref is not None and ref == recommended}
+        row = {"policy": name, "source": "baseline" if ref is None else "bundle",
+               "recommended": ref is not None and ref == recommended}
         for metric, (mean, std) in mean_std(runs, METRICS).items():
             row[metric], row[f"{metric}_std"] = mean, std
         rows.append(row)

@@ -36,7 +36,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     from torchrl.objectives import DQNLoss, SoftUpdate
 
     from training.policies.rl.networks import PerInstanceQ, mlp
-    from training.policies.rl.rollout import play_round, transitions
+    from training.policies.rl.rollout import play_round, round_label, transitions
     from training.policies.rl.teacher import demonstrate, resolve_teacher
 
     torch.manual_seed(settings.seed)
@@ -82,9 +82,9 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
             f"in {pretrain['agreement_with_teacher']:.1%} of them")
     envs = [env] + [copy.deepcopy(env) for _ in range(settings.n_envs - 1)]
     curve, steps, updates, eps = [], 0, 0, settings.eps_start
+    guided = getattr(env, "variant", "") == "guided"
     for first in range(0, settings.episodes, len(envs)):  # a round: one episode per copy, stepped together
         ks = list(range(first, min(first + len(envs), settings.episodes)))
-        guided = getattr(env, "variant", "") == "guided"
         gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
         loss.make_value_estimator(gamma=gamma)
         margin_weight = settings.margin_weight * settings.margin_decay ** first if teacher is not None else 0.0
@@ -122,8 +122,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         learning = (f"loss {curve[-1]['loss']:.3g}" if losses
                     else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
         returns = ", ".join(f"{p['return']:.0f}" for p in played)
-        log(f"episode{'s' if len(ks) > 1 else ''} {ks[0]}{f'–{ks[-1]}' if len(ks) > 1 else ''}: return {returns}, "
-            f"{steps} steps so far, ε {eps:.2f}, {learning}")
+        log(f"{round_label(ks)}: return {returns}, {steps} steps so far, ε {eps:.2f}, {learning}")
     return net.eval(), {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
 
 

@@ -73,6 +73,11 @@ def play_round(envs: list, episodes: list[int], seed_of: Callable[[int], int],
     return out
 
 
+def round_label(episodes: list[int]) -> str:
+    """"episode 3" or "episodes 4–7", for the trainers' progress lines."""
+    return f"episode {episodes[0]}" if len(episodes) == 1 else f"episodes {episodes[0]}–{episodes[-1]}"
+
+
 def transitions(rows: list[tuple], n_actions: int, reward_scale: float = 1.0):
     """A TensorDict batch of (observation, action, reward, next observation, done, terminated) rows,
     actions one-hot, as TorchRL's losses read a replay buffer."""

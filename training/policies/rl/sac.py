@@ -41,7 +41,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     from torchrl.modules import OneHotCategorical, ProbabilisticActor
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
-    from training.policies.rl.rollout import play_round, transitions
+    from training.policies.rl.rollout import play_round, round_label, transitions
     from training.policies.rl.teacher import demonstrate, resolve_teacher
 
     torch.manual_seed(settings.seed)
@@ -121,14 +121,13 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                             budget=settings.total_steps - steps)
         for p in played:
             curve.append({"episode": p["episode"], "return": p["return"],
-                          "steps": steps_before + (p["finished_at"] or steps - steps_before),
+                          "steps": steps if p["finished_at"] is None else steps_before + p["finished_at"],
                           "loss": float(np.mean(losses)) if losses else None, "alpha": alpha, "bc_weight": bc_weight,
                           "seconds": time.perf_counter() - start})
         learning = (f"loss {curve[-1]['loss']:.3g}, α {curve[-1]['alpha']:.3f}" if losses
                     else f"filling the replay buffer ({steps}/{warmup} warm-up steps)")
         returns = ", ".join(f"{p['return']:.1f}" for p in played)
-        log(f"episode{'s' if len(ks) > 1 else ''} {ks[0]}{f'–{ks[-1]}' if len(ks) > 1 else ''}: return {returns}, "
-            f"{steps} steps, {learning}")
+        log(f"{round_label(ks)}: return {returns}, {steps} steps, {learning}")
         episode += len(envs)
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
             "train_seconds": time.perf_counter() - start}

@@ -129,3 +129,12 @@ def read_trace(path: str | Path, limit: int | None = None, columns: TraceColumns
         raise TraceError(f"{path}: no rows")
     t = np.array(times)
     return t - t[0], np.array(prompt), np.array(output)
+
+
+def trace_window(times: np.ndarray, n: int, rate: float, seed: int) -> tuple[int, np.ndarray]:
+    """(first row, arrival offsets) of seed's window of `n` consecutive requests of a trace, its
+    timestamps rescaled to mean rate `rate` (requests per second): each seed replays another stretch
+    of real burstiness at the load asked for."""
+    start = seed * n % max(1, len(times) - n)
+    t = times[start:start + n] - times[start]
+    return start, (t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(len(t)) / rate)
