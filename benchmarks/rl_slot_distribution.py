@@ -75,7 +75,8 @@ def main() -> None:
     phases: dict[tuple[int, int], int] = {}  # (seed, rid) -> phase of its arrival
 
     def spp(seed: int, slots: int, phase0: int):
-        times, ph = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=phase0, with_phases=True)
+        times, ph = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=phase0, with_phases=True,
+                                    until=slots * slot)
         keep = times < slots * slot
         reqs = pool.requests(times[keep], seed=seed)
         phases.update({(seed, r.rid): int(p) for r, p in zip(reqs, ph[keep])})

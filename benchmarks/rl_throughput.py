@@ -4,7 +4,7 @@ in the loop (issue 16's first obstacle: the papers train 10^6-10^7 decisions).
 For each environment: decisions per second stepping it with random actions (the simulator and the
 observation alone), and with the policy network choosing every action (one forward pass per
 decision, no gradients: the cost of collecting experience, before any learning update), and with
-`--copies` environments stepped together behind one batched forward pass. Actions are random in
+`--copies` environments (16 and 64 by default) stepped together behind one batched forward pass. Actions are random in
 every row (the network's output is computed, then ignored), so the simulated dynamics, and so the
 simulator's share of the cost, are the same in all three: an untrained network's actions (always
 "wait", say) would make steps artificially cheap or dear. One process,
@@ -95,7 +95,8 @@ def slot_distribution() -> tuple[SlotDistributionEnv, torch.nn.Module]:
     d0, d1 = np.asarray(SPP_D0) / k, np.asarray(SPP_D1) / k
 
     def workload(seed: int):
-        times = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=seed % 2)
+        times = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=seed % 2,
+                                 until=slots * slot)
         return pool.requests(times[times < slots * slot], seed=seed)
 
     env = SlotDistributionEnv(profiles, models, [0.9, 0.9, 0.7, 0.7], workload, requirement_s=0.3 * k, slot_s=slot,
@@ -170,7 +171,8 @@ def training_decisions_per_second(copies: int, episodes: int) -> dict:
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--copies", type=int, default=16, help="environments stepped together for the batched row")
+    parser.add_argument("--copies", type=int, nargs="+", default=[16, 64],
+                        help="environments stepped together, one batched row per count (--training: the largest)")
     parser.add_argument("--training", action="store_true", help="the DDQN's training loop instead (see above)")
     parser.add_argument("--episodes", type=int, default=16, help="with --training")
     args = parser.parse_args()
@@ -178,7 +180,7 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.training:
         episodes = 2 if args.quick else args.episodes
-        rows = [training_decisions_per_second(n, episodes) for n in (1, args.copies)]
+        rows = [training_decisions_per_second(n, episodes) for n in (1, max(args.copies))]
         for row in rows:
             print(f"DDQN training, {row['copies']} environment(s): {row['decisions']} decisions in {row['seconds']} s, "
                   f"{row['decisions_per_s']} per second", flush=True)
@@ -190,12 +192,12 @@ def main() -> None:
         env, net = build()
         row = {"environment_only": decisions_per_second(env, None, seconds),
                "with_policy_network": decisions_per_second(env, net.eval(), seconds),
-               "batched_policy_network": batched_decisions_per_second(build, args.copies, seconds)}
+               "batched_policy_network": [batched_decisions_per_second(build, n, seconds) for n in args.copies]}
         result["environments"][name] = row
+        batched = ", ".join(f"{b['decisions_per_s']} with {b['copies']} copies" for b in row["batched_policy_network"])
         print(f"{name}: {row['environment_only']['decisions_per_s']} decisions/s alone, "
-              f"{row['with_policy_network']['decisions_per_s']} with the policy network, "
-              f"{row['batched_policy_network']['decisions_per_s']} with {args.copies} copies and batched inference",
-              flush=True)
+              f"{row['with_policy_network']['decisions_per_s']} with the policy network, {batched} "
+              "(batched inference)", flush=True)
     (OUT / "rl_throughput.json").write_text(json.dumps(result, indent=2))
 
 

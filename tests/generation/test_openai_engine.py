@@ -29,11 +29,16 @@ def test_streams_rows_with_client_side_timings(transformers_server, config_copy,
     config = served_fleet(config_copy, shared_data, url, model)
     prompts, _ = build_prompts(config)
     quarantine = Quarantine("responses", "served")
-    rows = make_engine(config.model("served"), config, config.storage_root).generate(prompt_rows(prompts), quarantine)
+    engine = make_engine(config.model("served"), config, config.storage_root)
+    rows = engine.generate(prompt_rows(prompts), quarantine)
     table = to_table(rows, RESPONSES)
     assert table.num_rows == 12 and len(quarantine) == 0
+    # A real server on a busy 2-core machine may time out a request now and then; the row then says so:
+    # every extra attempt is one failure the engine counted, and a healthy server needs few of them.
+    retries = sum(r["attempts"] - 1 for r in rows)
+    assert retries == sum(engine.failed_attempts.values()) <= 3, dict(engine.failed_attempts)
     for r in rows:
-        assert r["engine"] == "openai" and r["attempts"] == 1
+        assert r["engine"] == "openai" and r["attempts"] >= 1
         assert 0 < r["output_tokens"] <= 8 and r["prompt_tokens"] > 0
         assert r["finish_reason"] in {"stop", "length"}
         assert 0 < r["ttft_s"] <= r["e2e_s"]

@@ -95,6 +95,11 @@ def test_workload_generators(shared_data, tmp_path):
     assert np.all(np.diff(spp) >= 0)
     assert 1000 / (spp[1000] - spp[0]) == pytest.approx(180, rel=0.15)
     assert 2000 / (spp[-1] - spp[-2001]) == pytest.approx(10, rel=0.15)
+    # stopping at a horizon gives exactly the full draw's arrivals before it, phases included
+    full, phases = switched_poisson(20_000, seed=1, with_phases=True)
+    for until in (0.5, 40.0, 1e9):
+        cut, cut_phases = switched_poisson(20_000, seed=1, with_phases=True, until=until)
+        assert np.array_equal(cut, full[full < until]) and np.array_equal(cut_phases, phases[full < until])
     wave = arrivals("square_wave", 4000, rate=10.0, period_s=20.0)
     first_half = ((wave % 20.0) < 10.0).mean()
     assert first_half == pytest.approx(15 / 20, abs=0.05)  # 15 req/s for half the time, 5 for the other

@@ -102,10 +102,21 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                 best = net(torch.as_tensor(observations)).argmax(1).tolist()
             return [int(rng.integers(n_actions)) if rng.random() < eps else a for a in best]
 
+        pending: list[tuple] = []
+
+        def flush() -> None:
+            if pending:
+                buffer.extend(transitions(pending, n_actions, settings.reward_scale))
+                pending.clear()
+
         def after_step(rows) -> None:
             nonlocal steps, updates
-            buffer.extend(transitions(rows, n_actions, settings.reward_scale))
+            # transitions reach the buffer in one write per update, just before it samples (a write per
+            # decision cost as much as the update itself): every update sees the buffer it saw before
+            pending.extend(rows)
             steps += len(rows)
+            if steps // settings.learn_every > (steps - len(rows)) // settings.learn_every:
+                flush()
             if steps >= settings.warmup_steps or teacher is not None:
                 while updates < steps // settings.learn_every:  # the same updates per decision as one copy
                     losses.append(update(buffer.sample(), margin_weight))
@@ -114,6 +125,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                 updates = steps // settings.learn_every
 
         played = play_round(envs[:len(ks)], ks, lambda k: settings.seed * 1000 + k, act, after_step)
+        flush()
         for e, p in zip(envs, played):
             curve.append({"episode": p["episode"], "return": p["return"], "steps": steps_before + p["finished_at"],
                           "epsilon": eps, "gamma": gamma, "guidance": getattr(e, "guidance", 0.0),

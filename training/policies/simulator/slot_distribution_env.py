@@ -69,6 +69,7 @@ class SlotDistributionEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
         self.requests = sorted(self.workload(0 if seed is None else seed), key=lambda r: r.arrival)
+        self._arrivals = np.fromiter((r.arrival for r in self.requests), dtype=np.float64, count=len(self.requests))
         self.cluster = Cluster(self.profiles, models=self.models)
         self.outcomes, self.t, self.slots, self._next = {}, 0.0, 0, 0
         self._seen = [0] * self.m
@@ -79,13 +80,17 @@ class SlotDistributionEnv(gym.Env):
     def step(self, action):
         probs = softmax(action)
         end = self.t + self.slot_s
-        while self._next < len(self.requests) and self.requests[self._next].arrival < end:
-            req = self.requests[self._next]
-            self.cluster.advance(req.arrival)
-            i = int(self.rng.choice(self.m, p=probs))
+        last = int(np.searchsorted(self._arrivals, end, side="left"))  # the slot's arrivals: arrival < end
+        # one draw for the whole slot: the same uniforms, in the same order, as one draw per request
+        picks = self.rng.choice(self.m, size=last - self._next, p=probs).tolist() if last > self._next else []
+        instances = self.cluster.instances
+        for req, i in zip(self.requests[self._next:last], picks):
+            # only the chosen instance must be brought up to the arrival before it queues the request;
+            # the others catch up at the slot's end (no router reads them in between)
+            instances[i].advance(req.arrival)
             self.outcomes[req.rid] = self.cluster.route(req, i, req.arrival)
             self.routed[i] += 1
-            self._next += 1
+        self._next = last
         self.slots += 1
         terminated = self._next == len(self.requests)
         self.cluster.advance(math.inf if terminated else end)

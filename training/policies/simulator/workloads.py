@@ -37,10 +37,14 @@ def square_wave(low: float, high: float, period_s: float, n: int, seed: int = 0)
 
 
 def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0, phase0: int = 0,
-                     with_phases: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+                     with_phases: bool = False,
+                     until: float | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Markov-modulated Poisson arrivals: in phase i arrivals come at D1[i][i], and the phase
     switches to j at rate D0[i][j] (004's switched Poisson process), starting in `phase0`.
-    `with_phases` also returns the phase each arrival came in (004 reports per phase)."""
+    `with_phases` also returns the phase each arrival came in (004 reports per phase). `until`
+    stops early, before the first arrival at or after `until` seconds from the first one: the
+    arrivals returned are exactly those of the full draw that come before it, without paying for
+    the rest (a truncated episode uses a fraction of the n it must allow for)."""
     d0, d1 = np.asarray(d0, dtype=float), np.asarray(d1, dtype=float)
     if d0.shape != d1.shape or d0.shape[0] != d0.shape[1]:
         raise ValueError("switched_poisson: D0 and D1 must be square matrices of one shape")
@@ -65,11 +69,14 @@ def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0, phase0: int = 
         t += exponential(scales[phase])
         k = int(cdfs[phase].searchsorted(uniform(), side="right"))
         if k < m:  # an arrival (D1 is diagonal in 004: the phase stays)
+            if until is not None and count and t - times[0] >= until:
+                break
             times[count], phases[count] = t, phase
             count += 1
             phase = k
         else:
             phase = k - m
+    times, phases = times[:count], phases[:count]
     times -= times[0]
     return (times, phases) if with_phases else times
 
