@@ -8,7 +8,13 @@ requests per episode (001: 2,000 at 20 req/s). Training on Poisson; evaluation o
 Poisson, on gamma-bursty arrivals (CV 2) and on the trace's own timestamps (rescaled to the same
 mean rate), 3 seeds each (mean ± std). The workload-guided policy is exported to ONNX.
 
-    .venv/bin/python -m benchmarks.rl_workload_aware [--episodes 12] [--load 0.9]
+    .venv/bin/python -m benchmarks.rl_workload_aware [--episodes 12] [--load 0.9] [--teacher auto]
+        [--variants guided] [--n-envs 16] [--out NAME]
+
+Long budgets: `--teacher auto --variants guided --n-envs 16 --episodes 208` is ~420,000 decisions
+(~2,000 per 2,000-request episode started from the teacher, more from scratch, where the policy
+waits more); issue 16's 10⁶ would be ~500 episodes, about an hour at the ~280 decisions per second
+this loop runs with the teacher's margin loss on this 2-core machine.
 Writes benchmarks/results/rl_workload_aware/: <out>.json and <out>_policy/ (ONNX, git-ignored).
 """
 
@@ -49,6 +55,10 @@ def main() -> None:
     parser.add_argument("--network", choices=["mlp", "per_instance"], default="mlp")
     parser.add_argument("--teacher", default=None,
                         help="start from a heuristic: auto (the best on training seeds) or a name (DQfD)")
+    parser.add_argument("--variants", nargs="+", choices=["baseline", "aware", "guided"],
+                        default=["baseline", "aware", "guided"], help="the DDQN variants to train")
+    parser.add_argument("--n-envs", type=int, default=1,
+                        help="environment copies stepped together (DdqnSettings.n_envs; long budgets)")
     parser.add_argument("--out", default="rl_workload_aware")
     args = parser.parse_args()
     if args.quick:
@@ -73,17 +83,18 @@ def main() -> None:
     workloads = {"poisson": poisson, "gamma_cv2": bursty, "azure_trace_timestamps": trace}
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,
               "episodes": args.episodes, "reward": args.reward, "wait_action": not args.no_wait,
-              "network": args.network, "teacher": args.teacher, "policies": {},
+              "network": args.network, "teacher": args.teacher, "n_envs": args.n_envs, "policies": {},
               "training": {}}
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
-    for variant in ("baseline", "aware", "guided"):
+    for variant in args.variants:
         env = WorkloadAwareEnv([profile] * 4, poisson, variant=variant, reward=args.reward,
                                wait_action=not args.no_wait)
         start = time.perf_counter()
         net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network,
-                                                           teacher=args.teacher))
+                                                 teacher=args.teacher, n_envs=args.n_envs))
         info["train_seconds"] = time.perf_counter() - start
+        info["decisions"] = max(c["steps"] for c in info["curve"])
         result["training"][variant] = info
         policies[f"ddqn_{variant}"] = (lambda n: (lambda env: greedy(n)))(net)
         if variant == "guided":
@@ -110,7 +121,7 @@ def main() -> None:
             stats["e2e_vs_round_robin"] = stats["e2e_mean_s"][0] / rr - 1
             print(f"{wname:<24} {pname:<22} E2E {stats['e2e_mean_s'][0]:7.2f} ± {stats['e2e_mean_s'][1]:.2f} s "
                   f"({100 * stats['e2e_vs_round_robin']:+.2f}% vs round-robin)", flush=True)
-    result["gate"] = gate_over(result["policies"], [f"ddqn_{v}" for v in ("baseline", "aware", "guided")],
+    result["gate"] = gate_over(result["policies"], [f"ddqn_{v}" for v in args.variants],
                                [p for p in policies if not p.startswith("ddqn_") and p != "random"], "e2e_mean_s",
                                trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")
