@@ -6,6 +6,7 @@ be measured the way a router sees it: through an OpenAI-compatible server with c
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -38,6 +39,19 @@ def wait_healthy(proc: subprocess.Popen, url: str, log: Path, timeout_s: float =
     raise RuntimeError(f"server at {url} not healthy after {timeout_s} s: {log.read_text()[-3000:]}")
 
 
+def load_model(base_url: str, model: str, log: Path, timeout_s: float = 300) -> None:
+    """One one-token completion, waited for: `transformers serve` answers /health before it has
+    loaded any model and loads one on its first request, which on a busy machine can outlast a
+    client's timeout (and the first requests would then be retried, or timed with the load in them)."""
+    body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 1, "stream": False}).encode()
+    request = urllib.request.Request(f"{base_url}/completions", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as r:
+            r.read()
+    except OSError as exc:
+        raise RuntimeError(f"server at {base_url} could not load {model}: {exc}: {log.read_text()[-3000:]}") from exc
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
@@ -48,7 +62,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 @contextmanager
 def transformers_serve(model_dir: Path, log: Path, device: str = "cpu", port: int | None = None) -> Iterator[str]:
-    """Yield the server's base URL (ending in /v1) once /health answers; stop it on exit."""
+    """Yield the server's base URL (ending in /v1) once /health answers and the model in `model_dir`
+    is loaded (`load_model`); stop it on exit."""
     port = port or free_port()
     exe = Path(sys.executable).parent / "transformers"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -60,6 +75,7 @@ def transformers_serve(model_dir: Path, log: Path, device: str = "cpu", port: in
         )
     try:
         wait_healthy(proc, f"http://127.0.0.1:{port}/health", log)
+        load_model(f"http://127.0.0.1:{port}/v1", str(model_dir), log)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         stop(proc)

@@ -111,8 +111,9 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
 
         def after_step(rows) -> None:
             nonlocal steps, updates
-            # transitions reach the buffer in one write per update, just before it samples (a write per
-            # decision cost as much as the update itself): every update sees the buffer it saw before
+            # transitions reach the buffer in one write per update, just before it samples (a TorchRL
+            # write per decision cost ~0.9 ms, as much as an environment step): every update sees the
+            # buffer it saw before
             pending.extend(rows)
             steps += len(rows)
             if steps // settings.learn_every > (steps - len(rows)) // settings.learn_every:
