@@ -146,12 +146,17 @@ def run(fleet: str, quick: bool) -> dict:
     return report
 
 
-def main() -> None:
-    parser = bench_parser(__doc__)
+def over_fleets(doc: str | None, run_fleet) -> None:
+    """A router benchmark's command line: `run_fleet(fleet, quick)` for each of `--fleets`."""
+    parser = bench_parser(doc)
     parser.add_argument("--fleets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = parser.parse_args()
     for fleet in args.fleets:
-        run(fleet, args.quick)
+        run_fleet(fleet, args.quick)
+
+
+def main() -> None:
+    over_fleets(__doc__, run)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
-from benchmarks.router_selection import CONFIGS
+from benchmarks.router_selection import CONFIGS, over_fleets
 from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
 from core.schemas import routing_models
@@ -95,11 +94,7 @@ def run(fleet: str, quick: bool) -> dict:
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
-    parser.add_argument("--fleets", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    args = parser.parse_args()
-    for fleet in args.fleets:
-        run(fleet, args.quick)
+    over_fleets(__doc__, run)
 
 
 if __name__ == "__main__":
