@@ -77,9 +77,8 @@ def main() -> None:
     def spp(seed: int, slots: int, phase0: int):
         times, ph = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=phase0, with_phases=True,
                                     until=slots * slot)
-        keep = times < slots * slot
-        reqs = pool.requests(times[keep], seed=seed)
-        phases.update({(seed, r.rid): int(p) for r, p in zip(reqs, ph[keep])})
+        reqs = pool.requests(times, seed=seed)
+        phases.update({(seed, r.rid): int(p) for r, p in zip(reqs, ph)})
         return reqs
 
     def make_env(slots=args.slots, workload=None):

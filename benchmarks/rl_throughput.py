@@ -97,7 +97,7 @@ def slot_distribution() -> tuple[SlotDistributionEnv, torch.nn.Module]:
     def workload(seed: int):
         times = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=seed % 2,
                                  until=slots * slot)
-        return pool.requests(times[times < slots * slot], seed=seed)
+        return pool.requests(times, seed=seed)
 
     env = SlotDistributionEnv(profiles, models, [0.9, 0.9, 0.7, 0.7], workload, requirement_s=0.3 * k, slot_s=slot,
                               buffer=15, max_slots=slots)

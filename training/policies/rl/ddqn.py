@@ -83,6 +83,16 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     envs = [env] + [copy.deepcopy(env) for _ in range(settings.n_envs - 1)]
     curve, steps, updates, eps = [], 0, 0, settings.eps_start
     guided = getattr(env, "variant", "") == "guided"
+    # transitions reach the buffer in one write just before an update samples it (a TorchRL write per
+    # decision cost ~0.9 ms, as much as an environment step): every update sees the buffer it would
+    # have seen with a write per decision
+    pending: list[tuple] = []
+
+    def flush() -> None:
+        if pending:
+            buffer.extend(transitions(pending, n_actions, settings.reward_scale))
+            pending.clear()
+
     for first in range(0, settings.episodes, len(envs)):  # a round: one episode per copy, stepped together
         ks = list(range(first, min(first + len(envs), settings.episodes)))
         gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
@@ -102,24 +112,13 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                 best = net(torch.as_tensor(observations)).argmax(1).tolist()
             return [int(rng.integers(n_actions)) if rng.random() < eps else a for a in best]
 
-        pending: list[tuple] = []
-
-        def flush() -> None:
-            if pending:
-                buffer.extend(transitions(pending, n_actions, settings.reward_scale))
-                pending.clear()
-
         def after_step(rows) -> None:
             nonlocal steps, updates
-            # transitions reach the buffer in one write per update, just before it samples (a TorchRL
-            # write per decision cost ~0.9 ms, as much as an environment step): every update sees the
-            # buffer it saw before
             pending.extend(rows)
             steps += len(rows)
-            if steps // settings.learn_every > (steps - len(rows)) // settings.learn_every:
-                flush()
             if steps >= settings.warmup_steps or teacher is not None:
                 while updates < steps // settings.learn_every:  # the same updates per decision as one copy
+                    flush()
                     losses.append(update(buffer.sample(), margin_weight))
                     updates += 1
             else:
