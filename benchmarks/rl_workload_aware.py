@@ -13,8 +13,8 @@ mean rate), 3 seeds each (mean ± std). The workload-guided policy is exported t
 
 Long budgets: `--teacher auto --variants guided --n-envs 16 --episodes 208` is ~420,000 decisions
 (~2,000 per 2,000-request episode started from the teacher, more from scratch, where the policy
-waits more); issue 16's 10⁶ would be ~500 episodes, about an hour at the ~280 decisions per second
-this loop runs with the teacher's margin loss on this 2-core machine.
+waits more); issue 16's 10⁶ would be ~500 episodes, ~46 minutes at the 362 decisions per second
+this loop ran with the teacher's margin loss on this 2-core machine (docs/results.md).
 Writes benchmarks/results/rl_workload_aware/: <out>.json and <out>_policy/ (ONNX, git-ignored).
 """
 
