@@ -59,6 +59,8 @@ def main() -> None:
                         default=["baseline", "aware", "guided"], help="the DDQN variants to train")
     parser.add_argument("--n-envs", type=int, default=1,
                         help="environment copies stepped together (DdqnSettings.n_envs; long budgets)")
+    parser.add_argument("--margin-floor", type=float, default=0.0,
+                        help="with --teacher: the least weight of the large-margin pull (DdqnSettings.margin_floor)")
     parser.add_argument("--out", default="rl_workload_aware")
     args = parser.parse_args()
     if args.quick:
@@ -83,7 +85,8 @@ def main() -> None:
     workloads = {"poisson": poisson, "gamma_cv2": bursty, "azure_trace_timestamps": trace}
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,
               "episodes": args.episodes, "reward": args.reward, "wait_action": not args.no_wait,
-              "network": args.network, "teacher": args.teacher, "n_envs": args.n_envs, "policies": {},
+              "network": args.network, "teacher": args.teacher, "n_envs": args.n_envs,
+              "margin_floor": args.margin_floor, "policies": {},
               "training": {}}
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
@@ -92,7 +95,8 @@ def main() -> None:
                                wait_action=not args.no_wait)
         start = time.perf_counter()
         net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network,
-                                                 teacher=args.teacher, n_envs=args.n_envs))
+                                                 teacher=args.teacher, n_envs=args.n_envs,
+                                                 margin_floor=args.margin_floor))
         info["train_seconds"] = time.perf_counter() - start
         info["decisions"] = max(c["steps"] for c in info["curve"])
         result["training"][variant] = info

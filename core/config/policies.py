@@ -45,11 +45,14 @@ class DdqnSettings(_FromTeacher):
     # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
     network: Literal["mlp", "per_instance"] = "mlp"
     # with a teacher: behaviour cloning on its demonstrations (TD + DQfD's large-margin loss), then
-    # the margin loss during RL, weighted margin_weight · margin_decay^episode
+    # the margin loss during RL, weighted max(margin_floor, margin_weight · margin_decay^episode);
+    # DQfD itself keeps the weight constant (margin_decay 1); a floor keeps the policy tied to the
+    # teacher once the decayed pull would have faded (without one, 001's long run collapsed)
     pretrain_steps: int = 2000
     margin: float = 0.8
     margin_weight: float = 1.0
     margin_decay: float = 0.8
+    margin_floor: float = Field(0.0, ge=0.0)
     seed: int = 0
 
 

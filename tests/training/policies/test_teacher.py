@@ -86,3 +86,20 @@ def test_sac_steps_environment_copies_together_within_its_budget():
     assert [c["episode"] for c in curve] == list(range(len(curve))) and len(curve) % 4 == 0
     assert max(c["steps"] for c in curve) == 100  # the last round is cut at the budget
     assert curve[-1]["loss"] is not None
+
+
+def test_margin_pull_decays_to_its_floor_and_stays():
+    """The teacher's large-margin pull decays per episode but never below `margin_floor` (DQfD keeps
+    it for the whole run); without a floor it fades toward zero."""
+    from training.policies.rl.ddqn import train_ddqn
+
+    profiles, workload = _setting(n=40, rate=60.0)
+    env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
+    weights = {}
+    for floor in (0.0, 0.3):
+        _, info = train_ddqn(env, DdqnSettings(episodes=4, teacher="join_shortest_queue", demo_episodes=1,
+                                               pretrain_steps=10, batch_size=16, margin_decay=0.5,
+                                               margin_floor=floor), log=lambda _: None)
+        weights[floor] = [row["margin_weight"] for row in info["curve"]]
+    assert weights[0.0] == pytest.approx([1.0, 0.5, 0.25, 0.125])
+    assert weights[0.3] == pytest.approx([1.0, 0.5, 0.3, 0.3])

@@ -11,9 +11,9 @@ With a teacher (`DdqnSettings.teacher`, `training.policies.rl.teacher`) the netw
 best heuristic, in the manner of DQfD (Hester et al. 2018): the teacher's demonstrations fill the
 replay buffer, `pretrain_steps` updates minimise the TD loss plus the large-margin loss
 max_a [Q(s, a) + l(a_E, a)] − Q(s, a_E) (l = `margin` for a ≠ a_E, the teacher's action) on them,
-and during RL the margin loss on demonstration batches stays, weighted margin_weight ·
-margin_decay^k in episode k, with exploration at ε_end from the start (the greedy policy is already
-the teacher's).
+and during RL the margin loss on demonstration batches stays, weighted max(margin_floor,
+margin_weight · margin_decay^k) in episode k (DQfD keeps it constant), with exploration at ε_end
+from the start (the greedy policy is already the teacher's).
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         ks = list(range(first, min(first + len(envs), settings.episodes)))
         gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
         loss.make_value_estimator(gamma=gamma)
-        margin_weight = settings.margin_weight * settings.margin_decay ** first if teacher is not None else 0.0
+        margin_weight = (max(settings.margin_floor, settings.margin_weight * settings.margin_decay ** first)
+                         if teacher is not None else 0.0)
         for e, k in zip(envs, ks):
             e.set_episode(k)
         losses: list[float] = []
