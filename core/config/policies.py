@@ -73,10 +73,12 @@ class SacSettings(_FromTeacher):
     hidden: int = 64
     heads: int = 4
     # with a teacher: the actor cloned by cross-entropy on its demonstrations, then during RL a
-    # behaviour-cloning term bc_weight · bc_decay^episode pulls toward it
+    # behaviour-cloning term max(bc_floor, bc_weight · bc_decay^episode) pulls toward it (the DQN's
+    # schedule, `teacher.pull_weight`)
     pretrain_steps: int = 1000
     bc_weight: float = 1.0
     bc_decay: float = 0.8
+    bc_floor: float = Field(0.0, ge=0.0)
     # the entropy temperature's start (TorchRL's default 1.0). Tried 0.05 with a teacher, to keep the
     # cloned actor near-deterministic: the actor then followed the critic's errors and episode returns
     # fell far below the teacher's within two episodes (docs/results.md)

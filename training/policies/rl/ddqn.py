@@ -37,7 +37,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
 
     from training.policies.rl.networks import PerInstanceQ, mlp
     from training.policies.rl.rollout import play_round, round_label, transitions
-    from training.policies.rl.teacher import demonstrate, resolve_teacher
+    from training.policies.rl.teacher import demonstrate, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
@@ -97,7 +97,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         ks = list(range(first, min(first + len(envs), settings.episodes)))
         gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
         loss.make_value_estimator(gamma=gamma)
-        margin_weight = (max(settings.margin_floor, settings.margin_weight * settings.margin_decay ** first)
+        margin_weight = (pull_weight(settings.margin_weight, settings.margin_decay, first, settings.margin_floor)
                          if teacher is not None else 0.0)
         for e, k in zip(envs, ks):
             e.set_episode(k)

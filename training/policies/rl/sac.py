@@ -5,8 +5,9 @@ targets, learned temperature): the actor and the critics read the state through 
 With a teacher (`SacSettings.teacher`, `training.policies.rl.teacher`) the actor starts as the best
 heuristic: the teacher's demonstrations fill the replay buffer, `pretrain_steps` updates fit the
 actor to the teacher's actions (cross-entropy) and the critics to the demonstrations (TD), and
-during RL the cross-entropy on demonstration batches stays, weighted bc_weight · bc_decay^k in
-episode k; exploration comes from the policy itself from the first step (no random warm-up).
+during RL the cross-entropy on demonstration batches stays, weighted max(bc_floor, bc_weight ·
+bc_decay^k) in episode k (`teacher.pull_weight`, the DQN's schedule); exploration comes from the
+policy itself from the first step (no random warm-up).
 With `n_envs` > 1, copies of the environment play consecutive episodes together (one batched
 forward pass of the actor per step; `rollout.play_round`), updates per decision unchanged.
 """
@@ -42,7 +43,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
     from training.policies.rl.rollout import play_round, round_label, transitions
-    from training.policies.rl.teacher import demonstrate, resolve_teacher
+    from training.policies.rl.teacher import demonstrate, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
     n_actions = env.action_space.n
@@ -86,7 +87,8 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     envs = [env] + [copy.deepcopy(env) for _ in range(settings.n_envs - 1)]
     curve, steps, episode, alpha = [], 0, 0, float("nan")
     while steps < settings.total_steps:  # rounds of n_envs episodes stepped together, cut at the budget
-        bc_weight = settings.bc_weight * settings.bc_decay ** episode if teacher is not None else 0.0
+        bc_weight = (pull_weight(settings.bc_weight, settings.bc_decay, episode, settings.bc_floor)
+                     if teacher is not None else 0.0)
         losses: list[float] = []
         steps_before = steps
 

@@ -27,6 +27,14 @@ from training.policies.simulator.baselines import BASELINES
 TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance")
 
 
+def pull_weight(weight: float, decay: float, episode: int, floor: float = 0.0) -> float:
+    """The weight of the pull toward the teacher during RL in episode `episode` (DQfD's margin loss
+    for the DQN, the behaviour-cloning term for SAC): weight · decay^episode, never below `floor`.
+    DQfD keeps the pull for the whole run; without a floor, 001's long DDQN run collapsed once it
+    had faded (docs/results.md)."""
+    return max(floor, weight * decay ** episode)
+
+
 def teacher_action(env, policy) -> int:
     """The environment action `policy` (a simulator baseline) takes for the request at the head of
     the router queue, in the state the environment is in."""
