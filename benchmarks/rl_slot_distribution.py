@@ -19,7 +19,7 @@ over all requests and per phase (004 Table 2): violation ratio (late or rejected
 Also evaluated on Poisson and on the Azure trace's timestamps at the same mean rate (not trained
 on). The PPO policy is exported to ONNX.
 
-    .venv/bin/python -m benchmarks.rl_slot_distribution [--steps 60000]
+    .venv/bin/python -m benchmarks.rl_slot_distribution [--steps 60000] [--n-envs 2 --subprocess] [--out NAME]
 Writes benchmarks/results/rl_slot_distribution/: rl_slot_distribution.json, .png and the ONNX policy (git-ignored).
 """
 
@@ -56,7 +56,17 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=128, help="slots per training episode")
     parser.add_argument("--eval-slots", type=int, default=300)
     parser.add_argument("--burst-load", type=float, default=0.9)
+    parser.add_argument("--n-envs", type=int, default=1, help="environment copies (PpoSettings.n_envs)")
+    parser.add_argument("--subprocess", action="store_true",
+                        help="step the copies in worker processes (PpoSettings.subprocess; long budgets)")
+    parser.add_argument("--out", default="rl_slot_distribution")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch intra-op threads (1 lets two trainers share this 2-core machine)")
     args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     if args.quick:
         args.steps, args.eval_slots = 1024, 50
 
@@ -74,11 +84,12 @@ def main() -> None:
     d0, d1 = np.asarray(SPP_D0) / k, np.asarray(SPP_D1) / k
     phases: dict[tuple[int, int], int] = {}  # (seed, rid) -> phase of its arrival
 
-    def spp(seed: int, slots: int, phase0: int):
+    def spp(seed: int, slots: int, phase0: int, record: bool = False):
         times, ph = switched_poisson(int(180 * slots) + 1, d0, d1, seed=seed, phase0=phase0, with_phases=True,
                                     until=slots * slot)
         reqs = pool.requests(times, seed=seed)
-        phases.update({(seed, r.rid): int(p) for r, p in zip(reqs, ph)})
+        if record:  # evaluation episodes only: every training episode has its own seed
+            phases.update({(seed, r.rid): int(p) for r, p in zip(reqs, ph)})
         return reqs
 
     def make_env(slots=args.slots, workload=None):
@@ -89,17 +100,18 @@ def main() -> None:
           f"slot {slot:.1f} s, requirement {requirement:.1f} s, bursty {180 / k:.2f} req/s, "
           f"normal {10 / k:.3f} req/s", flush=True)
     env = make_env()
-    net, info = train_ppo(lambda: make_env(), PpoSettings(total_steps=args.steps))
+    net, info = train_ppo(make_env, PpoSettings(total_steps=args.steps, n_envs=args.n_envs,
+                                                subprocess=args.subprocess))
     obs, _ = env.reset(seed=SEEDS[0])
     checks = [obs]
     for _ in range(40):  # observations from a busy cluster too
         obs, *_ = env.step(np.zeros(4, dtype=np.float32))
         checks.append(obs)
-    spec = export_policy(net, OUT / "rl_slot_distribution_policy", env.observation_spec(), env.action_spec(),
+    spec = export_policy(net, OUT / f"{args.out}_policy", env.observation_spec(), env.action_spec(),
                          np.stack(checks), output="probabilities")
 
     def eval_spp(seed):
-        return spp(seed, args.eval_slots, 0)
+        return spp(seed, args.eval_slots, 0, record=True)
 
     mean_rate = None
 
@@ -147,8 +159,8 @@ def main() -> None:
     result["gate"] = gate_over(result["workloads"], ["ppo"], [b for b in baselines if b != "random"],
                                "goodput_ratio", trained_on="switched_poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")
-    (OUT / "rl_slot_distribution.json").write_text(json.dumps(result, indent=2))
-    plot(result, OUT / "rl_slot_distribution.png")
+    (OUT / f"{args.out}.json").write_text(json.dumps(result, indent=2))
+    plot(result, OUT / f"{args.out}.png")
 
 
 def score(outcomes, seed, phases, requirement, g, heavy) -> dict[str, float]:

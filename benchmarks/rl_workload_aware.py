@@ -62,7 +62,13 @@ def main() -> None:
     parser.add_argument("--margin-floor", type=float, default=0.0,
                         help="with --teacher: the least weight of the large-margin pull (DdqnSettings.margin_floor)")
     parser.add_argument("--out", default="rl_workload_aware")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch intra-op threads (1 lets two trainers share this 2-core machine)")
     args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     if args.quick:
         args.episodes = 1
 

@@ -95,10 +95,14 @@ class PpoSettings(_Strict):
     total_steps: int = 50_000
     hidden: tuple[int, ...] = (90, 60)
     learning_rate: float = 3e-4
-    n_steps: int = 1024
+    n_steps: int = Field(1024, description="slots collected per PPO update, over all environment copies")
     batch_size: int = 128
     n_epochs: int = 10
     gamma: float = 0.99
     gae_lambda: float = 0.95
     clip_range: float = 0.2
     seed: int = 0
+    n_envs: int = Field(1, ge=1, description="environment copies stepped together (each collects n_steps / n_envs "
+                        "slots per update, so the update sees the same number of slots)")
+    subprocess: bool = Field(False, description="step the copies in worker processes (SB3 SubprocVecEnv, forked): "
+                             "the environment dominates 004's training time, so this uses the other core")

@@ -161,3 +161,38 @@ def test_single_model_baseline_keeps_to_its_instances():
     reqs = pool.requests(arrivals("poisson", 100, rate=20.0, seed=1), seed=1)
     outcomes = Cluster([SLOW, SLOW, FAST, FAST], models=[0, 0, 1, 1]).run(reqs, JoinShortestQueue(among=(2, 3)))
     assert {o.instance for o in outcomes} == {2, 3}
+
+
+def _arrivals_of(env) -> list[float]:
+    return [r.arrival for r in (env.stepper.arrivals if hasattr(env, "stepper") else env.requests)]
+
+
+@pytest.mark.parametrize("make", [_slot_env, _qos_graph_env], ids=["004_slot", "000_qos_graph"])
+def test_unseeded_resets_draw_new_reproducible_episodes(make):
+    """Vectorised trainers reset an environment unseeded after its first episode: each such reset must
+    bring new arrivals (not seed 0's again), the same ones for the same first seed."""
+    first, second = make(), make()
+    runs = []
+    for env in (first, second):
+        env.reset(seed=7)
+        episodes = [_arrivals_of(env)]
+        for _ in range(3):
+            env.reset()
+            episodes.append(_arrivals_of(env))
+        runs.append(episodes)
+    assert runs[0] == runs[1]
+    assert len({tuple(e) for e in runs[0]}) == 4
+    fixed = make()
+    fixed.reset(seed=0)
+    assert _arrivals_of(fixed) not in runs[0][1:]
+
+
+def test_ppo_steps_copies_in_worker_processes():
+    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
+                          PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=1, n_envs=2,
+                                      subprocess=True), log=lambda m: None)
+    assert len(info["curve"]) == 8 and {c["slots"] for c in info["curve"]} == {16}
+    assert len({round(c["return"], 6) for c in info["curve"]}) > 1  # each episode has its own arrivals
+    with pytest.raises(ValueError, match="n_steps"):
+        train_ppo(lambda: _slot_env(max_slots=16), PpoSettings(total_steps=64, n_steps=63, n_envs=2),
+                  log=lambda m: None)

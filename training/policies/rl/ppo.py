@@ -22,7 +22,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
     curve: list[dict] = []
     start = time.perf_counter()
@@ -38,14 +38,21 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
                         f"{self.num_timesteps} steps")
             return True
 
-    venv = VecNormalize(DummyVecEnv([lambda: Monitor(make_env())]), norm_obs=False, norm_reward=True,
-                        gamma=settings.gamma)
-    model = PPO("MlpPolicy", venv, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
+    if settings.n_steps % settings.n_envs:
+        raise ValueError(f"PpoSettings: n_steps ({settings.n_steps}) must be a multiple of n_envs ({settings.n_envs})")
+    copies = [lambda: Monitor(make_env())] * settings.n_envs
+    # forked workers inherit the parent's workload tables instead of unpickling them
+    vec = SubprocVecEnv(copies, start_method="fork") if settings.subprocess else DummyVecEnv(copies)
+    venv = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=settings.gamma)
+    model = PPO("MlpPolicy", venv, learning_rate=settings.learning_rate, n_steps=settings.n_steps // settings.n_envs,
                 batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
                 gae_lambda=settings.gae_lambda, clip_range=settings.clip_range, seed=settings.seed, device="cpu",
                 policy_kwargs={"net_arch": {"pi": list(settings.hidden), "vf": list(settings.hidden)},
                                "activation_fn": nn.Tanh}, verbose=0)
-    model.learn(total_timesteps=settings.total_steps, callback=Curve())
+    try:
+        model.learn(total_timesteps=settings.total_steps, callback=Curve())
+    finally:
+        venv.close()  # stops the worker processes
     return simplex_actor(model.policy), {"settings": settings.model_dump(), "curve": curve,
                                          "train_seconds": time.perf_counter() - start}
 

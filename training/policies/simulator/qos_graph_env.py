@@ -28,6 +28,7 @@ import numpy as np
 
 from artifacts.policy import observation_qos_graph
 from training.policies.simulator.cluster import DROP, Cluster, Request
+from training.policies.simulator.episode_seed import episode_seed
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.stepper import Stepper
 
@@ -82,7 +83,7 @@ class QosGraphEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
-        requests = self.workload(0 if seed is None else seed)
+        requests = self.workload(episode_seed(self.np_random, seed))
         self.known = {r.rid: r for r in requests}
         self.stepper = Stepper(Cluster(self.profiles, models=self.models), requests, decision_interval_s=1.0,
                                max_queue_s=float("inf"))

@@ -22,6 +22,7 @@ import numpy as np
 
 from artifacts.policy import observation_slot_distribution
 from training.policies.simulator.cluster import Cluster, Outcome
+from training.policies.simulator.episode_seed import episode_seed
 from training.policies.simulator.instance import InstanceProfile
 
 
@@ -68,7 +69,8 @@ class SlotDistributionEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
-        self.requests = sorted(self.workload(0 if seed is None else seed), key=lambda r: r.arrival)
+        seed = episode_seed(self.np_random, seed)
+        self.requests = sorted(self.workload(seed), key=lambda r: r.arrival)
         self._arrivals = np.fromiter((r.arrival for r in self.requests), dtype=np.float64, count=len(self.requests))
         self.cluster = Cluster(self.profiles, models=self.models)
         self.outcomes, self.t, self.slots, self._next = {}, 0.0, 0, 0

@@ -34,6 +34,7 @@ import numpy as np
 
 from artifacts.policy import observation_workload_aware
 from training.policies.simulator.cluster import WAIT, Cluster, Request
+from training.policies.simulator.episode_seed import episode_seed
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.stepper import Stepper
 
@@ -92,7 +93,7 @@ class WorkloadAwareEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
-        requests = self.workload(0 if seed is None else seed)
+        requests = self.workload(episode_seed(self.np_random, seed))
         self.known = {r.rid: r for r in requests}
         self.stepper = Stepper(Cluster(self.profiles, models=self.models), requests, self.dt)
         self.active: dict[int, float] = {}  # rid -> arrival of the requests in the system
