@@ -45,6 +45,28 @@ N = 2000
 SEEDS = (101, 102, 103)
 
 
+def setting(load: float) -> tuple[InstanceProfile, float, dict]:
+    """001's instance profile, the arrival rate at `load` × the 4 instances' capacity, and the three
+    evaluation workloads (seed → requests): Poisson (trained on), gamma CV 2 and the Azure trace's
+    timestamps rescaled to the same mean rate."""
+    fit = fit_tier(import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")[TIER].measurements)
+    profile = InstanceProfile.from_fit(fit.to_dict(), max_running=64, kv_capacity_tokens=400_000)
+    times, prompt, output = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")
+    pool = RequestPool.from_trace(prompt, output, n_models=1)
+    rate = load * 4 * profile.capacity_rps(prompt.mean(), output.mean())
+
+    def poisson(seed):
+        return pool.requests(arrivals("poisson", N, rate=rate, seed=seed), seed=seed)
+
+    def bursty(seed):
+        return pool.requests(arrivals("gamma", N, rate=rate, seed=seed, cv=2.0), seed=seed)
+
+    def trace(seed):  # a window of the real timestamps, rescaled to the same mean rate
+        return pool.requests(trace_window(times, N, rate, seed)[1], seed=seed)
+
+    return profile, rate, {"poisson": poisson, "gamma_cv2": bursty, "azure_trace_timestamps": trace}
+
+
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--episodes", type=int, default=12)
@@ -72,23 +94,8 @@ def main() -> None:
     if args.quick:
         args.episodes = 1
 
-    fit = fit_tier(import_splitwise(DATA / "profiles" / "splitwise_perf_model.csv")[TIER].measurements)
-    profile = InstanceProfile.from_fit(fit.to_dict(), max_running=64, kv_capacity_tokens=400_000)
-    times, prompt, output = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")
-    pool = RequestPool.from_trace(prompt, output, n_models=1)
-    capacity = 4 * profile.capacity_rps(prompt.mean(), output.mean())
-    rate = args.load * capacity
-
-    def poisson(seed):
-        return pool.requests(arrivals("poisson", N, rate=rate, seed=seed), seed=seed)
-
-    def bursty(seed):
-        return pool.requests(arrivals("gamma", N, rate=rate, seed=seed, cv=2.0), seed=seed)
-
-    def trace(seed):  # a window of the real timestamps, rescaled to the same mean rate
-        return pool.requests(trace_window(times, N, rate, seed)[1], seed=seed)
-
-    workloads = {"poisson": poisson, "gamma_cv2": bursty, "azure_trace_timestamps": trace}
+    profile, rate, workloads = setting(args.load)
+    poisson = workloads["poisson"]
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,
               "episodes": args.episodes, "reward": args.reward, "wait_action": not args.no_wait,
               "network": args.network, "teacher": args.teacher, "n_envs": args.n_envs,

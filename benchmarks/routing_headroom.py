@@ -1,0 +1,128 @@
+"""How much room is there above join-shortest-queue in 001's setting? A clairvoyant lookahead router
+as a reference point for issue 16's target (the guided DDQN ≤ −5% mean E2E against round-robin).
+
+The learned policies of 001's setting have not beaten join-shortest-queue (−1.99% against
+round-robin on Poisson; docs/results.md). Before spending more training on them, this asks what a
+far better-informed rule reaches. The lookahead router knows every request's *true* output length
+(the DDQN sees a predicted bucket), and for each arriving request it simulates every instance to
+completion twice, with and without the request, and routes to the instance where the request adds
+the least total completion time (its own E2E plus the delay it causes to the jobs already there).
+It is greedy: it ignores future arrivals, so it is a reference, not a bound. It needs the
+simulator's state, so no runtime could execute it; it is not a policy the bundle ships.
+
+Same setting, workloads and unseen seeds as `rl_workload_aware.py` (4 × Llama-2-70B on 4 A100s,
+2,000 Azure-sized requests at 0.9 of capacity; Poisson, gamma CV 2, the Azure trace's timestamps).
+
+    .venv/bin/python -m benchmarks.routing_headroom [--load 0.9] [--seeds 101 102 103]
+Writes benchmarks/results/routing_headroom/routing_headroom.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections import deque
+
+from benchmarks.common import gate_over, results_dir
+from benchmarks.common import parser as bench_parser
+from benchmarks.rl_workload_aware import SEEDS, setting
+from training.policies.simulator.baselines import BASELINES
+from training.policies.simulator.cluster import Cluster
+from training.policies.simulator.instance import Instance, Job
+from training.policies.simulator.metrics import mean_std, summarize
+
+OUT = results_dir("routing_headroom")
+REJECTED_COST_S = 1e6  # a rejection costs more than any completion time
+
+
+def drained(inst: Instance, extra=None) -> dict[int, float]:
+    """Finish time of every job on (a copy of) `inst` when it runs with no further arrivals, `extra`
+    (a Job) enqueued first; rejected jobs get `REJECTED_COST_S`. The instance itself is untouched."""
+    copy = dataclasses.replace(inst, waiting=deque(dataclasses.replace(j) for j in inst.waiting),
+                               running={rid: dataclasses.replace(j) for rid, j in inst.running.items()},
+                               finishes=list(inst.finishes), done=[])
+    if extra is not None:
+        copy.enqueue(extra, extra.enqueued)
+    copy.advance(math.inf)
+    return {j.rid: (REJECTED_COST_S if j.rejected else j.finished) for j in copy.done}
+
+
+def served_alone_e2e(profile, requests) -> float:
+    """Mean E2E with each request alone on an idle instance: no queueing, no batch slowing its steps."""
+    total = 0.0
+    for r in requests:
+        total += drained(Instance("alone", profile), Job(r.rid, r.prompt_tokens, int(r.output_tokens[0]), 0.0))[r.rid]
+    return total / len(requests)
+
+
+@dataclasses.dataclass
+class ClairvoyantLookahead:
+    """Routes each request where it adds the least total completion time, by simulating each
+    instance to completion with and without it (true output lengths; see the module docstring)."""
+
+    _without: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)
+
+    def assign(self, queue, cluster: Cluster, now: float) -> list[int]:
+        return [self._choose(req, cluster, now) for req in queue]
+
+    def _choose(self, req, cluster: Cluster, now: float) -> int:
+        costs = []
+        for i, inst in enumerate(cluster.instances):
+            # without the request an instance's future is deterministic, so its drained finish times
+            # stay valid until a request is routed to it
+            base = self._without.get(i)
+            if base is None or any(rid not in base for rid in list(inst.running) + [j.rid for j in inst.waiting]):
+                base = self._without[i] = drained(inst)
+            job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now)
+            with_req = drained(inst, job)
+            costs.append(sum(t - base.get(rid, now) for rid, t in with_req.items() if rid in base or rid == req.rid))
+        choice = min(range(len(costs)), key=costs.__getitem__)
+        self._without.pop(choice, None)
+        return choice
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--load", type=float, default=0.9)
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    args = parser.parse_args()
+    seeds = args.seeds[:1] if args.quick else args.seeds
+    profile, rate, workloads = setting(args.load)
+    policies = {name: BASELINES[name] for name in ("round_robin", "join_shortest_queue", "earliest_available",
+                                                     "least_work_left", "route_balance")}
+    policies["clairvoyant_lookahead"] = ClairvoyantLookahead
+    result = {"load": args.load, "rate_rps": rate, "seeds": seeds, "policies": {}, "served_alone_e2e_mean_s": {}}
+    for wname, workload in workloads.items():
+        # the floor no router reaches: each request alone on an idle instance (no queue, no batch)
+        alone = [served_alone_e2e(profile, workload(seed)[:300] if args.quick else workload(seed)) for seed in seeds]
+        result["served_alone_e2e_mean_s"][wname] = alone
+        for pname, make in policies.items():
+            runs, t0 = [], time.perf_counter()
+            for seed in seeds:
+                requests = workload(seed)
+                if args.quick:
+                    requests = requests[:300]
+                runs.append(summarize(Cluster([profile] * 4).run(requests, make())))
+            stats = mean_std(runs, ("e2e_mean_s", "e2e_p95_s", "ttft_mean_s", "served"))
+            stats["e2e_mean_s_by_seed"] = [r["e2e_mean_s"] for r in runs]
+            stats["wall_s"] = time.perf_counter() - t0
+            result["policies"].setdefault(wname, {})[pname] = stats
+        rr = result["policies"][wname]["round_robin"]["e2e_mean_s"][0]
+        print(f"{wname:<24} {'served alone (floor)':<22} E2E {sum(alone) / len(alone):7.2f} s "
+              f"({100 * (sum(alone) / len(alone) / rr - 1):+.2f}% vs round-robin)", flush=True)
+        for pname, stats in result["policies"][wname].items():
+            stats["e2e_vs_round_robin"] = stats["e2e_mean_s"][0] / rr - 1
+            print(f"{wname:<24} {pname:<22} E2E {stats['e2e_mean_s'][0]:7.2f} ± {stats['e2e_mean_s'][1]:.2f} s "
+                  f"({100 * stats['e2e_vs_round_robin']:+.2f}% vs round-robin; {stats['wall_s']:.0f} s)", flush=True)
+    # the same paired-noise test the routing gate applies, here between the lookahead and the heuristics
+    result["lookahead_vs_heuristics"] = gate_over(result["policies"], ["clairvoyant_lookahead"],
+                                                  [p for p in policies if p != "clairvoyant_lookahead"],
+                                                  "e2e_mean_s", trained_on="poisson")
+    print(f"lookahead against the heuristics: {result['lookahead_vs_heuristics']['reason']}")
+    (OUT / "routing_headroom.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
