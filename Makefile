@@ -53,7 +53,7 @@ lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.import
 # left out: it fine-tunes an encoder and is meant for a GPU (`python -m benchmarks.routerdc_finetune`)
 BENCHMARKS := demo_run generation_engines quality_metrics cpu_batch_profile cpu_sweep splitwise_heads simulator \
 	routerbench_knn router_selection text_predictors predictor_packaging routebalance_frontier routebalance_signals \
-	rl_workload_aware rl_qos_graph rl_slot_distribution rl_throughput production_loopback
+	rl_workload_aware routing_headroom rl_qos_graph rl_slot_distribution rl_throughput production_loopback
 QUICK ?= --quick
 benchmark: $(STAMP)  ## run every benchmark script (smoke sizes unless QUICK= is given)
 	@set -e; results=$(if $(QUICK),$(CURDIR)/.state/benchmarks-quick,$(CURDIR)/benchmarks/results); \

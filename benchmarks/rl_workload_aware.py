@@ -9,12 +9,12 @@ Poisson, on gamma-bursty arrivals (CV 2) and on the trace's own timestamps (resc
 mean rate), 3 seeds each (mean ± std). The workload-guided policy is exported to ONNX.
 
     .venv/bin/python -m benchmarks.rl_workload_aware [--episodes 12] [--load 0.9] [--teacher auto]
-        [--variants guided] [--n-envs 16] [--out NAME]
+        [--variants guided] [--n-envs 16] [--margin-floor 0.2] [--torch-threads 1] [--out NAME]
 
 Long budgets: `--teacher auto --variants guided --n-envs 16 --episodes 208` is ~420,000 decisions
 (~2,000 per 2,000-request episode started from the teacher, more from scratch, where the policy
-waits more); issue 16's 10⁶ would be ~500 episodes, ~46 minutes at the 362 decisions per second
-this loop ran with the teacher's margin loss on this 2-core machine (docs/results.md).
+waits more); issue 16's 10⁶ is `--episodes 496`: 48 minutes on this 2-core machine with
+`--torch-threads 1` (346 decisions per second with the teacher's margin loss; docs/results.md).
 Writes benchmarks/results/rl_workload_aware/: <out>.json and <out>_policy/ (ONNX, git-ignored).
 """
 
