@@ -83,6 +83,8 @@ def main() -> None:
                         help="environment copies stepped together (DdqnSettings.n_envs; long budgets)")
     parser.add_argument("--margin-floor", type=float, default=0.0,
                         help="with --teacher: the least weight of the large-margin pull (DdqnSettings.margin_floor)")
+    parser.add_argument("--keep-best-round", action="store_true",
+                        help="return the weights of the best round by training return (DdqnSettings.keep_best_round)")
     parser.add_argument("--out", default="rl_workload_aware")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch intra-op threads (1 lets two trainers share this 2-core machine)")
@@ -99,7 +101,7 @@ def main() -> None:
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,
               "episodes": args.episodes, "reward": args.reward, "wait_action": not args.no_wait,
               "network": args.network, "teacher": args.teacher, "n_envs": args.n_envs,
-              "margin_floor": args.margin_floor, "policies": {},
+              "margin_floor": args.margin_floor, "keep_best_round": args.keep_best_round, "policies": {},
               "training": {}}
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
@@ -109,7 +111,8 @@ def main() -> None:
         start = time.perf_counter()
         net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network,
                                                  teacher=args.teacher, n_envs=args.n_envs,
-                                                 margin_floor=args.margin_floor))
+                                                 margin_floor=args.margin_floor,
+                                                 keep_best_round=args.keep_best_round))
         info["train_seconds"] = time.perf_counter() - start
         info["decisions"] = max(c["steps"] for c in info["curve"])
         result["training"][variant] = info

@@ -53,6 +53,10 @@ class DdqnSettings(_FromTeacher):
     margin_weight: float = 1.0
     margin_decay: float = 0.8
     margin_floor: float = Field(0.0, ge=0.0)
+    # return the weights at the end of the round of episodes with the highest mean training return,
+    # not the last ones: 10^6 decisions with margin_floor 0.2 held the teacher's level for ~800k
+    # decisions and then collapsed (docs/results.md); chosen on training episodes only
+    keep_best_round: bool = False
     seed: int = 0
 
 

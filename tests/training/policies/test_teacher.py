@@ -103,3 +103,25 @@ def test_margin_pull_decays_to_its_floor_and_stays():
         weights[floor] = [row["margin_weight"] for row in info["curve"]]
     assert weights[0.0] == pytest.approx([1.0, 0.5, 0.25, 0.125])
     assert weights[0.3] == pytest.approx([1.0, 0.5, 0.3, 0.3])
+
+
+def test_keep_best_round_returns_the_weights_of_the_best_training_round():
+    """With `keep_best_round` the trainer returns the weights it had at the end of the round with the
+    highest mean training return: the same weights as a run stopped right after that round."""
+    import torch
+
+    from training.policies.rl.ddqn import train_ddqn
+
+    profiles, workload = _setting(n=40, rate=60.0)
+    base = dict(teacher="join_shortest_queue", demo_episodes=1, pretrain_steps=10, batch_size=16, n_envs=2)
+    env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
+    net, info = train_ddqn(env, DdqnSettings(episodes=8, keep_best_round=True, **base), log=lambda _: None)
+    rounds = [np.mean([row["return"] for row in info["curve"][i:i + 2]]) for i in range(0, 8, 2)]
+    kept = info["kept_round"]
+    assert kept["first_episode"] == 2 * int(np.argmax(rounds))
+    assert kept["first_episode"] < 6  # on these seeds the last round is not the best: the weights differ
+    assert kept["mean_return"] == pytest.approx(max(rounds))
+    env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
+    stopped, _ = train_ddqn(env, DdqnSettings(episodes=kept["first_episode"] + 2, **base), log=lambda _: None)
+    for name, value in stopped.state_dict().items():
+        assert torch.equal(value, net.state_dict()[name]), name

@@ -14,6 +14,9 @@ max_a [Q(s, a) + l(a_E, a)] − Q(s, a_E) (l = `margin` for a ≠ a_E, the teach
 and during RL the margin loss on demonstration batches stays, weighted max(margin_floor,
 margin_weight · margin_decay^k) in episode k (DQfD keeps it constant), with exploration at ε_end
 from the start (the greedy policy is already the teacher's).
+
+`keep_best_round` returns the weights at the end of the round with the highest mean training
+return instead of the last ones: a long run can collapse after holding the teacher's level.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
             buffer.extend(transitions(pending, n_actions, settings.reward_scale))
             pending.clear()
 
+    best: dict = {"mean_return": -math.inf}  # the round kept with `keep_best_round`
     for first in range(0, settings.episodes, len(envs)):  # a round: one episode per copy, stepped together
         ks = list(range(first, min(first + len(envs), settings.episodes)))
         gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
@@ -136,7 +140,18 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                     else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
         returns = ", ".join(f"{p['return']:.0f}" for p in played)
         log(f"{round_label(ks)}: return {returns}, {steps} steps so far, ε {eps:.2f}, {learning}")
-    return net.eval(), {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
+        mean_return = float(np.mean([p["return"] for p in played]))
+        if settings.keep_best_round and mean_return > best["mean_return"]:
+            best = {"first_episode": first, "mean_return": mean_return, "steps": steps,
+                    "weights": copy.deepcopy(net.state_dict())}
+    info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
+    if settings.keep_best_round and "weights" in best:
+        # the returns were earned while the round trained; its end-of-round weights stand for it
+        net.load_state_dict(best.pop("weights"))
+        info["kept_round"] = best
+        log(f"kept the weights after episodes from {best['first_episode']} (mean return {best['mean_return']:.0f}, "
+            f"{best['steps']} steps)")
+    return net.eval(), info
 
 
 def large_margin(q, expert, margin: float):
