@@ -137,6 +137,8 @@ def main() -> None:
     parser.add_argument("--teacher", default=None,
                         help="start SAC from a heuristic: auto (the best on training seeds) or a name")
     parser.add_argument("--target-entropy-weight", type=float, default=0.5)
+    parser.add_argument("--bc-floor", type=float, default=0.0,
+                        help="with --teacher: the least weight of the behaviour-cloning pull (SacSettings.bc_floor)")
     parser.add_argument("--out", default="rl_qos_graph")
     args = parser.parse_args()
     if args.quick:
@@ -154,7 +156,8 @@ def compare(setting: Setting, args) -> None:
     for variant in ("han", "baseline"):
         env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher,
-                                               target_entropy_weight=args.target_entropy_weight))
+                                               target_entropy_weight=args.target_entropy_weight,
+                                               bc_floor=args.bc_floor))
         result["training"][variant] = info
         learned[f"sac_{variant}"] = (variant, lambda seed, net=net: greedy(net))
         learned[f"sac_{variant}_sampled"] = (variant, lambda seed, net=net: sampled(net, seed))
@@ -174,6 +177,7 @@ def compare(setting: Setting, args) -> None:
         result["workloads"][wname] = table
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
     result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
+    result["bc_floor"] = args.bc_floor
     result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
                                "qos_mean", trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

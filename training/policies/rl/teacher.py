@@ -9,10 +9,11 @@ teacher's level from the first episode; RL then has to earn anything above it, a
 gate (`training.policies.gate`) decides whether it did.
 
 The teacher is chosen by evaluation among join-shortest-queue, earliest available, least work
-left and RouteBalance's joint assignment: each plays episodes of the training workload (training
-seeds, never the evaluation's) in the environment, and the one with the highest episode return,
-the quantity RL maximises, with any guidance term switched off, teaches; a rule listed later (more
-complex) must beat the simpler choice by more than the seed noise to displace it.
+left and RouteBalance's joint assignment (002's min–max-scaled quality, then unscaled): each plays
+episodes of the training workload (training seeds, never the evaluation's) in the environment, and
+the one with the highest episode return, the quantity RL maximises, with any guidance term switched
+off, teaches; a rule listed later (more complex) must beat the simpler choice by more than the seed
+noise to displace it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 
 from training.policies.simulator.baselines import BASELINES
 
-TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance")
+# simplest first; RouteBalance with unscaled quality estimates is 000's best heuristic (docs/results.md)
+TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance", "route_balance_absolute")
 
 
 def pull_weight(weight: float, decay: float, episode: int, floor: float = 0.0) -> float:
