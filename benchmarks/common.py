@@ -29,6 +29,25 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def trainer_parser(doc: str | None) -> argparse.ArgumentParser:
+    """`parser` plus `--torch-threads`, for the scripts that train a network; read it with
+    `parse_trainer_args`."""
+    p = parser(doc)
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch intra-op threads (1 lets two trainers share this 2-core machine at full speed)")
+    return p
+
+
+def parse_trainer_args(p: argparse.ArgumentParser) -> argparse.Namespace:
+    """The parsed arguments, with torch's intra-op threads set as `--torch-threads` asks."""
+    args = p.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    return args
+
+
 def gate_over(by_workload: dict[str, dict[str, dict]], learned: list[str], heuristics: list[str], objective: str,
               trained_on: str) -> dict:
     """The pipeline's routing gate (`training.policies.gate.recommend`) over a benchmark's results

@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import DATA, gate_over, results_dir
-from benchmarks.common import parser as bench_parser
+from benchmarks.common import DATA, gate_over, parse_trainer_args, results_dir, trainer_parser
 from benchmarks.routerbench_fleet import TIERS, routerbench_pool, save_bar_panel, tier_profile
 from training.policies.rl.export import export_policy
 from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
@@ -51,7 +50,7 @@ BUFFER = 15
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
+    parser = trainer_parser(__doc__)
     parser.add_argument("--steps", type=int, default=60_000, help="PPO training steps (slots)")
     parser.add_argument("--slots", type=int, default=128, help="slots per training episode")
     parser.add_argument("--eval-slots", type=int, default=300)
@@ -60,13 +59,7 @@ def main() -> None:
     parser.add_argument("--subprocess", action="store_true",
                         help="step the copies in worker processes (PpoSettings.subprocess; long budgets)")
     parser.add_argument("--out", default="rl_slot_distribution")
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch intra-op threads (1 lets two trainers share this 2-core machine)")
-    args = parser.parse_args()
-    if args.torch_threads:
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
+    args = parse_trainer_args(parser)
     if args.quick:
         args.steps, args.eval_slots = 1024, 50
 

@@ -25,8 +25,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import DATA, gate_over, results_dir
-from benchmarks.common import parser as bench_parser
+from benchmarks.common import DATA, gate_over, parse_trainer_args, results_dir, trainer_parser
 from profiling.batch_fits import fit_tier, import_splitwise
 from training.policies.rl.ddqn import DdqnSettings, train_ddqn
 from training.policies.rl.export import export_policy
@@ -68,7 +67,7 @@ def setting(load: float) -> tuple[InstanceProfile, float, dict]:
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
+    parser = trainer_parser(__doc__)
     parser.add_argument("--episodes", type=int, default=12)
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--reward", choices=["completion", "in_system"], default="completion",
@@ -86,13 +85,7 @@ def main() -> None:
     parser.add_argument("--keep-best-round", action="store_true",
                         help="return the weights of the best round by training return (DdqnSettings.keep_best_round)")
     parser.add_argument("--out", default="rl_workload_aware")
-    parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch intra-op threads (1 lets two trainers share this 2-core machine)")
-    args = parser.parse_args()
-    if args.torch_threads:
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
+    args = parse_trainer_args(parser)
     if args.quick:
         args.episodes = 1
 

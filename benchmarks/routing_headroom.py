@@ -77,7 +77,8 @@ class ClairvoyantLookahead:
                 base = self._without[i] = drained(inst)
             job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now)
             with_req = drained(inst, job)
-            costs.append(sum(t - base.get(rid, now) for rid, t in with_req.items() if rid in base or rid == req.rid))
+            # the jobs' delays, and the request's own completion time (it has no base entry)
+            costs.append(sum(t - base.get(rid, now) for rid, t in with_req.items()))
         choice = min(range(len(costs)), key=costs.__getitem__)
         self._without.pop(choice, None)
         return choice

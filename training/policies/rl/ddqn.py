@@ -96,7 +96,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
             buffer.extend(transitions(pending, n_actions, settings.reward_scale))
             pending.clear()
 
-    best: dict = {"mean_return": -math.inf}  # the round kept with `keep_best_round`
+    kept, kept_weights = None, None  # the round kept with `keep_best_round`, and its weights
     for first in range(0, settings.episodes, len(envs)):  # a round: one episode per copy, stepped together
         ks = list(range(first, min(first + len(envs), settings.episodes)))
         gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
@@ -141,16 +141,16 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         returns = ", ".join(f"{p['return']:.0f}" for p in played)
         log(f"{round_label(ks)}: return {returns}, {steps} steps so far, ε {eps:.2f}, {learning}")
         mean_return = float(np.mean([p["return"] for p in played]))
-        if settings.keep_best_round and mean_return > best["mean_return"]:
-            best = {"first_episode": first, "mean_return": mean_return, "steps": steps,
-                    "weights": copy.deepcopy(net.state_dict())}
+        if settings.keep_best_round and (kept is None or mean_return > kept["mean_return"]):
+            # the returns were earned while the round trained; its end-of-round weights stand for it
+            kept = {"first_episode": first, "mean_return": mean_return, "steps": steps}
+            kept_weights = copy.deepcopy(net.state_dict())
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
-    if settings.keep_best_round and "weights" in best:
-        # the returns were earned while the round trained; its end-of-round weights stand for it
-        net.load_state_dict(best.pop("weights"))
-        info["kept_round"] = best
-        log(f"kept the weights after episodes from {best['first_episode']} (mean return {best['mean_return']:.0f}, "
-            f"{best['steps']} steps)")
+    if kept is not None:
+        net.load_state_dict(kept_weights)
+        info["kept_round"] = kept
+        log(f"kept the weights after episodes from {kept['first_episode']} (mean return {kept['mean_return']:.0f}, "
+            f"{kept['steps']} steps)")
     return net.eval(), info
 
 
