@@ -59,7 +59,8 @@ def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_
                     instances: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
     """001's observation from telemetry. Each instance dict: max_running, kv_utilization, and the
     running requests as a list of {prompt_tokens, predicted_output_tokens, generated_tokens}, plus
-    the current TPOT estimate `tpot_s` (and `waiting` for the baseline variant)."""
+    the current TPOT estimate `tpot_s` (and `waiting` for the baseline variant, or where the spec's
+    per-instance features list it)."""
     obs = [router_queue / 10.0, prompt_tokens / 1000.0, float(predicted_output_tokens > spec["decode_split_tokens"])]
     if len(instances) != spec["instances"]:
         raise ValueError(f"{len(instances)} instances given, the policy was trained for {spec['instances']}")
@@ -75,6 +76,8 @@ def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_
                 sum(e <= spec["decode_split_tokens"] for e in est) / scale,
                 sum(e > spec["decode_split_tokens"] for e in est) / scale,
                 1.0 - inst["kv_utilization"], (min(left) * inst["tpot_s"] / 10.0) if left else 0.0]
+        if "waiting" in spec["per_instance"]:  # specs written before the option lack it
+            obs.append(inst["waiting"] / scale)
     return np.asarray(obs, dtype=np.float32)
 
 

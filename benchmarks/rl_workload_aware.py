@@ -82,6 +82,15 @@ def main() -> None:
                         help="environment copies stepped together (DdqnSettings.n_envs; long budgets)")
     parser.add_argument("--margin-floor", type=float, default=0.0,
                         help="with --teacher: the least weight of the large-margin pull (DdqnSettings.margin_floor)")
+    parser.add_argument("--observe-waiting", action="store_true",
+                        help="aware / guided: also observe instances' waiting requests (DdqnSettings.observe_waiting)")
+    parser.add_argument("--teacher-choice", choices=["return", "clone"], default="return",
+                        help="with --teacher auto: judge the teachers by their own returns or their clones' "
+                             "(DdqnSettings.teacher_choice)")
+    parser.add_argument("--pretrain-steps", type=int, default=2000,
+                        help="with --teacher: cloning updates before RL (DdqnSettings.pretrain_steps)")
+    parser.add_argument("--demo-episodes", type=int, default=4,
+                        help="with --teacher: episodes of demonstrations (DdqnSettings.demo_episodes)")
     parser.add_argument("--keep-best-round", action="store_true",
                         help="return the weights of the best round by training return (DdqnSettings.keep_best_round)")
     parser.add_argument("--out", default="rl_workload_aware")
@@ -93,21 +102,27 @@ def main() -> None:
     poisson = workloads["poisson"]
     result = {"tier": TIER, "instances": 4, "rate_rps": rate, "load": args.load, "requests_per_episode": N,
               "episodes": args.episodes, "reward": args.reward, "wait_action": not args.no_wait,
+              "observe_waiting": args.observe_waiting,
               "network": args.network, "teacher": args.teacher, "n_envs": args.n_envs,
-              "margin_floor": args.margin_floor, "keep_best_round": args.keep_best_round, "policies": {},
+              "margin_floor": args.margin_floor, "keep_best_round": args.keep_best_round,
+              "teacher_choice": args.teacher_choice, "pretrain_steps": args.pretrain_steps,
+              "demo_episodes": args.demo_episodes, "policies": {},
               "training": {}}
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
     for variant in args.variants:
         env = WorkloadAwareEnv([profile] * 4, poisson, variant=variant, reward=args.reward,
-                               wait_action=not args.no_wait)
+                               wait_action=not args.no_wait, observe_waiting=args.observe_waiting)
         start = time.perf_counter()
         net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network,
                                                  teacher=args.teacher, n_envs=args.n_envs,
                                                  margin_floor=args.margin_floor,
-                                                 keep_best_round=args.keep_best_round))
+                                                 keep_best_round=args.keep_best_round,
+                                                 pretrain_steps=args.pretrain_steps,
+                                                 teacher_choice=args.teacher_choice,
+                                                 demo_episodes=args.demo_episodes))
         info["train_seconds"] = time.perf_counter() - start
-        info["decisions"] = max(c["steps"] for c in info["curve"])
+        info["decisions"] = max((c["steps"] for c in info["curve"]), default=0)  # 0: cloned only
         result["training"][variant] = info
         policies[f"ddqn_{variant}"] = (lambda n: (lambda env: greedy(n)))(net)
         if variant == "guided":
@@ -121,7 +136,7 @@ def main() -> None:
             for seed in SEEDS:
                 if pname.startswith("ddqn_"):
                     env = WorkloadAwareEnv([profile] * 4, workload, variant=pname.removeprefix("ddqn_"),
-                                 wait_action=not args.no_wait)
+                                 wait_action=not args.no_wait, observe_waiting=args.observe_waiting)
                     outcomes = run_episode(env, make(env), seed)
                 else:
                     outcomes = Cluster([profile] * 4).run(workload(seed), make(None))

@@ -9,7 +9,8 @@ from pydantic import Field
 
 from core.config.base import _Strict
 
-TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance"]
+TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance",
+                      "route_balance_absolute"]
 
 
 class _FromTeacher(_Strict):
@@ -17,7 +18,8 @@ class _FromTeacher(_Strict):
     copies they step together."""
 
     # start from a heuristic (training.policies.rl.teacher): "auto" (the best of JSQ, earliest
-    # available, least work left and RouteBalance on training seeds), one of them, or None (from scratch)
+    # available, least work left and RouteBalance, 002's and unscaled, on training seeds), one of them,
+    # or None (from scratch)
     teacher: TeacherName | None = "auto"
     demo_episodes: int = 4
     demo_noise: float = 0.1  # share of random actions while demonstrating (states off the teacher's path)
@@ -57,6 +59,14 @@ class DdqnSettings(_FromTeacher):
     # not the last ones: 10^6 decisions with margin_floor 0.2 held the teacher's level for ~800k
     # decisions and then collapsed (docs/results.md); chosen on training episodes only
     keep_best_round: bool = False
+    # the aware / guided observation also shows each instance's waiting requests (001's shows running
+    # ones only, so a request queued behind a full batch is invisible and JSQ cannot be imitated)
+    observe_waiting: bool = False
+    # how "auto" picks the teacher: by the heuristics' own episode returns, or by the returns of this
+    # network's clone of each (cross-entropy on its demonstrations, pretrain_steps updates): a teacher
+    # the observation cannot express (RouteBalance reads context tokens 001's does not show) is then
+    # not chosen for a lead its imitation cannot keep
+    teacher_choice: Literal["return", "clone"] = "return"
     seed: int = 0
 
 

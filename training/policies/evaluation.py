@@ -121,7 +121,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                              f"(baselines {sorted(BASELINES)}, learned {list(LEARNED)})")
     n = settings.requests
     train_workload = workload_factory("poisson", pool, settings.train_load * capacity, n, None)
-    envs = {"ddqn_workload_guided": lambda w: WorkloadAwareEnv(profiles, w, variant="guided", models=models),
+    envs = {"ddqn_workload_guided": lambda w: WorkloadAwareEnv(profiles, w, variant="guided", models=models,
+                                                                  observe_waiting=settings.ddqn.observe_waiting),
             "sac_qos_han": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="han",
                                                  pad=settings.queue_capacity),
             "sac_qos_mlp": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="baseline",

@@ -52,7 +52,8 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
         rng = np.random.default_rng(seed) if policy.spec.get("act", "sample") == "sample" else None
         return run_episode(env, lambda obs: policy.act(obs, rng=rng), seed)
     env = WorkloadAwareEnv(profiles, workload, variant=obs_spec["variant"], models=models,
-                           wait_action=policy.spec["action"]["n"] > obs_spec["instances"])
+                           wait_action=policy.spec["action"]["n"] > obs_spec["instances"],
+                           observe_waiting="waiting" in obs_spec["per_instance"])
     return run_episode(env, policy.act, seed)
 
 

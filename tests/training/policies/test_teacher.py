@@ -6,7 +6,7 @@ import pytest
 
 from core.config import DdqnSettings, SacSettings
 from training.policies.evaluation import fleet_profiles
-from training.policies.rl.teacher import choose_teacher, demonstrate, teacher_action
+from training.policies.rl.teacher import TEACHERS, choose_teacher, demonstrate, teacher_action
 from training.policies.simulator.baselines import JoinShortestQueue
 from training.policies.simulator.qos_graph_env import QosGraphEnv
 from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
@@ -125,3 +125,37 @@ def test_keep_best_round_returns_the_weights_of_the_best_training_round():
     stopped, _ = train_ddqn(env, DdqnSettings(episodes=kept["first_episode"] + 2, **base), log=lambda _: None)
     for name, value in stopped.state_dict().items():
         assert torch.equal(value, net.state_dict()[name]), name
+
+
+def test_teacher_can_be_judged_by_the_return_of_the_students_clone():
+    """With a student, `choose_teacher` compares the returns of the student's clones of the
+    candidates, not the candidates' own: the scores are `clone_return`'s, reproducibly; and the DQN
+    trainer judges every candidate that way with `teacher_choice: clone`, leaving its own training
+    untouched."""
+    import torch
+
+    from training.policies.rl.ddqn import train_ddqn
+    from training.policies.rl.networks import mlp
+    from training.policies.rl.teacher import Student, clone_return, teacher_return
+
+    profiles, workload = _setting(n=80, rate=40.0)
+    env = WorkloadAwareEnv(profiles, workload, variant="baseline", models=[0, 1, 2])
+    n_obs, n_actions = env.observation_space.shape[0], int(env.action_space.n)
+    student = Student(lambda: mlp(n_obs, n_actions), demo_episodes=2, steps=200)
+    seeds = (5, 6, 7)
+    chosen, scores = choose_teacher(env, ("join_shortest_queue", "route_balance"), seeds=seeds,
+                                    log=lambda _: None, student=student)
+    again = {name: float(clone_return(env, name, student, seeds).mean()) for name in scores}
+    assert scores == pytest.approx(again) and chosen in scores
+    own = np.mean([teacher_return(env, "join_shortest_queue", s) for s in seeds])
+    assert scores["join_shortest_queue"] != pytest.approx(own)  # the clone's return, not JSQ's own
+
+    base = dict(episodes=1, teacher="auto", demo_episodes=1, pretrain_steps=20, batch_size=16)
+    small = WorkloadAwareEnv(profiles, _setting(n=40, rate=60.0)[1], variant="aware", models=[0, 1, 2])
+    judged, info = train_ddqn(small, DdqnSettings(teacher_choice="clone", **base), log=lambda _: None)
+    assert set(info["pretrain"]["teacher_returns"]) == set(TEACHERS)
+    chosen = info["pretrain"]["teacher"]
+    # the trainer's own draws are those of a run told the chosen teacher outright
+    fixed, _ = train_ddqn(small, DdqnSettings(**{**base, "teacher": chosen}), log=lambda _: None)
+    for name, value in fixed.state_dict().items():
+        assert torch.equal(value, judged.state_dict()[name]), name

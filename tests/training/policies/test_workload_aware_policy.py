@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from artifacts.policy import RoutingPolicy
+from artifacts.policy import RoutingPolicy, observation_workload_aware
 from training.policies.rl.ddqn import DdqnSettings, train_ddqn
 from training.policies.rl.export import export_policy
 from training.policies.rl.rollout import greedy, run_episode
@@ -86,3 +86,23 @@ def test_ddqn_steps_environment_copies_together():
     assert all(c["guidance"] == pytest.approx(np.exp(-0.5 * c["episode"])) for c in curve)
     assert len({c["steps"] for c in curve}) == 5 and max(c["steps"] for c in curve) >= 5 * 40
     assert all(c["loss"] is not None for c in curve[3:])  # learning once the warm-up is filled
+
+
+def test_observe_waiting_shows_each_instances_queue_and_old_specs_keep_their_size():
+    """001's observation counts running requests only; with `observe_waiting` an instance's waiting
+    requests appear as its seventh feature, and a spec without it still builds 001's 27 values."""
+    env = WorkloadAwareEnv([PROFILE] * 4, _workload(n=120, rate=400.0), variant="aware", observe_waiting=True)
+    spec = env.observation_spec()
+    assert spec["per_instance"][-1] == "waiting" and spec["size"] == 3 + 7 * 4
+    obs, _ = env.reset(seed=1)
+    waiting = 0
+    for _ in range(60):  # everything to instance 0: a queue forms behind its batch of 16
+        obs, *_ = env.step(0)
+        waiting = env.stepper.cluster.instances[0].n_waiting
+        if waiting:
+            break
+    assert waiting > 0 and obs[3 + 6] == pytest.approx(waiting / PROFILE.max_running)
+    assert obs[3 + 7 + 6] == 0.0  # instance 1 has no queue
+    plain = WorkloadAwareEnv([PROFILE] * 4, _workload(), variant="aware")
+    old = observation_workload_aware(0, 100, 50.0, env.telemetry(), plain.observation_spec())
+    assert old.shape == (27,)

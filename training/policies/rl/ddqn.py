@@ -40,19 +40,22 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
 
     from training.policies.rl.networks import PerInstanceQ, mlp
     from training.policies.rl.rollout import play_round, round_label, transitions
-    from training.policies.rl.teacher import demonstrate, pull_weight, resolve_teacher
+    from training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
     n_obs, n_actions = env.observation_space.shape[0], env.action_space.n
-    if settings.network == "per_instance":
-        spec = env.observation_spec()
-        net = PerInstanceQ(len(spec["global"]), len(spec["per_instance"]), spec["instances"],
-                           wait=n_actions > spec["instances"], hidden=settings.hidden[0])
-    elif settings.network == "mlp":
-        net = mlp(n_obs, n_actions, settings.hidden)
-    else:
+
+    def make_net():
+        if settings.network == "per_instance":
+            spec = env.observation_spec()
+            return PerInstanceQ(len(spec["global"]), len(spec["per_instance"]), spec["instances"],
+                                wait=n_actions > spec["instances"], hidden=settings.hidden[0])
+        if settings.network == "mlp":
+            return mlp(n_obs, n_actions, settings.hidden)
         raise ValueError(f"DdqnSettings.network: {settings.network!r} is not mlp or per_instance")
+
+    net = make_net()
     actor = QValueActor(net, in_keys=["observation"], spec=OneHot(n_actions))
     loss = DQNLoss(actor, double_dqn=True, delay_value=True, action_space="one-hot", loss_function="smooth_l1")
     updater = SoftUpdate(loss, tau=settings.target_tau)
@@ -70,7 +73,11 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         updater.step()
         return float(value.detach())
 
-    teacher, teacher_scores = resolve_teacher(env, settings.teacher, settings.seed, log)
+    student = (Student(make_net, settings.demo_episodes, settings.pretrain_steps, settings.seed)
+               if settings.teacher_choice == "clone" else None)
+    rng_state = torch.get_rng_state()  # judging clones draws from torch's generator: training must not see it
+    teacher, teacher_scores = resolve_teacher(env, settings.teacher, settings.seed, log, student)
+    torch.set_rng_state(rng_state)
     pretrain: dict = {}
     if teacher is not None:
         start = time.perf_counter()

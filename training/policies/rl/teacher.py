@@ -13,7 +13,9 @@ left and RouteBalance's joint assignment (002's min–max-scaled quality, then u
 episodes of the training workload (training seeds, never the evaluation's) in the environment, and
 the one with the highest episode return, the quantity RL maximises, with any guidance term switched
 off, teaches; a rule listed later (more complex) must beat the simpler choice by more than the seed
-noise to displace it.
+noise to displace it. A heuristic's own return overstates what a network that cannot see what it
+reads will start from: optionally (the DQN's `teacher_choice: clone`) each candidate is judged by the
+return of a clone the student's network learns from its demonstrations.
 """
 
 from __future__ import annotations
@@ -47,27 +49,72 @@ def teacher_action(env, policy) -> int:
     return env.action_for(choice)
 
 
-def teacher_return(env, name: str, seed: int) -> float:
-    """One episode's return with the teacher acting (guidance off)."""
-    policy = BASELINES[name]()
+def episode_return(env, act: Callable[[np.ndarray], int], seed: int) -> float:
+    """One episode's return with `act` (observation → action) in control, guidance off."""
     if hasattr(env, "set_episode"):
         env.set_episode(10_000)  # 001's decaying guidance weight, decayed away
-    env.reset(seed=seed)
+    obs, _ = env.reset(seed=seed)
     total, done = 0.0, False
     while not done:
-        _, reward, terminated, truncated, _ = env.step(teacher_action(env, policy))
+        obs, reward, terminated, truncated, _ = env.step(act(obs))
         total, done = total + reward, terminated or truncated
     return total
 
 
+def teacher_return(env, name: str, seed: int) -> float:
+    """One episode's return with the teacher acting (guidance off)."""
+    policy = BASELINES[name]()
+    return episode_return(env, lambda _obs: teacher_action(env, policy), seed)
+
+
+@dataclass(frozen=True)
+class Student:
+    """What `choose_teacher(student=...)` needs to judge a teacher by its imitation: a fresh network of
+    the student's architecture (observation → one output per action) and the cloning budget."""
+
+    make_net: Callable[[], object]
+    demo_episodes: int = 4
+    steps: int = 1000
+    seed: int = 0
+
+
+def clone_return(env, name: str, student: Student, seeds: tuple[int, ...]) -> np.ndarray:
+    """The episode returns on `seeds` of a fresh student network trained by cross-entropy to take
+    `name`'s action on its demonstrations, acting greedily: what the student can actually start from
+    with this teacher, which is the teacher's own return only where the observation shows what the
+    teacher reads (RouteBalance reads context tokens that 001's observation does not carry)."""
+    import torch
+
+    from training.policies.rl.rollout import greedy
+
+    torch.manual_seed(student.seed)
+    demos = demonstrate(env, name, student.demo_episodes, student.seed)
+    obs, expert = torch.as_tensor(demos.observation), torch.as_tensor(demos.expert)
+    net = student.make_net()
+    optim = torch.optim.Adam(net.parameters(), lr=1e-3)
+    rng = np.random.default_rng(student.seed)
+    for _ in range(student.steps):
+        idx = torch.as_tensor(rng.integers(len(expert), size=min(512, len(expert))))
+        loss = torch.nn.functional.cross_entropy(net(obs[idx]), expert[idx])
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    act = greedy(net.eval())
+    return np.array([episode_return(env, act, s) for s in seeds])
+
+
 def choose_teacher(env, candidates: tuple[str, ...] = TEACHERS, seeds: tuple[int, ...] = (0, 1, 2),
-                   log: Callable[[str], None] = print) -> tuple[str, dict[str, float]]:
+                   log: Callable[[str], None] = print, student: Student | None = None) -> tuple[str, dict[str, float]]:
     """(the teacher, every candidate's mean episode return on `seeds`). Candidates are listed simplest
     first; walking the list, a candidate replaces the current choice only when its mean return is
     higher by more than the seed noise of the paired difference (std over seeds; both play the same
     arrivals). A rule that is not reliably better does not displace a simpler one, which a network
-    also imitates more faithfully."""
-    returns = {name: np.array([teacher_return(env, name, s) for s in seeds]) for name in candidates}
+    also imitates more faithfully. With `student`, the returns compared are those of the student's
+    clone of each candidate (`clone_return`), not the candidate's own."""
+    if student is None:
+        returns = {name: np.array([teacher_return(env, name, s) for s in seeds]) for name in candidates}
+    else:
+        returns = {name: clone_return(env, name, student, seeds) for name in candidates}
     chosen = candidates[0]
     for name in candidates[1:]:
         diff = returns[name] - returns[chosen]
@@ -75,7 +122,8 @@ def choose_teacher(env, candidates: tuple[str, ...] = TEACHERS, seeds: tuple[int
             chosen = name
     scores = {name: float(r.mean()) for name, r in returns.items()}
     best = max(scores, key=scores.get)
-    log("teacher candidates (mean episode return): " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items())
+    what = "mean episode return of the student's clone" if student is not None else "mean episode return"
+    log(f"teacher candidates ({what}): " + ", ".join(f"{k} {v:.1f}" for k, v in scores.items())
         + f"; {chosen} teaches" + (f" ({best} is not better beyond the seed noise)" if chosen != best else ""))
     return chosen, scores
 
@@ -133,12 +181,14 @@ def demonstrate(env, name: str, episodes: int, seed: int, noise: float = 0.1) ->
                           np.array(cols[6]))
 
 
-def resolve_teacher(env, teacher: str | None, seed: int, log: Callable[[str], None]) -> tuple[str | None, dict]:
-    """`teacher`: None (no teacher), "auto" (chosen by `choose_teacher` on training seeds) or a name."""
+def resolve_teacher(env, teacher: str | None, seed: int, log: Callable[[str], None],
+                    student: Student | None = None) -> tuple[str | None, dict]:
+    """`teacher`: None (no teacher), "auto" (chosen by `choose_teacher` on training seeds, by the
+    teachers' returns or, with `student`, by their clones') or a name."""
     if teacher is None:
         return None, {}
     if teacher == "auto":
-        return choose_teacher(env, seeds=tuple(seed * 1000 + 900 + i for i in range(3)), log=log)
+        return choose_teacher(env, seeds=tuple(seed * 1000 + 900 + i for i in range(3)), log=log, student=student)
     if teacher not in TEACHERS:
         raise ValueError(f"teacher {teacher!r}: expected auto or one of {list(TEACHERS)}")
     return teacher, {}

@@ -5,6 +5,8 @@ Observation (3 + 6·m; 27 for 4 instances), normalised as written in `observatio
 - router queue length; the next request's prompt tokens and its predicted decode bucket;
 - per instance: running requests with short / long prompts, with short / long predicted outputs,
   free KV-cache share, and the estimated time until its earliest running request completes.
+  With `observe_waiting` also its waiting requests (3 + 7·m): an addition to 001, whose
+  observation cannot tell an instance with a queue behind a full batch from one without.
 The "baseline RL" variant sees only the queue length, the next prompt and each instance's running
 and waiting counts (3 + 2·m).
 
@@ -49,9 +51,11 @@ class WorkloadAwareEnv(gym.Env):
     def __init__(self, profiles: list[InstanceProfile], workload, variant: str = "guided",
                  decision_interval_s: float = 0.02, alpha: float = 0.5, epsilon_s: float = 0.1,
                  guidance_scale: float = 10.0, models: list[int] | None = None, reward: str = "completion",
-                 wait_action: bool = True):
+                 wait_action: bool = True, observe_waiting: bool = False):
         """`workload(seed) -> list[Request]` gives a fresh episode's requests; `models[i]` is instance
-        i's model (an index into the requests' label arrays; default 0 everywhere)."""
+        i's model (an index into the requests' label arrays; default 0 everywhere).
+        `observe_waiting` adds each instance's waiting requests to the aware / guided observation
+        (001's shows running requests only, so a request queued behind a full batch is invisible)."""
         if reward not in ("completion", "in_system"):
             raise ValueError(f"reward must be completion or in_system, got {reward!r}")
         self.reward = reward
@@ -62,7 +66,8 @@ class WorkloadAwareEnv(gym.Env):
         self.dt, self.alpha, self.epsilon_s, self.guidance_scale = decision_interval_s, alpha, epsilon_s, guidance_scale
         self.m = len(profiles)
         self.guidance = 1.0 if variant == "guided" else 0.0
-        size = 3 + (2 if variant == "baseline" else 6) * self.m
+        self.observe_waiting = observe_waiting and variant != "baseline"  # the baseline's has it already
+        size = 3 + (2 if variant == "baseline" else 6 + int(self.observe_waiting)) * self.m
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
         self.wait_action = wait_action
         self.action_space = gym.spaces.Discrete(self.m + int(wait_action))  # m instances, then wait
@@ -72,7 +77,7 @@ class WorkloadAwareEnv(gym.Env):
     def observation_spec(self) -> dict:
         per = (["running", "waiting"] if self.variant == "baseline" else
                ["running_short_prompt", "running_long_prompt", "running_short_decode", "running_long_decode",
-                "free_kv_share", "earliest_completion_s"])
+                "free_kv_share", "earliest_completion_s"] + (["waiting"] if self.observe_waiting else []))
         return {"size": int(self.observation_space.shape[0]), "variant": self.variant,
                 "global": ["router_queue / 10", "next_prompt_tokens / 1000", "next_decode_bucket"],
                 "per_instance": per, "instances": self.m,
