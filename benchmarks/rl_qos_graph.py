@@ -139,6 +139,11 @@ def main() -> None:
     parser.add_argument("--target-entropy-weight", type=float, default=0.5)
     parser.add_argument("--bc-floor", type=float, default=0.0,
                         help="with --teacher: the least weight of the behaviour-cloning pull (SacSettings.bc_floor)")
+    parser.add_argument("--clone-steps", type=int, default=0,
+                        help="with --teacher: actor-only cloning updates first (SacSettings.clone_steps)")
+    parser.add_argument("--teacher-choice", choices=["return", "clone"], default="return",
+                        help="with --teacher auto: judge the teachers by their own returns or their clones' "
+                             "(SacSettings.teacher_choice)")
     parser.add_argument("--out", default="rl_qos_graph")
     args = parser.parse_args()
     if args.quick:
@@ -157,7 +162,8 @@ def compare(setting: Setting, args) -> None:
         env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher,
                                                target_entropy_weight=args.target_entropy_weight,
-                                               bc_floor=args.bc_floor))
+                                               bc_floor=args.bc_floor, clone_steps=args.clone_steps,
+                                               teacher_choice=args.teacher_choice))
         result["training"][variant] = info
         learned[f"sac_{variant}"] = (variant, lambda seed, net=net: greedy(net))
         learned[f"sac_{variant}_sampled"] = (variant, lambda seed, net=net: sampled(net, seed))
@@ -177,7 +183,8 @@ def compare(setting: Setting, args) -> None:
         result["workloads"][wname] = table
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
     result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
-    result["bc_floor"] = args.bc_floor
+    result["bc_floor"], result["clone_steps"], result["teacher_choice"] = (args.bc_floor, args.clone_steps,
+                                                                         args.teacher_choice)
     result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
                                "qos_mean", trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

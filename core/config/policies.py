@@ -25,6 +25,11 @@ class _FromTeacher(_Strict):
     demo_noise: float = 0.1  # share of random actions while demonstrating (states off the teacher's path)
     # environment copies stepped together (one batched forward pass per step; rounds of n_envs episodes)
     n_envs: int = Field(1, ge=1)
+    # how "auto" picks the teacher: by the heuristics' own episode returns, or by the returns of this
+    # trainer's network cloned from each (cross-entropy on its demonstrations, as many updates as the
+    # trainer's cloning gets): a teacher the observation cannot express (RouteBalance reads context
+    # tokens 001's observation does not show) is then not chosen for a lead its imitation cannot keep
+    teacher_choice: Literal["return", "clone"] = "return"
 
 
 class DdqnSettings(_FromTeacher):
@@ -62,11 +67,6 @@ class DdqnSettings(_FromTeacher):
     # the aware / guided observation also shows each instance's waiting requests (001's shows running
     # ones only, so a request queued behind a full batch is invisible and JSQ cannot be imitated)
     observe_waiting: bool = False
-    # how "auto" picks the teacher: by the heuristics' own episode returns, or by the returns of this
-    # network's clone of each (cross-entropy on its demonstrations, pretrain_steps updates): a teacher
-    # the observation cannot express (RouteBalance reads context tokens 001's does not show) is then
-    # not chosen for a lead its imitation cannot keep
-    teacher_choice: Literal["return", "clone"] = "return"
     seed: int = 0
 
 
@@ -90,6 +90,10 @@ class SacSettings(_FromTeacher):
     # behaviour-cloning term max(bc_floor, bc_weight · bc_decay^episode) pulls toward it (the DQN's
     # schedule, `teacher.pull_weight`)
     pretrain_steps: int = 1000
+    # actor-only cross-entropy updates before those joint ones: a HAN actor update costs ~20 ms, a
+    # joint one with the twin critics ~120 ms, and 1,000 joint updates left the HAN agreeing with
+    # JSQ in 43% of the demonstration states (docs/results.md)
+    clone_steps: int = Field(0, ge=0)
     bc_weight: float = 1.0
     bc_decay: float = 0.8
     bc_floor: float = Field(0.0, ge=0.0)

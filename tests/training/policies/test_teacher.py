@@ -159,3 +159,19 @@ def test_teacher_can_be_judged_by_the_return_of_the_students_clone():
     fixed, _ = train_ddqn(small, DdqnSettings(**{**base, "teacher": chosen}), log=lambda _: None)
     for name, value in fixed.state_dict().items():
         assert torch.equal(value, judged.state_dict()[name]), name
+
+
+def test_sac_actor_alone_can_be_cloned_before_the_joint_pretraining():
+    """`clone_steps` trains the actor alone by cross-entropy on the teacher's demonstrations: with
+    no joint update at all it already imitates JSQ on 000's baseline features, where an untrained
+    actor does not."""
+    from training.policies.rl.sac import train_sac
+
+    profiles, workload = _setting(n=150, rate=60.0)
+    agreement = {}
+    for clone_steps in (0, 400):
+        env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
+        _, info = train_sac(env, SacSettings(total_steps=20, teacher="join_shortest_queue", demo_episodes=3,
+                                             pretrain_steps=0, clone_steps=clone_steps), log=lambda _: None)
+        agreement[clone_steps] = info["pretrain"]["agreement_with_teacher"]
+    assert agreement[400] > 0.6 and agreement[400] > agreement[0] + 0.2

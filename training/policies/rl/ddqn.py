@@ -73,7 +73,8 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         updater.step()
         return float(value.detach())
 
-    student = (Student(make_net, settings.demo_episodes, settings.pretrain_steps, settings.seed)
+    student = (Student(make_net, settings.demo_episodes, settings.pretrain_steps, settings.seed,
+                       settings.learning_rate, settings.batch_size)
                if settings.teacher_choice == "clone" else None)
     rng_state = torch.get_rng_state()  # judging clones draws from torch's generator: training must not see it
     teacher, teacher_scores = resolve_teacher(env, settings.teacher, settings.seed, log, student)

@@ -76,6 +76,8 @@ class Student:
     demo_episodes: int = 4
     steps: int = 1000
     seed: int = 0
+    learning_rate: float = 1e-3
+    batch_size: int = 512
 
 
 def clone_return(env, name: str, student: Student, seeds: tuple[int, ...]) -> np.ndarray:
@@ -91,10 +93,10 @@ def clone_return(env, name: str, student: Student, seeds: tuple[int, ...]) -> np
     demos = demonstrate(env, name, student.demo_episodes, student.seed)
     obs, expert = torch.as_tensor(demos.observation), torch.as_tensor(demos.expert)
     net = student.make_net()
-    optim = torch.optim.Adam(net.parameters(), lr=1e-3)
+    optim = torch.optim.Adam(net.parameters(), lr=student.learning_rate)
     rng = np.random.default_rng(student.seed)
     for _ in range(student.steps):
-        idx = torch.as_tensor(rng.integers(len(expert), size=min(512, len(expert))))
+        idx = torch.as_tensor(rng.integers(len(expert), size=min(student.batch_size, len(expert))))
         loss = torch.nn.functional.cross_entropy(net(obs[idx]), expert[idx])
         optim.zero_grad()
         loss.backward()
