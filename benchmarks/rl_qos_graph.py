@@ -139,6 +139,8 @@ def main() -> None:
     parser.add_argument("--target-entropy-weight", type=float, default=0.5)
     parser.add_argument("--bc-floor", type=float, default=0.0,
                         help="with --teacher: the least weight of the behaviour-cloning pull (SacSettings.bc_floor)")
+    parser.add_argument("--demo-episodes", type=int, default=4,
+                        help="with --teacher: episodes of demonstrations (SacSettings.demo_episodes)")
     parser.add_argument("--clone-steps", type=int, default=0,
                         help="with --teacher: actor-only cloning updates first (SacSettings.clone_steps)")
     parser.add_argument("--teacher-choice", choices=["return", "clone"], default="return",
@@ -163,6 +165,7 @@ def compare(setting: Setting, args) -> None:
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher,
                                                target_entropy_weight=args.target_entropy_weight,
                                                bc_floor=args.bc_floor, clone_steps=args.clone_steps,
+                                               demo_episodes=args.demo_episodes,
                                                teacher_choice=args.teacher_choice))
         result["training"][variant] = info
         learned[f"sac_{variant}"] = (variant, lambda seed, net=net: greedy(net))
@@ -185,6 +188,7 @@ def compare(setting: Setting, args) -> None:
     result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
     result["bc_floor"], result["clone_steps"], result["teacher_choice"] = (args.bc_floor, args.clone_steps,
                                                                          args.teacher_choice)
+    result["demo_episodes"] = args.demo_episodes
     result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
                                "qos_mean", trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

@@ -60,10 +60,12 @@ class DdqnSettings(_FromTeacher):
     margin_weight: float = 1.0
     margin_decay: float = 0.8
     margin_floor: float = Field(0.0, ge=0.0)
-    # return the weights at the end of the round of episodes with the highest mean training return,
-    # not the last ones: 10^6 decisions with margin_floor 0.2 held the teacher's level for ~800k
-    # decisions and then collapsed (docs/results.md); chosen on training episodes only
+    # return the weights at the end of the round of episodes whose greedy policy earns the highest
+    # return on `validation_episodes` fixed episodes of the training workload, not the last ones:
+    # 10^6 decisions with margin_floor 0.2 held the teacher's level for ~800k decisions and then
+    # collapsed (docs/results.md); the validation seeds are neither training nor evaluation seeds
     keep_best_round: bool = False
+    validation_episodes: int = Field(2, ge=1)
     # the aware / guided observation also shows each instance's waiting requests (001's shows running
     # ones only, so a request queued behind a full batch is invisible and JSQ cannot be imitated)
     observe_waiting: bool = False

@@ -103,7 +103,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     the report (rows of mean ± std per metric, learning curves, plot paths) and the trained
     networks with the environment each was trained in (for export)."""
     from training.policies.rl.ddqn import train_ddqn
-    from training.policies.rl.rollout import greedy, run_episode, sampled
+    from training.policies.rl.rollout import evaluation_seeds, greedy, run_episode, sampled
     from training.policies.rl.sac import train_sac
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +139,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         pretrained[name] = info.get("pretrain", {})
         log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     rows = []
-    seeds = [settings.seed + 1000 + i for i in range(settings.seeds)]
+    seeds = evaluation_seeds(settings.seed, settings.seeds)
     for kind in settings.workloads:
         for load in settings.loads:
             workload = workload_factory(kind, pool, load * capacity, n, trace)

@@ -6,6 +6,7 @@ import pytest
 
 from core.config import DdqnSettings, SacSettings
 from training.policies.evaluation import fleet_profiles
+from training.policies.rl.rollout import training_seed, validation_seeds
 from training.policies.rl.teacher import TEACHERS, choose_teacher, demonstrate, teacher_action
 from training.policies.simulator.baselines import JoinShortestQueue
 from training.policies.simulator.qos_graph_env import QosGraphEnv
@@ -106,8 +107,9 @@ def test_margin_pull_decays_to_its_floor_and_stays():
 
 
 def test_keep_best_round_returns_the_weights_of_the_best_training_round():
-    """With `keep_best_round` the trainer returns the weights it had at the end of the round with the
-    highest mean training return: the same weights as a run stopped right after that round."""
+    """With `keep_best_round` the trainer returns the weights it had at the end of the round whose
+    greedy policy earned the highest validation return: the same weights as a run stopped right
+    after that round, and the validation episodes play on seeds no training episode used."""
     import torch
 
     from training.policies.rl.ddqn import train_ddqn
@@ -116,11 +118,12 @@ def test_keep_best_round_returns_the_weights_of_the_best_training_round():
     base = dict(teacher="join_shortest_queue", demo_episodes=1, pretrain_steps=10, batch_size=16, n_envs=2)
     env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
     net, info = train_ddqn(env, DdqnSettings(episodes=8, keep_best_round=True, **base), log=lambda _: None)
-    rounds = [np.mean([row["return"] for row in info["curve"][i:i + 2]]) for i in range(0, 8, 2)]
+    rounds = [v["validation_return"] for v in info["validation"]]
     kept = info["kept_round"]
+    assert [v["first_episode"] for v in info["validation"]] == [0, 2, 4, 6]
     assert kept["first_episode"] == 2 * int(np.argmax(rounds))
     assert kept["first_episode"] < 6  # on these seeds the last round is not the best: the weights differ
-    assert kept["mean_return"] == pytest.approx(max(rounds))
+    assert not set(validation_seeds(0, 2)) & {training_seed(0, k) for k in range(10**4)}
     env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
     stopped, _ = train_ddqn(env, DdqnSettings(episodes=kept["first_episode"] + 2, **base), log=lambda _: None)
     for name, value in stopped.state_dict().items():

@@ -43,6 +43,28 @@ def sampled(net, seed: int = 0) -> Callable[[np.ndarray], int]:
     return act
 
 
+def training_seed(seed: int, episode: int) -> int:
+    """The arrival seed of training episode `episode` of a run with seed `seed`. Episodes 0–99 keep
+    seed·1000 + episode, the seeds every recorded run used; later ones move to 10⁹ + seed·10⁶ +
+    episode. Before that split, runs longer than 101 episodes trained on seeds 101–103 (the
+    benchmarks' evaluation seeds) and, past 500 episodes, on the teacher's demonstration and
+    validation seeds (seed·1000 + 500…, + 800…, + 900…)."""
+    return seed * 1000 + episode if episode < 100 else 10**9 + seed * 10**6 + episode
+
+
+def validation_seeds(seed: int, episodes: int) -> list[int]:
+    """Arrival seeds of the episodes a trainer judges its own rounds on: training workload, never a
+    training episode's or the evaluation's."""
+    return [seed * 1000 + 800 + i for i in range(episodes)]
+
+
+def evaluation_seeds(seed: int, episodes: int) -> list[int]:
+    """Arrival seeds of the pipeline's held-out evaluation episodes: clear of every training,
+    demonstration and validation seed of any run seed below 10⁵ (they were seed + 1000…, which
+    a run with seed 1 also trained on)."""
+    return [5 * 10**8 + seed * 1000 + i for i in range(episodes)]
+
+
 def play_round(envs: list, episodes: list[int], seed_of: Callable[[int], int],
                act: Callable[[np.ndarray], list[int]], after_step: Callable[[list[tuple]], None],
                budget: int | None = None) -> list[dict]:

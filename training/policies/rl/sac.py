@@ -42,7 +42,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     from torchrl.modules import OneHotCategorical, ProbabilisticActor
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
-    from training.policies.rl.rollout import play_round, round_label, transitions
+    from training.policies.rl.rollout import play_round, round_label, training_seed, transitions
     from training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
@@ -131,7 +131,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                 updates += 1
 
         ks = list(range(episode, episode + len(envs)))
-        played = play_round(envs, ks, lambda k: settings.seed * 1000 + k, act, after_step,
+        played = play_round(envs, ks, lambda k: training_seed(settings.seed, k), act, after_step,
                             budget=settings.total_steps - steps)
         for p in played:
             curve.append({"episode": p["episode"], "return": p["return"],
