@@ -83,10 +83,11 @@ def main() -> None:
     parser.add_argument("--margin-floor", type=float, default=0.0,
                         help="with --teacher: the least weight of the large-margin pull (DdqnSettings.margin_floor)")
     parser.add_argument("--observe-waiting", action="store_true",
-                        help="aware / guided: also observe instances' waiting requests (DdqnSettings.observe_waiting)")
+                        help="aware / guided: also observe instances' waiting requests (DdqnSettings.observe_waiting, "
+                             "the pipeline's default; off here so runs with 001's observation reproduce)")
     parser.add_argument("--teacher-choice", choices=["return", "clone"], default="return",
                         help="with --teacher auto: judge the teachers by their own returns or their clones' "
-                             "(DdqnSettings.teacher_choice)")
+                             "(DdqnSettings.teacher_choice; the pipeline's default is clone)")
     parser.add_argument("--pretrain-steps", type=int, default=2000,
                         help="with --teacher: cloning updates before RL (DdqnSettings.pretrain_steps)")
     parser.add_argument("--demo-episodes", type=int, default=4,
@@ -120,6 +121,7 @@ def main() -> None:
                                                  keep_best_round=args.keep_best_round,
                                                  pretrain_steps=args.pretrain_steps,
                                                  teacher_choice=args.teacher_choice,
+                                                 observe_waiting=args.observe_waiting,
                                                  demo_episodes=args.demo_episodes))
         info["train_seconds"] = time.perf_counter() - start
         info["decisions"] = max((c["steps"] for c in info["curve"]), default=0)  # 0: cloned only

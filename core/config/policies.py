@@ -67,8 +67,12 @@ class DdqnSettings(_FromTeacher):
     keep_best_round: bool = False
     validation_episodes: int = Field(2, ge=1)
     # the aware / guided observation also shows each instance's waiting requests (001's shows running
-    # ones only, so a request queued behind a full batch is invisible and JSQ cannot be imitated)
-    observe_waiting: bool = False
+    # ones only, so a request queued behind a full batch is invisible and JSQ cannot be imitated);
+    # false gives 001's 27 values
+    observe_waiting: bool = True
+    # judged by the clone's return: in 001's setting RouteBalance's own return leads JSQ's, but
+    # the network imitates it in a third of the states and JSQ in two thirds (docs/results.md)
+    teacher_choice: Literal["return", "clone"] = "clone"
     seed: int = 0
 
 
