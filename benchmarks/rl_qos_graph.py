@@ -186,9 +186,8 @@ def compare(setting: Setting, args) -> None:
         result["workloads"][wname] = table
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
     result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
-    result["bc_floor"], result["clone_steps"], result["teacher_choice"] = (args.bc_floor, args.clone_steps,
-                                                                         args.teacher_choice)
-    result["demo_episodes"] = args.demo_episodes
+    result.update(bc_floor=args.bc_floor, clone_steps=args.clone_steps, teacher_choice=args.teacher_choice,
+                  demo_episodes=args.demo_episodes)
     result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
                                "qos_mean", trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

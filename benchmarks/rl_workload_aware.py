@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--demo-episodes", type=int, default=4,
                         help="with --teacher: episodes of demonstrations (DdqnSettings.demo_episodes)")
     parser.add_argument("--keep-best-round", action="store_true",
-                        help="return the weights of the best round by training return (DdqnSettings.keep_best_round)")
+                        help="return the weights of the best round by validation return (DdqnSettings.keep_best_round)")
     parser.add_argument("--out", default="rl_workload_aware")
     args = parse_trainer_args(parser)
     if args.quick:

@@ -85,9 +85,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     student = (Student(make_net, settings.demo_episodes, settings.pretrain_steps, settings.seed,
                        settings.learning_rate, settings.batch_size)
                if settings.teacher_choice == "clone" else None)
-    rng_state = torch.get_rng_state()  # judging clones draws from torch's generator: training must not see it
     teacher, teacher_scores = resolve_teacher(env, settings.teacher, settings.seed, log, student)
-    torch.set_rng_state(rng_state)
     pretrain: dict = {}
     if teacher is not None:
         start = time.perf_counter()
@@ -165,9 +163,9 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
             score = float(np.mean([episode_return(judge, greedy(net), s)
                                    for s in validation_seeds(settings.seed, settings.validation_episodes)]))
             validation.append({"first_episode": first, "steps": steps, "validation_return": score})
-            log(f"  validation return {score:.0f}" + (" (best so far)" if kept is None
-                                                      or score > kept["validation_return"] else ""))
-            if kept is None or score > kept["validation_return"]:
+            best = kept is None or score > kept["validation_return"]
+            log(f"  validation return {score:.0f}" + (" (best so far)" if best else ""))
+            if best:
                 kept, kept_weights = validation[-1], copy.deepcopy(net.state_dict())
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
     if kept is not None:

@@ -43,7 +43,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
     from training.policies.rl.rollout import play_round, round_label, training_seed, transitions
-    from training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
+    from training.policies.rl.teacher import Student, demonstrate, fit_clone, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
     n_actions = env.action_space.n
@@ -71,21 +71,15 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                        settings.clone_steps + settings.pretrain_steps, settings.seed,
                        settings.learning_rate, settings.batch_size)
                if settings.teacher_choice == "clone" else None)
-    rng_state = torch.get_rng_state()  # judging clones draws from torch's generator: training must not see it
     teacher, teacher_scores = resolve_teacher(env, settings.teacher, settings.seed, log, student)
-    torch.set_rng_state(rng_state)
     pretrain: dict = {}
     start = time.perf_counter()
     if teacher is not None:
         demos = demonstrate(env, teacher, settings.demo_episodes, settings.seed, settings.demo_noise)
         buffer.extend(transitions(list(demos.transitions()), n_actions))
         demo_obs, demo_expert = torch.as_tensor(demos.observation), torch.as_tensor(demos.expert)
-        clone_optim = torch.optim.Adam(actor_net.parameters(), lr=settings.learning_rate)
-        for _ in range(settings.clone_steps):  # the actor alone first: cheap, and most of the imitation
-            value = behaviour_cloning(1.0)
-            clone_optim.zero_grad()
-            value.backward()
-            clone_optim.step()
+        # the actor alone first: cheap, and most of the imitation
+        fit_clone(actor_net, demos, settings.clone_steps, settings.learning_rate, settings.batch_size, rng)
         for _ in range(settings.pretrain_steps):
             value = loss(buffer.sample())["loss_qvalue"] + behaviour_cloning(settings.bc_weight)
             optim.zero_grad()

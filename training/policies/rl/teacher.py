@@ -89,20 +89,30 @@ def clone_return(env, name: str, student: Student, seeds: tuple[int, ...]) -> np
 
     from training.policies.rl.rollout import greedy
 
-    torch.manual_seed(student.seed)
-    demos = demonstrate(env, name, student.demo_episodes, student.seed)
+    with torch.random.fork_rng(devices=[]):  # the caller's generator state is left as it was
+        torch.manual_seed(student.seed)
+        demos = demonstrate(env, name, student.demo_episodes, student.seed)
+        net = student.make_net()
+        fit_clone(net, demos, student.steps, student.learning_rate, student.batch_size,
+                  np.random.default_rng(student.seed))
+    act = greedy(net.eval())
+    return np.array([episode_return(env, act, s) for s in seeds])
+
+
+def fit_clone(net, demos: Demonstrations, steps: int, learning_rate: float, batch_size: int,
+              rng: np.random.Generator) -> None:
+    """`steps` Adam updates of `net` (observation → one output per action) by cross-entropy toward
+    the teacher's action on random batches of `demos`."""
+    import torch
+
     obs, expert = torch.as_tensor(demos.observation), torch.as_tensor(demos.expert)
-    net = student.make_net()
-    optim = torch.optim.Adam(net.parameters(), lr=student.learning_rate)
-    rng = np.random.default_rng(student.seed)
-    for _ in range(student.steps):
-        idx = torch.as_tensor(rng.integers(len(expert), size=min(student.batch_size, len(expert))))
+    optim = torch.optim.Adam(net.parameters(), lr=learning_rate)
+    for _ in range(steps):
+        idx = torch.as_tensor(rng.integers(len(expert), size=min(batch_size, len(expert))))
         loss = torch.nn.functional.cross_entropy(net(obs[idx]), expert[idx])
         optim.zero_grad()
         loss.backward()
         optim.step()
-    act = greedy(net.eval())
-    return np.array([episode_return(env, act, s) for s in seeds])
 
 
 def choose_teacher(env, candidates: tuple[str, ...] = TEACHERS, seeds: tuple[int, ...] = (0, 1, 2),
