@@ -146,6 +146,9 @@ def main() -> None:
     parser.add_argument("--teacher-choice", choices=["return", "clone"], default="return",
                         help="with --teacher auto: judge the teachers by their own returns or their clones' "
                              "(SacSettings.teacher_choice)")
+    parser.add_argument("--keep-best-round", action="store_true",
+                        help="return the pretrained or a later round's actor, whichever earns the best validation "
+                             "return (SacSettings.keep_best_round)")
     parser.add_argument("--out", default="rl_qos_graph")
     args = parser.parse_args()
     if args.quick:
@@ -166,7 +169,8 @@ def compare(setting: Setting, args) -> None:
                                                target_entropy_weight=args.target_entropy_weight,
                                                bc_floor=args.bc_floor, clone_steps=args.clone_steps,
                                                demo_episodes=args.demo_episodes,
-                                               teacher_choice=args.teacher_choice))
+                                               teacher_choice=args.teacher_choice,
+                                               keep_best_round=args.keep_best_round))
         result["training"][variant] = info
         learned[f"sac_{variant}"] = (variant, lambda seed, net=net: greedy(net))
         learned[f"sac_{variant}_sampled"] = (variant, lambda seed, net=net: sampled(net, seed))
@@ -187,7 +191,7 @@ def compare(setting: Setting, args) -> None:
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
     result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
     result.update(bc_floor=args.bc_floor, clone_steps=args.clone_steps, teacher_choice=args.teacher_choice,
-                  demo_episodes=args.demo_episodes)
+                  demo_episodes=args.demo_episodes, keep_best_round=args.keep_best_round)
     result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
                                "qos_mean", trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

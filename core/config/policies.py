@@ -30,6 +30,13 @@ class _FromTeacher(_Strict):
     # trainer's cloning gets): a teacher the observation cannot express (RouteBalance reads context
     # tokens 001's observation does not show) is then not chosen for a lead its imitation cannot keep
     teacher_choice: Literal["return", "clone"] = "return"
+    # return the pretrained weights or those at the end of the round of episodes whose policy earns
+    # the highest return on `validation_episodes` fixed episodes of the training workload, not the
+    # last ones (`rollout.BestRound`): 001's DQN at 10^6 decisions with margin_floor 0.2 held the
+    # teacher's level for ~800k decisions and then collapsed, and 000's SAC lost its clone's QoS
+    # in RL (docs/results.md); the validation seeds are neither training nor evaluation seeds
+    keep_best_round: bool = False
+    validation_episodes: int = Field(2, ge=1)
 
 
 class DdqnSettings(_FromTeacher):
@@ -60,12 +67,6 @@ class DdqnSettings(_FromTeacher):
     margin_weight: float = 1.0
     margin_decay: float = 0.8
     margin_floor: float = Field(0.0, ge=0.0)
-    # return the weights at the end of the round of episodes whose greedy policy earns the highest
-    # return on `validation_episodes` fixed episodes of the training workload, not the last ones:
-    # 10^6 decisions with margin_floor 0.2 held the teacher's level for ~800k decisions and then
-    # collapsed (docs/results.md); the validation seeds are neither training nor evaluation seeds
-    keep_best_round: bool = False
-    validation_episodes: int = Field(2, ge=1)
     # the aware / guided observation also shows each instance's waiting requests (001's shows running
     # ones only, so a request queued behind a full batch is invisible and JSQ cannot be imitated);
     # false gives 001's 27 values

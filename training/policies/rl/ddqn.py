@@ -15,10 +15,10 @@ and during RL the margin loss on demonstration batches stays, weighted max(margi
 margin_weight · margin_decay^k) in episode k (DQfD keeps it constant), with exploration at ε_end
 from the start (the greedy policy is already the teacher's).
 
-`keep_best_round` returns the weights at the end of the round whose greedy policy scores the highest
-return on `validation_episodes` fixed episodes of the training workload (seeds no training or
-evaluation episode uses) instead of the last ones: a long run can collapse after holding the
-teacher's level.
+`keep_best_round` returns the pretrained weights or those at the end of the round whose greedy policy
+scores the highest return on `validation_episodes` fixed episodes of the training workload (seeds no
+training or evaluation episode uses), instead of the last ones (`rollout.BestRound`): a long run can
+collapse after holding the teacher's level.
 """
 
 from __future__ import annotations
@@ -41,15 +41,8 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
     from torchrl.objectives import DQNLoss, SoftUpdate
 
     from training.policies.rl.networks import PerInstanceQ, mlp
-    from training.policies.rl.rollout import (
-        greedy,
-        play_round,
-        round_label,
-        training_seed,
-        transitions,
-        validation_seeds,
-    )
-    from training.policies.rl.teacher import Student, demonstrate, episode_return, pull_weight, resolve_teacher
+    from training.policies.rl.rollout import BestRound, greedy, play_round, round_label, training_seed, transitions
+    from training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)
@@ -111,9 +104,9 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
             buffer.extend(transitions(pending, n_actions, settings.reward_scale))
             pending.clear()
 
-    kept, kept_weights = None, None  # the round kept with `keep_best_round`, and its weights
-    validation: list[dict] = []
-    judge = copy.deepcopy(env) if settings.keep_best_round else None  # plays the validation episodes
+    best = BestRound(env, settings.seed, settings.validation_episodes, greedy) if settings.keep_best_round else None
+    if best is not None and teacher is not None:
+        best.offer(net, log, None, 0)
     for first in range(0, settings.episodes, len(envs)):  # a round: one episode per copy, stepped together
         ks = list(range(first, min(first + len(envs), settings.episodes)))
         gamma = (1 - math.exp(-0.5 * (first + 1))) * settings.gamma if guided else settings.gamma
@@ -157,22 +150,11 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                     else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
         returns = ", ".join(f"{p['return']:.0f}" for p in played)
         log(f"{round_label(ks)}: return {returns}, {steps} steps so far, ε {eps:.2f}, {learning}")
-        if settings.keep_best_round:
-            # the end-of-round weights, greedy, on the same validation arrivals every round: training
-            # returns would compare rounds on different arrivals (and with exploration)
-            score = float(np.mean([episode_return(judge, greedy(net), s)
-                                   for s in validation_seeds(settings.seed, settings.validation_episodes)]))
-            validation.append({"first_episode": first, "steps": steps, "validation_return": score})
-            best = kept is None or score > kept["validation_return"]
-            log(f"  validation return {score:.0f}" + (" (best so far)" if best else ""))
-            if best:
-                kept, kept_weights = validation[-1], copy.deepcopy(net.state_dict())
+        if best is not None:
+            best.offer(net, log, first, steps)
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
-    if kept is not None:
-        net.load_state_dict(kept_weights)
-        info["kept_round"], info["validation"] = kept, validation
-        log(f"kept the weights after episodes from {kept['first_episode']} (validation return "
-            f"{kept['validation_return']:.0f}, {kept['steps']} steps)")
+    if best is not None:
+        best.restore(net, info, log)
     return net.eval(), info
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -115,3 +116,39 @@ def transitions(rows: list[tuple], n_actions: int, reward_scale: float = 1.0):
                  "done": torch.as_tensor(np.asarray(done, dtype=bool)[:, None]),
                  "terminated": torch.as_tensor(np.asarray(terminated, dtype=bool)[:, None])},
     }, batch_size=[len(rows)])
+
+
+class BestRound:
+    """`keep_best_round`: the trainer offers its weights after pretraining and after every round of
+    episodes; the ones whose policy (`policy(net)`, the way the trainer's policy routes) earns the
+    highest mean return on fixed validation episodes (`validation_seeds`, on a copy of the
+    environment) are the ones returned. Training returns would compare rounds on different arrivals
+    and with exploration; the pretrained candidate means RL must beat its own starting point to be
+    kept (000's SAC lost its clone's level, 001's long DQN runs collapsed after holding it)."""
+
+    def __init__(self, env, seed: int, episodes: int, policy: Callable[[object], Callable[[np.ndarray], int]]):
+        self.judge, self.seeds, self.policy = copy.deepcopy(env), validation_seeds(seed, episodes), policy
+        self.validation: list[dict] = []
+        self.kept: dict | None = None
+        self._weights = None
+
+    def offer(self, net, log: Callable[[str], None], first_episode: int | None, steps: int) -> None:
+        """Judge `net` as it is now (`first_episode` None: the pretrained weights)."""
+        from training.policies.rl.teacher import episode_return
+
+        score = float(np.mean([episode_return(self.judge, self.policy(net), s) for s in self.seeds]))
+        self.validation.append({"first_episode": first_episode, "steps": steps, "validation_return": score})
+        best = self.kept is None or score > self.kept["validation_return"]
+        log(f"  validation return {score:.1f}" + (" (best so far)" if best else ""))
+        if best:
+            self.kept, self._weights = self.validation[-1], copy.deepcopy(net.state_dict())
+
+    def restore(self, net, info: dict, log: Callable[[str], None]) -> None:
+        """Load the kept weights into `net`; record them and every round's validation in `info`."""
+        if self.kept is None:
+            return
+        net.load_state_dict(self._weights)
+        info["kept_round"], info["validation"] = self.kept, self.validation
+        where = ("the pretrained weights" if self.kept["first_episode"] is None
+                 else f"the weights after episodes from {self.kept['first_episode']}")
+        log(f"kept {where} (validation return {self.kept['validation_return']:.1f}, {self.kept['steps']} steps)")

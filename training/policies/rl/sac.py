@@ -8,6 +8,8 @@ actor to the teacher's actions (cross-entropy) and the critics to the demonstrat
 during RL the cross-entropy on demonstration batches stays, weighted max(bc_floor, bc_weight ·
 bc_decay^k) in episode k (`teacher.pull_weight`, the DQN's schedule); exploration comes from the
 policy itself from the first step (no random warm-up).
+With `keep_best_round`, the pretrained actor and the actor after each round are judged on validation
+episodes, routing as `act` says, and the best is returned (`rollout.BestRound`).
 With `n_envs` > 1, copies of the environment play consecutive episodes together (one batched
 forward pass of the actor per step; `rollout.play_round`), updates per decision unchanged.
 """
@@ -42,7 +44,15 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     from torchrl.modules import OneHotCategorical, ProbabilisticActor
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
-    from training.policies.rl.rollout import play_round, round_label, training_seed, transitions
+    from training.policies.rl.rollout import (
+        BestRound,
+        greedy,
+        play_round,
+        round_label,
+        sampled,
+        training_seed,
+        transitions,
+    )
     from training.policies.rl.teacher import Student, demonstrate, fit_clone, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
@@ -89,6 +99,11 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
         pretrain = demos.summary(actor_net, teacher, teacher_scores, time.perf_counter() - start)
         log(f"pretrained on {len(demos)} {teacher} demonstrations: the actor's most probable action is the "
             f"teacher's in {pretrain['agreement_with_teacher']:.1%} of them")
+    best = (BestRound(env, settings.seed, settings.validation_episodes,
+                      lambda net: sampled(net, settings.seed) if settings.act == "sample" else greedy(net))
+            if settings.keep_best_round else None)
+    if best is not None and teacher is not None:
+        best.offer(actor_net, log, None, 0)
     warmup = 0 if teacher is not None else settings.warmup_steps
     envs = [env] + [copy.deepcopy(env) for _ in range(settings.n_envs - 1)]
     curve, steps, episode, alpha = [], 0, 0, float("nan")
@@ -136,7 +151,11 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
                     else f"filling the replay buffer ({steps}/{warmup} warm-up steps)")
         returns = ", ".join(f"{p['return']:.1f}" for p in played)
         log(f"{round_label(ks)}: return {returns}, {steps} steps, {learning}")
+        if best is not None:
+            best.offer(actor_net, log, episode, steps)
         episode += len(envs)
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
             "train_seconds": time.perf_counter() - start}
+    if best is not None:
+        best.restore(actor_net, info, log)
     return actor_net.eval(), info
