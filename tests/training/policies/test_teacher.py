@@ -118,7 +118,7 @@ def test_keep_best_round_returns_the_weights_of_the_best_training_round():
     base = dict(teacher="join_shortest_queue", demo_episodes=1, pretrain_steps=10, batch_size=16, n_envs=2)
     env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
     net, info = train_ddqn(env, DdqnSettings(episodes=8, keep_best_round=True, **base), log=lambda _: None)
-    rounds = [v["validation_return"] for v in info["validation"]]
+    rounds = [v["validation_score"] for v in info["validation"]]
     kept = info["kept_round"]
     # the pretrained weights are the first candidate: RL has to beat its own start to be kept
     assert [v["first_episode"] for v in info["validation"]] == [None, 0, 2, 4, 6]
@@ -181,24 +181,26 @@ def test_sac_actor_alone_can_be_cloned_before_the_joint_pretraining():
     assert agreement[400] > 0.6 and agreement[400] > agreement[0] + 0.2
 
 
-def test_sac_keep_best_round_returns_the_actor_that_earned_the_best_validation_return():
-    """SAC with `keep_best_round`: the cloned actor and the actor after each round are judged on the
-    validation seeds, routing as `act` says (sampled here), and the actor returned earns exactly the
-    kept candidate's validation return when replayed on those seeds."""
+def test_sac_keep_best_round_returns_the_actor_that_delivered_the_best_validation_qos():
+    """SAC with `keep_best_round` on 000's HAN: the cloned actor and the actor after each round are
+    judged on the validation seeds by the QoS they deliver (the environment's objective, not the
+    shaped reward), routing as `act` says (sampled here), and the actor returned delivers exactly
+    the kept candidate's QoS when replayed on those seeds."""
     from training.policies.rl.rollout import sampled
     from training.policies.rl.sac import train_sac
     from training.policies.rl.teacher import episode_return
 
     profiles, workload = _setting(n=60, rate=60.0)
-    env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
+    env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="han", pad=4)
     settings = SacSettings(total_steps=180, teacher="join_shortest_queue", demo_episodes=1, pretrain_steps=5,
-                           clone_steps=50, keep_best_round=True, batch_size=16)
+                           clone_steps=50, keep_best_round=True, batch_size=16, hidden=16, heads=2)
     actor, info = train_sac(env, settings, log=lambda _: None)
     firsts = [v["first_episode"] for v in info["validation"]]
     assert firsts[0] is None and firsts[1:] == sorted(firsts[1:]) and len(firsts) >= 3
-    returns = [v["validation_return"] for v in info["validation"]]
-    assert info["kept_round"] == info["validation"][int(np.argmax(returns))]
-    judge = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
-    replayed = np.mean([episode_return(judge, sampled(actor, settings.seed), s)
+    assert {v["metric"] for v in info["validation"]} == {"qos"}
+    scores = [v["validation_score"] for v in info["validation"]]
+    assert info["kept_round"] == info["validation"][int(np.argmax(scores))]
+    judge = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="han", pad=4)
+    replayed = np.mean([episode_return(judge, sampled(actor, settings.seed), s, "qos")
                         for s in validation_seeds(settings.seed, settings.validation_episodes)])
-    assert replayed == pytest.approx(max(returns))
+    assert replayed == pytest.approx(max(scores))

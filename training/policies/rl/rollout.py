@@ -120,14 +120,20 @@ def transitions(rows: list[tuple], n_actions: int, reward_scale: float = 1.0):
 
 class BestRound:
     """`keep_best_round`: the trainer offers its weights after pretraining and after every round of
-    episodes; the ones whose policy (`policy(net)`, the way the trainer's policy routes) earns the
-    highest mean return on fixed validation episodes (`validation_seeds`, on a copy of the
-    environment) are the ones returned. Training returns would compare rounds on different arrivals
-    and with exploration; the pretrained candidate means RL must beat its own starting point to be
-    kept (000's SAC lost its clone's level, 001's long DQN runs collapsed after holding it)."""
+    episodes; the ones whose policy (`policy(net)`, the way the trainer's policy routes) scores the
+    highest mean on fixed validation episodes (`validation_seeds`, on a copy of the environment) are
+    the ones returned. Training returns would compare rounds on different arrivals and with
+    exploration; the pretrained candidate means RL must beat its own starting point to be kept
+    (000's SAC lost its clone's level, 001's long DQN runs collapsed after holding it).
+
+    The score is the episode's return, or the environment's own objective where it names one
+    (`env.objective`, a key of the step's info): 000's reward subtracts an estimate of the QoS a
+    routing puts at risk, a shaping term the evaluation never counts, so its rounds are judged by
+    the QoS they deliver."""
 
     def __init__(self, env, seed: int, episodes: int, policy: Callable[[object], Callable[[np.ndarray], int]]):
         self.judge, self.seeds, self.policy = copy.deepcopy(env), validation_seeds(seed, episodes), policy
+        self.metric: str | None = getattr(env, "objective", None)
         self.validation: list[dict] = []
         self.kept: dict | None = None
         self._weights = None
@@ -136,10 +142,11 @@ class BestRound:
         """Judge `net` as it is now (`first_episode` None: the pretrained weights)."""
         from training.policies.rl.teacher import episode_return
 
-        score = float(np.mean([episode_return(self.judge, self.policy(net), s) for s in self.seeds]))
-        self.validation.append({"first_episode": first_episode, "steps": steps, "validation_return": score})
-        best = self.kept is None or score > self.kept["validation_return"]
-        log(f"  validation return {score:.1f}" + (" (best so far)" if best else ""))
+        score = float(np.mean([episode_return(self.judge, self.policy(net), s, self.metric) for s in self.seeds]))
+        self.validation.append({"first_episode": first_episode, "steps": steps, "validation_score": score,
+                                "metric": self.metric or "return"})
+        best = self.kept is None or score > self.kept["validation_score"]
+        log(f"  validation {self.metric or 'return'} {score:.1f}" + (" (best so far)" if best else ""))
         if best:
             self.kept, self._weights = self.validation[-1], copy.deepcopy(net.state_dict())
 
@@ -151,4 +158,5 @@ class BestRound:
         info["kept_round"], info["validation"] = self.kept, self.validation
         where = ("the pretrained weights" if self.kept["first_episode"] is None
                  else f"the weights after episodes from {self.kept['first_episode']}")
-        log(f"kept {where} (validation return {self.kept['validation_return']:.1f}, {self.kept['steps']} steps)")
+        log(f"kept {where} (validation {self.kept['metric']} {self.kept['validation_score']:.1f}, "
+            f"{self.kept['steps']} steps)")

@@ -49,15 +49,16 @@ def teacher_action(env, policy) -> int:
     return env.action_for(choice)
 
 
-def episode_return(env, act: Callable[[np.ndarray], int], seed: int) -> float:
-    """One episode's return with `act` (observation → action) in control, guidance off."""
+def episode_return(env, act: Callable[[np.ndarray], int], seed: int, objective: str | None = None) -> float:
+    """One episode's return with `act` (observation → action) in control, guidance off; with
+    `objective`, the episode's sum of `info[objective]` instead of the reward's."""
     if hasattr(env, "set_episode"):
         env.set_episode(10_000)  # 001's decaying guidance weight, decayed away
     obs, _ = env.reset(seed=seed)
     total, done = 0.0, False
     while not done:
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
-        total, done = total + reward, terminated or truncated
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        total, done = total + (reward if objective is None else info[objective]), terminated or truncated
     return total
 
 

@@ -45,6 +45,9 @@ def qos(job, request: Request, model: int, requirement_s: float) -> float:
 
 class QosGraphEnv(gym.Env):
     metadata = {"render_modes": []}
+    # what a trainer's `keep_best_round` judges rounds by: the QoS of completions (the step info's
+    # "qos"), not the reward, whose action-impact term is shaping the evaluation never counts
+    objective = "qos"
 
     def __init__(self, profiles: list[InstanceProfile], models: list[int], workload, requirement_s: float,
                  variant: str = "han", pad: int = 5, max_decisions: int | None = None):
