@@ -17,9 +17,13 @@ see a burst). Evaluation: unseen seeds, episodes starting in the bursty phase, 3
 over all requests and per phase (004 Table 2): violation ratio (late or rejected), goodput ratio
 (correct and on time), accuracy-weighted goodput (Σ g_i ν_i per second), heavy scheduling ratio.
 Also evaluated on Poisson and on the Azure trace's timestamps at the same mean rate (not trained
-on). The PPO policy is exported to ONNX.
+on). The PPO policy is exported to ONNX. Also evaluated: the best fixed split (one routing
+distribution for every slot, a share of the traffic per model searched on a grid by training-episode
+return; `training.policies.rl.slot_teacher`), what 004's action achieves without reading the state;
+`--teacher fixed_split` starts PPO from it.
 
-    .venv/bin/python -m benchmarks.rl_slot_distribution [--steps 60000] [--n-envs 2 --subprocess] [--out NAME]
+    .venv/bin/python -m benchmarks.rl_slot_distribution [--steps 60000] [--n-envs 2 --subprocess]
+        [--teacher fixed_split] [--keep-best-round] [--out NAME]
 Writes benchmarks/results/rl_slot_distribution/: rl_slot_distribution.json, .png and the ONNX policy (git-ignored).
 """
 
@@ -36,6 +40,7 @@ from benchmarks.routerbench_fleet import TIERS, routerbench_pool, save_bar_panel
 from training.policies.rl.export import export_policy
 from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
 from training.policies.rl.rollout import run_episode
+from training.policies.rl.slot_teacher import best_fixed_split
 from training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin
 from training.policies.simulator.cluster import Cluster
 from training.policies.simulator.metrics import mean_std, summarize
@@ -58,6 +63,12 @@ def main() -> None:
     parser.add_argument("--n-envs", type=int, default=1, help="environment copies (PpoSettings.n_envs)")
     parser.add_argument("--subprocess", action="store_true",
                         help="step the copies in worker processes (PpoSettings.subprocess; long budgets)")
+    parser.add_argument("--teacher", choices=["fixed_split"], default=None,
+                        help="start PPO from the best fixed split (PpoSettings.teacher)")
+    parser.add_argument("--pretrain-steps", type=int, default=2000, help="with --teacher (PpoSettings.pretrain_steps)")
+    parser.add_argument("--keep-best-round", action="store_true",
+                        help="return the pretrained or a later rollout's actor, whichever earns the best validation "
+                             "return (PpoSettings.keep_best_round)")
     parser.add_argument("--out", default="rl_slot_distribution")
     args = parse_trainer_args(parser)
     if args.quick:
@@ -94,7 +105,9 @@ def main() -> None:
           f"normal {10 / k:.3f} req/s", flush=True)
     env = make_env()
     net, info = train_ppo(make_env, PpoSettings(total_steps=args.steps, n_envs=args.n_envs,
-                                                subprocess=args.subprocess))
+                                                subprocess=args.subprocess, teacher=args.teacher,
+                                                pretrain_steps=args.pretrain_steps,
+                                                keep_best_round=args.keep_best_round))
     obs, _ = env.reset(seed=SEEDS[0])
     checks = [obs]
     for _ in range(40):  # observations from a busy cluster too
@@ -118,22 +131,28 @@ def main() -> None:
 
     heavy = tuple(i for i, m in enumerate(instance_models) if m == 0)
     light = tuple(i for i, m in enumerate(instance_models) if m == 1)
+    # what 004's action does without reading the state: the best fixed split (also PPO's teacher)
+    fixed = best_fixed_split(make_env, range(2000, 2002 if args.quick else 2006), 5 if args.quick else 20)
     baselines = {"heavy_only_shortest_queue": lambda: JoinShortestQueue(among=heavy),
                  "light_only_shortest_queue": lambda: JoinShortestQueue(among=light),
                  "shortest_queue": JoinShortestQueue, "round_robin": RoundRobin, "random": RandomPolicy}
     result = {"fleet": {"heavy": [HEAVY, TIERS[HEAVY]], "light": [LIGHT, TIERS[LIGHT]]}, "instances": instance_models,
               "accuracy_g": g, "service_s": service, "capacity_rps": capacity, "stretch_k": k, "slot_s": slot,
               "requirement_p98_s": requirement, "buffer": BUFFER, "timings": timings, "training": info,
-              "onnx": {key: spec[key] for key in ("onnx_max_abs_diff", "onnx_action_agreement")}, "workloads": {}}
+              "onnx": {key: spec[key] for key in ("onnx_max_abs_diff", "onnx_action_agreement")},
+              "best_fixed_split": {key: fixed[key] for key in ("shares", "return", "grid")}, "workloads": {}}
     for wname, workload in {"switched_poisson": eval_spp, "poisson_same_mean": poisson,
                             "azure_trace_same_mean": trace}.items():
         table = {}
-        for pname in ["ppo", *baselines]:
+        for pname in ["ppo", "best_fixed_split", *baselines]:
             runs = []
             for seed in SEEDS:
                 t0 = time.perf_counter()
                 if pname == "ppo":
                     outcomes = run_episode(make_env(slots=None, workload=workload), distribution_policy(net), seed)
+                elif pname == "best_fixed_split":
+                    outcomes = run_episode(make_env(slots=None, workload=workload),
+                                           lambda _obs: fixed["logits"], seed)
                 else:
                     cluster = Cluster(make_env().profiles, models=instance_models)
                     outcomes = cluster.run(workload(seed), baselines[pname]())
@@ -149,6 +168,7 @@ def main() -> None:
         if mean_rate is None:  # the other workloads run at the switched process's realised mean rate
             mean_rate = float(np.mean([len(eval_spp(s)) / (args.eval_slots * slot) for s in SEEDS]))
             result["mean_rate_rps"] = mean_rate
+    # the fixed split is a reference for what the slot action can do blind, not a policy the runtime ships
     result["gate"] = gate_over(result["workloads"], ["ppo"], [b for b in baselines if b != "random"],
                                "goodput_ratio", trained_on="switched_poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

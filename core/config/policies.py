@@ -13,7 +13,20 @@ TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "leas
                       "route_balance_absolute"]
 
 
-class _FromTeacher(_Strict):
+class _KeepBest(_Strict):
+    """What every trainer shares: which of its weights it returns."""
+
+    # return the pretrained weights or those at the end of the round of episodes (PPO: the rollout)
+    # whose policy scores best on `validation_episodes` fixed episodes of the training workload, not
+    # the last ones (`rollout.BestRound`; the score is the return, or the environment's objective
+    # where it names one: 000's delivered QoS): 001's DQN at 10^6 decisions with margin_floor 0.2
+    # held the teacher's level for ~800k decisions and then collapsed, and 000's SAC lost its
+    # clone's QoS in RL (docs/results.md); the validation seeds are neither training nor evaluation seeds
+    keep_best_round: bool = False
+    validation_episodes: int = Field(2, ge=1)
+
+
+class _FromTeacher(_KeepBest):
     """What the DQN and SAC trainers share: the teacher they start from and how many environment
     copies they step together."""
 
@@ -30,13 +43,6 @@ class _FromTeacher(_Strict):
     # trainer's cloning gets): a teacher the observation cannot express (RouteBalance reads context
     # tokens 001's observation does not show) is then not chosen for a lead its imitation cannot keep
     teacher_choice: Literal["return", "clone"] = "return"
-    # return the pretrained weights or those at the end of the round of episodes whose policy earns
-    # the highest return on `validation_episodes` fixed episodes of the training workload, not the
-    # last ones (`rollout.BestRound`): 001's DQN at 10^6 decisions with margin_floor 0.2 held the
-    # teacher's level for ~800k decisions and then collapsed, and 000's SAC lost its clone's QoS
-    # in RL (docs/results.md); the validation seeds are neither training nor evaluation seeds
-    keep_best_round: bool = False
-    validation_episodes: int = Field(2, ge=1)
 
 
 class DdqnSettings(_FromTeacher):
@@ -114,7 +120,7 @@ class SacSettings(_FromTeacher):
     seed: int = 0
 
 
-class PpoSettings(_Strict):
+class PpoSettings(_KeepBest):
     """004's PPO (Stable-Baselines3)."""
 
     total_steps: int = 50_000
@@ -131,3 +137,12 @@ class PpoSettings(_Strict):
                         "slots per update, so the update sees the same number of slots)")
     subprocess: bool = Field(False, description="step the copies in worker processes (SB3 SubprocVecEnv, forked): "
                              "the environment dominates 004's training time, so this uses the other core")
+    # start from the best fixed routing distribution (`rl.slot_teacher`): none of the per-request
+    # heuristics can be expressed by a per-slot distribution, and PPO from scratch scored below this
+    # state-blind split (docs/results.md); its shares are searched on a grid of 1/teacher_resolution
+    # steps per model, judged by the episode return on training-workload seeds, and the actor's
+    # mean is fitted to it on `demo_episodes` of its observations for `pretrain_steps` updates
+    teacher: Literal["fixed_split"] | None = None
+    teacher_resolution: int = Field(20, ge=1)
+    demo_episodes: int = Field(4, ge=1)
+    pretrain_steps: int = Field(2000, ge=0)

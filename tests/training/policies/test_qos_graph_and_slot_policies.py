@@ -196,3 +196,37 @@ def test_ppo_steps_copies_in_worker_processes():
     with pytest.raises(ValueError, match="n_steps"):
         train_ppo(lambda: _slot_env(max_slots=16), PpoSettings(total_steps=64, n_steps=63, n_envs=2),
                   log=lambda m: None)
+
+
+def test_fixed_split_grid_covers_the_simplex_and_becomes_routing_logits():
+    from training.policies.rl.slot_teacher import share_grid, split_logits
+    from training.policies.simulator.slot_distribution_env import softmax
+
+    grid = share_grid(3, 4)
+    assert len(grid) == 15 and all(abs(g.sum() - 1) < 1e-12 and (g >= 0).all() for g in grid)
+    assert len({tuple(g) for g in grid}) == 15
+    probs = softmax(split_logits([0, 0, 1, 1], np.array([0.4, 0.6])))
+    assert probs == pytest.approx([0.2, 0.2, 0.3, 0.3], abs=1e-6)
+    assert softmax(split_logits([0, 0, 1, 1], np.array([1.0, 0.0])))[2:].sum() < 1e-4  # empty share: ~nothing
+
+
+def test_ppo_starts_from_the_best_fixed_split_and_keeps_its_best_rollout():
+    """With `teacher: fixed_split` the split searched on training seeds is the one with the highest
+    return of the grid, the actor's routing probabilities are fitted to it before PPO, and with
+    `keep_best_round` the returned actor routes as the validation-best candidate did."""
+    from training.policies.rl.rollout import validation_seeds
+    from training.policies.rl.teacher import episode_return
+
+    settings = PpoSettings(total_steps=192, n_steps=64, batch_size=32, n_epochs=2, teacher="fixed_split",
+                           teacher_resolution=4, demo_episodes=2, pretrain_steps=300, keep_best_round=True)
+    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300), settings, log=lambda m: None)
+    pre = info["pretrain"]
+    assert len(pre["grid"]) == 5 and pre["teacher_return"] == max(row["return"] for row in pre["grid"])
+    assert pre["max_probability_error"] < 0.05
+    firsts = [v["first_episode"] for v in info["validation"]]
+    assert firsts[0] is None and len(firsts) >= 3
+    scores = [v["validation_score"] for v in info["validation"]]
+    judge = _slot_env(max_slots=16, n=300)
+    replayed = np.mean([episode_return(judge, distribution_policy(net), s)
+                        for s in validation_seeds(settings.seed, settings.validation_episodes)])
+    assert replayed == pytest.approx(max(scores), rel=1e-5)

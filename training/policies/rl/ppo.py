@@ -2,6 +2,12 @@
 environment maps to the simplex; tanh MLP 90-60, clip 0.2, GAE λ 0.95, γ 0.99 as in 004. Rewards
 are normalised by a running return estimate (VecNormalize); observations are not, so the exported
 network takes the observation exactly as `artifacts.policy.observation_slot_distribution` builds it.
+
+With `teacher: fixed_split` the actor starts as the best fixed routing distribution
+(`slot_teacher`): its Gaussian's mean is fitted (squared error) to the split's logits on the states
+the split visits, before any PPO update. Unlike the DQN and SAC, PPO keeps no pull toward the
+teacher during RL (Stable-Baselines3's loss has no slot for one); `keep_best_round` judges the
+cloned actor and the actor after every rollout on validation episodes and returns the best.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
+    from training.policies.rl.rollout import BestRound
+    from training.policies.rl.slot_teacher import best_fixed_split, fixed_split_observations
+
     curve: list[dict] = []
     start = time.perf_counter()
 
@@ -44,21 +53,80 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     # forked workers inherit the parent's workload tables instead of unpickling them
     vec = SubprocVecEnv(copies, start_method="fork") if settings.subprocess else DummyVecEnv(copies)
     venv = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=settings.gamma)
+    teacher: dict = {}
+    if settings.teacher == "fixed_split":
+        teacher = best_fixed_split(make_env, range(settings.seed * 1000 + 600, settings.seed * 1000 + 600
+                                                   + settings.demo_episodes), settings.teacher_resolution, log)
+    elif settings.teacher is not None:
+        raise ValueError(f"PpoSettings.teacher: {settings.teacher!r} is not fixed_split or None")
     model = PPO("MlpPolicy", venv, learning_rate=settings.learning_rate, n_steps=settings.n_steps // settings.n_envs,
                 batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
                 gae_lambda=settings.gae_lambda, clip_range=settings.clip_range, seed=settings.seed, device="cpu",
                 policy_kwargs={"net_arch": {"pi": list(settings.hidden), "vf": list(settings.hidden)},
                                "activation_fn": nn.Tanh}, verbose=0)
+    pretrain: dict = {}
+    if teacher:
+        observations = fixed_split_observations(make_env, teacher["logits"], range(
+            settings.seed * 1000 + 600, settings.seed * 1000 + 600 + settings.demo_episodes))
+        pretrain = clone_mean(model.policy, observations, teacher["logits"], settings.pretrain_steps,
+                              settings.learning_rate, settings.batch_size, settings.seed)
+        pretrain |= {"teacher": "fixed_split", "shares": teacher["shares"], "teacher_return": teacher["return"],
+                     "grid": teacher["grid"], "demonstrations": len(observations)}
+        log(f"pretrained the actor on {len(observations)} states of the fixed split: largest routing-probability "
+            f"error {pretrain['max_probability_error']:.3f}")
+    best = (BestRound(make_env(), settings.seed, settings.validation_episodes,
+                      lambda policy: distribution_policy(simplex_actor(policy, train=True)))
+            if settings.keep_best_round else None)
+
+    class Rounds(BaseCallback):
+        def _on_rollout_end(self) -> None:
+            best.offer(model.policy, log, len(curve), int(self.num_timesteps))
+
+        def _on_step(self) -> bool:
+            return True
+
+    if best is not None:
+        best.offer(model.policy, log, None, 0)
     try:
-        model.learn(total_timesteps=settings.total_steps, callback=Curve())
+        model.learn(total_timesteps=settings.total_steps,
+                    callback=[Curve(), Rounds()] if best is not None else Curve())
     finally:
         venv.close()  # stops the worker processes
-    return simplex_actor(model.policy), {"settings": settings.model_dump(), "curve": curve,
-                                         "train_seconds": time.perf_counter() - start}
+    info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
+            "train_seconds": time.perf_counter() - start}
+    if best is not None:
+        best.restore(model.policy, info, log)
+    return simplex_actor(model.policy), info
 
 
-def simplex_actor(policy):
-    """The deterministic policy (the Gaussian's mean) as observation → routing probabilities."""
+def clone_mean(policy, observations: np.ndarray, logits: np.ndarray, steps: int, learning_rate: float,
+               batch_size: int, seed: int) -> dict:
+    """Fit the Gaussian policy's mean action to `logits` on `observations` (the actor's layers only);
+    returns how far the cloned routing probabilities are from the teacher's."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    params = list(policy.mlp_extractor.policy_net.parameters()) + list(policy.action_net.parameters())
+    optim = torch.optim.Adam(params, lr=learning_rate)
+    obs, target = torch.as_tensor(observations), torch.as_tensor(logits)[None]
+    policy.set_training_mode(True)
+    for _ in range(steps):
+        batch = obs[torch.as_tensor(rng.integers(len(obs), size=batch_size))]
+        mean = policy.action_net(policy.mlp_extractor.forward_actor(
+            policy.extract_features(batch, policy.pi_features_extractor)))
+        loss = torch.nn.functional.mse_loss(mean, target.expand_as(mean))
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    with torch.no_grad():
+        probs = simplex_actor(policy, train=True)(obs)
+    error = (probs - torch.softmax(target, -1)).abs().max()
+    return {"pretrain_steps": steps, "max_probability_error": float(error)}
+
+
+def simplex_actor(policy, train: bool = False):
+    """The deterministic policy (the Gaussian's mean) as observation → routing probabilities; put in
+    eval mode unless `train` (a view used during training must leave SB3's modes alone)."""
     import torch
     import torch.nn as nn
 
@@ -72,7 +140,8 @@ def simplex_actor(policy):
             logits = self.policy.action_net(self.policy.mlp_extractor.forward_actor(features))
             return torch.softmax(logits, dim=-1)
 
-    return SimplexActor().eval()
+    actor = SimplexActor()
+    return actor if train else actor.eval()
 
 
 def distribution_policy(actor) -> Callable[[np.ndarray], np.ndarray]:
