@@ -79,8 +79,12 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
             if settings.keep_best_round else None)
 
     class Rounds(BaseCallback):
-        def _on_rollout_end(self) -> None:
-            best.offer(model.policy, log, len(curve), int(self.num_timesteps))
+        """Judges the weights each PPO update left: at the start of every rollout after the first
+        (the first would judge the pretrained weights again), and once more after the last update."""
+
+        def _on_rollout_start(self) -> None:
+            if self.num_timesteps > 0:
+                best.offer(model.policy, log, len(curve), int(self.num_timesteps))
 
         def _on_step(self) -> bool:
             return True
@@ -95,6 +99,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
             "train_seconds": time.perf_counter() - start}
     if best is not None:
+        best.offer(model.policy, log, len(curve), int(model.num_timesteps))
         best.restore(model.policy, info, log)
     return simplex_actor(model.policy), info
 
