@@ -20,7 +20,7 @@ from training.policies.simulator.instance import Instance, InstanceProfile, Job
 WAIT, DROP = None, -1
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     """A request with its true labels on every model (per-model arrays) and what the router is told."""
 
@@ -44,7 +44,7 @@ class Policy(Protocol):
     def assign(self, queue: list[Request], cluster: Cluster, now: float) -> list[int | None]: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     request: Request
     instance: int  # -1 when dropped by the router
@@ -74,10 +74,12 @@ class Outcome:
 
 class Cluster:
     def __init__(self, profiles: list[InstanceProfile], models: list[int] | None = None,
-                 names: list[str] | None = None):
+                 names: list[str] | None = None, instance_class: type = Instance):
+        """`instance_class`: `Instance`, or a class with its interface (`SingleServerInstance` for
+        instances that serve one request at a time)."""
         models = models or [0] * len(profiles)
         names = names or [f"i{i}" for i in range(len(profiles))]
-        self.instances = [Instance(n, p, m) for n, p, m in zip(names, profiles, models)]
+        self.instances = [instance_class(n, p, m) for n, p, m in zip(names, profiles, models)]
         self.now = 0.0
 
     def advance(self, t: float) -> None:

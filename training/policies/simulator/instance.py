@@ -77,7 +77,7 @@ class InstanceProfile:
         return 1.0 / per_request
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """A request's life on one instance (times in simulated seconds)."""
 

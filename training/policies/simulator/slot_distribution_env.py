@@ -10,6 +10,10 @@ requirement L. Action: m real numbers, mapped to the simplex by softmax (so a Ga
 any RL library can produce it). Reward per slot: r = −v − α·b + β·Σ_i g_i·ν_i, with v the
 completions later than L, b the rejections, ν_i the completions within L at instance i and g_i its
 model's validation accuracy.
+
+The instances are `SingleServerInstance`s: with one request in service each request's life is
+known when it is queued, which is exact and several times faster than the general engine
+(`engine="batching"` runs `Instance`, the reference the closed form is tested against).
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import numpy as np
 from artifacts.policy import observation_slot_distribution
 from training.policies.simulator.cluster import Cluster, Outcome
 from training.policies.simulator.episode_seed import episode_seed
-from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.instance import Instance, InstanceProfile
+from training.policies.simulator.single_server import SingleServerInstance
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -36,11 +41,17 @@ class SlotDistributionEnv(gym.Env):
 
     def __init__(self, profiles: list[InstanceProfile], models: list[int], accuracy: list[float], workload,
                  requirement_s: float, slot_s: float = 1.0, buffer: int = 15, pad: int = 16,
-                 alpha: float = 1.0, beta: float = 1.0, max_slots: int | None = None):
+                 alpha: float = 1.0, beta: float = 1.0, max_slots: int | None = None,
+                 engine: str = "single_server"):
         """`workload(seed) -> list[Request]`; `accuracy[i]` is g_i of instance i; `max_slots` truncates
-        training episodes (None: run until every request has left)."""
+        training episodes (None: run until every request has left); `engine`: "single_server"
+        (closed form) or "batching" (`Instance`, the same dynamics stepped through)."""
         if len(profiles) != len(models) or len(profiles) != len(accuracy):
             raise ValueError("SlotDistributionEnv: profiles, models and accuracy need one entry per instance")
+        engines = {"single_server": SingleServerInstance, "batching": Instance}
+        if engine not in engines:
+            raise ValueError(f"SlotDistributionEnv: engine {engine!r} is not one of {sorted(engines)}")
+        self.instance_class = engines[engine]
         if buffer < 1 or pad < buffer:
             raise ValueError(f"SlotDistributionEnv: buffer >= 1 and pad >= buffer required, got {buffer}, {pad}")
         # 004's instances: one request in service, buffer − 1 waiting
@@ -72,7 +83,7 @@ class SlotDistributionEnv(gym.Env):
         seed = episode_seed(self.np_random, seed)
         self.requests = sorted(self.workload(seed), key=lambda r: r.arrival)
         self._arrivals = np.fromiter((r.arrival for r in self.requests), dtype=np.float64, count=len(self.requests))
-        self.cluster = Cluster(self.profiles, models=self.models)
+        self.cluster = Cluster(self.profiles, models=self.models, instance_class=self.instance_class)
         self.outcomes, self.t, self.slots, self._next = {}, 0.0, 0, 0
         self._seen = [0] * self.m
         self.rng = np.random.default_rng(seed)
@@ -91,7 +102,7 @@ class SlotDistributionEnv(gym.Env):
             # the others catch up at the slot's end (no router reads them in between)
             instances[i].advance(req.arrival)
             self.outcomes[req.rid] = self.cluster.route(req, i, req.arrival)
-            self.routed[i] += 1
+        self.routed += np.bincount(picks, minlength=self.m)
         self._next = last
         self.slots += 1
         terminated = self._next == len(self.requests)

@@ -155,11 +155,16 @@ class RequestPool:
         """One request per arrival time: pool rows drawn at random (with replacement), or in order."""
         rng = np.random.default_rng(seed)
         rows = np.arange(len(times)) % len(self) if in_order else rng.integers(0, len(self), size=len(times))
-        return [Request(rid=i, arrival=float(t), prompt_tokens=int(self.prompt_tokens[r]),
-                        output_tokens=self.output_tokens[r], quality=self.quality[r], task=self.tasks[r],
-                        predicted_tokens=None if self.predicted_tokens is None else self.predicted_tokens[r],
-                        predicted_quality=None if self.predicted_quality is None else self.predicted_quality[r])
-                for i, (t, r) in enumerate(zip(times, rows))]
+        # gathered once, then walked as Python values: per-element NumPy indexing was most of a reset
+        out, quality = self.output_tokens[rows], self.quality[rows]
+        p_tok = None if self.predicted_tokens is None else np.asarray(self.predicted_tokens)[rows]
+        p_qual = None if self.predicted_quality is None else np.asarray(self.predicted_quality)[rows]
+        tasks = self.tasks
+        return [Request(rid=i, arrival=t, prompt_tokens=p, output_tokens=out[i], quality=quality[i], task=tasks[r],
+                        predicted_tokens=None if p_tok is None else p_tok[i],
+                        predicted_quality=None if p_qual is None else p_qual[i])
+                for i, (t, p, r) in enumerate(zip(np.asarray(times, dtype=np.float64).tolist(),
+                                                  self.prompt_tokens[rows].tolist(), rows.tolist()))]
 
 
 def prompt_token_counts(texts: list[str], tokenizer_ref: str) -> np.ndarray:
