@@ -19,8 +19,10 @@ the training data names no task); a cluster where cross-validation showed no rel
 best single model is routed by the cluster's per-model training means instead of the estimate: at
 λ = 0 that is the cluster's best single model, and cost still trades off as it does elsewhere.
 A prompt farther from every centroid than almost all training prompts (cosine below
-`guard/ood_threshold`) belongs to no task the router has seen: it is routed by the overall training
-means, i.e. to the best single model, the choice that is safest where nothing was learned.
+`guard/ood_threshold`) belongs to no task the router has seen. It is routed by the rule selection
+chose by leaving each training cluster out (`meta.guard.unseen_rule`): the overall training means
+(the best single model: safest where neighbouring tasks want different models), or its nearest
+cluster's means (where a new task's neighbour predicts its best model better).
 
 Known prompts: a prompt whose text (NFC, whitespace collapsed) is one of the training prompts is routed
 by the scores observed for it (`recall/keys`: SHA-256 of the text, `recall/quality`), not by an
@@ -162,7 +164,11 @@ class Router:
         guarded = self.weights["guard/guarded"].astype(bool)[cluster]
         quality = np.where(guarded[:, None], self.weights["guard/cluster_quality"][cluster], quality)
         unseen = sims.max(axis=1) < float(self.weights["guard/ood_threshold"][0])
-        quality = np.where(unseen[:, None], self.weights["prior/quality"][None, :], quality)
+        # an unseen task: the best model overall, or that of the nearest cluster, as selection chose
+        fallback = (self.weights["guard/cluster_quality"][cluster]
+                    if self.meta.get("guard", {}).get("unseen_rule") == "nearest_cluster"
+                    else self.weights["prior/quality"][None, :])
+        quality = np.where(unseen[:, None], fallback, quality)
         tokens = np.broadcast_to(self.weights["prior/output_tokens"], (n, len(self.models))).copy()
         cost = np.broadcast_to(self.weights["prior/cost"], (n, len(self.models))).copy()
         return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded, unseen)

@@ -55,7 +55,8 @@ class RouterSelectionSettings(_Strict):
     guard_confidence: float = Field(default=0.8, ge=0.5, lt=1)
     guard_bootstrap: int = Field(default=1000, gt=0)
     # prompts less similar to every cluster centroid than this quantile of the training prompts are
-    # treated as an unseen task and sent to the best single model overall (0: never)
+    # treated as an unseen task (0: never) and routed by the rule that leaving each training cluster
+    # out chose: the best single model overall, or the best model of the nearest cluster
     unseen_quantile: float = Field(default=0.01, ge=0, lt=0.5)
     # a prompt that is one of the training prompts (same text, whitespace collapsed) is routed by the
     # scores observed for it rather than an estimate (the bundle keeps a SHA-256 per training prompt)

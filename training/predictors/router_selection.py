@@ -9,7 +9,8 @@ The guard then compares, cluster by cluster, the winner's out-of-fold picks with
 single model chosen inside each fold (clusters: the training tasks where known, else k-means over the
 embeddings). Where a bootstrap over the cluster's prompts does not give the gain a probability of at
 least `guard_confidence` of being positive, the cluster is routed by its per-model training means
-(at λ = 0: its best single model on the whole training split). Nothing here reads a test label:
+(at λ = 0: its best single model on the whole training split). A prompt far from every cluster is
+routed by the rule `unseen_rule` picks by leaving each cluster out. Nothing here reads a test label:
 the caller evaluates the returned router on the test split once.
 """
 
@@ -152,6 +153,49 @@ def guard_decisions(oof: np.ndarray, y: np.ndarray, clusters: np.ndarray, folds:
     return forced, rows
 
 
+def unseen_rule(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, centroids: np.ndarray,
+                cluster_quality: np.ndarray, confidence: float, draws: int,
+                seed: int) -> dict[str, Any]:
+    """How to route a prompt far from every training cluster (an unseen task), chosen by leaving each
+    cluster out in turn on the training split: its prompts go either to the best single model of the
+    other clusters' prompts ("best_overall") or to the best model of the other cluster each prompt is
+    nearest to ("nearest_cluster"). Why: a new task is often a neighbour of a seen one (another
+    coding or maths set), where the neighbour's best model beats the overall best; where neighbours
+    mislead, the overall best is the safer fallback. nearest_cluster is chosen only where a bootstrap
+    over the held-out prompts gives its gain a probability of at least `confidence` of being
+    positive (the guard's test); else best_overall."""
+    if len(centroids) < 2:
+        return {"rule": "best_overall", "why": "one cluster: nothing to leave out", "leave_one_cluster_out": []}
+    sims = x @ centroids.T
+    best_of = np.argmax(cluster_quality, axis=1)
+    rows, gains = [], []
+    with warnings.catch_warnings():  # a model with no label in a group is never its best
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for c in range(len(centroids)):
+            held = clusters == c
+            if not held.any():
+                continue
+            overall = int(np.nanargmax(np.nan_to_num(np.nanmean(y[~held], axis=0), nan=-np.inf)))
+            s = sims[held].copy()
+            s[:, c] = -np.inf
+            nearest = best_of[np.argmax(s, axis=1)]
+            yh = y[held]
+            by_overall, by_nearest = yh[:, overall], yh[np.arange(len(yh)), nearest]
+            gains.append(by_nearest - by_overall)
+            rows.append({"cluster": c, "prompts": int(held.sum()), "best_overall": float(np.nanmean(by_overall)),
+                         "nearest_cluster": float(np.nanmean(by_nearest)),
+                         "own_best_single": float(np.nanmax(np.nanmean(yh, axis=0)))})
+    gain = np.concatenate(gains)
+    gain = gain[~np.isnan(gain)]
+    if not len(gain):
+        return {"rule": "best_overall", "why": "no held-out prompt has both labels", "leave_one_cluster_out": rows}
+    means = np.random.default_rng(seed).choice(gain, size=(draws, len(gain)), replace=True).mean(axis=1)
+    p_pos = float(np.mean(means > 0))
+    return {"rule": "nearest_cluster" if p_pos >= confidence else "best_overall",
+            "mean_gain_of_nearest": float(gain.mean()), "p_nearest_better": p_pos, "confidence": confidence,
+            "leave_one_cluster_out": rows}
+
+
 def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, encoder: dict[str, Any], *,
                   tasks: list[str] | None = None, cost: np.ndarray | None = None,
                   output_tokens: np.ndarray | None = None, seed: int = 0,
@@ -216,6 +260,12 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
             warnings.simplefilter("ignore", RuntimeWarning)
             return np.nanmean(np.asarray(values, dtype=np.float64), axis=0).astype(np.float32)
 
+    unseen = unseen_rule(x, y, clusters, centroids, cluster_quality, settings.guard_confidence,
+                         settings.guard_bootstrap, seed)
+    rule = unseen["rule"]
+    for row in unseen["leave_one_cluster_out"]:
+        row["name"] = cluster_names[row["cluster"]]
+    log(f"router selection: unseen tasks go to {rule.replace('_', ' ')} (leave one cluster out on the training split)")
     own_similarity = (x @ centroids.T).max(axis=1)
     ood = float(np.quantile(own_similarity, settings.unseen_quantile)) if settings.unseen_quantile > 0 else -2.0
     if calibrated:
@@ -229,7 +279,7 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
                 "prior/cost": average(cost)}
     meta = {"kind": "router", "models": models, "encoder": encoder, "members": members,
             "guard": {"clusters": cluster_names, "confidence": settings.guard_confidence,
-                      "unseen_quantile": settings.unseen_quantile,
+                      "unseen_quantile": settings.unseen_quantile, "unseen_rule": rule,
                       "source": "tasks" if tasks is not None and len(set(tasks)) > 1 else "kmeans"},
             "calibration": "isotonic" if calibrated else None,
             "selection": {"folds": settings.folds, "seed": seed, "chosen": [c.name for c in chosen]}}
@@ -242,5 +292,6 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
                "router_unguarded": score_at_argmax(chosen_oof, y),
                "router": score_at_argmax(chosen_oof, y, guarded_picks)},
         "guard": guard_rows,
+        "unseen": unseen,
     }
     return Router(meta, weights), report

@@ -85,14 +85,57 @@ def test_selection_picks_a_router_that_beats_the_best_single_model_and_guards_no
     assert pred.unseen.mean() < 0.05
 
 
-def test_prompts_of_an_unseen_task_go_to_the_best_single_model():
+@pytest.mark.parametrize("rule", ["best_overall", "nearest_cluster"])
+def test_prompts_of_an_unseen_task_go_where_the_unseen_rule_sends_them(rule):
     x, y = synthetic(900, 4)
     router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    router.meta["guard"]["unseen_rule"] = rule
     far = np.random.default_rng(5).normal(size=(40, 32)) + np.random.default_rng(99).normal(size=32) * 6
     far = (far / np.linalg.norm(far, axis=1, keepdims=True)).astype(np.float32)
     pred = router.predict_embeddings(far)
     assert pred.unseen.all()
-    assert set(pred.best_model()) == {MODELS[int(np.argmax(y.mean(0)))]}
+    if rule == "best_overall":
+        assert set(pred.best_model()) == {MODELS[int(np.argmax(y.mean(0)))]}
+    else:  # the best model of each prompt's nearest training cluster
+        best = np.argmax(router.weights["guard/cluster_quality"], axis=1)
+        assert list(pred.best_model()) == [MODELS[i] for i in best[pred.cluster]]
+
+
+def four_tasks(neighbours_agree: bool, n: int = 60):
+    """Two pairs of neighbouring tasks (A1 near A2, B1 near B2), B's twice as large. With
+    `neighbours_agree` each pair shares its best model (A: small, B: medium); else every task has its
+    own specialist that fails elsewhere and "large" is decent everywhere."""
+    rng = np.random.default_rng(11)
+    pair = rng.normal(size=(2, 32))
+    centers = np.stack([pair[0] + 0.5 * rng.normal(size=32), pair[0] + 0.5 * rng.normal(size=32),
+                        pair[1] + 0.5 * rng.normal(size=32), pair[1] + 0.5 * rng.normal(size=32)]) * 3
+    sizes = [n, n, 2 * n, 2 * n]
+    task = np.repeat(np.arange(4), sizes)
+    x = centers[task] + rng.normal(size=(len(task), 32))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    if neighbours_agree:
+        table = np.array([[0.9, 0.3, 0.3], [0.9, 0.3, 0.3], [0.3, 0.9, 0.3], [0.3, 0.9, 0.3]])
+    else:
+        table = np.array([[0.9, 0.1, 0.7], [0.1, 0.9, 0.7], [0.9, 0.1, 0.7], [0.1, 0.9, 0.7]])
+    y = (rng.random((len(task), 3)) < table[task]).astype(float)
+    return x, y, [f"task-{t}" for t in task], task
+
+
+@pytest.mark.parametrize("neighbours_agree, rule", [(True, "nearest_cluster"), (False, "best_overall")])
+def test_unseen_task_rule_is_chosen_by_leaving_each_training_task_out(neighbours_agree, rule):
+    x, y, tasks, task = four_tasks(neighbours_agree)
+    router, report = select_router(x, y, MODELS, SETTINGS, ENCODER, tasks=tasks, log=lambda _: None)
+    assert report["unseen"]["rule"] == router.meta["guard"]["unseen_rule"] == rule
+    rows = report["unseen"]["leave_one_cluster_out"]
+    assert len(rows) == 4 and all(row[rule] >= min(row["best_overall"], row["nearest_cluster"]) for row in rows)
+    # every prompt made unseen: each is routed by the chosen rule alone
+    router.weights["guard/ood_threshold"] = np.asarray([2.0], dtype=np.float32)
+    picks = np.asarray(router.predict_embeddings(x).best_model())
+    assert router.predict_embeddings(x).unseen.all()
+    if rule == "nearest_cluster":  # a task's own cluster is nearest to its prompts: its best model
+        assert set(picks[task < 2]) == {"small"} and set(picks[task >= 2]) == {"medium"}
+    else:
+        assert set(picks) == {"large"}
 
 
 def test_router_round_trips_through_safe_files(tmp_path):
