@@ -38,7 +38,9 @@ class _Planned:
 
 @dataclass
 class SingleServerInstance:
-    """Drop-in for `Instance` where `profile.max_running == 1` (`Cluster(instance_class=...)`)."""
+    """`Instance` for `profile.max_running == 1` (`Cluster(instance_class=...)`), with the part of its
+    interface that 004's environment and the queue-length baselines read: `enqueue`, `advance`,
+    `running`, `waiting`, `n_running`, `n_waiting`, `done`. No KV utilisation or context counts."""
 
     name: str
     profile: InstanceProfile
