@@ -151,12 +151,28 @@ def log_curves(curves: dict[str, list[tuple[int, float]]]) -> None:
         client.log_batch(run_id, metrics=metrics[i:i + 1000])
 
 
+def _dataset_insert_raced(exc: BaseException) -> bool:
+    """The tracking server's dataset insert lost a race (SQLite's or PostgreSQL's unique-key error)."""
+    from mlflow.exceptions import MlflowException
+
+    text = str(exc)
+    return isinstance(exc, MlflowException) and "datasets" in text and (
+        "UNIQUE constraint failed" in text or "duplicate key value" in text)
+
+
 def log_dataset(table, name: str) -> None:
-    """A table (Arrow or pandas) as the run's training input (schema, digest and size in MLflow's Datasets)."""
+    """A table (Arrow or pandas) as the run's training input (schema, digest and size in MLflow's Datasets).
+
+    Two pipelines that log the same table into one experiment at the same moment race on the
+    server's insert of the dataset row (unique per experiment, name and digest); the loser's
+    retry finds the row the winner wrote and only links it to its run."""
     import mlflow
+    from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random
 
     frame = table.to_pandas() if hasattr(table, "to_pandas") else table
-    mlflow.log_input(mlflow.data.from_pandas(frame, name=name), context="training")
+    dataset = mlflow.data.from_pandas(frame, name=name)
+    retry(retry=retry_if_exception(_dataset_insert_raced), stop=stop_after_attempt(3), wait=wait_random(0.05, 0.5),
+          reraise=True)(mlflow.log_input)(dataset, context="training")
 
 
 def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,

@@ -87,3 +87,16 @@ def test_two_pipelines_register_at_once_into_an_mlflow_server(mlflow_server, sha
     paths = _fleets(tmp_path, mlflow_server, key, None, (5, 6))  # the server's proxied artifact store
     _run_both(paths, tmp_path, "server")
     _versions_verify(mlflow_server, key, tmp_path, [1, 2])
+
+
+def test_only_a_lost_dataset_insert_race_is_retried():
+    from mlflow.exceptions import MlflowException, RestException
+
+    from artifacts.publish import _dataset_insert_raced
+
+    sqlite = RestException({"error_code": "BAD_REQUEST", "message": "(sqlite3.IntegrityError) UNIQUE constraint "
+                            "failed: datasets.experiment_id, datasets.name, datasets.digest"})
+    postgres = MlflowException('duplicate key value violates unique constraint "datasets_pk" on datasets')
+    assert _dataset_insert_raced(sqlite) and _dataset_insert_raced(postgres)
+    assert not _dataset_insert_raced(MlflowException("UNIQUE constraint failed: runs.run_uuid"))
+    assert not _dataset_insert_raced(ValueError("UNIQUE constraint failed: datasets.name"))
