@@ -164,7 +164,7 @@ def test_single_model_baseline_keeps_to_its_instances():
 
 
 def _arrivals_of(env) -> list[float]:
-    return [r.arrival for r in (env.stepper.arrivals if hasattr(env, "stepper") else env.requests)]
+    return [r.arrival for r in env.stepper.arrivals] if hasattr(env, "stepper") else env.arrivals.tolist()
 
 
 @pytest.mark.parametrize("make", [_slot_env, _qos_graph_env], ids=["004_slot", "000_qos_graph"])

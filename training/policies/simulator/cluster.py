@@ -74,12 +74,10 @@ class Outcome:
 
 class Cluster:
     def __init__(self, profiles: list[InstanceProfile], models: list[int] | None = None,
-                 names: list[str] | None = None, instance_class: type = Instance):
-        """`instance_class`: `Instance`, or a class with its interface (`SingleServerInstance` for
-        instances that serve one request at a time)."""
+                 names: list[str] | None = None):
         models = models or [0] * len(profiles)
         names = names or [f"i{i}" for i in range(len(profiles))]
-        self.instances = [instance_class(n, p, m) for n, p, m in zip(names, profiles, models)]
+        self.instances = [Instance(n, p, m) for n, p, m in zip(names, profiles, models)]
         self.now = 0.0
 
     def advance(self, t: float) -> None:

@@ -1,13 +1,17 @@
-"""004's instance in closed form: one request in service at a time, first come first served.
+"""004's instances in closed form: each serves one request at a time, first come first served.
 
-Why: 004's environment simulates ~45 arrivals per slot decision, and `Instance`'s general engine
+Why: 004's environment simulates ~25-45 arrivals per slot decision, and `Instance`'s general engine
 (admission checks, a heap of finish steps, decode stretches split at every horizon) was most of the
-cost of a step. With one request in service (`max_running = 1`) each request's service is fixed
-the moment it is queued, so its whole life is known then:
+cost of a step; then the Job, Outcome and queue-entry objects it built per request were. With one
+request in service (`max_running = 1`) each request's life is fixed the moment it is queued:
 
     start  = max(arrival, when the previous request left the engine)
     first token = start + c + k1 · P                          (its prefill step, nothing else decodes)
     finish = first token + Σ_{j=1}^{O−1} (W + H · (P + j))     (O − 1 decode steps of a batch of one)
+
+so `SingleServerFleet` keeps an episode's requests as columns (Python lists of floats, indexed by
+position in arrival order), each instance's queue as a deque of positions, and builds `Job` and
+`Outcome` objects only when `outcome()` is asked for (evaluation; training never asks).
 
 It keeps `Instance`'s observable rules, so a policy sees the same states: a router that looks at
 time t sees every engine step that *starts* before t as applied (a request whose last step began
@@ -20,109 +24,131 @@ decode stretch `Instance` splits at a horizon rounds differently, by ~1e-11 s.
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import dataclass, field
 
+from training.policies.simulator.cluster import Outcome, Request
 from training.policies.simulator.instance import InstanceProfile, Job
 
-
-@dataclass(slots=True)
-class _Planned:
-    job: Job
-    start: float  # when its prefill step starts
-    first_token: float
-    leaves: float  # the start of its last step (or when it is rejected at the head)
-    end: float  # when the engine is free for the next request
-    reason: str | None = None  # a KV-cache rejection
+BUFFER_FULL, TOO_LARGE, OUTGREW = "buffer full", "larger than the KV cache", "outgrew the KV cache"
 
 
-@dataclass
-class SingleServerInstance:
-    """`Instance` for `profile.max_running == 1` (`Cluster(instance_class=...)`), with the part of its
-    interface that 004's environment and the queue-length baselines read: `enqueue`, `advance`,
-    `running`, `waiting`, `n_running`, `n_waiting`, `done`. No KV utilisation or context counts."""
+def plan(profile: InstanceProfile, prompt: int, out: int, start: float) -> tuple[float, float, float, str | None]:
+    """A request's (first token, start of its last step, when the engine is free again, KV
+    rejection or None) when its prefill starts at `start` on an otherwise idle engine."""
+    p = profile
+    if prompt + 1 > p.kv_capacity_tokens:
+        return start, start, start, TOO_LARGE
+    first = start + (p.prefill_intercept_s + p.prefill_s_per_token * prompt)
+    fits = min(out - 1, p.kv_capacity_tokens - prompt - 1)  # decode steps the cache holds
+    c0 = prompt + 1  # context before the first decode step
+    end = first + _decode(p, fits, c0) if fits > 0 else first
+    if fits < out - 1:
+        return first, end, end, OUTGREW
+    return first, (first + _decode(p, fits - 1, c0) if fits > 0 else start), end, None
 
-    name: str
-    profile: InstanceProfile
-    model: int = 0
-    now: float = 0.0  # the latest horizon the instance was advanced to
-    free_at: float = 0.0  # when the last queued request leaves the engine
-    planned: deque = field(default_factory=deque)  # in the system, in arrival order
-    done: list = field(default_factory=list)
-    busy_s: float = 0.0
 
-    def __post_init__(self):
-        if self.profile.max_running != 1:
-            raise ValueError(f"SingleServerInstance serves one request at a time; profile.max_running is "
-                             f"{self.profile.max_running}")
+def _decode(p: InstanceProfile, steps: int, c0: int) -> float:
+    # `Instance._decode_stretch` with one request running
+    return steps * p.decode_w_s + p.decode_h_s_per_token * (steps * c0 + steps * (steps - 1) / 2)
 
-    # ---- state a router may read (as `Instance` shows it)
-    @property
-    def running(self) -> dict[int, Job]:
-        head = self.planned[0] if self.planned else None
-        return {head.job.rid: head.job} if head is not None and head.start < self.now else {}
 
-    @property
-    def waiting(self) -> list[Job]:
-        return [p.job for p in self.planned][self.n_running:]
+class SingleServerFleet:
+    """One episode on `len(profiles)` single-server instances. Requests are positions 0..n−1 in
+    arrival order; `output_tokens[k][i]` is request i's true output length on model k, and
+    instance j serves model `models[j]`."""
 
-    @property
-    def n_running(self) -> int:
-        # only the head can have started: the next one starts when the head has left the engine
-        return int(bool(self.planned) and self.planned[0].start < self.now)
+    def __init__(self, profiles: list[InstanceProfile], models: list[int], arrivals: list[float],
+                 prompt_tokens: list[int], output_tokens: list[list[int]]):
+        for p in profiles:
+            if p.max_running != 1:
+                raise ValueError(f"SingleServerFleet serves one request at a time; a profile has max_running "
+                                 f"{p.max_running}")
+        n, m = len(arrivals), len(profiles)
+        self.profiles, self.models = profiles, list(models)
+        self.arrival, self.prompt = arrivals, prompt_tokens
+        self.out = [output_tokens[k] for k in self.models]  # per instance
+        self.instance = [-1] * n  # -1: not routed
+        self.start, self.first, self.leaves, self.end = [math.nan] * n, [math.nan] * n, [math.nan] * n, [math.nan] * n
+        self.reason: list[str | None] = [None] * n
+        self.left = [False] * n  # out of the system (served or rejected) and reported
+        self.queues = [deque() for _ in range(m)]  # positions in the system, in arrival order
+        self.free_at, self.now = [0.0] * m, [0.0] * m
+        self.reported: list[list[int]] = [[] for _ in range(m)]  # left since the last `collect`
 
-    @property
-    def n_waiting(self) -> int:
-        return len(self.planned) - self.n_running
+    def route(self, positions: range, picks: list[int]) -> None:
+        """Queue each request at its arrival on its pick (only that instance is brought up to the
+        arrival first: no router reads the others in between)."""
+        arrival, start, first, leaves, end, reason = (self.arrival, self.start, self.first, self.leaves, self.end,
+                                                      self.reason)
+        prompt, queues, free_at, now, reported = self.prompt, self.queues, self.free_at, self.now, self.reported
+        for i, j in zip(positions, picks):
+            a, q = arrival[i], queues[j]
+            self.instance[i] = j
+            while q and leaves[q[0]] < a:
+                self._leave(q.popleft(), j)
+            if a > now[j]:
+                now[j] = a
+            profile = self.profiles[j]
+            waiting = len(q) - (1 if q and start[q[0]] < now[j] else 0)
+            if profile.buffer is not None and waiting >= profile.buffer:
+                reason[i], self.left[i] = BUFFER_FULL, True
+                reported[j].append(i)
+                continue
+            s = a if a > free_at[j] else free_at[j]
+            start[i] = s
+            first[i], leaves[i], end[i], reason[i] = plan(profile, prompt[i], self.out[j][i], s)
+            free_at[j] = end[i]
+            q.append(i)
 
-    # ---- events
-    def enqueue(self, job: Job, now: float) -> bool:
-        """Queue a request at `now`; False (and the job marked rejected) when the buffer is full."""
-        if self.profile.buffer is not None and self.n_waiting >= self.profile.buffer:
-            job.rejected = "buffer full"
-            self.done.append(job)
-            return False
-        job.enqueued = now
-        self.planned.append(self._plan(job, max(now, self.free_at)))
-        self.free_at = self.planned[-1].end
-        return True
-
-    def _plan(self, job: Job, start: float) -> _Planned:
-        p, prompt, out = self.profile, job.prompt_tokens, job.output_tokens
-        if prompt + 1 > p.kv_capacity_tokens:
-            return _Planned(job, start, start, start, start, "larger than the KV cache")
-        first = start + (p.prefill_intercept_s + p.prefill_s_per_token * prompt)
-        fits = min(out - 1, p.kv_capacity_tokens - prompt - 1)  # decode steps the cache holds
-        c0 = prompt + 1  # context before the first decode step
-        end = first + self._decode(fits, c0) if fits > 0 else first
-        if fits < out - 1:
-            return _Planned(job, start, first, end, end, "outgrew the KV cache")
-        leaves = first + self._decode(fits - 1, c0) if fits > 0 else start
-        return _Planned(job, start, first, leaves, end)
-
-    def _decode(self, steps: int, c0: int) -> float:
-        p = self.profile  # `Instance._decode_stretch` with one request running
-        return steps * p.decode_w_s + p.decode_h_s_per_token * (steps * c0 + steps * (steps - 1) / 2)
+    def _leave(self, i: int, j: int) -> None:
+        self.left[i] = True
+        self.reported[j].append(i)
 
     def advance(self, until: float) -> None:
-        """Every request whose last step starts before `until` leaves (into `done`)."""
-        planned = self.planned
-        while planned and planned[0].leaves < until:
-            p = planned.popleft()
-            job = p.job
-            job.admitted = p.start
-            if p.reason == "larger than the KV cache":
-                job.rejected = p.reason
+        """Every request whose last step starts before `until` leaves."""
+        leaves = self.leaves
+        for j, q in enumerate(self.queues):
+            while q and leaves[q[0]] < until:
+                self._leave(q.popleft(), j)
+            if until > self.now[j]:
+                self.now[j] = until
+
+    def collect(self) -> list[list[int]]:
+        """Per instance, the requests that left (finished or rejected) since the previous call."""
+        out, self.reported = self.reported, [[] for _ in self.queues]
+        return out
+
+    def telemetry(self, t: float) -> list[dict]:
+        """Per instance what a router knows at `t`: the ages of its requests (oldest first, the one
+        in service included) and the elapsed service time of the one in service."""
+        rows = []
+        for j, q in enumerate(self.queues):
+            in_service = bool(q) and self.start[q[0]] < self.now[j]
+            rows.append({"ages_s": [max(0.0, t - self.arrival[i]) for i in q],
+                         "elapsed_service_s": max(0.0, t - self.start[q[0]]) if in_service else 0.0})
+        return rows
+
+    def outcome(self, i: int, request: Request) -> Outcome:
+        """Request i's outcome as `Cluster.route` and the instance's bookkeeping leave it (a
+        rejection's reason once it is reported; a request still queued has no times yet)."""
+        j = self.instance[i]
+        job = Job(request.rid, request.prompt_tokens, self.out[j][i], self.arrival[i])
+        reason = self.reason[i]
+        if reason == BUFFER_FULL:
+            job.rejected = reason
+        elif reason == TOO_LARGE:  # never admitted
+            job.rejected = reason if self.left[i] else None
+        elif self.left[i]:
+            job.admitted = self.start[i]
+            job.first_token = self.first[i]
+            if reason:  # outgrew the cache: its first token and the decode steps that fit were generated
+                job.rejected, job.preemptions = reason, 1
+                job.generated = self.profiles[j].kv_capacity_tokens - self.prompt[i]
             else:
-                job.first_token = p.first_token
-                self.busy_s += p.end - p.start
-                if p.reason:
-                    job.rejected, job.preemptions = p.reason, 1
-                else:
-                    job.generated, job.finished = job.output_tokens, p.end
-            self.done.append(job)
-        if until > self.now:
-            self.now = until
-        head = planned[0] if planned else None
-        if head is not None and head.start < self.now:
-            head.job.admitted = head.start
+                job.generated, job.finished = job.output_tokens, self.end[i]
+        else:
+            q = self.queues[j]
+            if q[0] == i and self.start[i] < self.now[j]:
+                job.admitted = self.start[i]
+        return Outcome(request, j, job, self.arrival[i], job.rejected, model=self.models[j])

@@ -11,9 +11,11 @@ any RL library can produce it). Reward per slot: r = −v − α·b + β·Σ_i g
 completions later than L, b the rejections, ν_i the completions within L at instance i and g_i its
 model's validation accuracy.
 
-The instances are `SingleServerInstance`s: with one request in service each request's life is
-known when it is queued, which is exact and several times faster than the general engine
-(`engine="batching"` runs `Instance`, the reference the closed form is tested against).
+The instances are a `SingleServerFleet`: with one request in service each request's life is known
+when it is queued, so an episode is simulated in closed form over columns, which is exact and
+several times faster than the general engine (`engine="batching"` runs `Instance`s, the reference
+the closed form is tested against). A workload that returns a `RequestBatch` (`RequestPool.requests`
+does) is read as columns; `Request` objects are built only for `results()`.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import gymnasium as gym
 import numpy as np
 
 from artifacts.policy import observation_slot_distribution
-from training.policies.simulator.cluster import Cluster, Outcome
+from training.policies.simulator.cluster import Cluster, Outcome, Request
 from training.policies.simulator.episode_seed import episode_seed
-from training.policies.simulator.instance import Instance, InstanceProfile
-from training.policies.simulator.single_server import SingleServerInstance
+from training.policies.simulator.instance import InstanceProfile
+from training.policies.simulator.single_server import SingleServerFleet
+from training.policies.simulator.workloads import RequestBatch
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -48,10 +51,9 @@ class SlotDistributionEnv(gym.Env):
         (closed form) or "batching" (`Instance`, the same dynamics stepped through)."""
         if len(profiles) != len(models) or len(profiles) != len(accuracy):
             raise ValueError("SlotDistributionEnv: profiles, models and accuracy need one entry per instance")
-        engines = {"single_server": SingleServerInstance, "batching": Instance}
-        if engine not in engines:
-            raise ValueError(f"SlotDistributionEnv: engine {engine!r} is not one of {sorted(engines)}")
-        self.instance_class = engines[engine]
+        if engine not in ("single_server", "batching"):
+            raise ValueError(f"SlotDistributionEnv: engine {engine!r} is not one of ['batching', 'single_server']")
+        self.engine = engine
         if buffer < 1 or pad < buffer:
             raise ValueError(f"SlotDistributionEnv: buffer >= 1 and pad >= buffer required, got {buffer}, {pad}")
         # 004's instances: one request in service, buffer − 1 waiting
@@ -63,8 +65,7 @@ class SlotDistributionEnv(gym.Env):
         size = self.m * (buffer + 1 + 1 + pad)
         self.observation_space = gym.spaces.Box(0.0, np.inf, shape=(size,), dtype=np.float32)
         self.action_space = gym.spaces.Box(-10.0, 10.0, shape=(self.m,), dtype=np.float32)
-        self.cluster: Cluster | None = None
-        self.outcomes: dict[int, Outcome] = {}
+        self.fleet: SingleServerFleet | _BatchingFleet | None = None
 
     def observation_spec(self) -> dict:
         return {"size": int(self.observation_space.shape[0]), "variant": "004", "instances": self.m,
@@ -81,32 +82,46 @@ class SlotDistributionEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options=None):
         super().reset(seed=seed)
         seed = episode_seed(self.np_random, seed)
-        self.requests = sorted(self.workload(seed), key=lambda r: r.arrival)
-        self._arrivals = np.fromiter((r.arrival for r in self.requests), dtype=np.float64, count=len(self.requests))
-        self.cluster = Cluster(self.profiles, models=self.models, instance_class=self.instance_class)
-        self.outcomes, self.t, self.slots, self._next = {}, 0.0, 0, 0
-        self._seen = [0] * self.m
+        requests = self.workload(seed)
+        if isinstance(requests, RequestBatch):  # columns: no Request objects unless results() asks
+            order = np.argsort(requests.times, kind="stable")
+            arrivals, prompt = requests.times[order], requests.prompt_tokens[order]
+            output = requests.output_tokens[order]
+        else:
+            requests = sorted(requests, key=lambda r: r.arrival)
+            order = np.arange(len(requests))
+            arrivals = np.fromiter((r.arrival for r in requests), dtype=np.float64, count=len(requests))
+            prompt = np.fromiter((r.prompt_tokens for r in requests), dtype=np.int64, count=len(requests))
+            output = (np.array([r.output_tokens for r in requests], dtype=np.int64) if requests
+                      else np.zeros((0, max(self.models) + 1), dtype=np.int64))
+        self._requests, self._order, self.arrivals = requests, order, arrivals
+        self._arrival_list = arrivals.tolist()
+        if self.engine == "single_server":
+            self.fleet = SingleServerFleet(self.profiles, self.models, self._arrival_list, prompt.tolist(),
+                                           [output[:, k].tolist() for k in range(output.shape[1])])
+        else:
+            self.fleet = _BatchingFleet(self.profiles, self.models, [self.request(i) for i in range(len(order))])
+        self.t, self.slots, self._next = 0.0, 0, 0
         self.rng = np.random.default_rng(seed)
         self.routed = np.zeros(self.m)  # requests sent to each instance (004's heavy scheduling ratio)
         return self._observe(), {}
 
+    def request(self, i: int) -> Request:
+        """The i-th arrival of the episode as a `Request`."""
+        return self._requests[int(self._order[i])]
+
     def step(self, action):
         probs = softmax(action)
         end = self.t + self.slot_s
-        last = int(np.searchsorted(self._arrivals, end, side="left"))  # the slot's arrivals: arrival < end
+        last = int(np.searchsorted(self.arrivals, end, side="left"))  # the slot's arrivals: arrival < end
         # one draw for the whole slot: the same uniforms, in the same order, as one draw per request
         picks = self.rng.choice(self.m, size=last - self._next, p=probs).tolist() if last > self._next else []
-        instances = self.cluster.instances
-        for req, i in zip(self.requests[self._next:last], picks):
-            # only the chosen instance must be brought up to the arrival before it queues the request;
-            # the others catch up at the slot's end (no router reads them in between)
-            instances[i].advance(req.arrival)
-            self.outcomes[req.rid] = self.cluster.route(req, i, req.arrival)
+        self.fleet.route(range(self._next, last), picks)
         self.routed += np.bincount(picks, minlength=self.m)
         self._next = last
         self.slots += 1
-        terminated = self._next == len(self.requests)
-        self.cluster.advance(math.inf if terminated else end)
+        terminated = self._next == len(self._arrival_list)
+        self.fleet.advance(math.inf if terminated else end)
         self.t = end
         late, rejected, on_time = self._settle()
         reward = -late - self.alpha * rejected + self.beta * float(self.accuracy @ on_time)
@@ -118,33 +133,73 @@ class SlotDistributionEnv(gym.Env):
         """Count the completions and rejections reported since the previous slot."""
         late = rejected = 0
         on_time = np.zeros(self.m)
-        for i, inst in enumerate(self.cluster.instances):
-            for job in inst.done[self._seen[i]:]:
-                if job.rejected:
+        reason, finish, arrival, limit = self.fleet.reason, self.fleet.end, self._arrival_list, self.requirement_s
+        for j, left in enumerate(self.fleet.collect()):
+            for i in left:
+                if reason[i]:
                     rejected += 1
-                    self.outcomes[job.rid].reason = job.rejected
-                elif job.finished - self.outcomes[job.rid].request.arrival <= self.requirement_s:
-                    on_time[i] += 1
+                elif finish[i] - arrival[i] <= limit:
+                    on_time[j] += 1
                 else:
                     late += 1
-            self._seen[i] = len(inst.done)
         return late, rejected, on_time
 
     def telemetry(self) -> list[dict]:
         """Per instance what a router knows: the ages of its requests (oldest first, the one in
         service included) and the elapsed service time of the one in service."""
-        out = []
-        for inst in self.cluster.instances:
-            jobs = list(inst.running.values()) + list(inst.waiting)
-            arrivals = [self.outcomes[j.rid].request.arrival for j in jobs]
-            in_service = next(iter(inst.running.values()), None)
-            elapsed = max(0.0, self.t - in_service.admitted) if in_service is not None else 0.0
-            out.append({"ages_s": sorted((max(0.0, self.t - a) for a in arrivals), reverse=True),
-                        "elapsed_service_s": elapsed})
-        return out
+        return self.fleet.telemetry(self.t)
 
     def _observe(self) -> np.ndarray:
         return observation_slot_distribution(self.telemetry(), self.observation_spec())
 
     def results(self) -> list[Outcome]:
-        return [self.outcomes[r.rid] for r in self.requests if r.rid in self.outcomes]
+        """The outcome of every request routed so far, in arrival order."""
+        return [self.fleet.outcome(i, self.request(i)) for i in range(self._next)]
+
+
+class _BatchingFleet:
+    """`SingleServerFleet`'s interface over `Instance`s (`engine="batching"`): the general engine,
+    stepped through, that the closed form is tested against."""
+
+    def __init__(self, profiles: list[InstanceProfile], models: list[int], requests: list[Request]):
+        self.cluster = Cluster(profiles, models=models)
+        self.requests, self.position = requests, {r.rid: i for i, r in enumerate(requests)}
+        self.outcomes: dict[int, Outcome] = {}
+        self.reason: list[str | None] = [None] * len(requests)
+        self.end = [math.nan] * len(requests)
+        self._seen = [0] * len(profiles)
+
+    def route(self, positions: range, picks: list[int]) -> None:
+        for i, j in zip(positions, picks):
+            req = self.requests[i]
+            self.cluster.instances[j].advance(req.arrival)
+            self.outcomes[i] = self.cluster.route(req, j, req.arrival)
+
+    def advance(self, until: float) -> None:
+        self.cluster.advance(until)
+
+    def collect(self) -> list[list[int]]:
+        out = []
+        for j, inst in enumerate(self.cluster.instances):
+            left = []
+            for job in inst.done[self._seen[j]:]:
+                i = self.position[job.rid]
+                left.append(i)
+                self.reason[i] = self.outcomes[i].reason = job.rejected
+                self.end[i] = job.finished if job.finished is not None else math.nan
+            self._seen[j] = len(inst.done)
+            out.append(left)
+        return out
+
+    def telemetry(self, t: float) -> list[dict]:
+        out = []
+        for inst in self.cluster.instances:
+            jobs = list(inst.running.values()) + list(inst.waiting)
+            in_service = next(iter(inst.running.values()), None)
+            out.append({"ages_s": sorted((max(0.0, t - self.requests[self.position[j.rid]].arrival) for j in jobs),
+                                         reverse=True),
+                        "elapsed_service_s": max(0.0, t - in_service.admitted) if in_service is not None else 0.0})
+        return out
+
+    def outcome(self, i: int, request: Request) -> Outcome:
+        return self.outcomes[i]

@@ -9,6 +9,8 @@ true output length and quality on every model of the fleet.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
@@ -151,20 +153,58 @@ class RequestPool:
     def __len__(self) -> int:
         return len(self.prompt_tokens)
 
-    def requests(self, times: np.ndarray, seed: int = 0, in_order: bool = False) -> list[Request]:
+    def requests(self, times: np.ndarray, seed: int = 0, in_order: bool = False) -> RequestBatch:
         """One request per arrival time: pool rows drawn at random (with replacement), or in order."""
         rng = np.random.default_rng(seed)
         rows = np.arange(len(times)) % len(self) if in_order else rng.integers(0, len(self), size=len(times))
-        # gathered once, then walked as Python values: per-element NumPy indexing was most of a reset
-        out, quality = self.output_tokens[rows], self.quality[rows]
-        p_tok = None if self.predicted_tokens is None else np.asarray(self.predicted_tokens)[rows]
-        p_qual = None if self.predicted_quality is None else np.asarray(self.predicted_quality)[rows]
-        tasks = self.tasks
-        return [Request(rid=i, arrival=t, prompt_tokens=p, output_tokens=out[i], quality=quality[i], task=tasks[r],
+        return RequestBatch(self, np.asarray(times, dtype=np.float64), rows)
+
+
+class RequestBatch(Sequence):
+    """Requests drawn from a pool, held as columns: a sequence of `Request`s built on first use.
+
+    Why: a 004 training episode draws ~3,000 requests at every reset and its environment reads
+    only their arrival times, prompt lengths and output lengths; building the objects was half
+    of a reset. Anything that iterates or indexes gets the same `Request`s as before (rid i is
+    the i-th arrival time given)."""
+
+    def __init__(self, pool: RequestPool, times: np.ndarray, rows: np.ndarray):
+        self.pool, self.times, self.rows = pool, times, rows
+        self._requests: list[Request] | None = None
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __getitem__(self, i):
+        return self.materialized()[i]
+
+    def __iter__(self):
+        return iter(self.materialized())
+
+    @property
+    def prompt_tokens(self) -> np.ndarray:
+        return self.pool.prompt_tokens[self.rows]
+
+    @property
+    def output_tokens(self) -> np.ndarray:
+        """(requests, models) true output lengths."""
+        return self.pool.output_tokens[self.rows]
+
+    def materialized(self) -> list[Request]:
+        if self._requests is None:
+            # gathered once, then walked as Python values: per-element NumPy indexing was most of a reset
+            pool, rows = self.pool, self.rows
+            out, quality = pool.output_tokens[rows], pool.quality[rows]
+            p_tok = None if pool.predicted_tokens is None else np.asarray(pool.predicted_tokens)[rows]
+            p_qual = None if pool.predicted_quality is None else np.asarray(pool.predicted_quality)[rows]
+            tasks = pool.tasks
+            self._requests = [
+                Request(rid=i, arrival=t, prompt_tokens=p, output_tokens=out[i], quality=quality[i], task=tasks[r],
                         predicted_tokens=None if p_tok is None else p_tok[i],
                         predicted_quality=None if p_qual is None else p_qual[i])
-                for i, (t, p, r) in enumerate(zip(np.asarray(times, dtype=np.float64).tolist(),
-                                                  self.prompt_tokens[rows].tolist(), rows.tolist()))]
+                for i, (t, p, r) in enumerate(zip(self.times.tolist(), pool.prompt_tokens[rows].tolist(),
+                                                  rows.tolist()))]
+        return self._requests
 
 
 def prompt_token_counts(texts: list[str], tokenizer_ref: str) -> np.ndarray:
