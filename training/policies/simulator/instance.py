@@ -29,6 +29,9 @@ FIT_FLOORS = {"prefill_intercept_s": 0.0, "prefill_grad_s_per_token": 1e-7, "dec
               "decode_h_s_per_token": 0.0}
 
 
+# why a job was rejected (`Job.rejected`)
+BUFFER_FULL, TOO_LARGE, OUTGREW = "buffer full", "larger than the KV cache", "outgrew the KV cache"
+
 @dataclass(frozen=True)
 class InstanceProfile:
     """Latency parameters of one (model, hardware) tier and its batching limits."""
@@ -132,7 +135,7 @@ class Instance:
     def enqueue(self, job: Job, now: float) -> bool:
         """Queue a request at `now`; False (and the job marked rejected) when the buffer is full."""
         if self.profile.buffer is not None and len(self.waiting) >= self.profile.buffer:
-            job.rejected = "buffer full"
+            job.rejected = BUFFER_FULL
             self.done.append(job)
             return False
         job.enqueued = now
@@ -149,7 +152,7 @@ class Instance:
             if not self.running:
                 if self.waiting:  # nothing runs and the head still does not fit: it never will
                     job = self.waiting.popleft()
-                    job.rejected = "larger than the KV cache"
+                    job.rejected = TOO_LARGE
                     self.done.append(job)
                     continue
                 self.clock = until  # idle
@@ -252,6 +255,6 @@ class Instance:
         self.waiting.appendleft(job)
         if not self.running:  # one job alone exceeds the cache while decoding: it cannot finish here
             self.waiting.popleft()
-            job.rejected = "outgrew the KV cache"
+            job.rejected = OUTGREW
             self.done.append(job)
 

@@ -28,9 +28,7 @@ import math
 from collections import deque
 
 from training.policies.simulator.cluster import Outcome, Request
-from training.policies.simulator.instance import InstanceProfile, Job
-
-BUFFER_FULL, TOO_LARGE, OUTGREW = "buffer full", "larger than the KV cache", "outgrew the KV cache"
+from training.policies.simulator.instance import BUFFER_FULL, OUTGREW, TOO_LARGE, InstanceProfile, Job
 
 
 def plan(profile: InstanceProfile, prompt: int, out: int, start: float) -> tuple[float, float, float, str | None]:
@@ -79,21 +77,17 @@ class SingleServerFleet:
     def route(self, positions: range, picks: list[int]) -> None:
         """Queue each request at its arrival on its pick (only that instance is brought up to the
         arrival first: no router reads the others in between)."""
-        arrival, start, first, leaves, end, reason = (self.arrival, self.start, self.first, self.leaves, self.end,
-                                                      self.reason)
-        prompt, queues, free_at, now, reported = self.prompt, self.queues, self.free_at, self.now, self.reported
+        arrival, start, first, leaves, end = self.arrival, self.start, self.first, self.leaves, self.end
+        reason, prompt, queues, free_at, now = self.reason, self.prompt, self.queues, self.free_at, self.now
         for i, j in zip(positions, picks):
             a, q = arrival[i], queues[j]
             self.instance[i] = j
-            while q and leaves[q[0]] < a:
-                self._leave(q.popleft(), j)
-            if a > now[j]:
-                now[j] = a
+            self._advance(j, a)
             profile = self.profiles[j]
             waiting = len(q) - (1 if q and start[q[0]] < now[j] else 0)
             if profile.buffer is not None and waiting >= profile.buffer:
                 reason[i], self.left[i] = BUFFER_FULL, True
-                reported[j].append(i)
+                self.reported[j].append(i)
                 continue
             s = a if a > free_at[j] else free_at[j]
             start[i] = s
@@ -101,18 +95,19 @@ class SingleServerFleet:
             free_at[j] = end[i]
             q.append(i)
 
-    def _leave(self, i: int, j: int) -> None:
-        self.left[i] = True
-        self.reported[j].append(i)
-
     def advance(self, until: float) -> None:
         """Every request whose last step starts before `until` leaves."""
-        leaves = self.leaves
-        for j, q in enumerate(self.queues):
-            while q and leaves[q[0]] < until:
-                self._leave(q.popleft(), j)
-            if until > self.now[j]:
-                self.now[j] = until
+        for j in range(len(self.queues)):
+            self._advance(j, until)
+
+    def _advance(self, j: int, until: float) -> None:
+        q, leaves = self.queues[j], self.leaves
+        while q and leaves[q[0]] < until:
+            i = q.popleft()
+            self.left[i] = True
+            self.reported[j].append(i)
+        if until > self.now[j]:
+            self.now[j] = until
 
     def collect(self) -> list[list[int]]:
         """Per instance, the requests that left (finished or rejected) since the previous call."""
