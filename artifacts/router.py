@@ -10,6 +10,8 @@ and the sentence encoder only. Member kinds:
 - `mf`: RouteLLM-style matrix factorisation, σ(⟨v_m, P·x⟩ + b_m) with learned model embeddings v_m;
 - `dc`: RouterDC's dual-contrastive head: the cosine of a projected prompt with learned model
   embeddings, mapped to quality per model by σ(a_m·cos + b_m);
+- `task_mixture`: the training tasks' (or k-means clusters') mean quality, weighted by a softmax
+  task classifier's posterior: softmax(x·w + b) · group_quality;
 - an ensemble is the mean of its members' predictions;
 - where cross-validation kept it, a per-model isotonic map (knots `calibration/x`, `calibration/y`,
   split by `calibration/offsets`) turns the estimate into a calibrated probability.
@@ -116,6 +118,10 @@ def predict_member(kind: str, params: dict[str, Any], w: dict[str, np.ndarray], 
         return _sigmoid(h @ w[f"w{last}"] + w[f"b{last}"])
     if kind == "mf":
         return _sigmoid((x @ w["proj"]) @ w["model_emb"].T + w["model_bias"])
+    if kind == "task_mixture":  # Σ_t softmax(x·w + b)_t · group_quality_t
+        z = x @ w["w"] + w["b"]
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return (z / z.sum(axis=1, keepdims=True)) @ w["group_quality"]
     if kind == "dc":
         z = _gelu(x @ w["w0"] + w["b0"]) @ w["w1"] + w["b1"]
         z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)

@@ -26,7 +26,7 @@ from core.config import (
 )
 from core.storage import Quarantine
 from prompts.response_tables import read_routellm, read_routerbench
-from prompts.score_tables import read_score_table
+from prompts.score_tables import read_score_table, read_task_lookup
 
 
 @dataclass(frozen=True)
@@ -205,15 +205,34 @@ def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> 
 
 
 def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    """A row's task: its own task field, else the task lookup's for its exact text, else the
+    dataset's `task`; `reference_meta.task_from` says which (row / lookup / default), and lists the
+    lookup's tasks where it gives the text more than one."""
     rows = read_score_table(ds.files, text_field=ds.text_field, scores_field=ds.scores_field,
                             task_field=ds.task_field, limit=ds.limit)
+    lookup = (read_task_lookup(ds.task_lookup.files, text_field=ds.task_lookup.text_field,
+                               task_field=ds.task_lookup.task_field) if ds.task_lookup is not None else None)
+    matched = valid = 0
     for row in rows:
         problem = row.problem(ds.models)
         if problem is not None:
             quarantine.add(row.row_id, problem, {"text": str(row.text)[:500], **row.raw})
             continue
-        task = str(row.task) if row.task is not None else (ds.task or ds.name)
-        yield RawPrompt(ds.name, row.row_id, task, row.text, None, {}, split=row.split)
+        valid += 1
+        meta: dict = {"task_from": "row"}
+        if row.task is not None:
+            task = str(row.task)
+        elif lookup is not None and row.text in lookup:
+            task, matched, meta = lookup[row.text][0], matched + 1, {"task_from": "lookup"}
+            if len(lookup[row.text]) > 1:
+                meta["lookup_tasks"] = lookup[row.text]
+        else:
+            task, meta = ds.task or ds.name, {"task_from": "default"}
+        yield RawPrompt(ds.name, row.row_id, task, row.text, None, meta, split=row.split)
+    if lookup is not None and valid and not matched:
+        raise ValueError(f"dataset {ds.name!r}: task_lookup matched no prompt of the table: check that its "
+                         f"text_field ({ds.task_lookup.text_field!r}) holds the same prompt texts as "
+                         f"{ds.text_field!r}")
 
 
 def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:

@@ -52,7 +52,9 @@ def _records(path: Path) -> list[Any]:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
         out = []
-        for i, line in enumerate(text.splitlines()):
+        # JSON-lines separates records by \n only: str.splitlines would also cut a prompt at the
+        # U+0085 / U+2028 characters JSON leaves unescaped (one dcrouter prompt holds U+0085)
+        for i, line in enumerate(text.split("\n")):
             if line.strip():
                 try:
                     out.append(json.loads(line))
@@ -93,6 +95,25 @@ def read_score_table(files: dict[str, list[Path]], *, text_field: str, scores_fi
                 rows.append(ScoreRow(row_id, split, rec.get(text_field), task, _mapping(rec.get(scores_field)),
                                      {k: v for k, v in rec.items() if k not in (text_field, scores_field)}))
     return rows
+
+
+def read_task_lookup(files: list[Path], *, text_field: str, task_field: str) -> dict[str, list[str]]:
+    """Prompt text → the tasks the lookup files give it, most frequent first (ties: first seen).
+    Rows that are not objects or lack either field are skipped; a lookup none of whose rows has
+    both fields is a configuration error, named here."""
+    counts: dict[str, dict[str, int]] = {}
+    for path in files:
+        for rec in _records(Path(path)):
+            if not isinstance(rec, dict):
+                continue
+            text, task = rec.get(text_field), rec.get(task_field)
+            if isinstance(text, str) and task is not None and str(task).strip():
+                seen = counts.setdefault(text, {})
+                seen[str(task)] = seen.get(str(task), 0) + 1
+    if not counts:
+        raise ValueError(f"task_lookup: no row of {[str(f) for f in files]} has both a text field {text_field!r} "
+                         f"and a task field {task_field!r}")
+    return {text: sorted(seen, key=lambda t: -seen[t]) for text, seen in counts.items()}  # stable: ties keep order
 
 
 def score_cell(scores: Any, model: str) -> ImportedResponse:

@@ -87,6 +87,16 @@ class RouteLLMDataset(_Strict):
     limit: int | None = Field(default=None, gt=0)
 
 
+class TaskLookup(_Strict):
+    """Tasks for a score table whose rows name none, from files that do (LLMRouter publishes its
+    dcrouter scores without task names and the same prompts with them in its query files): a row
+    takes the task of the lookup row with exactly its prompt text. JSON, JSON-lines or Parquet."""
+
+    files: list[ConfigPath] = Field(min_length=1)
+    text_field: str = "query"
+    task_field: str = "task_name"
+
+
 class ScoreTableDataset(_Strict):
     """Per-model quality scores without responses (LLMRouter's dcrouter files, RouterDC's format):
     JSON (a list of objects), JSON-lines or Parquet rows with a prompt text and a `{model: score}`
@@ -100,6 +110,9 @@ class ScoreTableDataset(_Strict):
     scores_field: str = "scores"
     task_field: str | None = None  # e.g. a cluster id column; None: every row is task `task`
     task: str | None = None  # the task of rows without a task field (None: the dataset's name)
+    # where rows carry no task (or task_field is None): their task by prompt text from other files;
+    # a row's own task field wins, and a text the lookup lacks gets `task`
+    task_lookup: TaskLookup | None = None
     # the models the table may score; a row naming another is quarantined (None: no check)
     models: list[str] | None = None
     limit: int | None = Field(default=None, gt=0)

@@ -41,6 +41,9 @@ class RouterSelectionSettings(_Strict):
     # dcrouter against 0.655 for the KNN (docs/results.md), at minutes per fit on a CPU
     dc_dim: list[int] = []
     dc_epochs: int = Field(default=20, gt=0)
+    # task mixture: the tasks' (or k-means clusters') mean labels weighted by a logistic classifier's
+    # posterior of the prompt's task; these are its inverse regularisation strengths C
+    mixture_c: list[float] = [0.1, 1.0]
     # which end of a long prompt the encoder keeps, chosen by CV among these (each costs one embedding
     # pass); None: the KNN's `truncation_side` only
     truncation_sides: list[Literal["left", "right"]] | None = None

@@ -18,7 +18,7 @@ from training.routing_table import matrix
 MODELS = ["alpha", "beta"]
 
 
-def _fleet(tmp_path: Path, train: Path, test: Path) -> Path:
+def _fleet(tmp_path: Path, train: Path, test: Path, extra: str = "") -> Path:
     models = "\n".join(f"  - {{name: {m}, engine: table_import, source: {{kind: table, dataset: scores}}}}"
                        for m in MODELS)
     path = tmp_path / "fleet.yaml"
@@ -30,6 +30,7 @@ datasets:
     name: scores
     files: {{train: [{train}], test: [{test}]}}
     models: [alpha, beta]
+{extra}
 templates: {{default: "{{text}}", add_hint: false}}
 split: {{mode: source}}
 scoring: {{metric: table_correctness}}
@@ -110,3 +111,55 @@ def test_parquet_score_tables_with_map_or_json_scores(tmp_path):
     assert score_cell({"alpha": True}, "alpha").problem.endswith("is not a finite number")
     assert score_cell({"alpha": float("nan")}, "alpha").problem.endswith("is not a finite number")
     assert score_cell({"alpha": 0.3}, "alpha").label == 0.3
+
+
+def test_tasks_join_from_a_lookup_file_by_prompt_text(tmp_path):
+    from core.storage import Quarantine
+    from prompts.readers import read_dataset
+
+    train = [{"question": "What is 2 + 2?", "scores": {"alpha": 1.0, "beta": 0.0}},
+             {"question": "Write a sort.", "scores": {"alpha": 0.0, "beta": 1.0}},
+             {"question": "Twice listed.", "scores": {"alpha": 0.5, "beta": 0.5}},
+             {"question": "Not in the lookup.", "scores": {"alpha": 0.5, "beta": 0.5}},
+             {"question": "Own task.", "scores": {"alpha": 0.5, "beta": 0.5}, "kind": "own"}]
+    train.append({"question": "Back in \x85 and \u2028 too", "scores": {"alpha": 1.0, "beta": 0.0}})
+    lookup = [{"query": "What is 2 + 2?", "task_name": "gsm8k"}, {"query": "Write a sort.", "task_name": "mbpp"},
+              {"query": "Back in \x85 and \u2028 too", "task_name": "trivia_qa"},  # JSON leaves both unescaped
+              {"query": "Twice listed.", "task_name": "mmlu"}, {"query": "Twice listed.", "task_name": "arc"},
+              {"query": "Twice listed.", "task_name": "arc"}, {"query": "Own task.", "task_name": "ignored"},
+              {"query": "No task field."}, "not an object"]
+    (tmp_path / "train.json").write_text(json.dumps(train))
+    (tmp_path / "test.json").write_text("[]")
+    (tmp_path / "tasks.jsonl").write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in lookup))
+    extra = (f"    task_field: kind\n    task: other\n"
+             f"    task_lookup: {{files: [{tmp_path / 'tasks.jsonl'}], text_field: query, task_field: task_name}}")
+    config = load_fleet(_fleet(tmp_path, tmp_path / "train.json", tmp_path / "test.json", extra))
+    raw = {r.text: r for r in read_dataset(config.datasets[0], Quarantine("prompts", None))}
+    assert {t: r.task for t, r in raw.items()} == {"What is 2 + 2?": "gsm8k", "Write a sort.": "mbpp",
+                                                   "Twice listed.": "arc", "Not in the lookup.": "other",
+                                                   "Own task.": "own", "Back in \x85 and \u2028 too": "trivia_qa"}
+    # where the task came from, and every task a lookup gives a text (most frequent first)
+    assert raw["Twice listed."].reference_meta == {"task_from": "lookup", "lookup_tasks": ["arc", "mmlu"]}
+    assert [raw[t].reference_meta["task_from"] for t in ("What is 2 + 2?", "Not in the lookup.", "Own task.")] == [
+        "lookup", "default", "row"]
+    # the routing table carries the joined tasks
+    routing, _ = routing_table_of(config, {})
+    assert dict(zip(routing.column("text").to_pylist(), routing.column("task").to_pylist()))["Write a sort."] == "mbpp"
+
+
+def test_a_task_lookup_that_matches_nothing_is_one_clear_error(tmp_path):
+    import pytest
+
+    from core.storage import Quarantine
+    from prompts.readers import read_dataset
+
+    (tmp_path / "train.json").write_text(json.dumps([{"question": "q", "scores": {"alpha": 1.0}}]))
+    (tmp_path / "test.json").write_text("[]")
+    (tmp_path / "tasks.json").write_text(json.dumps([{"prompt": "q", "task_name": "t"}]))
+    wrong_field = f"    task_lookup: {{files: [{tmp_path / 'tasks.json'}]}}"  # text_field defaults to query
+    config = load_fleet(_fleet(tmp_path, tmp_path / "train.json", tmp_path / "test.json", wrong_field))
+    with pytest.raises(ValueError, match="no row of .* has both a text field 'query' and a task field 'task_name'"):
+        list(read_dataset(config.datasets[0], Quarantine("prompts", None)))
+    (tmp_path / "tasks.json").write_text(json.dumps([{"query": "another prompt", "task_name": "t"}]))
+    with pytest.raises(ValueError, match="task_lookup matched no prompt of the table"):
+        list(read_dataset(config.datasets[0], Quarantine("prompts", None)))

@@ -14,6 +14,12 @@ what the bundle serves.
   positive against H other-cluster negatives); a per-model logistic map of the cosine (fitted after
   training) turns it into a quality estimate. RouterDC fine-tunes the whole encoder; here it stays
   frozen, which keeps cross-validation affordable on a CPU.
+- `task_mixture`: the mean quality of each training task (k-means clusters where tasks are
+  unknown), mixed by a multinomial logistic classifier's posterior of the prompt's task:
+  Σ_t p(t | x) · q̄_t. Why: on dcrouter most of what any estimator gains over the best single model
+  is recognising the kind of prompt (docs/results.md); a posterior spreads a prompt that resembles
+  several tasks over their means instead of committing to one, which also routes prompts of a task
+  never seen more safely than their nearest task's best model.
 
 Labels may be missing (NaN) for some (prompt, model) pairs; the losses and the KNN vote skip them.
 """
@@ -71,14 +77,18 @@ def _train_torch(net, x: np.ndarray, y: np.ndarray, epochs: int, weight_decay: f
     net.eval()
 
 
-def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
-    """Fit one candidate; returns the member's weights (float32 arrays) for `predict_member`."""
+def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
+                  tasks: list[str] | np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Fit one candidate; returns the member's weights (float32 arrays) for `predict_member`.
+    `tasks` (one per row) are used by the kinds that group prompts (`task_mixture`)."""
     import torch
 
     filled, _, prior = _filled(y)
     if cand.kind == "knn":
         return {"keys": x.astype(np.float32), "labels": filled.astype(np.float32),
                 "prior": prior.astype(np.float32)}
+    if cand.kind == "task_mixture":
+        return _fit_task_mixture(cand, x, y, seed, tasks)
     torch.manual_seed(seed)
     d, m = x.shape[1], y.shape[1]
     if cand.kind == "mlp":
@@ -175,6 +185,48 @@ def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: i
             "scale": scale.astype(np.float32), "bias": bias.astype(np.float32)}
 
 
+def kmeans_size(x: np.ndarray, k: int) -> int:
+    """k capped by the data: at least 20 prompts a cluster, no more clusters than distinct
+    embeddings (a shared prompt prefix cut by truncation makes identical ones)."""
+    distinct = len(np.unique(np.round(x, 4), axis=0))
+    return max(1, min(k, len(x) // 20 or 1, distinct))
+
+
+def _fit_task_mixture(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int,
+                      tasks: list[str] | np.ndarray | None) -> dict[str, np.ndarray]:
+    """Groups: the tasks where more than one is known, else `clusters` k-means clusters. The
+    classifier is scikit-learn's multinomial logistic regression (L2, inverse strength `C`), kept as
+    one softmax layer: `w` (d, G), `b` (G); `group_quality` (G, m) the groups' mean labels (a model
+    with no label in a group gets its overall mean)."""
+    import warnings
+
+    from sklearn.cluster import KMeans
+    from sklearn.linear_model import LogisticRegression
+
+    filled, known, prior = _filled(y)
+    if tasks is not None and len(set(tasks)) > 1:
+        names, groups = np.unique(np.asarray(tasks, dtype=str), return_inverse=True)
+    else:
+        k = kmeans_size(x, int(cand.params.get("clusters", 8)))
+        groups = KMeans(k, n_init=4, random_state=seed).fit_predict(x) if k > 1 else np.zeros(len(x), int)
+        names = np.arange(int(groups.max()) + 1)
+    n_groups, d = len(names), x.shape[1]
+    quality = np.stack([np.where(known[groups == g].any(0), np.nansum(np.where(known, y, 0)[groups == g], 0)
+                                 / np.maximum(known[groups == g].sum(0), 1), prior) for g in range(n_groups)])
+    w, b = np.zeros((d, n_groups)), np.zeros(n_groups)
+    present = np.unique(groups)
+    if len(present) > 1:
+        with warnings.catch_warnings():  # lbfgs may stop at max_iter on a separable fold: still usable
+            warnings.simplefilter("ignore")
+            clf = LogisticRegression(C=float(cand.params["C"]), max_iter=2000, random_state=seed).fit(x, groups)
+        coef, intercept = clf.coef_, clf.intercept_
+        if len(present) == 2:  # scikit-learn keeps one row for two classes: softmax([0, z]) = sigmoid(z)
+            coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
+        w[:, present], b[present] = coef.T, intercept
+        b[np.setdiff1d(np.arange(n_groups), present)] = -np.inf
+    return {"w": w.astype(np.float32), "b": b.astype(np.float32), "group_quality": quality.astype(np.float32)}
+
+
 def member_params(cand: Candidate, weights: dict[str, np.ndarray]) -> dict[str, Any]:
     """The JSON parameters `predict_member` needs beside the arrays."""
     if cand.kind == "mlp":
@@ -183,8 +235,8 @@ def member_params(cand: Candidate, weights: dict[str, np.ndarray]) -> dict[str, 
 
 
 def fit_predict(cand: Candidate, x_fit: np.ndarray, y_fit: np.ndarray, x_pred: np.ndarray,
-                seed: int = 0) -> np.ndarray:
-    weights = fit_candidate(cand, x_fit, y_fit, seed)
+                seed: int = 0, tasks_fit: list[str] | np.ndarray | None = None) -> np.ndarray:
+    weights = fit_candidate(cand, x_fit, y_fit, seed, tasks_fit)
     return predict_member(cand.kind, member_params(cand, weights), weights, x_pred.astype(np.float32))
 
 
@@ -196,4 +248,5 @@ def candidates(settings) -> list[Candidate]:
     out += [Candidate("mf", {"dim": r, "epochs": settings.mf_epochs}) for r in settings.mf_dim]
     out += [Candidate("dc", {"dim": r, "epochs": settings.dc_epochs, "clusters": settings.guard_clusters})
             for r in settings.dc_dim]
+    out += [Candidate("task_mixture", {"C": c, "clusters": settings.guard_clusters}) for c in settings.mixture_c]
     return out

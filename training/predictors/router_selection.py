@@ -23,7 +23,14 @@ from typing import Any
 import numpy as np
 
 from artifacts.router import Router
-from training.predictors.router_family import Candidate, candidates, fit_candidate, fit_predict, member_params
+from training.predictors.router_family import (
+    Candidate,
+    candidates,
+    fit_candidate,
+    fit_predict,
+    kmeans_size,
+    member_params,
+)
 
 LogFn = Callable[[str], None]
 
@@ -57,8 +64,7 @@ def cluster_centroids(x: np.ndarray, tasks: list[str] | None, k: int, seed: int)
     else:
         from sklearn.cluster import KMeans
 
-        distinct = len(np.unique(np.round(x, 4), axis=0))  # identical embeddings (a shared prompt prefix
-        k = max(1, min(k, len(x) // 20 or 1, distinct))     # cut by truncation) make fewer clusters
+        k = kmeans_size(x, k)
         cents = KMeans(k, n_init=4, random_state=seed).fit(x).cluster_centers_
         names = [f"cluster-{i}" for i in range(k)]
     cents = cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-12)
@@ -110,14 +116,15 @@ def cross_fitted_calibration(pred: np.ndarray, y: np.ndarray, folds: np.ndarray)
 
 
 def cross_validate(cands: list[Candidate], x: np.ndarray, y: np.ndarray, folds: np.ndarray, seed: int,
-                   log: LogFn = print) -> dict[str, np.ndarray]:
-    """Out-of-fold quality estimates of every candidate."""
+                   log: LogFn = print, tasks: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Out-of-fold quality estimates of every candidate (`tasks`: each row's task, where known)."""
     oof = {}
+    arr = np.asarray(tasks) if tasks is not None else None
     for i, cand in enumerate(cands):
         pred = np.zeros_like(y, dtype=np.float64)
         for f in range(int(folds.max()) + 1):
             fit, val = folds != f, folds == f
-            pred[val] = fit_predict(cand, x[fit], y[fit], x[val], seed)
+            pred[val] = fit_predict(cand, x[fit], y[fit], x[val], seed, arr[fit] if arr is not None else None)
         oof[cand.name] = pred
         log(f"router selection: {i + 1}/{len(cands)} {cand.name}: cv score {score_at_argmax(pred, y):.4f}")
     return oof
@@ -208,7 +215,7 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
     y = np.asarray(y, dtype=np.float64)
     folds = fold_ids(len(x), settings.folds, seed)
     cands = candidates(settings)
-    oof = cross_validate(cands, x, y, folds, seed, log)
+    oof = cross_validate(cands, x, y, folds, seed, log, tasks)
     ranked = sorted(cands, key=lambda c: -score_at_argmax(oof[c.name], y))
     table = [{"estimator": c.name, "kind": c.kind, "params": c.params,
               "cv_score": score_at_argmax(oof[c.name], y), "cv_brier": brier(oof[c.name], y)} for c in cands]
@@ -248,7 +255,7 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
     weights: dict[str, np.ndarray] = {}
     members = []
     for i, cand in enumerate(chosen):
-        w = fit_candidate(cand, x, y, seed)
+        w = fit_candidate(cand, x, y, seed, tasks)
         name = f"m{i}"
         weights |= {f"{name}/{k}": v for k, v in w.items()}
         members.append({"name": name, "kind": cand.kind, "estimator": cand.name, "params": member_params(cand, w)})

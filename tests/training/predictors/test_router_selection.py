@@ -58,6 +58,32 @@ def test_every_member_learns_the_structured_clusters(cand):
     assert yt[structured][np.arange(len(picks)), picks].mean() > 0.8
 
 
+@pytest.mark.parametrize("n_tasks", [4, 2, None])  # four tasks, two (scikit-learn's binary form), none: k-means
+def test_task_mixture_mixes_the_tasks_mean_labels_by_the_task_posterior(n_tasks):
+    from sklearn.linear_model import LogisticRegression
+
+    from artifacts.router import predict_member
+
+    x, y, cluster = synthetic(800, 6, with_clusters=True)
+    tasks = None if n_tasks is None else np.array([f"t{c % n_tasks}" for c in cluster])
+    cand = Candidate("task_mixture", {"C": 1.0, "clusters": 4})
+    w = fit_candidate(cand, x, y, seed=0, tasks=tasks)
+    groups = 4 if n_tasks is None else n_tasks
+    assert w["w"].shape == (32, groups) and w["group_quality"].shape == (groups, 3)
+    xt, _, ct = synthetic(300, 7, with_clusters=True)
+    pred = predict_member("task_mixture", member_params(cand, w), w, xt)
+    if tasks is not None:  # the runtime's softmax layer is scikit-learn's posterior, times the tasks' means
+        names = sorted(set(tasks))
+        means = np.stack([y[tasks == t].mean(0) for t in names])
+        clf = LogisticRegression(C=1.0, max_iter=2000, random_state=0).fit(x, tasks)
+        np.testing.assert_allclose(w["group_quality"], means, atol=1e-6)
+        np.testing.assert_allclose(pred, clf.predict_proba(xt) @ means, atol=1e-4)
+    # a mixture of the groups' means: never outside their range
+    assert np.all(pred >= w["group_quality"].min(0) - 1e-6) and np.all(pred <= w["group_quality"].max(0) + 1e-6)
+    if n_tasks != 2:  # a group per cluster: the noisy clusters go to their best single model ("large")
+        assert (pred[ct >= 2].argmax(1) == 2).mean() > 0.9
+
+
 def test_missing_labels_are_skipped_not_learned_as_zero():
     x, y = synthetic(400, 3)
     y_missing = y.copy()
