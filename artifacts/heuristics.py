@@ -49,6 +49,27 @@ def shortest_queue(outstanding, among=None) -> int:
     return min(among, key=lambda i: outstanding[i])
 
 
+BIAS_STEP = 0.5  # queue biases act in half requests
+
+
+def queue_biases(action, bounds=(-10.0, 10.0)) -> np.ndarray:
+    """A policy's raw output as the biases `biased_shortest_queue` uses: clipped to `bounds` and rounded
+    to the nearest half request. Why rounded: queue counts are whole numbers, so ties are common and a
+    bias of ±0.01 would already decide every tie; with halves, an output within a quarter of zero is
+    join-shortest-queue exactly (a cloned teacher is), ±0.5 breaks ties toward or away from an
+    instance, and ±1 or more moves requests."""
+    low, high = bounds
+    return np.round(np.clip(np.asarray(action, dtype=np.float64), low, high) / BIAS_STEP) * BIAS_STEP
+
+
+def biased_shortest_queue(outstanding, bias) -> int:
+    """The instance with the fewest running + waiting requests once `bias[i]` is subtracted from
+    instance i's count (first on ties): 004's PPO with `dispatch: biased_shortest_queue` sets the
+    biases once per slot and this rule routes each of the slot's requests. All-zero biases are
+    join-shortest-queue exactly."""
+    return min(range(len(outstanding)), key=lambda i: outstanding[i] - bias[i])
+
+
 def least_work(work_left) -> int:
     return int(np.argmin(work_left))
 

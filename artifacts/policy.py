@@ -1,8 +1,11 @@
 """Runtime routing policy: an ONNX network plus the JSON spec of its observation and actions.
 
 `policy.json`: {observation: {size, variant, ...}, action: {n, kind, meaning}, output: "q_values" |
-"logits" | "probabilities"}. `act(observation)` returns the action index (argmax of Q values or
-logits) or, for a simplex action (004), the routing distribution itself. `observation_workload_aware(...)`,
+"logits" | "probabilities" | "bias"}. `act(observation)` returns the action index (argmax of Q values or
+logits) or, for a simplex action (004), the routing distribution itself, or for a `queue_bias` action
+the bias per instance, clipped and rounded to half requests as in training; `dispatch(biases,
+outstanding)` then routes each request of the slot by biased shortest queue
+(`artifacts.heuristics.biased_shortest_queue`). `observation_workload_aware(...)`,
 `observation_slot_distribution(...)` and `observation_qos_graph(...)` build each paper's observation from the
 telemetry a router has, exactly as the training environments do.
 """
@@ -15,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from artifacts.heuristics import biased_shortest_queue, queue_biases
 
 
 @dataclass
@@ -44,12 +49,23 @@ class RoutingPolicy:
         from softmax(logits) instead. `spec["act"]` says which the policy was evaluated with
         ("sample" or "greedy"; absent in bundles before it was recorded: sample for logits)."""
         out = self.scores(observation)[0]
-        if self.spec["action"].get("kind") == "simplex":
+        kind = self.spec["action"].get("kind")
+        if kind == "simplex":
             return out
+        if kind == "queue_bias":
+            return queue_biases(out, tuple(self.spec["action"].get("bounds", (-10.0, 10.0))))
         if rng is not None and self.spec["output"] == "logits":
             z = np.exp(out.astype(np.float64) - out.max())
             return int(rng.choice(len(z), p=z / z.sum()))
         return int(out.argmax())
+
+    def dispatch(self, biases: np.ndarray, outstanding: list[int]) -> int:
+        """For a `queue_bias` policy: the instance a request goes to, given the biases `act` returned
+        for this slot and each instance's running + waiting requests now."""
+        if self.spec["action"].get("kind") != "queue_bias":
+            raise ValueError(f"dispatch needs a queue_bias policy; this one's action is "
+                             f"{self.spec['action'].get('kind')!r}")
+        return biased_shortest_queue(outstanding, np.asarray(biases, dtype=np.float64).tolist())
 
     def action_meaning(self, action: int) -> str:
         return self.spec["action"]["meaning"][action]

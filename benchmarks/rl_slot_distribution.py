@@ -20,10 +20,13 @@ Also evaluated on Poisson and on the Azure trace's timestamps at the same mean r
 on). The PPO policy is exported to ONNX. Also evaluated: the best fixed split (one routing
 distribution for every slot, a share of the traffic per model searched on a grid by training-episode
 return; `training.policies.rl.slot_teacher`), what 004's action achieves without reading the state;
-`--teacher fixed_split` starts PPO from it.
+`--teacher fixed_split` starts PPO from it. `--dispatch biased_shortest_queue` (not 004's action)
+lets PPO set a bias per instance each slot instead, and routes each request by shortest queue less
+the biases; `--teacher shortest_queue` starts it at zero biases, join-shortest-queue exactly.
 
     .venv/bin/python -m benchmarks.rl_slot_distribution [--steps 60000] [--n-envs 2 --subprocess]
         [--teacher fixed_split] [--keep-best-round] [--out NAME]
+        [--dispatch biased_shortest_queue --teacher shortest_queue]
 Writes benchmarks/results/rl_slot_distribution/: rl_slot_distribution.json, .png and the ONNX policy (git-ignored).
 """
 
@@ -38,7 +41,7 @@ import numpy as np
 from benchmarks.common import DATA, gate_over, parse_trainer_args, results_dir, trainer_parser
 from benchmarks.routerbench_fleet import TIERS, routerbench_pool, save_bar_panel, tier_profile
 from training.policies.rl.export import export_policy
-from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
+from training.policies.rl.ppo import PpoSettings, env_policy, train_ppo
 from training.policies.rl.rollout import run_episode
 from training.policies.rl.slot_teacher import best_fixed_split
 from training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin
@@ -63,12 +66,18 @@ def main() -> None:
     parser.add_argument("--n-envs", type=int, default=1, help="environment copies (PpoSettings.n_envs)")
     parser.add_argument("--subprocess", action="store_true",
                         help="step the copies in worker processes (PpoSettings.subprocess; long budgets)")
-    parser.add_argument("--teacher", choices=["fixed_split"], default=None,
-                        help="start PPO from the best fixed split (PpoSettings.teacher)")
+    parser.add_argument("--dispatch", choices=["sample", "biased_shortest_queue"], default="sample",
+                        help="the action: 004's routing distribution per slot (sample), or a bias per instance "
+                             "for shortest-queue dispatch (SlotDistributionEnv.dispatch)")
+    parser.add_argument("--teacher", choices=["fixed_split", "shortest_queue"], default=None,
+                        help="start PPO from the best fixed split (sample dispatch) or from zero biases, "
+                             "join-shortest-queue (biased_shortest_queue dispatch) (PpoSettings.teacher)")
     parser.add_argument("--pretrain-steps", type=int, default=2000, help="with --teacher (PpoSettings.pretrain_steps)")
     parser.add_argument("--keep-best-round", action="store_true",
                         help="return the pretrained or a later rollout's actor, whichever earns the best validation "
                              "return (PpoSettings.keep_best_round)")
+    parser.add_argument("--validation-episodes", type=int, default=2,
+                        help="episodes each keep_best_round candidate is judged on (PpoSettings.validation_episodes)")
     parser.add_argument("--out", default="rl_slot_distribution")
     args = parse_trainer_args(parser)
     if args.quick:
@@ -96,9 +105,9 @@ def main() -> None:
             phases.update({(seed, r.rid): int(p) for r, p in zip(reqs, ph)})
         return reqs
 
-    def make_env(slots=args.slots, workload=None):
+    def make_env(slots=args.slots, workload=None, dispatch=args.dispatch):
         return SlotDistributionEnv(profiles, instance_models, g, workload or (lambda s: spp(s, slots, s % 2)),
-                      requirement_s=requirement, slot_s=slot, buffer=BUFFER, max_slots=slots)
+                      requirement_s=requirement, slot_s=slot, buffer=BUFFER, max_slots=slots, dispatch=dispatch)
 
     print(f"service times {np.round(service, 3)} s, capacity {capacity:.2f} req/s, stretch k = {k:.1f}: "
           f"slot {slot:.1f} s, requirement {requirement:.1f} s, bursty {180 / k:.2f} req/s, "
@@ -107,14 +116,16 @@ def main() -> None:
     net, info = train_ppo(make_env, PpoSettings(total_steps=args.steps, n_envs=args.n_envs,
                                                 subprocess=args.subprocess, teacher=args.teacher,
                                                 pretrain_steps=args.pretrain_steps,
-                                                keep_best_round=args.keep_best_round))
+                                                keep_best_round=args.keep_best_round,
+                                                validation_episodes=args.validation_episodes))
     obs, _ = env.reset(seed=SEEDS[0])
     checks = [obs]
     for _ in range(40):  # observations from a busy cluster too
         obs, *_ = env.step(np.zeros(4, dtype=np.float32))
         checks.append(obs)
+    output = "bias" if args.dispatch == "biased_shortest_queue" else "probabilities"
     spec = export_policy(net, OUT / f"{args.out}_policy", env.observation_spec(), env.action_spec(),
-                         np.stack(checks), output="probabilities")
+                         np.stack(checks), output=output)
 
     def eval_spp(seed):
         return spp(seed, args.eval_slots, 0, record=True)
@@ -132,11 +143,13 @@ def main() -> None:
     heavy = tuple(i for i, m in enumerate(instance_models) if m == 0)
     light = tuple(i for i, m in enumerate(instance_models) if m == 1)
     # what 004's action does without reading the state: the best fixed split (also PPO's teacher)
-    fixed = best_fixed_split(make_env, range(2000, 2002 if args.quick else 2006), 5 if args.quick else 20)
+    fixed = best_fixed_split(lambda: make_env(dispatch="sample"), range(2000, 2002 if args.quick else 2006),
+                             5 if args.quick else 20)
     baselines = {"heavy_only_shortest_queue": lambda: JoinShortestQueue(among=heavy),
                  "light_only_shortest_queue": lambda: JoinShortestQueue(among=light),
                  "shortest_queue": JoinShortestQueue, "round_robin": RoundRobin, "random": RandomPolicy}
     result = {"fleet": {"heavy": [HEAVY, TIERS[HEAVY]], "light": [LIGHT, TIERS[LIGHT]]}, "instances": instance_models,
+              "dispatch": args.dispatch,
               "accuracy_g": g, "service_s": service, "capacity_rps": capacity, "stretch_k": k, "slot_s": slot,
               "requirement_p98_s": requirement, "buffer": BUFFER, "timings": timings, "training": info,
               "onnx": {key: spec[key] for key in ("onnx_max_abs_diff", "onnx_action_agreement")},
@@ -149,9 +162,9 @@ def main() -> None:
             for seed in SEEDS:
                 t0 = time.perf_counter()
                 if pname == "ppo":
-                    outcomes = run_episode(make_env(slots=None, workload=workload), distribution_policy(net), seed)
+                    outcomes = run_episode(make_env(slots=None, workload=workload), env_policy(net, output), seed)
                 elif pname == "best_fixed_split":
-                    outcomes = run_episode(make_env(slots=None, workload=workload),
+                    outcomes = run_episode(make_env(slots=None, workload=workload, dispatch="sample"),
                                            lambda _obs: fixed["logits"], seed)
                 else:
                     cluster = Cluster(make_env().profiles, models=instance_models)

@@ -19,7 +19,7 @@ This measures what collection can reach; the trainers also update every 2–4 de
 - 004 (`SlotDistributionEnv`): `benchmarks.rl_slot_distribution`'s setting (2 heavy + 2 light
   instances, 004's switched Poisson time-stretched, 128-slot episodes); PPO's MLP actor.
 
-    .venv/bin/python -m benchmarks.rl_throughput [--seconds 20]
+    .venv/bin/python -m benchmarks.rl_throughput [--seconds 20] [--environments NAME ...] [--out NAME]
 Writes benchmarks/results/rl_throughput/rl_throughput.json.
 
 `--training`: decisions per second of the double DQN's whole training loop (collection, replay
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -81,10 +82,11 @@ def qos_graph() -> tuple[QosGraphEnv, torch.nn.Module]:
     return env, actor
 
 
-def slot_distribution() -> tuple[SlotDistributionEnv, torch.nn.Module]:
+def slot_distribution(dispatch: str = "sample") -> tuple[SlotDistributionEnv, torch.nn.Module]:
     """`benchmarks.rl_slot_distribution`'s training environment: GPT-4 (BLOOM-176B tier) x 2 and
     Mixtral (Llama-2-70B tier) x 2, 004's switched Poisson stretched by k so the bursty phase is 0.9
-    of capacity, episodes of 128 slots, half starting bursty (trace lengths stand in for RouterBench's)."""
+    of capacity, episodes of 128 slots, half starting bursty (trace lengths stand in for RouterBench's);
+    `dispatch`: 004's sampled distribution, or biases for shortest-queue dispatch (routes request by request)."""
     models = [0, 0, 1, 1]
     profiles = [tier_profile(TIERS[m]) for m in (HEAVY, HEAVY, LIGHT, LIGHT)]
     pool = _pool(2)
@@ -100,7 +102,7 @@ def slot_distribution() -> tuple[SlotDistributionEnv, torch.nn.Module]:
         return pool.requests(times, seed=seed)
 
     env = SlotDistributionEnv(profiles, models, [0.9, 0.9, 0.7, 0.7], workload, requirement_s=0.3 * k, slot_s=slot,
-                              buffer=15, max_slots=slots)
+                              buffer=15, max_slots=slots, dispatch=dispatch)
     return env, mlp(env.observation_space.shape[0], env.action_space.shape[0], (64, 64))
 
 
@@ -175,6 +177,9 @@ def main() -> None:
                         help="environments stepped together, one batched row per count (--training: the largest)")
     parser.add_argument("--training", action="store_true", help="the DDQN's training loop instead (see above)")
     parser.add_argument("--episodes", type=int, default=16, help="with --training")
+    parser.add_argument("--environments", nargs="+", choices=list(ENVIRONMENTS), default=list(ENVIRONMENTS)[:3],
+                        help="which rows to measure (the biased-shortest-queue 004 row is opt-in)")
+    parser.add_argument("--out", default="rl_throughput", help="result file name (without .json)")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     torch.set_num_threads(1)
@@ -187,8 +192,8 @@ def main() -> None:
         (OUT / "rl_throughput_training.json").write_text(json.dumps({"torch_threads": 1, "rows": rows}, indent=2))
         return
     result = {"seconds_each": seconds, "torch_threads": 1, "environments": {}}
-    for name, build in (("001_workload_aware_guided", workload_aware), ("000_qos_graph_han", qos_graph),
-                        ("004_slot_distribution", slot_distribution)):
+    for name in args.environments:
+        build = ENVIRONMENTS[name]
         env, net = build()
         row = {"environment_only": decisions_per_second(env, None, seconds),
                "with_policy_network": decisions_per_second(env, net.eval(), seconds),
@@ -198,7 +203,12 @@ def main() -> None:
         print(f"{name}: {row['environment_only']['decisions_per_s']} decisions/s alone, "
               f"{row['with_policy_network']['decisions_per_s']} with the policy network, {batched} "
               "(batched inference)", flush=True)
-    (OUT / "rl_throughput.json").write_text(json.dumps(result, indent=2))
+    (OUT / f"{args.out}.json").write_text(json.dumps(result, indent=2))
+
+
+ENVIRONMENTS = {"001_workload_aware_guided": workload_aware, "000_qos_graph_han": qos_graph,
+                "004_slot_distribution": slot_distribution,
+                "004_slot_distribution_biased_shortest_queue": partial(slot_distribution, "biased_shortest_queue")}
 
 
 if __name__ == "__main__":

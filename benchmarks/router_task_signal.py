@@ -9,6 +9,21 @@ model (chosen inside each fold), cluster routing for several k, the KNN (k = 100
 runtime prediction), and the oracle. Three fold seeds; mean and spread over them (the spread is
 the noise any "gain" must clear).
 
+Where the rows name their task (dcrouter through its task lookup, RouterBench's eval_name), the
+ceilings of a router that only recognises the task, on the same folds:
+- `true_task`: each prompt routed to its own task's best model (the task given, not predicted);
+- `true_task_knn_residual`: that, plus what a prompt's 100 nearest neighbours of the same task
+  say about the models beyond their task's means (shrunk by 100 / (100 + 30)): the per-prompt
+  signal left in the encoder once the task is known;
+- `task_classifier_accuracy`: how often the family's task classifier (multinomial logistic, C = 1,
+  as `task_mixture`) names the right task out of fold;
+- where costs exist, the AIQ of each over the λ sweep (RouterBench's area under the quality–cost
+  hull), against the single models' hull;
+- `leave_one_task_out`: each training task held out in turn, its prompts routed by the mixture fitted
+  on the other tasks and by the other tasks' best single model, as leads over the held-out task's
+  own best model, with the AUROC of the classifier's largest posterior at telling the held-out
+  task's prompts from an in-distribution fold (how well an unseen task can be detected).
+
     .venv/bin/python -m benchmarks.router_task_signal [--fleets dcrouter routerbench] [--quick]
 
 Writes benchmarks/results/router_task_signal/<fleet>.json.
@@ -18,6 +33,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +44,7 @@ from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
 from core.schemas import routing_models
 from training.embeddings import encode_cached
+from training.predictors.quality_cost_eval import hull_comparison
 from training.predictors.router_family import Candidate, fit_predict
 from training.predictors.router_selection import assign, cluster_best, cluster_centroids, fold_ids, score_at_argmax
 from training.predictors.router_training import split_rows
@@ -81,7 +98,11 @@ def run(fleet: str, quick: bool) -> dict:
             fit_predict(knn, x[fit], y[fit], x[val], seed), axis=1)))
         rows.setdefault("oracle", []).append(float(np.nanmean(np.nanmax(y, axis=1))))
         print(f"{fleet} fold seed {seed}: " + ", ".join(f"{n} {v[-1]:.4f}" for n, v in rows.items()), flush=True)
+    tasks = np.asarray(routing.column("task").to_pylist())[train]
+    cost = matrix(routing, "cost", models)[train]
+    ceilings = task_ceilings(x, y, tasks, cost, settings.folds, seeds, fleet) if len(set(tasks)) > 1 else None
     result = {"fleet": fleet, "train_prompts": int(len(x)), "folds": settings.folds, "fold_seeds": list(seeds),
+              "task_ceilings": ceilings,
               "encoder": config.encoder, "truncation_side": config.training.knn.truncation_side,
               "cv_score": {n: {"mean": float(np.mean(v)), "std": float(np.std(v)), "by_seed": v}
                            for n, v in rows.items()},
@@ -91,6 +112,104 @@ def run(fleet: str, quick: bool) -> dict:
     print(f"{fleet}: " + ", ".join(f"{n} {s['mean']:.4f} ± {s['std']:.4f}" for n, s in result["cv_score"].items())
           + f" -> {path}", flush=True)
     return result
+
+
+def _task_means(y: np.ndarray, tasks: np.ndarray, names) -> np.ndarray:
+    with warnings.catch_warnings():  # a model with no label in a task: NaN, never its best
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.stack([np.nanmean(y[tasks == t], axis=0) for t in names])
+
+
+def _knn_residual(x_fit, y_fit, t_fit, x_val, t_val, k: int = 100, shrink: float = 30.0) -> np.ndarray:
+    """Own-task means plus the shrunk mean residual of the k nearest same-task training prompts."""
+    names = np.unique(t_fit)
+    means = _task_means(y_fit, t_fit, names)
+    row = {t: i for i, t in enumerate(names)}
+    residual = np.nan_to_num(y_fit - means[[row[t] for t in t_fit]])
+    out = np.zeros((len(x_val), y_fit.shape[1]))
+    for t in np.unique(t_val):
+        a, b = np.flatnonzero(t_fit == t), np.flatnonzero(t_val == t)
+        kk = min(k, len(a))
+        idx = np.argpartition(-(x_val[b] @ x_fit[a].T), kk - 1, axis=1)[:, :kk]
+        out[b] = means[row[t]] + residual[a][idx].mean(axis=1) * kk / (kk + shrink)
+    return out
+
+
+def _aiq_of(pred: np.ndarray, y: np.ndarray, cost: np.ndarray) -> float:
+    """AIQ over the λ sweep of argmax(q̂ − λ·c̄) with each model's mean cost (RouterBench's measure)."""
+    cbar = np.nanmean(cost, axis=0)
+    grid = [0.0, *np.geomspace(np.ptp(np.nanmean(y, 0)) / np.ptp(cbar) * 1e-3,
+                               np.ptp(np.nanmean(y, 0)) / np.ptp(cbar) * 1e3, 200)]
+    rows = np.arange(len(y))
+    points = [(float(cost[rows, p].mean()), float(y[rows, p].mean()))
+              for p in ((pred - lam * cbar).argmax(axis=1) for lam in grid)]
+    singles = [(float(cost[:, j].mean()), float(y[:, j].mean())) for j in range(y.shape[1])]
+    return hull_comparison(points, singles)["aiq_router"]
+
+
+def task_ceilings(x, y, tasks, cost, folds_n: int, seeds, fleet: str) -> dict:
+    """What knowing the task gives, and what is left within it (see the module docstring)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    complete = ~(np.isnan(y).any(axis=1) | np.isnan(cost).any(axis=1))
+    with_costs = bool(complete.any() and not np.isnan(cost).all())
+    rows: dict[str, list[float]] = {}
+    mixture = Candidate("task_mixture", {"C": 1.0, "clusters": 8})
+    for seed in seeds:
+        folds = fold_ids(len(x), folds_n, seed)
+        preds = {name: np.zeros_like(y) for name in ("true_task", "true_task_knn_residual", "task_mixture")}
+        correct = 0
+        for f in range(folds_n):
+            fit, val = folds != f, folds == f
+            names = np.unique(tasks[fit])
+            means = _task_means(y[fit], tasks[fit], names)
+            preds["true_task"][val] = means[np.searchsorted(names, tasks[val])]
+            preds["true_task_knn_residual"][val] = _knn_residual(x[fit], y[fit], tasks[fit], x[val], tasks[val])
+            preds["task_mixture"][val] = fit_predict(mixture, x[fit], y[fit], x[val], seed, tasks[fit])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                clf = LogisticRegression(C=1.0, max_iter=2000, random_state=seed).fit(x[fit], tasks[fit])
+            correct += int((clf.predict(x[val]) == tasks[val]).sum())
+        rows.setdefault("task_classifier_accuracy", []).append(correct / len(x))
+        for name, pred in preds.items():
+            rows.setdefault(name, []).append(score_at_argmax(np.nan_to_num(pred, nan=-1.0), y))
+            if with_costs:
+                rows.setdefault(f"aiq_{name}", []).append(_aiq_of(pred[complete], y[complete], cost[complete]))
+        if with_costs:
+            c, q = cost[complete], y[complete]
+            rows.setdefault("aiq_single_hull", []).append(hull_comparison(
+                [(float(c[:, j].mean()), float(q[:, j].mean())) for j in range(y.shape[1])],
+                [(float(c[:, j].mean()), float(q[:, j].mean())) for j in range(y.shape[1])])["aiq_single_hull"])
+        print(f"{fleet} fold seed {seed} (tasks known): " + ", ".join(f"{n} {v[-1]:.4f}" for n, v in rows.items()),
+              flush=True)
+    held_out = {}
+    folds = fold_ids(len(x), folds_n, seeds[0])
+    for task in np.unique(tasks):
+        rest, held = tasks != task, tasks == task
+        own = float(np.nanmax(np.nanmean(y[held], axis=0)))
+        overall = int(np.nanargmax(np.nanmean(y[rest], axis=0)))
+        pred = fit_predict(mixture, x[rest], y[rest], x[held], seeds[0], tasks[rest])
+        fit, in_dist = rest & (folds != 0), rest & (folds == 0)
+        auroc = None  # one task left: no classifier to be unsure
+        if len(set(tasks[fit])) > 1:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                clf = LogisticRegression(C=1.0, max_iter=2000, random_state=seeds[0]).fit(x[fit], tasks[fit])
+            confidence = np.r_[clf.predict_proba(x[in_dist]).max(axis=1), clf.predict_proba(x[held]).max(axis=1)]
+            auroc = float(roc_auc_score(np.r_[np.zeros(in_dist.sum()), np.ones(held.sum())], -confidence))
+        held_out[str(task)] = {
+            "prompts": int(held.sum()), "own_best": own,
+            "lead_best_overall": float(np.nanmean(y[held][:, overall])) - own,
+            "lead_task_mixture": score_at_argmax(pred, y[held]) - own, "unseen_detection_auroc": auroc}
+    summary = {n: {"mean": float(np.mean(v)), "std": float(np.std(v)), "by_seed": v} for n, v in rows.items()}
+    print(f"{fleet} leave one task out (lead over the task's best model: best overall / mixture; unseen AUROC): "
+          + ", ".join(f"{t} {r['lead_best_overall']:+.3f}/{r['lead_task_mixture']:+.3f}/"
+                      + ("-" if r["unseen_detection_auroc"] is None else f"{r['unseen_detection_auroc']:.2f}")
+                      for t, r in held_out.items()), flush=True)
+    return {"cv": summary, "leave_one_task_out": held_out,
+            "within_half_point": {key: sum(r[key] >= -0.005 for r in held_out.values())
+                                  for key in ("lead_best_overall", "lead_task_mixture")}}
 
 
 def main() -> None:

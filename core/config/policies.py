@@ -142,7 +142,9 @@ class PpoSettings(_KeepBest):
     # state-blind split (docs/results.md); its shares are searched on a grid of 1/teacher_resolution
     # steps per model, judged by the episode return on training-workload seeds, and the actor's
     # mean is fitted to it on `demo_episodes` of its observations for `pretrain_steps` updates
-    teacher: Literal["fixed_split"] | None = None
+    # `shortest_queue`: for an environment with `dispatch: biased_shortest_queue`, all-zero biases
+    # (join-shortest-queue exactly) on `demo_episodes` of its observations
+    teacher: Literal["fixed_split", "shortest_queue"] | None = None
     teacher_resolution: int = Field(20, ge=1)
     demo_episodes: int = Field(4, ge=1)
     pretrain_steps: int = Field(2000, ge=0)

@@ -8,6 +8,10 @@ With `teacher: fixed_split` the actor starts as the best fixed routing distribut
 the split visits, before any PPO update. Unlike the DQN and SAC, PPO keeps no pull toward the
 teacher during RL (Stable-Baselines3's loss has no slot for one); `keep_best_round` judges the
 cloned actor and the actor after every rollout on validation episodes and returns the best.
+
+With the environment's `dispatch: biased_shortest_queue` the action is a bias per instance instead
+of a distribution; `teacher: shortest_queue` fits the mean to all-zero biases (join-shortest-queue
+exactly) and the returned network outputs the biases (`mean_actor(..., "bias")`).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from core.config.policies import PpoSettings  # noqa: F401 - re-exported for cal
 
 def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
               log: Callable[[str], None] = print) -> tuple[object, dict]:
-    """Returns the network that maps an observation to the routing distribution (`simplex_actor`)
-    and the learning curve (return, length and wall time of every training episode)."""
+    """Returns the network that maps an observation to the action the environment takes (the routing
+    distribution, or the biases where the environment dispatches by biased shortest queue;
+    `mean_actor`) and the learning curve (return, length and wall time of every training episode)."""
     import torch.nn as nn
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -53,12 +58,18 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     # forked workers inherit the parent's workload tables instead of unpickling them
     vec = SubprocVecEnv(copies, start_method="fork") if settings.subprocess else DummyVecEnv(copies)
     venv = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=settings.gamma)
+    probe = make_env()
+    output = "bias" if getattr(probe, "dispatch", "sample") == "biased_shortest_queue" else "probabilities"
+    wanted = {"probabilities": "fixed_split", "bias": "shortest_queue"}[output]
+    if settings.teacher not in (None, wanted):
+        raise ValueError(f"PpoSettings.teacher: {settings.teacher!r} does not fit an environment whose action is "
+                         f"{'a bias per instance' if output == 'bias' else 'a routing distribution'}; use {wanted!r}")
+    demo_seeds = range(settings.seed * 1000 + 600, settings.seed * 1000 + 600 + settings.demo_episodes)
     teacher: dict = {}
     if settings.teacher == "fixed_split":
-        teacher = best_fixed_split(make_env, range(settings.seed * 1000 + 600, settings.seed * 1000 + 600
-                                                   + settings.demo_episodes), settings.teacher_resolution, log)
-    elif settings.teacher is not None:
-        raise ValueError(f"PpoSettings.teacher: {settings.teacher!r} is not fixed_split or None")
+        teacher = best_fixed_split(make_env, demo_seeds, settings.teacher_resolution, log)
+    elif settings.teacher == "shortest_queue":
+        teacher = {"logits": np.zeros(probe.action_space.shape, dtype=np.float32)}
     model = PPO("MlpPolicy", venv, learning_rate=settings.learning_rate, n_steps=settings.n_steps // settings.n_envs,
                 batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
                 gae_lambda=settings.gae_lambda, clip_range=settings.clip_range, seed=settings.seed, device="cpu",
@@ -66,16 +77,17 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
                                "activation_fn": nn.Tanh}, verbose=0)
     pretrain: dict = {}
     if teacher:
-        observations = fixed_split_observations(make_env, teacher["logits"], range(
-            settings.seed * 1000 + 600, settings.seed * 1000 + 600 + settings.demo_episodes))
+        observations = fixed_split_observations(make_env, teacher["logits"], demo_seeds)
         pretrain = clone_mean(model.policy, observations, teacher["logits"], settings.pretrain_steps,
-                              settings.learning_rate, settings.batch_size, settings.seed)
-        pretrain |= {"teacher": "fixed_split", "shares": teacher["shares"], "teacher_return": teacher["return"],
-                     "grid": teacher["grid"], "demonstrations": len(observations)}
-        log(f"pretrained the actor on {len(observations)} states of the fixed split: largest routing-probability "
-            f"error {pretrain['max_probability_error']:.3f}")
-    best = (BestRound(make_env(), settings.seed, settings.validation_episodes,
-                      lambda policy: distribution_policy(simplex_actor(policy, train=True)))
+                              settings.learning_rate, settings.batch_size, settings.seed, output)
+        pretrain |= {"teacher": settings.teacher, "demonstrations": len(observations)}
+        pretrain |= {key: teacher[key] for key in ("shares", "grid") if key in teacher}
+        if "return" in teacher:
+            pretrain["teacher_return"] = teacher["return"]
+        log(f"pretrained the actor on {len(observations)} states of the {settings.teacher.replace('_', ' ')} "
+            f"teacher: largest action error {pretrain['max_action_error']:.3f}")
+    best = (BestRound(probe, settings.seed, settings.validation_episodes,
+                      lambda policy: env_policy(mean_actor(policy, output, train=True), output))
             if settings.keep_best_round else None)
 
     class Rounds(BaseCallback):
@@ -101,13 +113,13 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     if best is not None:
         best.offer(model.policy, log, len(curve), int(model.num_timesteps))
         best.restore(model.policy, info, log)
-    return simplex_actor(model.policy), info
+    return mean_actor(model.policy, output), info
 
 
 def clone_mean(policy, observations: np.ndarray, logits: np.ndarray, steps: int, learning_rate: float,
-               batch_size: int, seed: int) -> dict:
+               batch_size: int, seed: int, output: str = "probabilities") -> dict:
     """Fit the Gaussian policy's mean action to `logits` on `observations` (the actor's layers only);
-    returns how far the cloned routing probabilities are from the teacher's."""
+    returns how far the cloned actions (routing probabilities, or biases) are from the teacher's."""
     import torch
 
     rng = np.random.default_rng(seed)
@@ -124,29 +136,46 @@ def clone_mean(policy, observations: np.ndarray, logits: np.ndarray, steps: int,
         loss.backward()
         optim.step()
     with torch.no_grad():
-        probs = simplex_actor(policy, train=True)(obs)
-    error = (probs - torch.softmax(target, -1)).abs().max()
-    return {"pretrain_steps": steps, "max_probability_error": float(error)}
+        cloned = mean_actor(policy, output, train=True)(obs)
+    goal = torch.softmax(target, -1) if output == "probabilities" else target
+    return {"pretrain_steps": steps, "max_action_error": float((cloned - goal).abs().max())}
 
 
-def simplex_actor(policy, train: bool = False):
-    """The deterministic policy (the Gaussian's mean) as observation → routing probabilities; put in
+def mean_actor(policy, output: str = "probabilities", train: bool = False):
+    """The deterministic policy (the Gaussian's mean) as observation → routing probabilities
+    (softmax of the mean, 004) or → biases (the mean, `dispatch: biased_shortest_queue`); put in
     eval mode unless `train` (a view used during training must leave SB3's modes alone)."""
     import torch
     import torch.nn as nn
 
-    class SimplexActor(nn.Module):
+    class MeanActor(nn.Module):
         def __init__(self):
             super().__init__()
             self.policy = policy
 
         def forward(self, observation: torch.Tensor) -> torch.Tensor:
             features = self.policy.extract_features(observation, self.policy.pi_features_extractor)
-            logits = self.policy.action_net(self.policy.mlp_extractor.forward_actor(features))
-            return torch.softmax(logits, dim=-1)
+            mean = self.policy.action_net(self.policy.mlp_extractor.forward_actor(features))
+            return torch.softmax(mean, dim=-1) if output == "probabilities" else mean
 
-    actor = SimplexActor()
+    actor = MeanActor()
     return actor if train else actor.eval()
+
+
+def env_policy(actor, output: str) -> Callable[[np.ndarray], np.ndarray]:
+    """An exported-style actor as an `SlotDistributionEnv` policy, for either action meaning."""
+    return distribution_policy(actor) if output == "probabilities" else bias_policy(actor)
+
+
+def bias_policy(actor) -> Callable[[np.ndarray], np.ndarray]:
+    """A bias actor (`mean_actor(..., "bias")`) as an `SlotDistributionEnv` policy: its output is the action."""
+    import torch
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return actor(torch.as_tensor(obs, dtype=torch.float32)[None])[0].numpy()
+
+    return act
 
 
 def distribution_policy(actor) -> Callable[[np.ndarray], np.ndarray]:

@@ -109,6 +109,10 @@ class SingleServerFleet:
         if until > self.now[j]:
             self.now[j] = until
 
+    def outstanding(self) -> list[int]:
+        """Per instance, the requests in it (the one in service included), as join-shortest-queue counts."""
+        return [len(q) for q in self.queues]
+
     def collect(self) -> list[list[int]]:
         """Per instance, the requests that left (finished or rejected) since the previous call."""
         out, self.reported = self.reported, [[] for _ in self.queues]

@@ -11,6 +11,15 @@ any RL library can produce it). Reward per slot: r = −v − α·b + β·Σ_i g
 completions later than L, b the rejections, ν_i the completions within L at instance i and g_i its
 model's validation accuracy.
 
+`dispatch="biased_shortest_queue"` (not 004's; an option) gives the action another meaning: m
+biases (rounded to half requests, `artifacts.heuristics.queue_biases`), and each arrival of the
+slot goes to the instance with the fewest requests less its bias
+(`artifacts.heuristics.biased_shortest_queue`). Why: a distribution per slot cannot balance the
+requests within a slot as join-shortest-queue does request by request, and in 004's setting
+shortest queue beats every distribution PPO found (docs/results.md). With biases the policy keeps
+that per-request balance and learns only how far to lean toward some instances, slot by slot
+(all-zero biases are join-shortest-queue exactly, the teacher `shortest_queue` clones).
+
 The instances are a `SingleServerFleet`: with one request in service each request's life is known
 when it is queued, so an episode is simulated in closed form over columns, which is exact and
 several times faster than the general engine (`engine="batching"` runs `Instance`s, the reference
@@ -26,12 +35,15 @@ import math
 import gymnasium as gym
 import numpy as np
 
+from artifacts.heuristics import biased_shortest_queue, queue_biases
 from artifacts.policy import observation_slot_distribution
 from training.policies.simulator.cluster import Cluster, Outcome, Request
 from training.policies.simulator.episode_seed import episode_seed
 from training.policies.simulator.instance import InstanceProfile
 from training.policies.simulator.single_server import SingleServerFleet
 from training.policies.simulator.workloads import RequestBatch
+
+DISPATCH = ("sample", "biased_shortest_queue")
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -45,15 +57,20 @@ class SlotDistributionEnv(gym.Env):
     def __init__(self, profiles: list[InstanceProfile], models: list[int], accuracy: list[float], workload,
                  requirement_s: float, slot_s: float = 1.0, buffer: int = 15, pad: int = 16,
                  alpha: float = 1.0, beta: float = 1.0, max_slots: int | None = None,
-                 engine: str = "single_server"):
+                 engine: str = "single_server", dispatch: str = "sample"):
         """`workload(seed) -> list[Request]`; `accuracy[i]` is g_i of instance i; `max_slots` truncates
         training episodes (None: run until every request has left); `engine`: "single_server"
-        (closed form) or "batching" (`Instance`, the same dynamics stepped through)."""
+        (closed form) or "batching" (`Instance`, the same dynamics stepped through); `dispatch`: "sample"
+        (004: the action is a routing distribution) or "biased_shortest_queue" (the action is a bias
+        per instance)."""
         if len(profiles) != len(models) or len(profiles) != len(accuracy):
             raise ValueError("SlotDistributionEnv: profiles, models and accuracy need one entry per instance")
         if engine not in ("single_server", "batching"):
             raise ValueError(f"SlotDistributionEnv: engine {engine!r} is not one of ['batching', 'single_server']")
         self.engine = engine
+        if dispatch not in DISPATCH:
+            raise ValueError(f"SlotDistributionEnv: dispatch {dispatch!r} is not one of {sorted(DISPATCH)}")
+        self.dispatch = dispatch
         if buffer < 1 or pad < buffer:
             raise ValueError(f"SlotDistributionEnv: buffer >= 1 and pad >= buffer required, got {buffer}, {pad}")
         # 004's instances: one request in service, buffer − 1 waiting
@@ -75,6 +92,13 @@ class SlotDistributionEnv(gym.Env):
                 "slot_s": self.slot_s}
 
     def action_spec(self) -> dict:
+        if self.dispatch == "biased_shortest_queue":
+            low, high = float(self.action_space.low[0]), float(self.action_space.high[0])
+            return {"n": self.m, "kind": "queue_bias", "bounds": [low, high], "dispatch": "biased_shortest_queue",
+                    "rounding": "nearest half request (artifacts.heuristics.queue_biases)",
+                    "meaning": [f"bias of instance {i}: each request of the next slot goes to the instance with "
+                                "the fewest running + waiting requests minus its bias (first on ties)"
+                                for i in range(self.m)]}
         return {"n": self.m, "kind": "simplex", "transform": "softmax",
                 "meaning": [f"probability of routing a request of the next slot to instance {i}"
                             for i in range(self.m)]}
@@ -111,12 +135,16 @@ class SlotDistributionEnv(gym.Env):
         return self._requests[int(self._order[i])]
 
     def step(self, action):
-        probs = softmax(action)
         end = self.t + self.slot_s
         last = int(np.searchsorted(self.arrivals, end, side="left"))  # the slot's arrivals: arrival < end
-        # one draw for the whole slot: the same uniforms, in the same order, as one draw per request
-        picks = self.rng.choice(self.m, size=last - self._next, p=probs).tolist() if last > self._next else []
-        self.fleet.route(range(self._next, last), picks)
+        if self.dispatch == "biased_shortest_queue":
+            bias = queue_biases(action, (float(self.action_space.low[0]), float(self.action_space.high[0])))
+            picks, probs = self._route_biased(self._next, last, bias.tolist()), None
+        else:
+            probs = softmax(action)
+            # one draw for the whole slot: the same uniforms, in the same order, as one draw per request
+            picks = self.rng.choice(self.m, size=last - self._next, p=probs).tolist() if last > self._next else []
+            self.fleet.route(range(self._next, last), picks)
         self.routed += np.bincount(picks, minlength=self.m)
         self._next = last
         self.slots += 1
@@ -126,8 +154,20 @@ class SlotDistributionEnv(gym.Env):
         late, rejected, on_time = self._settle()
         reward = -late - self.alpha * rejected + self.beta * float(self.accuracy @ on_time)
         truncated = not terminated and self.max_slots is not None and self.slots >= self.max_slots
-        return self._observe(), float(reward), terminated, truncated, {
-            "late": late, "rejected": rejected, "on_time": on_time.tolist(), "probabilities": probs.tolist()}
+        info = {"late": late, "rejected": rejected, "on_time": on_time.tolist()}
+        info |= {"probabilities": probs.tolist()} if probs is not None else {"bias": bias.tolist()}
+        return self._observe(), float(reward), terminated, truncated, info
+
+    def _route_biased(self, first: int, last: int, bias: list[float]) -> list[int]:
+        """Route arrivals first..last−1 one at a time, each on the counts every instance shows at its
+        arrival (join-shortest-queue's view, so zero biases decide as `JoinShortestQueue` does)."""
+        picks = []
+        for i in range(first, last):
+            self.fleet.advance(self._arrival_list[i])
+            pick = biased_shortest_queue(self.fleet.outstanding(), bias)
+            self.fleet.route(range(i, i + 1), [pick])
+            picks.append(pick)
+        return picks
 
     def _settle(self) -> tuple[int, int, np.ndarray]:
         """Count the completions and rejections reported since the previous slot."""
@@ -177,6 +217,9 @@ class _BatchingFleet:
 
     def advance(self, until: float) -> None:
         self.cluster.advance(until)
+
+    def outstanding(self) -> list[int]:
+        return [inst.n_running + inst.n_waiting for inst in self.cluster.instances]
 
     def collect(self) -> list[list[int]]:
         out = []
