@@ -36,7 +36,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
     from training.policies.rl.rollout import BestRound
-    from training.policies.rl.slot_teacher import best_fixed_split, fixed_split_observations
+    from training.policies.rl.slot_teacher import best_fixed_split, constant_action_observations
 
     curve: list[dict] = []
     start = time.perf_counter()
@@ -77,7 +77,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
                                "activation_fn": nn.Tanh}, verbose=0)
     pretrain: dict = {}
     if teacher:
-        observations = fixed_split_observations(make_env, teacher["logits"], demo_seeds)
+        observations = constant_action_observations(make_env, teacher["logits"], demo_seeds)
         pretrain = clone_mean(model.policy, observations, teacher["logits"], settings.pretrain_steps,
                               settings.learning_rate, settings.batch_size, settings.seed, output)
         pretrain |= {"teacher": settings.teacher, "demonstrations": len(observations)}

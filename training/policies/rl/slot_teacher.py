@@ -56,8 +56,10 @@ def best_fixed_split(make_env: Callable[[], object], seeds: Iterable[int], resol
             "return": best["return"], "grid": grid}
 
 
-def fixed_split_observations(make_env: Callable[[], object], logits: np.ndarray, seeds: Iterable[int]) -> np.ndarray:
-    """The observations of episodes the fixed split plays: the states its clone is fitted on."""
+def constant_action_observations(make_env: Callable[[], object], logits: np.ndarray,
+                                 seeds: Iterable[int]) -> np.ndarray:
+    """The observations of episodes played with one action throughout (the fixed split's logits; zero
+    biases, shortest queue, under biased dispatch): the states the teacher's clone is fitted on."""
     env, rows = make_env(), []
     for seed in seeds:
         obs, _ = env.reset(seed=seed)
