@@ -136,20 +136,26 @@ def test_slot_env_observation_reports_ages_and_service():
     assert (per[[0, 1, 3], 5] == 0).all()  # nothing was sent there
 
 
-def test_ppo_smoke_trains_exports_and_beats_nothing_silently(tmp_path):
-    env = _slot_env(max_slots=16, n=300)
-    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
-                          PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2), log=lambda m: None)
-    assert info["curve"] and info["curve"][-1]["slots"] == 16
+def _export_after_busy_slots(net, env, tmp_path, output: str):
+    """Export `net` with parity checked on the observations of six slots of `env` under action zero;
+    returns (spec, those observations, the runtime policy loaded back)."""
     obs, _ = env.reset(seed=3)
     checks = [obs]
     for _ in range(5):
         obs, *_ = env.step(np.zeros(4, dtype=np.float32))
         checks.append(obs)
     spec = export_policy(net, tmp_path / "policy", env.observation_spec(), env.action_spec(), np.stack(checks),
-                         output="probabilities")
+                         output=output)
+    return spec, checks, RoutingPolicy.load(tmp_path / "policy")
+
+
+def test_ppo_smoke_trains_exports_and_beats_nothing_silently(tmp_path):
+    env = _slot_env(max_slots=16, n=300)
+    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
+                          PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2), log=lambda m: None)
+    assert info["curve"] and info["curve"][-1]["slots"] == 16
+    spec, checks, policy = _export_after_busy_slots(net, env, tmp_path, "probabilities")
     assert spec["onnx_max_abs_diff"] < 1e-5
-    policy = RoutingPolicy.load(tmp_path / "policy")
     probs = policy.act(checks[-1])
     assert probs.shape == (4,) and probs.sum() == pytest.approx(1.0, abs=1e-5)
     outcomes = run_episode(_slot_env(), distribution_policy(net), seed=9)
@@ -268,16 +274,8 @@ def test_ppo_over_queue_biases_starts_at_jsq_exports_and_dispatches(tmp_path):
                            demo_episodes=1, pretrain_steps=300, keep_best_round=True)
     net, info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
     assert info["pretrain"]["teacher"] == "shortest_queue" and info["pretrain"]["max_action_error"] < 0.05
-    env = _biased_env()
-    obs, _ = env.reset(seed=3)
-    checks = [obs]
-    for _ in range(5):
-        obs, *_ = env.step(np.zeros(4, dtype=np.float32))
-        checks.append(obs)
-    spec = export_policy(net, tmp_path / "policy", env.observation_spec(), env.action_spec(), np.stack(checks),
-                         output="bias")
+    spec, checks, policy = _export_after_busy_slots(net, _biased_env(), tmp_path, "bias")
     assert spec["onnx_max_abs_diff"] < 1e-5 and spec["action"]["kind"] == "queue_bias"
-    policy = RoutingPolicy.load(tmp_path / "policy")
     biases = policy.act(checks[-1])
     assert biases.shape == (4,) and np.all(np.abs(biases) <= 10.0) and np.all(biases * 2 == np.round(biases * 2))
     assert biases == pytest.approx(queue_biases(bias_policy(net)(checks[-1])))
