@@ -177,7 +177,7 @@ def main() -> None:
                         help="environments stepped together, one batched row per count (--training: the largest)")
     parser.add_argument("--training", action="store_true", help="the DDQN's training loop instead (see above)")
     parser.add_argument("--episodes", type=int, default=16, help="with --training")
-    parser.add_argument("--environments", nargs="+", choices=list(ENVIRONMENTS), default=list(ENVIRONMENTS)[:3],
+    parser.add_argument("--environments", nargs="+", choices=list(ENVIRONMENTS), default=list(DEFAULT_ENVIRONMENTS),
                         help="which rows to measure (the biased-shortest-queue 004 row is opt-in)")
     parser.add_argument("--out", default="rl_throughput", help="result file name (without .json)")
     args = parser.parse_args()
@@ -209,6 +209,7 @@ def main() -> None:
 ENVIRONMENTS = {"001_workload_aware_guided": workload_aware, "000_qos_graph_han": qos_graph,
                 "004_slot_distribution": slot_distribution,
                 "004_slot_distribution_biased_shortest_queue": partial(slot_distribution, "biased_shortest_queue")}
+DEFAULT_ENVIRONMENTS = ("001_workload_aware_guided", "000_qos_graph_han", "004_slot_distribution")
 
 
 if __name__ == "__main__":

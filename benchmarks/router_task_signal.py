@@ -38,13 +38,14 @@ from pathlib import Path
 
 import numpy as np
 
+from artifacts.knn import KnnPrediction
 from benchmarks.common import results_dir
 from benchmarks.router_selection import CONFIGS, over_fleets
 from benchmarks.routerbench_knn import routing_table_of
 from core.config import load_fleet
 from core.schemas import routing_models
 from training.embeddings import encode_cached
-from training.predictors.quality_cost_eval import hull_comparison
+from training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 from training.predictors.router_family import Candidate, fit_predict
 from training.predictors.router_selection import assign, cluster_best, cluster_centroids, fold_ids, score_at_argmax
 from training.predictors.router_training import split_rows
@@ -135,21 +136,28 @@ def _knn_residual(x_fit, y_fit, t_fit, x_val, t_val, k: int = 100, shrink: float
     return out
 
 
-def _aiq_of(pred: np.ndarray, y: np.ndarray, cost: np.ndarray) -> float:
-    """AIQ over the λ sweep of argmax(q̂ − λ·c̄) with each model's mean cost (RouterBench's measure)."""
-    cbar = np.nanmean(cost, axis=0)
-    grid = [0.0, *np.geomspace(np.ptp(np.nanmean(y, 0)) / np.ptp(cbar) * 1e-3,
-                               np.ptp(np.nanmean(y, 0)) / np.ptp(cbar) * 1e3, 200)]
+def _hull_of(pred: np.ndarray, y: np.ndarray, cost: np.ndarray) -> dict[str, float]:
+    """AIQ of routing by `pred` over the library's λ sweep (`auto_lambdas`; each model's mean cost,
+    as the router predicts it), against the single models' hull (`hull_comparison`)."""
+    cbar = np.broadcast_to(np.nanmean(cost, axis=0), pred.shape)
+    prediction = KnnPrediction([str(j) for j in range(y.shape[1])], pred, np.full_like(pred, np.nan), cbar)
     rows = np.arange(len(y))
     points = [(float(cost[rows, p].mean()), float(y[rows, p].mean()))
-              for p in ((pred - lam * cbar).argmax(axis=1) for lam in grid)]
-    singles = [(float(cost[:, j].mean()), float(y[:, j].mean())) for j in range(y.shape[1])]
-    return hull_comparison(points, singles)["aiq_router"]
+              for p in (prediction.best_index(lam) for lam in auto_lambdas(prediction))]
+    return hull_comparison(points, [(float(cost[:, j].mean()), float(y[:, j].mean())) for j in range(y.shape[1])])
+
+
+def _task_classifier(x: np.ndarray, tasks: np.ndarray, seed: int):
+    """The multinomial logistic task classifier `task_mixture` uses (C = 1)."""
+    from sklearn.linear_model import LogisticRegression
+
+    with warnings.catch_warnings():  # lbfgs may stop at max_iter on a separable fold: still usable
+        warnings.simplefilter("ignore")
+        return LogisticRegression(C=1.0, max_iter=2000, random_state=seed).fit(x, tasks)
 
 
 def task_ceilings(x, y, tasks, cost, folds_n: int, seeds, fleet: str) -> dict:
     """What knowing the task gives, and what is left within it (see the module docstring)."""
-    from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
     complete = ~(np.isnan(y).any(axis=1) | np.isnan(cost).any(axis=1))
@@ -167,20 +175,15 @@ def task_ceilings(x, y, tasks, cost, folds_n: int, seeds, fleet: str) -> dict:
             preds["true_task"][val] = means[np.searchsorted(names, tasks[val])]
             preds["true_task_knn_residual"][val] = _knn_residual(x[fit], y[fit], tasks[fit], x[val], tasks[val])
             preds["task_mixture"][val] = fit_predict(mixture, x[fit], y[fit], x[val], seed, tasks[fit])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                clf = LogisticRegression(C=1.0, max_iter=2000, random_state=seed).fit(x[fit], tasks[fit])
-            correct += int((clf.predict(x[val]) == tasks[val]).sum())
+            correct += int((_task_classifier(x[fit], tasks[fit], seed).predict(x[val]) == tasks[val]).sum())
         rows.setdefault("task_classifier_accuracy", []).append(correct / len(x))
         for name, pred in preds.items():
             rows.setdefault(name, []).append(score_at_argmax(np.nan_to_num(pred, nan=-1.0), y))
             if with_costs:
-                rows.setdefault(f"aiq_{name}", []).append(_aiq_of(pred[complete], y[complete], cost[complete]))
+                hull = _hull_of(pred[complete], y[complete], cost[complete])
+                rows.setdefault(f"aiq_{name}", []).append(hull["aiq_router"])
         if with_costs:
-            c, q = cost[complete], y[complete]
-            rows.setdefault("aiq_single_hull", []).append(hull_comparison(
-                [(float(c[:, j].mean()), float(q[:, j].mean())) for j in range(y.shape[1])],
-                [(float(c[:, j].mean()), float(q[:, j].mean())) for j in range(y.shape[1])])["aiq_single_hull"])
+            rows.setdefault("aiq_single_hull", []).append(hull["aiq_single_hull"])  # the same for every router
         print(f"{fleet} fold seed {seed} (tasks known): " + ", ".join(f"{n} {v[-1]:.4f}" for n, v in rows.items()),
               flush=True)
     held_out = {}
@@ -193,9 +196,7 @@ def task_ceilings(x, y, tasks, cost, folds_n: int, seeds, fleet: str) -> dict:
         fit, in_dist = rest & (folds != 0), rest & (folds == 0)
         auroc = None  # one task left: no classifier to be unsure
         if len(set(tasks[fit])) > 1:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                clf = LogisticRegression(C=1.0, max_iter=2000, random_state=seeds[0]).fit(x[fit], tasks[fit])
+            clf = _task_classifier(x[fit], tasks[fit], seeds[0])
             confidence = np.r_[clf.predict_proba(x[in_dist]).max(axis=1), clf.predict_proba(x[held]).max(axis=1)]
             auroc = float(roc_auc_score(np.r_[np.zeros(in_dist.sum()), np.ones(held.sum())], -confidence))
         held_out[str(task)] = {
