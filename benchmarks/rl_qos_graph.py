@@ -16,7 +16,7 @@ the Azure trace's timestamps rescaled to the same mean rate (not trained on), 3 
 requests each. Each SAC policy is evaluated greedily (its most probable action) and as trained (an action drawn
 from its distribution); both are exported to ONNX.
 
-    .venv/bin/python -m benchmarks.rl_qos_graph [--steps 6000]
+    .venv/bin/python -m benchmarks.rl_qos_graph [--steps 6000] [--learn-every 2] [--n-envs 1] [--torch-threads 1]
 Writes benchmarks/results/rl_qos_graph/: rl_qos_graph.json, .png and the ONNX policies (git-ignored).
 
 000's ablation of the predictors (PS/PL/ZS/ZL; here with true lengths in place of PL):
@@ -33,8 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import DATA, gate_over, results_dir
-from benchmarks.common import parser as bench_parser
+from benchmarks.common import DATA, gate_over, parse_trainer_args, results_dir, trainer_parser
 from benchmarks.routerbench_fleet import routerbench_pool, save_bar_panel, tier_profile
 from training.policies.rl.export import export_policy
 from training.policies.rl.rollout import greedy, run_episode, sampled
@@ -124,8 +123,12 @@ class Setting:
 
 
 def main() -> None:
-    parser = bench_parser(__doc__)
+    parser = trainer_parser(__doc__)
     parser.add_argument("--steps", type=int, default=6000, help="SAC training steps (decisions) per policy")
+    parser.add_argument("--learn-every", type=int, default=2,
+                        help="decisions per SAC update (SacSettings.learn_every): the budget's update-to-data ratio")
+    parser.add_argument("--n-envs", type=int, default=1,
+                        help="environment copies stepped together behind one batched forward (SacSettings.n_envs)")
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--requirement-ms", type=float, default=60.0)
     parser.add_argument("--episode", type=int, default=500, help="requests per training episode")
@@ -150,7 +153,7 @@ def main() -> None:
                         help="return the pretrained or a later round's actor, whichever earns the best validation "
                              "return (SacSettings.keep_best_round)")
     parser.add_argument("--out", default="rl_qos_graph")
-    args = parser.parse_args()
+    args = parse_trainer_args(parser)
     if args.quick:
         args.steps, args.episode = 200, 100
     setting = Setting(args)
@@ -165,7 +168,8 @@ def compare(setting: Setting, args) -> None:
     learned = {}
     for variant in ("han", "baseline"):
         env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
-        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher,
+        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=args.learn_every,
+                                               n_envs=args.n_envs, teacher=args.teacher,
                                                target_entropy_weight=args.target_entropy_weight,
                                                bc_floor=args.bc_floor, clone_steps=args.clone_steps,
                                                demo_episodes=args.demo_episodes,
@@ -191,7 +195,8 @@ def compare(setting: Setting, args) -> None:
     result["paper_000"] = {"qos_vs_baseline_rl_poisson": 0.3578, "qos_vs_baseline_rl_trace": ">= 0.3347"}
     result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
     result.update(bc_floor=args.bc_floor, clone_steps=args.clone_steps, teacher_choice=args.teacher_choice,
-                  demo_episodes=args.demo_episodes, keep_best_round=args.keep_best_round)
+                  demo_episodes=args.demo_episodes, keep_best_round=args.keep_best_round,
+                  learn_every=args.learn_every, n_envs=args.n_envs)
     result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
                                "qos_mean", trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

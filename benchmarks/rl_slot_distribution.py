@@ -23,10 +23,12 @@ return; `training.policies.rl.slot_teacher`), what 004's action achieves without
 `--teacher fixed_split` starts PPO from it. `--dispatch biased_shortest_queue` (not 004's action)
 lets PPO set a bias per instance each slot instead, and routes each request by shortest queue less
 the biases; `--teacher shortest_queue` starts it at zero biases, join-shortest-queue exactly.
+`--paired-baseline` trains on the reward less the teacher's on the same arrivals
+(`training.policies.rl.paired_baseline`).
 
     .venv/bin/python -m benchmarks.rl_slot_distribution [--steps 60000] [--n-envs 2 --subprocess]
         [--teacher fixed_split] [--keep-best-round] [--out NAME]
-        [--dispatch biased_shortest_queue --teacher shortest_queue]
+        [--dispatch biased_shortest_queue --teacher shortest_queue [--paired-baseline]]
 Writes benchmarks/results/rl_slot_distribution/: rl_slot_distribution.json, .png and the ONNX policy (git-ignored).
 """
 
@@ -78,6 +80,9 @@ def main() -> None:
                              "return (PpoSettings.keep_best_round)")
     parser.add_argument("--validation-episodes", type=int, default=2,
                         help="episodes each keep_best_round candidate is judged on (PpoSettings.validation_episodes)")
+    parser.add_argument("--paired-baseline", action="store_true",
+                        help="with --teacher: train on the reward less the teacher's on the same arrivals "
+                             "(PpoSettings.paired_baseline)")
     parser.add_argument("--out", default="rl_slot_distribution")
     args = parse_trainer_args(parser)
     if args.quick:
@@ -117,7 +122,8 @@ def main() -> None:
                                                 subprocess=args.subprocess, teacher=args.teacher,
                                                 pretrain_steps=args.pretrain_steps,
                                                 keep_best_round=args.keep_best_round,
-                                                validation_episodes=args.validation_episodes))
+                                                validation_episodes=args.validation_episodes,
+                                                paired_baseline=args.paired_baseline))
     obs, _ = env.reset(seed=SEEDS[0])
     checks = [obs]
     for _ in range(40):  # observations from a busy cluster too
@@ -217,7 +223,9 @@ def plot(result: dict, path: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     curve = result["training"]["curve"]
     a.plot([c["steps"] for c in curve], [c["return"] for c in curve], lw=0.8)
-    a.set(xlabel="training slots", ylabel="episode return", title="PPO learning curve (004 reward)")
+    paired = result["training"].get("curve_return", "return") != "return"
+    a.set(xlabel="training slots", ylabel="episode return" + (" less the teacher's" if paired else ""),
+          title="PPO learning curve (004 reward" + (", paired with the teacher's)" if paired else ")"))
     a.grid(alpha=0.3)
     table = result["workloads"]["switched_poisson"]
     names = list(table)

@@ -94,6 +94,8 @@ def main() -> None:
                         help="with --teacher: episodes of demonstrations (DdqnSettings.demo_episodes)")
     parser.add_argument("--keep-best-round", action="store_true",
                         help="return the weights of the best round by validation return (DdqnSettings.keep_best_round)")
+    parser.add_argument("--learn-every", type=int, default=4,
+                        help="decisions per DQN update (DdqnSettings.learn_every): the budget's update-to-data ratio")
     parser.add_argument("--out", default="rl_workload_aware")
     args = parse_trainer_args(parser)
     if args.quick:
@@ -107,7 +109,7 @@ def main() -> None:
               "network": args.network, "teacher": args.teacher, "n_envs": args.n_envs,
               "margin_floor": args.margin_floor, "keep_best_round": args.keep_best_round,
               "teacher_choice": args.teacher_choice, "pretrain_steps": args.pretrain_steps,
-              "demo_episodes": args.demo_episodes, "policies": {},
+              "demo_episodes": args.demo_episodes, "learn_every": args.learn_every, "policies": {},
               "training": {}}
     policies = {name: (lambda cls: (lambda env: cls()))(cls) for name, cls in BASELINES.items()
                 if name not in ("quality_only",)}  # one model everywhere: quality-only is random here
@@ -122,7 +124,8 @@ def main() -> None:
                                                  pretrain_steps=args.pretrain_steps,
                                                  teacher_choice=args.teacher_choice,
                                                  observe_waiting=args.observe_waiting,
-                                                 demo_episodes=args.demo_episodes))
+                                                 demo_episodes=args.demo_episodes,
+                                                 learn_every=args.learn_every))
         info["train_seconds"] = time.perf_counter() - start
         info["decisions"] = max((c["steps"] for c in info["curve"]), default=0)  # 0: cloned only
         result["training"][variant] = info

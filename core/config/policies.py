@@ -148,3 +148,8 @@ class PpoSettings(_KeepBest):
     teacher_resolution: int = Field(20, ge=1)
     demo_episodes: int = Field(4, ge=1)
     pretrain_steps: int = Field(2000, ge=0)
+    # train on the reward less the teacher's on the same arrivals (`rl.paired_baseline`): an
+    # episode's return is set mostly by its arrivals (~1,000 to ~19,000 in 004's benchmark), which
+    # hid the gains of a few tenths of a percent that PPO started at the teacher has left to find;
+    # needs a teacher, and costs a second simulation of every training episode
+    paired_baseline: bool = False

@@ -10,7 +10,7 @@ double DQN, 000's SAC over the HAN and its baseline RL) are trained here on Pois
 evaluated with every baseline on every workload, including ones they were not trained on
 (gamma-bursty, square-wave, the switched Poisson process, trace replay).
 004's PPO is not in this table: its instances serve one request at a time (004's model of an
-instance), not the fleet's continuous batching; `benchmarks/rl_004.py` evaluates it.
+instance), not the fleet's continuous batching; `benchmarks/rl_slot_distribution.py` evaluates it.
 """
 
 from __future__ import annotations

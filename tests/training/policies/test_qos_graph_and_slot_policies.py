@@ -286,3 +286,45 @@ def test_ppo_over_queue_biases_starts_at_jsq_exports_and_dispatches(tmp_path):
     with pytest.raises(ValueError, match="fixed_split"):  # a distribution's teacher for a bias action
         train_ppo(lambda: _biased_env(max_slots=16), PpoSettings(total_steps=64, n_steps=64, teacher="fixed_split"),
                   log=lambda m: None)
+
+
+def test_paired_baseline_subtracts_the_teachers_reward_on_the_same_arrivals():
+    """The teacher itself earns exactly zero every slot; any other policy earns its own return less
+    the teacher's on the same seed; unseeded resets still bring new (reproducible) arrivals to both."""
+    from training.policies.rl.paired_baseline import PairedBaseline, teacher_rewards
+    from training.policies.rl.teacher import episode_return
+
+    zeros = np.zeros(4, dtype=np.float32)
+    paired = PairedBaseline(_biased_env(max_slots=16), _biased_env(max_slots=16), zeros)
+    lean = np.array([1.0, 1.0, 0.0, 0.0], dtype=np.float32)
+    for seed in (4, 5):
+        assert set(teacher_rewards(paired, lambda _obs: zeros, seed)) == {0.0}
+        teacher = episode_return(_biased_env(max_slots=16), lambda _obs: zeros, seed)
+        own = episode_return(_biased_env(max_slots=16), lambda _obs: lean, seed)
+        assert sum(teacher_rewards(paired, lambda _obs: lean, seed)) == pytest.approx(own - teacher)
+        assert own != pytest.approx(teacher)  # the check above compares two different policies
+    paired.reset(seed=7)
+    drawn = []
+    for _ in range(3):
+        paired.reset()
+        drawn.append(_arrivals_of(paired.env))
+        assert _arrivals_of(paired.shadow) == drawn[-1]
+    assert len({tuple(a) for a in drawn}) == 3
+    with pytest.raises(ValueError, match="paired_baseline needs a teacher"):
+        train_ppo(lambda: _biased_env(max_slots=16), PpoSettings(total_steps=64, n_steps=64, paired_baseline=True),
+                  log=lambda m: None)
+
+
+def test_ppo_trains_on_the_paired_reward_and_is_judged_on_the_plain_return():
+    settings = PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=1, teacher="shortest_queue",
+                           demo_episodes=1, pretrain_steps=300, keep_best_round=True, paired_baseline=True)
+    net, info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
+    assert info["curve_return"] == "less the teacher's on the same arrivals" and len(info["curve"]) == 8
+    # the clone routes as its teacher: its paired return would be 0, its validation score is the plain return
+    from training.policies.rl.rollout import validation_seeds
+    from training.policies.rl.teacher import episode_return
+
+    assert info["pretrain"]["max_action_error"] < 0.25  # rounds to zero biases
+    plain = np.mean([episode_return(_biased_env(max_slots=16, n=300), lambda _obs: np.zeros(4), s)
+                     for s in validation_seeds(settings.seed, settings.validation_episodes)])
+    assert plain != 0.0 and info["validation"][0]["validation_score"] == pytest.approx(plain)

@@ -12,6 +12,10 @@ cloned actor and the actor after every rollout on validation episodes and return
 With the environment's `dispatch: biased_shortest_queue` the action is a bias per instance instead
 of a distribution; `teacher: shortest_queue` fits the mean to all-zero biases (join-shortest-queue
 exactly) and the returned network outputs the biases (`mean_actor(..., "bias")`).
+
+`paired_baseline` trains on the reward less the teacher's on the same arrivals
+(`rl.paired_baseline`); `keep_best_round` still judges candidates by the plain return, every one on
+the same validation seeds.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
+    from training.policies.rl.paired_baseline import PairedBaseline
     from training.policies.rl.rollout import BestRound
     from training.policies.rl.slot_teacher import best_fixed_split, constant_action_observations
 
@@ -54,10 +59,6 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
 
     if settings.n_steps % settings.n_envs:
         raise ValueError(f"PpoSettings: n_steps ({settings.n_steps}) must be a multiple of n_envs ({settings.n_envs})")
-    copies = [lambda: Monitor(make_env())] * settings.n_envs
-    # forked workers inherit the parent's workload tables instead of unpickling them
-    vec = SubprocVecEnv(copies, start_method="fork") if settings.subprocess else DummyVecEnv(copies)
-    venv = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=settings.gamma)
     probe = make_env()
     output = "bias" if getattr(probe, "dispatch", "sample") == "biased_shortest_queue" else "probabilities"
     wanted = {"probabilities": "fixed_split", "bias": "shortest_queue"}[output]
@@ -70,6 +71,18 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
         teacher = best_fixed_split(make_env, demo_seeds, settings.teacher_resolution, log)
     elif settings.teacher == "shortest_queue":
         teacher = {"logits": np.zeros(probe.action_space.shape, dtype=np.float32)}
+    if settings.paired_baseline and not teacher:
+        raise ValueError("PpoSettings.paired_baseline needs a teacher (fixed_split or shortest_queue): its reward "
+                         "on the same arrivals is what is subtracted")
+
+    def copy():
+        env = make_env()
+        return Monitor(PairedBaseline(env, make_env(), teacher["logits"]) if settings.paired_baseline else env)
+
+    # forked workers inherit the parent's workload tables instead of unpickling them
+    vec = (SubprocVecEnv([copy] * settings.n_envs, start_method="fork") if settings.subprocess
+           else DummyVecEnv([copy] * settings.n_envs))
+    venv = VecNormalize(vec, norm_obs=False, norm_reward=True, gamma=settings.gamma)
     model = PPO("MlpPolicy", venv, learning_rate=settings.learning_rate, n_steps=settings.n_steps // settings.n_envs,
                 batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
                 gae_lambda=settings.gae_lambda, clip_range=settings.clip_range, seed=settings.seed, device="cpu",
@@ -109,6 +122,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     finally:
         venv.close()  # stops the worker processes
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
+            "curve_return": "less the teacher's on the same arrivals" if settings.paired_baseline else "return",
             "train_seconds": time.perf_counter() - start}
     if best is not None:
         best.offer(model.policy, log, len(curve), int(model.num_timesteps))
