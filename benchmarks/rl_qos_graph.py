@@ -152,6 +152,9 @@ def main() -> None:
     parser.add_argument("--keep-best-round", action="store_true",
                         help="return the pretrained or a later round's actor, whichever earns the best validation "
                              "return (SacSettings.keep_best_round)")
+    parser.add_argument("--paired-baseline", action="store_true",
+                        help="with --teacher: train on the reward less the teacher's on the same arrivals "
+                             "(SacSettings.paired_baseline)")
     parser.add_argument("--out", default="rl_qos_graph")
     args = parse_trainer_args(parser)
     if args.quick:
@@ -170,6 +173,7 @@ def compare(setting: Setting, args) -> None:
         env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
         net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=args.learn_every,
                                                n_envs=args.n_envs, teacher=args.teacher,
+                                               paired_baseline=args.paired_baseline,
                                                target_entropy_weight=args.target_entropy_weight,
                                                bc_floor=args.bc_floor, clone_steps=args.clone_steps,
                                                demo_episodes=args.demo_episodes,
@@ -196,7 +200,7 @@ def compare(setting: Setting, args) -> None:
     result["teacher"], result["target_entropy_weight"] = args.teacher, args.target_entropy_weight
     result.update(bc_floor=args.bc_floor, clone_steps=args.clone_steps, teacher_choice=args.teacher_choice,
                   demo_episodes=args.demo_episodes, keep_best_round=args.keep_best_round,
-                  learn_every=args.learn_every, n_envs=args.n_envs)
+                  learn_every=args.learn_every, n_envs=args.n_envs, paired_baseline=args.paired_baseline)
     result["gate"] = gate_over(result["workloads"], list(learned), [b for b in BASELINES if b != "random"],
                                "qos_mean", trained_on="poisson")
     print(f"gate: recommends {result['gate']['recommended']}: {result['gate']['reason']}")

@@ -114,6 +114,9 @@ class SacSettings(_FromTeacher):
     # cloned actor near-deterministic: the actor then followed the critic's errors and episode returns
     # fell far below the teacher's within two episodes (docs/results.md)
     alpha_init: float = 1.0
+    # train on the reward less the teacher's on the same arrivals (`rl.paired_baseline`; needs a
+    # teacher): the share of each reward the arrivals decide cancels, as it did for 004's PPO
+    paired_baseline: bool = False
     # how the trained actor routes: "sample" from its distribution (as SAC trains it) or "greedy"
     # (its most probable action); recorded in the exported policy.json as `act`
     act: Literal["sample", "greedy"] = "sample"

@@ -328,3 +328,24 @@ def test_ppo_trains_on_the_paired_reward_and_is_judged_on_the_plain_return():
     plain = np.mean([episode_return(_biased_env(max_slots=16, n=300), lambda _obs: np.zeros(4), s)
                      for s in validation_seeds(settings.seed, settings.validation_episodes)])
     assert plain != 0.0 and info["validation"][0]["validation_score"] == pytest.approx(plain)
+
+
+def test_sac_pairs_its_reward_with_a_heuristic_teacher_on_the_same_arrivals():
+    """000 decides at each arrival, so a heuristic teacher's reward pairs step for step: JSQ on the
+    paired environment earns exactly 0 per decision; SAC trains on it and is judged on delivered QoS."""
+    from training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher, teacher_rewards
+
+    teacher = heuristic_teacher("join_shortest_queue")
+    paired = PairedBaseline(_qos_graph_env(), _qos_graph_env(), teacher)
+    assert set(teacher_rewards(paired, teacher(paired.env), seed=3)) == {0.0}
+    # dropping every request earns 0 (no QoS, no impact penalty): paired, minus JSQ's own return
+    plain = _qos_graph_env()
+    jsq_return = sum(teacher_rewards(plain, teacher(plain), seed=3))
+    assert jsq_return != 0.0 and sum(teacher_rewards(paired, lambda _obs: 0, seed=3)) == pytest.approx(-jsq_return)
+    settings = SacSettings(total_steps=80, warmup_steps=0, learn_every=8, batch_size=16, teacher="join_shortest_queue",
+                           demo_episodes=1, pretrain_steps=10, keep_best_round=True, paired_baseline=True)
+    net, info = train_sac(_qos_graph_env(), settings, log=lambda m: None)
+    assert info["curve_return"] == "less the teacher's on the same arrivals" and info["curve"]
+    assert info["validation"][0]["metric"] == "qos"
+    with pytest.raises(ValueError, match="paired_baseline needs a teacher"):
+        train_sac(_qos_graph_env(), SacSettings(total_steps=16, teacher=None, paired_baseline=True), log=lambda m: None)

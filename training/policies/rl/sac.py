@@ -12,6 +12,9 @@ With `keep_best_round`, the pretrained actor and the actor after each round are 
 episodes, routing as `act` says, and the best is returned (`rollout.BestRound`).
 With `n_envs` > 1, copies of the environment play consecutive episodes together (one batched
 forward pass of the actor per step; `rollout.play_round`), updates per decision unchanged.
+With `paired_baseline` the copies earn their reward less the teacher's on the same arrivals
+(`rl.paired_baseline`: 000 decides at each arrival, so decision k happens at the same time for
+every policy); `keep_best_round` judges on the environment's own objective as before.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
     from torchrl.modules import OneHotCategorical, ProbabilisticActor
     from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
+    from training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher
     from training.policies.rl.rollout import (
         BestRound,
         greedy,
@@ -106,6 +110,11 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
         best.offer(actor_net, log, None, 0)
     warmup = 0 if teacher is not None else settings.warmup_steps
     envs = [env] + [copy.deepcopy(env) for _ in range(settings.n_envs - 1)]
+    if settings.paired_baseline:
+        if teacher is None:
+            raise ValueError("SacSettings.paired_baseline needs a teacher: its reward on the same arrivals is what "
+                             "is subtracted")
+        envs = [PairedBaseline(e, copy.deepcopy(env), heuristic_teacher(teacher)) for e in envs]
     curve, steps, episode, alpha = [], 0, 0, float("nan")
     while steps < settings.total_steps:  # rounds of n_envs episodes stepped together, cut at the budget
         bc_weight = (pull_weight(settings.bc_weight, settings.bc_decay, episode, settings.bc_floor)
@@ -155,6 +164,7 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
             best.offer(actor_net, log, episode, steps)
         episode += len(envs)
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
+            "curve_return": "less the teacher's on the same arrivals" if settings.paired_baseline else "return",
             "train_seconds": time.perf_counter() - start}
     if best is not None:
         best.restore(actor_net, info, log)
