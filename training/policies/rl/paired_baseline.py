@@ -29,7 +29,6 @@ import numpy as np
 
 from training.policies.simulator.episode_seed import episode_seed
 
-
 Teacher = Callable[[gym.Env], Callable[[np.ndarray], object]]  # the shadow env -> its policy for one episode
 
 
