@@ -8,7 +8,12 @@ Files in the component folder:
 - ``knn.json``: k, the weighting rule, model order, the encoder, per-model priors and 64-token
   output-length histograms.
 
-Prediction: the k nearest neighbours get weight w = 1 / (1 − cos + 1e-6), normalized. For each model
+Prediction: the k nearest neighbours get weight w = 1 / (1 − cos + 1e-6), normalized. Where indexed
+prompts tie with the k-th neighbour (cosines within 1e-6), all of them share the places left after the
+closer ones equally (`neighbour_shares`). Why: prompts that share a template longer than the encoder's
+window embed identically (RouterBench's 1,926 training prompts, cut on the right, are 2 distinct
+vectors), and picking k of a thousand tied prompts made the vote an arbitrary draw that changed with
+the FAISS build; the shared vote is the tied group's mean, the same in every runtime. For each model
 only neighbours that carry a label for it vote; when none does, the model's training mean (prior)
 is returned. With `prior_strength` a > 0 the vote of the n labelled neighbours is shrunk toward the
 prior: (n · vote + a · prior) / (n + a). Ties in predicted quality are broken by the prior, then
@@ -27,6 +32,24 @@ import numpy as np
 
 MEASURES = ("quality", "output_tokens", "cost")
 WEIGHT_EPS = 1e-6
+TIE_EPS = 1e-6  # cosines this close to the k-th neighbour's count as tied with it (float32 rounding)
+
+
+def neighbour_shares(sims: np.ndarray, k: int) -> np.ndarray:
+    """(queries, candidates) cosines, −inf where there is no candidate → the share of one of the k
+    neighbour places each candidate holds: 1 for those closer than the k-th neighbour, an equal part
+    of the places left for those tied with it (within `TIE_EPS`), 0 for the rest. Without ties this
+    is exactly the k nearest (each share 1); a row with fewer than k candidates keeps them all."""
+    sims = np.asarray(sims, dtype=np.float64)
+    valid = np.isfinite(sims)
+    k = max(1, min(int(k), sims.shape[1]))
+    kth = -np.partition(-np.where(valid, sims, -np.inf), k - 1, axis=1)[:, k - 1]
+    short = ~np.isfinite(kth)  # fewer than k candidates: every one is a neighbour
+    above = valid & (sims > kth[:, None] + TIE_EPS)
+    tied = valid & ~above & (sims >= kth[:, None] - TIE_EPS)
+    n_above, n_tied = above.sum(axis=1), tied.sum(axis=1)
+    share = np.where(n_tied > 0, (k - n_above) / np.maximum(n_tied, 1), 0.0)
+    return np.where(short[:, None], valid.astype(np.float64), above + tied * share[:, None])
 
 
 @dataclass
@@ -63,14 +86,38 @@ class KnnEstimator:
     def prior(self) -> np.ndarray:
         return np.asarray([self.meta["priors"]["quality"][m] for m in self.models], dtype=np.float64)
 
+    def _candidates(self, queries: np.ndarray, exclude_self: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(cosines, ids) of each query's k nearest and of every indexed prompt tied with the k-th,
+        padded with (−inf, −1): FAISS returns k of a tied group in an order of its own, so a query
+        whose fetched results may stop inside a tie is completed by a range search."""
+        k = min(self.k + int(exclude_self), self.index.ntotal)
+        fetch = min(2 * k, self.index.ntotal)  # k more, to see whether the tie ends
+        sims, ids = self.index.search(queries, fetch)
+        rows = [(sims[q], ids[q]) for q in range(len(queries))]
+        if fetch > k:
+            for q in np.flatnonzero((ids[:, -1] >= 0) & (sims[:, -1] >= sims[:, k - 1] - TIE_EPS)):
+                try:
+                    lims, dist, found = self.index.range_search(queries[q:q + 1], float(sims[q, k - 1]) - 2 * TIE_EPS)
+                except RuntimeError:  # an index kind without range search keeps what was fetched
+                    continue
+                order = np.argsort(-dist[lims[0]:lims[1]], kind="stable")
+                rows[q] = (dist[lims[0]:lims[1]][order], found[lims[0]:lims[1]][order])
+        if exclude_self:  # the closest hit is the prompt itself
+            rows = [(s[1:], i[1:]) for s, i in rows]
+        width = max(len(s) for s, _ in rows)
+        out_s = np.full((len(rows), width), -np.inf)
+        out_i = np.full((len(rows), width), -1, dtype=np.int64)
+        for q, (s, i) in enumerate(rows):
+            keep = i >= 0
+            out_s[q, :keep.sum()], out_i[q, :keep.sum()] = s[keep], i[keep]
+        return out_s, out_i
+
     def predict_embeddings(self, queries: np.ndarray, exclude_self: bool = False) -> KnnPrediction:
         """Predict from normalized query embeddings; `exclude_self` drops an exact hit (leave-one-out)."""
-        k = min(self.k + int(exclude_self), self.index.ntotal)
-        sims, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
-        if exclude_self:
-            sims, ids = sims[:, 1:], ids[:, 1:]
+        sims, ids = self._candidates(np.ascontiguousarray(queries, dtype=np.float32), exclude_self)
         valid = ids >= 0
-        weights = np.where(valid, 1.0 / (1.0 - np.clip(sims, -1.0, 1.0) + WEIGHT_EPS), 0.0)
+        shares = neighbour_shares(sims, self.k)
+        weights = np.where(valid, shares / (1.0 - np.clip(sims, -1.0, 1.0) + WEIGHT_EPS), 0.0)
         safe_ids = np.where(valid, ids, 0)
         out = {}
         for measure in MEASURES:
@@ -82,8 +129,8 @@ class KnnEstimator:
             prior = np.asarray([self.meta["priors"][measure][m] for m in self.models], dtype=np.float64)
             vote = np.where(total > 0, summed / np.where(total > 0, total, 1.0), prior)
             strength = float(self.meta.get("prior_strength", 0.0))
-            if strength > 0:
-                n = has.sum(axis=1)
+            if strength > 0:  # n: the labelled neighbours, a tied one counting as its share of a place
+                n = (has * shares[:, :, None]).sum(axis=1)
                 vote = (n * vote + strength * prior) / (n + strength)
             out[measure] = vote
         return KnnPrediction(self.models, out["quality"], out["output_tokens"], out["cost"])

@@ -5,7 +5,8 @@ One component folder holds `router.json` (the chosen estimator, its members and 
 and the sentence encoder only. Member kinds:
 
 - `knn`: cosine k nearest neighbours over the training prompts' embeddings, votes weighted
-  1 / (1 − cos + 1e-6), shrunk toward the per-model prior with strength `a`;
+  1 / (1 − cos + 1e-6), shrunk toward the per-model prior with strength `a`; prompts tied with the
+  k-th neighbour share its places equally (`artifacts.knn.neighbour_shares`, as the bundle's KNN);
 - `mlp`: per-model heads on the frozen embedding, sigmoid outputs (no hidden layer: logistic);
 - `mf`: RouteLLM-style matrix factorisation, σ(⟨v_m, P·x⟩ + b_m) with learned model embeddings v_m;
 - `dc`: RouterDC's dual-contrastive head: the cosine of a projected prompt with learned model
@@ -100,14 +101,14 @@ def _gelu(z: np.ndarray) -> np.ndarray:
 def predict_member(kind: str, params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """One member's (n, m) quality estimate from L2-normalized embeddings `x`."""
     if kind == "knn":
+        from artifacts.knn import neighbour_shares
+
         keys, labels, prior = w["keys"], w["labels"], w["prior"]
         k = min(int(params["k"]), len(keys))
-        sims = x @ keys.T
-        idx = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-        s = np.take_along_axis(sims, idx, axis=1)
-        weights = 1.0 / (1.0 - np.clip(s, -1.0, 1.0) + WEIGHT_EPS)
+        sims = (x @ keys.T).astype(np.float64)
+        weights = neighbour_shares(sims, k) / (1.0 - np.clip(sims, -1.0, 1.0) + WEIGHT_EPS)
         weights /= weights.sum(axis=1, keepdims=True)
-        vote = np.einsum("qk,qkm->qm", weights, labels[idx])
+        vote = weights @ labels
         a = float(params["prior_strength"])
         return (k * vote + a * prior) / (k + a)
     if kind == "mlp":

