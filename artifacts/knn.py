@@ -52,6 +52,14 @@ def neighbour_shares(sims: np.ndarray, k: int) -> np.ndarray:
     return np.where(short[:, None], valid.astype(np.float64), above + tied * share[:, None])
 
 
+def neighbour_weights(sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shares, weights): each candidate's share of the k places (`neighbour_shares`) and its vote
+    weight, that share times 1 / (1 − cos + `WEIGHT_EPS`) (0 for a candidate that holds none). The one
+    rule of the bundle's KNN and the router family's KNN member."""
+    shares = neighbour_shares(sims, k)
+    return shares, shares / (1.0 - np.clip(np.nan_to_num(sims, neginf=-1.0), -1.0, 1.0) + WEIGHT_EPS)
+
+
 @dataclass
 class KnnPrediction:
     models: list[str]
@@ -93,7 +101,8 @@ class KnnEstimator:
         k = min(self.k + int(exclude_self), self.index.ntotal)
         fetch = min(2 * k, self.index.ntotal)  # k more, to see whether the tie ends
         sims, ids = self.index.search(queries, fetch)
-        rows = [(sims[q], ids[q]) for q in range(len(queries))]
+        sims = np.where(ids >= 0, sims, -np.inf).astype(np.float64)
+        completed = {}
         if fetch > k:
             for q in np.flatnonzero((ids[:, -1] >= 0) & (sims[:, -1] >= sims[:, k - 1] - TIE_EPS)):
                 try:
@@ -101,23 +110,23 @@ class KnnEstimator:
                 except RuntimeError:  # an index kind without range search keeps what was fetched
                     continue
                 order = np.argsort(-dist[lims[0]:lims[1]], kind="stable")
-                rows[q] = (dist[lims[0]:lims[1]][order], found[lims[0]:lims[1]][order])
-        if exclude_self:  # the closest hit is the prompt itself
-            rows = [(s[1:], i[1:]) for s, i in rows]
-        width = max(len(s) for s, _ in rows)
-        out_s = np.full((len(rows), width), -np.inf)
-        out_i = np.full((len(rows), width), -1, dtype=np.int64)
-        for q, (s, i) in enumerate(rows):
-            keep = i >= 0
-            out_s[q, :keep.sum()], out_i[q, :keep.sum()] = s[keep], i[keep]
-        return out_s, out_i
+                completed[q] = (dist[lims[0]:lims[1]][order], found[lims[0]:lims[1]][order])
+        first = int(exclude_self)  # the closest hit is the prompt itself
+        sims, ids = sims[:, first:], ids[:, first:]
+        if completed:  # widen to the longest tie and put the completed rows in
+            width = max(sims.shape[1], *(len(d) - first for d, _ in completed.values()))
+            sims = np.pad(sims, ((0, 0), (0, width - sims.shape[1])), constant_values=-np.inf)
+            ids = np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=-1)
+            for q, (d, found) in completed.items():
+                sims[q], ids[q] = -np.inf, -1
+                sims[q, :len(d) - first], ids[q, :len(d) - first] = d[first:], found[first:]
+        return sims, ids
 
     def predict_embeddings(self, queries: np.ndarray, exclude_self: bool = False) -> KnnPrediction:
         """Predict from normalized query embeddings; `exclude_self` drops an exact hit (leave-one-out)."""
         sims, ids = self._candidates(np.ascontiguousarray(queries, dtype=np.float32), exclude_self)
         valid = ids >= 0
-        shares = neighbour_shares(sims, self.k)
-        weights = np.where(valid, shares / (1.0 - np.clip(sims, -1.0, 1.0) + WEIGHT_EPS), 0.0)
+        shares, weights = neighbour_weights(sims, self.k)
         safe_ids = np.where(valid, ids, 0)
         out = {}
         for measure in MEASURES:

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-WEIGHT_EPS = 1e-6
+from artifacts.knn import neighbour_weights
 
 
 @dataclass
@@ -101,12 +101,9 @@ def _gelu(z: np.ndarray) -> np.ndarray:
 def predict_member(kind: str, params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """One member's (n, m) quality estimate from L2-normalized embeddings `x`."""
     if kind == "knn":
-        from artifacts.knn import neighbour_shares
-
         keys, labels, prior = w["keys"], w["labels"], w["prior"]
         k = min(int(params["k"]), len(keys))
-        sims = (x @ keys.T).astype(np.float64)
-        weights = neighbour_shares(sims, k) / (1.0 - np.clip(sims, -1.0, 1.0) + WEIGHT_EPS)
+        _, weights = neighbour_weights((x @ keys.T).astype(np.float64), k)
         weights /= weights.sum(axis=1, keepdims=True)
         vote = weights @ labels
         a = float(params["prior_strength"])

@@ -200,12 +200,11 @@ def task_ceilings(x, y, tasks, cost, folds_n: int, seeds, fleet: str) -> dict:
             clf = _task_classifier(x[fit], tasks[fit], seeds[0])
             confidence = np.r_[clf.predict_proba(x[in_dist]).max(axis=1), clf.predict_proba(x[held]).max(axis=1)]
             auroc = float(roc_auc_score(np.r_[np.zeros(in_dist.sum()), np.ones(held.sum())], -confidence))
+        # the fixed choice a fleet makes without a router: the other tasks' best model
+        fixed, mixture_score = float(np.nanmean(y[held][:, overall])), score_at_argmax(pred, y[held])
         held_out[str(task)] = {
-            "prompts": int(held.sum()), "own_best": own,
-            "lead_best_overall": float(np.nanmean(y[held][:, overall])) - own,
-            "lead_task_mixture": score_at_argmax(pred, y[held]) - own,
-            # against the fixed choice a fleet makes without a router: the other tasks' best model
-            "mixture_over_best_overall": score_at_argmax(pred, y[held]) - float(np.nanmean(y[held][:, overall])),
+            "prompts": int(held.sum()), "own_best": own, "lead_best_overall": fixed - own,
+            "lead_task_mixture": mixture_score - own, "mixture_over_best_overall": mixture_score - fixed,
             "unseen_detection_auroc": auroc}
     summary = {n: {"mean": float(np.mean(v)), "std": float(np.std(v)), "by_seed": v} for n, v in rows.items()}
     print(f"{fleet} leave one task out (lead over the task's best model: best overall / mixture; unseen AUROC): "
