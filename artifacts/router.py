@@ -6,7 +6,7 @@ and the sentence encoder only. Member kinds:
 
 - `knn`: cosine k nearest neighbours over the training prompts' embeddings, votes weighted
   1 / (1 − cos + 1e-6), shrunk toward the per-model prior with strength `a`; prompts tied with the
-  k-th neighbour share its places equally (`artifacts.knn.neighbour_shares`, as the bundle's KNN);
+  k-th neighbour share its places equally (`artifacts.knn.neighbour_weights`, the bundle KNN's own rule);
 - `mlp`: per-model heads on the frozen embedding, sigmoid outputs (no hidden layer: logistic);
 - `mf`: RouteLLM-style matrix factorisation, σ(⟨v_m, P·x⟩ + b_m) with learned model embeddings v_m;
 - `dc`: RouterDC's dual-contrastive head: the cosine of a projected prompt with learned model
