@@ -23,9 +23,11 @@ best single model is routed by the cluster's per-model training means instead of
 λ = 0 that is the cluster's best single model, and cost still trades off as it does elsewhere.
 A prompt farther from every centroid than almost all training prompts (cosine below
 `guard/ood_threshold`) belongs to no task the router has seen. It is routed by the rule selection
-chose by leaving each training cluster out (`meta.guard.unseen_rule`): the overall training means
-(the best single model: safest where neighbouring tasks want different models), or its nearest
-cluster's means (where a new task's neighbour predicts its best model better).
+chose by leaving each training cluster out (`meta.guard.unseen_rule`): the training clusters' means
+averaged with each cluster counted once (`guard/unseen_quality`: the best single model across tasks,
+safest where neighbouring tasks want different models, and not swayed by the largest task's
+specialist), or its nearest cluster's means (where a new task's neighbour predicts its best model
+better).
 
 Known prompts: a prompt whose text (NFC, whitespace collapsed) is one of the training prompts is routed
 by the scores observed for it (`recall/keys`: SHA-256 of the text, `recall/quality`), not by an
@@ -169,9 +171,10 @@ class Router:
         quality = np.where(guarded[:, None], self.weights["guard/cluster_quality"][cluster], quality)
         unseen = sims.max(axis=1) < float(self.weights["guard/ood_threshold"][0])
         # an unseen task: the best model overall, or that of the nearest cluster, as selection chose
+        # (bundles written before `guard/unseen_quality` existed fall back on the row-weighted prior)
         fallback = (self.weights["guard/cluster_quality"][cluster]
                     if self.meta.get("guard", {}).get("unseen_rule") == "nearest_cluster"
-                    else self.weights["prior/quality"][None, :])
+                    else self.weights.get("guard/unseen_quality", self.weights["prior/quality"])[None, :])
         quality = np.where(unseen[:, None], fallback, quality)
         tokens = np.broadcast_to(self.weights["prior/output_tokens"], (n, len(self.models))).copy()
         cost = np.broadcast_to(self.weights["prior/cost"], (n, len(self.models))).copy()

@@ -10,7 +10,8 @@ single model chosen inside each fold (clusters: the training tasks where known, 
 embeddings). Where a bootstrap over the cluster's prompts does not give the gain a probability of at
 least `guard_confidence` of being positive, the cluster is routed by its per-model training means
 (at λ = 0: its best single model on the whole training split). A prompt far from every cluster is
-routed by the rule `unseen_rule` picks by leaving each cluster out. Nothing here reads a test label:
+routed by the rule `unseen_rule` picks by leaving each cluster out (the best single model there is
+the best on average over clusters, each counted once: `macro_quality`). Nothing here reads a test label:
 the caller evaluates the returned router on the test split once.
 """
 
@@ -160,12 +161,24 @@ def guard_decisions(oof: np.ndarray, y: np.ndarray, clusters: np.ndarray, folds:
     return forced, rows
 
 
+def macro_quality(y: np.ndarray, clusters: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Per model, the mean over clusters (tasks) of its mean label in each: every non-empty cluster
+    counts once, whatever its size. Why: a prompt of an unseen task is one more task, not more rows
+    of the largest training task; a model best on a large task alone (a maths specialist trained on
+    the biggest file) is a poor guess for it, one good across tasks is the safer fixed choice."""
+    with warnings.catch_warnings():  # a model with no label in a cluster: that cluster does not count for it
+        warnings.simplefilter("ignore", RuntimeWarning)
+        means = [np.nanmean(y[clusters == c], axis=0) for c in range(n_clusters) if (clusters == c).any()]
+        macro = np.nanmean(np.stack(means), axis=0) if means else np.nanmean(y, axis=0)
+    return np.where(np.isnan(macro), np.nanmean(y, axis=0), macro)
+
+
 def unseen_rule(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, centroids: np.ndarray,
                 cluster_quality: np.ndarray, confidence: float, draws: int,
                 seed: int) -> dict[str, Any]:
     """How to route a prompt far from every training cluster (an unseen task), chosen by leaving each
     cluster out in turn on the training split: its prompts go either to the best single model of the
-    other clusters' prompts ("best_overall") or to the best model of the other cluster each prompt is
+    other clusters, each cluster weighted once (`macro_quality`, "best_overall"), or to the best model of the other cluster each prompt is
     nearest to ("nearest_cluster"). Why: a new task is often a neighbour of a seen one (another
     coding or maths set), where the neighbour's best model beats the overall best; where neighbours
     mislead, the overall best is the safer fallback. nearest_cluster is chosen only where a bootstrap
@@ -182,7 +195,7 @@ def unseen_rule(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, centroids: n
             held = clusters == c
             if not held.any():
                 continue
-            overall = int(np.nanargmax(np.nan_to_num(np.nanmean(y[~held], axis=0), nan=-np.inf)))
+            overall = int(np.argmax(macro_quality(y[~held], clusters[~held], len(centroids))))
             s = sims[held].copy()
             s[:, c] = -np.inf
             nearest = best_of[np.argmax(s, axis=1)]
@@ -270,6 +283,9 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
     unseen = unseen_rule(x, y, clusters, centroids, cluster_quality, settings.guard_confidence,
                          settings.guard_bootstrap, seed)
     rule = unseen["rule"]
+    unseen_quality = macro_quality(y, clusters, len(centroids))
+    unseen["best_overall_model"] = models[int(np.argmax(unseen_quality))]
+    unseen["best_overall_model_by_rows"] = models[int(np.nanargmax(np.nanmean(y, axis=0)))]
     for row in unseen["leave_one_cluster_out"]:
         row["name"] = cluster_names[row["cluster"]]
     log(f"router selection: unseen tasks go to {rule.replace('_', ' ')} (leave one cluster out on the training split)")
@@ -282,6 +298,7 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
     weights |= {"guard/centroids": centroids, "guard/ood_threshold": np.asarray([ood], dtype=np.float32),
                 "guard/guarded": (forced >= 0).astype(np.int64),
                 "guard/cluster_quality": cluster_quality.astype(np.float32),
+                "guard/unseen_quality": unseen_quality.astype(np.float32),
                 "prior/quality": average(y), "prior/output_tokens": average(output_tokens),
                 "prior/cost": average(cost)}
     meta = {"kind": "router", "models": models, "encoder": encoder, "members": members,

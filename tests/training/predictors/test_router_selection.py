@@ -120,8 +120,8 @@ def test_prompts_of_an_unseen_task_go_where_the_unseen_rule_sends_them(rule):
     far = (far / np.linalg.norm(far, axis=1, keepdims=True)).astype(np.float32)
     pred = router.predict_embeddings(far)
     assert pred.unseen.all()
-    if rule == "best_overall":
-        assert set(pred.best_model()) == {MODELS[int(np.argmax(y.mean(0)))]}
+    if rule == "best_overall":  # the best on average over the training clusters, each counted once
+        assert set(pred.best_model()) == {MODELS[int(np.argmax(router.weights["guard/cluster_quality"].mean(0)))]}
     else:  # the best model of each prompt's nearest training cluster
         best = np.argmax(router.weights["guard/cluster_quality"], axis=1)
         assert list(pred.best_model()) == [MODELS[i] for i in best[pred.cluster]]
@@ -162,6 +162,30 @@ def test_unseen_task_rule_is_chosen_by_leaving_each_training_task_out(neighbours
         assert set(picks[task < 2]) == {"small"} and set(picks[task >= 2]) == {"medium"}
     else:
         assert set(picks) == {"large"}
+
+
+def test_the_unseen_fallback_counts_each_training_task_once_not_each_row():
+    """One large task whose specialist ("small") fails everywhere else, three small tasks where
+    "large" is best: by rows "small" leads (0.9·600 + 0.1·300 against 0.5·600 + 0.8·300), by tasks
+    "large" does, and a prompt of a new task goes to "large"."""
+    rng = np.random.default_rng(3)
+    centers = rng.normal(size=(4, 32)) * 3
+    task = np.repeat(np.arange(4), [600, 100, 100, 100])
+    x = centers[task] + rng.normal(size=(len(task), 32))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    table = np.array([[0.9, 0.3, 0.5], [0.1, 0.3, 0.8], [0.1, 0.3, 0.8], [0.1, 0.3, 0.8]])
+    y = (rng.random((len(task), 3)) < table[task]).astype(float)
+    assert MODELS[int(np.argmax(y.mean(0)))] == "small"
+    router, report = select_router(x, y, MODELS, SETTINGS, ENCODER, tasks=[f"t{t}" for t in task],
+                                   log=lambda _: None)
+    assert report["unseen"]["best_overall_model"] == "large"
+    assert report["unseen"]["best_overall_model_by_rows"] == "small"
+    router.meta["guard"]["unseen_rule"] = "best_overall"
+    router.weights["guard/ood_threshold"] = np.asarray([2.0], dtype=np.float32)
+    assert set(router.predict_embeddings(x[:50]).best_model()) == {"large"}
+    # a bundle written before the per-task fallback existed keeps its row-weighted prior
+    del router.weights["guard/unseen_quality"]
+    assert set(router.predict_embeddings(x[:50]).best_model()) == {"small"}
 
 
 def test_router_round_trips_through_safe_files(tmp_path):
