@@ -178,12 +178,12 @@ def unseen_rule(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, centroids: n
                 seed: int) -> dict[str, Any]:
     """How to route a prompt far from every training cluster (an unseen task), chosen by leaving each
     cluster out in turn on the training split: its prompts go either to the best single model of the
-    other clusters, each cluster weighted once (`macro_quality`, "best_overall"), or to the best model of the other cluster each prompt is
-    nearest to ("nearest_cluster"). Why: a new task is often a neighbour of a seen one (another
-    coding or maths set), where the neighbour's best model beats the overall best; where neighbours
-    mislead, the overall best is the safer fallback. nearest_cluster is chosen only where a bootstrap
-    over the held-out prompts gives its gain a probability of at least `confidence` of being
-    positive (the guard's test); else best_overall."""
+    other clusters, each cluster weighted once (`macro_quality`, "best_overall"), or to the best model
+    of the other cluster each prompt is nearest to ("nearest_cluster"). Why: a new task is often a
+    neighbour of a seen one (another coding or maths set), where the neighbour's best model beats the
+    overall best; where neighbours mislead, the overall best is the safer fallback. nearest_cluster is
+    chosen only where a bootstrap over the held-out prompts gives its gain a probability of at least
+    `confidence` of being positive (the guard's test); else best_overall."""
     if len(centroids) < 2:
         return {"rule": "best_overall", "why": "one cluster: nothing to leave out", "leave_one_cluster_out": []}
     sims = x @ centroids.T
