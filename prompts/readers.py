@@ -205,23 +205,25 @@ def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> 
 
 
 def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    """A row's task: its own task field, else the task lookup's for its exact text, else the
-    dataset's `task`; `reference_meta.task_from` says which (row / lookup / default), and lists the
-    lookup's tasks where it gives the text more than one."""
+    """A row's task: its own task field, else its file's task (`file_tasks`), else the task lookup's
+    for its exact text, else the dataset's `task`; `reference_meta.task_from` says which (row / file /
+    lookup / default), and lists the lookup's tasks where it gives the text more than one."""
     rows = read_score_table(ds.files, text_field=ds.text_field, scores_field=ds.scores_field,
                             task_field=ds.task_field, limit=ds.limit)
     lookup = (read_task_lookup(ds.task_lookup.files, text_field=ds.task_lookup.text_field,
                                task_field=ds.task_lookup.task_field) if ds.task_lookup is not None else None)
-    matched = valid = 0
+    matched = asked = 0  # rows the lookup matched, rows that had only the lookup left to name their task
     for row in rows:
         problem = row.problem(ds.models)
         if problem is not None:
             quarantine.add(row.row_id, problem, {"text": str(row.text)[:500], **row.raw})
             continue
-        valid += 1
+        asked += row.task is None and row.file not in ds.file_tasks
         meta: dict = {"task_from": "row"}
         if row.task is not None:
             task = str(row.task)
+        elif row.file in ds.file_tasks:
+            task, meta = ds.file_tasks[row.file], {"task_from": "file"}
         elif lookup is not None and row.text in lookup:
             task, matched, meta = lookup[row.text][0], matched + 1, {"task_from": "lookup"}
             if len(lookup[row.text]) > 1:
@@ -229,7 +231,7 @@ def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> I
         else:
             task, meta = ds.task or ds.name, {"task_from": "default"}
         yield RawPrompt(ds.name, row.row_id, task, row.text, None, meta, split=row.split)
-    if lookup is not None and valid and not matched:
+    if lookup is not None and asked and not matched:
         raise ValueError(f"dataset {ds.name!r}: task_lookup matched no prompt of the table: check that its "
                          f"text_field ({ds.task_lookup.text_field!r}) holds the same prompt texts as "
                          f"{ds.text_field!r}")

@@ -28,6 +28,7 @@ class ScoreRow:
     task: Any
     scores: Any
     raw: dict[str, Any] = field(default_factory=dict)
+    file: str = ""  # the file's name, without its folder
 
     def problem(self, models: list[str] | None) -> str | None:
         """Why this row cannot become a prompt, or None."""
@@ -89,11 +90,12 @@ def read_score_table(files: dict[str, list[Path]], *, text_field: str, scores_fi
                     break
                 row_id = f"{Path(path).name}:{i}"
                 if not isinstance(rec, dict):
-                    rows.append(ScoreRow(row_id, split, None, None, None, {"error": str(rec)[:200]}))
+                    rows.append(ScoreRow(row_id, split, None, None, None, {"error": str(rec)[:200]}, Path(path).name))
                     continue
                 task = rec.get(task_field) if task_field else None
                 rows.append(ScoreRow(row_id, split, rec.get(text_field), task, _mapping(rec.get(scores_field)),
-                                     {k: v for k, v in rec.items() if k not in (text_field, scores_field)}))
+                                     {k: v for k, v in rec.items() if k not in (text_field, scores_field)},
+                                     Path(path).name))
     return rows
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from artifacts.encoder import ENCODER_PACKAGE_REF
 from core.config.base import ConfigPath, ModelRef, StoreUri, _Strict
@@ -113,9 +113,27 @@ class ScoreTableDataset(_Strict):
     # where rows carry no task (or task_field is None): their task by prompt text from other files;
     # a row's own task field wins, and a text the lookup lacks gets `task`
     task_lookup: TaskLookup | None = None
+    # the task of each file's rows where rows carry none, by the file's name without its folder
+    # (RouterDC publishes one file per task: {mmlu_train.json: mmlu, mmlu_test.json: mmlu, ...});
+    # a row's own task field wins, then this, then task_lookup, then `task`
+    file_tasks: dict[str, str] = Field(default_factory=dict, description=(
+        "task of each file's rows where rows carry no task field, keyed by the file's name without its "
+        "folder (one file per task, RouterDC's layout); a row's own task field wins"))
     # the models the table may score; a row naming another is quarantined (None: no check)
     models: list[str] | None = None
     limit: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _file_tasks_name_listed_files(self) -> ScoreTableDataset:
+        names = [p.name for paths in self.files.values() for p in paths]
+        unknown = sorted(set(self.file_tasks) - set(names))
+        if unknown:
+            raise ValueError(f"file_tasks names {unknown}, not among the file names of `files` {names}")
+        shared = sorted({n for n in self.file_tasks if names.count(n) > 1})
+        if shared:
+            raise ValueError(f"file_tasks: {shared} names more than one file of `files` (the same name in "
+                             "two folders); rename one, or give the rows a task field")
+        return self
 
 
 class TrafficLogDataset(_Strict):

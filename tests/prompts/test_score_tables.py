@@ -163,3 +163,30 @@ def test_a_task_lookup_that_matches_nothing_is_one_clear_error(tmp_path):
     (tmp_path / "tasks.json").write_text(json.dumps([{"query": "another prompt", "task_name": "t"}]))
     with pytest.raises(ValueError, match="task_lookup matched no prompt of the table"):
         list(read_dataset(config.datasets[0], Quarantine("prompts", None)))
+
+
+def test_one_file_per_task_names_the_rows_tasks_and_a_wrong_file_name_is_one_clear_error(tmp_path):
+    """RouterDC's layout: a file per task and no task column; `file_tasks` names each file's task, a
+    row's own task field still wins, and a file left out keeps the dataset's `task`."""
+    import pytest
+
+    from core.storage import Quarantine
+    from prompts.readers import read_dataset
+
+    (tmp_path / "maths").mkdir()
+    files = {"maths/gsm8k-train.json": [{"question": "What is 2 + 2?", "scores": {"alpha": 1.0, "beta": 0.0}},
+                                        {"question": "Own.", "scores": {"alpha": 1.0}, "cluster_id": 3}],
+             "humaneval_train.json": [{"question": "def f():", "scores": {"alpha": 0.0, "beta": 0.4}}],
+             "misc.json": [{"question": "Anything.", "scores": {"alpha": 0.5, "beta": 0.5}}]}
+    for name, rows in files.items():
+        (tmp_path / name).write_text(json.dumps(rows))
+    train = f"{tmp_path / 'maths/gsm8k-train.json'}, {tmp_path / 'humaneval_train.json'}, {tmp_path / 'misc.json'}"
+    extra = "    task_field: cluster_id\n    file_tasks: {gsm8k-train.json: gsm8k, humaneval_train.json: humaneval}"
+    config = load_fleet(_fleet(tmp_path, Path(f"{train}"), tmp_path / "misc.json", extra))
+    raw = [(r.text, r.task, r.reference_meta["task_from"], r.split)
+           for r in read_dataset(config.datasets[0], Quarantine("prompts", None))]
+    assert raw[:4] == [("What is 2 + 2?", "gsm8k", "file", "train"), ("Own.", "3", "row", "train"),
+                       ("def f():", "humaneval", "file", "train"), ("Anything.", "scores", "default", "train")]
+    with pytest.raises(ValueError, match=r"file_tasks names \['mmlu_train.json'\], not among the file names"):
+        load_fleet(_fleet(tmp_path, Path(f"{train}"), tmp_path / "misc.json",
+                          "    file_tasks: {mmlu_train.json: mmlu}"))
