@@ -85,17 +85,17 @@ def read_score_table(files: dict[str, list[Path]], *, text_field: str, scores_fi
     rows: list[ScoreRow] = []
     for split, paths in files.items():
         for path in paths:
+            name = Path(path).name
             for i, rec in enumerate(_records(Path(path))):
                 if limit is not None and i >= limit:
                     break
-                row_id = f"{Path(path).name}:{i}"
+                row_id = f"{name}:{i}"
                 if not isinstance(rec, dict):
-                    rows.append(ScoreRow(row_id, split, None, None, None, {"error": str(rec)[:200]}, Path(path).name))
+                    rows.append(ScoreRow(row_id, split, None, None, None, {"error": str(rec)[:200]}, name))
                     continue
                 task = rec.get(task_field) if task_field else None
                 rows.append(ScoreRow(row_id, split, rec.get(text_field), task, _mapping(rec.get(scores_field)),
-                                     {k: v for k, v in rec.items() if k not in (text_field, scores_field)},
-                                     Path(path).name))
+                                     {k: v for k, v in rec.items() if k not in (text_field, scores_field)}, name))
     return rows
 
 

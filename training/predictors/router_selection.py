@@ -76,15 +76,25 @@ def assign(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return np.argmax(x @ centroids.T, axis=1)
 
 
+def cluster_means(y: np.ndarray, clusters: np.ndarray, n_clusters: int) -> np.ndarray:
+    """(clusters, models): each model's mean known label per cluster; NaN where the cluster is empty
+    or the model has no label in it (callers decide what stands in for those)."""
+    means = np.full((n_clusters, y.shape[1]), np.nan)
+    with warnings.catch_warnings():  # a model with no label in a cluster: NaN, not an error
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for c in range(n_clusters):
+            rows = y[clusters == c]
+            if len(rows):
+                means[c] = np.nanmean(rows, axis=0)
+    return means
+
+
 def cluster_best(y: np.ndarray, clusters: np.ndarray, n_clusters: int) -> np.ndarray:
     """The model with the highest mean known label per cluster (the overall best where a cluster is empty)."""
+    means = cluster_means(y, clusters, n_clusters)
     overall = int(np.nanargmax(np.nanmean(y, axis=0)))
-    best = np.full(n_clusters, overall, dtype=np.int64)
-    for c in range(n_clusters):
-        rows = y[clusters == c]
-        if len(rows) and (~np.isnan(rows)).any():
-            best[c] = int(np.nanargmax(np.where(np.isnan(rows).all(0), -np.inf, np.nanmean(rows, axis=0))))
-    return best
+    best = np.argmax(np.nan_to_num(means, nan=-np.inf), axis=1)
+    return np.where(np.isnan(means).all(axis=1), overall, best).astype(np.int64)
 
 
 def isotonic_maps(pred: np.ndarray, y: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -166,10 +176,9 @@ def macro_quality(y: np.ndarray, clusters: np.ndarray, n_clusters: int) -> np.nd
     counts once, whatever its size. Why: a prompt of an unseen task is one more task, not more rows
     of the largest training task; a model best on a large task alone (a maths specialist trained on
     the biggest file) is a poor guess for it, one good across tasks is the safer fixed choice."""
-    with warnings.catch_warnings():  # a model with no label in a cluster: that cluster does not count for it
+    with warnings.catch_warnings():  # a cluster where a model has no label does not count for it
         warnings.simplefilter("ignore", RuntimeWarning)
-        means = [np.nanmean(y[clusters == c], axis=0) for c in range(n_clusters) if (clusters == c).any()]
-        macro = np.nanmean(np.stack(means), axis=0) if means else np.nanmean(y, axis=0)
+        macro = np.nanmean(cluster_means(y, clusters, n_clusters), axis=0)
     return np.where(np.isnan(macro), np.nanmean(y, axis=0), macro)
 
 
@@ -261,8 +270,7 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
         row["name"] = cluster_names[row["cluster"]]
         row["model"] = models[int(forced[row["cluster"]])] if forced[row["cluster"]] >= 0 else None
     guarded_picks = np.where(forced[clusters] >= 0, forced[clusters], np.argmax(chosen_oof, axis=1))
-    cluster_quality = np.stack([np.nanmean(y[clusters == c], axis=0) if (clusters == c).any() else np.nanmean(y, axis=0)
-                                for c in range(len(centroids))])
+    cluster_quality = cluster_means(y, clusters, len(centroids))  # an empty cluster: the overall means
     cluster_quality = np.where(np.isnan(cluster_quality), np.nanmean(y, axis=0), cluster_quality)
 
     weights: dict[str, np.ndarray] = {}
