@@ -33,19 +33,19 @@ install: $(STAMP)
 
 demo: $(STAMP)  ## run the main job on the offline demo fleet and print the bundle URI
 	@mkdir -p .state
-	$(BIN)/python -m pipelines.run $(CONFIG)
+	$(BIN)/python -m routeforge.pipelines.run $(CONFIG)
 
 routerbench: $(STAMP)  ## the main job on RouterBench's public response tables
 	@mkdir -p .state
-	$(BIN)/python -m pipelines.run configs/routerbench.yaml
+	$(BIN)/python -m routeforge.pipelines.run configs/routerbench.yaml
 
 test: $(STAMP)  ## unit and end-to-end tests (pytest's exit 5, no tests collected, is reported, not failed)
 	@rc=0; $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.importlinter])
-	$(BIN)/ruff check pipelines assets training profiling core prompts generation scoring artifacts tests benchmarks
-	$(BIN)/lint-imports
+	$(BIN)/ruff check pipelines assets training profiling core prompts generation scoring artifacts src tools tests benchmarks
+	$(BIN)/python -m tools.package_view lint  # the contracts, on the installed layout
 
 # every benchmark in dependency order (the simulator replays the CPU sweep's records);
 # `make benchmark` runs the smoke sizes into .state/benchmarks-quick, so the quoted results in

@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 import click
-
-from artifacts.loader import BundleVerificationError, fetch, load_bundle, read_manifest, verify_bundle
-from artifacts.registry import download_bundle
+from routeforge.artifacts.loader import BundleVerificationError, fetch, load_bundle, read_manifest, verify_bundle
+from routeforge.artifacts.registry import download_bundle
 
 LOCAL_STORE = Path(".state") / "mlflow.db"  # where `make demo` keeps its registry
 
@@ -170,7 +169,7 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, tracking_uri: str | 
 
 
 def _registry(name: str, tracking_uri: str | None):
-    from artifacts.release import Registry
+    from routeforge.artifacts.release import Registry
 
     if not tracking_uri:
         raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
@@ -192,7 +191,7 @@ def promote(name: str, version: str | None, public_key: Path | None, force: bool
     passes; the decision and its reasons are recorded on the version either way. Exit 1 when held."""
     import tempfile
 
-    from artifacts.release import gate
+    from routeforge.artifacts.release import gate
 
     if force and not (reason and reason.strip()):
         raise click.UsageError("--force needs --reason: a forced promotion records who asked and why")
@@ -215,7 +214,7 @@ def promote(name: str, version: str | None, public_key: Path | None, force: bool
 @_TRACKING
 def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
     """Move NAME's `champion` alias back to the previous champion."""
-    from artifacts.release import rollback as roll_back
+    from routeforge.artifacts.release import rollback as roll_back
 
     try:
         current, previous = roll_back(_registry(name, tracking_uri), reason)
@@ -235,7 +234,7 @@ def keys() -> None:
 def generate(private_key: Path) -> None:
     """Write a new key pair: PRIVATE_KEY (mode 0600) and PRIVATE_KEY.pub, for `registry.signing_key`
     or $ROUTEFORGE_SIGNING_KEY, which a fleet on object storage must set."""
-    from artifacts.signing import generate_key_pair
+    from routeforge.artifacts.signing import generate_key_pair
 
     if private_key.exists():
         raise click.ClickException(f"{private_key} exists; refusing to overwrite a private key")

@@ -173,7 +173,7 @@ class HeuristicPolicy:
 def heuristic_spec(name: str, instances: int, **parameters) -> dict[str, Any]:
     """The `policy.json` of a heuristic (validated by building it)."""
     spec = {"kind": "heuristic", "heuristic": name, "parameters": parameters, "instances": instances,
-            "telemetry": "artifacts.heuristics: request {prompt_tokens, predicted_output_tokens[m], "
+            "telemetry": "routeforge.artifacts.heuristics: request {prompt_tokens, predicted_output_tokens[m], "
                          "predicted_quality[m]}; instances [{max_running, tpot_s, prefill_s_per_token, "
                          "running: [{predicted_output_tokens, generated_tokens}], waiting: [{prompt_tokens, "
                          "predicted_output_tokens}]}]"}

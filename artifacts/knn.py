@@ -145,7 +145,7 @@ class KnnEstimator:
         return KnnPrediction(self.models, out["quality"], out["output_tokens"], out["cost"])
 
     def predict(self, texts: list[str], encoder_ref: str | None = None) -> KnnPrediction:
-        from artifacts.encoder import encode
+        from routeforge.artifacts.encoder import encode
 
         encoder = self.meta["encoder"]
         return self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],

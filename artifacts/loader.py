@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
-from artifacts.registry import download_bundle, is_remote_uri
-from artifacts.signing import SIGNATURE_FILE, signature_problem
-from artifacts.writer import sha256_file
+from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
+from routeforge.artifacts.registry import download_bundle, is_remote_uri
+from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem
+from routeforge.artifacts.writer import sha256_file
 
 SUPPORTED_MAJOR = MANIFEST_SCHEMA_VERSION.split(".")[0]
 
@@ -24,7 +24,7 @@ class BundleVerificationError(Exception):
 
 
 def _schema() -> dict:
-    return json.loads(resources.files("artifacts").joinpath("manifest.schema.json").read_text())
+    return json.loads(resources.files("routeforge.artifacts").joinpath("manifest.schema.json").read_text())
 
 
 def read_manifest(root: Path) -> Manifest:
@@ -119,14 +119,14 @@ class RouterBundle:
         return [m.name for m in self.manifest.fleet.models]
 
     def knn_estimator(self):
-        from artifacts.knn import KnnEstimator
+        from routeforge.artifacts.knn import KnnEstimator
 
         return KnnEstimator.load(self.root / self.manifest.component("knn_estimator").name)
 
     def text_predictor(self, name: str):
         """A text predictor component (`artifacts.text_predictor.TextPredictor`): `length_predictor`,
         `score_predictor` or `task_classifier`; loaded once per bundle (an ONNX session is costly)."""
-        from artifacts.text_predictor import TextPredictor
+        from routeforge.artifacts.text_predictor import TextPredictor
 
         if name not in self._loaded:
             self._loaded[name] = TextPredictor.load(self.root / self.manifest.component(name).name)
@@ -154,7 +154,7 @@ class RouterBundle:
         """The router chosen by cross-validation (`artifacts.router.Router`: `.predict(texts)` with
         `.models`, `.quality`, `.output_tokens`, `.cost` and `.best_model(lam)`). A bundle trained
         without router selection has none; `knn_estimator()` is always there."""
-        from artifacts.router import Router
+        from routeforge.artifacts.router import Router
 
         component = next((c for c in self.manifest.components if c.kind == "router"), None)
         if component is None:
@@ -188,9 +188,9 @@ class RouterBundle:
         """A routing policy by name (e.g. `policy--sac_qos_han`), or without a name the recommended
         one. A learned policy is an `artifacts.policy.RoutingPolicy` (`act(observation)`, with the
         observation built by its `artifacts.policy.observation_*` function); a heuristic is an
-        `artifacts.heuristics.HeuristicPolicy` (`route(request, instances)` on router telemetry)."""
-        from artifacts.heuristics import HeuristicPolicy
-        from artifacts.policy import RoutingPolicy
+        `routeforge.artifacts.heuristics.HeuristicPolicy` (`route(request, instances)` on router telemetry)."""
+        from routeforge.artifacts.heuristics import HeuristicPolicy
+        from routeforge.artifacts.policy import RoutingPolicy
 
         if name is None:
             name = self.recommended_policy
@@ -209,7 +209,7 @@ class RouterBundle:
 
     def latency(self, tier: str):
         """The tier's `artifacts.latency.LatencyModel`: TPOT/TTFT/E2E from the state at dispatch."""
-        from artifacts.latency import LatencyModel
+        from routeforge.artifacts.latency import LatencyModel
 
         for c in self.manifest.components:
             if c.kind == "latency_heads" and c.config.get("tier") == tier:

@@ -1,7 +1,7 @@
 """The bundle manifest: what a runtime needs to trust and use a bundle without this code base.
 
 `manifest.schema.json` beside this file is generated from these models (`python -m
-artifacts.manifest > artifacts/manifest.schema.json`) and a test keeps it in sync, so runtimes in
+routeforge.artifacts.manifest > artifacts/manifest.schema.json`) and a test keeps it in sync, so runtimes in
 other languages can validate manifests with any JSON Schema library.
 """
 

@@ -5,7 +5,7 @@
 logits) or, for a simplex action (004), the routing distribution itself, or for a `queue_bias` action
 the bias per instance, clipped and rounded to half requests as in training; `dispatch(biases,
 outstanding)` then routes each request of the slot by biased shortest queue
-(`artifacts.heuristics.biased_shortest_queue`). `observation_workload_aware(...)`,
+(`routeforge.artifacts.heuristics.biased_shortest_queue`). `observation_workload_aware(...)`,
 `observation_slot_distribution(...)` and `observation_qos_graph(...)` build each paper's observation from the
 telemetry a router has, exactly as the training environments do.
 """
@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from artifacts.heuristics import biased_shortest_queue, queue_biases
+from routeforge.artifacts.heuristics import biased_shortest_queue, queue_biases
 
 
 @dataclass

@@ -12,10 +12,16 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from artifacts.manifest import Fleet, Lineage, Manifest
-from artifacts.registry import RegisteredBundle, ensure_experiment, latest_version, register_bundle, registry_lock
-from artifacts.signing import sign_bundle
-from artifacts.writer import ComponentSource, write_bundle, write_manifest
+from routeforge.artifacts.manifest import Fleet, Lineage, Manifest
+from routeforge.artifacts.registry import (
+    RegisteredBundle,
+    ensure_experiment,
+    latest_version,
+    register_bundle,
+    registry_lock,
+)
+from routeforge.artifacts.signing import sign_bundle
+from routeforge.artifacts.writer import ComponentSource, write_bundle, write_manifest
 
 
 def code_version() -> str:
@@ -92,7 +98,7 @@ def publish_bundle(
 @dataclass(frozen=True)
 class RunContext:
     """Where a training run belongs: the pipeline run (an MLflow parent run found or created by its
-    `key`, one per `pipelines.run` invocation or Dagster run) and the Dagster run and step behind it."""
+    `key`, one per `routeforge.pipelines.run` invocation or Dagster run) and the Dagster run and step behind it."""
 
     key: str
     fleet: str

@@ -183,7 +183,7 @@ class Registry:
             return None
 
     def latest_version(self) -> str:
-        from artifacts.registry import latest_version
+        from routeforge.artifacts.registry import latest_version
 
         latest = latest_version(self.name, self.client)
         if latest is None:
@@ -201,9 +201,8 @@ class Registry:
         `candidate` freezes it: logs it to `run_id` under `evaluation/` and pins it in the registered
         model's tags; every later call downloads the pinned one, whatever `candidate` says."""
         import mlflow
-
-        from artifacts.registry import download_artifacts
-        from artifacts.writer import sha256_file
+        from routeforge.artifacts.registry import download_artifacts
+        from routeforge.artifacts.writer import sha256_file
 
         pinned = self.model_tags().get(EVALUATION_TAG)
         if pinned is None:
@@ -222,8 +221,7 @@ class Registry:
 
     def metrics_of(self, version: str, evaluation: Path, public_key: Path | None, workdir: Path) -> dict[str, float]:
         import pyarrow.parquet as pq
-
-        from artifacts.loader import load_bundle
+        from routeforge.artifacts.loader import load_bundle
 
         bundle = load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
                              public_key=public_key)

@@ -47,8 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from artifacts.knn import neighbour_weights
+from routeforge.artifacts.knn import neighbour_weights
 
 
 @dataclass
@@ -181,7 +180,7 @@ class Router:
         return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded, unseen)
 
     def predict(self, texts: list[str], encoder_ref: str | None = None) -> RouterPrediction:
-        from artifacts.encoder import encode
+        from routeforge.artifacts.encoder import encode
 
         encoder = self.meta["encoder"]
         prediction = self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],

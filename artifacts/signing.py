@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from artifacts.manifest import MANIFEST_FILE
+from routeforge.artifacts.manifest import MANIFEST_FILE
 
 SIGNATURE_FILE = "manifest.sig"
 ALGORITHM = "ed25519"

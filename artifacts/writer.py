@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from artifacts.manifest import MANIFEST_FILE, Component, FileEntry, Fleet, Lineage, Manifest
+from routeforge.artifacts.manifest import MANIFEST_FILE, Component, FileEntry, Fleet, Lineage, Manifest
 
 
 def sha256_file(path: Path) -> str:

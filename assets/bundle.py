@@ -7,16 +7,15 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
-
-from artifacts.loader import BundleVerificationError, load_bundle
-from artifacts.manifest import Fleet, ModelEntry, TierEntry
-from artifacts.registry import registry_lock
-from artifacts.release import Registry
-from artifacts.writer import sha256_file
-from assets.release import write_evaluation_candidate
-from assets.resources import ComponentStore, FleetResource, MlflowRegistry
-from core.components import TrainedComponent, flatten
-from core.config import FleetConfig
+from routeforge.artifacts.loader import BundleVerificationError, load_bundle
+from routeforge.artifacts.manifest import Fleet, ModelEntry, TierEntry
+from routeforge.artifacts.registry import registry_lock
+from routeforge.artifacts.release import Registry
+from routeforge.artifacts.writer import sha256_file
+from routeforge.assets.release import write_evaluation_candidate
+from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.core.components import TrainedComponent, flatten
+from routeforge.core.config import FleetConfig
 
 
 def table_hash(table: pa.Table) -> str:

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-
-from core.storage import Quarantine
+from routeforge.core.storage import Quarantine
 
 
 def clean(values: dict[str, Any]) -> dict[str, Any]:

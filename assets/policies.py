@@ -8,11 +8,10 @@ from typing import Any
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-
-from artifacts.writer import ComponentSource
-from assets.metadata import clean, markdown_table, plot_entries
-from assets.resources import ComponentStore, FleetResource, MlflowRegistry
-from core.components import TrainedComponent
+from routeforge.artifacts.writer import ComponentSource
+from routeforge.assets.metadata import clean, markdown_table, plot_entries
+from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.core.components import TrainedComponent
 
 TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
                  "quality_mean", "cost_usd_per_request", "dropped", "rejected")
@@ -56,12 +55,12 @@ def training_curves(report: dict[str, Any]) -> dict[str, list[tuple[int, float]]
 def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                        mlflow: MlflowRegistry, routing_table: pa.Table,
                        knn_estimator: TrainedComponent, tier_profiles: dict[str, dict[str, Any]]):
-    from artifacts.knn import KnnEstimator
-    from core.schemas import routing_models
-    from training.policies.evaluation import evaluate_routing
-    from training.policies.packaging import export_heuristics, write_simulator
-    from training.policies.rl.export import export_policy
-    from training.policies.simulator.workloads import RequestPool, prompt_token_counts
+    from routeforge.artifacts.knn import KnnEstimator
+    from routeforge.core.schemas import routing_models
+    from routeforge.training.policies.evaluation import evaluate_routing
+    from routeforge.training.policies.packaging import export_heuristics, write_simulator
+    from routeforge.training.policies.rl.export import export_policy
+    from routeforge.training.policies.simulator.workloads import RequestPool, prompt_token_counts
 
     config = fleet.config
     settings = config.training.routing_evaluation

@@ -7,15 +7,14 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-
-from artifacts.writer import ComponentSource
-from assets.metadata import inline_plot, markdown_table, plot_entries
-from assets.resources import ComponentStore, FleetResource, MlflowRegistry
-from core.components import TrainedComponent
-from training.predictors.knn import build_knn
-from training.predictors.knn_eval import evaluate_knn
-from training.predictors.packaging import parity_metrics, parity_passes
-from training.predictors.quality_cost_eval import plot_quality_cost
+from routeforge.artifacts.writer import ComponentSource
+from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
+from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.core.components import TrainedComponent
+from routeforge.training.predictors.knn import build_knn
+from routeforge.training.predictors.knn_eval import evaluate_knn
+from routeforge.training.predictors.packaging import parity_metrics, parity_passes
+from routeforge.training.predictors.quality_cost_eval import plot_quality_cost
 
 
 @dg.asset(
@@ -92,8 +91,8 @@ def _decode_speed(context, settings, latency_heads: dict[str, TrainedComponent])
 
 def _train(name: str, context, config, routing_table: pa.Table, folder,
            latency_heads: dict[str, TrainedComponent] | None) -> dict:
-    from training.predictors.bucket_predictors import train_length_predictor, train_score_predictor
-    from training.predictors.task_classifier import train_task_classifier
+    from routeforge.training.predictors.bucket_predictors import train_length_predictor, train_score_predictor
+    from routeforge.training.predictors.task_classifier import train_task_classifier
 
     settings = getattr(config.training, name)
     seed, log = config.training.seed, context.log.info

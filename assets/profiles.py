@@ -8,12 +8,11 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
-
-from artifacts.writer import ComponentSource
-from assets.metadata import inline_plot, markdown_table, plot_entries
-from assets.resources import ComponentStore, FleetResource, MlflowRegistry
-from core.components import TrainedComponent
-from profiling.tier_profile import build_latency_component, kept_profile, measure_tier, safe_name
+from routeforge.artifacts.writer import ComponentSource
+from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
+from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.core.components import TrainedComponent
+from routeforge.profiling.tier_profile import build_latency_component, kept_profile, measure_tier, safe_name
 
 
 def _tier(fleet: FleetResource, key: str):
@@ -88,7 +87,7 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
     )
     def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                       mlflow: MlflowRegistry, tier_profiles: dict, routing_table: pa.Table):
-        from artifacts.latency import LatencyModel
+        from routeforge.artifacts.latency import LatencyModel
 
         tier = _tier(fleet, context.partition_key)
         folder = store.component_dir(f"latency--{safe_name(tier.name)}")

@@ -5,10 +5,9 @@ import time
 from collections import Counter
 
 import dagster as dg
-
-from assets.metadata import quarantine_metadata
-from assets.resources import ComponentStore, FleetResource
-from prompts.sources import build_prompts
+from routeforge.assets.metadata import quarantine_metadata
+from routeforge.assets.resources import ComponentStore, FleetResource
+from routeforge.prompts.sources import build_prompts
 
 
 @dg.asset(

@@ -7,12 +7,11 @@ from statistics import fmean
 
 import dagster as dg
 import pyarrow as pa
-
-from assets.metadata import clean, quarantine_metadata
-from assets.resources import ComponentStore, FleetResource
-from core.schemas import QUALITY
-from core.storage import Quarantine, to_table
-from scoring.quality import Scorer, label_agreement
+from routeforge.assets.metadata import clean, quarantine_metadata
+from routeforge.assets.resources import ComponentStore, FleetResource
+from routeforge.core.schemas import QUALITY
+from routeforge.core.storage import Quarantine, to_table
+from routeforge.scoring.quality import Scorer, label_agreement
 
 
 def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:

@@ -6,10 +6,9 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
-
-from assets.metadata import clean, markdown_table, plot_entries
-from assets.resources import ComponentStore, FleetResource, MlflowRegistry
-from core.components import TrainedComponent
+from routeforge.assets.metadata import clean, markdown_table, plot_entries
+from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.core.components import TrainedComponent
 
 
 def flat_metrics(report: dict[str, Any], predictors: dict[str, TrainedComponent]) -> dict[str, float]:
@@ -40,7 +39,7 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
     def predictor_report(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                          mlflow: MlflowRegistry, routing_table: pa.Table,
                          knn_estimator: TrainedComponent, **upstream: TrainedComponent):
-        from training.predictors.predictor_report import build_report
+        from routeforge.training.predictors.predictor_report import build_report
 
         config = fleet.config
         out_dir = store.report_dir("predictors")

@@ -13,11 +13,10 @@ from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
-
-from core.components import TrainedComponent
-from core.config import FleetConfig, load_fleet
-from core.storage import Quarantine
-from core.storage_root import StorageRoot
+from routeforge.core.components import TrainedComponent
+from routeforge.core.config import FleetConfig, load_fleet
+from routeforge.core.storage import Quarantine
+from routeforge.core.storage_root import StorageRoot
 
 
 class FleetResource(dg.ConfigurableResource):
@@ -103,7 +102,7 @@ class ComponentStore(dg.ConfigurableResource):
         return quarantine.write(self.location.path())
 
 
-# Dagster run tag shared by the job runs of one `pipelines.run` invocation: their MLflow runs nest
+# Dagster run tag shared by the job runs of one `routeforge.pipelines.run` invocation: their MLflow runs nest
 # under one parent run keyed by it (a run launched alone, from the UI, is its own pipeline run).
 PIPELINE_RUN_TAG = "routeforge/pipeline_run"
 # where `make mlflow-ui` serves the local store; links in Dagster metadata point there
@@ -124,7 +123,7 @@ class MlflowRegistry(dg.ConfigurableResource):
     def signing_key_path(self) -> Path:
         """The private key, created (0600, `.pub` beside it) when this is the default location and
         it does not exist yet; a configured key that is missing is an error naming it."""
-        from artifacts.signing import generate_key_pair
+        from routeforge.artifacts.signing import generate_key_pair
 
         path = Path(self.signing_key)
         if not path.is_file():
@@ -134,7 +133,7 @@ class MlflowRegistry(dg.ConfigurableResource):
         return path
 
     def public_key_path(self) -> Path:
-        from artifacts.signing import public_key_path
+        from routeforge.artifacts.signing import public_key_path
 
         return public_key_path(self.signing_key_path())
 
@@ -142,7 +141,7 @@ class MlflowRegistry(dg.ConfigurableResource):
 
     def run_context(self, context: dg.AssetExecutionContext):
         """This step's place in the MLflow run tree (`artifacts.publish.RunContext`)."""
-        from artifacts.publish import RunContext
+        from routeforge.artifacts.publish import RunContext
 
         tags = context.run.tags
         return RunContext(key=tags.get(PIPELINE_RUN_TAG, context.run_id),
@@ -153,7 +152,7 @@ class MlflowRegistry(dg.ConfigurableResource):
                    files: list[Path], tags: dict[str, str] | None = None,
                    curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
         """A child run of the pipeline run for this asset (`artifacts.publish.log_report`)."""
-        from artifacts.publish import log_report
+        from routeforge.artifacts.publish import log_report
 
         return log_report(tracking_uri=self.tracking_uri, experiment=self.experiment,
                           artifact_location=self.artifact_location, run_name=run_name, metrics=metrics,
@@ -172,7 +171,7 @@ class MlflowRegistry(dg.ConfigurableResource):
 
     def publish(self, **kwargs: Any):
         """`artifacts.publish.publish_bundle` under this registry's name, experiment and alias."""
-        from artifacts.publish import publish_bundle
+        from routeforge.artifacts.publish import publish_bundle
 
         return publish_bundle(name=self.model_name, tracking_uri=self.tracking_uri, experiment=self.experiment,
                               artifact_location=self.artifact_location, alias=self.alias,

@@ -7,10 +7,9 @@ from statistics import fmean
 
 import dagster as dg
 import pyarrow as pa
-
-from assets.metadata import clean, quarantine_metadata
-from assets.resources import ComponentStore, FleetResource
-from generation.partition import generate_partition
+from routeforge.assets.metadata import clean, quarantine_metadata
+from routeforge.assets.resources import ComponentStore, FleetResource
+from routeforge.generation.partition import generate_partition
 
 
 def _mean(values: list[float | None]) -> float | None:

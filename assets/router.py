@@ -5,11 +5,10 @@ training split, evaluated once on the test split; component folder, report and p
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-
-from artifacts.writer import ComponentSource
-from assets.metadata import clean, markdown_table, plot_entries
-from assets.resources import ComponentStore, FleetResource, MlflowRegistry
-from core.components import TrainedComponent
+from routeforge.artifacts.writer import ComponentSource
+from routeforge.assets.metadata import clean, markdown_table, plot_entries
+from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.core.components import TrainedComponent
 
 
 @dg.asset(
@@ -23,7 +22,7 @@ from core.components import TrainedComponent
 )
 def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                      mlflow: MlflowRegistry, routing_table: pa.Table):
-    from training.predictors.router_training import train_router
+    from routeforge.training.predictors.router_training import train_router
 
     config = fleet.config
     result = train_router(routing_table, config.encoder, config.training.router,

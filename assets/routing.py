@@ -4,9 +4,8 @@
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-
-from assets.resources import ComponentStore, FleetResource
-from training.routing_table import build_routing_table, dataset_card, export_hf_dataset, matrix
+from routeforge.assets.resources import ComponentStore, FleetResource
+from routeforge.training.routing_table import build_routing_table, dataset_card, export_hf_dataset, matrix
 
 
 @dg.asset(

@@ -53,7 +53,7 @@ def gate_over(by_workload: dict[str, dict[str, dict]], learned: list[str], heuri
     """The pipeline's routing gate (`training.policies.gate.recommend`) over a benchmark's results
     shaped {workload: {policy: {metric: [mean, std], <metric>_by_seed: [...]}}} (per-seed values,
     where given, make the gate's noise the paired one)."""
-    from training.policies.gate import recommend
+    from routeforge.training.policies.gate import recommend
 
     rows = [{"policy": p, "workload": w, "load": 0.0, objective: stats[objective][0],
              f"{objective}_std": stats[objective][1],

@@ -16,15 +16,16 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from routeforge.core.config import BatchGrid
+from routeforge.core.model_sources import build_random_init
+from routeforge.profiling.batch_fits import fit_tier
+from routeforge.profiling.batch_profiler import profile_model
+from routeforge.profiling.latency_heads import leave_one_configuration_out
+from routeforge.profiling.plots import plot_batch_fit
+
 from benchmarks.common import REPO, results_dir
 from benchmarks.common import parser as bench_parser
 from benchmarks.cpu_sweep import MODEL
-from core.config import BatchGrid
-from core.model_sources import build_random_init
-from profiling.batch_fits import fit_tier
-from profiling.batch_profiler import profile_model
-from profiling.latency_heads import leave_one_configuration_out
-from profiling.plots import plot_batch_fit
 
 OUT = results_dir("cpu_batch_profile")
 

@@ -22,16 +22,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pyarrow.parquet as pq
+from routeforge.artifacts.latency import LatencyModel
+from routeforge.core.config import RandomInitSource, SweepSettings
+from routeforge.core.model_sources import build_random_init
+from routeforge.profiling.local_server import transformers_serve
+from routeforge.profiling.plots import plot_sweep
+from routeforge.profiling.sweep import SweepPrompt, SweepResult, records_table, run_sweep
+from routeforge.profiling.sweep_heads import evaluate_rwt, sweep_data, sweep_rwt, train_sweep_heads
 
-from artifacts.latency import LatencyModel
 from benchmarks.common import DATA, REPO, results_dir
 from benchmarks.common import parser as bench_parser
-from core.config import RandomInitSource, SweepSettings
-from core.model_sources import build_random_init
-from profiling.local_server import transformers_serve
-from profiling.plots import plot_sweep
-from profiling.sweep import SweepPrompt, SweepResult, records_table, run_sweep
-from profiling.sweep_heads import evaluate_rwt, sweep_data, sweep_rwt, train_sweep_heads
 
 OUT = results_dir("cpu_sweep")
 MODEL = RandomInitSource(kind="random_init", architecture="llama", seed=11, config={

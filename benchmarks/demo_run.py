@@ -33,7 +33,7 @@ def main() -> None:
     if args.quick:
         args.runs = 1
 
-    from pipelines.run import run_pipeline
+    from routeforge.pipelines.run import run_pipeline
 
     runs = []
     for i in range(args.runs):

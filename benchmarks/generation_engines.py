@@ -27,13 +27,14 @@ import yaml
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from routeforge.core.config import load_fleet
+from routeforge.core.storage import Quarantine
+from routeforge.generation.engines import make_engine, prompt_rows
+from routeforge.generation.partition import generate_partition
+from routeforge.prompts.sources import build_prompts
+
 from benchmarks.common import DATA, results_dir
 from benchmarks.common import parser as bench_parser
-from core.config import load_fleet
-from core.storage import Quarantine
-from generation.engines import make_engine, prompt_rows
-from generation.partition import generate_partition
-from prompts.sources import build_prompts
 
 MODEL = {"kind": "random_init", "architecture": "llama", "seed": 2,
          "config": {"num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 688,
@@ -92,8 +93,9 @@ def cache(folder: Path, n: int, batch: int) -> dict:
 
 
 def http_faults(folder: Path, n: int) -> dict:
-    from core.config import RandomInitSource
-    from core.model_sources import build_random_init
+    from routeforge.core.config import RandomInitSource
+    from routeforge.core.model_sources import build_random_init
+
     from tests.conftest import free_port, stop, wait_healthy
     from tests.faults import FaultProxy
 

@@ -50,9 +50,9 @@ def agreement(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int | None) -> dict:
-    from artifacts.text_predictor import TextPredictor
-    from training.predictors.packaging import package_predictor
-    from training.predictors.text_classifier import ClassifierSettings, train_classifier
+    from routeforge.artifacts.text_predictor import TextPredictor
+    from routeforge.training.predictors.packaging import package_predictor
+    from routeforge.training.predictors.text_classifier import ClassifierSettings, train_classifier
 
     rng = random.Random(0)
     by_task = defaultdict(list)
@@ -111,9 +111,8 @@ def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int 
 def demo_bundle(variant: str, state: Path) -> tuple[Path, dict]:
     """Run the demo fleet with the text predictors packaged as `variant` in `state`; the bundle folder."""
     import dagster as dg
-
-    from core.config import load_fleet
-    from pipelines.run import run_pipeline
+    from routeforge.core.config import load_fleet
+    from routeforge.pipelines.run import run_pipeline
 
     fleet = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     if variant == "before":
@@ -134,7 +133,7 @@ def demo_bundle(variant: str, state: Path) -> tuple[Path, dict]:
 
 
 def demo_comparison(work: Path, extra_prompts: list[str]) -> dict:
-    from artifacts.loader import load_bundle
+    from routeforge.artifacts.loader import load_bundle
 
     bundles, runs = {}, {}
     for variant in ("before", "now"):
@@ -153,7 +152,7 @@ def demo_comparison(work: Path, extra_prompts: list[str]) -> dict:
         before, now = bundles["before"].text_predictor(name), bundles["now"].text_predictor(name)
         spec = now.spec
         model = next(iter(spec["model_tokens"])) if spec.get("model_tokens") else None
-        from artifacts.text_predictor import compose
+        from routeforge.artifacts.text_predictor import compose
 
         composed = [compose(t, None, model, None, spec.get("model_tokens")) for t in texts]
         a, b = before.logits(composed), now.logits(composed)

@@ -6,7 +6,7 @@ machine, one run each side by side (the same fleet and settings; only where stat
   on PostgreSQL with artifacts on S3 (proxied), Dagster on PostgreSQL with step logs on S3
   (deploy/dagster.yaml); every server on 127.0.0.1 (tests/services.py).
 
-Both run `python -m pipelines.run` in a fresh process; the router's selection grid is the narrowed
+Both run `python -m routeforge.pipelines.run` in a fresh process; the router's selection grid is the narrowed
 one of tests/test_production_loopback.py (`tests.services.routerbench_fleet`). `--quick` runs the
 production side only. Writes `benchmarks/results/production_loopback/results.json`.
 """
@@ -23,14 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from artifacts.signing import generate_key_pair
+from routeforge.artifacts.signing import generate_key_pair
+
 from benchmarks.common import DATA, REPO, parser, results_dir
 from tests.services import mlflow_server, postgres, routerbench_fleet, s3_server
 
 
 def _run(fleet: Path, cwd: Path, env: dict[str, str]) -> dict:
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "pipelines.run", str(fleet), "--log-file", str(cwd / "run.log")],
+    run = subprocess.run([sys.executable, "-m", "routeforge.pipelines.run", str(fleet),
+                          "--log-file", str(cwd / "run.log")],
                          cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
     seconds = time.perf_counter() - start
     if run.returncode:

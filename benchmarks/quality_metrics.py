@@ -24,13 +24,14 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from routeforge.core.config import ScoringSettings
+from routeforge.scoring.metrics.bertscore import BertScoreMetric
+from routeforge.scoring.metrics.code_exec import humaneval_program, run_many
+from routeforge.scoring.metrics.extraction import extract_math, normalize_number
+from routeforge.scoring.quality import exact_match
+
 from benchmarks.common import DATA, results_dir
 from benchmarks.common import parser as bench_parser
-from core.config import ScoringSettings
-from scoring.metrics.bertscore import BertScoreMetric
-from scoring.metrics.code_exec import humaneval_program, run_many
-from scoring.metrics.extraction import extract_math, normalize_number
-from scoring.quality import exact_match
 
 MODELS = ("mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview")
 

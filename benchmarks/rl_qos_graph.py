@@ -32,18 +32,18 @@ import time
 from pathlib import Path
 
 import numpy as np
+from routeforge.training.policies.rl.export import export_policy
+from routeforge.training.policies.rl.rollout import greedy, run_episode, sampled
+from routeforge.training.policies.rl.sac import SacSettings, train_sac
+from routeforge.training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.metrics import mean_std
+from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from routeforge.training.policies.simulator.traces import read_trace, trace_window
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 from benchmarks.common import DATA, gate_over, parse_trainer_args, results_dir, trainer_parser
 from benchmarks.routerbench_fleet import routerbench_pool, save_bar_panel, tier_profile
-from training.policies.rl.export import export_policy
-from training.policies.rl.rollout import greedy, run_episode, sampled
-from training.policies.rl.sac import SacSettings, train_sac
-from training.policies.simulator.baselines import BASELINES
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.metrics import mean_std
-from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
-from training.policies.simulator.traces import read_trace, trace_window
-from training.policies.simulator.workloads import RequestPool, arrivals
 
 OUT = results_dir("rl_qos_graph")
 EXPERTS = {  # model -> (splitwise tier, GPUs)

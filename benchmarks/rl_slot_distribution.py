@@ -39,19 +39,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+from routeforge.training.policies.rl.export import export_policy
+from routeforge.training.policies.rl.ppo import PpoSettings, env_policy, train_ppo
+from routeforge.training.policies.rl.rollout import run_episode
+from routeforge.training.policies.rl.slot_teacher import best_fixed_split
+from routeforge.training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.metrics import mean_std, summarize
+from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+from routeforge.training.policies.simulator.traces import read_trace, trace_window
+from routeforge.training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, switched_poisson
 
 from benchmarks.common import DATA, gate_over, parse_trainer_args, results_dir, trainer_parser
 from benchmarks.routerbench_fleet import TIERS, routerbench_pool, save_bar_panel, tier_profile
-from training.policies.rl.export import export_policy
-from training.policies.rl.ppo import PpoSettings, env_policy, train_ppo
-from training.policies.rl.rollout import run_episode
-from training.policies.rl.slot_teacher import best_fixed_split
-from training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.metrics import mean_std, summarize
-from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
-from training.policies.simulator.traces import read_trace, trace_window
-from training.policies.simulator.workloads import SPP_D0, SPP_D1, arrivals, switched_poisson
 
 OUT = results_dir("rl_slot_distribution")
 HEAVY, LIGHT = "gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat"

@@ -36,18 +36,18 @@ from functools import partial
 
 import numpy as np
 import torch
+from routeforge.training.policies.rl.networks import mlp
+from routeforge.training.policies.rl.sac import SacSettings, networks
+from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
+from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+from routeforge.training.policies.simulator.traces import read_trace
+from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from routeforge.training.policies.simulator.workloads import SPP_D0, SPP_D1, RequestPool, arrivals, switched_poisson
 
 from benchmarks.common import DATA, results_dir
 from benchmarks.common import parser as bench_parser
 from benchmarks.rl_slot_distribution import HEAVY, LIGHT
 from benchmarks.routerbench_fleet import TIERS, tier_profile
-from training.policies.rl.networks import mlp
-from training.policies.rl.sac import SacSettings, networks
-from training.policies.simulator.qos_graph_env import QosGraphEnv
-from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
-from training.policies.simulator.traces import read_trace
-from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
-from training.policies.simulator.workloads import SPP_D0, SPP_D1, RequestPool, arrivals, switched_poisson
 
 OUT = results_dir("rl_throughput")
 QOS_TIERS = ["llama2-70b@h100-80gb-tp8", "llama2-70b@h100-80gb-tp4", "llama2-70b@h100-80gb-tp2",
@@ -159,7 +159,7 @@ def batched_decisions_per_second(build, copies: int, seconds: float) -> dict:
 
 
 def training_decisions_per_second(copies: int, episodes: int) -> dict:
-    from training.policies.rl.ddqn import DdqnSettings, train_ddqn
+    from routeforge.training.policies.rl.ddqn import DdqnSettings, train_ddqn
 
     env, _ = workload_aware()
     start = time.perf_counter()

@@ -24,19 +24,19 @@ import json
 import time
 
 import numpy as np
+from routeforge.profiling.batch_fits import fit_tier, import_splitwise
+from routeforge.training.policies.rl.ddqn import DdqnSettings, train_ddqn
+from routeforge.training.policies.rl.export import export_policy
+from routeforge.training.policies.rl.rollout import greedy, run_episode
+from routeforge.training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.metrics import mean_std, summarize
+from routeforge.training.policies.simulator.traces import read_trace, trace_window
+from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 from benchmarks.common import DATA, gate_over, parse_trainer_args, results_dir, trainer_parser
-from profiling.batch_fits import fit_tier, import_splitwise
-from training.policies.rl.ddqn import DdqnSettings, train_ddqn
-from training.policies.rl.export import export_policy
-from training.policies.rl.rollout import greedy, run_episode
-from training.policies.simulator.baselines import BASELINES
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.metrics import mean_std, summarize
-from training.policies.simulator.traces import read_trace, trace_window
-from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
-from training.policies.simulator.workloads import RequestPool, arrivals
 
 OUT = results_dir("rl_workload_aware")
 TIER = "llama2-70b@a100-80gb-tp4"

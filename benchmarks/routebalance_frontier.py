@@ -22,15 +22,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+from routeforge.training.policies.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.metrics import summarize
+from routeforge.training.policies.simulator.workloads import arrivals
 
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
 from benchmarks.routerbench_fleet import TIERS as FLEET
 from benchmarks.routerbench_fleet import routerbench_pool, tier_profile
-from training.policies.simulator.baselines import JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.metrics import summarize
-from training.policies.simulator.workloads import arrivals
 
 OUT = results_dir("routebalance_frontier")
 SEEDS = (1, 2, 3)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 
+from routeforge.training.policies.simulator.baselines import BASELINES
+
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
 from benchmarks.rl_qos_graph import SIGNAL_BASELINES, Setting
-from training.policies.simulator.baselines import BASELINES
 
 OUT = results_dir("routebalance_signals")
 

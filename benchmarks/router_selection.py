@@ -24,20 +24,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+from routeforge.artifacts.router import Router
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import routing_models
+from routeforge.prompts.score_tables import read_score_table
+from routeforge.prompts.sources import normalize
+from routeforge.training.embeddings import encode_cached
+from routeforge.training.predictors.router_report import batch_latency, evaluate
+from routeforge.training.predictors.router_selection import select_router
+from routeforge.training.predictors.router_training import split_rows, train_router
+from routeforge.training.routing_table import matrix
 
-from artifacts.router import Router
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
 from benchmarks.routerbench_knn import routing_table_of
-from core.config import load_fleet
-from core.schemas import routing_models
-from prompts.score_tables import read_score_table
-from prompts.sources import normalize
-from training.embeddings import encode_cached
-from training.predictors.router_report import batch_latency, evaluate
-from training.predictors.router_selection import select_router
-from training.predictors.router_training import split_rows, train_router
-from training.routing_table import matrix
 
 CONFIGS = {"dcrouter": "configs/dcrouter.yaml", "routerbench": "configs/routerbench.yaml"}
 
@@ -61,7 +61,7 @@ def leave_one_task_out(x, y, tasks_train, x_test, y_test, tasks_test, models, se
 def latencies(router: Router, x_train, y_train, models, encoder, texts, settings, rounds: int = 5) -> dict:
     """Batch-of-64 latency of the chosen router and of 002's KNN (k = 10) through the same runtime,
     measured in alternation so that any other load on the machine weighs on both alike."""
-    from core.config import RouterSelectionSettings
+    from routeforge.core.config import RouterSelectionSettings
 
     knn_only = RouterSelectionSettings(enabled=True, folds=2, knn_k=[10], knn_prior_strength=[10.0], mlp_hidden=[],
                                        mf_dim=[], ensemble_size=1, guard_clusters=settings.guard_clusters)

@@ -38,19 +38,25 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from routeforge.artifacts.knn import KnnPrediction
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import routing_models
+from routeforge.training.embeddings import encode_cached
+from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
+from routeforge.training.predictors.router_family import Candidate, fit_predict
+from routeforge.training.predictors.router_selection import (
+    assign,
+    cluster_best,
+    cluster_centroids,
+    fold_ids,
+    score_at_argmax,
+)
+from routeforge.training.predictors.router_training import split_rows
+from routeforge.training.routing_table import matrix
 
-from artifacts.knn import KnnPrediction
 from benchmarks.common import results_dir
 from benchmarks.router_selection import CONFIGS, over_fleets
 from benchmarks.routerbench_knn import routing_table_of
-from core.config import load_fleet
-from core.schemas import routing_models
-from training.embeddings import encode_cached
-from training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
-from training.predictors.router_family import Candidate, fit_predict
-from training.predictors.router_selection import assign, cluster_best, cluster_centroids, fold_ids, score_at_argmax
-from training.predictors.router_training import split_rows
-from training.routing_table import matrix
 
 CLUSTERS = (5, 10, 20, 40, 80)
 FOLD_SEEDS = (0, 1, 2)

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import routing_models
+from routeforge.profiling.batch_fits import fit_tier, import_splitwise
+from routeforge.training.embeddings import encode_cached
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.workloads import RequestPool, prompt_token_counts
+from routeforge.training.predictors.knn import build_knn
+from routeforge.training.predictors.router_report import fit_and_evaluate
+from routeforge.training.routing_table import matrix
 
 from benchmarks.common import DATA, REPO
 from benchmarks.routerbench_knn import routing_table_of
-from core.config import load_fleet
-from core.schemas import routing_models
-from profiling.batch_fits import fit_tier, import_splitwise
-from training.embeddings import encode_cached
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.workloads import RequestPool, prompt_token_counts
-from training.predictors.knn import build_knn
-from training.predictors.router_report import fit_and_evaluate
-from training.routing_table import matrix
 
 TIERS = {  # model -> splitwise tier
     "gpt-4-1106-preview": "bloom-176b@a100-80gb-tp8",

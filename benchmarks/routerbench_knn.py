@@ -18,18 +18,19 @@ import json
 import time
 from pathlib import Path
 
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import QUALITY, RESPONSES
+from routeforge.core.storage import Quarantine, to_table
+from routeforge.generation.engines import make_engine, prompt_rows
+from routeforge.prompts.sources import build_prompts
+from routeforge.scoring.quality import Scorer
+from routeforge.training.predictors.knn import build_knn
+from routeforge.training.predictors.knn_eval import evaluate_knn, leave_one_task_out
+from routeforge.training.predictors.quality_cost_eval import plot_quality_cost
+from routeforge.training.routing_table import build_routing_table
+
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
-from core.config import load_fleet
-from core.schemas import QUALITY, RESPONSES
-from core.storage import Quarantine, to_table
-from generation.engines import make_engine, prompt_rows
-from prompts.sources import build_prompts
-from scoring.quality import Scorer
-from training.predictors.knn import build_knn
-from training.predictors.knn_eval import evaluate_knn, leave_one_task_out
-from training.predictors.quality_cost_eval import plot_quality_cost
-from training.routing_table import build_routing_table
 
 
 def routing_table_of(config, timings: dict[str, float]):

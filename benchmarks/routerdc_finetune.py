@@ -15,11 +15,11 @@ import time
 from dataclasses import replace
 
 import numpy as np
+from routeforge.training.predictors.router_dc_finetune import RouterDcSettings, finetune, route_scores
+from routeforge.training.predictors.router_selection import fold_ids
 
 from benchmarks.common import DATA, results_dir
 from benchmarks.common import parser as bench_parser
-from training.predictors.router_dc_finetune import RouterDcSettings, finetune, route_scores
-from training.predictors.router_selection import fold_ids
 
 
 def load(split: str):

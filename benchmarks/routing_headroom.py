@@ -25,13 +25,14 @@ import math
 import time
 from collections import deque
 
+from routeforge.training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.instance import Instance, Job
+from routeforge.training.policies.simulator.metrics import mean_std, summarize
+
 from benchmarks.common import gate_over, results_dir
 from benchmarks.common import parser as bench_parser
 from benchmarks.rl_workload_aware import SEEDS, setting
-from training.policies.simulator.baselines import BASELINES
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.instance import Instance, Job
-from training.policies.simulator.metrics import mean_std, summarize
 
 OUT = results_dir("routing_headroom")
 REJECTED_COST_S = 1e6  # a rejection costs more than any completion time

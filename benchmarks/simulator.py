@@ -20,17 +20,17 @@ import time
 
 import numpy as np
 import pyarrow.parquet as pq
+from routeforge.profiling.batch_fits import fit_tier, import_splitwise
+from routeforge.training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.calibration import replay_sweep, static_batches
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.metrics import summarize
+from routeforge.training.policies.simulator.traces import read_trace
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 from benchmarks.common import DATA, results_dir
 from benchmarks.common import parser as bench_parser
-from profiling.batch_fits import fit_tier, import_splitwise
-from training.policies.simulator.baselines import BASELINES
-from training.policies.simulator.calibration import replay_sweep, static_batches
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.metrics import summarize
-from training.policies.simulator.traces import read_trace
-from training.policies.simulator.workloads import RequestPool, arrivals
 
 OUT = results_dir("simulator")
 SPEED_TIER = "llama2-70b@a100-80gb-tp4"

@@ -21,11 +21,11 @@ import json
 import time
 
 import numpy as np
+from routeforge.profiling.batch_fits import fit_tier, import_splitwise
+from routeforge.profiling.latency_heads import leave_one_configuration_out
 
 from benchmarks.common import DATA, results_dir
 from benchmarks.common import parser as bench_parser
-from profiling.batch_fits import fit_tier, import_splitwise
-from profiling.latency_heads import leave_one_configuration_out
 
 PROTOCOLS = ("generated", "requested")
 

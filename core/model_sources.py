@@ -12,8 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
-from artifacts.encoder import resolve_pretrained
-from core.config import HubSource, RandomInitSource
+from routeforge.artifacts.encoder import resolve_pretrained
+from routeforge.core.config import HubSource, RandomInitSource
 
 
 def load_tokenizer(ref: str):

@@ -12,9 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from core.schemas import QUARANTINE, STAGE_SCHEMA_VERSION
-from core.storage_root import is_remote
+from routeforge.core.schemas import QUARANTINE, STAGE_SCHEMA_VERSION
+from routeforge.core.storage_root import is_remote
 
 _VERSION_KEY = b"routeforge.stage_schema_version"
 

@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routeforge.artifacts.writer import sha256_file
 from upath import UPath
-
-from artifacts.writer import sha256_file
 
 LISTING = ".routeforge-files.json"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -6,7 +6,7 @@ written to a temporary name and renamed, so a process killed at any point leaves
 the next run reads them, generates only the keys that are missing, and assembles exactly one row per
 prompt. A crash therefore costs at most one shard of work.
 
-    python -m generation.partition configs/demo.yaml --model tiny-llama
+    python -m routeforge.generation.partition configs/demo.yaml --model tiny-llama
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-
-from core.config import FleetConfig
-from core.schemas import RESPONSES
-from core.storage import Quarantine, ShardCache, safe_name, to_table, write_parquet
-from generation.engines import make_engine
-from generation.engines.base import identity, prompt_rows
+from routeforge.core.config import FleetConfig
+from routeforge.core.schemas import RESPONSES
+from routeforge.core.storage import Quarantine, ShardCache, safe_name, to_table, write_parquet
+from routeforge.generation.engines import make_engine
+from routeforge.generation.engines.base import identity, prompt_rows
 
 LogFn = Callable[[str], None]
 
@@ -111,8 +110,8 @@ def generate_partition(
 
 def main(argv: list[str] | None = None) -> int:
     """Generate (or complete) the cache of one or more models for the fleet's prompt set."""
-    from core.config import load_fleet
-    from prompts.sources import build_prompts
+    from routeforge.core.config import load_fleet
+    from routeforge.prompts.sources import build_prompts
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("config")

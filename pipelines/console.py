@@ -1,4 +1,4 @@
-"""What `python -m pipelines.run` (and `make demo`) shows on the terminal: one line per stage.
+"""What `python -m routeforge.pipelines.run` (and `make demo`) shows on the terminal: one line per stage.
 
 Everything else a run prints (Dagster's own event lines, library warnings, Trainer and TorchRL
 output, progress bars, native messages from ONNX export) goes to a log file: the process's
@@ -106,7 +106,7 @@ class _ForwardToConsole(logging.Handler):
         console.note(meta.get("step_key"), meta.get("orig_message", ""))
 
 
-@dg.logger(description="Forwards step and asset messages to the terminal's stage lines (pipelines.run).")
+@dg.logger(description="Forwards step and asset messages to the terminal's stage lines (routeforge.pipelines.run).")
 def progress_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
     logger = logging.Logger("routeforge.progress", level=logging.INFO)
     logger.addHandler(_ForwardToConsole())

@@ -10,24 +10,23 @@ import os
 from pathlib import Path
 
 import dagster as dg
-
-from assets.bundle import build_bundle_asset
-from assets.policies import routing_evaluation
-from assets.predictors import TEXT_PREDICTORS, build_text_predictor_asset, knn_estimator
-from assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
-from assets.prompts import prompts
-from assets.quality import build_quality_asset
-from assets.release import release_gate
-from assets.reports import build_report_asset
-from assets.resources import ComponentStore, FleetResource, MlflowRegistry
-from assets.responses import build_responses_asset
-from assets.router import router_selection
-from assets.routing import routing_table
-from core.config import load_fleet
-from pipelines.console import progress_logger
-from pipelines.executors import accelerator_tags, executor_for
-from pipelines.io_managers import JsonIOManager, ParquetIOManager
-from pipelines.sensors import build_sensors, retrain_fleet
+from routeforge.assets.bundle import build_bundle_asset
+from routeforge.assets.policies import routing_evaluation
+from routeforge.assets.predictors import TEXT_PREDICTORS, build_text_predictor_asset, knn_estimator
+from routeforge.assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
+from routeforge.assets.prompts import prompts
+from routeforge.assets.quality import build_quality_asset
+from routeforge.assets.release import release_gate
+from routeforge.assets.reports import build_report_asset
+from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.assets.responses import build_responses_asset
+from routeforge.assets.router import router_selection
+from routeforge.assets.routing import routing_table
+from routeforge.core.config import load_fleet
+from routeforge.pipelines.console import progress_logger
+from routeforge.pipelines.executors import accelerator_tags, executor_for
+from routeforge.pipelines.io_managers import JsonIOManager, ParquetIOManager
+from routeforge.pipelines.sensors import build_sensors, retrain_fleet
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
@@ -121,7 +120,7 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
             "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
             description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",
         ))
-    # `console` is Dagster's default; `progress` feeds `pipelines.run`'s stage lines (used only
+    # `console` is Dagster's default; `progress` feeds `routeforge.pipelines.run`'s stage lines (used only
     # when a run's config names it, so runs from the UI log exactly as before)
     return dg.Definitions(assets=assets, resources=resources, jobs=jobs, executor=executor_for(config),
                           schedules=[weekly], loggers={"console": dg.colored_console_logger,

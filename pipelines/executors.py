@@ -1,8 +1,8 @@
-"""The code location's executor, chosen by the fleet's `execution` settings, and how `pipelines.run`
+"""The code location's executor, chosen by the fleet's `execution` settings, and how `routeforge.pipelines.run`
 starts a job under it.
 
 `in_process` runs with `execute_in_process` (no step processes: the laptop default). The others run
-through `dg.execute_job` on a reconstructable job (`pipelines.definitions:fleet_from_environment`,
+through `dg.execute_job` on a reconstructable job (`routeforge.pipelines.definitions:fleet_from_environment`,
 rebuilt in each step process from $ROUTEFORGE_CONFIG), so each step is its own process
 (`multiprocess`) or its own Ray job on a Ray cluster (`ray`, dagster-ray's executor). Steps then
 share nothing but the Dagster instance and the fleet's `storage_root`: IO-manager outputs and pushed
@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from routeforge.core.config import FleetConfig
 
-from core.config import FleetConfig
-
-DEFINITIONS_MODULE = "pipelines.definitions"
+DEFINITIONS_MODULE = "routeforge.pipelines.definitions"
 
 
 def executor_for(config: FleetConfig) -> dg.ExecutorDefinition:
@@ -92,7 +91,7 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
 
 
 class _Detached:
-    """What `pipelines.run` reads of a result, kept after `execute_job`'s context closes."""
+    """What `routeforge.pipelines.run` reads of a result, kept after `execute_job`'s context closes."""
 
     NODES = ("router_bundle", "knn_estimator", "predictor_report", "router_selection", "routing_evaluation",
              "release_gate")

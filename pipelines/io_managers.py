@@ -12,10 +12,9 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+from routeforge.core.components import TYPE_TAG, TrainedComponent
+from routeforge.core.storage import read_parquet, write_parquet
 from upath import UPath
-
-from core.components import TYPE_TAG, TrainedComponent
-from core.storage import read_parquet, write_parquet
 
 
 class ParquetIOManager(dg.UPathIOManager):

@@ -1,6 +1,6 @@
 """Run the whole pipeline for a fleet file and print the registered bundle's URI.
 
-    python -m pipelines.run configs/demo.yaml
+    python -m routeforge.pipelines.run configs/demo.yaml
 
 The code location's own named jobs run in order: `build_prompts`, `generate_and_score` per model
 partition, `build_routing_table`, `profile_tiers` per profiled tier, then `train_and_register`.
@@ -21,12 +21,11 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
-
-from assets.resources import PIPELINE_RUN_TAG
-from core.config import load_fleet
-from pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
-from pipelines.definitions import build_definitions, training_assets
-from pipelines.executors import execute
+from routeforge.assets.resources import PIPELINE_RUN_TAG
+from routeforge.core.config import load_fleet
+from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
+from routeforge.pipelines.definitions import build_definitions, training_assets
+from routeforge.pipelines.executors import execute
 
 
 def stage_count(config) -> int:

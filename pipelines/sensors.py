@@ -8,7 +8,7 @@
 
 Each launch carries a run key (a hash of what changed), so a re-evaluated tick never launches the
 same work twice, and tags naming the trigger. `retrain_fleet`, the default job, runs every stage
-through the same instance (`pipelines.run.run_pipeline`), so its stages appear under their own job
+through the same instance (`routeforge.pipelines.run.run_pipeline`), so its stages appear under their own job
 names beside it.
 """
 
@@ -19,10 +19,9 @@ import warnings
 from pathlib import Path
 
 import dagster as dg
+from routeforge.assets.resources import FleetResource
+from routeforge.core.config import FleetConfig
 from upath import UPath
-
-from assets.resources import FleetResource
-from core.config import FleetConfig
 
 
 def _listing(uri: str, suffixes: list[str]) -> dict[str, list[float]]:
@@ -102,7 +101,7 @@ def build_sensors(config: FleetConfig, config_path: str, jobs: dict) -> list[dg.
 @dg.op(description="Every stage of the fleet, in order, through this run's instance: prompts, generation "
                    "and scoring per model, routing table, tier profiles, training, registration, release gate.")
 def retrain_all_stages(context: dg.OpExecutionContext, fleet: FleetResource) -> dict:
-    from pipelines.run import run_pipeline
+    from routeforge.pipelines.run import run_pipeline
 
     out = run_pipeline(fleet.config_path, instance=context.instance)
     context.log.info(f"{'nothing new' if out.get('unchanged') else 'registered'}: {out['uri']} "

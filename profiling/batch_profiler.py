@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from core.config import BatchGrid
-from profiling.batch_fits import BatchMeasurement
+from routeforge.core.config import BatchGrid
+from routeforge.profiling.batch_fits import BatchMeasurement
 
 
 def _sync(device) -> None:

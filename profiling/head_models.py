@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from artifacts.latency import HEAD_KINDS, Head, LinearTerms
+from routeforge.artifacts.latency import HEAD_KINDS, Head, LinearTerms
 
 # one thread: profiles are hundreds to thousands of rows, where XGBoost's threads cost more than
 # they save, and two trainings at once on two cores oversubscribe them (100× slower, measured)

@@ -32,10 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from artifacts.latency import Head
-from profiling.batch_fits import BatchMeasurement, TierFit, fit_tier
-from profiling.head_models import (
+from routeforge.artifacts.latency import Head
+from routeforge.profiling.batch_fits import BatchMeasurement, TierFit, fit_tier
+from routeforge.profiling.head_models import (
     HeadRecipe,
     choose_by_groups,
     feature_range,

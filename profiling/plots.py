@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from profiling.batch_fits import BatchMeasurement, TierFit
+from routeforge.profiling.batch_fits import BatchMeasurement, TierFit
 
 
 def _figure(ncols: int):

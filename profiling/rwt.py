@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from core.schemas import routing_column, routing_models
+from routeforge.core.schemas import routing_column, routing_models
 
 Z = {0.5: 0.0, 0.9: 1.2815515655446004, 0.95: 1.6448536269514722, 0.99: 2.3263478740408408}
 

@@ -27,12 +27,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pyarrow as pa
-
-from core.config import SweepSettings
-from generation.engines.base import tpot
-from generation.engines.openai_engine import FatalRequestError, RetryableRequestError, stream_completion
-from profiling.arrivals import arrival_times
-from profiling.live_state import FEATURES, ClientState, MetricsScraper
+from routeforge.core.config import SweepSettings
+from routeforge.generation.engines.base import tpot
+from routeforge.generation.engines.openai_engine import FatalRequestError, RetryableRequestError, stream_completion
+from routeforge.profiling.arrivals import arrival_times
+from routeforge.profiling.live_state import FEATURES, ClientState, MetricsScraper
 
 ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
 

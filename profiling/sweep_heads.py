@@ -32,13 +32,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from artifacts.latency import HEAD_KINDS
-from profiling.head_models import Choice, HeadRecipe, feature_range, relative_error_quantiles
-from profiling.live_state import FEATURES
-from profiling.plots import plot_heads
-from profiling.rwt import RwtParams, group_stats, waiting_time
-from profiling.sweep import FEATURE_COLUMNS
+from routeforge.artifacts.latency import HEAD_KINDS
+from routeforge.profiling.head_models import Choice, HeadRecipe, feature_range, relative_error_quantiles
+from routeforge.profiling.live_state import FEATURES
+from routeforge.profiling.plots import plot_heads
+from routeforge.profiling.rwt import RwtParams, group_stats, waiting_time
+from routeforge.profiling.sweep import FEATURE_COLUMNS
 
 TARGETS = ("tpot", "ttft", "e2e")
 

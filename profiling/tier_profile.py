@@ -17,16 +17,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from core.config import FleetConfig, OpenAISource, Tier
-from core.schemas import routing_column
-from profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
-from profiling.coarse_priors import coarse_prior, read_llm_inference_bench
-from profiling.latency_heads import write_batch_heads
-from profiling.plots import plot_batch_fit, plot_head_choice, plot_sweep
-from profiling.rwt import RwtParams, routing_table_groups
-from profiling.sweep import SweepPrompt, records_table, run_sweep
-from profiling.sweep_heads import sweep_rwt, train_sweep_heads
+from routeforge.core.config import FleetConfig, OpenAISource, Tier
+from routeforge.core.schemas import routing_column
+from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
+from routeforge.profiling.coarse_priors import coarse_prior, read_llm_inference_bench
+from routeforge.profiling.latency_heads import write_batch_heads
+from routeforge.profiling.plots import plot_batch_fit, plot_head_choice, plot_sweep
+from routeforge.profiling.rwt import RwtParams, routing_table_groups
+from routeforge.profiling.sweep import SweepPrompt, records_table, run_sweep
+from routeforge.profiling.sweep_heads import sweep_rwt, train_sweep_heads
 
 Log = Callable[[str], None]
 
@@ -36,7 +35,7 @@ def safe_name(tier: str) -> str:
 
 
 def _model_dir(config: FleetConfig, model: str) -> Path:
-    from core.model_sources import causal_lm_location
+    from routeforge.core.model_sources import causal_lm_location
 
     spec = config.model(model)
     if spec.engine != "transformers":
@@ -47,9 +46,8 @@ def _model_dir(config: FleetConfig, model: str) -> Path:
 
 def _measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMeasurement]:
     import torch
+    from routeforge.profiling.batch_profiler import profile_model
     from transformers import AutoModelForCausalLM
-
-    from profiling.batch_profiler import profile_model
 
     hardware = next(h for h in config.hardware if h.name == tier.hardware)
     device = torch.device("cuda" if hardware.accelerator.startswith(("cuda", "gpu", "nvidia")) else "cpu")
@@ -76,9 +74,8 @@ def sweep_prompts(config: FleetConfig, tier: Tier, routing_table: pa.Table, toke
 
 
 def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log):
+    from routeforge.profiling.local_server import transformers_serve
     from transformers import AutoTokenizer
-
-    from profiling.local_server import transformers_serve
 
     profile = tier.profile
     spec = config.model(tier.model)
@@ -91,7 +88,7 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
         raise ValueError(f"tiers[{tier.name}].profile: a sweep needs base_url, serve: true, or an openai model")
     base_url = profile.base_url or spec.source.base_url
     served = profile.served_model or (spec.source.model if isinstance(spec.source, OpenAISource) else tier.model)
-    from core.model_sources import load_tokenizer
+    from routeforge.core.model_sources import load_tokenizer
 
     prompts = sweep_prompts(config, tier, routing_table, load_tokenizer(config.generation.token_counter))
     return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log)
@@ -105,7 +102,7 @@ def profile_key(config: FleetConfig, tier: Tier) -> str:
             "hardware": hardware.model_dump(mode="json") if hardware else None,
             "profiling": config.profiling.model_dump(mode="json")}
     if tier.profile is not None and tier.profile.kind == "traffic_log":  # new logs: new measurements
-        from prompts.traffic_logs import log_files
+        from routeforge.prompts.traffic_logs import log_files
 
         spec["logs"] = [(str(p), p.stat().st_size) for p in log_files(tier.profile.logs)]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
@@ -141,9 +138,9 @@ def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folde
         summary |= {"measurements": len(ms), "fit": fit.to_dict(),
                     "plot": str(plot_batch_fit(ms, fit, folder / "batch_fit.png", tier.name))}
     elif profile.kind == "traffic_log":
-        from core.storage import Quarantine
-        from profiling.traffic_records import replay
-        from prompts.traffic_logs import read_traffic_logs
+        from routeforge.core.storage import Quarantine
+        from routeforge.profiling.traffic_records import replay
+        from routeforge.prompts.traffic_logs import read_traffic_logs
 
         quarantine = Quarantine("tier_profiles", tier.name)
         served = profile.served_model or tier.model
@@ -197,7 +194,7 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
     else:  # request records: a QPS sweep's, or production traffic replayed into the same format
         records = pq.read_table(profile_dir / "sweep.parquet")
         if summary.get("traffic"):
-            from profiling.traffic_records import traffic_rwt
+            from routeforge.profiling.traffic_records import traffic_rwt
 
             rwt, sweep = traffic_rwt(records, max_output_tokens=max_out), {}
         else:

@@ -17,12 +17,11 @@ from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
-
-from profiling.live_state import ClientState
-from profiling.rwt import RwtParams
-from profiling.sweep import FEATURE_COLUMNS, records_table
-from profiling.sweep_heads import lightest_load
-from prompts.traffic_logs import TrafficRequest
+from routeforge.profiling.live_state import ClientState
+from routeforge.profiling.rwt import RwtParams
+from routeforge.profiling.sweep import FEATURE_COLUMNS, records_table
+from routeforge.profiling.sweep_heads import lightest_load
+from routeforge.prompts.traffic_logs import TrafficRequest
 
 PHASE = "traffic"
 SEND, TOKEN, FINISH = 0, 1, 2  # event order at equal times: a send sees tokens of the same instant after it

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.config import BuiltinDataset
-from core.storage import Quarantine
-from prompts import templates as tt
-from prompts.readers import (
+from routeforge.core.config import BuiltinDataset
+from routeforge.core.storage import Quarantine
+from routeforge.prompts import templates as tt
+from routeforge.prompts.readers import (
     RawPrompt,
     RowError,
     as_object,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.config import (
+from routeforge.core.config import (
     FileDataset,
     HFDataset,
     RouteLLMDataset,
@@ -24,9 +24,9 @@ from core.config import (
     ScoreTableDataset,
     TrafficLogDataset,
 )
-from core.storage import Quarantine
-from prompts.response_tables import read_routellm, read_routerbench
-from prompts.score_tables import read_score_table, read_task_lookup
+from routeforge.core.storage import Quarantine
+from routeforge.prompts.response_tables import read_routellm, read_routerbench
+from routeforge.prompts.score_tables import read_score_table, read_task_lookup
 
 
 @dataclass(frozen=True)
@@ -246,7 +246,7 @@ def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterat
 
 
 def read_traffic_log_prompts(ds: TrafficLogDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    from prompts.traffic_logs import read_traffic_logs
+    from routeforge.prompts.traffic_logs import read_traffic_logs
 
     for r in read_traffic_logs(ds.path, quarantine, ds.limit):
         reference = r.completion if ds.reference == "logged_response" else None
@@ -260,7 +260,7 @@ def read_dataset(ds, quarantine: Quarantine) -> Iterator[RawPrompt]:
     if ds.kind == "hf":
         return read_hf(ds, quarantine)
     if ds.kind == "builtin":
-        from prompts.builtin_readers import BUILTIN  # it imports this module's record helpers
+        from routeforge.prompts.builtin_readers import BUILTIN  # it imports this module's record helpers
 
         return BUILTIN[ds.reader](ds, quarantine)
     if ds.kind == "routerbench":

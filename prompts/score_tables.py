@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prompts.response_tables import ImportedResponse
+from routeforge.prompts.response_tables import ImportedResponse
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,12 @@ from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
-
-from core.config import REFERENCE_METRICS, FleetConfig, Templates
-from core.schemas import PROMPTS
-from core.storage import Quarantine, to_table
-from prompts import templates as tt
-from prompts.builtin_readers import parse_choices
-from prompts.readers import RawPrompt, RowError, read_dataset
+from routeforge.core.config import REFERENCE_METRICS, FleetConfig, Templates
+from routeforge.core.schemas import PROMPTS
+from routeforge.core.storage import Quarantine, to_table
+from routeforge.prompts import templates as tt
+from routeforge.prompts.builtin_readers import parse_choices
+from routeforge.prompts.readers import RawPrompt, RowError, read_dataset
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -91,7 +90,7 @@ def _over_length(config: FleetConfig, rows: list[dict[str, Any]], quarantine: Qu
     limit = config.prompts.max_prompt_tokens
     if limit is None or not rows:
         return rows
-    from core.model_sources import load_tokenizer
+    from routeforge.core.model_sources import load_tokenizer
 
     tokenizer = load_tokenizer(config.prompts.tokenizer)
     tokenizer.model_max_length = 1 << 30  # counting only

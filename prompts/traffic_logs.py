@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from routeforge.core.storage import Quarantine
 from upath import UPath
-
-from core.storage import Quarantine
 
 
 class LogLineError(ValueError):

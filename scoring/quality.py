@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-from core.config import FleetConfig
-from core.storage import Quarantine
-from scoring.metrics.extraction import (
+from routeforge.core.config import FleetConfig
+from routeforge.core.storage import Quarantine
+from routeforge.scoring.metrics.extraction import (
     best_token_f1,
     extract_choice,
     extract_label,
@@ -84,7 +83,7 @@ def _references(reference: str | None, meta: dict[str, Any]) -> list[str]:
 
 
 def code_program(response: str, meta: dict[str, Any]) -> str:
-    from scoring.metrics.code_exec import assert_program, humaneval_program
+    from routeforge.scoring.metrics.code_exec import assert_program, humaneval_program
 
     tests = meta.get("tests")
     if isinstance(tests, list) and tests:
@@ -125,7 +124,7 @@ class Scorer:
 
     def bertscore(self):
         if self._bertscore_metric is None:
-            from scoring.metrics.bertscore import BertScoreMetric
+            from routeforge.scoring.metrics.bertscore import BertScoreMetric
 
             self._bertscore_metric = BertScoreMetric(self.settings, self.cache_dir / "bertscore")
         return self._bertscore_metric
@@ -192,7 +191,7 @@ class Scorer:
                 for i, (p, r, f) in zip(ready, scores)]
 
     def _code_pass_at_1(self, items, quarantine):
-        from scoring.metrics.code_exec import run_many
+        from routeforge.scoring.metrics.code_exec import run_many
 
         ready, programs = [], []
         for item in items:
@@ -207,7 +206,7 @@ class Scorer:
                 for i, res in zip(ready, results)]
 
     def _llm_judge(self, items, quarantine):
-        from scoring.metrics.judge import run_judge
+        from routeforge.scoring.metrics.judge import run_judge
 
         asks = [{"prompt_id": i["prompt_id"], "prompt": i["prompt"], "reference": i["reference"],
                  "response": i["text"]} for i in items]

@@ -12,8 +12,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import yaml  # noqa: E402
-
-from profiling.local_server import free_port, stop, transformers_serve, wait_healthy  # noqa: E402,F401
+from routeforge.profiling.local_server import free_port, stop, transformers_serve, wait_healthy  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -67,10 +66,9 @@ TINY_LLAMA = {"kind": "random_init", "architecture": "llama", "seed": 7,
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory) -> Path:
     """A tiny Llama with seeded random weights (meaningless text), saved with its tokenizer."""
+    from routeforge.core.config import RandomInitSource
+    from routeforge.core.model_sources import build_random_init
     from transformers import AutoTokenizer
-
-    from core.config import RandomInitSource
-    from core.model_sources import build_random_init
 
     path = build_random_init(RandomInitSource(**TINY_LLAMA), tmp_path_factory.mktemp("models"))
     tokenizer = AutoTokenizer.from_pretrained(path)  # MiniLM's tokenizer has no chat template: add one

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
-from profiling.local_server import free_port, wait_healthy
+from routeforge.profiling.local_server import free_port, wait_healthy
 
 
 class Unavailable(RuntimeError):

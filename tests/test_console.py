@@ -1,4 +1,4 @@
-"""The quiet console of `python -m pipelines.run`: stage lines on the terminal, everything else
+"""The quiet console of `python -m routeforge.pipelines.run`: stage lines on the terminal, everything else
 (Python and native writes to stdout and stderr) in the log file, a heartbeat for quiet stages."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
+from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 
 
 def test_output_goes_to_the_log_file_and_stage_lines_to_the_terminal(tmp_path, capfd):

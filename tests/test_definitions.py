@@ -13,13 +13,13 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_loading_definitions_imports_no_model_library():
-    out = _python(f"import sys, pipelines.definitions as d; print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = _python(f"import sys, routeforge.pipelines.definitions as d; print([m for m in {HEAVY!r} if m in sys.modules])")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
 def test_partitions_follow_the_fleet_file(shared_data):
-    code = ("import pipelines.definitions as d; "
+    code = ("import routeforge.pipelines.definitions as d; "
             "print(len(d.defs.resolve_assets_def('responses').partitions_def.get_partition_keys()))")
     assert _python(code).stdout.strip() == "3"
     rb = _python(code, ROUTEFORGE_CONFIG=str(CONFIGS / "routerbench.yaml"), ROUTEFORGE_DATA=str(shared_data))
@@ -38,7 +38,7 @@ def test_dagster_validates_the_code_location(tmp_path):
 
 
 def test_every_asset_check_says_what_it_checks():
-    from pipelines.definitions import build_definitions
+    from routeforge.pipelines.definitions import build_definitions
 
     graph = build_definitions(CONFIGS / "demo.yaml").resolve_asset_graph()
     checks = [graph.get_check_spec(key) for key in graph.asset_check_keys]
@@ -55,8 +55,7 @@ def test_plots_are_inline_images_in_dagster_metadata(tmp_path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from assets.metadata import inline_plot, plot_entries
+    from routeforge.assets.metadata import inline_plot, plot_entries
 
     path = tmp_path / "curve.png"
     plt.plot([0, 1], [1, 0])
@@ -87,7 +86,7 @@ def test_cli_materializes_prompts_then_model_partitions(tmp_path, state_dir):
     shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "ROUTEFORGE_STATE": str(state_dir)}
     exe = os.path.join(os.path.dirname(sys.executable), "dagster")
-    base = [exe, "asset", "materialize", "-m", "pipelines.definitions"]
+    base = [exe, "asset", "materialize", "-m", "routeforge.pipelines.definitions"]
     first = subprocess.run(base + ["--select", "prompts"], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -100,7 +99,7 @@ def test_cli_materializes_prompts_then_model_partitions(tmp_path, state_dir):
 
 
 def test_routing_evaluation_feeds_the_bundle_where_enabled(shared_data):
-    code = ("import pipelines.definitions as d, dagster as dg; g = d.defs.resolve_asset_graph(); "
+    code = ("import routeforge.pipelines.definitions as d, dagster as dg; g = d.defs.resolve_asset_graph(); "
             "keys = {k.to_user_string() for k in g.get_all_asset_keys()}; "
             "print('routing_evaluation' in keys, "
             "'routing_evaluation' in keys and dg.AssetKey('routing_evaluation') in "

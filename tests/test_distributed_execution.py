@@ -10,10 +10,10 @@ import contextlib
 import dagster as dg
 import pytest
 import yaml
+from routeforge.core.config import load_fleet
+from routeforge.pipelines.definitions import build_definitions
+from routeforge.pipelines.executors import execute
 
-from core.config import load_fleet
-from pipelines.definitions import build_definitions
-from pipelines.executors import execute
 from tests.services import Unavailable, postgres, ray_cluster, routerbench_fleet, s3_server
 from tests.test_production_loopback import s3_keys
 

@@ -10,10 +10,10 @@ import dagster as dg
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from routeforge.artifacts.loader import load_bundle
+from routeforge.core.config import load_fleet
+from routeforge.pipelines.run import run_pipeline
 
-from artifacts.loader import load_bundle
-from core.config import load_fleet
-from pipelines.run import run_pipeline
 from tests.conftest import CONFIGS, REPO
 
 pytestmark = pytest.mark.e2e

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+from routeforge.artifacts.signing import generate_key_pair
 
-from artifacts.signing import generate_key_pair
 from tests.conftest import REPO
 from tests.services import Unavailable, mlflow_server, postgres, routerbench_fleet, s3_server
 
@@ -72,7 +72,7 @@ def test_routerbench_fleet_on_s3_postgres_and_mlflow_server(stack, shared_data, 
     env = run_env(stack, folder) | {"DAGSTER_HOME": str(home), "DAGSTER_POSTGRES_URL": stack["databases"]["dagster"],
                                     "DAGSTER_COMPUTE_LOG_BUCKET": "dagster-logs", "ROUTEFORGE_SIGNING_KEY": str(key)}
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "pipelines.run", str(fleet), "--log-file", str(folder / "run.log")],
+    run = subprocess.run([sys.executable, "-m", "routeforge.pipelines.run", str(fleet), "--log-file", str(folder / "run.log")],
                          cwd=folder, env=env, capture_output=True, text=True, timeout=1800)
     seconds = time.perf_counter() - start
     log = (folder / "run.log").read_text() if (folder / "run.log").exists() else ""
@@ -117,7 +117,7 @@ def test_unusable_storage_root_fails_at_start_naming_the_setting(stack, shared_d
     if problem == "wrong_secret":
         env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret"
     before = len(s3_keys(stack, "routeforge"))
-    run = subprocess.run([sys.executable, "-m", "pipelines.run", str(fleet), "--log-file", str(tmp_path / "run.log")],
+    run = subprocess.run([sys.executable, "-m", "routeforge.pipelines.run", str(fleet), "--log-file", str(tmp_path / "run.log")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1
     error = run.stderr.strip().splitlines()

@@ -8,11 +8,11 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
+from routeforge.artifacts.loader import load_bundle
+from routeforge.core.config import load_fleet
+from routeforge.pipelines.definitions import build_definitions
+from routeforge.pipelines.run import run_pipeline
 
-from artifacts.loader import load_bundle
-from core.config import load_fleet
-from pipelines.definitions import build_definitions
-from pipelines.run import run_pipeline
 from tests.conftest import CONFIGS
 from tests.traffic import synthetic_log
 

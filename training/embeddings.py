@@ -13,9 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from artifacts.encoder import encode
-from core.storage import ShardCache
+from routeforge.artifacts.encoder import encode
+from routeforge.core.storage import ShardCache
 
 SCHEMA = pa.schema([pa.field("cache_key", pa.string(), nullable=False),
                     pa.field("vector", pa.list_(pa.float32()), nullable=False)])

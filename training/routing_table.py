@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
-
-from core.schemas import ROUTING_KEYS, routing_column, routing_models, routing_table_schema
+from routeforge.core.schemas import ROUTING_KEYS, routing_column, routing_models, routing_table_schema
 
 
 def build_routing_table(

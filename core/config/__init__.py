@@ -4,8 +4,16 @@ Modules: `base` (strictness, errors, path types), `models`, `tiers`, `datasets`,
 `scoring`, `training`, and `fleet` (the whole `FleetConfig` and `load_fleet`).
 """
 
-from core.config.base import CONFIG_DIR, ConfigError, ConfigPath, ModelRef, StoreUri, _Strict, resolve_relative  # noqa: F401
-from core.config.datasets import (  # noqa: F401
+from routeforge.core.config.base import (  # noqa: F401
+    CONFIG_DIR,
+    ConfigError,
+    ConfigPath,
+    ModelRef,
+    StoreUri,
+    _Strict,
+    resolve_relative,
+)
+from routeforge.core.config.datasets import (  # noqa: F401
     RESPONSE_TABLE_KINDS,
     BuiltinDataset,
     Dataset,
@@ -19,9 +27,9 @@ from core.config.datasets import (  # noqa: F401
     Templates,
     TrafficLogDataset,
 )
-from core.config.fleet import FleetConfig, RegistrySettings, ReleaseSettings, load_fleet  # noqa: F401
-from core.config.generation import GenerationSettings, ResponseFilters  # noqa: F401
-from core.config.models import (  # noqa: F401
+from routeforge.core.config.fleet import FleetConfig, RegistrySettings, ReleaseSettings, load_fleet  # noqa: F401
+from routeforge.core.config.generation import GenerationSettings, ResponseFilters  # noqa: F401
+from routeforge.core.config.models import (  # noqa: F401
     HubSource,
     ModelSource,
     ModelSpec,
@@ -33,8 +41,8 @@ from core.config.models import (  # noqa: F401
     TableSource,
     VllmOptions,
 )
-from core.config.policies import DdqnSettings, PpoSettings, SacSettings  # noqa: F401
-from core.config.scoring import (  # noqa: F401
+from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings  # noqa: F401
+from routeforge.core.config.scoring import (  # noqa: F401
     JUDGE_RUBRIC,
     REFERENCE_METRICS,
     CodeExecSettings,
@@ -42,8 +50,8 @@ from core.config.scoring import (  # noqa: F401
     Metric,
     ScoringSettings,
 )
-from core.config.tiers import BatchGrid, Hardware, ProfilingSettings, SweepSettings, Tier, TierProfile  # noqa: F401
-from core.config.training import (  # noqa: F401
+from routeforge.core.config.tiers import BatchGrid, Hardware, ProfilingSettings, SweepSettings, Tier, TierProfile  # noqa: F401
+from routeforge.core.config.training import (  # noqa: F401
     KnnSettings,
     LengthPredictorSettings,
     RouterSelectionSettings,

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
-
-from core.storage_root import is_uri
+from routeforge.core.storage_root import is_uri
 
 CONFIG_DIR = "config_dir"  # the validation-context key holding the fleet file's folder
 

@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 import click
-
-from core.config.fleet import FleetConfig, load_fleet
+from routeforge.core.config.fleet import FleetConfig, load_fleet
 
 SCHEMA_ID = "https://routeforge.dev/schemas/fleet.schema.json"
 

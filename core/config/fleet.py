@@ -15,16 +15,23 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
-
-from artifacts.encoder import ENCODER_PACKAGE_REF
-from core.config.base import CONFIG_DIR, ConfigError, ConfigPath, ModelRef, StorageLocation, StoreUri, _Strict
-from core.config.datasets import RESPONSE_TABLE_KINDS, Dataset, PromptSettings, SplitSettings, Templates
-from core.config.generation import GenerationSettings
-from core.config.models import ModelSpec, Sampling
-from core.config.scoring import ScoringSettings
-from core.config.tiers import Hardware, ProfilingSettings, Tier
-from core.config.training import TrainingSettings
-from core.storage_root import StorageRoot
+from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
+from routeforge.core.config.base import (
+    CONFIG_DIR,
+    ConfigError,
+    ConfigPath,
+    ModelRef,
+    StorageLocation,
+    StoreUri,
+    _Strict,
+)
+from routeforge.core.config.datasets import RESPONSE_TABLE_KINDS, Dataset, PromptSettings, SplitSettings, Templates
+from routeforge.core.config.generation import GenerationSettings
+from routeforge.core.config.models import ModelSpec, Sampling
+from routeforge.core.config.scoring import ScoringSettings
+from routeforge.core.config.tiers import Hardware, ProfilingSettings, Tier
+from routeforge.core.config.training import TrainingSettings
+from routeforge.core.storage_root import StorageRoot
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pydantic import Field
-
-from artifacts.encoder import ENCODER_PACKAGE_REF
-from core.config.base import ModelRef, _Strict
-from core.config.models import Sampling
+from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
+from routeforge.core.config.base import ModelRef, _Strict
+from routeforge.core.config.models import Sampling
 
 
 class ResponseFilters(_Strict):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
-
-from artifacts.encoder import ENCODER_PACKAGE_REF
-from core.config.base import ConfigPath, ModelRef, _Strict
+from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
+from routeforge.core.config.base import ConfigPath, ModelRef, _Strict
 
 
 class Price(_Strict):

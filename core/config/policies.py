@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-
-from core.config.base import _Strict
+from routeforge.core.config.base import _Strict
 
 TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance",
                       "route_balance_absolute"]

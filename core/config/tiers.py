@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
-
-from core.config.base import ConfigPath, StoreUri, _Strict
+from routeforge.core.config.base import ConfigPath, StoreUri, _Strict
 
 
 class Hardware(_Strict):

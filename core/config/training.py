@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
-
-from core.config.base import ConfigPath, ModelRef, _Strict
-from core.config.policies import DdqnSettings, SacSettings
+from routeforge.core.config.base import ConfigPath, ModelRef, _Strict
+from routeforge.core.config.policies import DdqnSettings, SacSettings
 
 
 class KnnSettings(_Strict):

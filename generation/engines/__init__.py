@@ -10,26 +10,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.config import FleetConfig, ModelSpec
-from generation.engines.base import Engine, PromptRow, cache_key, identity, prompt_rows
+from routeforge.core.config import FleetConfig, ModelSpec
+from routeforge.generation.engines.base import Engine, PromptRow, cache_key, identity, prompt_rows
 
 
 def make_engine(spec: ModelSpec, config: FleetConfig, cache_dir: Path) -> Engine:
     """Engines import their heavy libraries here, never at module import."""
     if spec.engine == "transformers":
-        from generation.engines.transformers_engine import TransformersEngine
+        from routeforge.generation.engines.transformers_engine import TransformersEngine
 
         return TransformersEngine(spec, config, cache_dir)
     if spec.engine == "vllm":
-        from generation.engines.vllm_engine import VllmEngine
+        from routeforge.generation.engines.vllm_engine import VllmEngine
 
         return VllmEngine(spec, config, cache_dir)
     if spec.engine == "openai":
-        from generation.engines.openai_engine import OpenAIEngine
+        from routeforge.generation.engines.openai_engine import OpenAIEngine
 
         return OpenAIEngine(spec, config)
     if spec.engine == "table_import":
-        from generation.engines.table_import import TableImportEngine
+        from routeforge.generation.engines.table_import import TableImportEngine
 
         return TableImportEngine(spec, config)
     raise ValueError(f"model {spec.name!r}: unknown engine {spec.engine!r}")

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-
-from core.config import FleetConfig, ModelSpec, ResponseFilters, Sampling
-from core.storage import Quarantine
+from routeforge.core.config import FleetConfig, ModelSpec, ResponseFilters, Sampling
+from routeforge.core.storage import Quarantine
 
 ProgressFn = Callable[[int, int], None]
 """Called with (done, total) as generation proceeds, for Dagster logs or progress bars."""
@@ -67,7 +66,7 @@ def sampling_record(sampling: Sampling, chat_template: bool) -> dict[str, Any]:
 
 def identity(config: FleetConfig, model: str) -> Identity:
     """The cache identity of `model`, from the config alone (no model load, no connection)."""
-    from core.model_sources import random_init_key
+    from routeforge.core.model_sources import random_init_key
 
     spec = config.model(model)
     source = spec.source

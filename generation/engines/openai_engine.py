@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from routeforge.core.config import FleetConfig, ModelSpec, OpenAISource, Sampling
+from routeforge.core.storage import Quarantine
+from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, tpot
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
-
-from core.config import FleetConfig, ModelSpec, OpenAISource, Sampling
-from core.storage import Quarantine
-from generation.engines.base import BaseEngine, ProgressFn, PromptRow, tpot
 
 
 class RetryableRequestError(Exception):
@@ -186,7 +185,7 @@ class OpenAIEngine(BaseEngine):
     def _count_tokens(self, text: str) -> int:
         """Fallback when a server sends no usage: the configured counting tokenizer."""
         if self._counter is None:
-            from core.model_sources import load_tokenizer
+            from routeforge.core.model_sources import load_tokenizer
 
             self._counter = load_tokenizer(self._token_counter)
         return len(self._counter(text, add_special_tokens=False)["input_ids"])

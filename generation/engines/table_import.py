@@ -13,12 +13,17 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import Any
 
-from core.config import FleetConfig, ModelSpec, TableSource
-from core.model_sources import load_tokenizer
-from core.storage import Quarantine
-from generation.engines.base import BaseEngine, ProgressFn, PromptRow
-from prompts.response_tables import ImportedResponse, jsonl_responses, routellm_responses, routerbench_responses
-from prompts.score_tables import score_table_responses
+from routeforge.core.config import FleetConfig, ModelSpec, TableSource
+from routeforge.core.model_sources import load_tokenizer
+from routeforge.core.storage import Quarantine
+from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow
+from routeforge.prompts.response_tables import (
+    ImportedResponse,
+    jsonl_responses,
+    routellm_responses,
+    routerbench_responses,
+)
+from routeforge.prompts.score_tables import score_table_responses
 
 
 class TableImportEngine(BaseEngine):

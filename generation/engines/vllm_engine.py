@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.config import FleetConfig, ModelSpec
-from core.model_sources import causal_lm_location
-from core.storage import Quarantine
-from generation.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
+from routeforge.core.config import FleetConfig, ModelSpec
+from routeforge.core.model_sources import causal_lm_location
+from routeforge.core.storage import Quarantine
+from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
 
 
 def request_timings(metrics: Any) -> tuple[float | None, float | None]:

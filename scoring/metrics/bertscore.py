@@ -18,10 +18,9 @@ import warnings
 from pathlib import Path
 
 import pyarrow as pa
-
-from core.config import ScoringSettings
-from core.model_sources import resolve_pretrained
-from core.storage import ShardCache
+from routeforge.core.config import ScoringSettings
+from routeforge.core.model_sources import resolve_pretrained
+from routeforge.core.storage import ShardCache
 
 CACHE_SCHEMA = pa.schema([
     pa.field("cache_key", pa.string(), nullable=False),

@@ -17,8 +17,7 @@ import re
 from typing import Any
 
 import pyarrow as pa
-
-from core.config import FleetConfig, JudgeSettings, Sampling
+from routeforge.core.config import FleetConfig, JudgeSettings, Sampling
 
 _SCORE = re.compile(r"(?:score|rating)\s*[:=]?\s*\**\s*(\d+(?:\.\d+)?)", re.I)
 _LEADING = re.compile(r"^\s*\**(\d+(?:\.\d+)?)\s*(?:/\s*\d+)?\**\s*$")
@@ -74,7 +73,7 @@ def judge_config(config: FleetConfig) -> FleetConfig:
 
 def run_judge(config: FleetConfig, items: list[dict[str, Any]], log=print) -> list[tuple[float | None, str, str]]:
     """items: {prompt_id, prompt, reference, response}. Returns (score, reason, raw answer) per item."""
-    from generation.partition import generate_partition
+    from routeforge.generation.partition import generate_partition
 
     settings = config.scoring.judge
     jconfig = judge_config(config)

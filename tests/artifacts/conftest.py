@@ -4,9 +4,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from routeforge.artifacts.manifest import Fleet, ModelEntry
+from routeforge.artifacts.writer import ComponentSource
 
-from artifacts.manifest import Fleet, ModelEntry
-from artifacts.writer import ComponentSource
 from tests.conftest import free_port, stop, wait_healthy
 
 

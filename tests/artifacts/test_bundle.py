@@ -2,11 +2,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from routeforge.artifacts.cli import main
+from routeforge.artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
+from routeforge.artifacts.manifest import MANIFEST_FILE, Lineage, json_schema
+from routeforge.artifacts.writer import write_bundle
 
-from artifacts.cli import main
-from artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
-from artifacts.manifest import MANIFEST_FILE, Lineage, json_schema
-from artifacts.writer import write_bundle
 from tests.conftest import REPO
 
 
@@ -57,7 +57,7 @@ def test_schema_version_and_schema_violations_are_refused(bundle):
 
 def test_checked_in_json_schema_matches_the_models():
     on_disk = json.loads((REPO / "artifacts" / "manifest.schema.json").read_text())
-    assert on_disk == json_schema(), "regenerate: python -m artifacts.manifest > artifacts/manifest.schema.json"
+    assert on_disk == json_schema(), "regenerate: python -m routeforge.artifacts.manifest > artifacts/manifest.schema.json"
 
 
 def test_cli_inspect_and_verify(bundle):

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from artifacts.cli import _tracking_default, main
-from artifacts.manifest import Lineage
-from artifacts.writer import write_bundle
+from routeforge.artifacts.cli import _tracking_default, main
+from routeforge.artifacts.manifest import Lineage
+from routeforge.artifacts.writer import write_bundle
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Two `python -m pipelines.run` registering into one MLflow store at the same time (issue 20, item 6).
+"""Two `python -m routeforge.pipelines.run` registering into one MLflow store at the same time (issue 20, item 6).
 
 Before the store lock, two pipelines creating a fresh SQLite store at once raced on MLflow's table
 creation and one died; both must now register, each its own version, and both bundles verify with
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 from mlflow import MlflowClient
+from routeforge.artifacts.loader import load_bundle
+from routeforge.artifacts.signing import generate_key_pair
 
-from artifacts.loader import load_bundle
-from artifacts.signing import generate_key_pair
 from tests.conftest import REPO, write_config
 
 
@@ -37,7 +37,7 @@ def _run_both(paths, tmp_path, label) -> None:
     for i, path in enumerate(paths):
         log = open(tmp_path / f"{label}-{i}.log", "w")
         run_log = tmp_path / f"{label}-{i}.run.log"
-        procs.append((subprocess.Popen([sys.executable, "-m", "pipelines.run", str(path), "--log-file", str(run_log)],
+        procs.append((subprocess.Popen([sys.executable, "-m", "routeforge.pipelines.run", str(path), "--log-file", str(run_log)],
                                        cwd=REPO, stdout=log,
                                        stderr=subprocess.STDOUT, env={**os.environ, "DAGSTER_HOME": ""}), log))
     for proc, log in procs:
@@ -91,8 +91,7 @@ def test_two_pipelines_register_at_once_into_an_mlflow_server(mlflow_server, sha
 
 def test_only_a_lost_dataset_insert_race_is_retried():
     from mlflow.exceptions import MlflowException, RestException
-
-    from artifacts.publish import _dataset_insert_raced
+    from routeforge.artifacts.publish import _dataset_insert_raced
 
     sqlite = RestException({"error_code": "BAD_REQUEST", "message": "(sqlite3.IntegrityError) UNIQUE constraint "
                             "failed: datasets.experiment_id, datasets.name, datasets.digest"})

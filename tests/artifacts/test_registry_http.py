@@ -1,11 +1,10 @@
 """Publish to and load from a real MLflow tracking server over HTTP."""
 
 from click.testing import CliRunner
-
-from artifacts.cli import main
-from artifacts.loader import load_bundle
-from artifacts.publish import publish_bundle
-from artifacts.signing import generate_key_pair, key_id, load_public_key
+from routeforge.artifacts.cli import main
+from routeforge.artifacts.loader import load_bundle
+from routeforge.artifacts.publish import publish_bundle
+from routeforge.artifacts.signing import generate_key_pair, key_id, load_public_key
 
 
 def test_publish_register_and_load_over_http(mlflow_server, tmp_path, component, fleet):

@@ -9,16 +9,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-
-from artifacts.cli import main
-from artifacts.manifest import Fleet, ModelEntry
-from artifacts.publish import publish_bundle
-from artifacts.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decide, gate, rollback
-from artifacts.signing import generate_key_pair
-from artifacts.writer import ComponentSource
-from core.config.training import KnnSettings
-from core.schemas import routing_table_schema
-from training.predictors.knn import build_knn
+from routeforge.artifacts.cli import main
+from routeforge.artifacts.manifest import Fleet, ModelEntry
+from routeforge.artifacts.publish import publish_bundle
+from routeforge.artifacts.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decide, gate, rollback
+from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.writer import ComponentSource
+from routeforge.core.config.training import KnnSettings
+from routeforge.core.schemas import routing_table_schema
+from routeforge.training.predictors.knn import build_knn
 
 MODELS = ["m0", "m1", "m2"]
 TOPICS = ["chemistry", "poetry", "tax law", "football", "baking", "astronomy", "guitar", "knitting",

@@ -6,12 +6,11 @@ import stat
 
 import pytest
 from click.testing import CliRunner
-
-from artifacts.cli import main
-from artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
-from artifacts.manifest import MANIFEST_FILE, Lineage
-from artifacts.signing import SIGNATURE_FILE, generate_key_pair, sign_bundle
-from artifacts.writer import sha256_file, write_bundle
+from routeforge.artifacts.cli import main
+from routeforge.artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
+from routeforge.artifacts.manifest import MANIFEST_FILE, Lineage
+from routeforge.artifacts.signing import SIGNATURE_FILE, generate_key_pair, sign_bundle
+from routeforge.artifacts.writer import sha256_file, write_bundle
 
 
 @pytest.fixture

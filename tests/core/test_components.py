@@ -3,10 +3,9 @@
 from pathlib import Path
 
 import pytest
-
-from artifacts.writer import ComponentSource
-from core.components import TrainedComponent, flatten
-from pipelines.io_managers import JsonIOManager
+from routeforge.artifacts.writer import ComponentSource
+from routeforge.core.components import TrainedComponent, flatten
+from routeforge.pipelines.io_managers import JsonIOManager
 
 
 def _result(name: str) -> TrainedComponent:

@@ -1,8 +1,8 @@
 from pathlib import Path
 
 import pytest
+from routeforge.core.config import ConfigError, load_fleet
 
-from core.config import ConfigError, load_fleet
 from tests.conftest import CONFIGS
 
 
@@ -92,7 +92,7 @@ def test_signing_key_from_the_fleet_file_the_environment_or_the_state_folder(con
 
 
 def test_a_configured_signing_key_that_is_missing_is_named(tmp_path):
-    from assets.resources import MlflowRegistry
+    from routeforge.assets.resources import MlflowRegistry
 
     registry = MlflowRegistry(tracking_uri="sqlite:///x.db", experiment="e", model_name="m",
                               signing_key=str(tmp_path / "nope.key"))

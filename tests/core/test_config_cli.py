@@ -11,9 +11,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 from click.testing import CliRunner
-
-from artifacts.cli import main
-from core.config.cli import fleet_json_schema
+from routeforge.artifacts.cli import main
+from routeforge.core.config.cli import fleet_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -44,13 +43,13 @@ def test_validate_reports_ok_and_one_line_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((CONFIGS / "demo.yaml").read_text().replace("storage_root:", "storage_rot:", 1))
     for path in (bad, tmp_path / "missing.yaml"):
-        result = subprocess.run([sys.executable, "-m", "artifacts.cli", "config", "validate", str(path)],
+        result = subprocess.run([sys.executable, "-m", "routeforge.artifacts.cli", "config", "validate", str(path)],
                                 capture_output=True, text=True, timeout=120, cwd=REPO)
         assert result.returncode == 1
         assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert "Traceback" not in result.stderr
     assert "storage_rot" in subprocess.run(
-        [sys.executable, "-m", "artifacts.cli", "config", "validate", str(bad)],
+        [sys.executable, "-m", "routeforge.artifacts.cli", "config", "validate", str(bad)],
         capture_output=True, text=True, timeout=120, cwd=REPO).stderr
 
 

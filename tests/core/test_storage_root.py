@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from routeforge.core.config import load_fleet
+from routeforge.core.config.base import ConfigError
+from routeforge.core.storage import ShardCache, read_parquet, write_parquet
+from routeforge.core.storage_root import LISTING, StorageError, StorageRoot
 
-from core.config import load_fleet
-from core.config.base import ConfigError
-from core.storage import ShardCache, read_parquet, write_parquet
-from core.storage_root import LISTING, StorageError, StorageRoot
 from tests.conftest import write_config
 
 
@@ -114,8 +114,8 @@ def test_probe_names_the_setting(remote, tmp_path):
 
 
 def test_component_store_uses_the_mirror_and_writes_quarantine_to_the_root(remote):
-    from assets.resources import ComponentStore
-    from core.storage import Quarantine
+    from routeforge.assets.resources import ComponentStore
+    from routeforge.core.storage import Quarantine
 
     store = ComponentStore(root=remote.uri)
     folder = store.component_dir("knn_estimator")

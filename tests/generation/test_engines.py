@@ -1,12 +1,11 @@
 import json
 
 import pytest
-
-from core.config import load_fleet
-from core.schemas import RESPONSES
-from core.storage import Quarantine, to_table
-from generation.engines import make_engine, prompt_rows
-from prompts.sources import build_prompts
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import RESPONSES
+from routeforge.core.storage import Quarantine, to_table
+from routeforge.generation.engines import make_engine, prompt_rows
+from routeforge.prompts.sources import build_prompts
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +46,7 @@ def test_transformers_engine_greedy_rows_with_timings(demo):
 
 
 def test_random_init_models_are_reproducible(demo):
-    from core.model_sources import build_random_init
+    from routeforge.core.model_sources import build_random_init
 
     config, _ = demo
     source = config.model("tiny-gpt2").source
@@ -127,8 +126,8 @@ def test_long_jsonl_import_joins_arena_hard_answers_by_uid(config_copy, shared_d
 
 
 def test_response_filters_are_flags_not_drops():
-    from core.config import ResponseFilters
-    from generation.engines.base import response_flags
+    from routeforge.core.config import ResponseFilters
+    from routeforge.generation.engines.base import response_flags
 
     f = ResponseFilters()
     assert response_flags("ok", 2, "stop", f) == ["too_short"]

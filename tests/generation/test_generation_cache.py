@@ -8,11 +8,11 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+from routeforge.core.config import load_fleet
+from routeforge.generation.engines import identity
+from routeforge.generation.partition import ResponseCache, cache_folder, generate_partition
+from routeforge.prompts.sources import build_prompts
 
-from core.config import load_fleet
-from generation.engines import identity
-from generation.partition import ResponseCache, cache_folder, generate_partition
-from prompts.sources import build_prompts
 from tests.conftest import REPO, TINY_LLAMA
 
 
@@ -79,7 +79,7 @@ def kill_and_resume(path, env, tmp_path, trials: int, n: int, seed: int = 0) -> 
     resume to the end and check every (prompt, model) pair is present exactly once. Returns how many
     kills landed while the process was running."""
     config = load_fleet(path)
-    cmd = [sys.executable, "-m", "generation.partition", str(path), "--model", "tiny"]
+    cmd = [sys.executable, "-m", "routeforge.generation.partition", str(path), "--model", "tiny"]
     rng = random.Random(seed)
     killed_while_running = 0
     for trial in range(trials):

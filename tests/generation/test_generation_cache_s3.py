@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from routeforge.core.config import load_fleet
+from routeforge.core.storage import ShardCache
+from routeforge.generation.partition import cache_folder
 
-from core.config import load_fleet
-from core.storage import ShardCache
-from generation.partition import cache_folder
 from tests.generation.test_generation_cache import kill_and_resume, local_fleet
 from tests.services import Unavailable, s3_server
 

@@ -3,13 +3,13 @@
 from collections import Counter
 
 import pytest
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import RESPONSES
+from routeforge.core.storage import Quarantine, to_table
+from routeforge.generation.engines import make_engine, prompt_rows
+from routeforge.generation.partition import generate_partition
+from routeforge.prompts.sources import build_prompts
 
-from core.config import load_fleet
-from core.schemas import RESPONSES
-from core.storage import Quarantine, to_table
-from generation.engines import make_engine, prompt_rows
-from generation.partition import generate_partition
-from prompts.sources import build_prompts
 from tests.conftest import free_port
 from tests.faults import FaultProxy
 

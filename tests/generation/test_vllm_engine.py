@@ -4,8 +4,7 @@ import importlib.util
 from types import SimpleNamespace
 
 import pytest
-
-from generation.engines.vllm_engine import request_timings
+from routeforge.generation.engines.vllm_engine import request_timings
 
 
 def _has_gpu() -> bool:
@@ -34,8 +33,8 @@ def test_request_timings_from_v1_and_v0_metrics():
 def test_missing_vllm_fails_with_the_install_hint(config_copy, monkeypatch):
     import builtins
 
-    from core.config import load_fleet
-    from generation.engines import make_engine
+    from routeforge.core.config import load_fleet
+    from routeforge.generation.engines import make_engine
 
     real_import = builtins.__import__
 
@@ -53,10 +52,10 @@ def test_missing_vllm_fails_with_the_install_hint(config_copy, monkeypatch):
 
 @needs_vllm
 def test_vllm_generates_rows_with_request_metrics(config_copy, tiny_lm):
-    from core.config import load_fleet
-    from core.storage import Quarantine
-    from generation.engines import make_engine, prompt_rows
-    from prompts.sources import build_prompts
+    from routeforge.core.config import load_fleet
+    from routeforge.core.storage import Quarantine
+    from routeforge.generation.engines import make_engine, prompt_rows
+    from routeforge.prompts.sources import build_prompts
 
     models = [{"name": "m", "engine": "vllm", "source": {"kind": "hub", "id": str(tiny_lm)},
                "vllm": {"gpu_memory_utilization": 0.3, "enforce_eager": True}}]

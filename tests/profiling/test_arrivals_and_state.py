@@ -4,9 +4,8 @@ import math
 
 import numpy as np
 import pytest
-
-from profiling.arrivals import arrival_times
-from profiling.live_state import FEATURES, ClientState, MetricsScraper, parse_metrics
+from routeforge.profiling.arrivals import arrival_times
+from routeforge.profiling.live_state import FEATURES, ClientState, MetricsScraper, parse_metrics
 
 
 @pytest.mark.parametrize("kind,cv", [("poisson", 1.0), ("gamma", 2.0), ("constant", 0.0)])

@@ -1,8 +1,7 @@
 """Batch latency fits: exact on synthetic data, and on splitwise's published measurements."""
 
 import pytest
-
-from profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
+from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
 
 
 def test_fit_recovers_known_gradients_exactly():
@@ -55,8 +54,7 @@ def test_splitwise_generated_length_is_recovered_and_e2e_is_prefill_plus_n_minus
 
 def test_heads_held_out_by_configuration_on_synthetic_profiles():
     import numpy as np
-
-    from profiling.latency_heads import leave_one_configuration_out
+    from routeforge.profiling.latency_heads import leave_one_configuration_out
 
     rng = np.random.default_rng(0)
     ms = [BatchMeasurement(b, p, t, 0.01 + 3e-4 * b * p, (0.02 + 3e-5 * b * (p + t / 2)) * rng.uniform(0.99, 1.01),

@@ -4,12 +4,11 @@ import json
 
 import numpy as np
 import pytest
-
-from artifacts.latency import LatencyModel
-from core.config import BatchGrid
-from profiling.batch_fits import fit_tier
-from profiling.batch_profiler import profile_model, time_batch
-from profiling.latency_heads import write_batch_heads
+from routeforge.artifacts.latency import LatencyModel
+from routeforge.core.config import BatchGrid
+from routeforge.profiling.batch_fits import fit_tier
+from routeforge.profiling.batch_profiler import profile_model, time_batch
+from routeforge.profiling.latency_heads import write_batch_heads
 
 
 @pytest.fixture(scope="module")

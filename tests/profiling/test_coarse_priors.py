@@ -1,8 +1,7 @@
 """LLM-Inference-Bench importer: coarse E2E priors per tier, bad rows named."""
 
 import pytest
-
-from profiling.coarse_priors import import_coarse_priors, read_llm_inference_bench
+from routeforge.profiling.coarse_priors import import_coarse_priors, read_llm_inference_bench
 
 
 def test_imports_every_fittable_tier_and_says_why_others_are_not(shared_data):

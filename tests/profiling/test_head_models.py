@@ -5,10 +5,9 @@ import json
 
 import numpy as np
 import pytest
-
-from artifacts.latency import Head, LatencyModel, LinearTerms
-from profiling.batch_fits import BatchMeasurement
-from profiling.head_models import (
+from routeforge.artifacts.latency import Head, LatencyModel, LinearTerms
+from routeforge.profiling.batch_fits import BatchMeasurement
+from routeforge.profiling.head_models import (
     HeadRecipe,
     bounded_least_squares,
     choose_by_groups,
@@ -16,7 +15,7 @@ from profiling.head_models import (
     group_folds,
     relative_error_quantiles,
 )
-from profiling.latency_heads import FEATURES, features, serve, write_batch_heads
+from routeforge.profiling.latency_heads import FEATURES, features, serve, write_batch_heads
 
 
 def _batches(seed=0, extra_per_sequence=0.0):
@@ -82,7 +81,7 @@ def test_held_out_edge_configurations_are_served_by_the_line_not_by_trees():
 
 
 def test_the_lowest_error_serves_with_its_standard_error_on_record():
-    from profiling.head_models import Choice
+    from routeforge.profiling.head_models import Choice
 
     choice = Choice.lowest({"line": np.array([1.0, 0.95, 1.0]), "trees": np.array([1.0, 0.9, 1.0])})
     assert choice.kind == "trees" and choice.record()["why"].startswith("trees: lowest held-out MAE")
@@ -150,7 +149,7 @@ def test_served_heads_are_written_chosen_bounded_and_reproduced_by_the_loader(tm
 
 
 def test_format_1_heads_load_as_trees_and_a_malformed_head_is_refused(tmp_path):
-    from profiling.head_models import train_trees
+    from routeforge.profiling.head_models import train_trees
 
     ms = _batches()
 

@@ -5,11 +5,10 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from artifacts.latency import LatencyModel
-from core.config import ConfigError, load_fleet
-from core.schemas import routing_column, routing_table_schema
-from profiling.tier_profile import build_latency_component, measure_tier
+from routeforge.artifacts.latency import LatencyModel
+from routeforge.core.config import ConfigError, load_fleet
+from routeforge.core.schemas import routing_column, routing_table_schema
+from routeforge.profiling.tier_profile import build_latency_component, measure_tier
 
 
 def routing_table(models):

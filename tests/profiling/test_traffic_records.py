@@ -2,11 +2,11 @@
 server saw, and heads trained on it beat the static prior on the log's latest requests."""
 
 import numpy as np
+from routeforge.core.storage import Quarantine
+from routeforge.profiling.sweep_heads import train_sweep_heads
+from routeforge.profiling.traffic_records import replay, traffic_rwt
+from routeforge.prompts.traffic_logs import read_traffic_logs
 
-from core.storage import Quarantine
-from profiling.sweep_heads import train_sweep_heads
-from profiling.traffic_records import replay, traffic_rwt
-from prompts.traffic_logs import read_traffic_logs
 from tests.traffic import synthetic_log
 
 

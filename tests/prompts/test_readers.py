@@ -6,10 +6,9 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from core.config import load_fleet
-from prompts.builtin_readers import bio_entities, parse_choices
-from prompts.sources import build_prompts
+from routeforge.core.config import load_fleet
+from routeforge.prompts.builtin_readers import bio_entities, parse_choices
+from routeforge.prompts.sources import build_prompts
 
 
 def builtin(config_copy, shared_data, reader, file, **extra):

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import routing_models
+from routeforge.prompts.score_tables import read_score_table, score_cell
+from routeforge.training.routing_table import matrix
 
 from benchmarks.routerbench_knn import routing_table_of
-from core.config import load_fleet
-from core.schemas import routing_models
-from prompts.score_tables import read_score_table, score_cell
-from training.routing_table import matrix
 
 MODELS = ["alpha", "beta"]
 
@@ -73,7 +73,7 @@ def test_malformed_rows_and_scores_are_quarantined_with_reasons_and_nothing_vali
     # pairs quarantined by the engine: alpha's two bad scores, beta's missing one
     assert quarantined == {"alpha": 2, "beta": 1}
 
-    from prompts.sources import build_prompts
+    from routeforge.prompts.sources import build_prompts
 
     _, quarantine = build_prompts(config)
     reasons = quarantine.reasons()
@@ -83,8 +83,8 @@ def test_malformed_rows_and_scores_are_quarantined_with_reasons_and_nothing_vali
 
 
 def test_prompt_quarantine_reasons_name_the_problem(tmp_path):
-    from core.storage import Quarantine
-    from prompts.readers import read_dataset
+    from routeforge.core.storage import Quarantine
+    from routeforge.prompts.readers import read_dataset
 
     rows = [{"question": "", "scores": {"alpha": 1}}, {"scores": {"alpha": 1}},
             {"question": "q", "scores": "not json"}, {"question": "q2", "scores": {"delta": 1}}, "a string row"]
@@ -114,8 +114,8 @@ def test_parquet_score_tables_with_map_or_json_scores(tmp_path):
 
 
 def test_tasks_join_from_a_lookup_file_by_prompt_text(tmp_path):
-    from core.storage import Quarantine
-    from prompts.readers import read_dataset
+    from routeforge.core.storage import Quarantine
+    from routeforge.prompts.readers import read_dataset
 
     train = [{"question": "What is 2 + 2?", "scores": {"alpha": 1.0, "beta": 0.0}},
              {"question": "Write a sort.", "scores": {"alpha": 0.0, "beta": 1.0}},
@@ -149,9 +149,8 @@ def test_tasks_join_from_a_lookup_file_by_prompt_text(tmp_path):
 
 def test_a_task_lookup_that_matches_nothing_is_one_clear_error(tmp_path):
     import pytest
-
-    from core.storage import Quarantine
-    from prompts.readers import read_dataset
+    from routeforge.core.storage import Quarantine
+    from routeforge.prompts.readers import read_dataset
 
     (tmp_path / "train.json").write_text(json.dumps([{"question": "q", "scores": {"alpha": 1.0}}]))
     (tmp_path / "test.json").write_text("[]")
@@ -169,9 +168,8 @@ def test_one_file_per_task_names_the_rows_tasks_and_a_wrong_file_name_is_one_cle
     """RouterDC's layout: a file per task and no task column; `file_tasks` names each file's task, a
     row's own task field still wins, and a file left out keeps the dataset's `task`."""
     import pytest
-
-    from core.storage import Quarantine
-    from prompts.readers import read_dataset
+    from routeforge.core.storage import Quarantine
+    from routeforge.prompts.readers import read_dataset
 
     (tmp_path / "maths").mkdir()
     files = {"maths/gsm8k-train.json": [{"question": "What is 2 + 2?", "scores": {"alpha": 1.0, "beta": 0.0}},

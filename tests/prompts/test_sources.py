@@ -1,8 +1,8 @@
 import json
 from collections import Counter
 
-from core.config import load_fleet
-from prompts.sources import assign_splits, build_prompts
+from routeforge.core.config import load_fleet
+from routeforge.prompts.sources import assign_splits, build_prompts
 
 
 def test_demo_prompts_templated_hinted_and_split(config_copy):

@@ -4,9 +4,9 @@ with a reason naming the field, and the rest is read."""
 import json
 
 import pytest
+from routeforge.core.storage import Quarantine
+from routeforge.prompts.traffic_logs import log_files, read_traffic_logs
 
-from core.storage import Quarantine
-from prompts.traffic_logs import log_files, read_traffic_logs
 from tests.traffic import synthetic_log
 
 

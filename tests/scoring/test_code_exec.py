@@ -8,8 +8,7 @@ import threading
 import time
 
 import pytest
-
-from scoring.metrics.code_exec import assert_program, humaneval_program, run_many, run_program
+from routeforge.scoring.metrics.code_exec import assert_program, humaneval_program, run_many, run_program
 
 
 def test_all_164_canonical_humaneval_solutions_pass(shared_data):

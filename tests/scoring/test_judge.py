@@ -2,12 +2,11 @@
 
 import pyarrow as pa
 import pytest
-
-from core.config import ConfigError, load_fleet
-from core.storage import Quarantine
-from prompts.sources import build_prompts
-from scoring.metrics.judge import parse_score
-from scoring.quality import Scorer
+from routeforge.core.config import ConfigError, load_fleet
+from routeforge.core.storage import Quarantine
+from routeforge.prompts.sources import build_prompts
+from routeforge.scoring.metrics.judge import parse_score
+from routeforge.scoring.quality import Scorer
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -55,7 +54,7 @@ def test_random_weight_judge_end_to_end_gives_missing_with_reason(transformers_s
 def test_geval_weighting_over_score_token_probabilities():
     import math
 
-    from scoring.metrics.judge import weighted_score
+    from routeforge.scoring.metrics.judge import weighted_score
 
     tokens = [["Score", {}], [":", {}], [" 4", {" 4": math.log(0.6), " 5": math.log(0.3), " x": math.log(0.1)}]]
     # E = (4 * 0.6 + 5 * 0.3) / 0.9 = 4.333…, on 1..5 → 0.8333…

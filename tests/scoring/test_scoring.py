@@ -6,13 +6,18 @@ import sys
 
 import pyarrow as pa
 import pytest
-
-from core.config import ScoringSettings, load_fleet
-from core.storage import Quarantine
-from prompts.sources import build_prompts
-from scoring.metrics.bertscore import BertScoreMetric
-from scoring.metrics.extraction import extract_choice, extract_label, extract_math, normalize_number, token_f1
-from scoring.quality import Scorer, exact_match
+from routeforge.core.config import ScoringSettings, load_fleet
+from routeforge.core.storage import Quarantine
+from routeforge.prompts.sources import build_prompts
+from routeforge.scoring.metrics.bertscore import BertScoreMetric
+from routeforge.scoring.metrics.extraction import (
+    extract_choice,
+    extract_label,
+    extract_math,
+    normalize_number,
+    token_f1,
+)
+from routeforge.scoring.quality import Scorer, exact_match
 
 
 def test_math_extraction_recovers_every_gsm8k_reference_answer(shared_data):
@@ -61,8 +66,7 @@ def test_choice_label_and_f1_extraction():
 
 def test_bertscore_matches_the_library_to_1e6_and_caches(tmp_path):
     from bert_score import score as bert_score
-
-    from core.model_sources import resolve_pretrained
+    from routeforge.core.model_sources import resolve_pretrained
 
     refs = ["Canberra is the capital city of Australia.", "Water boils at 100 degrees Celsius at sea level.",
             "The cat sat on the mat."] * 4
@@ -126,8 +130,7 @@ def test_table_labels_never_turn_missing_into_zero(config_copy):
 
 def test_bertscore_idf_and_baseline_rescaling_match_the_library(tmp_path):
     from bert_score import score as bert_score
-
-    from core.model_sources import resolve_pretrained
+    from routeforge.core.model_sources import resolve_pretrained
 
     refs = ["Canberra is the capital city of Australia.", "Water boils at 100 degrees Celsius.", "The cat sat."]
     cands = ["The capital of Australia is Canberra.", "Water boils at one hundred degrees.", "A dog slept."]

@@ -1,9 +1,8 @@
 """The embedding cache returns exactly what the encoder returns and encodes each text once."""
 
 import numpy as np
-
-import training.embeddings as emb
-from artifacts.encoder import ENCODER_PACKAGE_REF, encode
+import routeforge.training.embeddings as emb
+from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF, encode
 
 
 def test_cached_vectors_equal_fresh_ones_and_only_new_texts_are_encoded(tmp_path, monkeypatch):

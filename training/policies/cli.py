@@ -14,8 +14,7 @@ import math
 from pathlib import Path
 
 import click
-
-from training.policies.simulator.traces import TraceColumns, read_trace
+from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
 
 SHOWN = (("qos_mean", "QoS", 3), ("slo_attainment", "SLO", 3), ("e2e_mean_s", "E2E mean s", 3),
          ("e2e_p99_s", "E2E p99 s", 3), ("ttft_mean_s", "TTFT mean s", 3), ("served", "served", 1),
@@ -54,8 +53,8 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
              slo_e2e: float | None, slo_tpot: float | None, as_json: bool, tracking_uri: str | None) -> None:
     """Simulate every policy in BUNDLE (a folder or models:/<name>@<alias>) and every baseline on
     the bundle's tiers under the trace's arrivals, rescaled to LOAD of the fleet's capacity."""
-    from artifacts.loader import load_bundle
-    from training.policies.replay import evaluate_bundle
+    from routeforge.artifacts.loader import load_bundle
+    from routeforge.training.policies.replay import evaluate_bundle
 
     columns = TraceColumns(timestamp=timestamp, timestamp_unit=timestamp_unit, prompt_tokens=prompt_tokens,
                            output_tokens=output_tokens, format=fmt)

@@ -21,16 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from training.policies.gate import recommend
-from training.policies.simulator.baselines import BASELINES, EXPORTABLE
-from training.policies.simulator.cluster import Cluster, Outcome
-from training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
-from training.policies.simulator.metrics import mean_std, summarize
-from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
-from training.policies.simulator.traces import TraceColumns, read_trace, trace_window
-from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
-from training.policies.simulator.workloads import RequestPool, arrivals
+from routeforge.training.policies.gate import recommend
+from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
+from routeforge.training.policies.simulator.cluster import Cluster, Outcome
+from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
+from routeforge.training.policies.simulator.metrics import mean_std, summarize
+from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from routeforge.training.policies.simulator.traces import TraceColumns, read_trace, trace_window
+from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 LEARNED = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
 METRICS = ("e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s", "quality_mean",
@@ -102,9 +101,9 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     """Train the learned policies, run every policy × workload × load × seed, write plots; returns
     the report (rows of mean ± std per metric, learning curves, plot paths) and the trained
     networks with the environment each was trained in (for export)."""
-    from training.policies.rl.ddqn import train_ddqn
-    from training.policies.rl.rollout import evaluation_seeds, greedy, run_episode, sampled
-    from training.policies.rl.sac import train_sac
+    from routeforge.training.policies.rl.ddqn import train_ddqn
+    from routeforge.training.policies.rl.rollout import evaluation_seeds, greedy, run_episode, sampled
+    from routeforge.training.policies.rl.sac import train_sac
 
     out_dir.mkdir(parents=True, exist_ok=True)
     profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)

@@ -16,16 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from training.policies.evaluation import METRICS, fleet_profiles, score
-from training.policies.packaging import read_simulator
-from training.policies.rl.rollout import run_episode
-from training.policies.simulator.baselines import BASELINES, from_spec
-from training.policies.simulator.cluster import Cluster, Request
-from training.policies.simulator.metrics import mean_std
-from training.policies.simulator.qos_graph_env import QosGraphEnv
-from training.policies.simulator.traces import trace_window
-from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from routeforge.training.policies.evaluation import METRICS, fleet_profiles, score
+from routeforge.training.policies.packaging import read_simulator
+from routeforge.training.policies.rl.rollout import run_episode
+from routeforge.training.policies.simulator.baselines import BASELINES, from_spec
+from routeforge.training.policies.simulator.cluster import Cluster, Request
+from routeforge.training.policies.simulator.metrics import mean_std
+from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
+from routeforge.training.policies.simulator.traces import trace_window
+from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
 
 def trace_windows(times: np.ndarray, prompt: np.ndarray, output: np.ndarray, n: int, rate: float,

@@ -15,14 +15,18 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from artifacts.text_predictor import TextPredictor, compose, softmax
-from core.config import LengthPredictorSettings, ScorePredictorSettings, TextPredictorSettings
-from core.schemas import routing_column, routing_models
-from training.predictors.buckets import BucketScheme, completion_time, equal_width
-from training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
-from training.predictors.predictor_eval import classification_report, plot_confusion, plot_folder, plot_reliability
-from training.predictors.text_classifier import ClassifierSettings, model_token, train_classifier
+from routeforge.artifacts.text_predictor import TextPredictor, compose, softmax
+from routeforge.core.config import LengthPredictorSettings, ScorePredictorSettings, TextPredictorSettings
+from routeforge.core.schemas import routing_column, routing_models
+from routeforge.training.predictors.buckets import BucketScheme, completion_time, equal_width
+from routeforge.training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
+from routeforge.training.predictors.predictor_eval import (
+    classification_report,
+    plot_confusion,
+    plot_folder,
+    plot_reliability,
+)
+from routeforge.training.predictors.text_classifier import ClassifierSettings, model_token, train_classifier
 
 HINT = "This is a {task} task."
 

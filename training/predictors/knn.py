@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from artifacts.knn import MEASURES, WEIGHT_EPS, KnnEstimator
-from core.config import KnnSettings
-from core.schemas import routing_column, routing_models
-from training.embeddings import encode_cached
-from training.routing_table import matrix
+from routeforge.artifacts.knn import MEASURES, WEIGHT_EPS, KnnEstimator
+from routeforge.core.config import KnnSettings
+from routeforge.core.schemas import routing_column, routing_models
+from routeforge.training.embeddings import encode_cached
+from routeforge.training.routing_table import matrix
 
 
 def _build_index(vectors: np.ndarray, settings: KnnSettings):

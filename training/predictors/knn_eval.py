@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from artifacts.knn import KnnEstimator, KnnPrediction
-from core.config import KnnSettings
-from training.embeddings import encode_cached
-from training.predictors.knn import build_knn
-from training.predictors.quality_cost_eval import evaluate_router
+from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
+from routeforge.core.config import KnnSettings
+from routeforge.training.embeddings import encode_cached
+from routeforge.training.predictors.knn import build_knn
+from routeforge.training.predictors.quality_cost_eval import evaluate_router
 
 
 def test_split(routing: pa.Table) -> pa.Table:

@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-
-from artifacts.text_predictor import EMBEDDINGS_FILE, EXTRA_EMBEDDINGS_FILE, TextPredictor, quantize_rows
+from routeforge.artifacts.text_predictor import EMBEDDINGS_FILE, EXTRA_EMBEDDINGS_FILE, TextPredictor, quantize_rows
 
 DECIDED_MARGIN = 0.1  # logits; closer top-2 logits are a tie a rounding error may break either way
 TOLERANCE = {"float32": 1e-3}  # largest logit difference accepted, where the precision is lossless

@@ -19,12 +19,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from artifacts.knn import KnnEstimator, KnnPrediction
-from artifacts.text_predictor import TextPredictor, compose
-from core.config import KnnSettings
-from training.predictors.knn_eval import leave_one_task_out, test_split
-from training.predictors.quality_cost_eval import evaluate_router, plot_quality_cost
+from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
+from routeforge.artifacts.text_predictor import TextPredictor, compose
+from routeforge.core.config import KnnSettings
+from routeforge.training.predictors.knn_eval import leave_one_task_out, test_split
+from routeforge.training.predictors.quality_cost_eval import evaluate_router, plot_quality_cost
 
 BATCH = 64
 

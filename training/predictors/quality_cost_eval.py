@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from artifacts.knn import KnnPrediction
-from core.schemas import routing_models
-from training.routing_table import matrix
+from routeforge.artifacts.knn import KnnPrediction
+from routeforge.core.schemas import routing_models
+from routeforge.training.routing_table import matrix
 
 
 def upper_hull(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from artifacts.router import predict_member
+from routeforge.artifacts.router import predict_member
 
 
 @dataclass(frozen=True)
@@ -128,9 +127,8 @@ def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
 def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     import torch
     import torch.nn.functional as F
+    from routeforge.training.predictors.router_dc_finetune import sample_llm_loss, sample_sample_loss
     from sklearn.cluster import KMeans
-
-    from training.predictors.router_dc_finetune import sample_llm_loss, sample_sample_loss
 
     p = cand.params
     dim, top_k, last_k, h_neg = int(p["dim"]), int(p.get("top_k", 3)), int(p.get("last_k", 3)), int(p.get("H", 3))

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from artifacts.router import Router
-from training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
-from training.predictors.router_selection import brier, score_at_argmax, select_router
+from routeforge.artifacts.router import Router
+from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
+from routeforge.training.predictors.router_selection import brier, score_at_argmax, select_router
 
 
 def gap_closed(router: float, best_single: float, oracle: float) -> float:

@@ -22,9 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from artifacts.router import Router
-from training.predictors.router_family import (
+from routeforge.artifacts.router import Router
+from routeforge.training.predictors.router_family import (
     Candidate,
     candidates,
     fit_candidate,

@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
-from core.schemas import routing_models
-from training.embeddings import encode_cached
-from training.predictors.router_report import batch_latency, fit_and_evaluate
-from training.routing_table import matrix
+from routeforge.core.schemas import routing_models
+from routeforge.training.embeddings import encode_cached
+from routeforge.training.predictors.router_report import batch_latency, fit_and_evaluate
+from routeforge.training.routing_table import matrix
 
 
 @dataclass

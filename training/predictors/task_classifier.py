@@ -9,13 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from artifacts.text_predictor import TextPredictor
-from core.config import TaskClassifierSettings
-from training.predictors.bucket_predictors import classifier_settings, split_rows
-from training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
-from training.predictors.predictor_eval import classification_report, plot_confusion, plot_folder, plot_reliability
-from training.predictors.text_classifier import train_classifier
+from routeforge.artifacts.text_predictor import TextPredictor
+from routeforge.core.config import TaskClassifierSettings
+from routeforge.training.predictors.bucket_predictors import classifier_settings, split_rows
+from routeforge.training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics
+from routeforge.training.predictors.predictor_eval import (
+    classification_report,
+    plot_confusion,
+    plot_folder,
+    plot_reliability,
+)
+from routeforge.training.predictors.text_classifier import train_classifier
 
 
 def train_task_classifier(routing_table: pa.Table, settings: TaskClassifierSettings, folder: Path, seed: int = 0,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from artifacts.encoder import resolve_pretrained
+from routeforge.artifacts.encoder import resolve_pretrained
 
 
 @dataclass

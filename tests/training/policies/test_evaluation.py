@@ -3,10 +3,9 @@ policies trained on Poisson, plots; and its settings' validation."""
 
 import numpy as np
 import pytest
-
-from core.config import DdqnSettings, RoutingEvaluationSettings, SacSettings
-from training.policies.evaluation import evaluate_routing, workload_factory
-from training.policies.simulator.workloads import RequestPool
+from routeforge.core.config import DdqnSettings, RoutingEvaluationSettings, SacSettings
+from routeforge.training.policies.evaluation import evaluate_routing, workload_factory
+from routeforge.training.policies.simulator.workloads import RequestPool
 
 FITS = [{"prefill_intercept_s": 0.005, "prefill_grad_s_per_token": 5e-5, "decode_w_s": 0.01,
          "decode_h_s_per_token": 1e-6},
@@ -62,7 +61,7 @@ def test_switched_poisson_workload_keeps_the_mean_rate():
 
 
 def test_a_noise_sized_negative_fit_is_clipped_and_reported():
-    from training.policies.evaluation import fleet_profiles
+    from routeforge.training.policies.evaluation import fleet_profiles
 
     noisy = dict(FITS[0], prefill_grad_s_per_token=-1.4e-4)
     profiles, clipped = fleet_profiles([noisy, FITS[1]], queue_capacity=4, kv_capacity_tokens=10_000)

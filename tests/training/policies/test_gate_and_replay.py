@@ -7,18 +7,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from artifacts.cli import main
-from artifacts.heuristics import HeuristicPolicy
-from artifacts.loader import load_bundle
-from artifacts.manifest import Fleet, Lineage, ModelEntry
-from artifacts.writer import ComponentSource, write_bundle
-from training.policies.gate import recommend
-from training.policies.packaging import export_heuristics, write_simulator
-from training.policies.simulator.baselines import BASELINES, EXPORTABLE, RandomPolicy, heuristic_spec_of
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.workloads import RequestPool, arrivals
+from routeforge.artifacts.cli import main
+from routeforge.artifacts.heuristics import HeuristicPolicy
+from routeforge.artifacts.loader import load_bundle
+from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
+from routeforge.artifacts.writer import ComponentSource, write_bundle
+from routeforge.training.policies.gate import recommend
+from routeforge.training.policies.packaging import export_heuristics, write_simulator
+from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, RandomPolicy, heuristic_spec_of
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 FITS = [{"prefill_intercept_s": 0.005, "prefill_grad_s_per_token": 5e-5, "decode_w_s": 0.01,
          "decode_h_s_per_token": 1e-6},
@@ -116,9 +115,9 @@ def test_exported_heuristics_decide_as_the_simulated_baselines():
 
 def _learned_policy(folder, profiles, workload):
     """An untrained 001 network exported as a bundle's learned policy (the CLI runs it by its spec)."""
-    from training.policies.rl.export import export_policy
-    from training.policies.rl.networks import mlp
-    from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+    from routeforge.training.policies.rl.export import export_policy
+    from routeforge.training.policies.rl.networks import mlp
+    from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
     env = WorkloadAwareEnv(profiles, workload, variant="guided", models=[0, 1])
     obs, _ = env.reset(seed=0)
@@ -128,7 +127,7 @@ def _learned_policy(folder, profiles, workload):
 
 @pytest.fixture
 def bundle(tmp_path):
-    from training.policies.evaluation import fleet_profiles
+    from routeforge.training.policies.evaluation import fleet_profiles
 
     settings = SimpleNamespace(queue_capacity=4, kv_capacity_tokens=50_000, train_load=0.9)
     profiles, _ = fleet_profiles(FITS, settings.queue_capacity, settings.kv_capacity_tokens)

@@ -3,18 +3,17 @@ define them, smoke-training, ONNX export and the runtime observation builders.""
 
 import numpy as np
 import pytest
-
-from artifacts.policy import RoutingPolicy
-from training.policies.rl.export import export_policy
-from training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
-from training.policies.rl.rollout import greedy, run_episode
-from training.policies.rl.sac import SacSettings, train_sac
-from training.policies.simulator.baselines import JoinShortestQueue
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.qos_graph_env import QosGraphEnv, qos
-from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
-from training.policies.simulator.workloads import RequestPool, arrivals, switched_poisson
+from routeforge.artifacts.policy import RoutingPolicy
+from routeforge.training.policies.rl.export import export_policy
+from routeforge.training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
+from routeforge.training.policies.rl.rollout import greedy, run_episode
+from routeforge.training.policies.rl.sac import SacSettings, train_sac
+from routeforge.training.policies.simulator.baselines import JoinShortestQueue
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals, switched_poisson
 
 FAST = InstanceProfile(prefill_intercept_s=0.005, prefill_s_per_token=5e-5, decode_w_s=0.01,
                        decode_h_s_per_token=1e-6, kv_capacity_tokens=40_000)
@@ -205,8 +204,8 @@ def test_ppo_steps_copies_in_worker_processes():
 
 
 def test_fixed_split_grid_covers_the_simplex_and_becomes_routing_logits():
-    from training.policies.rl.slot_teacher import share_grid, split_logits
-    from training.policies.simulator.slot_distribution_env import softmax
+    from routeforge.training.policies.rl.slot_teacher import share_grid, split_logits
+    from routeforge.training.policies.simulator.slot_distribution_env import softmax
 
     grid = share_grid(3, 4)
     assert len(grid) == 15 and all(abs(g.sum() - 1) < 1e-12 and (g >= 0).all() for g in grid)
@@ -220,8 +219,8 @@ def test_ppo_starts_from_the_best_fixed_split_and_keeps_its_best_rollout():
     """With `teacher: fixed_split` the split searched on training seeds is the one with the highest
     return of the grid, the actor's routing probabilities are fitted to it before PPO, and with
     `keep_best_round` the returned actor routes as the validation-best candidate did."""
-    from training.policies.rl.rollout import validation_seeds
-    from training.policies.rl.teacher import episode_return
+    from routeforge.training.policies.rl.rollout import validation_seeds
+    from routeforge.training.policies.rl.teacher import episode_return
 
     settings = PpoSettings(total_steps=192, n_steps=64, batch_size=32, n_epochs=2, teacher="fixed_split",
                            teacher_resolution=4, demo_episodes=2, pretrain_steps=300, keep_best_round=True)
@@ -267,8 +266,8 @@ def test_zero_biases_route_exactly_as_join_shortest_queue(engine):
 
 
 def test_ppo_over_queue_biases_starts_at_jsq_exports_and_dispatches(tmp_path):
-    from artifacts.heuristics import queue_biases, shortest_queue
-    from training.policies.rl.ppo import bias_policy
+    from routeforge.artifacts.heuristics import queue_biases, shortest_queue
+    from routeforge.training.policies.rl.ppo import bias_policy
 
     settings = PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2, teacher="shortest_queue",
                            demo_episodes=1, pretrain_steps=300, keep_best_round=True)
@@ -291,8 +290,8 @@ def test_ppo_over_queue_biases_starts_at_jsq_exports_and_dispatches(tmp_path):
 def test_paired_baseline_subtracts_the_teachers_reward_on_the_same_arrivals():
     """The teacher itself earns exactly zero every slot; any other policy earns its own return less
     the teacher's on the same seed; unseeded resets still bring new (reproducible) arrivals to both."""
-    from training.policies.rl.paired_baseline import PairedBaseline, teacher_rewards
-    from training.policies.rl.teacher import episode_return
+    from routeforge.training.policies.rl.paired_baseline import PairedBaseline, teacher_rewards
+    from routeforge.training.policies.rl.teacher import episode_return
 
     zeros = np.zeros(4, dtype=np.float32)
     paired = PairedBaseline(_biased_env(max_slots=16), _biased_env(max_slots=16), zeros)
@@ -321,8 +320,8 @@ def test_ppo_trains_on_the_paired_reward_and_is_judged_on_the_plain_return():
     net, info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
     assert info["curve_return"] == "less the teacher's on the same arrivals" and len(info["curve"]) == 8
     # the clone routes as its teacher: its paired return would be 0, its validation score is the plain return
-    from training.policies.rl.rollout import validation_seeds
-    from training.policies.rl.teacher import episode_return
+    from routeforge.training.policies.rl.rollout import validation_seeds
+    from routeforge.training.policies.rl.teacher import episode_return
 
     assert info["pretrain"]["max_action_error"] < 0.25  # rounds to zero biases
     plain = np.mean([episode_return(_biased_env(max_slots=16, n=300), lambda _obs: np.zeros(4), s)
@@ -333,7 +332,7 @@ def test_ppo_trains_on_the_paired_reward_and_is_judged_on_the_plain_return():
 def test_sac_pairs_its_reward_with_a_heuristic_teacher_on_the_same_arrivals():
     """000 decides at each arrival, so a heuristic teacher's reward pairs step for step: JSQ on the
     paired environment earns exactly 0 per decision; SAC trains on it and is judged on delivered QoS."""
-    from training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher, teacher_rewards
+    from routeforge.training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher, teacher_rewards
 
     teacher = heuristic_teacher("join_shortest_queue")
     paired = PairedBaseline(_qos_graph_env(), _qos_graph_env(), teacher)

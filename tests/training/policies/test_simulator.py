@@ -2,13 +2,18 @@
 
 import numpy as np
 import pytest
-
-from training.policies.simulator.baselines import BASELINES, JoinShortestQueue, QualityOnly, RoundRobin, RouteBalance
-from training.policies.simulator.cluster import DROP, WAIT, Cluster, Request
-from training.policies.simulator.instance import Instance, InstanceProfile, Job
-from training.policies.simulator.metrics import summarize
-from training.policies.simulator.traces import read_trace
-from training.policies.simulator.workloads import RequestPool, arrivals, switched_poisson
+from routeforge.training.policies.simulator.baselines import (
+    BASELINES,
+    JoinShortestQueue,
+    QualityOnly,
+    RoundRobin,
+    RouteBalance,
+)
+from routeforge.training.policies.simulator.cluster import DROP, WAIT, Cluster, Request
+from routeforge.training.policies.simulator.instance import Instance, InstanceProfile, Job
+from routeforge.training.policies.simulator.metrics import summarize
+from routeforge.training.policies.simulator.traces import read_trace
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals, switched_poisson
 
 PROFILE = InstanceProfile(prefill_intercept_s=0.01, prefill_s_per_token=1e-4, decode_w_s=0.02,
                           decode_h_s_per_token=1e-5, max_running=8, kv_capacity_tokens=100_000)
@@ -113,8 +118,8 @@ def test_workload_generators(shared_data, tmp_path):
 
 
 def test_static_batches_reproduce_measurements_made_by_the_same_arithmetic():
-    from profiling.batch_fits import BatchMeasurement
-    from training.policies.simulator.calibration import static_batches
+    from routeforge.profiling.batch_fits import BatchMeasurement
+    from routeforge.training.policies.simulator.calibration import static_batches
 
     ms = []
     for b, p, t in ((1, 100, 20), (4, 200, 50), (8, 50, 10)):
@@ -131,8 +136,7 @@ def test_static_batches_reproduce_measurements_made_by_the_same_arithmetic():
 
 def test_pool_from_routing_table_carries_predictions_and_ablates_them():
     import pyarrow as pa
-
-    from core.schemas import routing_table_schema
+    from routeforge.core.schemas import routing_table_schema
 
     data = {"prompt_id": ["a", "b", "c"], "task": ["t"] * 3, "text": ["x", "y", "z"], "split": ["test"] * 3,
             "quality/m": [1.0, None, 0.0], "output_tokens/m": [10.0, 20.0, 30.0], "cost/m": [1.0] * 3}
@@ -150,7 +154,7 @@ def test_pool_from_routing_table_carries_predictions_and_ablates_them():
 
 
 def test_traces_with_other_column_names_and_units(tmp_path):
-    from training.policies.simulator.traces import TraceColumns, TraceError
+    from routeforge.training.policies.simulator.traces import TraceColumns, TraceError
 
     columns = TraceColumns(timestamp="ts_ms", timestamp_unit="ms", prompt_tokens="in", output_tokens="out")
     jsonl = tmp_path / "gateway.jsonl"
@@ -183,8 +187,8 @@ def test_traces_with_other_column_names_and_units(tmp_path):
 
 
 def test_routing_evaluation_reads_a_mapped_trace_from_the_fleet_file(tmp_path):
-    from core.config.training import RoutingEvaluationSettings, TraceSettings
-    from training.policies.evaluation import trace_source
+    from routeforge.core.config.training import RoutingEvaluationSettings, TraceSettings
+    from routeforge.training.policies.evaluation import trace_source
 
     settings = RoutingEvaluationSettings.model_validate(
         {"workloads": ["trace"], "trace": {"path": str(tmp_path / "t.jsonl"), "timestamp": "ts",

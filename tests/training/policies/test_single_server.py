@@ -5,11 +5,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from routeforge.training.policies.simulator.single_server import SingleServerFleet
+from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+from routeforge.training.policies.simulator.workloads import switched_poisson
 
 from tests.training.policies.test_qos_graph_and_slot_policies import FAST, SLOW, _pool
-from training.policies.simulator.single_server import SingleServerFleet
-from training.policies.simulator.slot_distribution_env import SlotDistributionEnv
-from training.policies.simulator.workloads import switched_poisson
 
 # a cache of 400 tokens: some prompts are larger, and some prompts with their outputs outgrow it
 KV_LIMITED = [dataclasses.replace(p, kv_capacity_tokens=400) for p in (SLOW, SLOW, FAST, FAST)]

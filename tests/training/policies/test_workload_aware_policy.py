@@ -2,17 +2,16 @@
 
 import numpy as np
 import pytest
-
-from artifacts.policy import RoutingPolicy, observation_workload_aware
-from training.policies.rl.ddqn import DdqnSettings, train_ddqn
-from training.policies.rl.export import export_policy
-from training.policies.rl.rollout import greedy, run_episode
-from training.policies.simulator.baselines import RoundRobin
-from training.policies.simulator.cluster import Cluster
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.stepper import Stepper
-from training.policies.simulator.workload_aware_env import WorkloadAwareEnv
-from training.policies.simulator.workloads import RequestPool, arrivals
+from routeforge.artifacts.policy import RoutingPolicy, observation_workload_aware
+from routeforge.training.policies.rl.ddqn import DdqnSettings, train_ddqn
+from routeforge.training.policies.rl.export import export_policy
+from routeforge.training.policies.rl.rollout import greedy, run_episode
+from routeforge.training.policies.simulator.baselines import RoundRobin
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.stepper import Stepper
+from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 PROFILE = InstanceProfile(prefill_intercept_s=0.01, prefill_s_per_token=1e-4, decode_w_s=0.02,
                           decode_h_s_per_token=1e-5, max_running=16, kv_capacity_tokens=50_000)

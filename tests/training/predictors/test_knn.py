@@ -2,12 +2,11 @@ import faiss
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from artifacts.knn import KnnEstimator, KnnPrediction
-from core.config import KnnSettings
-from core.schemas import routing_table_schema
-from training.predictors.knn import build_knn
-from training.routing_table import matrix
+from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
+from routeforge.core.config import KnnSettings
+from routeforge.core.schemas import routing_table_schema
+from routeforge.training.predictors.knn import build_knn
+from routeforge.training.routing_table import matrix
 
 
 def _estimator(vectors, quality, k=2):
@@ -99,7 +98,7 @@ def _two_task_table(models):
 
 
 def test_leave_one_task_out_routes_an_unseen_task_by_the_other_tasks_labels(tmp_path):
-    from training.predictors.knn_eval import evaluate_knn, leave_one_task_out
+    from routeforge.training.predictors.knn_eval import evaluate_knn, leave_one_task_out
 
     table = _two_task_table(["good", "bad"])
     settings = KnnSettings(k=2)
@@ -118,7 +117,7 @@ def test_leave_one_task_out_routes_an_unseen_task_by_the_other_tasks_labels(tmp_
 
 
 def test_neighbours_tied_with_the_kth_share_its_places():
-    from artifacts.knn import neighbour_shares
+    from routeforge.artifacts.knn import neighbour_shares
 
     # no tie: exactly the k nearest, each a whole place
     assert neighbour_shares(np.array([[0.9, 0.1, 0.5, 0.7]]), 2).tolist() == [[1.0, 0.0, 0.0, 1.0]]
@@ -134,7 +133,7 @@ def test_a_tied_group_votes_its_mean_whatever_the_index_order():
     picked by FAISS's internal order made an arbitrary vote. Now the whole tied group votes, and the
     prediction is the same for any order of the indexed rows, in the bundle's KNN (FAISS, with range
     search past the fetched results) and in the router's KNN member (NumPy)."""
-    from artifacts.router import predict_member
+    from routeforge.artifacts.router import predict_member
 
     rng = np.random.default_rng(0)
     same = np.tile([[1.0, 0.0]], (40, 1))  # 40 identical embeddings

@@ -1,10 +1,9 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from artifacts.knn import KnnPrediction
-from core.schemas import routing_table_schema
-from training.predictors.quality_cost_eval import auto_lambdas, evaluate_router, plot_quality_cost
+from routeforge.artifacts.knn import KnnPrediction
+from routeforge.core.schemas import routing_table_schema
+from routeforge.training.predictors.quality_cost_eval import auto_lambdas, evaluate_router, plot_quality_cost
 
 
 def _table(quality, cost):
@@ -39,8 +38,7 @@ def test_anchors_and_sweep(tmp_path):
 
 def test_hf_export_by_split_with_a_dataset_card(tmp_path):
     from datasets import load_from_disk
-
-    from training.routing_table import dataset_card, export_hf_dataset
+    from routeforge.training.routing_table import dataset_card, export_hf_dataset
 
     table = _table([[1.0, 0.0], [0.5, None], [0.0, 1.0]], [[1.0, 2.0]] * 3)
     table = table.set_column(3, "split", pa.array(["train", "train", "test"]))
@@ -55,7 +53,7 @@ def test_hf_export_by_split_with_a_dataset_card(tmp_path):
 
 
 def test_upper_hull_aiq_and_gap_to_the_hull():
-    from training.predictors.quality_cost_eval import aiq, hull_comparison, hull_quality, upper_hull
+    from routeforge.training.predictors.quality_cost_eval import aiq, hull_comparison, hull_quality, upper_hull
 
     singles = [(1.0, 0.5), (2.0, 0.6), (3.0, 0.9), (4.0, 0.85), (2.5, 0.55)]
     hull = upper_hull(singles)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from artifacts.router import Router
-from core.config import RouterSelectionSettings
-from training.predictors.router_family import Candidate, fit_candidate, fit_predict, member_params
-from training.predictors.router_report import fit_and_evaluate
-from training.predictors.router_selection import fold_ids, select_router
+from routeforge.artifacts.router import Router
+from routeforge.core.config import RouterSelectionSettings
+from routeforge.training.predictors.router_family import Candidate, fit_candidate, fit_predict, member_params
+from routeforge.training.predictors.router_report import fit_and_evaluate
+from routeforge.training.predictors.router_selection import fold_ids, select_router
 
 MODELS = ["small", "medium", "large"]
 SETTINGS = RouterSelectionSettings(enabled=True, folds=3, knn_k=[5, 20], knn_prior_strength=[0.0],
@@ -60,9 +59,8 @@ def test_every_member_learns_the_structured_clusters(cand):
 
 @pytest.mark.parametrize("n_tasks", [4, 2, None])  # four tasks, two (scikit-learn's binary form), none: k-means
 def test_task_mixture_mixes_the_tasks_mean_labels_by_the_task_posterior(n_tasks):
+    from routeforge.artifacts.router import predict_member
     from sklearn.linear_model import LogisticRegression
-
-    from artifacts.router import predict_member
 
     x, y, cluster = synthetic(800, 6, with_clusters=True)
     tasks = None if n_tasks is None else np.array([f"t{c % n_tasks}" for c in cluster])
@@ -210,7 +208,7 @@ def test_mlp_runtime_matches_the_torch_network():
     cand = Candidate("mlp", {"hidden": 16, "weight_decay": 0.0, "epochs": 3})
     weights = fit_candidate(cand, x, y, seed=3)
     torch.manual_seed(3)
-    from artifacts.router import predict_member
+    from routeforge.artifacts.router import predict_member
 
     ours = predict_member("mlp", member_params(cand, weights), weights, x)
     h = torch.nn.functional.gelu(torch.tensor(x) @ torch.tensor(weights["w0"]) + torch.tensor(weights["b0"]),
@@ -239,8 +237,7 @@ def test_folds_are_balanced_and_seeded():
 
 def test_sample_llm_loss_skips_zero_positives_and_unlabelled_pairs():
     import torch
-
-    from training.predictors.router_dc_finetune import sample_llm_loss
+    from routeforge.training.predictors.router_dc_finetune import sample_llm_loss
 
     logits = torch.tensor([[2.0, 0.0, -2.0]])
     good = sample_llm_loss(logits, torch.tensor([[1.0, 0.0, 0.0]]), top_k=1, last_k=2)
@@ -255,7 +252,7 @@ def test_sample_llm_loss_skips_zero_positives_and_unlabelled_pairs():
 
 
 def test_routerdc_finetune_moves_the_encoder_and_routes():
-    from training.predictors.router_dc_finetune import RouterDcSettings, finetune, route_scores
+    from routeforge.training.predictors.router_dc_finetune import RouterDcSettings, finetune, route_scores
 
     texts = [f"{'Solve' if i % 2 else 'Translate'} item {i}" for i in range(16)]
     y = np.tile([[1.0, 0.0], [0.0, 1.0]], (8, 1))
@@ -281,7 +278,12 @@ def test_cross_validation_chooses_the_informative_embedding_view():
 
 
 def test_isotonic_calibration_is_cross_fitted_and_served_as_knots(tmp_path):
-    from training.predictors.router_selection import apply_maps, brier, cross_fitted_calibration, isotonic_maps
+    from routeforge.training.predictors.router_selection import (
+        apply_maps,
+        brier,
+        cross_fitted_calibration,
+        isotonic_maps,
+    )
 
     rng = np.random.default_rng(0)
     p_true = rng.random((2000, 3))
@@ -303,7 +305,7 @@ def test_isotonic_calibration_is_cross_fitted_and_served_as_knots(tmp_path):
 
 
 def test_known_prompts_are_routed_by_their_observed_scores(tmp_path):
-    from artifacts.router import recall_weights
+    from routeforge.artifacts.router import recall_weights
 
     x, y = synthetic(300, 6)
     router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)

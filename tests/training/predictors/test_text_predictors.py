@@ -4,12 +4,11 @@ import json
 
 import numpy as np
 import pytest
-
-from artifacts.text_predictor import TextPredictor, compose
-from training.predictors.buckets import BucketScheme, completion_time, equal_width
-from training.predictors.packaging import package_predictor, parity_passes
-from training.predictors.predictor_eval import classification_report
-from training.predictors.text_classifier import ClassifierSettings, model_token, train_classifier
+from routeforge.artifacts.text_predictor import TextPredictor, compose
+from routeforge.training.predictors.buckets import BucketScheme, completion_time, equal_width
+from routeforge.training.predictors.packaging import package_predictor, parity_passes
+from routeforge.training.predictors.predictor_eval import classification_report
+from routeforge.training.predictors.text_classifier import ClassifierSettings, model_token, train_classifier
 
 
 def test_equal_width_and_completion_time_buckets():

@@ -29,20 +29,25 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from core.config.policies import DdqnSettings  # noqa: F401 - re-exported for callers
+from routeforge.core.config.policies import DdqnSettings  # noqa: F401 - re-exported for callers
 
 
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
     """Returns the trained Q network (obs → Q values) and the learning curve per episode."""
     import torch
+    from routeforge.training.policies.rl.networks import PerInstanceQ, mlp
+    from routeforge.training.policies.rl.rollout import (
+        BestRound,
+        greedy,
+        play_round,
+        round_label,
+        training_seed,
+        transitions,
+    )
+    from routeforge.training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
     from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
     from torchrl.modules import QValueActor
     from torchrl.objectives import DQNLoss, SoftUpdate
-
-    from training.policies.rl.networks import PerInstanceQ, mlp
-    from training.policies.rl.rollout import BestRound, greedy, play_round, round_label, training_seed, transitions
-    from training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
 
     torch.manual_seed(settings.seed)
     rng = np.random.default_rng(settings.seed)

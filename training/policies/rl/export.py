@@ -14,8 +14,7 @@ def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, 
     """Write `policy.onnx` + `policy.json`; returns the spec with the parity measured on `check_obs`.
     `act`: how the policy routes, "greedy" (argmax) or "sample" (from softmax(logits), as SAC trains)."""
     import torch
-
-    from artifacts.policy import RoutingPolicy
+    from routeforge.artifacts.policy import RoutingPolicy
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

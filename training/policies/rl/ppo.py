@@ -24,8 +24,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from core.config.policies import PpoSettings  # noqa: F401 - re-exported for callers
+from routeforge.core.config.policies import PpoSettings  # noqa: F401 - re-exported for callers
 
 
 def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
@@ -34,14 +33,13 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     distribution, or the biases where the environment dispatches by biased shortest queue;
     `mean_actor`) and the learning curve (return, length and wall time of every training episode)."""
     import torch.nn as nn
+    from routeforge.training.policies.rl.paired_baseline import PairedBaseline
+    from routeforge.training.policies.rl.rollout import BestRound
+    from routeforge.training.policies.rl.slot_teacher import best_fixed_split, constant_action_observations
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
-
-    from training.policies.rl.paired_baseline import PairedBaseline
-    from training.policies.rl.rollout import BestRound
-    from training.policies.rl.slot_teacher import best_fixed_split, constant_action_observations
 
     curve: list[dict] = []
     start = time.perf_counter()

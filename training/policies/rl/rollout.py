@@ -140,7 +140,7 @@ class BestRound:
 
     def offer(self, net, log: Callable[[str], None], first_episode: int | None, steps: int) -> None:
         """Judge `net` as it is now (`first_episode` None: the pretrained weights)."""
-        from training.policies.rl.teacher import episode_return
+        from routeforge.training.policies.rl.teacher import episode_return
 
         score = float(np.mean([episode_return(self.judge, self.policy(net), s, self.metric) for s in self.seeds]))
         self.validation.append({"first_episode": first_episode, "steps": steps, "validation_score": score,

@@ -24,13 +24,12 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from core.config.policies import SacSettings  # noqa: F401 - re-exported for callers
+from routeforge.core.config.policies import SacSettings  # noqa: F401 - re-exported for callers
 
 
 def networks(env, settings: SacSettings):
     """(actor logits network, Q network) for the environment's variant."""
-    from training.policies.rl.networks import HanHead, mlp
+    from routeforge.training.policies.rl.networks import HanHead, mlp
 
     spec, n_actions = env.observation_spec(), env.action_space.n
     if spec["variant"] == "han":
@@ -42,13 +41,8 @@ def networks(env, settings: SacSettings):
 def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
     """Returns the actor's logits network (obs → action logits) and the learning curve per episode."""
     import torch
-    from tensordict.nn import TensorDictModule
-    from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
-    from torchrl.modules import OneHotCategorical, ProbabilisticActor
-    from torchrl.objectives import DiscreteSACLoss, SoftUpdate
-
-    from training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher
-    from training.policies.rl.rollout import (
+    from routeforge.training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher
+    from routeforge.training.policies.rl.rollout import (
         BestRound,
         greedy,
         play_round,
@@ -57,7 +51,11 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
         training_seed,
         transitions,
     )
-    from training.policies.rl.teacher import Student, demonstrate, fit_clone, pull_weight, resolve_teacher
+    from routeforge.training.policies.rl.teacher import Student, demonstrate, fit_clone, pull_weight, resolve_teacher
+    from tensordict.nn import TensorDictModule
+    from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
+    from torchrl.modules import OneHotCategorical, ProbabilisticActor
+    from torchrl.objectives import DiscreteSACLoss, SoftUpdate
 
     torch.manual_seed(settings.seed)
     n_actions = env.action_space.n

@@ -24,8 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-
-from training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.baselines import BASELINES
 
 # simplest first; RouteBalance with unscaled quality estimates is 000's best heuristic (docs/results.md)
 TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance", "route_balance_absolute")
@@ -87,8 +86,7 @@ def clone_return(env, name: str, student: Student, seeds: tuple[int, ...]) -> np
     with this teacher, which is the teacher's own return only where the observation shows what the
     teacher reads (RouteBalance reads context tokens that 001's observation does not carry)."""
     import torch
-
-    from training.policies.rl.rollout import greedy
+    from routeforge.training.policies.rl.rollout import greedy
 
     with torch.random.fork_rng(devices=[]):  # the caller's generator state is left as it was
         torch.manual_seed(student.seed)

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-
-from artifacts import heuristics
-from training.policies.simulator.cluster import Cluster, Request
-from training.policies.simulator.instance import Instance
+from routeforge.artifacts import heuristics
+from routeforge.training.policies.simulator.cluster import Cluster, Request
+from routeforge.training.policies.simulator.instance import Instance
 
 
 def outstanding(inst: Instance) -> int:
@@ -25,7 +24,7 @@ def outstanding(inst: Instance) -> int:
 
 
 def work_left_s(inst: Instance, requests_by_rid: dict[int, Request] | None = None) -> float:
-    """Estimated seconds of work queued on the instance (`artifacts.heuristics.work_left_s`), from
+    """Estimated seconds of work queued on the instance (`routeforge.artifacts.heuristics.work_left_s`), from
     the requests' predicted lengths where the router has them, else the true ones."""
     p = inst.profile
 
@@ -134,7 +133,7 @@ class QualityOnly(_PerRequest):
 @dataclass
 class RouteBalance:
     """002's joint assignment: for the batch of waiting requests, longest predicted first (LPT),
-    score every instance by w_q · quality − w_l · latency − w_c · cost (`artifacts.heuristics.
+    score every instance by w_q · quality − w_l · latency − w_c · cost (`routeforge.artifacts.heuristics.
     joint_choice`), and dead-reckon the chosen instance's pending decode tokens locally before the
     next request. Latency is 002's analytic E2E at the instance's TPOT (`route_balance_latency`).
 
@@ -190,7 +189,7 @@ BASELINES = {
     "route_balance_absolute": partial(RouteBalance, quality_scale="absolute"),
 }
 
-# the baselines a bundle can carry as heuristic specs (`artifacts.heuristics`): every deterministic one
+# the baselines a bundle can carry as heuristic specs (`routeforge.artifacts.heuristics`): every deterministic one
 EXPORTABLE = {"round_robin": "round_robin", "join_shortest_queue": "join_shortest_queue",
               "least_work_left": "least_work_left", "earliest_available": "earliest_available",
               "quality_only": "quality_only", "route_balance": "route_balance",

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
-from profiling.batch_fits import BatchMeasurement
-from training.policies.simulator.baselines import RoundRobin
-from training.policies.simulator.cluster import Cluster, Request
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.metrics import summarize
+from routeforge.profiling.batch_fits import BatchMeasurement
+from routeforge.training.policies.simulator.baselines import RoundRobin
+from routeforge.training.policies.simulator.cluster import Cluster, Request
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.metrics import summarize
 
 
 def _ape(sim: float, real: float) -> float:

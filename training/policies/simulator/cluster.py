@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
-from training.policies.simulator.instance import Instance, InstanceProfile, Job
+from routeforge.training.policies.simulator.instance import Instance, InstanceProfile, Job
 
 WAIT, DROP = None, -1
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from training.policies.simulator.cluster import Outcome
+from routeforge.training.policies.simulator.cluster import Outcome
 
 
 def _pct(x: np.ndarray, q: float) -> float:

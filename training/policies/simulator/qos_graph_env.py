@@ -25,12 +25,11 @@ import dataclasses
 
 import gymnasium as gym
 import numpy as np
-
-from artifacts.policy import observation_qos_graph
-from training.policies.simulator.cluster import DROP, Cluster, Request
-from training.policies.simulator.episode_seed import episode_seed
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.stepper import Stepper
+from routeforge.artifacts.policy import observation_qos_graph
+from routeforge.training.policies.simulator.cluster import DROP, Cluster, Request
+from routeforge.training.policies.simulator.episode_seed import episode_seed
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.stepper import Stepper
 
 REQUEST_FEATURES = ["present", "prompt_tokens / 1000", "predicted_score", "predicted_output_tokens / 1000",
                     "memory_share x max_running", "generated_tokens / 1000", "latency_per_token / L (<= 10)"]

@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from training.policies.simulator.cluster import Outcome, Request
-from training.policies.simulator.instance import BUFFER_FULL, OUTGREW, TOO_LARGE, InstanceProfile, Job
+from routeforge.training.policies.simulator.cluster import Outcome, Request
+from routeforge.training.policies.simulator.instance import BUFFER_FULL, OUTGREW, TOO_LARGE, InstanceProfile, Job
 
 
 def plan(profile: InstanceProfile, prompt: int, out: int, start: float) -> tuple[float, float, float, str | None]:

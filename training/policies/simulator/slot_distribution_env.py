@@ -12,9 +12,9 @@ completions later than L, b the rejections, ν_i the completions within L at ins
 model's validation accuracy.
 
 `dispatch="biased_shortest_queue"` (not 004's; an option) gives the action another meaning: m
-biases (rounded to half requests, `artifacts.heuristics.queue_biases`), and each arrival of the
+biases (rounded to half requests, `routeforge.artifacts.heuristics.queue_biases`), and each arrival of the
 slot goes to the instance with the fewest requests less its bias
-(`artifacts.heuristics.biased_shortest_queue`). Why: a distribution per slot cannot balance the
+(`routeforge.artifacts.heuristics.biased_shortest_queue`). Why: a distribution per slot cannot balance the
 requests within a slot as join-shortest-queue does request by request, and in 004's setting
 shortest queue beats every distribution PPO found (docs/results.md). With biases the policy keeps
 that per-request balance and learns only how far to lean toward some instances, slot by slot
@@ -34,14 +34,13 @@ import math
 
 import gymnasium as gym
 import numpy as np
-
-from artifacts.heuristics import biased_shortest_queue, queue_biases
-from artifacts.policy import observation_slot_distribution
-from training.policies.simulator.cluster import Cluster, Outcome, Request
-from training.policies.simulator.episode_seed import episode_seed
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.single_server import SingleServerFleet
-from training.policies.simulator.workloads import RequestBatch
+from routeforge.artifacts.heuristics import biased_shortest_queue, queue_biases
+from routeforge.artifacts.policy import observation_slot_distribution
+from routeforge.training.policies.simulator.cluster import Cluster, Outcome, Request
+from routeforge.training.policies.simulator.episode_seed import episode_seed
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.single_server import SingleServerFleet
+from routeforge.training.policies.simulator.workloads import RequestBatch
 
 DISPATCH = ("sample", "biased_shortest_queue")
 
@@ -95,7 +94,7 @@ class SlotDistributionEnv(gym.Env):
         if self.dispatch == "biased_shortest_queue":
             low, high = float(self.action_space.low[0]), float(self.action_space.high[0])
             return {"n": self.m, "kind": "queue_bias", "bounds": [low, high], "dispatch": "biased_shortest_queue",
-                    "rounding": "nearest half request (artifacts.heuristics.queue_biases)",
+                    "rounding": "nearest half request (routeforge.artifacts.heuristics.queue_biases)",
                     "meaning": [f"bias of instance {i}: each request of the next slot goes to the instance with "
                                 "the fewest running + waiting requests minus its bias (first on ties)"
                                 for i in range(self.m)]}

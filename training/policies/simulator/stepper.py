@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from training.policies.simulator.cluster import DROP, WAIT, Cluster, Outcome, Request
-from training.policies.simulator.instance import Job
+from routeforge.training.policies.simulator.cluster import DROP, WAIT, Cluster, Outcome, Request
+from routeforge.training.policies.simulator.instance import Job
 
 
 class Stepper:

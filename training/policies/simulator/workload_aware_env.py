@@ -33,12 +33,11 @@ import math
 
 import gymnasium as gym
 import numpy as np
-
-from artifacts.policy import observation_workload_aware
-from training.policies.simulator.cluster import WAIT, Cluster, Request
-from training.policies.simulator.episode_seed import episode_seed
-from training.policies.simulator.instance import InstanceProfile
-from training.policies.simulator.stepper import Stepper
+from routeforge.artifacts.policy import observation_workload_aware
+from routeforge.training.policies.simulator.cluster import WAIT, Cluster, Request
+from routeforge.training.policies.simulator.episode_seed import episode_seed
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.stepper import Stepper
 
 PROMPT_SPLIT = 512  # tokens: short vs long prompts
 DECODE_SPLIT = 256  # predicted output tokens: short vs long decodes

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-
-from core.schemas import routing_models
-from profiling.arrivals import arrival_times
-from training.policies.simulator.cluster import Request
-from training.routing_table import matrix
+from routeforge.core.schemas import routing_models
+from routeforge.profiling.arrivals import arrival_times
+from routeforge.training.policies.simulator.cluster import Request
+from routeforge.training.routing_table import matrix
 
 # 004 §5: two phases, 180 req/s and 10 req/s on average, switching rarely
 SPP_D0 = [[-180.036, 0.036], [0.0002, -10.002]]
@@ -210,9 +209,8 @@ class RequestBatch(Sequence):
 def prompt_token_counts(texts: list[str], tokenizer_ref: str) -> np.ndarray:
     """Prompt lengths in the tokens of `tokenizer_ref` (an encoder reference; the routing table
     stores no prompt token counts)."""
+    from routeforge.artifacts.encoder import resolve_pretrained
     from transformers import AutoTokenizer
-
-    from artifacts.encoder import resolve_pretrained
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(tokenizer_ref))
     return np.array([len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]], dtype=np.int64)
