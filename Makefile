@@ -44,7 +44,7 @@ test: $(STAMP)  ## unit and end-to-end tests (pytest's exit 5, no tests collecte
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.importlinter])
-	$(BIN)/ruff check pipelines assets training profiling core prompts generation scoring artifacts src tools tests benchmarks
+	$(BIN)/ruff check pipelines assets training profiling core prompts generation scoring artifacts registry src tools tests benchmarks
 	$(BIN)/python -m tools.package_view lint  # the contracts, on the installed layout
 
 # every benchmark in dependency order (the simulator replays the CPU sweep's records);

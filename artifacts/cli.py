@@ -21,7 +21,7 @@ def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | N
     return f"sqlite:///{LOCAL_STORE.resolve()}" if LOCAL_STORE.is_file() else None
 
 
-_TRACKING = click.option(
+TRACKING_OPTION = _TRACKING = click.option(
     "--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, callback=_tracking_default,
     help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI, else ./.state/mlflow.db "
          "when it exists).",
@@ -29,28 +29,37 @@ _TRACKING = click.option(
 
 
 PLUGIN_GROUP = "routeforge.commands"  # entry points adding commands from higher layers (`config`)
+BUNDLE_PLUGIN_GROUP = "routeforge.bundle_commands"  # and to `bundle` (`promote`, `rollback`)
 
 
-def _plugins() -> dict[str, object]:
+def _plugins(group: str) -> dict[str, object]:
     from importlib.metadata import entry_points
 
-    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+    return {ep.name: ep for ep in entry_points(group=group)}
 
 
-class _OneLineErrors(click.Group):
-    """Any error a command raises ends as one line on stderr and exit code 1 (usage errors: 2);
-    `--debug` (or $ROUTEFORGE_DEBUG=1) shows the traceback instead. Commands registered under the
-    `routeforge.commands` entry point group (the pipeline's `config`) are loaded when named, so the
-    runtime does not import the pipeline's code to inspect or verify a bundle."""
+class _PluginGroup(click.Group):
+    """A group whose commands may also come from an entry-point group, loaded only when named, so
+    the runtime does not import the pipeline's or the registry's code to inspect or verify a bundle."""
+
+    plugin_group = BUNDLE_PLUGIN_GROUP
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *_plugins()})
+        return sorted({*super().list_commands(ctx), *_plugins(self.plugin_group)})
 
     def get_command(self, ctx: click.Context, name: str):
         command = super().get_command(ctx, name)
-        if command is None and name in (plugins := _plugins()):
+        if command is None and name in (plugins := _plugins(self.plugin_group)):
             command = plugins[name].load()
         return command
+
+
+class _OneLineErrors(_PluginGroup):
+    """Any error a command raises ends as one line on stderr and exit code 1 (usage errors: 2);
+    `--debug` (or $ROUTEFORGE_DEBUG=1) shows the traceback instead. Top-level commands may come from
+    the `routeforge.commands` entry point group (the pipeline's `config` and `policies`)."""
+
+    plugin_group = PLUGIN_GROUP
 
     def invoke(self, ctx: click.Context):
         try:
@@ -74,7 +83,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
-@main.group()
+@main.group(cls=_PluginGroup)
 def bundle() -> None:
     """Work with router bundles (a folder or models:/<name>@<alias>)."""
 
@@ -87,7 +96,7 @@ def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
     """Print the manifest summary: version, fleet, components and their metrics."""
     manifest = read_manifest(fetch(ref, tracking_uri=tracking_uri))
     if as_json:
-        click.echo(manifest.model_dump_json(indent=2))
+        click.echo(manifest.to_json())
         return
     click.echo(f"bundle {manifest.name} version {manifest.version} (schema {manifest.schema_version})")
     click.echo(f"created {manifest.created_at} by routeforge {manifest.code_version}")
@@ -97,7 +106,7 @@ def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
         click.echo(f"  {comp.name} [{comp.kind}, {comp.format}] {len(comp.files)} files, {size:,} bytes")
         for key, value in sorted(comp.metrics.items()):
             click.echo(f"    {key} = {value:.6g}")
-    click.echo(f"lineage: {json.dumps(manifest.lineage.model_dump(), sort_keys=True)}")
+    click.echo(f"lineage: {json.dumps(manifest.to_dict()['lineage'], sort_keys=True)}")
 
 
 @bundle.command()
@@ -166,62 +175,6 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, tracking_uri: str | 
         }
         click.echo(json.dumps({"prompt": text[:80], "route_to": choice[i], "estimator": estimator,
                                "models": per_model}))
-
-
-def _registry(name: str, tracking_uri: str | None):
-    from routeforge.artifacts.release import Registry
-
-    if not tracking_uri:
-        raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
-    return Registry(tracking_uri, name)
-
-
-@bundle.command()
-@click.argument("name")
-@click.option("--version", "version", default=None, help="the version to promote (default: the latest)")
-@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              envvar="ROUTEFORGE_PUBLIC_KEY", help="verify both bundles' signatures with this key")
-@click.option("--force", is_flag=True, help="promote even where the rules say no (needs --reason)")
-@click.option("--reason", default=None, help="why; recorded on the model version with who asked")
-@_TRACKING
-def promote(name: str, version: str | None, public_key: Path | None, force: bool, reason: str | None,
-            tracking_uri: str | None) -> None:
-    """Gate VERSION of NAME against the current champion on the frozen evaluation set, with the
-    rules recorded at its registration (the pipeline's release gate), and move `champion` if it
-    passes; the decision and its reasons are recorded on the version either way. Exit 1 when held."""
-    import tempfile
-
-    from routeforge.artifacts.release import gate
-
-    if force and not (reason and reason.strip()):
-        raise click.UsageError("--force needs --reason: a forced promotion records who asked and why")
-    registry = _registry(name, tracking_uri)
-    try:
-        version = version or registry.latest_version()
-        with tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
-            decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason)
-    except (ValueError, BundleVerificationError) as exc:
-        click.echo(f"FAILED: {exc}", err=True)
-        sys.exit(1)
-    verdict = "promoted to champion" if decision.promote else "held (stays challenger)"
-    click.echo(f"{name} version {version}: {verdict}; " + "; ".join(decision.reasons))
-    sys.exit(0 if decision.promote else 1)
-
-
-@bundle.command()
-@click.argument("name")
-@click.option("--reason", default=None, help="why; recorded on the version rolled back from")
-@_TRACKING
-def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
-    """Move NAME's `champion` alias back to the previous champion."""
-    from routeforge.artifacts.release import rollback as roll_back
-
-    try:
-        current, previous = roll_back(_registry(name, tracking_uri), reason)
-    except ValueError as exc:
-        click.echo(f"FAILED: {exc}", err=True)
-        sys.exit(1)
-    click.echo(f"{name}: champion moved back from version {current} to version {previous}")
 
 
 @main.group()

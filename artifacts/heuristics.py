@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.components import register_component
 
 HEURISTICS = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only",
               "route_balance")
@@ -110,6 +111,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return (x - x.min()) / span if span > 0 else np.zeros_like(x, dtype=float)
 
 
+@register_component("routing_policy", accepts=lambda config: config.get("policy_kind") == "heuristic")
 @dataclass
 class HeuristicPolicy:
     """A heuristic routing policy from its spec; `route(request, instances)` returns an instance index."""

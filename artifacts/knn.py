@@ -3,8 +3,11 @@
 Files in the component folder:
 - ``index.faiss``: FAISS inner-product index over L2-normalized prompt embeddings (flat, or IVF-PQ
   for large N);
-- ``labels.parquet``: one row per indexed prompt: ``prompt_id`` and, per model, ``quality/<m>``,
-  ``output_tokens/<m>``, ``cost/<m>`` (null where the label is missing);
+- ``labels.safetensors``: float64 arrays ``quality``, ``output_tokens`` and ``cost``, one row per
+  indexed prompt and one column per model in ``knn.json``'s order (NaN where the label is missing),
+  and ``prompt_ids.json``, the indexed prompts' ids in row order. (Components written before this
+  format hold ``labels.parquet`` with a ``<measure>/<model>`` column each; they load where pyarrow is
+  installed.)
 - ``knn.json``: k, the weighting rule, model order, the encoder, per-model priors and 64-token
   output-length histograms.
 
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.components import register_component
 
 MEASURES = ("quality", "output_tokens", "cost")
 WEIGHT_EPS = 1e-6
@@ -82,12 +86,14 @@ class KnnPrediction:
         return picks
 
 
+@register_component("knn_estimator")
 class KnnEstimator:
     def __init__(self, index, labels: dict[str, np.ndarray], models: list[str], meta: dict[str, Any]):
         self.index = index
         self.labels = labels  # measure -> (n_indexed, n_models)
         self.models = models
         self.meta = meta
+        self.encoder = None  # the bundle's SentenceEncoder, attached by RouterBundle
         self.k = int(meta["k"])
 
     @property
@@ -144,12 +150,15 @@ class KnnEstimator:
             out[measure] = vote
         return KnnPrediction(self.models, out["quality"], out["output_tokens"], out["cost"])
 
-    def predict(self, texts: list[str], encoder_ref: str | None = None) -> KnnPrediction:
-        from routeforge.artifacts.encoder import encode
-
-        encoder = self.meta["encoder"]
-        return self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],
-                                              truncation_side=encoder.get("truncation_side", "right")))
+    def predict(self, texts: list[str], encoder=None) -> KnnPrediction:
+        """Estimates for prompt texts, embedded by `encoder` (a `SentenceEncoder`; by default the
+        bundle's own, attached when the bundle loads this component)."""
+        encoder = encoder or self.encoder
+        if encoder is None:
+            raise ValueError("no sentence encoder: load the estimator through its bundle "
+                             "(load_bundle(...).knn_estimator()) or pass encoder=")
+        spec = self.meta["encoder"]
+        return self.predict_embeddings(encoder.encode(texts, truncation_side=spec.get("truncation_side", "right")))
 
     def length_histogram(self, model: str) -> dict[str, Any]:
         return self.meta["length_histograms"][model]
@@ -157,19 +166,45 @@ class KnnEstimator:
     @classmethod
     def load(cls, folder: Path) -> KnnEstimator:
         import faiss
-        import pyarrow.parquet as pq
 
         folder = Path(folder)
         meta = json.loads((folder / "knn.json").read_text())
-        models = meta["models"]
-        table = pq.read_table(folder / "labels.parquet")
-        labels = {
-            measure: np.column_stack(
-                [table.column(f"{measure}/{m}").to_numpy(zero_copy_only=False).astype(np.float64) for m in models]
-            )
-            for measure in MEASURES
-        }
+        labels = read_labels(folder, meta["models"])
+        rows = len(labels["quality"])
         index = faiss.read_index(str(folder / "index.faiss"))
-        if index.ntotal != table.num_rows:
-            raise ValueError(f"{folder}: index holds {index.ntotal} vectors but labels.parquet {table.num_rows} rows")
-        return cls(index, labels, models, meta)
+        if index.ntotal != rows:
+            raise ValueError(f"{folder}: index holds {index.ntotal} vectors but the labels {rows} rows")
+        return cls(index, labels, meta["models"], meta)
+
+
+LABELS_FILE, PROMPT_IDS_FILE, LEGACY_LABELS_FILE = "labels.safetensors", "prompt_ids.json", "labels.parquet"
+
+
+def write_labels(folder: Path, prompt_ids: list[str], labels: dict[str, np.ndarray]) -> None:
+    """The labels of the indexed prompts: {measure: (n, m) float64} in safetensors, ids in JSON."""
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    save_file({m: np.ascontiguousarray(labels[m], dtype=np.float64) for m in MEASURES}, str(folder / LABELS_FILE))
+    (folder / PROMPT_IDS_FILE).write_text(json.dumps([str(p) for p in prompt_ids]))
+
+
+def read_labels(folder: Path, models: list[str]) -> dict[str, np.ndarray]:
+    folder = Path(folder)
+    if (folder / LABELS_FILE).is_file():
+        from safetensors.numpy import load_file
+
+        tensors = load_file(str(folder / LABELS_FILE))
+        for measure in MEASURES:
+            if tensors[measure].shape[1:] != (len(models),):
+                raise ValueError(f"{folder}: {LABELS_FILE} {measure} has shape {tensors[measure].shape} "
+                                 f"for {len(models)} models")
+        return {m: tensors[m] for m in MEASURES}
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ValueError(f"{folder}: an older KNN component ({LEGACY_LABELS_FILE}) needs pyarrow; "
+                         f"re-register the bundle to get {LABELS_FILE}") from exc
+    table = pq.read_table(folder / LEGACY_LABELS_FILE)
+    return {measure: np.column_stack([table.column(f"{measure}/{m}").to_numpy(zero_copy_only=False)
+                                      .astype(np.float64) for m in models]) for measure in MEASURES}

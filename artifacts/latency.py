@@ -1,8 +1,11 @@
 """Runtime latency model of one tier: predict TPOT, TTFT and E2E from the state at dispatch.
 
 Reads a `latency--<tier>` folder of a bundle: `heads.json` and the XGBoost JSON models it names.
-Needs only xgboost and numpy. Each target (`tpot`, `ttft`, and for live sweeps a direct `e2e`) is
-served by one of three kinds of head, recorded in `heads.json` with why it was chosen:
+Needs only NumPy: the trees are evaluated by `routeforge.artifacts.tree_ensemble` (bit-identical to
+XGBoost's predictor), so a router service does not install XGBoost.
+
+Each target (`tpot`, `ttft`, and for live sweeps a direct `e2e`) is served by one of three kinds of
+head, recorded in `heads.json` with why it was chosen:
 
 - `line`: the tier's analytic latency model alone, a linear combination of named terms, each a
   product of features (`[]` is the intercept, `["batch_size", "prompt_tokens", "prompt_tokens"]` is
@@ -27,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.components import register_component
+from routeforge.artifacts.tree_ensemble import TreeEnsemble
 
 HEAD_KINDS = ("line", "residual", "trees")
 
@@ -71,9 +76,11 @@ class Head:
 
     kind: str
     line: LinearTerms | None = None
-    booster: Any = None  # xgboost.Booster
+    booster: TreeEnsemble | None = None  # trees trained by XGBoost, evaluated in NumPy
 
     def __post_init__(self):
+        if self.booster is not None and not isinstance(self.booster, TreeEnsemble):  # an xgboost.Booster
+            self.booster = TreeEnsemble.from_json(self.booster.save_raw("json"))
         if self.kind not in HEAD_KINDS:
             raise ValueError(f"head kind {self.kind!r} is not one of {HEAD_KINDS}")
         if (self.line is None) != (self.kind == "trees") or (self.booster is None) != (self.kind == "line"):
@@ -85,9 +92,7 @@ class Head:
         if self.line is not None:
             out = out + self.line.predict(x, features)
         if self.booster is not None:
-            import xgboost as xgb
-
-            out = out + self.booster.predict(xgb.DMatrix(x, feature_names=list(features))).astype(np.float64)
+            out = out + self.booster.predict(x).astype(np.float64)
         return out
 
     def save(self, folder: Path, target: str, selection: dict[str, Any]) -> dict[str, Any]:
@@ -96,25 +101,18 @@ class Head:
         entry: dict[str, Any] = {"kind": self.kind, "line": self.line.to_json() if self.line else None,
                                  "selection": selection}
         if self.booster is not None:
-            self.booster.save_model(str(Path(folder) / f"{target}.json"))
-            entry |= {"trees": f"{target}.json", "rounds": int(self.booster.num_boosted_rounds())}
+            self.booster.save(Path(folder) / f"{target}.json")
+            entry |= {"trees": f"{target}.json", "rounds": self.booster.num_rounds}
         return entry
 
     @classmethod
     def from_spec(cls, folder: Path, entry: Mapping[str, Any]) -> Head:
         line = LinearTerms.from_json(entry["line"]) if entry.get("line") else None
-        booster = _load_booster(Path(folder) / entry["trees"]) if entry.get("trees") else None
+        booster = TreeEnsemble.load(Path(folder) / entry["trees"]) if entry.get("trees") else None
         return cls(entry["kind"], line, booster)
 
 
-def _load_booster(path: Path):
-    import xgboost as xgb
-
-    booster = xgb.Booster()
-    booster.load_model(str(path))
-    return booster
-
-
+@register_component("latency_heads")
 @dataclass
 class LatencyModel:
     tier: str
@@ -128,7 +126,8 @@ class LatencyModel:
         if "heads" in spec:
             heads = {target: Head.from_spec(folder, entry) for target, entry in spec["heads"].items()}
         else:  # format 1: XGBoost heads only
-            heads = {t: Head("trees", None, _load_booster(folder / f)) for t, f in (spec.get("targets") or {}).items()}
+            heads = {t: Head("trees", None, TreeEnsemble.load(folder / f))
+                     for t, f in (spec.get("targets") or {}).items()}
         return cls(tier=spec["tier"], spec=spec, heads=heads)
 
     @property

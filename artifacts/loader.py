@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
 from routeforge.artifacts.registry import download_bundle, is_remote_uri
 from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem
@@ -47,7 +48,7 @@ def read_manifest(root: Path) -> Manifest:
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
         raise BundleVerificationError(f"{path}: field {where}: {exc.message}") from exc
-    return Manifest.model_validate(raw)
+    return Manifest.from_dict(raw)
 
 
 def _unsafe_path(rel: str) -> str | None:
@@ -110,6 +111,9 @@ def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None) ->
 
 @dataclass
 class RouterBundle:
+    """A verified bundle folder. `component(name)` loads any component with the class registered for
+    its kind (`routeforge.artifacts.components`), once; the typed accessors below are shorthands."""
+
     root: Path
     manifest: Manifest
     _loaded: dict = field(default_factory=dict, repr=False)
@@ -118,19 +122,38 @@ class RouterBundle:
     def models(self) -> list[str]:
         return [m.name for m in self.manifest.fleet.models]
 
-    def knn_estimator(self):
-        from routeforge.artifacts.knn import KnnEstimator
+    def component(self, name: str):
+        """The runtime object of component `name`, loaded once per bundle (ONNX sessions are costly).
+        A router or KNN estimator gets the bundle's sentence encoder attached."""
+        if name not in self._loaded:
+            entry = self.manifest.component(name)
+            loaded = component_kind(entry.kind, entry.config).load(self.root / entry.name)
+            if hasattr(loaded, "encoder") and loaded.encoder is None and self.has_kind("sentence_encoder"):
+                loaded.encoder = self.sentence_encoder()
+            self._loaded[name] = loaded
+        return self._loaded[name]
 
-        return KnnEstimator.load(self.root / self.manifest.component("knn_estimator").name)
+    def has_kind(self, kind: str) -> bool:
+        return any(c.kind == kind for c in self.manifest.components)
+
+    def _first_of_kind(self, kind: str, missing: str):
+        component = next((c for c in self.manifest.components if c.kind == kind), None)
+        if component is None:
+            raise KeyError(f"bundle {self.manifest.name} has no {kind} component{missing}")
+        return self.component(component.name)
+
+    def sentence_encoder(self):
+        """The ONNX sentence encoder the router and KNN embed prompts with (`SentenceEncoder`)."""
+        return self._first_of_kind("sentence_encoder", " (written before encoders shipped in bundles: "
+                                   "re-register it, or pass encoder= to predict)")
+
+    def knn_estimator(self):
+        return self.component("knn_estimator")
 
     def text_predictor(self, name: str):
-        """A text predictor component (`artifacts.text_predictor.TextPredictor`): `length_predictor`,
-        `score_predictor` or `task_classifier`; loaded once per bundle (an ONNX session is costly)."""
-        from routeforge.artifacts.text_predictor import TextPredictor
-
-        if name not in self._loaded:
-            self._loaded[name] = TextPredictor.load(self.root / self.manifest.component(name).name)
-        return self._loaded[name]
+        """A text predictor component (`routeforge.artifacts.text_predictor.TextPredictor`):
+        `length_predictor`, `score_predictor` or `task_classifier`."""
+        return self.component(name)
 
     def length_predictor(self):
         """The shared output-length bucket predictor."""
@@ -146,23 +169,14 @@ class RouterBundle:
     def predict_buckets(self, name: str, prompts: list[str], model: str, tasks: list[str | None] | None = None):
         """`name`'s prediction for `model`; unknown tasks are filled by the bundle's task classifier
         when it has one."""
-        has_classifier = any(c.name == "task_classifier" for c in self.manifest.components)
-        return self.text_predictor(name).predict(prompts, tasks, model=model,
-                                                 task_classifier=self.task_classifier() if has_classifier else None)
+        classifier = self.task_classifier() if self.has_kind("task_classifier") else None
+        return self.text_predictor(name).predict(prompts, tasks, model=model, task_classifier=classifier)
 
     def router(self):
-        """The router chosen by cross-validation (`artifacts.router.Router`: `.predict(texts)` with
-        `.models`, `.quality`, `.output_tokens`, `.cost` and `.best_model(lam)`). A bundle trained
-        without router selection has none; `knn_estimator()` is always there."""
-        from routeforge.artifacts.router import Router
-
-        component = next((c for c in self.manifest.components if c.kind == "router"), None)
-        if component is None:
-            raise KeyError(f"bundle {self.manifest.name} has no router component "
-                           f"(training.router.enabled was off); use knn_estimator()")
-        if component.name not in self._loaded:
-            self._loaded[component.name] = Router.load(self.root / component.name)
-        return self._loaded[component.name]
+        """The router chosen by cross-validation (`routeforge.artifacts.router.Router`:
+        `.predict(texts)` with `.models`, `.quality`, `.output_tokens`, `.cost` and `.best_model(lam)`).
+        A bundle trained without router selection has none; `knn_estimator()` is always there."""
+        return self._first_of_kind("router", " (training.router.enabled was off); use knn_estimator()")
 
     @property
     def routing_policies(self) -> list[str]:
@@ -188,20 +202,13 @@ class RouterBundle:
         """A routing policy by name (e.g. `policy--sac_qos_han`), or without a name the recommended
         one. A learned policy is an `artifacts.policy.RoutingPolicy` (`act(observation)`, with the
         observation built by its `artifacts.policy.observation_*` function); a heuristic is an
-        `routeforge.artifacts.heuristics.HeuristicPolicy` (`route(request, instances)` on router telemetry)."""
-        from routeforge.artifacts.heuristics import HeuristicPolicy
-        from routeforge.artifacts.policy import RoutingPolicy
-
+        `artifacts.heuristics.HeuristicPolicy` (`route(request, instances)` on router telemetry)."""
         if name is None:
             name = self.recommended_policy
             if name is None:
                 raise KeyError(f"bundle {self.manifest.name} recommends no routing policy "
                                f"(it has {self.routing_policies or 'none'})")
-        if name not in self._loaded:
-            component = self.manifest.component(name)
-            load = HeuristicPolicy.load if component.config.get("policy_kind") == "heuristic" else RoutingPolicy.load
-            self._loaded[name] = load(self.root / component.name)
-        return self._loaded[name]
+        return self.component(name)
 
     @property
     def tiers_with_latency(self) -> list[str]:
@@ -209,11 +216,9 @@ class RouterBundle:
 
     def latency(self, tier: str):
         """The tier's `artifacts.latency.LatencyModel`: TPOT/TTFT/E2E from the state at dispatch."""
-        from routeforge.artifacts.latency import LatencyModel
-
         for c in self.manifest.components:
             if c.kind == "latency_heads" and c.config.get("tier") == tier:
-                return LatencyModel.load(self.root / c.name)
+                return self.component(c.name)
         raise KeyError(f"bundle {self.manifest.name} has no latency heads for tier {tier!r} "
                        f"(has {self.tiers_with_latency})")
 

@@ -1,88 +1,109 @@
 """The bundle manifest: what a runtime needs to trust and use a bundle without this code base.
 
-`manifest.schema.json` beside this file is generated from these models (`python -m
-routeforge.artifacts.manifest > artifacts/manifest.schema.json`) and a test keeps it in sync, so runtimes in
-other languages can validate manifests with any JSON Schema library.
+`manifest.schema.json` beside this file is the contract (JSON Schema 2020-12), so runtimes in other
+languages validate manifests with any JSON Schema library; the loader validates with `jsonschema`
+before it builds these classes. The classes are plain dataclasses (no pydantic: a router service
+installs only the runtime's few dependencies), and tests/artifacts/test_bundle.py keeps their fields
+and the schema's properties the same.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass, field
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 
 MANIFEST_SCHEMA_VERSION = "1.0"
 MANIFEST_FILE = "manifest.json"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # POSIX path relative to the bundle root
+    sha256: str
+    bytes: int
 
 
-class FileEntry(_Strict):
-    path: str = Field(description="POSIX path relative to the bundle root")
-    sha256: str = Field(pattern="^[0-9a-f]{64}$")
-    bytes: int = Field(ge=0)
-
-
-class Component(_Strict):
+@dataclass(frozen=True)
+class Component:
     name: str
-    kind: str = Field(description="e.g. knn_estimator, latency_head, policy")
-    format: str = Field(description="e.g. faiss+parquet+json, xgboost-json, onnx")
+    kind: str  # e.g. knn_estimator, latency_heads, routing_policy (artifacts.components)
+    format: str  # e.g. faiss+safetensors+json, xgboost-json+json, onnx+json
     files: list[FileEntry]
-    metrics: dict[str, float] = Field(default_factory=dict)
-    config: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Component:
+        return cls(raw["name"], raw["kind"], raw["format"], [FileEntry(**f) for f in raw["files"]],
+                   {k: float(v) for k, v in raw.get("metrics", {}).items()}, dict(raw.get("config", {})))
 
 
-class ModelEntry(_Strict):
+@dataclass(frozen=True)
+class ModelEntry:
     name: str
     engine: str
     input_per_mtok: float | None = None
     output_per_mtok: float | None = None
 
 
-class TierEntry(_Strict):
+@dataclass(frozen=True)
+class TierEntry:
     name: str
     model: str
     hardware: str
 
 
-class Fleet(_Strict):
+@dataclass(frozen=True)
+class Fleet:
     name: str
     models: list[ModelEntry]
-    tiers: list[TierEntry] = Field(default_factory=list)
+    tiers: list[TierEntry] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Fleet:
+        return cls(raw["name"], [ModelEntry(**m) for m in raw["models"]],
+                   [TierEntry(**t) for t in raw.get("tiers", [])])
 
 
-class Lineage(_Strict):
-    input_hashes: dict[str, str] = Field(default_factory=dict, description="sha256 of stage inputs")
+@dataclass(frozen=True)
+class Lineage:
+    input_hashes: dict[str, str] = field(default_factory=dict)  # sha256 of stage inputs
     dagster_run_id: str | None = None
     mlflow_run_id: str | None = None
 
 
-class Manifest(_Strict):
-    schema_version: str = MANIFEST_SCHEMA_VERSION
+@dataclass(frozen=True)
+class Manifest:
     name: str
-    version: str = Field(description="content-derived bundle version; the registry version is separate")
+    version: str  # content-derived bundle version; the registry version is separate
     created_at: str
     code_version: str
     fleet: Fleet
     components: list[Component]
-    lineage: Lineage = Lineage()
+    lineage: Lineage = field(default_factory=Lineage)
+    schema_version: str = MANIFEST_SCHEMA_VERSION
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Manifest:
+        """From a dict that validated against the schema (`routeforge.artifacts.loader.read_manifest`)."""
+        return cls(raw["name"], raw["version"], raw["created_at"], raw["code_version"], Fleet.from_dict(raw["fleet"]),
+                   [Component.from_dict(c) for c in raw["components"]], Lineage(**raw.get("lineage", {})),
+                   raw.get("schema_version", MANIFEST_SCHEMA_VERSION))
+
+    def to_dict(self) -> dict[str, Any]:
+        raw = dataclasses.asdict(self)
+        return {"schema_version": raw.pop("schema_version"), **raw}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def replace(self, **changes: Any) -> Manifest:
+        return dataclasses.replace(self, **changes)
 
     def component(self, name: str) -> Component:
         for c in self.components:
             if c.name == name:
                 return c
         raise KeyError(f"bundle {self.name} has no component {name!r}")
-
-
-def json_schema() -> dict[str, Any]:
-    schema = Manifest.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = f"https://routeforge.dev/schemas/manifest-{MANIFEST_SCHEMA_VERSION}.json"
-    return schema
-
-
-if __name__ == "__main__":
-    print(json.dumps(json_schema(), indent=2, sort_keys=True))

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.components import register_component
 from routeforge.artifacts.heuristics import biased_shortest_queue, queue_biases
 
 
+@register_component("routing_policy")
 @dataclass
 class RoutingPolicy:
     spec: dict[str, Any]

@@ -1,120 +1,20 @@
-"""MLflow side of bundles: log a bundle folder to a run, register it as a model version, download it.
+"""Reading the MLflow registry: download a registered bundle (`models:/<name>@<alias>`, `runs:/…`).
 
-The bundle is logged as plain artifacts under ``bundle/`` and registered with
-`create_model_version(source=<run artifacts>/bundle)`: no MLflow flavour and no pickle, so any
-runtime that can download artifacts can load it. Importing mlflow is deferred to the calls.
+The runtime's only use of MLflow, imported when a remote reference is given, so a router service
+that loads bundles from folders never imports it (and one that reads the registry needs only the
+`mlflow` extra, `mlflow-skinny`). Registering and gating live in `routeforge.registry`.
+A registered bundle is an MLflow model (`routeforge.registry.mlflow_model`) whose artifacts hold the
+bundle folder under `artifacts/bundle`; `download_bundle` returns that folder.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-
-BUNDLE_ARTIFACT_PATH = "bundle"
-
-
-@dataclass(frozen=True)
-class RegisteredBundle:
-    name: str
-    version: str
-    alias: str
-    run_id: str
-    unchanged: bool = False  # the content equalled this existing version's: nothing was registered
-
-    @property
-    def uri(self) -> str:
-        return f"models:/{self.name}@{self.alias}"
 
 
 def is_remote_uri(ref: str) -> bool:
     return ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/"))
-
-
-def _sqlite_file(tracking_uri: str) -> Path | None:
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    return Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
-
-
-@contextmanager
-def registry_lock(tracking_uri: str, timeout_s: float = 600.0) -> Iterator[None]:
-    """Serialize this process's registry writes with every other process's, for a SQLite store.
-
-    MLflow creates a SQLite store's tables on first use; two processes doing so at once race on
-    alembic's version row and one dies ("Online migration expected to match one row"), and later
-    concurrent writers can meet "database is locked". A file lock beside the database (`filelock`)
-    makes two pipelines registering into one local store take turns. An `mlflow server` serializes
-    writes itself, and is what pipelines on several machines should share: no lock there."""
-    path = _sqlite_file(tracking_uri)
-    if path is None:
-        yield
-        return
-    from filelock import FileLock
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock", timeout=timeout_s):
-        yield
-
-
-# MLflow 3's UI opens an experiment in its GenAI (traces) view unless the experiment says otherwise:
-# routeforge's are model training (runs, metrics, registered models)
-EXPERIMENT_KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
-
-
-def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> str:
-    """The experiment's id, created when missing; a concurrent creator winning the race is fine."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    mlflow.set_tracking_uri(tracking_uri)
-    existing = mlflow.get_experiment_by_name(name)
-    if existing is not None:
-        if existing.tags.get(EXPERIMENT_KIND_TAG) is None:
-            mlflow.MlflowClient().set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
-        return existing.experiment_id
-    location = Path(artifact_location).resolve().as_uri() if artifact_location else None
-    try:
-        return mlflow.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-        return mlflow.get_experiment_by_name(name).experiment_id
-
-
-def register_bundle(
-    bundle_dir: Path, run_id: str, model_name: str, alias: str, tags: dict[str, str] | None = None
-) -> RegisteredBundle:
-    """Log `bundle_dir` into the (active or given) run and register it as a new version under `alias`."""
-    import mlflow
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    client = MlflowClient()
-    client.log_artifacts(run_id, str(bundle_dir), BUNDLE_ARTIFACT_PATH)
-    try:
-        client.create_registered_model(model_name, description="routeforge router bundle")
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-    source = f"{mlflow.get_run(run_id).info.artifact_uri}/{BUNDLE_ARTIFACT_PATH}"
-    mv = client.create_model_version(model_name, source=source, run_id=run_id, tags=tags or {})
-    client.set_registered_model_alias(model_name, alias, mv.version)
-    return RegisteredBundle(model_name, str(mv.version), alias, run_id)
-
-
-def latest_version(model_name: str, client=None) -> tuple[str, dict[str, str], str] | None:
-    """(version, tags, run id) of the newest registered version of `model_name`, None when there is
-    none; `client` is an `MlflowClient` (default: one on the current tracking URI)."""
-    from mlflow import MlflowClient
-
-    versions = (client or MlflowClient()).search_model_versions(f"name='{model_name}'")
-    if not versions:
-        return None
-    newest = max(versions, key=lambda v: int(v.version))
-    return str(newest.version), dict(newest.tags), newest.run_id
 
 
 PROXIED_DOWNLOAD = "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD"
@@ -138,7 +38,10 @@ def download_artifacts(uri: str, dst: Path | None = None) -> Path:
 
 
 def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
-    """Download `models:/name@alias` (or runs:/…) into `dst` (a fresh temp folder by default)."""
+    """Download the bundle of `models:/name@alias` (or runs:/…) into `dst` (a fresh temp folder by
+    default; an existing `dst` must be empty) and return `dst`, which then holds the bundle's files
+    (the MLflow model's other files, MLmodel and the environment, are not kept)."""
+    import shutil
     import tempfile
 
     import mlflow
@@ -148,5 +51,23 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
     elif not os.environ.get("MLFLOW_TRACKING_URI"):
         raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
+    if dst.exists() and any(dst.iterdir()):
+        raise ValueError(f"{dst} is not empty; download a bundle into a new or empty folder")
     dst.mkdir(parents=True, exist_ok=True)
-    return download_artifacts(uri, dst)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=dst.parent) as tmp:
+        inner = bundle_folder(download_artifacts(uri, Path(tmp)))
+        dst.rmdir()
+        shutil.move(str(inner), str(dst))
+    return dst
+
+
+def bundle_folder(downloaded: Path) -> Path:
+    """The bundle inside a downloaded MLflow model (its one pyfunc artifact, `artifacts/<folder>/`),
+    or the folder itself for versions registered before bundles were pyfunc models."""
+    downloaded = Path(downloaded)
+    if (downloaded / "manifest.json").is_file():
+        return downloaded
+    inner = sorted(p.parent for p in downloaded.glob("artifacts/*/manifest.json"))
+    if len(inner) > 1:
+        raise ValueError(f"{downloaded}: {len(inner)} bundles in one model ({[p.name for p in inner]})")
+    return inner[0] if inner else downloaded

@@ -2,7 +2,7 @@
 
 One component folder holds `router.json` (the chosen estimator, its members and the guard) and
 `weights.safetensors` (every array, keyed `<member>/<name>`). Prediction needs NumPy, safetensors
-and the sentence encoder only. Member kinds:
+and the bundle's ONNX sentence encoder only. Member kinds:
 
 - `knn`: cosine k nearest neighbours over the training prompts' embeddings, votes weighted
   1 / (1 − cos + 1e-6), shrunk toward the per-model prior with strength `a`; prompts tied with the
@@ -42,11 +42,13 @@ import hashlib
 import json
 import unicodedata
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.components import register_component
 from routeforge.artifacts.knn import neighbour_weights
 
 
@@ -99,35 +101,67 @@ def _gelu(z: np.ndarray) -> np.ndarray:
     return 0.5 * z * (1.0 + np.tanh(0.7978845608028654 * (z + 0.044715 * z**3)))
 
 
+MemberRule = Callable[[dict[str, Any], dict[str, np.ndarray], np.ndarray], np.ndarray]
+MEMBER_KINDS: dict[str, MemberRule] = {}
+
+
+def router_member(kind: str) -> Callable[[MemberRule], MemberRule]:
+    """Register the prediction rule of a member kind: (params, weights, embeddings) → (n, m) quality."""
+    def register(rule: MemberRule) -> MemberRule:
+        MEMBER_KINDS[kind] = rule
+        return rule
+
+    return register
+
+
+@router_member("knn")
+def _knn(params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    keys, labels, prior = w["keys"], w["labels"], w["prior"]
+    k = min(int(params["k"]), len(keys))
+    _, weights = neighbour_weights((x @ keys.T).astype(np.float64), k)
+    weights /= weights.sum(axis=1, keepdims=True)
+    vote = weights @ labels
+    a = float(params["prior_strength"])
+    return (k * vote + a * prior) / (k + a)
+
+
+@router_member("mlp")
+def _mlp(params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    h = x
+    for i in range(int(params["layers"]) - 1):
+        h = _gelu(h @ w[f"w{i}"] + w[f"b{i}"])
+    last = int(params["layers"]) - 1
+    return _sigmoid(h @ w[f"w{last}"] + w[f"b{last}"])
+
+
+@router_member("mf")
+def _mf(params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    return _sigmoid((x @ w["proj"]) @ w["model_emb"].T + w["model_bias"])
+
+
+@router_member("task_mixture")
+def _task_mixture(params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Σ_t softmax(x·w + b)_t · group_quality_t"""
+    z = x @ w["w"] + w["b"]
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return (z / z.sum(axis=1, keepdims=True)) @ w["group_quality"]
+
+
+@router_member("dc")
+def _dc(params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    z = _gelu(x @ w["w0"] + w["b0"]) @ w["w1"] + w["b1"]
+    z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    return _sigmoid((z @ w["model_emb"].T) * w["scale"] + w["bias"])
+
+
 def predict_member(kind: str, params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """One member's (n, m) quality estimate from L2-normalized embeddings `x`."""
-    if kind == "knn":
-        keys, labels, prior = w["keys"], w["labels"], w["prior"]
-        k = min(int(params["k"]), len(keys))
-        _, weights = neighbour_weights((x @ keys.T).astype(np.float64), k)
-        weights /= weights.sum(axis=1, keepdims=True)
-        vote = weights @ labels
-        a = float(params["prior_strength"])
-        return (k * vote + a * prior) / (k + a)
-    if kind == "mlp":
-        h = x
-        for i in range(int(params["layers"]) - 1):
-            h = _gelu(h @ w[f"w{i}"] + w[f"b{i}"])
-        last = int(params["layers"]) - 1
-        return _sigmoid(h @ w[f"w{last}"] + w[f"b{last}"])
-    if kind == "mf":
-        return _sigmoid((x @ w["proj"]) @ w["model_emb"].T + w["model_bias"])
-    if kind == "task_mixture":  # Σ_t softmax(x·w + b)_t · group_quality_t
-        z = x @ w["w"] + w["b"]
-        z = np.exp(z - z.max(axis=1, keepdims=True))
-        return (z / z.sum(axis=1, keepdims=True)) @ w["group_quality"]
-    if kind == "dc":
-        z = _gelu(x @ w["w0"] + w["b0"]) @ w["w1"] + w["b1"]
-        z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
-        return _sigmoid((z @ w["model_emb"].T) * w["scale"] + w["bias"])
-    raise ValueError(f"unknown router member kind {kind!r}")
+    if kind not in MEMBER_KINDS:
+        raise ValueError(f"unknown router member kind {kind!r} (known: {', '.join(sorted(MEMBER_KINDS))})")
+    return MEMBER_KINDS[kind](params, w, x)
 
 
+@register_component("router")
 class Router:
     """The chosen estimator of a bundle (`bundle.router()`)."""
 
@@ -136,6 +170,7 @@ class Router:
         self.models: list[str] = meta["models"]
         self.weights = weights
         self._recall_index = self._index_recall()
+        self.encoder = None  # the bundle's SentenceEncoder, attached by RouterBundle
 
     def _index_recall(self) -> dict[bytes, int]:
         keys = self.weights.get("recall/keys")
@@ -179,12 +214,15 @@ class Router:
         cost = np.broadcast_to(self.weights["prior/cost"], (n, len(self.models))).copy()
         return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded, unseen)
 
-    def predict(self, texts: list[str], encoder_ref: str | None = None) -> RouterPrediction:
-        from routeforge.artifacts.encoder import encode
-
-        encoder = self.meta["encoder"]
-        prediction = self.predict_embeddings(encode(texts, encoder_ref or encoder["ref"],
-                                                    truncation_side=encoder.get("truncation_side", "right")))
+    def predict(self, texts: list[str], encoder=None) -> RouterPrediction:
+        """Estimates for prompt texts, embedded by `encoder` (a `SentenceEncoder`; by default the
+        bundle's own, attached when the bundle loads the router), with known prompts recalled."""
+        encoder = encoder or self.encoder
+        if encoder is None:
+            raise ValueError("no sentence encoder: load the router through its bundle "
+                             "(load_bundle(...).router()) or pass encoder=")
+        side = self.meta["encoder"].get("truncation_side", "right")
+        prediction = self.predict_embeddings(encoder.encode(texts, truncation_side=side))
         return self.apply_recall(texts, prediction)
 
     def apply_recall(self, texts: list[str], prediction: RouterPrediction) -> RouterPrediction:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.components import register_component
+from routeforge.artifacts.tokenization import BatchTokenizer
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -84,22 +86,21 @@ def embedding_table(folder: Path, spec: dict[str, Any]) -> np.ndarray | None:
     return table
 
 
+@register_component("length_predictor", "score_predictor", "task_classifier")
 @dataclass
 class TextPredictor:
     spec: dict[str, Any]
     session: Any
-    tokenizer: Any
+    tokenizer: BatchTokenizer
     table: np.ndarray | None = None
 
     @classmethod
     def load(cls, folder: Path) -> TextPredictor:
         import onnxruntime as ort
-        from transformers import AutoTokenizer
 
         folder = Path(folder)
         spec = json.loads((folder / "predictor.json").read_text())
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        tokenizer.truncation_side = spec.get("truncation_side", "right")
+        tokenizer = BatchTokenizer.load(folder, spec["max_length"], spec.get("truncation_side", "right"))
         options = ort.SessionOptions()
         session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
         return cls(spec, session, tokenizer, embedding_table(folder, spec))
@@ -111,9 +112,7 @@ class TextPredictor:
     def logits(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         out = []
         for i in range(0, len(texts), batch_size):
-            enc = self.tokenizer(list(texts[i:i + batch_size]), truncation=True, max_length=self.spec["max_length"],
-                                 padding=True, return_tensors="np")
-            ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+            ids, mask = self.tokenizer(texts[i:i + batch_size])
             feeds = ({"input_ids": ids} if self.table is None else {"inputs_embeds": self.table[ids]}) | {
                 "attention_mask": mask}
             out.append(self.session.run(["logits"], feeds)[0])

@@ -91,4 +91,4 @@ def write_bundle(
 
 def write_manifest(root: Path, manifest: Manifest) -> None:
     """(Re)write `root`'s manifest, e.g. once its lineage learns the MLflow run id."""
-    (Path(root) / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2))
+    (Path(root) / MANIFEST_FILE).write_text(manifest.to_json())

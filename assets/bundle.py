@@ -9,13 +9,13 @@ import dagster as dg
 import pyarrow as pa
 from routeforge.artifacts.loader import BundleVerificationError, load_bundle
 from routeforge.artifacts.manifest import Fleet, ModelEntry, TierEntry
-from routeforge.artifacts.registry import registry_lock
-from routeforge.artifacts.release import Registry
 from routeforge.artifacts.writer import sha256_file
 from routeforge.assets.release import write_evaluation_candidate
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.components import TrainedComponent, flatten
 from routeforge.core.config import FleetConfig
+from routeforge.registry.release import Registry
+from routeforge.registry.store import registry_lock
 
 
 def table_hash(table: pa.Table) -> str:

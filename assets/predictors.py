@@ -11,6 +11,7 @@ from routeforge.artifacts.writer import ComponentSource
 from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.components import TrainedComponent
+from routeforge.training.encoder_export import export_sentence_encoder
 from routeforge.training.predictors.knn import build_knn
 from routeforge.training.predictors.knn_eval import evaluate_knn
 from routeforge.training.predictors.packaging import parity_metrics, parity_passes
@@ -54,10 +55,14 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
                   for s in evaluation["lambda_sweep"]]
     run_id = mlflow.log_report(context, run_name=f"{config.name}-knn-estimator", metrics=metrics,
                                files=[reports / "knn_evaluation.json", Path(plot)], dataset=routing_table)
-    component = ComponentSource(name="knn_estimator", kind="knn_estimator", format="faiss+parquet+json",
+    component = ComponentSource(name="knn_estimator", kind="knn_estimator", format="faiss+safetensors+json",
                                 folder=folder, metrics=metrics, config=config.training.knn.model_dump())
+    # the encoder the router and KNN embed prompts with, as ONNX for the runtime (the KNN is in every bundle)
+    encoder = export_sentence_encoder(config.encoder, store.component_dir("sentence_encoder"))
+    store.push(encoder.folder)
+    context.log.info(f"sentence encoder: ONNX vs PyTorch min cosine {encoder.metrics['parity/min_cosine']:.7f}")
     yield dg.Output(
-        TrainedComponent([component], metrics=metrics, plots=[Path(plot)], details={"evaluation": evaluation}),
+        TrainedComponent([component, encoder], metrics=metrics, plots=[Path(plot)], details={"evaluation": evaluation}),
         metadata={
             **{k: round(v, 6) for k, v in metrics.items()},
             "best_single_model": evaluation["best_single_model"],

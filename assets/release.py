@@ -14,10 +14,10 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from routeforge.artifacts.registry import registry_lock
-from routeforge.artifacts.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decision_summary, gate
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.schemas import routing_column, routing_models
+from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decision_summary, gate
+from routeforge.registry.store import registry_lock
 
 
 def evaluation_table(routing_table: pa.Table) -> pa.Table:

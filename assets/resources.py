@@ -141,7 +141,7 @@ class MlflowRegistry(dg.ConfigurableResource):
 
     def run_context(self, context: dg.AssetExecutionContext):
         """This step's place in the MLflow run tree (`artifacts.publish.RunContext`)."""
-        from routeforge.artifacts.publish import RunContext
+        from routeforge.registry.publish import RunContext
 
         tags = context.run.tags
         return RunContext(key=tags.get(PIPELINE_RUN_TAG, context.run_id),
@@ -152,7 +152,7 @@ class MlflowRegistry(dg.ConfigurableResource):
                    files: list[Path], tags: dict[str, str] | None = None,
                    curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
         """A child run of the pipeline run for this asset (`artifacts.publish.log_report`)."""
-        from routeforge.artifacts.publish import log_report
+        from routeforge.registry.publish import log_report
 
         return log_report(tracking_uri=self.tracking_uri, experiment=self.experiment,
                           artifact_location=self.artifact_location, run_name=run_name, metrics=metrics,
@@ -171,7 +171,7 @@ class MlflowRegistry(dg.ConfigurableResource):
 
     def publish(self, **kwargs: Any):
         """`artifacts.publish.publish_bundle` under this registry's name, experiment and alias."""
-        from routeforge.artifacts.publish import publish_bundle
+        from routeforge.registry.publish import publish_bundle
 
         return publish_bundle(name=self.model_name, tracking_uri=self.tracking_uri, experiment=self.experiment,
                               artifact_location=self.artifact_location, alias=self.alias,

@@ -162,7 +162,7 @@ def length_rows(per_source: int, seed: int = 0) -> list[dict]:
 
 
 def length_predictor(args) -> None:
-    from routeforge.artifacts.encoder import resolve_pretrained
+    from routeforge.core.pretrained import resolve_pretrained
     from routeforge.training.predictors.buckets import completion_time, equal_width
     from transformers import AutoTokenizer
 
@@ -221,7 +221,7 @@ def length_predictor(args) -> None:
 
 def routerbench(split: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(prompts, models, quality, cost, output tokens) of RouterBench ARC-Challenge + Winogrande."""
-    from routeforge.artifacts.encoder import resolve_pretrained
+    from routeforge.core.pretrained import resolve_pretrained
     from routeforge.prompts.response_tables import read_routerbench, table_models
     from transformers import AutoTokenizer
 

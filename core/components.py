@@ -19,6 +19,8 @@ from typing import Any
 from routeforge.artifacts.writer import ComponentSource
 
 TYPE_TAG = "routeforge.TrainedComponent"
+# components a trainer lists after its own because it uses them (one copy in the bundle)
+SHARED_KINDS = ("text_embeddings", "sentence_encoder")
 
 
 @dataclass
@@ -40,7 +42,7 @@ class TrainedComponent:
     def plot_folder(self) -> str:
         """The MLflow folder for this result's plots: its component's name, or `policies` etc. for
         several (the common prefix of their names), so plots of two trainers never collide."""
-        names = [c.name for c in self.components if c.kind != "text_embeddings"]
+        names = [c.name for c in self.components if c.kind not in SHARED_KINDS]
         if len(names) == 1:
             return names[0]
         common = os.path.commonprefix(names).rstrip("-_") if names else ""

@@ -12,8 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
-from routeforge.artifacts.encoder import resolve_pretrained
 from routeforge.core.config import HubSource, RandomInitSource
+from routeforge.core.pretrained import resolve_pretrained
 
 
 def load_tokenizer(ref: str):

@@ -162,7 +162,7 @@ def main() -> int:
         parent = mlflow.search_runs(search_all_experiments=True, filter_string="tags.`routeforge.role` = 'pipeline'",
                                     order_by=["start_time DESC"], max_results=1, output_format="list")[0]
         experiment = parent.info.experiment_id
-        from routeforge.artifacts.registry import ensure_experiment
+        from routeforge.registry.store import ensure_experiment
 
         ensure_experiment(tracking, mlflow.get_experiment(experiment).name, None)  # the model-training view
         page.open(f"http://127.0.0.1:{MLFLOW_PORT}/#/experiments/{experiment}/runs", parent.info.run_name)

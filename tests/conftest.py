@@ -85,3 +85,13 @@ def transformers_server(tmp_path_factory, tiny_lm):
     Yields (base_url ending in /v1, model name). Stopped at the end of the session."""
     with transformers_serve(tiny_lm, tmp_path_factory.mktemp("serve") / "serve.log") as url:
         yield url, str(tiny_lm)
+
+
+@pytest.fixture(scope="session")
+def sentence_encoder_component(tmp_path_factory):
+    """The MiniLM encoder exported to the bundle's ONNX `sentence_encoder` component, once a session
+    (what the pipeline's `knn_estimator` asset adds to every bundle)."""
+    from routeforge.core.pretrained import ENCODER_PACKAGE_REF
+    from routeforge.training.encoder_export import export_sentence_encoder
+
+    return export_sentence_encoder(ENCODER_PACKAGE_REF, tmp_path_factory.mktemp("encoder") / "sentence_encoder")

@@ -9,15 +9,43 @@ its path: replace its weights under a new path, or clear the cache, when they ch
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.encoder import encode
+from routeforge.core.pretrained import resolve_pretrained
 from routeforge.core.storage import ShardCache
 
 SCHEMA = pa.schema([pa.field("cache_key", pa.string(), nullable=False),
                     pa.field("vector", pa.list_(pa.float32()), nullable=False)])
+
+
+@lru_cache(maxsize=4)
+def _load(ref: str):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(resolve_pretrained(ref), device="cpu")
+
+
+def encode(texts: list[str], ref: str, batch_size: int = 64, progress: bool = False,
+           truncation_side: str = "right") -> np.ndarray:
+    """L2-normalized float32 embeddings with the PyTorch encoder, so inner product equals cosine.
+
+    Texts longer than the encoder's window (256 word pieces for MiniLM) are cut on
+    `truncation_side`; "left" keeps their end, where a few-shot prompt puts its actual question.
+    The bundle ships the same encoder as ONNX for the runtime (`training.encoder_export`)."""
+    model = _load(ref)
+    before = model.tokenizer.truncation_side
+    model.tokenizer.truncation_side = truncation_side
+    try:
+        vectors = model.encode(
+            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=progress,
+        )
+    finally:
+        model.tokenizer.truncation_side = before
+    return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
 def _key(ref: str, truncation_side: str, text: str) -> str:
@@ -26,7 +54,7 @@ def _key(ref: str, truncation_side: str, text: str) -> str:
 
 def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
                   cache_dir: Path | None = None) -> np.ndarray:
-    """L2-normalized float32 embeddings of `texts` (as `artifacts.encoder.encode`), read from and
+    """L2-normalized float32 embeddings of `texts` (as `encode`), read from and
     added to the cache under `cache_dir` when one is given."""
     if cache_dir is None:
         return encode(texts, ref, truncation_side=truncation_side)
@@ -43,3 +71,15 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     return np.ascontiguousarray(np.asarray([known[k] for k in keys], dtype=np.float32))
+
+
+class TorchEncoder:
+    """The PyTorch encoder behind the runtime's encoder interface (`encode(texts, truncation_side)`,
+    as `routeforge.artifacts.sentence_encoder.SentenceEncoder`), through the cache: what training
+    code passes to a router's or KNN estimator's `predict`."""
+
+    def __init__(self, ref: str, cache_dir: Path | None = None):
+        self.ref, self.cache_dir = ref, cache_dir
+
+    def encode(self, texts, truncation_side: str = "right", batch_size: int = 64) -> np.ndarray:
+        return encode_cached(list(texts), self.ref, truncation_side, self.cache_dir)

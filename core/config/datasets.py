@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
 from routeforge.core.config.base import ConfigPath, ModelRef, StoreUri, _Strict
+from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 
 class _PromptFields(_Strict):

@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
-from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
 from routeforge.core.config.base import (
     CONFIG_DIR,
     ConfigError,
@@ -31,6 +30,7 @@ from routeforge.core.config.models import ModelSpec, Sampling
 from routeforge.core.config.scoring import ScoringSettings
 from routeforge.core.config.tiers import Hardware, ProfilingSettings, Tier
 from routeforge.core.config.training import TrainingSettings
+from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.core.storage_root import StorageRoot
 
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pydantic import Field
-from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
 from routeforge.core.config.base import ModelRef, _Strict
 from routeforge.core.config.models import Sampling
+from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 
 class ResponseFilters(_Strict):

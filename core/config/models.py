@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
-from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
 from routeforge.core.config.base import ConfigPath, ModelRef, _Strict
+from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 
 class Price(_Strict):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, field_validator
-from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF
 from routeforge.core.config.base import ConfigPath, ModelRef, _Strict
 from routeforge.core.config.models import ModelSpec
+from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 Metric = Literal["bertscore", "exact_match", "token_f1", "code_pass_at_1", "llm_judge", "table_correctness"]
 REFERENCE_METRICS = {"bertscore", "exact_match", "token_f1"}  # compare the response with a reference

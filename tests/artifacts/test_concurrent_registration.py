@@ -91,7 +91,7 @@ def test_two_pipelines_register_at_once_into_an_mlflow_server(mlflow_server, sha
 
 def test_only_a_lost_dataset_insert_race_is_retried():
     from mlflow.exceptions import MlflowException, RestException
-    from routeforge.artifacts.publish import _dataset_insert_raced
+    from routeforge.registry.publish import _dataset_insert_raced
 
     sqlite = RestException({"error_code": "BAD_REQUEST", "message": "(sqlite3.IntegrityError) UNIQUE constraint "
                             "failed: datasets.experiment_id, datasets.name, datasets.digest"})

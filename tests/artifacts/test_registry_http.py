@@ -3,8 +3,8 @@
 from click.testing import CliRunner
 from routeforge.artifacts.cli import main
 from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.publish import publish_bundle
 from routeforge.artifacts.signing import generate_key_pair, key_id, load_public_key
+from routeforge.registry.publish import publish_bundle
 
 
 def test_publish_register_and_load_over_http(mlflow_server, tmp_path, component, fleet):

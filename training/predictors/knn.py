@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
-from routeforge.artifacts.knn import MEASURES, WEIGHT_EPS, KnnEstimator
+from routeforge.artifacts.knn import MEASURES, WEIGHT_EPS, KnnEstimator, write_labels
 from routeforge.core.config import KnnSettings
-from routeforge.core.schemas import routing_column, routing_models
+from routeforge.core.schemas import routing_models
 from routeforge.training.embeddings import encode_cached
 from routeforge.training.routing_table import matrix
 
@@ -47,7 +46,7 @@ def build_knn(
     routing: pa.Table, encoder_ref: str, settings: KnnSettings, out_dir: Path, split: str = "train",
     vectors: np.ndarray | None = None, cache_dir: Path | None = None,
 ) -> KnnEstimator:
-    """Embed the `split` prompts, index them, and write index.faiss, labels.parquet and knn.json.
+    """Embed the `split` prompts, index them, and write index.faiss, labels.safetensors and knn.json.
     `vectors`, row-aligned with `routing`, are embeddings the caller already has (not re-encoded)."""
     models = routing_models(routing.schema)
     in_split = np.asarray(routing.column("split").to_pylist()) == split
@@ -65,11 +64,8 @@ def build_knn(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    label_cols = {"prompt_id": train.column("prompt_id")}
-    for measure in MEASURES:
-        for m in models:
-            label_cols[routing_column(measure, m)] = train.column(routing_column(measure, m))
-    pq.write_table(pa.table(label_cols), out_dir / "labels.parquet")
+    write_labels(out_dir, train.column("prompt_id").to_pylist(),
+                 {measure: matrix(train, measure, models) for measure in MEASURES})
     import faiss
 
     faiss.write_index(index, str(out_dir / "index.faiss"))

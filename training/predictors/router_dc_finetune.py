@@ -82,7 +82,7 @@ def finetune(texts: list[str], scores: np.ndarray, clusters: np.ndarray, encoder
     """Fine-tune a copy of the encoder; returns (SentenceTransformer, model embeddings (m, d) tensor)."""
     import torch
     import torch.nn.functional as F
-    from routeforge.artifacts.encoder import resolve_pretrained
+    from routeforge.core.pretrained import resolve_pretrained
     from sentence_transformers import SentenceTransformer
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.router import Router
+from routeforge.training.embeddings import TorchEncoder
 from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 from routeforge.training.predictors.router_selection import brier, score_at_argmax, select_router
 
@@ -69,8 +70,11 @@ def evaluate(router: Router, x: np.ndarray, y: np.ndarray, cost: np.ndarray | No
 
 
 def batch_latency(router: Router, texts: list[str], batch: int = 64, repeats: int = 5) -> dict[str, float]:
-    """Median seconds to route one batch of `batch` prompts on this CPU, encoding included."""
+    """Median seconds to route one batch of `batch` prompts on this CPU, encoding included (with the
+    router's own encoder when it has one, else the PyTorch encoder it was trained with)."""
     texts = (texts * (batch // max(len(texts), 1) + 1))[:batch]
+    if router.encoder is None:
+        router.encoder = TorchEncoder(router.meta["encoder"]["ref"])
     router.predict(texts[:2])  # load the encoder
     times = []
     for _ in range(repeats):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from routeforge.artifacts.encoder import resolve_pretrained
+from routeforge.core.pretrained import resolve_pretrained
 
 
 @dataclass

@@ -209,7 +209,7 @@ class RequestBatch(Sequence):
 def prompt_token_counts(texts: list[str], tokenizer_ref: str) -> np.ndarray:
     """Prompt lengths in the tokens of `tokenizer_ref` (an encoder reference; the routing table
     stores no prompt token counts)."""
-    from routeforge.artifacts.encoder import resolve_pretrained
+    from routeforge.core.pretrained import resolve_pretrained
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(tokenizer_ref))

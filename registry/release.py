@@ -183,7 +183,7 @@ class Registry:
             return None
 
     def latest_version(self) -> str:
-        from routeforge.artifacts.registry import latest_version
+        from routeforge.registry.store import latest_version
 
         latest = latest_version(self.name, self.client)
         if latest is None:

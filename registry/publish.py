@@ -13,15 +13,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from routeforge.artifacts.manifest import Fleet, Lineage, Manifest
-from routeforge.artifacts.registry import (
+from routeforge.artifacts.signing import sign_bundle
+from routeforge.artifacts.writer import ComponentSource, write_bundle, write_manifest
+from routeforge.registry.store import (
     RegisteredBundle,
     ensure_experiment,
     latest_version,
     register_bundle,
     registry_lock,
 )
-from routeforge.artifacts.signing import sign_bundle
-from routeforge.artifacts.writer import ComponentSource, write_bundle, write_manifest
 
 
 def code_version() -> str:
@@ -83,8 +83,8 @@ def publish_bundle(
             for component, plot in plots:
                 mlflow.log_artifact(str(plot), f"plots/{component}")
             # the files are in place: only the manifest learns the run (the content version is the same)
-            manifest = draft.model_copy(update={"lineage": Lineage(
-                input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id)})
+            manifest = draft.replace(lineage=Lineage(
+                input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id))
             write_manifest(staging_dir, manifest)
             tags = {"bundle_version": manifest.version, "code_version": manifest.code_version}
             run_tags = {"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name}

@@ -1,0 +1,72 @@
+"""`routeforge bundle promote` and `routeforge bundle rollback`: registry writes, beside the runtime.
+
+Registered into the runtime CLI's `bundle` group through the `routeforge.bundle_commands` entry
+point group (pyproject.toml), so `routeforge bundle verify` never imports this.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from routeforge.artifacts.cli import TRACKING_OPTION as _TRACKING
+from routeforge.artifacts.loader import BundleVerificationError
+
+
+def _registry(name: str, tracking_uri: str | None):
+    from routeforge.registry.release import Registry
+
+    if not tracking_uri:
+        raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
+    return Registry(tracking_uri, name)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--version", "version", default=None, help="the version to promote (default: the latest)")
+@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              envvar="ROUTEFORGE_PUBLIC_KEY", help="verify both bundles' signatures with this key")
+@click.option("--force", is_flag=True, help="promote even where the rules say no (needs --reason)")
+@click.option("--reason", default=None, help="why; recorded on the model version with who asked")
+@_TRACKING
+def promote(name: str, version: str | None, public_key: Path | None, force: bool, reason: str | None,
+            tracking_uri: str | None) -> None:
+    """Gate VERSION of NAME against the current champion on the frozen evaluation set, with the
+    rules recorded at its registration (the pipeline's release gate), and move `champion` if it
+    passes; the decision and its reasons are recorded on the version either way. Exit 1 when held."""
+    import tempfile
+
+    from routeforge.registry.release import gate
+
+    if force and not (reason and reason.strip()):
+        raise click.UsageError("--force needs --reason: a forced promotion records who asked and why")
+    registry = _registry(name, tracking_uri)
+    try:
+        version = version or registry.latest_version()
+        with tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
+            decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason)
+    except (ValueError, BundleVerificationError) as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(1)
+    verdict = "promoted to champion" if decision.promote else "held (stays challenger)"
+    click.echo(f"{name} version {version}: {verdict}; " + "; ".join(decision.reasons))
+    sys.exit(0 if decision.promote else 1)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--reason", default=None, help="why; recorded on the version rolled back from")
+@_TRACKING
+def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
+    """Move NAME's `champion` alias back to the previous champion."""
+    from routeforge.registry.release import rollback as roll_back
+
+    try:
+        current, previous = roll_back(_registry(name, tracking_uri), reason)
+    except ValueError as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"{name}: champion moved back from version {current} to version {previous}")
+
+

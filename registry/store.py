@@ -1,0 +1,116 @@
+"""Writing bundles into the MLflow registry: experiments, the local store's lock, new versions.
+
+Importing mlflow is deferred to the calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RegisteredBundle:
+    name: str
+    version: str
+    alias: str
+    run_id: str
+    unchanged: bool = False  # the content equalled this existing version's: nothing was registered
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.name}@{self.alias}"
+
+
+def _sqlite_file(tracking_uri: str) -> Path | None:
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+@contextmanager
+def registry_lock(tracking_uri: str, timeout_s: float = 600.0) -> Iterator[None]:
+    """Serialize this process's registry writes with every other process's, for a SQLite store.
+
+    MLflow creates a SQLite store's tables on first use; two processes doing so at once race on
+    alembic's version row and one dies ("Online migration expected to match one row"), and later
+    concurrent writers can meet "database is locked". A file lock beside the database (`filelock`)
+    makes two pipelines registering into one local store take turns. An `mlflow server` serializes
+    writes itself, and is what pipelines on several machines should share: no lock there."""
+    path = _sqlite_file(tracking_uri)
+    if path is None:
+        yield
+        return
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock", timeout=timeout_s):
+        yield
+
+
+# MLflow 3's UI opens an experiment in its GenAI (traces) view unless the experiment says otherwise:
+# routeforge's are model training (runs, metrics, registered models)
+EXPERIMENT_KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+
+
+def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> str:
+    """The experiment's id, created when missing; a concurrent creator winning the race is fine."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    mlflow.set_tracking_uri(tracking_uri)
+    existing = mlflow.get_experiment_by_name(name)
+    if existing is not None:
+        if existing.tags.get(EXPERIMENT_KIND_TAG) is None:
+            mlflow.MlflowClient().set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+        return existing.experiment_id
+    location = Path(artifact_location).resolve().as_uri() if artifact_location else None
+    try:
+        return mlflow.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow.get_experiment_by_name(name).experiment_id
+
+
+def register_bundle(
+    bundle_dir: Path, run_id: str, model_name: str, alias: str, tags: dict[str, str] | None = None
+) -> RegisteredBundle:
+    """Log `bundle_dir` into run `run_id` (the active run) as a pyfunc MLflow model
+    (`routeforge.registry.mlflow_model`) and register it as a new version under `alias`."""
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from routeforge.registry.mlflow_model import log_bundle_model
+
+    active = mlflow.active_run()
+    if active is None or active.info.run_id != run_id:
+        raise ValueError(f"register_bundle logs into the active run, which is not {run_id}")
+    client = MlflowClient()
+    info = log_bundle_model(Path(bundle_dir))
+    try:
+        client.create_registered_model(model_name, description="routeforge router bundle (pyfunc: a `prompt` "
+                                       "column in, the chosen model and per-model estimates out)")
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    mv = client.create_model_version(model_name, source=info.model_uri, run_id=run_id, tags=tags or {},
+                                     model_id=info.model_id)
+    client.set_registered_model_alias(model_name, alias, mv.version)
+    return RegisteredBundle(model_name, str(mv.version), alias, run_id)
+
+
+def latest_version(model_name: str, client=None) -> tuple[str, dict[str, str], str] | None:
+    """(version, tags, run id) of the newest registered version of `model_name`, None when there is
+    none; `client` is an `MlflowClient` (default: one on the current tracking URI)."""
+    from mlflow import MlflowClient
+
+    versions = (client or MlflowClient()).search_model_versions(f"name='{model_name}'")
+    if not versions:
+        return None
+    newest = max(versions, key=lambda v: int(v.version))
+    return str(newest.version), dict(newest.tags), newest.run_id
+
+

@@ -1,0 +1,104 @@
+"""Export the PyTorch sentence encoder to the bundle's ONNX `sentence_encoder` component.
+
+The runtime (`routeforge.artifacts.sentence_encoder`) must embed prompts exactly as training did,
+without PyTorch. The graph holds the whole sentence-transformers stack (transformer, the pooling its
+`1_Pooling` config names, L2 normalisation), so a runtime in any language runs one graph; the
+tokenizer ships as `tokenizer.json`. Float32 weights: the embeddings match the PyTorch encoder's to
+about 1e-7 in cosine (the component's `parity/min_cosine` metric, measured here on probe prompts
+with both truncation sides), which keeps the router's choices the same.
+
+An export is reused while its folder's `encoder.json` names the same encoder and the graph verifies,
+so a retrain does not rewrite (and re-version) an unchanged encoder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from routeforge.artifacts.sentence_encoder import ENCODER_GRAPH, ENCODER_SPEC, SentenceEncoder
+from routeforge.artifacts.writer import ComponentSource, sha256_file
+from routeforge.training.embeddings import _load, encode
+
+POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+PROBES = ("What is 15 plus 27?", "Translate to French: good morning, how are you today?",
+          "Write a Python function that returns the n-th Fibonacci number. " * 40, "", "Ünïcödé ✓ 数学")
+
+
+def _pooling(model) -> str:
+    config = model[1].get_config_dict() if len(model) > 1 else {}
+    if isinstance(config.get("pooling_mode"), str):  # sentence-transformers >= 5 names the mode
+        config = {f"pooling_mode_{config['pooling_mode']}{'_token' if config['pooling_mode'] == 'cls' else '_tokens'}":
+                  True}
+    modes = [name for key, name in POOLING_MODES.items() if config.get(key)]
+    others = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in POOLING_MODES]
+    if len(modes) != 1 or others:
+        raise ValueError(f"encoder pooling {config} is not supported (mean or cls, one of them)")
+    return modes[0]
+
+
+def _export_graph(model, path: Path, pooling: str) -> None:
+    import torch
+
+    class Embed(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            hidden = self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            if pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    ids = torch.randint(100, 1000, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.int64)
+    mask[1, 6:] = 0
+    torch.onnx.export(Embed(model[0].auto_model).eval(), (ids, mask), str(path),
+                      input_names=["input_ids", "attention_mask"], output_names=["embedding"], opset_version=17,
+                      dynamo=False, dynamic_axes={"input_ids": {0: "batch", 1: "sequence"},
+                                                  "attention_mask": {0: "batch", 1: "sequence"},
+                                                  "embedding": {0: "batch"}})
+
+
+def parity(folder: Path, ref: str, texts: Sequence[str] = PROBES) -> dict[str, float]:
+    """Smallest cosine between the ONNX and PyTorch embeddings of `texts`, both truncation sides."""
+    runtime = SentenceEncoder.load(folder)
+    worst = 1.0
+    for side in ("right", "left"):
+        a, b = runtime.encode(list(texts), side), encode(list(texts), ref, truncation_side=side)
+        worst = min(worst, float(np.min(np.sum(a * b, axis=1))))
+    return {"parity/min_cosine": worst}
+
+
+def export_sentence_encoder(ref: str, folder: Path) -> ComponentSource:
+    """The `sentence_encoder` component for encoder `ref` in `folder` (exported, or reused)."""
+    folder = Path(folder)
+    spec_path = folder / ENCODER_SPEC
+    if spec_path.is_file():
+        spec = json.loads(spec_path.read_text())
+        graph = folder / ENCODER_GRAPH
+        if spec.get("ref") == ref and graph.is_file() and spec.get("graph_sha256") == sha256_file(graph):
+            return ComponentSource("sentence_encoder", "sentence_encoder", "onnx+tokenizer+json", folder,
+                                   spec["parity"], {"ref": ref})
+    model = _load(ref)
+    pooling = _pooling(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        if old.is_file():
+            old.unlink()
+    model.tokenizer.save_pretrained(str(folder))
+    _export_graph(model, folder / ENCODER_GRAPH, pooling)
+    spec = {"ref": ref, "max_length": int(model.max_seq_length), "dim": int(model.get_sentence_embedding_dimension()),
+            "pooling": pooling, "normalized": True, "inputs": ["input_ids", "attention_mask"], "output": "embedding",
+            "graph_sha256": sha256_file(folder / ENCODER_GRAPH)}
+    spec_path.write_text(json.dumps(spec, indent=2, sort_keys=True))
+    spec["parity"] = parity(folder, ref)
+    spec_path.write_text(json.dumps(spec, indent=2, sort_keys=True))
+    return ComponentSource("sentence_encoder", "sentence_encoder", "onnx+tokenizer+json", folder, spec["parity"],
+                           {"ref": ref})
