@@ -55,6 +55,10 @@ class BatchTokenizer:
         tokenizer.enable_padding(pad_id=pad_id, pad_token=pad)
         return cls(tokenizer, int(max_length), truncation_side)
 
+    def __len__(self) -> int:
+        """Vocabulary size with added tokens (what `len()` of a transformers tokenizer says)."""
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
     def __call__(self, texts: Sequence[str], truncation_side: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(input_ids, attention_mask) as int64 arrays, padded to the longest row of the batch."""
         self.tokenizer.enable_truncation(self.max_length, direction=truncation_side or self.truncation_side)

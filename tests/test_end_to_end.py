@@ -2,9 +2,14 @@
 
 import json
 import os
+import signal
+import socket
 import stat
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 import numpy as np
@@ -15,8 +20,13 @@ from routeforge.core.config import load_fleet
 from routeforge.pipelines.run import run_pipeline
 
 from tests.conftest import CONFIGS, REPO
+from tools.runtime_probe import PROMPTS
+from tools.runtime_venv import clean_env, installed, make_runtime_venv
 
 pytestmark = pytest.mark.e2e
+PROBE_PROMPTS = PROMPTS  # what tools/runtime_probe.py routes
+PROBE_STATE = {"batch_size": 1, "prompt_tokens": 40, "output_tokens": 24, "prefill_tokens": 40,
+               "mean_context_tokens": 52}
 
 
 def _routeforge(*args, tracking_uri):
@@ -25,37 +35,58 @@ def _routeforge(*args, tracking_uri):
                           env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri})
 
 
-def test_demo_fleet_end_to_end(state_dir, tmp_path, shared_data):
-    config = load_fleet(CONFIGS / "demo.yaml")
-    with dg.instance_for_test() as instance:
-        out = run_pipeline(CONFIGS / "demo.yaml", instance)
-        assert out["uri"] == "models:/routeforge-demo-router@challenger"
-        assert out["registry_version"] == "1"
-        # the first version clears the (empty) floors and becomes champion
-        assert out["release"]["promoted"] and out["release"]["reasons"] == ["clears every floor"]
-        # the runs carry the code location's job names (what `make demo` shows in the UI)
-        runs = [(r.job_name, r.tags.get("dagster/partition")) for r in instance.get_runs()]
-        assert sorted(runs, key=str) == sorted(
-            [("build_prompts", None), ("build_routing_table", None), ("train_and_register", None)]
-            + [("generate_and_score", m) for m in config.model_names]
-            + [("profile_tiers", t.name) for t in config.tiers], key=str)
-        # lineage: one materialization per model partition, with metadata
-        events = instance.fetch_materializations(dg.AssetKey("responses"), limit=10).records
-        partitions = sorted(e.asset_materialization.partition for e in events)
-        assert partitions == sorted(config.model_names)
-        meta = events[0].asset_materialization.metadata
-        assert meta["rows"].value == 36 and meta["output_tokens_per_s"].value > 0
-        checks = instance.event_log_storage.get_asset_check_execution_history(
-            dg.AssetCheckKey(dg.AssetKey("router_bundle"), "registered_bundle_verifies"), limit=1)
-        assert checks[0].status.value == "SUCCEEDED"
-        profiles = instance.fetch_materializations(dg.AssetKey("tier_profiles"), limit=10).records
-        assert sorted(e.asset_materialization.partition for e in profiles) == sorted(t.name for t in config.tiers)
-        meta = profiles[0].asset_materialization.metadata
-        # timings of a 2-layer, 64-wide model are noise-sized: check the fit is reported, not its sign
-        assert meta["measurements"].value == 12 and np.isfinite(meta["prefill_grad_s_per_token"].value)
-        plot = meta["batch_fit_plot"].value  # an inline image, its file path under it
-        assert plot.startswith("![batch_fit](data:image/png;base64,")
-        assert os.path.getsize(plot.rsplit("`", 2)[1]) > 10_000
+@dataclass
+class DemoRun:
+    config: Any
+    out: dict
+    instance: dg.DagsterInstance
+
+    @property
+    def tracking(self) -> str:
+        return self.config.registry.tracking_uri
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> DemoRun:
+    """`make demo`'s pipeline, once for this module, in a fresh state folder and Dagster instance."""
+    state = tmp_path_factory.mktemp("demo") / "state"
+    with pytest.MonkeyPatch.context() as env, dg.instance_for_test() as instance:
+        env.setenv("ROUTEFORGE_STATE", str(state))
+        env.delenv("MLFLOW_TRACKING_URI", raising=False)
+        config = load_fleet(CONFIGS / "demo.yaml")
+        yield DemoRun(config, run_pipeline(CONFIGS / "demo.yaml", instance), instance)
+
+
+def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
+    config, out, instance = demo.config, demo.out, demo.instance
+    # the pipeline ran in the `demo` fixture; the Dagster instance it used is still open
+    assert out["uri"] == "models:/routeforge-demo-router@challenger"
+    assert out["registry_version"] == "1"
+    # the first version clears the (empty) floors and becomes champion
+    assert out["release"]["promoted"] and out["release"]["reasons"] == ["clears every floor"]
+    # the runs carry the code location's job names (what `make demo` shows in the UI)
+    runs = [(r.job_name, r.tags.get("dagster/partition")) for r in instance.get_runs()]
+    assert sorted(runs, key=str) == sorted(
+        [("build_prompts", None), ("build_routing_table", None), ("train_and_register", None)]
+        + [("generate_and_score", m) for m in config.model_names]
+        + [("profile_tiers", t.name) for t in config.tiers], key=str)
+    # lineage: one materialization per model partition, with metadata
+    events = instance.fetch_materializations(dg.AssetKey("responses"), limit=10).records
+    partitions = sorted(e.asset_materialization.partition for e in events)
+    assert partitions == sorted(config.model_names)
+    meta = events[0].asset_materialization.metadata
+    assert meta["rows"].value == 36 and meta["output_tokens_per_s"].value > 0
+    checks = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey("router_bundle"), "registered_bundle_verifies"), limit=1)
+    assert checks[0].status.value == "SUCCEEDED"
+    profiles = instance.fetch_materializations(dg.AssetKey("tier_profiles"), limit=10).records
+    assert sorted(e.asset_materialization.partition for e in profiles) == sorted(t.name for t in config.tiers)
+    meta = profiles[0].asset_materialization.metadata
+    # timings of a 2-layer, 64-wide model are noise-sized: check the fit is reported, not its sign
+    assert meta["measurements"].value == 12 and np.isfinite(meta["prefill_grad_s_per_token"].value)
+    plot = meta["batch_fit_plot"].value  # an inline image, its file path under it
+    assert plot.startswith("![batch_fit](data:image/png;base64,")
+    assert os.path.getsize(plot.rsplit("`", 2)[1]) > 10_000
 
     tracking = config.registry.tracking_uri
     bundle = load_bundle(out["uri"], tmp_path / "bundle", tracking)
@@ -99,7 +130,9 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path, shared_data):
     specs = [bundle.text_predictor(n).spec for n in ("length_predictor", "score_predictor", "task_classifier")]
     assert len(tables) == 1 and all(s["embeddings"]["shared"] == tables[0] and s["precision"] == "int8" for s in specs)
     total = sum(f.bytes for c in bundle.manifest.components for f in c.files)
-    assert total < 60e6, f"demo bundle is {total / 1e6:.1f} MB"
+    encoder = sum(f.bytes for f in bundle.manifest.component("sentence_encoder").files)
+    assert total - encoder < 60e6, f"demo bundle is {(total - encoder) / 1e6:.1f} MB besides its encoder"
+    assert bundle.manifest.component("sentence_encoder").metrics["parity/min_cosine"] >= 0.9999
 
     # the evaluation report: every router against the hull, leave-one-task-out, batch-of-64 speed, in MLflow
     report = out["report"]
@@ -216,6 +249,91 @@ def test_demo_fleet_end_to_end(state_dir, tmp_path, shared_data):
         again = run_pipeline(CONFIGS / "demo.yaml", instance)
     assert again["unchanged"] and again["registry_version"] == "1" and again["bundle_version"] == out["bundle_version"]
     assert again["release"]["reasons"] == ["nothing new was registered"]
+
+
+def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
+    """A router service's install (`pip install routeforge`, no extras) in a fresh virtual environment
+    verifies the demo bundle, routes prompts, predicts latency and asks the recommended policy, and
+    never imports the training stack; its answers equal the full install's."""
+    folder = tmp_path / "bundle"
+    bundle = load_bundle(demo.out["uri"], folder, demo.tracking)
+    python = make_runtime_venv(tmp_path / "runtime")
+    present = set(installed(python))
+    assert "routeforge" in present and not present & {"torch", "dagster", "mlflow", "transformers", "pandas",
+                                                        "pyarrow", "xgboost", "xgboost-cpu", "pydantic"}
+    public = demo.config.storage_root / "keys" / "bundle-signing.key.pub"
+    probe = subprocess.run([str(python), str(REPO / "tools" / "runtime_probe.py"), str(folder), str(public)],
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=clean_env())
+    assert probe.returncode == 0, probe.stderr
+    got = json.loads(probe.stdout)
+    assert got["heavy_imported"] == []
+    assert got["policy"] == bundle.recommended_policy and got["tier"] in bundle.tiers_with_latency
+    assert got["tpot_s"] > 0 and got["ttft_s"] > 0
+    here = bundle.router().predict(PROBE_PROMPTS)
+    assert got["route_to"] == here.best_model(0.0)
+    np.testing.assert_allclose(np.asarray(got["quality"]), here.quality, rtol=0, atol=1e-6)
+    latency = bundle.latency(got["tier"]).predict([PROBE_STATE])
+    assert got["tpot_s"] == float(latency["tpot"][0]) and got["ttft_s"] == float(latency["ttft"][0])
+
+
+def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_path):
+    """`mlflow.pyfunc.load_model("models:/…@champion").predict` and `mlflow models serve` route prompts
+    exactly as the runtime's router does."""
+    import mlflow
+    import pandas as pd
+    import requests
+    from routeforge.registry.mlflow_model import route
+
+    uri = "models:/routeforge-demo-router@champion"
+    prompts = PROBE_PROMPTS + ["Write a haiku about routers.", "Name the capital of Peru."]
+    mlflow.set_tracking_uri(demo.tracking)
+    model = mlflow.pyfunc.load_model(uri)
+    assert [i.name for i in model.metadata.get_input_schema().inputs] == ["prompt"]
+    got = model.predict(pd.DataFrame({"prompt": prompts}))
+    expected = route(load_bundle(uri, tmp_path / "bundle", demo.tracking), prompts)
+    assert list(got.columns) == list(expected)
+    for column, values in expected.items():
+        assert got[column].tolist() == values, column  # to the last digit
+    assert set(got["route_to"]) <= set(demo.config.model_names) and set(got["estimator"]) == {"router"}
+    priced = model.predict(pd.DataFrame({"prompt": prompts}), params={"lam": 1e6})
+    assert priced["route_to"].tolist() == route(load_bundle(tmp_path / "bundle"), prompts, 1e6)["route_to"]
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    exe = os.path.join(os.path.dirname(sys.executable), "mlflow")
+    log = open(tmp_path / "serve.log", "w")
+    server = subprocess.Popen([exe, "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1",
+                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                              env={**os.environ, "MLFLOW_TRACKING_URI": demo.tracking,  # uvicorn beside mlflow
+                                   "PATH": f"{os.path.dirname(exe)}{os.pathsep}{os.environ.get('PATH', '')}"})
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(1)
+        else:
+            pytest.fail("mlflow models serve did not answer /ping within 180 s")
+        answer = requests.post(f"http://127.0.0.1:{port}/invocations", timeout=120, json={
+            "dataframe_split": {"columns": ["prompt"], "data": [[p] for p in prompts]}, "params": {"lam": 0.0}})
+        assert answer.status_code == 200, answer.text
+        rows = answer.json()["predictions"]
+        assert [r["route_to"] for r in rows] == expected["route_to"]
+        assert [r[f"quality/{m}"] for r in rows for m in demo.config.model_names] == [
+            expected[f"quality/{m}"][i] for i in range(len(prompts)) for m in demo.config.model_names]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+        log.close()
 
 
 def test_routerbench_end_to_end(config_copy, state_dir):

@@ -183,7 +183,12 @@ def package_predictor(model_dir: Path, folder: Path, spec: dict, check_texts: Se
     (folder / "predictor.json").write_text(json.dumps(spec, indent=2))
     runtime = TextPredictor.load(folder)
     texts = list(check_texts)
-    reference = torch_logits(model, runtime.tokenizer, texts, spec["max_length"])
+    # the reference is PyTorch with transformers' tokenizer; the runtime is ONNX with `tokenizers` alone
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.truncation_side = spec.get("truncation_side", "right")
+    reference = torch_logits(model, tokenizer, texts, spec["max_length"])
     batched = runtime.logits(texts)
     single = np.concatenate([runtime.logits([t]) for t in texts[:8]])
     figures = parity(reference, batched)

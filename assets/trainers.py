@@ -1,0 +1,88 @@
+"""The trainers: one registered entry per asset that produces bundle components, and one list of
+them that drives everything that needs to know which trainers a fleet runs.
+
+A trainer declares, where its asset is defined:
+- `name`: its asset, its input to `router_bundle`, its key in `run_pipeline`'s summary;
+- `inputs`: the assets it reads (tests/test_definitions.py checks them against the asset's deps);
+- `enabled(config)`: whether the fleet runs it;
+- `job`: the job that rebuilds it (`train_and_register`, or `profile_tiers` for per-tier heads);
+- `rank`: its place in the bundle (component order is part of the bundle's content version);
+- `summary(result)`: what the run summary reports of its typed `TrainedComponent` result;
+- `family`: a group other assets ask for (the predictor report reads every `text_predictor`).
+
+From this list, `pipelines/definitions.py` builds the enabled trainers' assets and the
+`train_and_register` selection, `assets/bundle.py` takes them as the bundle's inputs, and
+`pipelines/run.py` summarises them: adding a trainer is its asset module plus one `@trainer(...)`
+(docs/architecture.md shows the files).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+from routeforge.core.components import TrainedComponent
+
+# asset modules whose trainers register on import (imported before the list is read)
+TRAINER_MODULES = ("predictors", "router", "profiles", "policies")
+TRAIN_JOB, PROFILE_JOB = "train_and_register", "profile_tiers"
+
+
+def _always(config) -> bool:
+    return True
+
+
+def _metrics(result: TrainedComponent) -> dict[str, float]:
+    return result.metrics
+
+
+@dataclass(frozen=True)
+class Trainer:
+    name: str
+    build: Callable[[Any], dg.AssetsDefinition]  # the fleet config → the asset
+    inputs: tuple[str, ...]
+    rank: int
+    enabled: Callable[[Any], bool] = _always
+    job: str = TRAIN_JOB
+    family: str | None = None
+    summary: Callable[[TrainedComponent], Any] = _metrics
+    summary_key: str | None = None  # the run summary's key (default: `name`)
+    description: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return self.summary_key or self.name
+
+
+_TRAINERS: dict[str, Trainer] = {}
+
+
+def register_trainer(trainer: Trainer) -> Trainer:
+    if any(t.rank == trainer.rank and t.name != trainer.name for t in _TRAINERS.values()):
+        raise ValueError(f"trainer {trainer.name}: rank {trainer.rank} is taken")
+    _TRAINERS[trainer.name] = trainer
+    return trainer
+
+
+def trainer(name: str, *, inputs: tuple[str, ...], rank: int, **options) -> Callable:
+    """Decorator on an asset factory `build(config) -> AssetsDefinition`: registers it as a trainer."""
+    def register(build: Callable[[Any], dg.AssetsDefinition]) -> Callable[[Any], dg.AssetsDefinition]:
+        register_trainer(Trainer(name, build, tuple(inputs), rank, **options))
+        return build
+
+    return register
+
+
+def all_trainers() -> list[Trainer]:
+    for module in TRAINER_MODULES:
+        importlib.import_module(f"routeforge.assets.{module}")
+    return sorted(_TRAINERS.values(), key=lambda t: t.rank)
+
+
+def enabled_trainers(config, job: str | None = None, family: str | None = None) -> list[Trainer]:
+    """The fleet's trainers in bundle order, optionally only those of one job or family."""
+    return [t for t in all_trainers() if t.enabled(config) and (job is None or t.job == job)
+            and (family is None or t.family == family)]
