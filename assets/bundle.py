@@ -39,15 +39,11 @@ def fleet_entry(config: FleetConfig) -> Fleet:
     )
 
 
-def build_bundle_asset(with_latency: bool, predictors: tuple[str, ...] = (),
-                       with_policies: bool = False, with_router: bool = False) -> dg.AssetsDefinition:
-    """`router_bundle` over the trained components: the KNN estimator always; with `with_latency`
-    every tier's `latency_heads` partition; each text predictor named in `predictors`; with
-    `with_policies` the policies `routing_evaluation` exported; with `with_router` the router chosen
-    by `router_selection`. Every input is a `TrainedComponent`, assembled as one list."""
-    names = ["knn_estimator", *(["router_selection"] if with_router else []),
-             *(["latency_heads"] if with_latency else []), *predictors,
-             *(["routing_evaluation"] if with_policies else [])]
+def build_bundle_asset(trainers: tuple[str, ...]) -> dg.AssetsDefinition:
+    """`router_bundle` over the fleet's trainers (`routeforge.assets.trainers.enabled_trainers`, in
+    bundle order): every input is a `TrainedComponent` (a partitioned trainer's, such as the latency
+    heads per tier, arrives as {partition: result}), assembled as one list."""
+    names = list(trainers)
 
     @dg.asset(
         io_manager_key="json_io",

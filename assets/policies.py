@@ -11,6 +11,7 @@ import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
 from routeforge.assets.metadata import clean, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.assets.trainers import profiled_tiers, trainer
 from routeforge.core.components import TrainedComponent
 from routeforge.training.embeddings import TorchEncoder
 
@@ -154,3 +155,15 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                            for label, value in simulated(name).items()}),
                   **plot_entries(report["plots"])},
     )
+
+
+def routing_evaluation_enabled(config) -> bool:
+    """The simulator needs profiled tiers; without any, `routing_evaluation` is not defined."""
+    return config.training.routing_evaluation.enabled and bool(profiled_tiers(config))
+
+
+@trainer("routing_evaluation", inputs=("routing_table", "knn_estimator", "tier_profiles"), rank=40,
+         enabled=routing_evaluation_enabled, summary=lambda result: result.details,
+         description="learned and heuristic routing policies, evaluated in the simulator")
+def _policies_trainer(config) -> dg.AssetsDefinition:
+    return routing_evaluation

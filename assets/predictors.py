@@ -10,6 +10,7 @@ import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
 from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.assets.trainers import profiled_tiers, trainer
 from routeforge.core.components import TrainedComponent
 from routeforge.training.encoder_export import export_sentence_encoder
 from routeforge.training.predictors.knn import build_knn
@@ -116,6 +117,12 @@ TEXT_PREDICTORS = {
 }
 
 
+@trainer("knn_estimator", inputs=("routing_table",), rank=0, summary_key="knn",
+         description="MiniLM + FAISS estimator; ships the ONNX sentence encoder every bundle embeds with")
+def _knn_trainer(config) -> dg.AssetsDefinition:
+    return knn_estimator
+
+
 def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.AssetsDefinition:
     """`length_predictor`, `score_predictor` or `task_classifier`: a fine-tuned encoder exported as
     safetensors + ONNX, evaluated on the test split; with `with_latency` the length predictor's
@@ -166,3 +173,15 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
                                   metadata={"precision": spec["precision"], **parity_metrics(spec)})
 
     return text_predictor
+
+
+def _register_text_predictors() -> None:
+    """One trainer per text predictor, in TEXT_PREDICTORS' order (ranks 30, 31, 32)."""
+    for rank, name in enumerate(TEXT_PREDICTORS, start=30):
+        trainer(name, inputs=("routing_table", "latency_heads"), rank=rank, family="text_predictor",
+                enabled=lambda config, n=name: getattr(config.training, n).enabled,
+                description=TEXT_PREDICTORS[name])(
+            lambda config, n=name: build_text_predictor_asset(n, with_latency=bool(profiled_tiers(config))))
+
+
+_register_text_predictors()

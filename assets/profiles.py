@@ -11,6 +11,7 @@ import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
 from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.assets.trainers import PROFILE_JOB, profiled_tiers, tier_partitions, trainer
 from routeforge.core.components import TrainedComponent
 from routeforge.profiling.tier_profile import build_latency_component, kept_profile, measure_tier, safe_name
 
@@ -121,3 +122,9 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
                                   metadata={"max_abs_diff_s": diff})
 
     return latency_heads
+
+
+@trainer("latency_heads", inputs=("tier_profiles", "routing_table"), rank=20, job=PROFILE_JOB,
+         enabled=lambda config: bool(profiled_tiers(config)), description="latency heads per profiled tier")
+def _latency_trainer(config) -> dg.AssetsDefinition:
+    return build_latency_heads_asset(tier_partitions(config))

@@ -8,6 +8,7 @@ import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
 from routeforge.assets.metadata import clean, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
+from routeforge.assets.trainers import trainer
 from routeforge.core.components import TrainedComponent
 
 
@@ -55,3 +56,11 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
     cv = report["cv"]
     yield dg.AssetCheckResult(check_name="router_not_below_best_single_cv", passed=cv["router"] >= cv["best_single"],
                               metadata={"cv_router": cv["router"], "cv_best_single": cv["best_single"]})
+
+
+@trainer("router_selection", inputs=("routing_table",), rank=10, summary_key="router",
+         enabled=lambda config: config.training.router.enabled,
+         summary=lambda result: result.components[0].metrics,
+         description="the router chosen by cross-validation")
+def _router_trainer(config) -> dg.AssetsDefinition:
+    return router_selection

@@ -35,6 +35,15 @@ def _always(config) -> bool:
     return True
 
 
+def profiled_tiers(config) -> list[str]:
+    """The tiers the fleet profiles (a tier imported from coarse results has no profile to train on)."""
+    return [t.name for t in config.tiers if t.profile is not None]
+
+
+def tier_partitions(config) -> dg.StaticPartitionsDefinition:
+    return dg.StaticPartitionsDefinition(profiled_tiers(config))
+
+
 def _metrics(result: TrainedComponent) -> dict[str, float]:
     return result.metrics
 

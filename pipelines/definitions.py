@@ -11,17 +11,15 @@ from pathlib import Path
 
 import dagster as dg
 from routeforge.assets.bundle import build_bundle_asset
-from routeforge.assets.policies import routing_evaluation
-from routeforge.assets.predictors import TEXT_PREDICTORS, build_text_predictor_asset, knn_estimator
-from routeforge.assets.profiles import build_latency_heads_asset, build_tier_profiles_asset
+from routeforge.assets.profiles import build_tier_profiles_asset
 from routeforge.assets.prompts import prompts
 from routeforge.assets.quality import build_quality_asset
 from routeforge.assets.release import release_gate
 from routeforge.assets.reports import build_report_asset
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.responses import build_responses_asset
-from routeforge.assets.router import router_selection
 from routeforge.assets.routing import routing_table
+from routeforge.assets.trainers import TRAIN_JOB, enabled_trainers, profiled_tiers, tier_partitions
 from routeforge.core.config import load_fleet
 from routeforge.pipelines.console import progress_logger
 from routeforge.pipelines.executors import accelerator_tags, executor_for
@@ -35,28 +33,20 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     """Assets and resources for one fleet file (tests build several side by side)."""
     config = load_fleet(config_path)
     models = dg.StaticPartitionsDefinition(config.model_names)
-    profiled = [t.name for t in config.tiers if t.profile is not None]
+    trainers = enabled_trainers(config)
     assets = [
         prompts,
         build_responses_asset(models, accelerator_tags(config)),
         build_quality_asset(models),
         routing_table,
-        knn_estimator,
-        build_bundle_asset(with_latency=bool(profiled), predictors=text_predictors(config),
-                           with_policies=routing_evaluation_enabled(config),
-                           with_router=config.training.router.enabled),
+        *(t.build(config) for t in trainers),
+        build_bundle_asset(tuple(t.name for t in trainers)),
         build_report_asset(predictors=text_predictors(config)),
-        *(build_text_predictor_asset(name, with_latency=bool(profiled)) for name in text_predictors(config)),
     ]
-    if config.training.router.enabled:
-        assets.append(router_selection)
     if config.release.enabled:
         assets.append(release_gate)
-    if profiled:
-        tiers = dg.StaticPartitionsDefinition(profiled)
-        assets += [build_tier_profiles_asset(tiers, accelerator_tags(config)), build_latency_heads_asset(tiers)]
-        if routing_evaluation_enabled(config):
-            assets.append(routing_evaluation)
+    if profiled_tiers(config):
+        assets.append(build_tier_profiles_asset(tier_partitions(config), accelerator_tags(config)))
     base = config.storage.path("assets")
     signing_key, create_key = config.signing_key_path()
     resources = {
@@ -75,21 +65,15 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
 
 def text_predictors(config) -> tuple[str, ...]:
     """The enabled fine-tuned text predictors, in the order they are trained."""
-    return tuple(name for name in TEXT_PREDICTORS if getattr(config.training, name).enabled)
+    return tuple(t.name for t in enabled_trainers(config, family="text_predictor"))
 
 
 def training_assets(config) -> list[str]:
-    """What `train_and_register` rebuilds, in order."""
-    evaluation = ["routing_evaluation"] if routing_evaluation_enabled(config) else []
-    router = ["router_selection"] if config.training.router.enabled else []
+    """What `train_and_register` rebuilds: the routing table, the trainers of that job, the report,
+    the bundle and the gate (Dagster orders them by their dependencies)."""
     gate = ["release_gate"] if config.release.enabled else []
-    return ["routing_table", "knn_estimator", *router, *text_predictors(config), "predictor_report", *evaluation,
+    return ["routing_table", *(t.name for t in enabled_trainers(config, job=TRAIN_JOB)), "predictor_report",
             "router_bundle", *gate]
-
-
-def routing_evaluation_enabled(config) -> bool:
-    """The simulator needs profiled tiers; without any, `routing_evaluation` is not defined."""
-    return config.training.routing_evaluation.enabled and any(t.profile is not None for t in config.tiers)
 
 
 def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
@@ -115,7 +99,7 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
         description="Weekly retraining from the latest responses and scores.",
     )
     jobs = [prompts_job, generate, routing_job, train, retrain_fleet]
-    if any(t.profile is not None for t in config.tiers):
+    if profiled_tiers(config):
         jobs.append(dg.define_asset_job(
             "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
             description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",

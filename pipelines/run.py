@@ -22,9 +22,10 @@ from pathlib import Path
 
 import dagster as dg
 from routeforge.assets.resources import PIPELINE_RUN_TAG
+from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
 from routeforge.core.config import load_fleet
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
-from routeforge.pipelines.definitions import build_definitions, training_assets
+from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import execute
 
 
@@ -77,14 +78,11 @@ def run_pipeline(
             step(f"profile[{tier}]", "profile_tiers", partition=tier)
     result = step("train_and_register", "train_and_register")
     bundle = result.output_for_node("router_bundle")
-    trained = training_assets(config)
-    return {**bundle, "timings_s": timings, "knn": result.output_for_node("knn_estimator").metrics,
-            "report": result.output_for_node("predictor_report"),
-            "router": (result.output_for_node("router_selection").components[0].metrics
-                       if "router_selection" in trained else None),
-            "routing_evaluation": (result.output_for_node("routing_evaluation").details
-                                   if "routing_evaluation" in trained else None),
-            "release": result.output_for_node("release_gate") if "release_gate" in trained else None}
+    # each trainer's own summary of its result, under its key (None for a trainer the fleet does not run)
+    trainers = {t.key: None for t in all_trainers() if t.job == TRAIN_JOB}
+    trainers |= {t.key: t.summary(result.output_for_node(t.name)) for t in enabled_trainers(config, job=TRAIN_JOB)}
+    return {**bundle, "timings_s": timings, **trainers, "report": result.output_for_node("predictor_report"),
+            "release": result.output_for_node("release_gate") if config.release.enabled else None}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,3 +107,30 @@ def test_routing_evaluation_feeds_the_bundle_where_enabled(shared_data):
     assert _python(code).stdout.split() == ["True", "True"]
     rb = _python(code, ROUTEFORGE_CONFIG=str(CONFIGS / "routerbench.yaml"), ROUTEFORGE_DATA=str(shared_data))
     assert rb.stdout.split() == ["False", "False"], rb.stderr  # no profiled tiers: nothing to simulate
+
+
+def test_one_list_of_trainers_drives_assets_job_bundle_and_summary(shared_data, monkeypatch):
+    """Each trainer is declared once (`routeforge.assets.trainers`); the fleet's enabled ones are the
+    assets built, the training job's selection, the bundle's inputs and the run summary's keys."""
+    import dagster as dg
+    from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
+    from routeforge.core.config import load_fleet
+    from routeforge.pipelines.definitions import build_definitions, training_assets
+
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    names = [t.name for t in all_trainers()]
+    assert names[:2] == ["knn_estimator", "router_selection"] and len(set(t.rank for t in all_trainers())) == len(names)
+    for fleet in ("demo", "routerbench"):
+        config = load_fleet(CONFIGS / f"{fleet}.yaml")
+        enabled = enabled_trainers(config)
+        defs = build_definitions(CONFIGS / f"{fleet}.yaml")
+        graph = defs.resolve_asset_graph()
+        built = {k.to_user_string() for k in graph.get_all_asset_keys()}
+        assert {t.name for t in enabled} <= built
+        assert not ({t.name for t in all_trainers()} - {t.name for t in enabled}) & built  # disabled: absent
+        bundle_inputs = [k.to_user_string() for k in graph.get(dg.AssetKey("router_bundle")).parent_keys]
+        assert set(bundle_inputs) == {t.name for t in enabled} | {"routing_table", "prompts"}
+        assert {t.name for t in enabled if t.job == TRAIN_JOB} <= set(training_assets(config))
+        for t in enabled:  # what a trainer says it reads is what its asset reads
+            parents = {k.to_user_string() for k in graph.get(dg.AssetKey(t.name)).parent_keys}
+            assert parents <= set(t.inputs), (t.name, parents)

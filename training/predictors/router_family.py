@@ -26,6 +26,7 @@ Labels may be missing (NaN) for some (prompt, model) pairs; the losses and the K
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,52 +77,91 @@ def _train_torch(net, x: np.ndarray, y: np.ndarray, epochs: int, weight_decay: f
     net.eval()
 
 
+Fitter = Callable[[Candidate, np.ndarray, np.ndarray, int, "list[str] | np.ndarray | None"], dict[str, np.ndarray]]
+MEMBER_FITTERS: dict[str, Fitter] = {}
+
+
+def member_fitter(kind: str) -> Callable[[Fitter], Fitter]:
+    """Register how a member kind is fitted: (candidate, x, y, seed, tasks) → the weights its rule in
+    `routeforge.artifacts.router.MEMBER_KINDS` predicts with. A new kind is one fitter here and one
+    rule there (tests/training/predictors/test_router_family.py checks both lists agree)."""
+    def register(fit: Fitter) -> Fitter:
+        MEMBER_FITTERS[kind] = fit
+        return fit
+
+    return register
+
+
 def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
                   tasks: list[str] | np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Fit one candidate; returns the member's weights (float32 arrays) for `predict_member`.
     `tasks` (one per row) are used by the kinds that group prompts (`task_mixture`)."""
+    if cand.kind not in MEMBER_FITTERS:
+        raise ValueError(f"unknown estimator kind {cand.kind!r} (known: {', '.join(sorted(MEMBER_FITTERS))})")
+    return MEMBER_FITTERS[cand.kind](cand, x, y, seed, tasks)
+
+
+@member_fitter("knn")
+def _fit_knn(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
+    filled, _, prior = _filled(y)
+    return {"keys": x.astype(np.float32), "labels": filled.astype(np.float32), "prior": prior.astype(np.float32)}
+
+
+@member_fitter("mlp")
+def _fit_mlp(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     import torch
 
-    filled, _, prior = _filled(y)
-    if cand.kind == "knn":
-        return {"keys": x.astype(np.float32), "labels": filled.astype(np.float32),
-                "prior": prior.astype(np.float32)}
-    if cand.kind == "task_mixture":
-        return _fit_task_mixture(cand, x, y, seed, tasks)
     torch.manual_seed(seed)
     d, m = x.shape[1], y.shape[1]
-    if cand.kind == "mlp":
-        hidden = int(cand.params["hidden"])
-        layers = ([torch.nn.Linear(d, hidden), torch.nn.GELU(approximate="tanh"), torch.nn.Dropout(0.1),
-                   torch.nn.Linear(hidden, m)] if hidden else [torch.nn.Linear(d, m)])
-        net = torch.nn.Sequential(*layers)
-        _train_torch(net, x, y, int(cand.params["epochs"]), float(cand.params["weight_decay"]), seed)
-        linears = [layer for layer in net if isinstance(layer, torch.nn.Linear)]
-        return {key: value for i, lin in enumerate(linears)
-                for key, value in ((f"w{i}", lin.weight.detach().numpy().T.astype(np.float32)),
-                                   (f"b{i}", lin.bias.detach().numpy().astype(np.float32)))}
-    if cand.kind == "mf":
-        dim = int(cand.params["dim"])
+    hidden = int(cand.params["hidden"])
+    layers = ([torch.nn.Linear(d, hidden), torch.nn.GELU(approximate="tanh"), torch.nn.Dropout(0.1),
+               torch.nn.Linear(hidden, m)] if hidden else [torch.nn.Linear(d, m)])
+    net = torch.nn.Sequential(*layers)
+    _train_torch(net, x, y, int(cand.params["epochs"]), float(cand.params["weight_decay"]), seed)
+    linears = [layer for layer in net if isinstance(layer, torch.nn.Linear)]
+    return {key: value for i, lin in enumerate(linears)
+            for key, value in ((f"w{i}", lin.weight.detach().numpy().T.astype(np.float32)),
+                               (f"b{i}", lin.bias.detach().numpy().astype(np.float32)))}
 
-        class MF(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.proj = torch.nn.Linear(d, dim, bias=False)
-                self.model_emb = torch.nn.Parameter(torch.randn(m, dim) * 0.1)
-                logit_prior = np.log(np.clip(prior, 1e-3, 1 - 1e-3) / (1 - np.clip(prior, 1e-3, 1 - 1e-3)))
-                self.model_bias = torch.nn.Parameter(torch.tensor(logit_prior, dtype=torch.float32))
 
-            def forward(self, inputs):
-                return self.proj(inputs) @ self.model_emb.T + self.model_bias
+@member_fitter("mf")
+def _fit_mf(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
+    import torch
 
-        net = MF()
-        _train_torch(net, x, y, int(cand.params["epochs"]), float(cand.params.get("weight_decay", 1e-4)), seed)
-        return {"proj": net.proj.weight.detach().numpy().T.astype(np.float32),
-                "model_emb": net.model_emb.detach().numpy().astype(np.float32),
-                "model_bias": net.model_bias.detach().numpy().astype(np.float32)}
-    if cand.kind == "dc":
-        return _fit_dual_contrastive(cand, x, y, seed)
-    raise ValueError(f"unknown estimator kind {cand.kind!r}")
+    torch.manual_seed(seed)
+    _, _, prior = _filled(y)
+    d, m = x.shape[1], y.shape[1]
+    dim = int(cand.params["dim"])
+
+    class MF(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(d, dim, bias=False)
+            self.model_emb = torch.nn.Parameter(torch.randn(m, dim) * 0.1)
+            logit_prior = np.log(np.clip(prior, 1e-3, 1 - 1e-3) / (1 - np.clip(prior, 1e-3, 1 - 1e-3)))
+            self.model_bias = torch.nn.Parameter(torch.tensor(logit_prior, dtype=torch.float32))
+
+        def forward(self, inputs):
+            return self.proj(inputs) @ self.model_emb.T + self.model_bias
+
+    net = MF()
+    _train_torch(net, x, y, int(cand.params["epochs"]), float(cand.params.get("weight_decay", 1e-4)), seed)
+    return {"proj": net.proj.weight.detach().numpy().T.astype(np.float32),
+            "model_emb": net.model_emb.detach().numpy().astype(np.float32),
+            "model_bias": net.model_bias.detach().numpy().astype(np.float32)}
+
+
+@member_fitter("dc")
+def _fit_dc(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
+    import torch
+
+    torch.manual_seed(seed)
+    return _fit_dual_contrastive(cand, x, y, seed)
+
+
+@member_fitter("task_mixture")
+def _fit_mixture(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
+    return _fit_task_mixture(cand, x, y, seed, tasks)
 
 
 def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, np.ndarray]:

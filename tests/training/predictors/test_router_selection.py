@@ -322,3 +322,13 @@ def test_known_prompts_are_routed_by_their_observed_scores(tmp_path):
     assert pred.quality[0, :2].tolist() == [0.0, 1.0] and pred.quality[0, 2] == estimate.quality[0, 2]
     assert np.array_equal(pred.quality[1], estimate.quality[1])  # unknown prompts keep the estimate
     assert np.allclose(pred.quality[2], y_known[7]) and pred.best_model()[0] == "medium"
+
+
+def test_every_member_kind_has_a_fitter_and_a_runtime_rule():
+    """A router member kind is one fitter (training) plus one prediction rule (runtime), no if-chains."""
+    from routeforge.artifacts.router import MEMBER_KINDS
+    from routeforge.training.predictors.router_family import MEMBER_FITTERS, Candidate, fit_candidate
+
+    assert set(MEMBER_FITTERS) == set(MEMBER_KINDS) == {"knn", "mlp", "mf", "dc", "task_mixture"}
+    with pytest.raises(ValueError, match="unknown estimator kind 'spline'"):
+        fit_candidate(Candidate("spline"), np.zeros((2, 3)), np.zeros((2, 2)))
