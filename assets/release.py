@@ -1,6 +1,6 @@
 """`release_gate`: after registration, promote the new version to `champion` only if it earns it.
 
-The rules and the evaluation are `artifacts.release`'s (the CLI's `bundle promote` applies the same);
+The rules and the evaluation are `registry.release`'s (the CLI's `bundle promote` applies the same);
 this asset supplies what only the pipeline knows: whether every asset check of this run passed, the
 fleet file's rules, and, for the first registration, the evaluation set to freeze (the routing
 table's test split, every model's true quality per prompt).

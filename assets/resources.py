@@ -140,7 +140,7 @@ class MlflowRegistry(dg.ConfigurableResource):
     ui_url: str | None = None  # the MLflow UI for run links (default: the server, or `make mlflow-ui`'s)
 
     def run_context(self, context: dg.AssetExecutionContext):
-        """This step's place in the MLflow run tree (`artifacts.publish.RunContext`)."""
+        """This step's place in the MLflow run tree (`registry.publish.RunContext`)."""
         from routeforge.registry.publish import RunContext
 
         tags = context.run.tags
@@ -151,7 +151,7 @@ class MlflowRegistry(dg.ConfigurableResource):
     def log_report(self, context: dg.AssetExecutionContext, run_name: str, metrics: dict[str, float],
                    files: list[Path], tags: dict[str, str] | None = None,
                    curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
-        """A child run of the pipeline run for this asset (`artifacts.publish.log_report`)."""
+        """A child run of the pipeline run for this asset (`registry.publish.log_report`)."""
         from routeforge.registry.publish import log_report
 
         return log_report(tracking_uri=self.tracking_uri, experiment=self.experiment,
@@ -170,7 +170,7 @@ class MlflowRegistry(dg.ConfigurableResource):
         return dg.MetadataValue.url(f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}")
 
     def publish(self, **kwargs: Any):
-        """`artifacts.publish.publish_bundle` under this registry's name, experiment and alias."""
+        """`registry.publish.publish_bundle` under this registry's name, experiment and alias."""
         from routeforge.registry.publish import publish_bundle
 
         return publish_bundle(name=self.model_name, tracking_uri=self.tracking_uri, experiment=self.experiment,

@@ -52,7 +52,7 @@ class RegistrySettings(_Strict):
 
 
 class ReleaseSettings(_Strict):
-    """The release gate after each registration (`artifacts.release`): the challenger becomes
+    """The release gate after each registration (`registry.release`): the challenger becomes
     `champion` only when no metric regresses beyond its tolerance against the champion on the frozen
     evaluation set, or, for the first version, when it clears every floor. Metrics: router_quality,
     gap_closed, task_classifier_top1, policy/<name>/simulator_qos (higher is better),
