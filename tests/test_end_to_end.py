@@ -2,12 +2,9 @@
 
 import json
 import os
-import signal
-import socket
 import stat
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +15,10 @@ import pytest
 from routeforge.artifacts.loader import load_bundle
 from routeforge.core.config import load_fleet
 from routeforge.pipelines.run import run_pipeline
+from routeforge.profiling.local_server import free_port, wait_healthy
 
 from tests.conftest import CONFIGS, REPO
+from tests.services import child
 from tools.runtime_probe import PROMPTS
 from tools.runtime_venv import clean_env, installed, make_runtime_venv
 
@@ -298,42 +297,20 @@ def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_
     priced = model.predict(pd.DataFrame({"prompt": prompts}), params={"lam": 1e6})
     assert priced["route_to"].tolist() == route(load_bundle(tmp_path / "bundle"), prompts, 1e6)["route_to"]
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "mlflow")
-    log = open(tmp_path / "serve.log", "w")
-    server = subprocess.Popen([exe, "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1",
-                               "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                              env={**os.environ, "MLFLOW_TRACKING_URI": demo.tracking,  # uvicorn beside mlflow
-                                   "PATH": f"{os.path.dirname(exe)}{os.pathsep}{os.environ.get('PATH', '')}"})
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            time.sleep(1)
-        else:
-            pytest.fail("mlflow models serve did not answer /ping within 180 s")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": demo.tracking,  # uvicorn is found beside mlflow
+           "PATH": f"{os.path.dirname(exe)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    command = [exe, "models", "serve", "-m", uri, "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    with child(command, tmp_path / "serve.log", env=env) as server:
+        wait_healthy(server, f"http://127.0.0.1:{port}/ping", tmp_path / "serve.log", timeout_s=180)
         answer = requests.post(f"http://127.0.0.1:{port}/invocations", timeout=120, json={
             "dataframe_split": {"columns": ["prompt"], "data": [[p] for p in prompts]}, "params": {"lam": 0.0}})
-        assert answer.status_code == 200, answer.text
-        rows = answer.json()["predictions"]
-        assert [r["route_to"] for r in rows] == expected["route_to"]
-        assert [r[f"quality/{m}"] for r in rows for m in demo.config.model_names] == [
-            expected[f"quality/{m}"][i] for i in range(len(prompts)) for m in demo.config.model_names]
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
-        log.close()
+    assert answer.status_code == 200, answer.text
+    rows = answer.json()["predictions"]
+    assert [r["route_to"] for r in rows] == expected["route_to"]
+    assert [r[f"quality/{m}"] for r in rows for m in demo.config.model_names] == [
+        expected[f"quality/{m}"][i] for i in range(len(prompts)) for m in demo.config.model_names]
 
 
 def test_routerbench_end_to_end(config_copy, state_dir):
