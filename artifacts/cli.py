@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 
 import click
-from routeforge.artifacts.loader import BundleVerificationError, fetch, load_bundle, read_manifest, verify_bundle
+from routeforge.artifacts.loader import (
+    BundleVerificationError,
+    fetch,
+    load_bundle,
+    read_manifest,
+    resolve_key,
+    trusted_key,
+    verify_bundle,
+)
 from routeforge.artifacts.registry import download_bundle
 
 LOCAL_STORE = Path(".state") / "mlflow.db"  # where `make demo` keeps its registry
@@ -26,6 +34,20 @@ TRACKING_OPTION = _TRACKING = click.option(
     help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI, else ./.state/mlflow.db "
          "when it exists).",
 )
+
+
+def signature_options(command):
+    """`--public-key` and `--insecure-skip-signature` for every command that reads a bundle; the
+    command receives `public_key` and `allow_unsigned` (see `routeforge.artifacts.loader.verify_bundle`)."""
+    command = click.option(
+        "--insecure-skip-signature", "allow_unsigned", is_flag=True,
+        help="Load a bundle whose signature cannot be checked (unsigned, or no trusted key): checksums only. "
+             "Said on standard error.")(command)
+    return click.option(
+        "--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+        envvar="ROUTEFORGE_PUBLIC_KEY",
+        help="Ed25519 public key (PEM) the bundle must be signed by (default: $ROUTEFORGE_PUBLIC_KEY, else for "
+             "models:/ the key the registry recorded). Without any, the bundle is refused.")(command)
 
 
 PLUGIN_GROUP = "routeforge.commands"  # entry points adding commands from higher layers (`config`)
@@ -111,17 +133,15 @@ def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
 
 @bundle.command()
 @click.argument("ref")
-@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              envvar="ROUTEFORGE_PUBLIC_KEY",
-              help="Ed25519 public key (PEM) the manifest must be signed by ($ROUTEFORGE_PUBLIC_KEY); "
-                   "without it only checksums are checked.")
+@signature_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @_TRACKING
-def verify(ref: str, public_key: Path | None, as_json: bool, tracking_uri: str | None) -> None:
-    """Check schema version, every file's sha256 and (with --public-key) the manifest's signature;
-    exit 1 naming the offending files or the reason the signature is refused."""
+def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: bool, tracking_uri: str | None) -> None:
+    """Check the manifest's signature, schema version and every file's sha256; exit 1 naming the
+    offending files or the reason the signature is refused (no trusted key is a refusal too)."""
     try:
-        manifest = verify_bundle(fetch(ref, tracking_uri=tracking_uri), public_key)
+        key = resolve_key(ref, public_key, tracking_uri)
+        manifest = verify_bundle(fetch(ref, tracking_uri=tracking_uri), key, allow_unsigned)
     except BundleVerificationError as exc:
         if as_json:
             click.echo(json.dumps({"ok": False, "ref": ref, "error": str(exc)}))
@@ -129,11 +149,13 @@ def verify(ref: str, public_key: Path | None, as_json: bool, tracking_uri: str |
             click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
     n = sum(len(c.files) for c in manifest.components)
+    source = public_key or ("$ROUTEFORGE_PUBLIC_KEY" if trusted_key(None) else "the key the registry recorded")
     if as_json:
         click.echo(json.dumps({"ok": True, "ref": ref, "name": manifest.name, "version": manifest.version,
-                               "files": n, "signature": "valid" if public_key else "not checked"}))
+                               "files": n, "signature": "valid" if key is not None else "not checked"}))
         return
-    signed = f"; signature by {public_key} valid" if public_key else " (signature not checked: no --public-key)"
+    signed = (f"; signature by {source} valid" if key is not None
+              else " (signature NOT checked: --insecure-skip-signature)")
     click.echo(f"OK: {manifest.name} version {manifest.version}, {n} files verified{signed}")
 
 
@@ -151,11 +173,13 @@ def download(ref: str, dst: Path, tracking_uri: str | None) -> None:
 @click.argument("ref")
 @click.argument("prompts", nargs=-1, required=True)
 @click.option("--lam", default=0.0, show_default=True, help="cost weight λ in quality − λ·cost")
+@signature_options
 @_TRACKING
-def predict(ref: str, prompts: tuple[str, ...], lam: float, tracking_uri: str | None) -> None:
+def predict(ref: str, prompts: tuple[str, ...], lam: float, public_key: Path | None, allow_unsigned: bool,
+            tracking_uri: str | None) -> None:
     """Predicted per-model quality, output tokens and cost for PROMPTS, and the chosen model: by the
     bundle's router where it has one (chosen by cross-validation), else by its KNN estimator."""
-    loaded = load_bundle(ref, tracking_uri=tracking_uri)
+    loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
     if any(c.kind == "router" for c in loaded.manifest.components):
         pred = loaded.router().predict(list(prompts))
         choice, estimator = pred.best_model(lam), "router"

@@ -7,17 +7,23 @@ one this loader reads, and every listed file matches its sha256 (no file missing
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
-from routeforge.artifacts.registry import download_bundle, is_remote_uri
+from routeforge.artifacts.registry import download_bundle, is_remote_uri, recorded_public_key
 from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem
 from routeforge.artifacts.writer import sha256_file
 
 SUPPORTED_MAJOR = MANIFEST_SCHEMA_VERSION.split(".")[0]
+PUBLIC_KEY_ENV = "ROUTEFORGE_PUBLIC_KEY"
+NO_KEY = ("no trusted public key to check its signature with: pass public_key= (--public-key), set "
+          f"${PUBLIC_KEY_ENV}, load it by models:/ URI from a registry that records its key, or opt out "
+          "explicitly with allow_unsigned=True (--insecure-skip-signature)")
 
 
 class BundleVerificationError(Exception):
@@ -61,16 +67,28 @@ def _unsafe_path(rel: str) -> str | None:
     return None
 
 
-def verify_bundle(root: Path, public_key: Path | None = None) -> Manifest:
-    """Check every checksum; raise naming each mismatched, missing or unlisted file.
+def trusted_key(public_key: Path | str | bytes | None) -> Path | bytes | None:
+    """The key to verify with: the one given, else the file $ROUTEFORGE_PUBLIC_KEY names, else None."""
+    if public_key:
+        return public_key if isinstance(public_key, bytes) else Path(public_key)
+    return Path(os.environ[PUBLIC_KEY_ENV]) if os.environ.get(PUBLIC_KEY_ENV) else None
+
+
+def verify_bundle(root: Path, public_key: Path | str | bytes | None = None, allow_unsigned: bool = False) -> Manifest:
+    """Check the signature and every checksum; raise naming each problem.
 
     Refused before any file is read: a manifest path that could leave the bundle folder (absolute,
-    `..`), and any symbolic link inside the bundle (it could point anywhere). With `public_key`, the
-    manifest must also carry a valid Ed25519 signature by that key's owner (`artifacts.signing`):
-    an unsigned bundle, one signed by another key and one whose files and checksums were rewritten
-    together are refused, naming the reason."""
+    `..`), and any symbolic link inside the bundle (it could point anywhere). The manifest must carry
+    a valid Ed25519 signature by the trusted key's owner (`public_key`, a PEM path or PEM bytes, else
+    $ROUTEFORGE_PUBLIC_KEY): an unsigned bundle, one signed by another key and one whose files and
+    checksums were rewritten together are refused, naming the reason. Without a trusted key the
+    bundle is refused too, unless the caller opts out with `allow_unsigned=True`, which is said on
+    standard error (a signature proves who made the bundle; checksums alone only that it is whole)."""
     root = Path(root)
     manifest = read_manifest(root)
+    key = trusted_key(public_key)
+    if key is None and not allow_unsigned:
+        raise BundleVerificationError(f"bundle at {root} refused: {NO_KEY}")
     present = sorted(root.rglob("*"))
     unsafe = [f"{e.path}: {why}" for c in manifest.components for e in c.files
               if (why := _unsafe_path(e.path)) is not None]
@@ -78,9 +96,12 @@ def verify_bundle(root: Path, public_key: Path | None = None) -> Manifest:
                for p in present if p.is_symlink()]
     if unsafe:
         raise BundleVerificationError(f"bundle at {root} refused: " + "; ".join(unsafe))
-    if public_key is not None:
+    if key is None:
+        print(f"routeforge: WARNING: the signature of the bundle at {root} was NOT verified "
+              "(allow_unsigned / --insecure-skip-signature)", file=sys.stderr)
+    else:
         try:
-            problem = signature_problem(root, Path(public_key))
+            problem = signature_problem(root, key)
         except ValueError as exc:
             raise BundleVerificationError(f"public key: {exc}") from exc
         if problem is not None:
@@ -224,8 +245,21 @@ class RouterBundle:
 
 
 def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | None = None,
-                public_key: Path | None = None) -> RouterBundle:
-    """Load a bundle from a folder or `models:/<name>@<alias>`; verifies before returning (with
-    `public_key`, its signature too: see `verify_bundle`)."""
+                public_key: Path | str | bytes | None = None, allow_unsigned: bool = False) -> RouterBundle:
+    """Load a bundle from a folder or `models:/<name>@<alias>`; verifies its signature and files
+    before returning (`verify_bundle`). For a `models:/` URI with no key given or in
+    $ROUTEFORGE_PUBLIC_KEY, the public key the registry recorded for that model is trusted
+    (`routeforge.artifacts.registry.recorded_public_key`; only the pipeline's writer account can set it)."""
     root = fetch(str(ref), dst, tracking_uri)
-    return RouterBundle(root=root, manifest=verify_bundle(root, public_key))
+    return RouterBundle(root=root, manifest=verify_bundle(root, resolve_key(ref, public_key, tracking_uri),
+                                                          allow_unsigned))
+
+
+def resolve_key(ref: str | Path, public_key: Path | str | bytes | None = None,
+                tracking_uri: str | None = None) -> Path | bytes | None:
+    """The key a bundle at `ref` must be signed with: `public_key`, else $ROUTEFORGE_PUBLIC_KEY, else
+    for `models:/` the key the registry recorded for the model; None when there is none."""
+    key = trusted_key(public_key)
+    if key is None and str(ref).startswith("models:/"):
+        key = recorded_public_key(str(ref), tracking_uri)
+    return key

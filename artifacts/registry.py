@@ -39,8 +39,9 @@ def download_artifacts(uri: str, dst: Path | None = None) -> Path:
 
 def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
     """Download the bundle of `models:/name@alias` (or runs:/…) into `dst` (a fresh temp folder by
-    default; an existing `dst` must be empty) and return `dst`, which then holds the bundle's files
-    (the MLflow model's other files, MLmodel and the environment, are not kept)."""
+    default; an existing `dst` must be empty or an earlier download, which is replaced) and return
+    `dst`, which then holds the bundle's files (the MLflow model's other files, MLmodel and the
+    environment, are not kept)."""
     import shutil
     import tempfile
 
@@ -51,12 +52,13 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
     elif not os.environ.get("MLFLOW_TRACKING_URI"):
         raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
-    if dst.exists() and any(dst.iterdir()):
-        raise ValueError(f"{dst} is not empty; download a bundle into a new or empty folder")
-    dst.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
+        raise ValueError(f"{dst} is not empty and holds no bundle; download into a new or empty folder")
+    dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=dst.parent) as tmp:
         inner = bundle_folder(download_artifacts(uri, Path(tmp)))
-        dst.rmdir()
+        if dst.exists():  # empty, or an earlier download: replaced only once the new one is complete
+            shutil.rmtree(dst)
         shutil.move(str(inner), str(dst))
     return dst
 
@@ -71,3 +73,23 @@ def bundle_folder(downloaded: Path) -> Path:
     if len(inner) > 1:
         raise ValueError(f"{downloaded}: {len(inner)} bundles in one model ({[p.name for p in inner]})")
     return inner[0] if inner else downloaded
+
+
+PUBLIC_KEY_TAG = "routeforge.public_key"  # on the registered model: the PEM its versions are signed with
+
+
+def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | None:
+    """The signing key's public PEM the pipeline recorded on the registered model of `models:/<name>…`,
+    or None. Trusting it is trusting whoever may tag that model: with an authenticated MLflow server
+    (deploy/), the pipeline's writer account only."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    name = uri.removeprefix("models:/").split("@", 1)[0].split("/", 1)[0]
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+    try:
+        pem = mlflow.MlflowClient().get_registered_model(name).tags.get(PUBLIC_KEY_TAG)
+    except MlflowException:
+        return None
+    return pem.encode() if pem else None

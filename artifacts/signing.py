@@ -61,17 +61,27 @@ def _load_private(path: Path):
     return key
 
 
-def load_public_key(path: Path):
+def load_public_key(source: Path | bytes):
+    """An Ed25519 public key from a PEM file, or from PEM bytes (a key recorded in the registry)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    where = "recorded public key" if isinstance(source, bytes) else str(source)
     try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path}: not a PEM public key ({exc})") from exc
+        key = serialization.load_pem_public_key(source if isinstance(source, bytes) else Path(source).read_bytes())
+    except (ValueError, TypeError, OSError) as exc:
+        raise ValueError(f"{where}: not a PEM public key ({exc})") from exc
     if not isinstance(key, Ed25519PublicKey):
-        raise ValueError(f"{path}: a {type(key).__name__}, not an Ed25519 public key")
+        raise ValueError(f"{where}: a {type(key).__name__}, not an Ed25519 public key")
     return key
+
+
+def public_key_pem(private_key: Path) -> str:
+    """The PEM of the public half of the private key at `private_key` (recorded in the registry)."""
+    from cryptography.hazmat.primitives import serialization
+
+    return _load_private(private_key).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
 
 def key_id(public_key) -> str:
@@ -91,7 +101,7 @@ def sign_bundle(root: Path, private_key: Path) -> str:
     return kid
 
 
-def signature_problem(root: Path, public_key: Path) -> str | None:
+def signature_problem(root: Path, public_key: Path | bytes) -> str | None:
     """Why `root` does not carry a valid signature by `public_key`'s owner, or None when it does."""
     from cryptography.exceptions import InvalidSignature
 

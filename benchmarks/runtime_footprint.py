@@ -33,7 +33,7 @@ import sys, json
 from routeforge.artifacts.loader import load_bundle
 from routeforge.training.embeddings import encode
 from tools.runtime_probe import PROMPTS
-bundle = load_bundle(sys.argv[1])
+bundle = load_bundle(sys.argv[1], public_key=sys.argv[2])
 router = bundle.router()
 side = router.meta["encoder"].get("truncation_side", "right")
 pred = router.apply_recall(PROMPTS, router.predict_embeddings(encode(PROMPTS, router.meta["encoder"]["ref"],
@@ -42,7 +42,7 @@ print(json.dumps({"route_to": pred.best_model(0.0), "seconds_to_first_route": ti
 """
 
 
-def _demo_bundle(work: Path) -> Path:
+def _demo_bundle(work: Path) -> tuple[Path, Path]:
     import os
 
     import dagster as dg
@@ -55,8 +55,9 @@ def _demo_bundle(work: Path) -> Path:
     config = REPO / "configs" / "demo.yaml"
     with dg.instance_for_test() as instance:
         out = run_pipeline(config, instance)
-    load_bundle(out["uri"], work / "bundle", load_fleet(config).registry.tracking_uri)
-    return work / "bundle"
+    fleet = load_fleet(config)
+    load_bundle(out["uri"], work / "bundle", fleet.registry.tracking_uri)
+    return work / "bundle", fleet.storage_root / "keys" / "bundle-signing.key.pub"
 
 
 def _cold_starts(command: list[str], runs: int) -> dict:
@@ -77,11 +78,12 @@ def _cold_starts(command: list[str], runs: int) -> dict:
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--bundle", type=Path, default=None, help="a bundle folder (default: run the demo pipeline)")
+    p.add_argument("--public-key", type=Path, default=None, help="the key --bundle is signed with")
     args = p.parse_args()
     runs = 1 if args.quick else 3
     with tempfile.TemporaryDirectory(prefix="runtime-footprint-") as tmp:
         work = Path(tmp)
-        bundle = args.bundle or _demo_bundle(work)
+        bundle, key = (args.bundle, args.public_key) if args.bundle else _demo_bundle(work)
         start = time.perf_counter()
         python = make_runtime_venv(work / "runtime")
         install_s = time.perf_counter() - start
@@ -89,11 +91,13 @@ def main() -> None:
         out = {
             "bundle_bytes": sum(f.stat().st_size for f in Path(bundle).rglob("*") if f.is_file()),
             "runtime": {"install_s": install_s, "site_packages_bytes": site_packages_bytes(python),
-                        "packages": installed(python), **_cold_starts([str(python), probe, str(bundle)], runs)},
+                        "packages": installed(python),
+                        **_cold_starts([str(python), probe, str(bundle), str(key)], runs)},
             "full_install_onnx": {"site_packages_bytes": site_packages_bytes(Path(sys.executable)),
                                   "packages": len(installed(Path(sys.executable))),
-                                  **_cold_starts([sys.executable, probe, str(bundle)], runs)},
-            "full_install_pytorch_encoder": _cold_starts([sys.executable, "-c", PYTORCH_PROBE, str(bundle)], runs),
+                                  **_cold_starts([sys.executable, probe, str(bundle), str(key)], runs)},
+            "full_install_pytorch_encoder": _cold_starts([sys.executable, "-c", PYTORCH_PROBE, str(bundle), str(key)],
+                                                         runs),
         }
     out["runtime"]["package_count"] = len(out["runtime"]["packages"])
     out["size_ratio_full_over_runtime"] = (out["full_install_onnx"]["site_packages_bytes"]

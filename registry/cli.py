@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 from routeforge.artifacts.cli import TRACKING_OPTION as _TRACKING
+from routeforge.artifacts.cli import signature_options
 from routeforge.artifacts.loader import BundleVerificationError
 
 
@@ -25,12 +26,12 @@ def _registry(name: str, tracking_uri: str | None):
 @click.command()
 @click.argument("name")
 @click.option("--version", "version", default=None, help="the version to promote (default: the latest)")
-@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              envvar="ROUTEFORGE_PUBLIC_KEY", help="verify both bundles' signatures with this key")
+@signature_options
 @click.option("--force", is_flag=True, help="promote even where the rules say no (needs --reason)")
 @click.option("--reason", default=None, help="why; recorded on the model version with who asked")
 @_TRACKING
-def promote(name: str, version: str | None, public_key: Path | None, force: bool, reason: str | None,
+def promote(name: str, version: str | None, public_key: Path | None, allow_unsigned: bool, force: bool,
+            reason: str | None,
             tracking_uri: str | None) -> None:
     """Gate VERSION of NAME against the current champion on the frozen evaluation set, with the
     rules recorded at its registration (the pipeline's release gate), and move `champion` if it
@@ -45,7 +46,8 @@ def promote(name: str, version: str | None, public_key: Path | None, force: bool
     try:
         version = version or registry.latest_version()
         with tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
-            decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason)
+            decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason,
+                            allow_unsigned=allow_unsigned)
     except (ValueError, BundleVerificationError) as exc:
         click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)

@@ -11,7 +11,8 @@ for a bundle trained without router selection) and per model `quality/<m>`, `cos
 `output_tokens/<m>` (NaN where the training data had none).
 
 Loading verifies the bundle as `load_bundle` does: every checksum, and the signature against the
-trusted key in $ROUTEFORGE_PUBLIC_KEY when it is set.
+trusted key in $ROUTEFORGE_PUBLIC_KEY; without one the model refuses to load unless
+$ROUTEFORGE_INSECURE_SKIP_SIGNATURE=1 says to skip the signature (which is printed).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
-from routeforge.artifacts.loader import RouterBundle, load_bundle
+from routeforge.artifacts.loader import RouterBundle, load_bundle, read_manifest
 
 BUNDLE_ARTIFACT = "bundle"
+SKIP_SIGNATURE_ENV = "ROUTEFORGE_INSECURE_SKIP_SIGNATURE"
 MODEL_NAME_IN_RUN = "router_bundle"
 ENTRY = Path(__file__).with_name("pyfunc_entry.py")
 EXAMPLE_PROMPTS = ["What is 15 plus 27?", "Translate to French: good morning"]
@@ -51,8 +53,8 @@ class RouterModel(mlflow.pyfunc.PythonModel):
     """pyfunc wrapper: `load_context` verifies and loads the bundle, `predict` routes prompts."""
 
     def load_context(self, context) -> None:
-        key = os.environ.get("ROUTEFORGE_PUBLIC_KEY")
-        self.bundle = load_bundle(context.artifacts[BUNDLE_ARTIFACT], public_key=Path(key) if key else None)
+        skip = os.environ.get(SKIP_SIGNATURE_ENV, "").strip().lower() in ("1", "true", "yes")
+        self.bundle = load_bundle(context.artifacts[BUNDLE_ARTIFACT], allow_unsigned=skip)
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None):
         import pandas as pd
@@ -93,7 +95,7 @@ def log_bundle_model(bundle_dir: Path):
     """Log `bundle_dir` as a pyfunc model into the active run; returns MLflow's ModelInfo."""
     import pandas as pd
 
-    bundle = load_bundle(bundle_dir)  # checksums verified before anything is logged
+    bundle = RouterBundle(Path(bundle_dir), read_manifest(Path(bundle_dir)))  # just written by the publisher
     return mlflow.pyfunc.log_model(
         name=MODEL_NAME_IN_RUN, python_model=str(ENTRY), artifacts={BUNDLE_ARTIFACT: str(bundle_dir)},
         signature=signature(bundle), input_example=pd.DataFrame({"prompt": EXAMPLE_PROMPTS}),

@@ -13,7 +13,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from routeforge.artifacts.manifest import Fleet, Lineage, Manifest
-from routeforge.artifacts.signing import sign_bundle
+from routeforge.artifacts.registry import PUBLIC_KEY_TAG
+from routeforge.artifacts.signing import public_key_pem, sign_bundle
 from routeforge.artifacts.writer import ComponentSource, write_bundle, write_manifest
 from routeforge.registry.store import (
     RegisteredBundle,
@@ -92,6 +93,8 @@ def publish_bundle(
                 tags["signing_key_id"] = run_tags["routeforge.signing_key_id"] = sign_bundle(staging_dir, signing_key)
             mlflow.set_tags(run_tags)
             registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags)
+            if signing_key is not None:  # what `load_bundle("models:/…")` trusts when given no key
+                mlflow.MlflowClient().set_registered_model_tag(name, PUBLIC_KEY_TAG, public_key_pem(signing_key))
     return registered, manifest
 
 

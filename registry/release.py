@@ -219,12 +219,13 @@ class Registry:
             raise ValueError(f"frozen evaluation set {spec['uri']}: sha256 differs from the pinned one")
         return local, spec["sha256"]
 
-    def metrics_of(self, version: str, evaluation: Path, public_key: Path | None, workdir: Path) -> dict[str, float]:
+    def metrics_of(self, version: str, evaluation: Path, public_key: Path | None, workdir: Path,
+                   allow_unsigned: bool = False) -> dict[str, float]:
         import pyarrow.parquet as pq
         from routeforge.artifacts.loader import load_bundle
 
         bundle = load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
-                             public_key=public_key)
+                             public_key=public_key, allow_unsigned=allow_unsigned)
         return evaluate_bundle(bundle, pq.read_table(evaluation))
 
     def move_champion(self, version: str, decision: Decision, evaluation_sha: str | None) -> None:
@@ -239,7 +240,8 @@ class Registry:
 
 
 def gate(registry: Registry, version: str, public_key: Path | None, workdir: Path, rules: ReleaseRules | None = None,
-         force: bool = False, reason: str | None = None, evaluation: tuple[Path, str] | None = None) -> Decision:
+         force: bool = False, reason: str | None = None, evaluation: tuple[Path, str] | None = None,
+         allow_unsigned: bool = False) -> Decision:
     """Compare `version` with the current champion on the frozen evaluation set (`evaluation`, the
     (path, sha256) `Registry.evaluation_set` gave, or fetched here) and move the alias when the rules
     (the version's own recorded rules unless `rules` is given) allow it, or when forced with a
@@ -252,8 +254,8 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     champion = registry.champion_version()
     if champion == version:
         raise ValueError(f"version {version} of {registry.name!r} is already the champion")
-    challenger_metrics = registry.metrics_of(version, evaluation, public_key, workdir)
-    champion_metrics = (registry.metrics_of(champion, evaluation, public_key, workdir)
+    challenger_metrics = registry.metrics_of(version, evaluation, public_key, workdir, allow_unsigned)
+    champion_metrics = (registry.metrics_of(champion, evaluation, public_key, workdir, allow_unsigned)
                         if champion is not None else None)
     decision = decide(challenger_metrics, champion_metrics, rules, tags.get(CHECKS_TAG) == "true")
     decision.champion_version = champion

@@ -16,6 +16,10 @@ from routeforge.profiling.local_server import free_port, stop, transformers_serv
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
+# the caller's trust settings must not decide a test: each test sets the ones it needs
+TRUST_VARIABLES = ("ROUTEFORGE_PUBLIC_KEY", "ROUTEFORGE_INSECURE_SKIP_SIGNATURE")
+for _name in TRUST_VARIABLES:
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(scope="session")

@@ -104,7 +104,9 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert routed.models == config.model_names and routed.quality.shape == (2, 3)
     assert ((routed.quality >= 0) & (routed.quality <= 1)).all() and set(routed.best_model()) <= set(config.model_names)
     assert router.meta["selection"]["chosen"] and {c.kind for c in bundle.manifest.components} >= {"router"}
-    cli = _routeforge("bundle", "predict", str(tmp_path / "bundle"), unseen[1], tracking_uri=tracking)
+    public = config.storage_root / "keys" / "bundle-signing.key.pub"
+    cli = _routeforge("bundle", "predict", str(tmp_path / "bundle"), unseen[1], "--public-key", str(public),
+                      tracking_uri=tracking)
     assert cli.returncode == 0, cli.stderr
     line = json.loads(cli.stdout.strip().splitlines()[-1])
     assert line["estimator"] == "router" and line["route_to"] in config.model_names
@@ -208,7 +210,7 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
         gate["recommended"], "q_values", "logits")
     assert bundle.manifest.component(bundle.recommended_policy).config["recommended"] is True
     # the bundle's policies and the baselines replayed on the Azure trace's timestamps
-    replay = _routeforge("policies", "evaluate", str(tmp_path / "bundle"), "--trace",
+    replay = _routeforge("policies", "evaluate", str(tmp_path / "bundle"), "--public-key", str(public), "--trace",
                          str(shared_data / "traces" / "azure_llm_inference_conv_2023.csv"), "--requests", "150",
                          "--seeds", "2", "--json", tracking_uri=tracking)
     assert replay.returncode == 0, replay.stderr
@@ -239,7 +241,8 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert ok.returncode == 0 and "signature by" in ok.stdout, ok.stderr
     target = tmp_path / "bundle" / "knn_estimator" / "knn.json"
     target.write_bytes(target.read_bytes().replace(b'"k": 10', b'"k": 11'))
-    bad = _routeforge("bundle", "verify", str(tmp_path / "bundle"), tracking_uri=tracking)
+    bad = _routeforge("bundle", "verify", str(tmp_path / "bundle"), "--public-key", f"{private}.pub",
+                      tracking_uri=tracking)
     assert bad.returncode == 1 and "knn_estimator/knn.json: sha256 mismatch" in bad.stderr
 
     # the same fleet again: every stage is seeded, the measured profiles are kept, so the bundle's
@@ -275,7 +278,7 @@ def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     assert got["tpot_s"] == float(latency["tpot"][0]) and got["ttft_s"] == float(latency["ttft"][0])
 
 
-def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_path):
+def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_path, monkeypatch):
     """`mlflow.pyfunc.load_model("models:/…@champion").predict` and `mlflow models serve` route prompts
     exactly as the runtime's router does."""
     import mlflow
@@ -285,7 +288,12 @@ def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_
 
     uri = "models:/routeforge-demo-router@champion"
     prompts = PROBE_PROMPTS + ["Write a haiku about routers.", "Name the capital of Peru."]
+    public = demo.config.storage_root / "keys" / "bundle-signing.key.pub"
+    monkeypatch.delenv("ROUTEFORGE_PUBLIC_KEY", raising=False)
     mlflow.set_tracking_uri(demo.tracking)
+    with pytest.raises(Exception, match="no trusted public key"):  # signatures are checked as the loader does
+        mlflow.pyfunc.load_model(uri)
+    monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(public))
     model = mlflow.pyfunc.load_model(uri)
     assert [i.name for i in model.metadata.get_input_schema().inputs] == ["prompt"]
     got = model.predict(pd.DataFrame({"prompt": prompts}))
@@ -295,7 +303,8 @@ def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_
         assert got[column].tolist() == values, column  # to the last digit
     assert set(got["route_to"]) <= set(demo.config.model_names) and set(got["estimator"]) == {"router"}
     priced = model.predict(pd.DataFrame({"prompt": prompts}), params={"lam": 1e6})
-    assert priced["route_to"].tolist() == route(load_bundle(tmp_path / "bundle"), prompts, 1e6)["route_to"]
+    assert priced["route_to"].tolist() == route(load_bundle(tmp_path / "bundle", public_key=public), prompts,
+                                                1e6)["route_to"]
 
     port = free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "mlflow")

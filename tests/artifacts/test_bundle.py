@@ -18,7 +18,7 @@ def bundle(tmp_path, component, fleet):
 
 
 def test_manifest_lists_every_file_with_checksums(bundle):
-    manifest = verify_bundle(bundle)
+    manifest = verify_bundle(bundle, allow_unsigned=True)
     paths = [f.path for f in manifest.components[0].files]
     assert paths == ["knn_estimator/index.bin", "knn_estimator/nested/meta.json"]
     assert manifest.components[0].metrics == {"acc": 0.5}
@@ -31,14 +31,14 @@ def test_one_changed_byte_fails_naming_the_file(bundle):
     data[100] ^= 0x01
     target.write_bytes(bytes(data))
     with pytest.raises(BundleVerificationError, match="knn_estimator/index.bin: sha256 mismatch"):
-        verify_bundle(bundle)
+        verify_bundle(bundle, allow_unsigned=True)
 
 
 def test_missing_and_unlisted_files_are_named(bundle):
     (bundle / "knn_estimator" / "nested" / "meta.json").unlink()
     (bundle / "knn_estimator" / "extra.txt").write_text("sneaky")
     with pytest.raises(BundleVerificationError) as err:
-        verify_bundle(bundle)
+        verify_bundle(bundle, allow_unsigned=True)
     assert "knn_estimator/nested/meta.json: missing" in str(err.value)
     assert "knn_estimator/extra.txt: not listed in the manifest" in str(err.value)
 
@@ -48,11 +48,11 @@ def test_schema_version_and_schema_violations_are_refused(bundle):
     raw = json.loads(path.read_text())
     path.write_text(json.dumps({**raw, "schema_version": "2.0"}))
     with pytest.raises(BundleVerificationError, match="schema_version 2.0"):
-        verify_bundle(bundle)
+        verify_bundle(bundle, allow_unsigned=True)
     raw["components"][0]["files"][0]["sha256"] = "xyz"
     path.write_text(json.dumps(raw))
     with pytest.raises(BundleVerificationError, match="field components/0/files/0/sha256"):
-        verify_bundle(bundle)
+        verify_bundle(bundle, allow_unsigned=True)
 
 
 def test_checked_in_json_schema_matches_the_dataclasses():
@@ -73,12 +73,12 @@ def test_checked_in_json_schema_matches_the_dataclasses():
 
 def test_cli_inspect_and_verify(bundle):
     runner = CliRunner()
-    ok = runner.invoke(main, ["bundle", "verify", str(bundle)])
+    ok = runner.invoke(main, ["bundle", "verify", str(bundle), "--insecure-skip-signature"])
     assert ok.exit_code == 0 and "2 files verified" in ok.output
     shown = runner.invoke(main, ["bundle", "inspect", str(bundle)])
     assert shown.exit_code == 0 and "knn_estimator [knn_estimator, test] 2 files" in shown.output
     (bundle / "knn_estimator" / "index.bin").write_bytes(b"changed")
-    bad = runner.invoke(main, ["bundle", "verify", str(bundle)])
+    bad = runner.invoke(main, ["bundle", "verify", str(bundle), "--insecure-skip-signature"])
     assert bad.exit_code == 1 and "knn_estimator/index.bin: sha256 mismatch" in bad.output
 
 

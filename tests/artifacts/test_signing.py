@@ -51,7 +51,7 @@ def test_files_and_checksums_rewritten_together_are_refused(signed, keys):
     entry = raw["components"][0]["files"][0]
     entry["sha256"], entry["bytes"] = sha256_file(target), target.stat().st_size
     (signed / MANIFEST_FILE).write_text(json.dumps(raw, indent=2))
-    verify_bundle(signed)  # consistent: checksums alone cannot tell
+    verify_bundle(signed, allow_unsigned=True)  # consistent: checksums alone cannot tell
     with pytest.raises(BundleVerificationError, match="bad signature: manifest.json was changed after it was signed"):
         verify_bundle(signed, public_key=keys[1])
     with pytest.raises(BundleVerificationError, match="bad signature"):
@@ -79,23 +79,74 @@ def test_manifest_paths_that_leave_the_bundle_are_refused(signed, path):
     raw["components"][0]["files"][0]["path"] = path
     (signed / MANIFEST_FILE).write_text(json.dumps(raw))
     with pytest.raises(BundleVerificationError, match="refused: .*(leaves the bundle folder|absolute)"):
-        verify_bundle(signed)
+        verify_bundle(signed, allow_unsigned=True)
 
 
 def test_a_symbolic_link_in_the_bundle_is_refused(signed, tmp_path):
     (tmp_path / "secret").write_text("outside")
     (signed / "knn_estimator" / "link").symlink_to(tmp_path / "secret")
     with pytest.raises(BundleVerificationError, match="knn_estimator/link: a symbolic link"):
-        verify_bundle(signed)
+        verify_bundle(signed, allow_unsigned=True)
 
 
 def test_cli_verify_with_a_public_key(signed, keys, tmp_path):
     runner = CliRunner()
     ok = runner.invoke(main, ["bundle", "verify", str(signed), "--public-key", str(keys[1])])
     assert ok.exit_code == 0 and f"signature by {keys[1]} valid" in ok.output
-    unchecked = runner.invoke(main, ["bundle", "verify", str(signed)])
-    assert unchecked.exit_code == 0 and "signature not checked" in unchecked.output
+    keyless = runner.invoke(main, ["bundle", "verify", str(signed)])
+    assert keyless.exit_code == 1 and "no trusted public key" in keyless.output
+    unchecked = runner.invoke(main, ["bundle", "verify", str(signed), "--insecure-skip-signature"])
+    assert unchecked.exit_code == 0 and "signature NOT checked" in unchecked.output
     other = generate_key_pair(tmp_path / "o" / "k")
     refused = runner.invoke(main, ["bundle", "verify", str(signed), "--public-key", str(other)])
     assert refused.exit_code == 1 and "FAILED" in refused.output and "signed by another key" in refused.output
     assert "Traceback" not in refused.output
+
+
+def test_signatures_are_required_by_default_and_the_opt_out_says_so(signed, keys, tmp_path, monkeypatch, capfd):
+    monkeypatch.delenv("ROUTEFORGE_PUBLIC_KEY", raising=False)
+    for load in (verify_bundle, load_bundle):
+        with pytest.raises(BundleVerificationError, match="no trusted public key .*ROUTEFORGE_PUBLIC_KEY"):
+            load(signed)
+    monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(keys[1]))  # the configured key is used without arguments
+    assert load_bundle(signed).manifest.name == "router"
+    other = generate_key_pair(tmp_path / "other" / "k")
+    monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(other))
+    with pytest.raises(BundleVerificationError, match="signed by another key"):
+        load_bundle(signed)
+    (signed / SIGNATURE_FILE).unlink()
+    with pytest.raises(BundleVerificationError, match="unsigned"):
+        load_bundle(signed)
+    monkeypatch.delenv("ROUTEFORGE_PUBLIC_KEY")
+    capfd.readouterr()
+    assert load_bundle(signed, allow_unsigned=True).manifest.name == "router"
+    warned = capfd.readouterr().err
+    assert "signature of the bundle at" in warned and "NOT verified" in warned
+
+
+@pytest.mark.parametrize("command", [["bundle", "verify"], ["bundle", "predict"], ["policies", "evaluate"]])
+def test_every_command_that_reads_a_bundle_refuses_forged_unsigned_and_other_key_bundles(
+        signed, keys, tmp_path, monkeypatch, command):
+    """With the key configured ($ROUTEFORGE_PUBLIC_KEY) and no key argument: forged, unsigned and
+    other-key bundles are refused in one line, before anything else is done with them."""
+    monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(keys[1]))
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,10,5\n2023-11-16 18:00:01,12,6\n")
+    extra = {"bundle verify": [], "bundle predict": ["hello"], "policies evaluate": ["--trace", str(trace)]}
+    args = extra[" ".join(command)]
+    runner = CliRunner()
+    target = signed / "knn_estimator" / "index.bin"
+    target.write_bytes(b"forged")
+    raw = json.loads((signed / MANIFEST_FILE).read_text())
+    entry = raw["components"][0]["files"][0]
+    entry["sha256"], entry["bytes"] = sha256_file(target), target.stat().st_size
+    (signed / MANIFEST_FILE).write_text(json.dumps(raw, indent=2))
+    forged = runner.invoke(main, [*command, str(signed), *args])
+    assert forged.exit_code == 1 and "bad signature" in forged.output and "Traceback" not in forged.output
+    other_private = tmp_path / "other" / "k"
+    generate_key_pair(other_private)
+    sign_bundle(signed, other_private)
+    assert "signed by another key" in runner.invoke(main, [*command, str(signed), *args]).output
+    (signed / SIGNATURE_FILE).unlink()
+    unsigned = runner.invoke(main, [*command, str(signed), *args])
+    assert unsigned.exit_code == 1 and "unsigned" in unsigned.output

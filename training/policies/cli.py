@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import click
+from routeforge.artifacts.cli import signature_options
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
 
 SHOWN = (("qos_mean", "QoS", 3), ("slo_attainment", "SLO", 3), ("e2e_mean_s", "E2E mean s", 3),
@@ -48,9 +49,11 @@ def policies() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None,
               help="MLflow tracking URI for models:/ references.")
+@signature_options
 def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: int, timestamp: str,
              timestamp_unit: str, prompt_tokens: str, output_tokens: str, fmt: str | None,
-             slo_e2e: float | None, slo_tpot: float | None, as_json: bool, tracking_uri: str | None) -> None:
+             slo_e2e: float | None, slo_tpot: float | None, as_json: bool, tracking_uri: str | None,
+             public_key: Path | None = None, allow_unsigned: bool = False) -> None:
     """Simulate every policy in BUNDLE (a folder or models:/<name>@<alias>) and every baseline on
     the bundle's tiers under the trace's arrivals, rescaled to LOAD of the fleet's capacity."""
     from routeforge.artifacts.loader import load_bundle
@@ -61,7 +64,8 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     times, prompt, output = read_trace(trace, columns=columns)
     if len(times) < 2:
         raise click.UsageError(f"--trace {trace}: {len(times)} row; at least 2 are needed to replay arrivals")
-    bundle = load_bundle(bundle_ref, tracking_uri=tracking_uri)
+    bundle = load_bundle(bundle_ref, tracking_uri=tracking_uri, public_key=public_key,
+                         allow_unsigned=allow_unsigned)
     report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests,
                              slo_e2e_s=slo_e2e, slo_tpot_s=slo_tpot,
                              log=lambda line: click.echo(line, err=True))

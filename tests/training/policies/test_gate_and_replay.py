@@ -158,7 +158,7 @@ def bundle(tmp_path):
 
 
 def test_bundle_recommends_and_returns_its_policy(bundle):
-    loaded = load_bundle(bundle)
+    loaded = load_bundle(bundle, allow_unsigned=True)
     assert sorted(loaded.routing_policies) == ["policy--ddqn_workload_guided", "policy--join_shortest_queue",
                                                "policy--route_balance"]  # random is not exported
     assert loaded.recommended_policy == "policy--join_shortest_queue"
@@ -177,7 +177,7 @@ def test_policies_evaluate_replays_a_trace_with_other_column_names(bundle, tmp_p
     trace = tmp_path / "log.jsonl"
     trace.write_text("".join(json.dumps({"ts_ms": int(t), "in": int(p), "out": int(o)}) + "\n"
                              for t, p, o in zip(stamps, rng.integers(20, 400, 120), rng.integers(5, 120, 120))))
-    result = CliRunner().invoke(main, ["policies", "evaluate", str(bundle), "--trace", str(trace), "--timestamp", "ts_ms",
+    result = CliRunner().invoke(main, ["policies", "evaluate", str(bundle), "--insecure-skip-signature", "--trace", str(trace), "--timestamp", "ts_ms",
                                        "--timestamp-unit", "ms", "--prompt-tokens", "in", "--output-tokens", "out",
                                        "--load", "0.8", "--seeds", "2", "--requests", "50", "--json"])
     assert result.exit_code == 0, result.output
@@ -193,7 +193,7 @@ def test_policies_evaluate_replays_a_trace_with_other_column_names(bundle, tmp_p
         assert row["served"] + row["dropped"] + row["rejected"] == pytest.approx(50)
         assert 0 <= row["qos_mean"] <= 1
     assert rows["join_shortest_queue"]["e2e_p99_s"] >= rows["join_shortest_queue"]["e2e_mean_s"] > 0
-    table = CliRunner().invoke(main, ["policies", "evaluate", str(bundle), "--trace", str(trace), "--timestamp", "ts_ms",
+    table = CliRunner().invoke(main, ["policies", "evaluate", str(bundle), "--insecure-skip-signature", "--trace", str(trace), "--timestamp", "ts_ms",
                                       "--timestamp-unit", "ms", "--prompt-tokens", "in", "--output-tokens", "out",
                                       "--seeds", "1", "--requests", "30"])
     assert table.exit_code == 0, table.output
@@ -209,7 +209,7 @@ def test_policies_evaluate_replays_a_trace_with_other_column_names(bundle, tmp_p
 def test_policies_evaluate_names_the_bad_row_and_column(tmp_path, content, expected):
     trace = tmp_path / "bad.csv"
     trace.write_text(content)
-    result = CliRunner().invoke(main, ["policies", "evaluate", str(tmp_path / "no-bundle"), "--trace", str(trace),
+    result = CliRunner().invoke(main, ["policies", "evaluate", str(tmp_path / "no-bundle"), "--insecure-skip-signature", "--trace", str(trace),
                                        "--timestamp", "t", "--timestamp-unit", "s", "--prompt-tokens", "p",
                                        "--output-tokens", "o"])
     assert result.exit_code == 1
