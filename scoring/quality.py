@@ -202,7 +202,8 @@ class Scorer:
                 quarantine.add(item["prompt_id"], f"code_pass_at_1: {exc}")
         c = self.settings.code
         results = run_many(programs, c.timeout_s, c.memory_mb, c.workers)
-        return [_row(i, "code_pass_at_1", float(res.passed), {"reason": res.reason, "wall_s": round(res.wall_s, 3)})
+        return [_row(i, "code_pass_at_1", float(res.passed),
+                     {"reason": res.reason, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox})
                 for i, res in zip(ready, results)]
 
     def _llm_judge(self, items, quarantine):

@@ -1,15 +1,29 @@
 """pass@1 by running a candidate program with its tests in a sandboxed child process.
 
-Layers, each of which alone stops a class of hostile candidates:
-- a fresh interpreter (`python -I`) in a throwaway working directory, with an environment that holds
-  nothing but PATH and HOME (no secrets to read), in its own session so the whole process group is
-  killed at the wall-clock limit;
+Generated code can be steered by untrusted prompts (traffic logs), so a candidate is treated as
+hostile. Layers, each of which alone stops a class of hostile candidates:
+- a bubblewrap sandbox (Debian's `bubblewrap`; `sandbox_status()` says whether it is in force): new
+  mount, PID, network, IPC and UTS namespaces; a read-only view of `/usr` and the interpreter's own
+  prefix only (no state folder, no keys, no home, no /etc but the loader cache); a private tmpfs
+  (`/sandbox`, bounded) as the only writable place and working directory; every capability dropped
+  and no new privileges; killed with its parent. Run as root (CI, containers), the harness then
+  switches to a user id of its own for the run, so RLIMIT_NPROC bounds a fork bomb (root is exempt
+  from it) and nothing it starts can regain privileges. What `_posixsubprocess.fork_exec` (no audit
+  event), `sqlite3`, `os.mkfifo` or a shell write lands in that tmpfs, which vanishes with the run;
+- a fresh interpreter (`python -I`), with an environment that holds nothing but PATH and HOME (no
+  secrets to read), in its own session so the whole process group is killed at the wall-clock limit;
 - resource limits: address space (huge allocations fail with MemoryError), CPU seconds, file size,
   open files;
 - a CPython audit hook, installed before the candidate runs and impossible to remove, that refuses
   process creation (fork, exec, spawn, subprocess, os.system), signals to other processes, sockets,
   ctypes, and any write, rename, delete or permission change outside the working directory;
-- no network: when `unshare --net` works here the child also runs in an empty network namespace.
+- no network: the sandbox's network namespace is empty (without bubblewrap, `unshare --net` when it
+  works here).
+
+Where bubblewrap is missing or cannot start, the last three layers run alone: `sandbox_status()`
+names the reason and every result's `sandbox` field says which isolation it ran under, so the
+quality table records it. A failure reason is the last line of the candidate's own stderr, at most
+200 printable characters: it never carries what the harness or the host could read.
 
 A test passes only when the harness prints a per-run nonce after the candidate's tests returned;
 exit code 0 alone (e.g. an early `os._exit(0)`) does not count. A candidate that deliberately
@@ -30,9 +44,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 _HARNESS = r'''
 import os, sys
+if len(sys.argv) > 1 and os.getuid() == 0:  # in the sandbox as root: a user id of the run's own
+    _uid = int(sys.argv[1])
+    os.setgroups([])
+    os.setgid(_uid)
+    os.setuid(_uid)
 _nonce = sys.stdin.readline().strip()
 _program = sys.stdin.read()
 _root = os.path.realpath(os.getcwd())
@@ -84,6 +104,68 @@ class ExecResult:
     passed: bool
     reason: str  # "passed", "timeout", "failed: …"
     wall_s: float
+    sandbox: str = "bubblewrap"  # or "fallback: <why bubblewrap is not in force>"
+
+
+SANDBOX_DIR = "/sandbox"
+SANDBOX_TMPFS_BYTES = 64 << 20
+SANDBOX_PROCESSES = 16  # RLIMIT_NPROC for the run's own user id (root only; see the module docstring)
+REASON_CHARS = 200
+
+
+def _interpreter() -> tuple[str, str]:
+    """(the real python binary, the prefix holding its standard library and libpython)."""
+    return os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+
+
+def _bwrap_command(exe: str) -> list[str]:
+    python, prefix = _interpreter()
+    command = [exe, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+               "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for link, target in (("/lib", "usr/lib"), ("/lib64", "usr/lib64"), ("/bin", "usr/bin"), ("/sbin", "usr/sbin")):
+        if os.path.islink(link):
+            command += ["--symlink", target, link]
+        elif os.path.isdir(link):
+            command += ["--ro-bind", link, link]
+    if not prefix.startswith("/usr/"):
+        # its parents (e.g. /root for pyenv) are made traversable: the run's own user id must reach it
+        parents = [str(p) for p in reversed(Path(prefix).parents) if str(p) != "/"]
+        command += [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
+        command += ["--ro-bind", prefix, prefix]
+    if os.path.exists("/etc/ld.so.cache"):
+        command += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    command += ["--proc", "/proc", "--dev", "/dev", "--size", str(SANDBOX_TMPFS_BYTES), "--tmpfs", SANDBOX_DIR,
+                "--chdir", SANDBOX_DIR, "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
+                "--setenv", "HOME", SANDBOX_DIR, "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--cap-drop", "ALL"]
+    if os.geteuid() == 0:  # the harness switches to the run's user id: it needs these two, once
+        command += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return [*command, "--", python]
+
+
+@lru_cache(maxsize=1)
+def sandbox_status() -> str:
+    """"bubblewrap", or "fallback: <why>" when it is not installed or cannot start here."""
+    exe = shutil.which("bwrap")
+    if not exe:
+        return "fallback: bubblewrap is not installed (Debian package `bubblewrap`)"
+    try:
+        probe = subprocess.run([*_bwrap_command(exe), "-I", "-S", "-c", "import os; print(os.getcwd())"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"fallback: bubblewrap did not start ({exc})"
+    if probe.returncode != 0 or probe.stdout.strip() != SANDBOX_DIR:
+        why = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1][:REASON_CHARS]
+        return f"fallback: bubblewrap cannot start here ({why})"
+    return "bubblewrap"
+
+
+def _run_uid() -> int:
+    """A user id no account or other run uses, so RLIMIT_NPROC counts this run's processes alone."""
+    return 200_000 + secrets.randbelow(800_000)
+
+
+def _bounded(text: str) -> str:
+    return "".join(c if c.isprintable() else " " for c in text)[:REASON_CHARS]
 
 
 @lru_cache(maxsize=1)
@@ -99,10 +181,12 @@ def _netns_prefix() -> tuple[str, ...]:
     return (exe, "--net", "--") if ok.returncode == 0 else ()
 
 
-def _limits(memory_mb: int, cpu_s: int):
+def _limits(memory_mb: int, cpu_s: int, processes: int | None = None):
     def apply() -> None:
         import resource
 
+        if processes is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
         resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
@@ -115,23 +199,29 @@ def _limits(memory_mb: int, cpu_s: int):
 def run_program(program: str, timeout_s: float = 10.0, memory_mb: int = 1024) -> ExecResult:
     """Run `program` in the sandbox; passed only if it ran to the end without raising."""
     nonce = secrets.token_hex(16)
-    workdir = tempfile.mkdtemp(prefix="routeforge-exec-")
-    cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _HARNESS]
+    workdir = tempfile.mkdtemp(prefix="routeforge-exec-")  # the fallback's working directory
+    status = sandbox_status()
+    if status == "bubblewrap":
+        cmd = [*_bwrap_command(shutil.which("bwrap")), "-I", "-S", "-B", "-c", _HARNESS, str(_run_uid())]
+        limits = _limits(memory_mb, int(timeout_s) + 1, SANDBOX_PROCESSES if os.geteuid() == 0 else None)
+    else:
+        cmd = [*_netns_prefix(), sys.executable, "-I", "-S", "-B", "-c", _HARNESS]
+        limits = _limits(memory_mb, int(timeout_s) + 1)
     start = time.perf_counter()
     proc = subprocess.Popen(
         cmd, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env={"PATH": "/usr/bin:/bin", "HOME": workdir, "PYTHONDONTWRITEBYTECODE": "1"},
-        start_new_session=True, preexec_fn=_limits(memory_mb, int(timeout_s) + 1),
+        start_new_session=True, preexec_fn=limits,
     )
     try:
         out, err = proc.communicate(f"{nonce}\n{program}".encode(), timeout=timeout_s)
         wall = time.perf_counter() - start
         if proc.returncode == 0 and nonce.encode() in out.splitlines()[-1:]:
-            return ExecResult(True, "passed", wall)
+            return ExecResult(True, "passed", wall, status)
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        return ExecResult(False, f"failed: {tail[0][:300]}", wall)
+        return ExecResult(False, f"failed: {_bounded(tail[0])}", wall, status)
     except subprocess.TimeoutExpired:
-        return ExecResult(False, "timeout", time.perf_counter() - start)
+        return ExecResult(False, "timeout", time.perf_counter() - start, status)
     finally:
         try:
             os.killpg(proc.pid, 9)

@@ -4,11 +4,19 @@ import gzip
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
-from routeforge.scoring.metrics.code_exec import assert_program, humaneval_program, run_many, run_program
+from routeforge.artifacts.signing import generate_key_pair
+from routeforge.scoring.metrics.code_exec import (
+    assert_program,
+    humaneval_program,
+    run_many,
+    run_program,
+    sandbox_status,
+)
 
 
 def test_all_164_canonical_humaneval_solutions_pass(shared_data):
@@ -99,3 +107,53 @@ def test_hostile_candidates_fail_only_themselves(tmp_path, listener, monkeypatch
     assert hits == []  # nothing reached the listener
     assert (outside / "keep.txt").read_text() == "precious" and not (outside / "pwned.txt").exists()
     assert os.getpid() > 0  # and we are still here
+
+
+FORK_EXEC = """
+import _posixsubprocess, os
+def spawn(argv):
+    r, w = os.pipe()
+    pid = _posixsubprocess.fork_exec(argv, [os.fsencode(argv[0])], True, (w,), None, None, -1, -1, -1, -1, -1, -1,
+                                     r, w, True, False, -1, None, None, None, -1, None, False)
+    os.close(w)
+    os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(sandbox_status() != "bubblewrap", reason=f"no bubblewrap sandbox here: {sandbox_status()}")
+def test_escapes_that_beat_the_audit_hook_fail_in_the_sandbox(tmp_path, listener):
+    """Each escape found against the audit-hook sandbox (issue 37) fails inside bubblewrap and
+    leaves nothing outside: process creation without an audit event, sqlite3 and mkfifo writing
+    outside, reading the bundle-signing key into the failure reason, a fork bomb, a connection."""
+    port, hits = listener
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    private = tmp_path / "keys" / "bundle-signing.key"
+    generate_key_pair(private)
+    secret = private.read_text()
+    hostile = {
+        "fork_exec touch": FORK_EXEC + f"spawn(['/usr/bin/touch', {str(outside / 'touched')!r}])\n"
+                                       f"assert os.path.exists({str(outside / 'touched')!r})",
+        "sqlite3 outside": f"import sqlite3\nsqlite3.connect({str(outside / 'x.db')!r}).execute('create table t(x)')",
+        "mkfifo outside": f"import os\nos.mkfifo({str(outside / 'fifo')!r})",
+        "read the signing key": f"raise ValueError(open({str(private)!r}).read())",
+        "fork bomb without an audit event": FORK_EXEC + "while True:\n    spawn(['/bin/sh', '-c', ':(){ :|:& };:'])",
+        "connect from a child": FORK_EXEC + f"spawn(['/bin/bash', '-c', 'echo hi > /dev/tcp/127.0.0.1/{port}'])\n"
+                                            "raise SystemExit(1)",
+        "list the state folder": f"import os\nassert os.listdir({str(tmp_path)!r})",
+    }
+    start = time.perf_counter()
+    results = dict(zip(hostile, run_many(list(hostile.values()), timeout_s=3.0, memory_mb=512)))
+    assert time.perf_counter() - start < 60
+    for name, result in results.items():
+        assert not result.passed and result.sandbox == "bubblewrap", (name, result)
+        assert len(result.reason) <= 220 and "PRIVATE KEY" not in result.reason and secret[40:80] not in result.reason
+    assert list(outside.iterdir()) == [] and hits == []
+    leftover = subprocess.run(["ps", "-eo", "uid=,comm="], capture_output=True, text=True).stdout.split("\n")
+    assert not [line for line in leftover if line.strip() and int(line.split()[0]) >= 200_000]  # all gone
+
+
+def test_the_quality_table_records_the_isolation_each_candidate_ran_under():
+    result = run_program("assert True")
+    assert result.passed and result.sandbox == sandbox_status()
+    assert sandbox_status() == "bubblewrap" or sandbox_status().startswith("fallback: ")
