@@ -58,16 +58,22 @@ def failed_checks(context: dg.AssetExecutionContext) -> list[str]:
 )
 def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                  mlflow: MlflowRegistry, router_bundle: dict, routing_table: pa.Table):
-    if router_bundle.get("unchanged"):
-        context.log.info(f"nothing new: version {router_bundle['registry_version']} already holds this content")
-        yield dg.Output({"promoted": False, "unchanged": True, "version": router_bundle["registry_version"],
-                         "reasons": ["nothing new was registered"]},
-                        metadata={"decision": "nothing new registered", "version": router_bundle["registry_version"]})
-        return
-    config = fleet.config.release
-    rules = ReleaseRules(tolerance=config.tolerance, floors=config.floors, default_tolerance=config.default_tolerance)
     registry = Registry(mlflow.tracking_uri, router_bundle["model_name"])
     version = router_bundle["registry_version"]
+    if router_bundle.get("unchanged"):
+        with registry_lock(mlflow.tracking_uri):
+            decided = registry.gated(version)
+        if decided:
+            context.log.info(f"nothing new: version {version} already holds this content")
+            yield dg.Output({"promoted": False, "unchanged": True, "version": version,
+                             "reasons": ["nothing new was registered"]},
+                            metadata={"decision": "nothing new registered", "version": version})
+            return
+        # a run stopped between registering this version and gating it: gate it now
+        context.log.warning(f"version {version} holds this content but was never gated: gating it now")
+    config = fleet.config.release
+    rules = ReleaseRules(tolerance=config.tolerance, floors=config.floors, default_tolerance=config.default_tolerance,
+                         optional=tuple(config.optional))
     failed = failed_checks(context)
     candidate = write_evaluation_candidate(store, routing_table)
     with registry_lock(mlflow.tracking_uri), tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:

@@ -23,7 +23,9 @@ from pathlib import Path
 import dagster as dg
 from routeforge.assets.resources import PIPELINE_RUN_TAG
 from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
-from routeforge.core.config import load_fleet
+from routeforge.core.config import ConfigError
+from routeforge.core.config.files import load_checked
+from routeforge.core.run_lock import RunLocked, storage_root_lock
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import execute
@@ -37,9 +39,16 @@ def stage_count(config) -> int:
 
 def run_pipeline(
     config_path: str | Path, instance: dg.DagsterInstance | None = None, log_level: str = "INFO",
-    console: ProgressConsole | None = None,
+    console: ProgressConsole | None = None, wait_s: float = 0.0,
 ) -> dict:
-    config = load_fleet(config_path)
+    """Every stage of the fleet in order, holding its storage root's run lock (`core.run_lock`: a
+    second run of the same root waits up to `wait_s` seconds, then refuses in one line)."""
+    config = load_checked(config_path)
+    with storage_root_lock(config.storage.mirror, config.name, wait_s):
+        return _run_stages(config, config_path, instance, log_level, console)
+
+
+def _run_stages(config, config_path, instance, log_level, console) -> dict:
     config.storage.check()  # a missing bucket or wrong credentials stop here, before any work
     defs = build_definitions(config_path)
     if instance is None:
@@ -90,23 +99,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", nargs="?", default=os.environ.get("ROUTEFORGE_CONFIG", "configs/demo.yaml"))
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show every Dagster event, library warning and progress bar on the terminal")
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long for another run of the same storage root to finish (default: refuse)")
     parser.add_argument("--log-file", type=Path, default=None,
                         help="where the run's full output goes (default: .state/logs/<fleet>-<time>.log)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    try:
+        config = load_checked(args.config)
+    except ConfigError as error:  # one line, no traceback: the message names the file and field
+        print(f"routeforge: {error}", file=sys.stderr)
+        return 2
     if args.verbose:
-        out = run_pipeline(args.config)
+        out = run_pipeline(args.config, wait_s=args.wait)
         for label, seconds in out["timings_s"].items():
             print(f"  {label:<40} {seconds:8.1f}s")
     else:
-        config = load_fleet(args.config)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         log_file = args.log_file or Path(".state") / "logs" / f"{config.name}-{stamp}.log"
         print(f"routeforge: fleet {config.name} ({args.config}); full log: {log_file}", flush=True)
         try:
             with output_to_file(log_file) as terminal, ProgressConsole(terminal, stage_count(config)) as console:
                 silence_progress_bars()
-                out = run_pipeline(args.config, console=console)
+                out = run_pipeline(args.config, console=console, wait_s=args.wait)
+        except RunLocked as error:
+            print(f"routeforge: {error}", file=sys.stderr)
+            return 3
         except Exception as error:  # one line on the terminal; the traceback is in the log file
             with open(log_file, "a") as log:
                 traceback.print_exception(error, file=log)

@@ -103,7 +103,8 @@ def build_sensors(config: FleetConfig, config_path: str, jobs: dict) -> list[dg.
 def retrain_all_stages(context: dg.OpExecutionContext, fleet: FleetResource) -> dict:
     from routeforge.pipelines.run import run_pipeline
 
-    out = run_pipeline(fleet.config_path, instance=context.instance)
+    # a scheduled retrain waits for a run already on this storage root (up to an hour) rather than failing
+    out = run_pipeline(fleet.config_path, instance=context.instance, wait_s=3600)
     context.log.info(f"{'nothing new' if out.get('unchanged') else 'registered'}: {out['uri']} "
                      f"version {out['registry_version']}")
     return {k: out[k] for k in ("uri", "registry_version", "bundle_version", "unchanged") if k in out}

@@ -13,6 +13,7 @@ import click
 from routeforge.artifacts.cli import TRACKING_OPTION as _TRACKING
 from routeforge.artifacts.cli import signature_options
 from routeforge.artifacts.loader import BundleVerificationError
+from routeforge.registry.release import gate
 
 
 def _registry(name: str, tracking_uri: str | None):
@@ -72,3 +73,50 @@ def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
     click.echo(f"{name}: champion moved back from version {current} to version {previous}")
 
 
+
+
+@click.command("gate")
+@click.argument("name")
+@click.option("--version", "version", default=None, help="the version to gate (default: every ungated one)")
+@signature_options
+@_TRACKING
+def gate_command(name: str, version: str | None, public_key: Path | None, allow_unsigned: bool,
+                 tracking_uri: str | None) -> None:
+    """Gate the versions of NAME that were registered but never gated (a pipeline run stopped between
+    registration and its gate), oldest first, with the rules recorded at their registration. A version
+    whose asset checks were never recorded counts as failing them. Exit 1 when any is held."""
+    import tempfile
+
+    registry = _registry(name, tracking_uri)
+    versions = [version] if version else registry.ungated_versions()
+    if not versions:
+        click.echo(f"{name}: every version has a gate decision")
+        return
+    held = False
+    for v in versions:
+        if registry.gated(v):
+            raise click.UsageError(f"version {v} of {name} was gated already; use `bundle promote` to re-judge it")
+        with tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
+            decision = gate(registry, v, public_key, Path(tmp), allow_unsigned=allow_unsigned)
+        held |= not decision.promote
+        verdict = "promoted to champion" if decision.promote else "held (stays challenger)"
+        click.echo(f"{name} version {v}: {verdict}; " + "; ".join(decision.reasons))
+    sys.exit(1 if held else 0)
+
+
+@click.command("freeze-evaluation")
+@click.argument("name")
+@click.argument("evaluation", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--reason", required=True, help="why the frozen set is replaced; recorded with who and when")
+@_TRACKING
+def freeze_evaluation(name: str, evaluation: Path, reason: str, tracking_uri: str | None) -> None:
+    """Replace NAME's frozen evaluation set with EVALUATION (parquet: text, task, quality/<model>):
+    every later gate compares versions on it. Recorded in the registered model's
+    `routeforge.evaluation_set_history` tag."""
+    import pyarrow.parquet as pq
+
+    columns = pq.read_schema(evaluation).names
+    if "text" not in columns or not any(c.startswith("quality/") for c in columns):
+        raise click.UsageError(f"{evaluation}: needs a `text` column and `quality/<model>` columns (has {columns})")
+    sha = _registry(name, tracking_uri).replace_evaluation_set(evaluation, reason)
+    click.echo(f"{name}: evaluation set replaced by {evaluation} (sha256 {sha[:12]}…); reason recorded")

@@ -19,8 +19,10 @@ The latency and policy figures are the bundle's own held-out evaluation, not rep
 runtime has no simulator, and a champion's latency records may be ones the challenger trained on.
 
 Rules (`ReleaseRules`, from the fleet file's `release` section): the challenger is promoted only
-when every required check passed and no metric the champion also has regresses by more than its
-tolerance (default 0); with no champion yet, only when it clears every configured floor. The
+when every required check passed and no metric the champion has regresses by more than its
+tolerance (default 0); a metric the champion has and the challenger lacks, or measures as NaN or
+infinite, counts as a regression unless the fleet lists it in `release.optional`. With no champion
+yet, only when it clears every configured floor (a NaN clears none). The
 decision, its reasons and both versions' metrics are written to the challenger's model-version
 tags; the registered model's `routeforge.champion_history` tag lists the champions in order, which
 is what `rollback` walks back. A forced promotion records who asked and why.
@@ -40,6 +42,8 @@ import numpy as np
 CHAMPION = "champion"
 EVALUATION_TAG = "routeforge.evaluation_set"  # registered model: {"uri": ..., "sha256": ...}
 HISTORY_TAG = "routeforge.champion_history"  # registered model: JSON list of versions
+EVALUATION_HISTORY_TAG = "routeforge.evaluation_set_history"  # registered model: every replacement, why
+DECISION_TAG = "gate.decision"  # model version: "promoted" or "held" once gated
 CHECKS_TAG = "checks_passed"  # model version: "true" when every required asset check passed
 RULES_TAG = "release_rules"  # model version: the rules in force when it was registered
 LOWER_IS_BETTER_SUFFIXES = ("_mae_ms", "_mape", "_mean_s")
@@ -50,14 +54,22 @@ class ReleaseRules:
     tolerance: dict[str, float] = field(default_factory=dict)  # metric -> allowed regression
     floors: dict[str, float] = field(default_factory=dict)  # metric -> least acceptable (most, for errors)
     default_tolerance: float = 0.0
+    optional: tuple[str, ...] = ()  # metrics (or `prefix/`) a challenger may lack or measure as NaN
 
     def to_json(self) -> str:
         return json.dumps({"tolerance": self.tolerance, "floors": self.floors,
-                           "default_tolerance": self.default_tolerance}, sort_keys=True)
+                           "default_tolerance": self.default_tolerance, "optional": list(self.optional)},
+                          sort_keys=True)
+
+    def is_optional(self, metric: str) -> bool:
+        return any(metric == o or (o.endswith("/") and metric.startswith(o)) for o in self.optional)
 
     @classmethod
     def from_json(cls, text: str | None) -> ReleaseRules:
-        return cls(**json.loads(text)) if text else cls()
+        if not text:
+            return cls()
+        raw = json.loads(text)
+        return cls(**{**raw, "optional": tuple(raw.get("optional", ()))})
 
 
 def lower_is_better(metric: str) -> bool:
@@ -95,11 +107,22 @@ def decide(challenger: dict[str, float], champion: dict[str, float] | None, rule
             value = challenger.get(metric)
             if value is None:
                 reasons.append(f"{metric}: not measured, floor {floor}")
+            elif not math.isfinite(value):
+                reasons.append(f"{metric} is {value} and clears no floor ({floor:.4g})")
             elif (value > floor) if lower_is_better(metric) else (value < floor):
                 reasons.append(f"{metric} {value:.4g} does not clear the floor {floor:.4g}")
     else:
+        missing = sorted(m for m in set(champion) - set(challenger) if not rules.is_optional(m))
+        if missing:
+            reasons.append(f"missing metrics the champion has: {', '.join(missing)}")
         for metric in sorted(set(challenger) & set(champion)):
             new, old = challenger[metric], champion[metric]
+            if not math.isfinite(new):
+                if not rules.is_optional(metric):
+                    reasons.append(f"{metric} is {new} (the champion's is {old:.4g})")
+                continue
+            if not math.isfinite(old):  # nothing to regress from
+                continue
             allowed = rules.tolerance.get(metric, rules.default_tolerance)
             worse_by = (new - old) if lower_is_better(metric) else (old - new)
             if worse_by > allowed + 1e-12:
@@ -195,6 +218,40 @@ class Registry:
 
     def history(self) -> list[str]:
         return json.loads(self.model_tags().get(HISTORY_TAG, "[]"))
+
+    def gated(self, version: str) -> bool:
+        """Whether the gate has decided on `version` (a run killed after registering it has not)."""
+        return DECISION_TAG in self.version_tags(version)
+
+    def ungated_versions(self) -> list[str]:
+        """Versions with no gate decision, oldest first."""
+        from routeforge.registry.store import all_versions
+
+        return [v for v in all_versions(self.name, self.client) if not self.gated(v)]
+
+    def replace_evaluation_set(self, path: Path, reason: str, run_id: str | None = None) -> str:
+        """Pin `path` as the frozen evaluation set instead of the current one, recording who, when
+        and why in `routeforge.evaluation_set_history` (an explicit command: `routeforge bundle
+        freeze-evaluation`); returns its sha256. Logged to `run_id`, else the newest version's run."""
+        import getpass
+        from datetime import UTC, datetime
+
+        from routeforge.artifacts.writer import sha256_file
+
+        if not (reason and reason.strip()):
+            raise ValueError("replacing the frozen evaluation set needs a reason; it is recorded")
+        run_id = run_id or self.client.get_model_version(self.name, self.latest_version()).run_id
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.client.log_artifact(run_id, str(path), f"evaluation/{stamp}")
+        sha = sha256_file(Path(path))
+        tags = self.model_tags()
+        history = json.loads(tags.get(EVALUATION_HISTORY_TAG, "[]"))
+        history.append({"replaced": json.loads(tags[EVALUATION_TAG])["sha256"] if EVALUATION_TAG in tags else None,
+                        "sha256": sha, "by": getpass.getuser(), "at": stamp, "reason": reason.strip()})
+        self.client.set_registered_model_tag(self.name, EVALUATION_HISTORY_TAG, json.dumps(history))
+        self.client.set_registered_model_tag(self.name, EVALUATION_TAG, json.dumps(
+            {"uri": f"runs:/{run_id}/evaluation/{stamp}/{Path(path).name}", "sha256": sha}))
+        return sha
 
     def evaluation_set(self, candidate: Path | None = None, run_id: str | None = None) -> tuple[Path, str]:
         """The frozen evaluation set (a local parquet path and its sha256). The first call with a

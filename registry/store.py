@@ -102,6 +102,14 @@ def register_bundle(
     return RegisteredBundle(model_name, str(mv.version), alias, run_id)
 
 
+def all_versions(model_name: str, client=None) -> list[str]:
+    """Every registered version of `model_name`, oldest first."""
+    from mlflow import MlflowClient
+
+    versions = (client or MlflowClient()).search_model_versions(f"name='{model_name}'")
+    return [str(v) for v in sorted(int(v.version) for v in versions)]
+
+
 def latest_version(model_name: str, client=None) -> tuple[str, dict[str, str], str] | None:
     """(version, tags, run id) of the newest registered version of `model_name`, None when there is
     none; `client` is an `MlflowClient` (default: one on the current tracking URI)."""

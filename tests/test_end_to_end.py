@@ -245,12 +245,29 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
                       tracking_uri=tracking)
     assert bad.returncode == 1 and "knn_estimator/knn.json: sha256 mismatch" in bad.stderr
 
+    # a run killed just after registering leaves this state: the version has no gate decision, no
+    # recorded checks or rules, and there is no champion and no frozen evaluation set
+    from mlflow import MlflowClient
+    from routeforge.registry.release import CHECKS_TAG, EVALUATION_TAG, HISTORY_TAG, RULES_TAG
+
+    client, name = MlflowClient(tracking), out["model_name"]
+    for tag in [t for t in client.get_model_version(name, "1").tags if t.startswith("gate.")] + [CHECKS_TAG, RULES_TAG]:
+        client.delete_model_version_tag(name, "1", tag)
+    client.delete_registered_model_alias(name, "champion")
+    for tag in (EVALUATION_TAG, HISTORY_TAG):
+        client.delete_registered_model_tag(name, tag)
     # the same fleet again: every stage is seeded, the measured profiles are kept, so the bundle's
-    # content is the same and nothing new is registered
+    # content is the same and nothing new is registered; the ungated version is gated now
     with dg.instance_for_test() as instance:
         again = run_pipeline(CONFIGS / "demo.yaml", instance)
     assert again["unchanged"] and again["registry_version"] == "1" and again["bundle_version"] == out["bundle_version"]
-    assert again["release"]["reasons"] == ["nothing new was registered"]
+    assert again["release"]["promoted"] and again["release"]["reasons"] == ["clears every floor"]
+    assert client.get_model_version_by_alias(name, "champion").version == "1"
+    assert client.get_model_version(name, "1").tags["gate.decision"] == "promoted"
+    assert EVALUATION_TAG in client.get_registered_model(name).tags
+    with dg.instance_for_test() as instance:  # and once gated, a third run has nothing to do
+        third = run_pipeline(CONFIGS / "demo.yaml", instance)
+    assert third["unchanged"] and third["release"]["reasons"] == ["nothing new was registered"]
 
 
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):

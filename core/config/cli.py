@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import click
-from routeforge.core.config.fleet import FleetConfig, load_fleet
+from routeforge.core.config.files import load_checked
+from routeforge.core.config.fleet import FleetConfig
 
 SCHEMA_ID = "https://routeforge.dev/schemas/fleet.schema.json"
 
@@ -33,9 +34,9 @@ def config() -> None:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved configuration as JSON.")
 def validate(file: Path, as_json: bool) -> None:
-    """Parse and validate FILE (paths resolved against its folder); one line naming the first bad
-    field(s) and exit 1 when it is invalid."""
-    fleet = load_fleet(file)
+    """Parse and validate FILE (paths resolved against its folder) and check that every input file it
+    names exists; one line naming the bad field(s) and exit 1 when it is invalid."""
+    fleet = load_checked(file)
     if as_json:
         click.echo(fleet.model_dump_json(indent=2))
         return

@@ -62,6 +62,9 @@ class ReleaseSettings(_Strict):
     tolerance: dict[str, float] = Field(default_factory=dict)  # metric -> largest allowed regression
     default_tolerance: float = Field(default=0.0, ge=0)  # for metrics not named in `tolerance`
     floors: dict[str, float] = Field(default_factory=dict)  # metric -> least value for a first champion
+    # metrics a challenger may lack (or measure as NaN) without being held; every other metric the
+    # champion has must be there, finite and within its tolerance. An entry ending in `/` names a prefix
+    optional: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _non_negative(self) -> ReleaseSettings:
@@ -243,7 +246,12 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
     except FileNotFoundError as exc:
         raise ConfigError(f"fleet config {path} does not exist") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"fleet config {path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        context = getattr(exc, "context", None)
+        raise ConfigError(f"fleet config {path}{where}: not valid YAML: {what}"
+                          + (f" ({' '.join(str(context).split())})" if context else "")) from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"fleet config {path}: top level must be a mapping")
     try:

@@ -134,3 +134,50 @@ def test_decide_names_failed_checks_floors_and_lower_is_better_metrics():
     assert slower_policy.reasons == ["policy/p/simulator_e2e_mean_s regressed 1.5 → 2 (tolerance 0)"]
     unchecked = decide({"router_quality": 0.9}, {"router_quality": 0.8}, rules, checks_passed=False)
     assert not unchecked.promote and unchecked.reasons == ["a required asset check did not pass"]
+
+
+def test_a_missing_or_nan_metric_is_a_regression_unless_declared_optional():
+    """A challenger lacking six learned-policy metrics was once promoted, and NaN > tolerance is False."""
+    champion = {"router_quality": 0.8, **{f"policy/p{i}/simulator_qos": 0.6 for i in range(6)}}
+    lacking = decide({"router_quality": 0.85}, champion, ReleaseRules(), checks_passed=True)
+    assert not lacking.promote and lacking.reasons == [
+        "missing metrics the champion has: " + ", ".join(f"policy/p{i}/simulator_qos" for i in range(6))]
+    nan = decide({**champion, "router_quality": float("nan")}, champion, ReleaseRules(), checks_passed=True)
+    assert not nan.promote and nan.reasons == ["router_quality is nan (the champion's is 0.8)"]
+    optional = ReleaseRules(optional=("policy/",))
+    assert decide({"router_quality": 0.85}, champion, optional, checks_passed=True).promote
+    assert decide({**champion, "policy/p0/simulator_qos": float("nan")}, champion, optional, True).promote
+    first = decide({"router_quality": float("nan")}, None, ReleaseRules(floors={"router_quality": 0.5}), True)
+    assert not first.promote and first.reasons == ["router_quality is nan and clears no floor (0.5)"]
+    assert ReleaseRules.from_json(optional.to_json()) == optional
+
+
+def test_an_ungated_version_is_gated_by_the_command_and_the_frozen_set_is_replaced_only_on_record(world):
+    """A run killed between registration and its gate leaves a version with no decision: `bundle gate`
+    gates it; `bundle freeze-evaluation` replaces the frozen set only with a reason, recorded."""
+    registry, register, key, root = world
+    public = f"{key}.pub"
+    runner = CliRunner()
+    ungated = register(0.9, seed=4)  # registered, checks and rules recorded, never gated
+    assert ungated in registry.ungated_versions()
+    result = runner.invoke(main, ["bundle", "gate", "gated-router", "--public-key", public,
+                                  "--tracking-uri", registry.tracking_uri])
+    assert f"gated-router version {ungated}:" in result.output, result.output
+    assert registry.gated(ungated) and registry.ungated_versions() == []
+    again = runner.invoke(main, ["bundle", "gate", "gated-router", "--tracking-uri", registry.tracking_uri])
+    assert again.exit_code == 0 and "every version has a gate decision" in again.output
+
+    before = registry.pinned_evaluation_sha()
+    smaller = root / "smaller.parquet"
+    full = pq.read_table(registry.evaluation_set()[0])
+    pq.write_table(full.slice(0, max(1, full.num_rows // 2)), smaller)
+    no_reason = runner.invoke(main, ["bundle", "freeze-evaluation", "gated-router", str(smaller),
+                                     "--tracking-uri", registry.tracking_uri])
+    assert no_reason.exit_code == 2 and registry.pinned_evaluation_sha() == before
+    replaced = runner.invoke(main, ["bundle", "freeze-evaluation", "gated-router", str(smaller), "--reason",
+                                    "new task mix", "--tracking-uri", registry.tracking_uri])
+    assert replaced.exit_code == 0, replaced.output
+    after = registry.pinned_evaluation_sha()
+    history = json.loads(registry.model_tags()["routeforge.evaluation_set_history"])
+    assert after != before and history[-1]["replaced"] == before and history[-1]["sha256"] == after
+    assert history[-1]["reason"] == "new task mix" and history[-1]["by"]

@@ -58,3 +58,23 @@ def test_schema_command_writes_the_file(tmp_path):
     result = CliRunner().invoke(main, ["config", "schema", "-o", str(out)])
     assert result.exit_code == 0
     assert json.loads(out.read_text())["title"] == "FleetConfig"
+
+
+def test_missing_input_files_malformed_yaml_and_run_errors_are_one_line(tmp_path):
+    """`config validate` checks that every file the fleet names exists; YAML errors carry line and
+    column; `pipelines.run` prints one line for any config error, not a traceback."""
+    missing = tmp_path / "missing-data.yaml"
+    raw = yaml.safe_load((CONFIGS / "demo.yaml").read_text())
+    raw["datasets"][0]["path"] = str(tmp_path / "nope.jsonl")
+    missing.write_text(yaml.safe_dump(raw))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nmodels: [a, b\n  - c: d\n")
+    expected = {missing: f"datasets.0.path: {tmp_path / 'nope.jsonl'} does not exist",
+                broken: f"{broken}:3:6: not valid YAML: expected ',' or ']', but got ':'"}
+    for path, message in expected.items():
+        for command in (["-m", "routeforge.artifacts.cli", "config", "validate"], ["-m", "routeforge.pipelines.run"]):
+            result = subprocess.run([sys.executable, *command, str(path)], capture_output=True, text=True,
+                                    timeout=120, cwd=REPO)
+            assert result.returncode in (1, 2), result.stderr
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, (command, lines)
