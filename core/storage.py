@@ -67,6 +67,13 @@ def read_parquet(path: Path, schema: pa.Schema | None = None) -> pa.Table:
     return to_table(table, schema) if schema is not None else table
 
 
+
+def _text(value: str) -> str:
+    """Text that encodes as UTF-8 (a lone surrogate from a bad input line becomes U+FFFD), so writing
+    the quarantine never fails on what it quarantines."""
+    return value.encode("utf-8", "replace").decode("utf-8")
+
+
 @dataclass
 class Quarantine:
     """Collects rows a stage refuses, each with a reason, instead of failing or dropping them silently."""
@@ -80,9 +87,9 @@ class Quarantine:
             {
                 "stage": self.stage,
                 "partition": self.partition,
-                "row": str(row_id),
-                "reason": reason,
-                "payload": json.dumps(payload, default=str, ensure_ascii=False)[:20_000]
+                "row": _text(str(row_id)),
+                "reason": _text(reason),
+                "payload": _text(json.dumps(payload, default=str, ensure_ascii=False)[:20_000])
                 if payload is not None
                 else None,
             }

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from routeforge.core.config import (
     ScoreTableDataset,
     TrafficLogDataset,
 )
+from routeforge.core.json_lines import LineError, strict_json
 from routeforge.core.storage import Quarantine
 from routeforge.prompts.response_tables import read_routellm, read_routerbench
 from routeforge.prompts.score_tables import read_score_table, read_task_lookup
@@ -122,9 +122,9 @@ def jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
             yield row_id, line
             continue
         try:
-            yield row_id, json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield row_id, RowError(f"invalid JSON: {exc.msg}")
+            yield row_id, strict_json(line)
+        except LineError as exc:
+            yield row_id, RowError(str(exc))
 
 
 def _has_surrogates(text: str) -> bool:
@@ -167,6 +167,8 @@ def convert_records(records: Iterator[tuple[str, Any]], limit: int | None, quara
             yield make(row_id, rec)
         except RowError as exc:
             quarantine.add(row_id, str(exc), rec if not isinstance(rec, RowError) else None)
+        except Exception as exc:  # noqa: BLE001 - no row may stop the stage: an unforeseen one is quarantined
+            quarantine.add(row_id, f"unusable row: {type(exc).__name__}: {str(exc)[:200]}", None)
 
 
 def as_object(rec: Any) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """Build the `prompts` table: read every configured dataset, normalize, template, hash, split.
 
 Rows that cannot be used go to the quarantine with a reason and are counted by reason; they never
-fail the stage and are never dropped silently: empty or whitespace text, invalid UTF-8, wrong field
-types, malformed cells, a missing reference where the scoring metric needs one, a prompt over
-`prompts.max_prompt_tokens`, and duplicates (same source, task and templated text).
+fail the stage and are never dropped silently: empty or whitespace text, invalid UTF-8 or Unicode
+(lone surrogates), NaN / Infinity, wrong field types, malformed cells, a missing reference where the
+scoring metric needs one, a prompt over `prompts.max_prompt_chars` (100,000 by default) or
+`prompts.max_prompt_tokens`, an id the dataset names twice with different text, and duplicates (same
+source, task and templated text). A row that fails in a way nobody foresaw is quarantined with its
+exception's type, never raised.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 from routeforge.core.config import REFERENCE_METRICS, FleetConfig, Templates
+from routeforge.core.json_lines import surrogate_field
 from routeforge.core.schemas import PROMPTS
 from routeforge.core.storage import Quarantine, to_table
 from routeforge.prompts import templates as tt
@@ -109,9 +113,18 @@ def build_prompts(config: FleetConfig) -> tuple[pa.Table, Quarantine]:
     quarantine = Quarantine("prompts")
     rows: list[dict[str, Any]] = []
     seen: dict[str, str] = {}
+    ids: dict[tuple[str, str], str] = {}  # (source, row id) -> prompt id, for ids a dataset names
+    limit = config.prompts.max_prompt_chars
     for ds in config.datasets:
         for raw in read_dataset(ds, quarantine):
-            payload = {"task": raw.task, "text": raw.text[:2000]}
+            payload = {"task": raw.task, "text": str(raw.text)[:2000].encode("utf-8", "replace").decode()}
+            if surrogate_field(raw.text) is not None or surrogate_field(raw.task) is not None:
+                quarantine.add(raw.source_row, "text or task holds invalid Unicode (a lone surrogate)", None)
+                continue
+            if limit is not None and len(raw.text) > limit:
+                quarantine.add(raw.source_row, f"longer than prompts.max_prompt_chars ({len(raw.text):,} > {limit:,})",
+                               {"task": raw.task, "text": raw.text[:500]})
+                continue
             try:
                 raw = apply_task_template(ds, raw)
             except RowError as exc:
@@ -130,6 +143,11 @@ def build_prompts(config: FleetConfig) -> tuple[pa.Table, Quarantine]:
                 continue
             text, hint = apply_template(config.templates, raw.task, text)
             pid = prompt_id(raw.source, raw.task, text)
+            first = ids.setdefault((raw.source, raw.source_row), pid)
+            if first != pid:
+                quarantine.add(raw.source_row, f"duplicate id {raw.source_row!r} with different text (first: prompt "
+                                               f"{first})", payload)
+                continue
             if pid in seen:
                 quarantine.add(raw.source_row, "duplicate prompt", {**payload, "duplicate_of": seen[pid]})
                 continue

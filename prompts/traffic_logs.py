@@ -19,14 +19,17 @@ goes on. A request without `timing` is still a prompt; it is not a latency recor
 from __future__ import annotations
 
 import gzip
-import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from routeforge.core.json_lines import LineError, strict_json
 from routeforge.core.storage import Quarantine
 from upath import UPath
+
+MAX_EPOCH_S = 1e11  # year 5138: beyond it a number is not an epoch-seconds time
 
 
 class LogLineError(ValueError):
@@ -56,11 +59,13 @@ def _timestamp(value: Any) -> float:
     if isinstance(value, bool):
         raise LogLineError("field 'timestamp' is a boolean, not a time")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value) or abs(value) > MAX_EPOCH_S:
+            raise LogLineError(f"field 'timestamp': {value!r} is not a time")
         return float(value)
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError as exc:
+        except (ValueError, OverflowError, OSError) as exc:
             raise LogLineError(f"field 'timestamp': {value!r} is not ISO 8601 or epoch seconds") from exc
     raise LogLineError("field 'timestamp' missing")
 
@@ -108,8 +113,8 @@ def _seconds(timing: dict[str, Any], key: str) -> float | None:
     value = timing.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise LogLineError(f"field 'timing.{key}' is not a non-negative number of seconds")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise LogLineError(f"field 'timing.{key}' is not a finite, non-negative number of seconds")
     return float(value)
 
 
@@ -128,8 +133,13 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
     if not isinstance(usage, dict):
         raise LogLineError("field 'response.usage' missing")
     choices = response.get("choices") or []
+    if not isinstance(choices, list):
+        raise LogLineError("field 'response.choices' is not a list")
     first = choices[0] if choices and isinstance(choices[0], dict) else {}
-    completion = (first.get("message") or {}).get("content") if "message" in first else first.get("text")
+    message = first.get("message")
+    if message is not None and not isinstance(message, dict):
+        raise LogLineError("field 'response.choices[0].message' is not an object")
+    completion = (message or {}).get("content") if "message" in first else first.get("text")
     timing = rec.get("timing") or {}
     if not isinstance(timing, dict):
         raise LogLineError("field 'timing' is not an object")
@@ -171,16 +181,14 @@ def read_traffic_logs(uri: str, quarantine: Quarantine, limit: int | None = None
                 continue
             row_id = f"{path.name}:{line_no}"
             try:
-                try:
-                    rec = json.loads(line.decode("utf-8"))
-                except UnicodeDecodeError as exc:
-                    raise LogLineError(f"invalid UTF-8 at byte {exc.start}") from exc
-                except json.JSONDecodeError as exc:
-                    raise LogLineError(f"invalid JSON: {exc.msg}") from exc
-                yield parse_line(rec, row_id)
-            except LogLineError as exc:
+                request = parse_line(strict_json(line), row_id)
+            except (LogLineError, LineError) as exc:
                 quarantine.add(row_id, str(exc), None)
                 continue
+            except Exception as exc:  # noqa: BLE001 - no line may stop the stage: an unforeseen one is quarantined
+                quarantine.add(row_id, f"unusable line: {type(exc).__name__}: {str(exc)[:200]}", None)
+                continue
+            yield request
             count += 1
             if limit is not None and count >= limit:
                 return

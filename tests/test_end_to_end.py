@@ -262,7 +262,7 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
         again = run_pipeline(CONFIGS / "demo.yaml", instance)
     assert again["unchanged"] and again["registry_version"] == "1" and again["bundle_version"] == out["bundle_version"]
     assert again["release"]["promoted"] and again["release"]["reasons"] == ["clears every floor"]
-    assert client.get_model_version_by_alias(name, "champion").version == "1"
+    assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
     assert client.get_model_version(name, "1").tags["gate.decision"] == "promoted"
     assert EVALUATION_TAG in client.get_registered_model(name).tags
     with dg.instance_for_test() as instance:  # and once gated, a third run has nothing to do

@@ -182,6 +182,9 @@ class PromptSettings(_Strict):
 
     normalize: bool = True  # Unicode NFC, no NUL/control characters, trimmed, CRLF → LF
     max_prompt_tokens: int | None = Field(default=None, gt=0)
+    # longer prompts are quarantined (a 2.4 MB "prompt" in a traffic log is an accident, not a prompt);
+    # None lifts the limit
+    max_prompt_chars: int | None = Field(default=100_000, gt=0)
     tokenizer: ModelRef = ENCODER_PACKAGE_REF  # counts prompt tokens for max_prompt_tokens
 
 
