@@ -47,10 +47,11 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
 
     import mlflow
 
-    if tracking_uri:
-        mlflow.set_tracking_uri(tracking_uri)
-    elif not os.environ.get("MLFLOW_TRACKING_URI"):
+    # the given URI, else the environment's: never a URI an earlier call left set in this process
+    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not tracking_uri:
         raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(tracking_uri)
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
     if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
         raise ValueError(f"{dst} is not empty and holds no bundle; download into a new or empty folder")
@@ -86,10 +87,11 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     from mlflow.exceptions import MlflowException
 
     name = uri.removeprefix("models:/").split("@", 1)[0].split("/", 1)[0]
-    if tracking_uri:
-        mlflow.set_tracking_uri(tracking_uri)
+    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not tracking_uri:
+        return None
     try:
-        pem = mlflow.MlflowClient().get_registered_model(name).tags.get(PUBLIC_KEY_TAG)
+        pem = mlflow.MlflowClient(tracking_uri).get_registered_model(name).tags.get(PUBLIC_KEY_TAG)
     except MlflowException:
         return None
     return pem.encode() if pem else None
