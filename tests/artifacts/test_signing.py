@@ -28,6 +28,16 @@ def signed(tmp_path, component, fleet, keys):
     return root
 
 
+def forge(bundle, content: bytes) -> None:
+    """Rewrite a file and its checksum together, as an attacker with write access would."""
+    target = bundle / "knn_estimator" / "index.bin"
+    target.write_bytes(content)
+    raw = json.loads((bundle / MANIFEST_FILE).read_text())
+    entry = raw["components"][0]["files"][0]
+    entry["sha256"], entry["bytes"] = sha256_file(target), target.stat().st_size
+    (bundle / MANIFEST_FILE).write_text(json.dumps(raw, indent=2))
+
+
 def test_key_pair_private_part_is_owner_only_and_never_overwritten(keys):
     private, public = keys
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
@@ -45,12 +55,7 @@ def test_a_signed_bundle_verifies_and_loads_with_its_public_key(signed, keys):
 
 
 def test_files_and_checksums_rewritten_together_are_refused(signed, keys):
-    target = signed / "knn_estimator" / "index.bin"
-    target.write_bytes(b"a different index")
-    raw = json.loads((signed / MANIFEST_FILE).read_text())
-    entry = raw["components"][0]["files"][0]
-    entry["sha256"], entry["bytes"] = sha256_file(target), target.stat().st_size
-    (signed / MANIFEST_FILE).write_text(json.dumps(raw, indent=2))
+    forge(signed, b"a different index")
     verify_bundle(signed, allow_unsigned=True)  # consistent: checksums alone cannot tell
     with pytest.raises(BundleVerificationError, match="bad signature: manifest.json was changed after it was signed"):
         verify_bundle(signed, public_key=keys[1])
@@ -135,12 +140,7 @@ def test_every_command_that_reads_a_bundle_refuses_forged_unsigned_and_other_key
     extra = {"bundle verify": [], "bundle predict": ["hello"], "policies evaluate": ["--trace", str(trace)]}
     args = extra[" ".join(command)]
     runner = CliRunner()
-    target = signed / "knn_estimator" / "index.bin"
-    target.write_bytes(b"forged")
-    raw = json.loads((signed / MANIFEST_FILE).read_text())
-    entry = raw["components"][0]["files"][0]
-    entry["sha256"], entry["bytes"] = sha256_file(target), target.stat().st_size
-    (signed / MANIFEST_FILE).write_text(json.dumps(raw, indent=2))
+    forge(signed, b"forged")
     forged = runner.invoke(main, [*command, str(signed), *args])
     assert forged.exit_code == 1 and "bad signature" in forged.output and "Traceback" not in forged.output
     other_private = tmp_path / "other" / "k"

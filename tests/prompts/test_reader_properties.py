@@ -44,6 +44,14 @@ def _lines(rows: st.SearchStrategy) -> st.SearchStrategy:
     return st.lists(st.one_of(as_json, SURROGATES.map(str.encode), raw), min_size=1, max_size=12)
 
 
+def _fleet(folder: Path, lines: list[bytes]):
+    """The demo fleet reading `lines` as its one JSON-lines prompt file (ids from the `id` field)."""
+    data = folder / "prompts.jsonl"
+    data.write_bytes(b"\n".join(lines) + b"\n")
+    return load_fleet(write_config(folder, "demo", datasets=[{"kind": "jsonl", "name": "local", "path": str(data),
+                                                              "id_field": "id"}]))
+
+
 def _non_blank(lines: list[bytes]) -> int:
     return sum(1 for line in lines if line.strip())
 
@@ -52,11 +60,7 @@ def _non_blank(lines: list[bytes]) -> int:
 @given(lines=_lines(PROMPT_ROWS))
 def test_prompt_file_reader_keeps_or_quarantines_every_line(lines):
     with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "prompts.jsonl"
-        data.write_bytes(b"\n".join(lines) + b"\n")
-        fleet = write_config(Path(tmp), "demo", datasets=[{"kind": "jsonl", "name": "local", "path": str(data),
-                                                           "id_field": "id"}])
-        dataset = load_fleet(fleet).datasets[0]
+        dataset = _fleet(Path(tmp), lines).datasets[0]
         quarantine = Quarantine("prompts")
         kept = list(read_dataset(dataset, quarantine))
         assert len(kept) + len(quarantine) == _non_blank(lines)
@@ -70,11 +74,7 @@ def test_prompt_stage_keeps_or_quarantines_every_line(lines):
     lines plus one good one: it finishes, and kept + quarantined is every non-blank line."""
     good = json.dumps({"prompt": "What is 2 + 2?", "task": "math", "reference": "4"}).encode()
     with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "prompts.jsonl"
-        data.write_bytes(b"\n".join([good, *lines]) + b"\n")
-        fleet = write_config(Path(tmp), "demo", datasets=[{"kind": "jsonl", "name": "local", "path": str(data),
-                                                           "id_field": "id"}])
-        table, quarantine = build_prompts(load_fleet(fleet))
+        table, quarantine = build_prompts(_fleet(Path(tmp), [good, *lines]))
         assert table.num_rows + len(quarantine) == _non_blank([good, *lines])
         assert quarantine.write(Path(tmp) / "quarantine").exists()  # writable: no invalid Unicode left in it
 
