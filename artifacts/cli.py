@@ -180,13 +180,8 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, public_key: Path | N
     """Predicted per-model quality, output tokens and cost for PROMPTS, and the chosen model: by the
     bundle's router where it has one (chosen by cross-validation), else by its KNN estimator."""
     loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
-    if any(c.kind == "router" for c in loaded.manifest.components):
-        pred = loaded.router().predict(list(prompts))
-        choice, estimator = pred.best_model(lam), "router"
-    else:
-        knn = loaded.knn_estimator()
-        pred = knn.predict(list(prompts))
-        choice, estimator = pred.best_model(lam, knn.prior), "knn_estimator"
+    routing = loaded.route(list(prompts), lam)
+    pred, choice, estimator = routing.prediction, routing.choice, routing.estimator
 
     def number(value: float, digits: int) -> float | None:
         return None if value != value else round(float(value), digits)  # NaN (unknown) → null

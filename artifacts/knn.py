@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.components import register_component
+from routeforge.artifacts.sentence_encoder import embed_for
 
 MEASURES = ("quality", "output_tokens", "cost")
 WEIGHT_EPS = 1e-6
@@ -153,12 +154,7 @@ class KnnEstimator:
     def predict(self, texts: list[str], encoder=None) -> KnnPrediction:
         """Estimates for prompt texts, embedded by `encoder` (a `SentenceEncoder`; by default the
         bundle's own, attached when the bundle loads this component)."""
-        encoder = encoder or self.encoder
-        if encoder is None:
-            raise ValueError("no sentence encoder: load the estimator through its bundle "
-                             "(load_bundle(...).knn_estimator()) or pass encoder=")
-        spec = self.meta["encoder"]
-        return self.predict_embeddings(encoder.encode(texts, truncation_side=spec.get("truncation_side", "right")))
+        return self.predict_embeddings(embed_for(self, texts, encoder))
 
     def length_histogram(self, model: str) -> dict[str, Any]:
         return self.meta["length_histograms"][model]

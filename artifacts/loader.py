@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
 
 from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
@@ -130,6 +131,16 @@ def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None) ->
     return download_bundle(ref, dst, tracking_uri) if is_remote_uri(ref) else Path(ref)
 
 
+@dataclass(frozen=True)
+class Routing:
+    """What `RouterBundle.route` decided: the estimates (`.models`, `.quality`, `.output_tokens`,
+    `.cost`), the model chosen per prompt, and which estimator made them."""
+
+    prediction: Any
+    choice: list[str]
+    estimator: str
+
+
 @dataclass
 class RouterBundle:
     """A verified bundle folder. `component(name)` loads any component with the class registered for
@@ -192,6 +203,16 @@ class RouterBundle:
         when it has one."""
         classifier = self.task_classifier() if self.has_kind("task_classifier") else None
         return self.text_predictor(name).predict(prompts, tasks, model=model, task_classifier=classifier)
+
+    def route(self, prompts: list[str], lam: float = 0.0) -> Routing:
+        """Estimates for `prompts` and the model each goes to (argmax quality − λ·cost): by the router
+        where the bundle has one (chosen by cross-validation), else by its KNN estimator."""
+        if self.has_kind("router"):
+            prediction = self.router().predict(prompts)
+            return Routing(prediction, prediction.best_model(lam), "router")
+        knn = self.knn_estimator()
+        prediction = knn.predict(prompts)
+        return Routing(prediction, prediction.best_model(lam, knn.prior), "knn_estimator")
 
     def router(self):
         """The router chosen by cross-validation (`routeforge.artifacts.router.Router`:

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from routeforge.artifacts.components import register_component
 from routeforge.artifacts.knn import neighbour_weights
+from routeforge.artifacts.sentence_encoder import embed_for
 
 
 @dataclass
@@ -217,12 +218,7 @@ class Router:
     def predict(self, texts: list[str], encoder=None) -> RouterPrediction:
         """Estimates for prompt texts, embedded by `encoder` (a `SentenceEncoder`; by default the
         bundle's own, attached when the bundle loads the router), with known prompts recalled."""
-        encoder = encoder or self.encoder
-        if encoder is None:
-            raise ValueError("no sentence encoder: load the router through its bundle "
-                             "(load_bundle(...).router()) or pass encoder=")
-        side = self.meta["encoder"].get("truncation_side", "right")
-        prediction = self.predict_embeddings(encoder.encode(texts, truncation_side=side))
+        prediction = self.predict_embeddings(embed_for(self, texts, encoder))
         return self.apply_recall(texts, prediction)
 
     def apply_recall(self, texts: list[str], prediction: RouterPrediction) -> RouterPrediction:

@@ -65,3 +65,13 @@ class SentenceEncoder:
             ids, mask = self.tokenizer([texts[i] for i in rows], truncation_side)
             out[rows] = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
         return out
+
+
+def embed_for(estimator, texts: Sequence[str], encoder=None) -> np.ndarray:
+    """Embed `texts` for a router or KNN estimator: with `encoder` (any object with this module's
+    `encode`), else the bundle's encoder attached to it, cut on the side it was trained with."""
+    encoder = encoder or estimator.encoder
+    if encoder is None:
+        raise ValueError(f"no sentence encoder: load the {type(estimator).__name__} through its bundle "
+                         "(load_bundle(...)) or pass encoder=")
+    return encoder.encode(texts, truncation_side=estimator.meta["encoder"].get("truncation_side", "right"))

@@ -163,7 +163,6 @@ def routing_evaluation_enabled(config) -> bool:
 
 
 @trainer("routing_evaluation", inputs=("routing_table", "knn_estimator", "tier_profiles"), rank=40,
-         enabled=routing_evaluation_enabled, summary=lambda result: result.details,
-         description="learned and heuristic routing policies, evaluated in the simulator")
+         enabled=routing_evaluation_enabled, summary=lambda result: result.details)
 def _policies_trainer(config) -> dg.AssetsDefinition:
     return routing_evaluation

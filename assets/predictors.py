@@ -117,8 +117,8 @@ TEXT_PREDICTORS = {
 }
 
 
-@trainer("knn_estimator", inputs=("routing_table",), rank=0, summary_key="knn",
-         description="MiniLM + FAISS estimator; ships the ONNX sentence encoder every bundle embeds with")
+# in every bundle; it also ships the ONNX sentence encoder the router and KNN embed prompts with
+@trainer("knn_estimator", inputs=("routing_table",), rank=0, summary_key="knn")
 def _knn_trainer(config) -> dg.AssetsDefinition:
     return knn_estimator
 
@@ -179,8 +179,7 @@ def _register_text_predictors() -> None:
     """One trainer per text predictor, in TEXT_PREDICTORS' order (ranks 30, 31, 32)."""
     for rank, name in enumerate(TEXT_PREDICTORS, start=30):
         trainer(name, inputs=("routing_table", "latency_heads"), rank=rank, family="text_predictor",
-                enabled=lambda config, n=name: getattr(config.training, n).enabled,
-                description=TEXT_PREDICTORS[name])(
+                enabled=lambda config, n=name: getattr(config.training, n).enabled)(
             lambda config, n=name: build_text_predictor_asset(n, with_latency=bool(profiled_tiers(config))))
 
 

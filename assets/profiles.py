@@ -125,6 +125,6 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
 
 
 @trainer("latency_heads", inputs=("tier_profiles", "routing_table"), rank=20, job=PROFILE_JOB,
-         enabled=lambda config: bool(profiled_tiers(config)), description="latency heads per profiled tier")
+         enabled=lambda config: bool(profiled_tiers(config)))
 def _latency_trainer(config) -> dg.AssetsDefinition:
     return build_latency_heads_asset(tier_partitions(config))

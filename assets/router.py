@@ -60,7 +60,6 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
 
 @trainer("router_selection", inputs=("routing_table",), rank=10, summary_key="router",
          enabled=lambda config: config.training.router.enabled,
-         summary=lambda result: result.components[0].metrics,
-         description="the router chosen by cross-validation")
+         summary=lambda result: result.components[0].metrics)
 def _router_trainer(config) -> dg.AssetsDefinition:
     return router_selection

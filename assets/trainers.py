@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -59,7 +59,6 @@ class Trainer:
     family: str | None = None
     summary: Callable[[TrainedComponent], Any] = _metrics
     summary_key: str | None = None  # the run summary's key (default: `name`)
-    description: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:

@@ -39,8 +39,6 @@ def promote(name: str, version: str | None, public_key: Path | None, allow_unsig
     passes; the decision and its reasons are recorded on the version either way. Exit 1 when held."""
     import tempfile
 
-    from routeforge.registry.release import gate
-
     if force and not (reason and reason.strip()):
         raise click.UsageError("--force needs --reason: a forced promotion records who asked and why")
     registry = _registry(name, tracking_uri)

@@ -34,17 +34,11 @@ EXAMPLE_PROMPTS = ["What is 15 plus 27?", "Translate to French: good morning"]
 
 def route(bundle: RouterBundle, prompts: list[str], lam: float = 0.0) -> dict[str, list[Any]]:
     """The model's output columns for `prompts` (what `predict` returns, as a dict of columns)."""
-    if bundle.has_kind("router"):
-        prediction, estimator = bundle.router().predict(prompts), "router"
-        choice = prediction.best_model(lam)
-    else:
-        knn = bundle.knn_estimator()
-        prediction, estimator = knn.predict(prompts), "knn_estimator"
-        choice = prediction.best_model(lam, knn.prior)
-    columns: dict[str, list[Any]] = {"route_to": list(choice), "estimator": [estimator] * len(prompts)}
+    routing = bundle.route(prompts, lam)
+    columns: dict[str, list[Any]] = {"route_to": list(routing.choice), "estimator": [routing.estimator] * len(prompts)}
     for measure in ("quality", "cost", "output_tokens"):
-        values = np.asarray(getattr(prediction, measure), dtype=np.float64)
-        for j, model in enumerate(prediction.models):
+        values = np.asarray(getattr(routing.prediction, measure), dtype=np.float64)
+        for j, model in enumerate(routing.prediction.models):
             columns[f"{measure}/{model}"] = values[:, j].tolist()
     return columns
 

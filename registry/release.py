@@ -145,11 +145,7 @@ def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
     truth = truth[complete]
     if not len(texts):
         raise ValueError("evaluation set: no prompt has a quality for every model")
-    if any(c.kind == "router" for c in bundle.manifest.components):
-        chosen = bundle.router().predict(texts).best_model(0.0)
-    else:
-        knn = bundle.knn_estimator()
-        chosen = knn.predict(texts).best_model(0.0, knn.prior)
+    chosen = bundle.route(texts).choice
     index = {m: i for i, m in enumerate(models)}
     routed = np.array([truth[i, index[m]] if m in index else np.nan for i, m in enumerate(chosen)])
     out: dict[str, float] = {"router_quality": float(np.nanmean(routed))}

@@ -19,13 +19,11 @@ from routeforge.profiling.local_server import free_port, wait_healthy
 
 from tests.conftest import CONFIGS, REPO
 from tests.services import child
-from tools.runtime_probe import PROMPTS
+from tools.runtime_probe import PROMPTS, STATE
 from tools.runtime_venv import clean_env, installed, make_runtime_venv
 
 pytestmark = pytest.mark.e2e
-PROBE_PROMPTS = PROMPTS  # what tools/runtime_probe.py routes
-PROBE_STATE = {"batch_size": 1, "prompt_tokens": 40, "output_tokens": 24, "prefill_tokens": 40,
-               "mean_context_tokens": 52}
+PROBE_PROMPTS, PROBE_STATE = PROMPTS, STATE  # what tools/runtime_probe.py routes and predicts for
 
 
 def _routeforge(*args, tracking_uri):

@@ -23,6 +23,7 @@ import sys  # noqa: E402
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "dagster", "mlflow", "pandas", "pyarrow", "xgboost",
          "sklearn", "scipy", "pydantic", "datasets")
+STATE = {"batch_size": 1, "prompt_tokens": 40, "output_tokens": 24, "prefill_tokens": 40, "mean_context_tokens": 52}
 PROMPTS = ["What is 15 plus 27?", "Translate to French: The garden is full of flowers.",
            "Summarise: the meeting moved to Thursday because the room was booked."]
 
@@ -37,9 +38,7 @@ def main(folder: str, public_key: str | None = None) -> dict:
     routed = bundle.router().predict(PROMPTS)
     first = time.perf_counter() - START
     tier = bundle.tiers_with_latency[0]
-    state = {"batch_size": 1, "prompt_tokens": 40, "output_tokens": 24, "prefill_tokens": 40,
-             "mean_context_tokens": 52}
-    latency = bundle.latency(tier).predict([state])
+    latency = bundle.latency(tier).predict([STATE])
     policy = bundle.routing_policy()
     if hasattr(policy, "act"):  # learned: an observation vector in, an action out
         decision = np.asarray(policy.act(np.zeros(policy.spec["observation"]["size"], dtype=np.float32))).tolist()

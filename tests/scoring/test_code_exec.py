@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import routeforge.scoring.metrics.code_exec as code_exec
 from routeforge.artifacts.signing import generate_key_pair
 from routeforge.scoring.metrics.code_exec import (
     assert_program,
@@ -153,7 +154,13 @@ def test_escapes_that_beat_the_audit_hook_fail_in_the_sandbox(tmp_path, listener
     assert not [line for line in leftover if line.strip() and int(line.split()[0]) >= 200_000]  # all gone
 
 
-def test_the_quality_table_records_the_isolation_each_candidate_ran_under():
-    result = run_program("assert True")
-    assert result.passed and result.sandbox == sandbox_status()
-    assert sandbox_status() == "bubblewrap" or sandbox_status().startswith("fallback: ")
+def test_each_result_names_the_isolation_it_ran_under_and_the_fallback_says_why(monkeypatch, tmp_path):
+    """What the quality table's `sandbox` field records: bubblewrap, or the fallback and its reason,
+    under which the candidate really ran (the fallback sees the host's root; bubblewrap does not)."""
+    probe = f"import os\nassert os.path.isdir({str(tmp_path)!r})"
+    if sandbox_status() == "bubblewrap":
+        inside = run_program(probe)
+        assert inside.sandbox == "bubblewrap" and not inside.passed  # the host's folders are not there
+    monkeypatch.setattr(code_exec, "sandbox_status", lambda: "fallback: bubblewrap is not installed (test)")
+    outside = run_program(probe)
+    assert outside.passed and outside.sandbox == "fallback: bubblewrap is not installed (test)"
