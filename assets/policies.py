@@ -9,10 +9,11 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
-from routeforge.assets.metadata import clean, markdown_table, plot_entries
+from routeforge.assets.metadata import clean, markdown_table, plot_entries, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import profiled_tiers, trainer
 from routeforge.core.components import TrainedComponent
+from routeforge.core.storage import Quarantine
 from routeforge.training.embeddings import TorchEncoder
 
 TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
@@ -80,7 +81,10 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                        for m in (config.model(name) for name in models)])
     out_dir = store.report_dir("routing")
     context.log.info(f"{len(fits)} simulated instances, {len(pool)} test prompts")
-    report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info)
+    quarantine = Quarantine("routing_evaluation")  # trace rows that cannot be replayed
+    report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info,
+                                       quarantine=quarantine)
+    qpath = store.write_quarantine(quarantine)
     exports = {}
     for name, (net, env) in trained.items():
         obs, _ = env.reset(seed=settings.seed + 7)
@@ -150,6 +154,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                   "policies": dg.MetadataValue.json(exports),
                   "recommended_policy": gate["recommended"],
                   "recommendation": gate["reason"],
+                  **quarantine_metadata(quarantine, qpath),
                   # headline numbers per policy and baseline, for the Plots tab's trends across runs
                   **clean({f"{name}/{label}": value for name in sorted({r["policy"] for r in report["rows"]})
                            for label, value in simulated(name).items()}),

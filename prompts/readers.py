@@ -202,6 +202,9 @@ def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> 
         except ValueError as exc:
             quarantine.add(row.row_id, str(exc), {"prompt": row.prompt_cell[:500]})
             continue
+        if not row.eval_name.strip():
+            quarantine.add(row.row_id, "field 'eval_name' (the task) missing or empty", {"prompt": text[:500]})
+            continue
         meta = {"sample_id": row.sample_id, "file": row.file}
         yield RawPrompt(ds.name, row.row_id, row.eval_name, text, None, meta, split=row.split)
 

@@ -6,7 +6,9 @@ reads them (JSON list, JSON-lines or Parquet; Parquet's scores column may be a m
 JSON string) and checks them: a row is usable as a prompt when its text is a non-empty string and
 its scores are a mapping; a single score is usable when it is a number in [0, 1]. Row problems are
 returned for the prompt reader to quarantine; score problems travel with the cell, so the engine
-quarantines that (prompt, model) pair only and keeps the row's other models.
+quarantines that (prompt, model) pair only and keeps the row's other models. A JSON-lines line that
+is not valid UTF-8 or strict JSON, and a JSON file that is not a list, become one unusable row each
+with the reason: no line stops the stage.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routeforge.core.json_lines import LineError, strict_json
 from routeforge.prompts.response_tables import ImportedResponse
 
 
@@ -29,13 +32,16 @@ class ScoreRow:
     scores: Any
     raw: dict[str, Any] = field(default_factory=dict)
     file: str = ""  # the file's name, without its folder
+    unreadable: str | None = None  # why the record could not be read at all
 
     def problem(self, models: list[str] | None) -> str | None:
         """Why this row cannot become a prompt, or None."""
-        if "error" in self.raw and self.text is None:
-            return f"row is not a JSON object: {self.raw['error']}"
+        if self.unreadable is not None:
+            return self.unreadable
         if not isinstance(self.text, str) or not self.text.strip():
             return "prompt text missing, empty or not a string"
+        if self.task is not None and (isinstance(self.task, bool) or not isinstance(self.task, (str, int))):
+            return f"task field holds {type(self.task).__name__}, not a string"
         if not isinstance(self.scores, dict) or not self.scores:
             return "scores missing or not a {model: score} mapping"
         if models is not None:
@@ -46,26 +52,31 @@ class ScoreRow:
 
 
 def _records(path: Path) -> list[Any]:
+    """The file's records; an unreadable line (or a JSON file that is not a list) is a LineError
+    in its place."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
     if path.suffix == ".jsonl":
-        out = []
+        out: list[Any] = []
         # JSON-lines separates records by \n only: str.splitlines would also cut a prompt at the
         # U+0085 / U+2028 characters JSON leaves unescaped (one dcrouter prompt holds U+0085)
-        for i, line in enumerate(text.split("\n")):
+        for i, line in enumerate(data.split(b"\n")):
             if line.strip():
                 try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    out.append(ValueError(f"line {i + 1} is not JSON ({exc.msg})"))
+                    out.append(strict_json(line))
+                except LineError as exc:
+                    out.append(LineError(f"line {i + 1}: {exc}"))
         return out
-    data = json.loads(text)
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: a JSON score table must be a list of objects, found {type(data).__name__}")
-    return data
+    try:
+        records = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return [LineError(f"the file is not a JSON list of objects ({type(exc).__name__})")]
+    if not isinstance(records, list):
+        return [LineError(f"a JSON score table must be a list of objects, found {type(records).__name__}")]
+    return records
 
 
 def _mapping(value: Any) -> Any:
@@ -91,7 +102,9 @@ def read_score_table(files: dict[str, list[Path]], *, text_field: str, scores_fi
                     break
                 row_id = f"{name}:{i}"
                 if not isinstance(rec, dict):
-                    rows.append(ScoreRow(row_id, split, None, None, None, {"error": str(rec)[:200]}, name))
+                    reason = str(rec) if isinstance(rec, LineError) else (
+                        f"a JSON object is expected, got {type(rec).__name__}")
+                    rows.append(ScoreRow(row_id, split, None, None, None, {}, name, unreadable=reason))
                     continue
                 task = rec.get(task_field) if task_field else None
                 rows.append(ScoreRow(row_id, split, rec.get(text_field), task, _mapping(rec.get(scores_field)),
@@ -123,8 +136,12 @@ def score_cell(scores: Any, model: str) -> ImportedResponse:
     if not isinstance(scores, dict) or model not in scores:
         return ImportedResponse(None, problem=f"no score for model {model!r}")
     value = scores[model]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return ImportedResponse(None, problem=f"score {value!r} for model {model!r} is not a finite number")
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite:
+        return ImportedResponse(None, problem=f"score {str(value)[:80]!r} for model {model!r} is not a finite number")
     if not 0.0 <= float(value) <= 1.0:
         return ImportedResponse(None, problem=f"score {value} for model {model!r} is outside [0, 1]")
     return ImportedResponse("", label=float(value))

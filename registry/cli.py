@@ -118,3 +118,31 @@ def freeze_evaluation(name: str, evaluation: Path, reason: str, tracking_uri: st
         raise click.UsageError(f"{evaluation}: needs a `text` column and `quality/<model>` columns (has {columns})")
     sha = _registry(name, tracking_uri).replace_evaluation_set(evaluation, reason)
     click.echo(f"{name}: evaluation set replaced by {evaluation} (sha256 {sha[:12]}…); reason recorded")
+
+
+@click.command("accounts")
+@click.argument("name")
+@click.option("--experiment", required=True, help="the fleet's MLflow experiment (registry.experiment)")
+@click.option("--writer", "writer", default="routeforge-pipeline", show_default=True,
+              help="the pipeline's account; its password is read from $ROUTEFORGE_WRITER_PASSWORD")
+@click.option("--reader", "reader", default="routeforge-router", show_default=True,
+              help="router services' account; its password is read from $ROUTEFORGE_READER_PASSWORD")
+@_TRACKING
+def accounts(name: str, experiment: str, writer: str, reader: str, tracking_uri: str | None) -> None:
+    """As the MLflow admin (MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD), create or update
+    the writer and reader accounts of an authenticated MLflow server and grant them registered model
+    NAME and its experiment: the writer may register and move aliases, the reader only read.
+    Passwords come from the environment, never the command line (it shows in process lists)."""
+    import os
+
+    from routeforge.registry.accounts import Account, provision
+
+    if not tracking_uri:
+        raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
+    passwords = {var: os.environ.get(var, "") for var in ("ROUTEFORGE_WRITER_PASSWORD", "ROUTEFORGE_READER_PASSWORD")}
+    missing = [var for var, value in passwords.items() if len(value) < 12]
+    if missing:
+        raise click.UsageError(f"set {' and '.join(missing)} (at least 12 characters)")
+    for line in provision(tracking_uri, name, experiment, Account(writer, passwords["ROUTEFORGE_WRITER_PASSWORD"]),
+                          Account(reader, passwords["ROUTEFORGE_READER_PASSWORD"])):
+        click.echo(line)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -124,6 +124,12 @@ class S3:
     key: str
     secret: str
     bucket: str
+    users: dict[str, tuple[str, str]] = field(default_factory=dict)  # name → (key, secret), least privilege
+
+    def env_of(self, user: str) -> dict[str, str]:
+        """`env` with the key of one of the least-privilege `users`."""
+        key, secret = self.users[user]
+        return {**self.env, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
 
     @property
     def env(self) -> dict[str, str]:
@@ -138,10 +144,12 @@ class S3:
 
 
 @contextlib.contextmanager
-def s3_server(folder: Path, buckets: tuple[str, ...] = ("routeforge",)) -> Iterator[S3]:
+def s3_server(folder: Path, buckets: tuple[str, ...] = ("routeforge",),
+              policies: dict[str, Path] | None = None) -> Iterator[S3]:
     """moto's S3 server on a free loopback port. Authentication is switched on after the setup
-    calls (one IAM user with an access key allowed everything, then the buckets), so a wrong key is
-    refused as on AWS."""
+    calls (one IAM user with an access key allowed everything, the buckets, and one user per IAM
+    policy document of `policies`, e.g. deploy/object-store/*.json), so a wrong key is refused as on
+    AWS, and a least-privilege key is refused outside its policy."""
     import boto3
 
     try:
@@ -152,7 +160,8 @@ def s3_server(folder: Path, buckets: tuple[str, ...] = ("routeforge",)) -> Itera
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    setup_calls = 3 + len(buckets)
+    policies = policies or {}
+    setup_calls = 3 + len(buckets) + 3 * len(policies)
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(setup_calls)}
     log = folder / "moto.log"
     with child([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], log, env=env) as process:
@@ -167,11 +176,17 @@ def s3_server(folder: Path, buckets: tuple[str, ...] = ("routeforge",)) -> Itera
         s3 = boto3.client("s3", **bootstrap)
         for bucket in buckets:
             s3.create_bucket(Bucket=bucket)
+        users = {}
+        for name, policy in policies.items():
+            iam.create_user(UserName=name)
+            access = iam.create_access_key(UserName=name)["AccessKey"]
+            iam.put_user_policy(UserName=name, PolicyName=name, PolicyDocument=Path(policy).read_text())
+            users[name] = (access["AccessKeyId"], access["SecretAccessKey"])
         # fsspec caches filesystems by their arguments: one made for an earlier server (its
         # endpoint read from the environment) would be handed out again, pointing at a dead port
         s3fs.S3FileSystem.clear_instance_cache()
         try:
-            yield S3(endpoint, key["AccessKeyId"], key["SecretAccessKey"], buckets[0])
+            yield S3(endpoint, key["AccessKeyId"], key["SecretAccessKey"], buckets[0], users)
         finally:
             s3fs.S3FileSystem.clear_instance_cache()
 
@@ -180,16 +195,26 @@ def s3_server(folder: Path, buckets: tuple[str, ...] = ("routeforge",)) -> Itera
 
 @contextlib.contextmanager
 def mlflow_server(folder: Path, backend_store_uri: str, artifacts_destination: str,
-                  env: dict[str, str]) -> Iterator[str]:
-    """`mlflow server` on a free loopback port, proxying artifacts (clients speak HTTP only)."""
+                  env: dict[str, str], admin_password: str | None = None) -> Iterator[str]:
+    """`mlflow server` on a free loopback port, proxying artifacts (clients speak HTTP only). With
+    `admin_password`, it is started as production starts it, by deploy/mlflow/start-mlflow.sh (the
+    basic-auth app, users in SQLite beside the log, nothing granted by default)."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mlflow = Path(sys.executable).with_name("mlflow")
-    command = [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-               "--backend-store-uri", backend_store_uri, "--artifacts-destination", artifacts_destination]
+    arguments = ["--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                 "--backend-store-uri", backend_store_uri, "--artifacts-destination", artifacts_destination]
+    command = [str(mlflow), "server", *arguments]
     log = folder / "mlflow-server.log"
     server_env = {**os.environ, **env}
+    if admin_password is not None:
+        command = ["sh", str(Path(__file__).resolve().parent.parent / "deploy" / "mlflow" / "start-mlflow.sh"),
+                   *arguments]
+        server_env |= {"PATH": f"{mlflow.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                       "MLFLOW_AUTH_DATABASE_URI": f"sqlite:///{folder / 'auth.db'}",
+                       "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
+                       "MLFLOW_FLASK_SERVER_SECRET_KEY": os.urandom(16).hex()}
     with child(command, log, env=server_env) as process:
         wait_healthy(process, f"{url}/health", log, timeout_s=180)
         yield url

@@ -120,7 +120,7 @@ def test_long_jsonl_import_joins_arena_hard_answers_by_uid(config_copy, shared_d
     engine = make_engine(config.model("gpt-4-0314"), config, config.storage_root)
     q = Quarantine("responses", "gpt-4-0314")
     assert engine.generate(prompt_rows(prompts)[:2], q) == []
-    assert engine.table_problems == {"invalid JSON line": 1}
+    assert engine.table_problems == {"invalid JSON: Expecting property name enclosed in double quotes": 1}
     assert sorted(q.reasons()) == ["prompt not in response table",
                                    "unusable table cell: field 'messages.1.content.answer': no '1'"]
 

@@ -78,7 +78,7 @@ def test_malformed_rows_and_scores_are_quarantined_with_reasons_and_nothing_vali
     _, quarantine = build_prompts(config)
     reasons = quarantine.reasons()
     assert reasons["duplicate prompt"] == 2  # within train, and the test copy of a training prompt
-    assert any(r.startswith("row is not a JSON object: line 3 is not JSON") for r in reasons)
+    assert any(r.startswith("line 3: invalid JSON") for r in reasons)
     assert any("outside the dataset's models: ['gamma']" in r for r in reasons)
 
 
@@ -95,7 +95,7 @@ def test_prompt_quarantine_reasons_name_the_problem(tmp_path):
     assert list(read_dataset(config.datasets[0], quarantine)) == []
     reasons = [r["reason"] for r in quarantine.rows]
     assert sum("prompt text missing" in r for r in reasons) == 2
-    assert any(r.startswith("row is not a JSON object") for r in reasons)
+    assert "a JSON object is expected, got str" in reasons
     assert any("not a {model: score} mapping" in r for r in reasons)
     assert any("outside the dataset's models: ['delta']" in r for r in reasons)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 from routeforge.artifacts.cli import signature_options
+from routeforge.core.storage import Quarantine
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
 
 SHOWN = (("qos_mean", "QoS", 3), ("slo_attainment", "SLO", 3), ("e2e_mean_s", "E2E mean s", 3),
@@ -61,7 +62,12 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
 
     columns = TraceColumns(timestamp=timestamp, timestamp_unit=timestamp_unit, prompt_tokens=prompt_tokens,
                            output_tokens=output_tokens, format=fmt)
-    times, prompt, output = read_trace(trace, columns=columns)
+    quarantine = Quarantine("traces")
+    times, prompt, output = read_trace(trace, columns=columns, quarantine=quarantine)
+    for row in quarantine.rows[:5]:
+        click.echo(f"skipped {row['row']}: {row['reason']}", err=True)
+    if len(quarantine) > 5:
+        click.echo(f"skipped {len(quarantine) - 5} more rows that cannot be replayed", err=True)
     if len(times) < 2:
         raise click.UsageError(f"--trace {trace}: {len(times)} row; at least 2 are needed to replay arrivals")
     bundle = load_bundle(bundle_ref, tracking_uri=tracking_uri, public_key=public_key,

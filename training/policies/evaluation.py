@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
@@ -57,14 +58,12 @@ def trace_source(trace) -> tuple[Path, TraceColumns] | None:
     return Path(trace.path), TraceColumns(**trace.model_dump(exclude={"path"}))
 
 
-def workload_factory(kind: str, pool: RequestPool, rate: float, n: int,
-                     trace: tuple[Path, TraceColumns] | None):
-    """seed → requests for one of the evaluation workloads at mean `rate`; `trace` is a file and
-    its column mapping."""
+def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: np.ndarray | None):
+    """seed → requests for one of the evaluation workloads at mean `rate`; `times` are the trace's
+    arrival offsets (read once by `read_trace`)."""
     if kind == "trace":
-        if trace is None:
+        if times is None:
             raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace file")
-        times = read_trace(trace[0], columns=trace[1])[0]
         if len(times) < n + 1:
             raise ValueError(f"training.routing_evaluation.trace: {len(times)} rows, fewer than requests = {n}")
 
@@ -97,10 +96,12 @@ def score(outcomes: list[Outcome], prices: np.ndarray, qos_limit_s: float, slo_e
 
 
 def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
-                     out_dir: Path, log: Callable[[str], None] = print) -> tuple[dict[str, Any], dict[str, Any]]:
+                     out_dir: Path, log: Callable[[str], None] = print, quarantine: Quarantine | None = None,
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train the learned policies, run every policy × workload × load × seed, write plots; returns
     the report (rows of mean ± std per metric, learning curves, plot paths) and the trained
-    networks with the environment each was trained in (for export)."""
+    networks with the environment each was trained in (for export). Trace rows that cannot be
+    replayed go to `quarantine` (the caller writes it)."""
     from routeforge.training.policies.rl.ddqn import train_ddqn
     from routeforge.training.policies.rl.rollout import evaluation_seeds, greedy, run_episode, sampled
     from routeforge.training.policies.rl.sac import train_sac
@@ -113,6 +114,12 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                    for p, m in zip(profiles, models))
     qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
     trace = trace_source(settings.trace)
+    times, quarantine = None, quarantine if quarantine is not None else Quarantine("routing_evaluation")
+    if trace is not None and "trace" in settings.workloads:
+        times = read_trace(trace[0], columns=trace[1], quarantine=quarantine)[0]
+        if len(quarantine):
+            log(f"warning: trace {trace[0].name}: {len(quarantine)} rows quarantined "
+                f"(first: {quarantine.rows[0]['row']}: {quarantine.rows[0]['reason']})")
     wanted = settings.policies or [*BASELINES, *LEARNED]
     for name in wanted:
         if name not in BASELINES and name not in LEARNED:
@@ -141,7 +148,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     seeds = evaluation_seeds(settings.seed, settings.seeds)
     for kind in settings.workloads:
         for load in settings.loads:
-            workload = workload_factory(kind, pool, load * capacity, n, trace)
+            workload = workload_factory(kind, pool, load * capacity, n, times)
             for name in wanted:
                 runs = []
                 for seed in seeds:
@@ -159,7 +166,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 rows.append(row)
             log(f"{kind} at {load:.0%} load: {len(wanted)} policies × {len(seeds)} seeds done")
     report = {"capacity_rps": capacity, "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
-              "seeds": seeds, "requests": n, "train_load": settings.train_load, "rows": rows, "learning_curves": curves,
+              "seeds": seeds, "requests": n, "train_load": settings.train_load,
+              "trace_quarantined": len(quarantine), "rows": rows, "learning_curves": curves,
               "pretrain": pretrained}
     report["gate"] = recommend(rows, learned=[p for p in wanted if p in trained],
                                heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,

@@ -55,7 +55,7 @@ def test_settings_name_the_bad_field(tmp_path):
 
 
 def test_switched_poisson_workload_keeps_the_mean_rate():
-    requests = workload_factory("switched_poisson", _pool(), rate=10.0, n=4000, trace=None)(1)
+    requests = workload_factory("switched_poisson", _pool(), rate=10.0, n=4000, times=None)(1)
     span = requests[-1].arrival - requests[0].arrival
     assert 0.5 * 10.0 < len(requests) / span < 1.5 * 10.0
 

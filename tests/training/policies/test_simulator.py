@@ -181,9 +181,36 @@ def test_traces_with_other_column_names_and_units(tmp_path):
     fails("ts_ms,in,out\n5,1,1\n6,1,2.5\n", r"row 3, column 'out': token counts are positive integers")
     fails("ts_ms,in,out\n5,1,\n", r"row 2, column 'out': missing")
     fails('{"ts_ms": 1, "in": 1, "out": 1}\n[1, 2]\n', r"row 2: a JSON object is expected", ".jsonl")
-    fails('{"ts_ms": 1, "in": 1, "out": 1}\n{oops\n', r"row 2: not JSON", ".jsonl")
+    fails('{"ts_ms": 1, "in": 1, "out": 1}\n{oops\n', r"row 2: invalid JSON", ".jsonl")
     fails("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", r"row 2, column 'TIMESTAMP': 'yesterday'",
           cols=TraceColumns())
+
+
+def test_a_trace_read_with_a_quarantine_keeps_the_good_rows_and_names_the_bad_ones(tmp_path):
+    from routeforge.core.storage import Quarantine
+    from routeforge.training.policies.simulator.traces import TraceColumns, TraceError
+
+    columns = TraceColumns(timestamp="ts", timestamp_unit="s", prompt_tokens="in", output_tokens="out")
+    path = tmp_path / "day.jsonl"
+    path.write_bytes(b'{"ts": 1, "in": 5, "out": 2}\n{"ts": NaN, "in": 5, "out": 2}\n{"ts": 2, "in": "\\ud800", '
+                     b'"out": 2}\n\xff\xfe\n{"ts": 0.5, "in": 5, "out": 2}\n{"ts": 3, "in": 1e400, "out": 2}\n'
+                     b'{"ts": 4, "in": 7, "out": 3}\n')
+    quarantine = Quarantine("traces")
+    times, prompt, output = read_trace(path, columns=columns, quarantine=quarantine)
+    assert times.tolist() == [0.0, 3.0] and prompt.tolist() == [5, 7] and output.tolist() == [2, 3]
+    reasons = {r["row"]: r["reason"] for r in quarantine.rows}
+    assert list(reasons) == ["day.jsonl:2", "day.jsonl:3", "day.jsonl:4", "day.jsonl:5", "day.jsonl:6"]
+    assert "NaN" in reasons["day.jsonl:2"] and "invalid Unicode" in reasons["day.jsonl:3"]
+    assert "UTF-8" in reasons["day.jsonl:4"] and "go backwards" in reasons["day.jsonl:5"]
+    assert reasons["day.jsonl:6"].startswith("column 'in'")
+    csv_file = tmp_path / "day.csv"
+    csv_file.write_bytes(b"ts,in,out\n1,5,2\n2,\xff,2\n3,6,1\n")
+    quarantine = Quarantine("traces")
+    assert read_trace(csv_file, columns=columns, quarantine=quarantine)[1].tolist() == [5, 6]
+    assert [r["reason"] for r in quarantine.rows] == ["column 'in': invalid UTF-8"]
+    path.write_text('{"ts": -1, "in": 5, "out": 2}\n')
+    with pytest.raises(TraceError, match="no usable rows.*1 quarantined"):
+        read_trace(path, columns=columns, quarantine=Quarantine("traces"))
 
 
 def test_routing_evaluation_reads_a_mapped_trace_from_the_fleet_file(tmp_path):

@@ -2,20 +2,26 @@
 
 Azure's LLM inference traces (`TIMESTAMP`, `ContextTokens`, `GeneratedTokens`, wall-clock
 timestamps) are the default mapping; any other log names its columns and the unit of its
-timestamps (`TraceColumns`). Timestamps must not go backwards and token counts must be positive
-integers: the first offending row fails the read with one error naming its row and column.
+timestamps (`TraceColumns`). A row that cannot be replayed (not JSON, invalid UTF-8, a missing or
+non-finite timestamp, a timestamp earlier than the row before, a token count that is not a positive
+integer) goes to the quarantine with its row and column named, and the read goes on: one bad line in a
+day's trace must not stop an evaluation. Without a quarantine (`strict`), the first such row raises
+`TraceError` instead, for callers that would rather stop. A file with no usable row, or without the
+mapped columns, is always an error.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+from routeforge.core.json_lines import LineError, strict_json, surrogate_field
+from routeforge.core.storage import Quarantine
 
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -46,27 +52,45 @@ class TraceColumns:
 AZURE = TraceColumns()
 
 
-def _rows(path: Path, columns: TraceColumns) -> Iterator[tuple[int, dict]]:
-    """(row number as a person counts it: the CSV header is row 1, a JSON-lines file's first line is row 1, row)."""
+def _rows(path: Path, columns: TraceColumns) -> Iterator[tuple[int, dict | TraceError]]:
+    """(row number as a person counts it: the CSV header is row 1, a JSON-lines file's first line is
+    row 1, the row or the TraceError that makes it unusable)."""
     needed = (columns.timestamp, columns.prompt_tokens, columns.output_tokens)
     if columns.file_format(path) == "csv":
-        with open(path, newline="") as f:
+        # surrogateescape: an invalid byte becomes a lone surrogate in its cell, caught per row below
+        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as f:
             reader = csv.DictReader(f)
-            missing = [c for c in needed if c not in (reader.fieldnames or [])]
+            try:
+                fieldnames = reader.fieldnames or []
+            except csv.Error as exc:
+                raise TraceError(f"{path}: row 1: not a CSV header ({exc})") from None
+            missing = [c for c in needed if c not in fieldnames]
             if missing:
-                raise TraceError(f"{path}: row 1: no column {missing[0]!r} (the header has {reader.fieldnames})")
-            yield from enumerate(reader, start=2)
-        return
-    with open(path) as f:
+                raise TraceError(f"{path}: row 1: no column {missing[0]!r} (the header has {fieldnames})")
+            number = 1
+            while True:
+                number = reader.line_num + 1
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as exc:
+                    yield number, TraceError(f"{path}: row {number}: not a CSV row ({exc})")
+                    continue
+                bad = next((c for c in needed if surrogate_field(row.get(c)) is not None), None)
+                yield number, (TraceError(f"{path}: row {number}, column {bad!r}: invalid UTF-8") if bad else row)
+    with open(path, "rb") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}: row {number}: not JSON ({exc.msg})") from exc
+                row = strict_json(line)
+            except LineError as exc:
+                yield number, TraceError(f"{path}: row {number}: {exc}")
+                continue
             if not isinstance(row, dict):
-                raise TraceError(f"{path}: row {number}: a JSON object is expected, got {type(row).__name__}")
+                yield number, TraceError(f"{path}: row {number}: a JSON object is expected, got {type(row).__name__}")
+                continue
             yield number, row
 
 
@@ -83,15 +107,20 @@ def _seconds(path: Path, number: int, column: str, value, unit: str) -> float:
         try:
             head, _, fraction = text.partition(".")
             if "T" not in head and len(head) == 19:  # Azure: 2023-11-16 18:15:46.6805900 (7 digits)
-                return datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp() + (
-                    float(f"0.{fraction}") if fraction else 0.0)
-            return datetime.fromisoformat(text).timestamp()
-        except ValueError as exc:
-            raise TraceError(f"{path}: row {number}, column {column!r}: {text!r} is not a date and time") from exc
+                seconds = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp() + (
+                    float(f"0.{fraction}") if fraction.isdigit() else 0.0 if not fraction else float("nan"))
+            else:
+                seconds = datetime.fromisoformat(text).timestamp()
+        except (ValueError, OverflowError, OSError) as exc:
+            raise TraceError(f"{path}: row {number}, column {column!r}: {text[:80]!r} is not a date and time") from exc
+        if not np.isfinite(seconds):
+            raise TraceError(f"{path}: row {number}, column {column!r}: {text[:80]!r} is not a date and time")
+        return seconds
     try:
         seconds = float(value) * SECONDS_PER_UNIT[unit]
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"{path}: row {number}, column {column!r}: {value!r} is not a number of {unit}") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceError(f"{path}: row {number}, column {column!r}: {str(value)[:80]!r} is not a number of {unit}"
+                         ) from exc
     if not np.isfinite(seconds) or seconds < 0:
         raise TraceError(f"{path}: row {number}, column {column!r}: timestamp {value!r} is negative or not finite")
     return seconds
@@ -100,33 +129,49 @@ def _seconds(path: Path, number: int, column: str, value, unit: str) -> float:
 def _tokens(path: Path, number: int, column: str, value) -> int:
     try:
         count = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TraceError(f"{path}: row {number}, column {column!r}: {value!r} is not a token count") from exc
-    if isinstance(value, bool) or not count.is_integer() or count < 1:
-        raise TraceError(f"{path}: row {number}, column {column!r}: token counts are positive integers, got {value!r}")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceError(f"{path}: row {number}, column {column!r}: {str(value)[:80]!r} is not a token count"
+                         ) from exc
+    if isinstance(value, bool) or not np.isfinite(count) or not count.is_integer() or count < 1:
+        raise TraceError(f"{path}: row {number}, column {column!r}: token counts are positive integers, "
+                         f"got {str(value)[:80]!r}")
     return int(count)
 
 
 def read_trace(path: str | Path, limit: int | None = None, columns: TraceColumns = AZURE,
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival offsets in s from the first request, prompt tokens, output tokens) of a trace."""
+               quarantine: Quarantine | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival offsets in s from the first request, prompt tokens, output tokens) of a trace's
+    usable rows. Unusable rows go to `quarantine` (row id `<file name>:<row>`, the reason naming the
+    column); without one, the first unusable row raises TraceError. `limit` counts usable rows."""
     if columns.timestamp_unit not in ("datetime", *SECONDS_PER_UNIT):
         raise ValueError(f"timestamp_unit {columns.timestamp_unit!r}: expected datetime, s, ms or us")
     path = Path(path)
     times, prompt, output = [], [], []
     for number, row in _rows(path, columns):
-        t = _seconds(path, number, columns.timestamp, _field(path, number, row, columns.timestamp),
-                     columns.timestamp_unit)
-        if times and t < times[-1]:
-            raise TraceError(f"{path}: row {number}, column {columns.timestamp!r}: timestamps go backwards "
-                             f"(earlier than the row before); sort the trace by time")
+        try:
+            if isinstance(row, TraceError):
+                raise row
+            t = _seconds(path, number, columns.timestamp, _field(path, number, row, columns.timestamp),
+                         columns.timestamp_unit)
+            if times and t < times[-1]:
+                raise TraceError(f"{path}: row {number}, column {columns.timestamp!r}: timestamps go backwards "
+                                 f"(earlier than the row before); sort the trace by time")
+            counts = (_tokens(path, number, columns.prompt_tokens, _field(path, number, row, columns.prompt_tokens)),
+                      _tokens(path, number, columns.output_tokens, _field(path, number, row, columns.output_tokens)))
+        except TraceError as exc:
+            if quarantine is None:
+                raise
+            reason = re.sub(r"^row \d+(, |: )", "", str(exc).removeprefix(f"{path}: "))  # the row is in its id
+            quarantine.add(f"{path.name}:{number}", reason, None if isinstance(row, TraceError) else row)
+            continue
         times.append(t)
-        prompt.append(_tokens(path, number, columns.prompt_tokens, _field(path, number, row, columns.prompt_tokens)))
-        output.append(_tokens(path, number, columns.output_tokens, _field(path, number, row, columns.output_tokens)))
+        prompt.append(counts[0])
+        output.append(counts[1])
         if limit and len(times) >= limit:
             break
     if not times:
-        raise TraceError(f"{path}: no rows")
+        raise TraceError(f"{path}: no usable rows" + (f" ({len(quarantine)} quarantined: "
+                                                       f"{next(iter(quarantine.reasons()))})" if quarantine else ""))
     t = np.array(times)
     return t - t[0], np.array(prompt), np.array(output)
 
