@@ -1,0 +1,56 @@
+"""The Dagster webserver offered to viewers (deploy/compose.yaml's `dagster-viewer`, Helm's
+`enableReadOnly`) runs with `--read-only`: started for real on loopback over this project's code
+location, it grants no permission, and a run launched through its GraphQL API is refused and never
+reaches the instance; the operators' webserver, started the same way without the flag, may launch."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import urllib.request
+from pathlib import Path
+
+from routeforge.profiling.local_server import free_port, wait_healthy
+
+from tests.conftest import REPO
+from tests.services import child
+
+LAUNCH = ('mutation { launchRun(executionParams: {selector: {repositoryLocationName: '
+          '"routeforge.pipelines.definitions", repositoryName: "__repository__", jobName: "build_prompts"}, '
+          'runConfigData: "{}"}) { __typename } }')
+
+
+@contextlib.contextmanager
+def webserver(folder: Path, *flags: str):
+    port = free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(folder / "dagster_home"), "ROUTEFORGE_CONFIG": str(REPO / "configs" / "demo.yaml"),
+           "ROUTEFORGE_STATE": str(folder / "state")}
+    (folder / "dagster_home").mkdir(parents=True, exist_ok=True)
+    log = folder / f"webserver{'-'.join(flags)}.log"
+    command = [str(Path(sys.executable).with_name("dagster-webserver")), *flags, "-h", "127.0.0.1", "-p", str(port),
+               "-m", "routeforge.pipelines.definitions"]
+    with child(command, log, env=env, cwd=folder) as process:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(process, f"{url}/server_info", log, timeout_s=180)
+
+        def graphql(query: str) -> dict:
+            request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read())["data"]
+
+        yield graphql
+
+
+def test_the_viewers_webserver_is_read_only(tmp_path):
+    with webserver(tmp_path, "--read-only") as graphql:
+        permissions = {p["permission"]: p["value"] for p in graphql("{ permissions { permission value } }")["permissions"]}
+        assert permissions["launch_pipeline_execution"] is False and not any(permissions.values())
+        assert graphql(LAUNCH)["launchRun"]["__typename"] == "UnauthorizedError"
+        runs = graphql("{ runsOrError { ... on Runs { results { runId } } } }")["runsOrError"]["results"]
+        assert runs == []
+    with webserver(tmp_path) as graphql:  # the operators' one, same instance: it may
+        permissions = {p["permission"]: p["value"] for p in graphql("{ permissions { permission value } }")["permissions"]}
+        assert permissions["launch_pipeline_execution"] is True and permissions["wipe_assets"] is True
