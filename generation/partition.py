@@ -78,21 +78,25 @@ def generate_partition(
         engine = make_engine(spec, config, config.storage.mirror / "models")
         result.engine_version = engine.version
         step = config.generation.shard_size if use_cache else len(missing)
-        for begin in range(0, len(missing), step):
-            chunk = missing[begin : begin + step]
-            base = result.cache_hits + begin
+        try:
+            for begin in range(0, len(missing), step):
+                chunk = missing[begin : begin + step]
+                base = result.cache_hits + begin
 
-            def chunk_progress(done: int, total: int, base: int = base) -> None:
-                if progress:
-                    progress(base + done, len(rows))
+                def chunk_progress(done: int, total: int, base: int = base) -> None:
+                    if progress:
+                        progress(base + done, len(rows))
 
-            new_rows = engine.generate(chunk, quarantine, chunk_progress)
-            if use_cache and cache.append(new_rows):
-                result.shards_written += 1
-            for row in new_rows:
-                cached.setdefault(row["cache_key"], row)
-            result.generated += len(new_rows)
-            result.generated_output_tokens += sum(r["output_tokens"] for r in new_rows)
+                new_rows = engine.generate(chunk, quarantine, chunk_progress)
+                if use_cache and cache.append(new_rows):
+                    result.shards_written += 1
+                for row in new_rows:
+                    cached.setdefault(row["cache_key"], row)
+                result.generated += len(new_rows)
+                result.generated_output_tokens += sum(r["output_tokens"] for r in new_rows)
+        finally:  # an engine holding a worker process (vLLM) stops it
+            if hasattr(engine, "close"):
+                engine.close()
         result.generate_s = time.perf_counter() - start
         if use_cache:
             cache.compact()

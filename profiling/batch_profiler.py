@@ -10,13 +10,17 @@ The measurements feed `profiling.batch_fits.fit_tier` and the batch latency head
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-from routeforge.core.config import BatchGrid
 from routeforge.profiling.batch_fits import BatchMeasurement
+
+if TYPE_CHECKING:  # only its fields are read: a GPU machine without the config stack can profile too
+    from routeforge.core.config import BatchGrid
 
 
 def _sync(device) -> None:
@@ -34,10 +38,13 @@ def time_batch(model, batch_size: int, prompt_tokens: int, output_tokens: int, s
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, vocab, (batch_size, prompt_tokens), generator=generator).to(device)
     mask = torch.ones_like(ids)
+    # the prefill computes the last position's logits only, as a serving engine does (a full
+    # (batch, prompt, vocab) logits tensor would dominate time and memory on large vocabularies)
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     with torch.inference_mode():
         _sync(device)
         start = time.perf_counter()
-        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True, **last_only)
         token = out.logits[:, -1, :].argmax(-1, keepdim=True)
         _sync(device)
         prefill = time.perf_counter() - start

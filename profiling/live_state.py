@@ -153,6 +153,8 @@ class MetricsScraper:
         self._latest: dict[str, float] = {}
         self._previous: tuple[float, dict[str, float]] | None = None
         self._rates: dict[str, float] = {}
+        self.scraped_at: list[float] = []  # perf_counter of every successful scrape (staleness, tests)
+        self.failures = 0
 
     def _update(self, now: float, raw: dict[str, float]) -> None:
         latest = {}
@@ -175,8 +177,10 @@ class MetricsScraper:
                     self.available = False
                     return
                 self._update(time.perf_counter(), parse_metrics(resp.text))
+                self.scraped_at.append(time.perf_counter())
                 self.available = True
             except (httpx.HTTPError, ValueError):
+                self.failures += 1
                 if not self.available:
                     self.available = False
                     return

@@ -1,7 +1,9 @@
-"""Start a local `transformers serve --continuous-batching` for a sweep, and stop it afterwards.
+"""Start a local OpenAI-compatible server for a sweep, and stop it afterwards: `transformers serve
+--continuous-batching` for a `transformers` model, vLLM's own server for a `vllm` model.
 
-Used where a tier's model runs in-process (`transformers` engine) but its latency under load must
-be measured the way a router sees it: through an OpenAI-compatible server with continuous batching.
+Used where a tier's model runs on this machine but its latency under load must be measured the way
+a router sees it: through an OpenAI-compatible server with continuous batching. vLLM's server also
+exports its scheduler's state on `/metrics`, which the sweep scrapes at every request.
 """
 
 from __future__ import annotations
@@ -79,3 +81,48 @@ def transformers_serve(model_dir: Path, log: Path, device: str = "cpu", port: in
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         stop(proc)
+
+
+@contextmanager
+def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "auto", max_model_len: int | None = None,
+               gpu_memory_utilization: float = 0.9, enforce_eager: bool = False, port: int | None = None,
+               timeout_s: float = 600) -> Iterator[str]:
+    """vLLM's OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`: the `vllm
+    serve` console script fails under the CPU build's distribution name) for the model in
+    `model_dir`, under `python` (the vLLM environment's interpreter; None: this one). Yields the base
+    URL (ending in /v1) once /health answers and one completion has run; stopped on exit."""
+    port = port or free_port()
+    command = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+               "--gpu-memory-utilization", str(gpu_memory_utilization)]
+    if max_model_len:
+        command += ["--max-model-len", str(max_model_len)]
+    if enforce_eager:
+        command.append("--enforce-eager")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        wait_healthy(proc, f"http://127.0.0.1:{port}/health", log, timeout_s=timeout_s)
+        load_model(f"http://127.0.0.1:{port}/v1", str(model_dir), log)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group (vLLM's engine runs in child processes), SIGKILL what is
+    left after 30 s."""
+    import signal
+
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass

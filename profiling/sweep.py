@@ -172,7 +172,10 @@ async def _sweep(base_url: str, model: str, prompts: Sequence[SweepPrompt], sett
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
         scraper = MetricsScraper(metrics_url)
         stop = asyncio.Event()
-        scraping = asyncio.create_task(scraper.run(client, stop))
+        # its own connection: under saturation the completions' pool is full and a shared one would
+        # queue the scrape behind the streams it is meant to observe
+        metrics_client = httpx.AsyncClient(timeout=httpx.Timeout(2.0))
+        scraping = asyncio.create_task(scraper.run(metrics_client, stop))
         runner = _Runner(client, base_url, model, settings, scraper, time.perf_counter(), tier)
         records: list[dict[str, Any]] = []
         summary = []
@@ -209,6 +212,9 @@ async def _sweep(base_url: str, model: str, prompts: Sequence[SweepPrompt], sett
         finally:
             stop.set()
             await scraping
+            await metrics_client.aclose()
+            if scraper.scraped_at:
+                log(f"{tier}: /metrics scraped {len(scraper.scraped_at)} times, {scraper.failures} failed")
     return SweepResult(records=records, rates=rates, saturation_rps=saturation_rps, saturation_tok_s=saturation_tok_s,
                        metrics_available=bool(scraper.available), summary=summary)
 

@@ -34,12 +34,13 @@ def safe_name(tier: str) -> str:
     return tier.replace("/", "__")
 
 
-def _model_dir(config: FleetConfig, model: str) -> Path:
+def _model_dir(config: FleetConfig, model: str, engines: tuple[str, ...] = ("transformers",)) -> Path:
     from routeforge.core.model_sources import causal_lm_location
 
     spec = config.model(model)
-    if spec.engine != "transformers":
-        raise ValueError(f"model {model!r} ({spec.engine}): in-process profiling needs a transformers model")
+    if spec.engine not in engines:
+        raise ValueError(f"model {model!r} ({spec.engine}): profiling it on this machine needs a "
+                         f"{' or '.join(engines)} model")
     location, _ = causal_lm_location(spec.source, config.storage.mirror / "models")
     return Path(location)
 
@@ -80,9 +81,19 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
     profile = tier.profile
     spec = config.model(tier.model)
     if profile.serve:
-        model_dir = _model_dir(config, tier.model)
+        model_dir = _model_dir(config, tier.model, ("transformers", "vllm"))
         prompts = sweep_prompts(config, tier, routing_table, AutoTokenizer.from_pretrained(model_dir))
-        with transformers_serve(model_dir, folder / "serve.log") as url:
+        if spec.engine == "vllm":  # vLLM's own server, in the vLLM environment
+            from routeforge.core.vllm_env import vllm_python
+            from routeforge.profiling.local_server import vllm_serve
+
+            o = spec.vllm
+            server = vllm_serve(model_dir, folder / "serve.log", vllm_python(o.python), dtype=o.dtype,
+                                max_model_len=o.max_model_len, gpu_memory_utilization=o.gpu_memory_utilization,
+                                enforce_eager=o.enforce_eager)
+        else:
+            server = transformers_serve(model_dir, folder / "serve.log")
+        with server as url:
             return run_sweep(url, str(model_dir), prompts, config.profiling.sweep, tier.name, log=log)
     if profile.base_url is None and not isinstance(spec.source, OpenAISource):
         raise ValueError(f"tiers[{tier.name}].profile: a sweep needs base_url, serve: true, or an openai model")
@@ -92,6 +103,30 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
 
     prompts = sweep_prompts(config, tier, routing_table, load_tokenizer(config.generation.token_counter))
     return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log)
+
+
+def state_agreement(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How the client's dead-reckoned state at dispatch agrees with the server's own counters
+    scraped from /metrics (vLLM's `num_requests_running` / `_waiting`), over the requests that had
+    both: the client counts a request in flight from send to last token; the server counts it from
+    arrival to finish, with a scrape interval's lag. None without server counters."""
+    import numpy as np
+
+    pairs = [(r["f_in_flight"], r["f_server_running"] + r["f_server_waiting"], r["f_waiting_first_token"],
+              r["f_server_waiting"]) for r in records
+             if r.get("f_server_running") is not None and np.isfinite(r.get("f_server_running"))
+             and np.isfinite(r.get("f_server_waiting", np.nan))]
+    if len(pairs) < 2:
+        return None
+    client, server, client_wait, server_wait = (np.asarray(c, dtype=float) for c in zip(*pairs))
+
+    def corr(a, b) -> float | None:
+        return float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else None
+
+    return {"requests": len(pairs), "in_flight_mae": float(np.mean(np.abs(client - server))),
+            "in_flight_bias": float(np.mean(client - server)), "in_flight_corr": corr(client, server),
+            "waiting_mae": float(np.mean(np.abs(client_wait - server_wait))),
+            "server_running_max": float(np.max(server - server_wait)), "client_in_flight_max": float(client.max())}
 
 
 def profile_key(config: FleetConfig, tier: Tier) -> str:
@@ -162,7 +197,8 @@ def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folde
         pq.write_table(records_table(result.records), folder / "sweep.parquet")
         summary |= {"requests": len(result.records), "rates": result.rates, "saturation_rps": result.saturation_rps,
                     "saturation_output_tok_s": result.saturation_tok_s, "phases": result.summary,
-                    "server_metrics_endpoint": result.metrics_available}
+                    "server_metrics_endpoint": result.metrics_available,
+                    "state_agreement": state_agreement(result.records)}
     (folder / "profile.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -67,6 +67,26 @@ TINY_LLAMA = {"kind": "random_init", "architecture": "llama", "seed": 7,
                          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}}
 
 
+# vLLM's CPU attention needs a head size it has kernels for (16 is refused; 64 runs)
+VLLM_LLAMA = {"kind": "random_init", "architecture": "llama", "seed": 7,
+              "config": {"num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
+                         "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 512}}
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The interpreter of the vLLM environment (`make vllm-env`: .venv-vllm, or
+    $ROUTEFORGE_VLLM_PYTHON). Missing: the test is skipped, saying how to build it, except where
+    $ROUTEFORGE_REQUIRE_VLLM=1 (.ci/run), where a missing environment fails the test."""
+    path = os.environ.get("ROUTEFORGE_VLLM_PYTHON") or str(REPO / ".venv-vllm" / "bin" / "python")
+    if not Path(path).is_file():
+        message = f"no vLLM environment at {path}: run `make vllm-env`"
+        if os.environ.get("ROUTEFORGE_REQUIRE_VLLM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory) -> Path:
     """A tiny Llama with seeded random weights (meaningless text), saved with its tokenizer."""

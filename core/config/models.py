@@ -96,6 +96,7 @@ class SamplingOverrides(_Strict):
     repetition_penalty: float | None = Field(default=None, gt=0)
     stop: list[str] | None = None
     seed: int | None = None
+    ignore_eos: bool | None = None
 
 
 class Sampling(_Strict):
@@ -108,6 +109,9 @@ class Sampling(_Strict):
     repetition_penalty: float = Field(default=1.0, gt=0)
     stop: list[str] = Field(default_factory=list)
     seed: int | None = None
+    # generate exactly max_tokens (vLLM's `ignore_eos`; the transformers engine's min_new_tokens; sent
+    # to OpenAI-compatible servers, which vLLM's honours): for profiling and engine comparisons
+    ignore_eos: bool = False
 
     def merged(self, overrides: SamplingOverrides | None) -> Sampling:
         if overrides is None:
@@ -116,8 +120,13 @@ class Sampling(_Strict):
 
 
 class VllmOptions(_Strict):
-    """`vllm.LLM` engine arguments; the tensor-parallel size comes from the model's tier."""
+    """`vllm.LLM` engine arguments; the tensor-parallel size comes from the model's tier.
+    `python`: the interpreter of an environment that has vLLM (`make vllm-env`:
+    `.venv-vllm/bin/python`), for when the pipeline's own cannot hold it; else
+    `$ROUTEFORGE_VLLM_PYTHON`, else vLLM imported in-process. On vLLM's CPU build
+    `gpu_memory_utilization` is the share of host memory reserved for the KV cache."""
 
+    python: str | None = None
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     max_model_len: int | None = Field(default=None, gt=0)
     dtype: str = "auto"

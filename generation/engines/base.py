@@ -61,7 +61,10 @@ def cache_key(text: str, model: str, revision: str | None, sampling: dict[str, A
 
 
 def sampling_record(sampling: Sampling, chat_template: bool) -> dict[str, Any]:
-    return {**sampling.model_dump(mode="json"), "chat_template": chat_template}
+    """What of the sampling decides a response. `ignore_eos` enters only when set, so the cache
+    keys of responses generated before it existed stay valid."""
+    record = sampling.model_dump(mode="json", exclude={"ignore_eos"} if not sampling.ignore_eos else set())
+    return {**record, "chat_template": chat_template}
 
 
 def identity(config: FleetConfig, model: str) -> Identity:

@@ -78,6 +78,8 @@ def request_body(source: OpenAISource, sampling: Sampling, text: str, chat: bool
     }
     if sampling.frequency_penalty:
         body["frequency_penalty"] = sampling.frequency_penalty
+    if sampling.ignore_eos:  # vLLM's extension of the API
+        body["ignore_eos"] = True
     if sampling.repetition_penalty != 1.0:
         body["repetition_penalty"] = sampling.repetition_penalty  # vLLM's extension of the API
     if sampling.stop:

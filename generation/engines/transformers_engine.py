@@ -125,6 +125,8 @@ class TransformersEngine(BaseEngine):
             kwargs["logits_processor"] = [frequency_penalty(s.frequency_penalty, prompt_width)]
         if s.stop:
             kwargs.update(stop_strings=s.stop, tokenizer=self.tokenizer)
+        if s.ignore_eos:
+            kwargs["min_new_tokens"] = s.max_tokens
         if s.seed is not None:
             import torch
 

@@ -1,25 +1,27 @@
-"""The vLLM engine: its metric parsing here; generation only where vLLM and a GPU exist."""
+"""The vLLM engine for real, on vLLM's CPU build in its own environment (`make vllm-env`): offline
+generation through `engine: vllm` gives the transformers engine's rows, with vLLM's token counts
+and timings, and a SIGKILL during generation loses nothing and duplicates nothing."""
 
-import importlib.util
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
+import pyarrow.parquet as pq
 import pytest
-from routeforge.generation.engines.vllm_engine import request_timings
+from routeforge.core.config import load_fleet
+from routeforge.core.storage import Quarantine
+from routeforge.generation.engines import make_engine, prompt_rows
+from routeforge.generation.engines.vllm_worker import request_timings
+from routeforge.generation.partition import ResponseCache, cache_folder
+from routeforge.prompts.sources import build_prompts
 
+from tests.conftest import REPO, VLLM_LLAMA
 
-def _has_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
-needs_vllm = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None or not _has_gpu(),
-    reason="vLLM (extra 'gpu') and a CUDA GPU are needed; this machine has neither",
-)
+MAX_TOKENS = 16
 
 
 def test_request_timings_from_v1_and_v0_metrics():
@@ -30,38 +32,95 @@ def test_request_timings_from_v1_and_v0_metrics():
     assert request_timings(None) == (None, None)
 
 
-def test_missing_vllm_fails_with_the_install_hint(config_copy, monkeypatch):
-    import builtins
+def test_missing_vllm_fails_with_the_way_to_get_it(config_copy, monkeypatch):
+    import importlib.util
 
-    from routeforge.core.config import load_fleet
-    from routeforge.generation.engines import make_engine
-
-    real_import = builtins.__import__
-
-    def no_vllm(name, *args, **kwargs):
-        if name == "vllm":
-            raise ImportError("no vllm here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_vllm)
+    monkeypatch.delenv("ROUTEFORGE_VLLM_PYTHON", raising=False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     models = [{"name": "m", "engine": "vllm", "source": {"kind": "hub", "id": "Qwen/Qwen2.5-0.5B-Instruct"}}]
     config = load_fleet(config_copy("demo", models=models, tiers=[]))
-    with pytest.raises(RuntimeError, match=r"pip install 'routeforge\[gpu\]'"):
+    with pytest.raises(RuntimeError, match=r"make vllm-env.*pip install 'routeforge\[gpu\]'"):
+        make_engine(config.model("m"), config, config.storage_root)
+    models[0]["vllm"] = {"python": "/no/such/python"}
+    config = load_fleet(config_copy("demo", models=models, tiers=[]))
+    with pytest.raises(RuntimeError, match=r"vllm.python = '/no/such/python': no such interpreter"):
         make_engine(config.model("m"), config, config.storage_root)
 
 
-@needs_vllm
-def test_vllm_generates_rows_with_request_metrics(config_copy, tiny_lm):
-    from routeforge.core.config import load_fleet
-    from routeforge.core.storage import Quarantine
-    from routeforge.generation.engines import make_engine, prompt_rows
-    from routeforge.prompts.sources import build_prompts
+def _fleet(config_copy, shared_data, vllm_python: str, n: int, engine: str = "vllm", **generation):
+    spec = {"name": "tiny", "engine": engine, "source": VLLM_LLAMA}
+    if engine == "vllm":
+        spec["vllm"] = {"python": vllm_python, "dtype": "float32", "enforce_eager": True, "max_model_len": 512,
+                        "gpu_memory_utilization": 0.05}
+    datasets = [{"kind": "builtin", "name": "gsm8k", "reader": "gsm8k", "limit": n,
+                 "path": str(shared_data / "prompts" / "gsm8k_test.jsonl")}]
+    gen = {"sampling": {"max_tokens": MAX_TOKENS, "ignore_eos": True}, "batch_size": 4, "shard_size": 4, **generation}
+    return config_copy("demo", models=[spec], tiers=[], datasets=datasets, generation=gen)
 
-    models = [{"name": "m", "engine": "vllm", "source": {"kind": "hub", "id": str(tiny_lm)},
-               "vllm": {"gpu_memory_utilization": 0.3, "enforce_eager": True}}]
-    config = load_fleet(config_copy("demo", models=models, tiers=[]))
+
+def test_vllm_rows_match_the_transformers_engines(config_copy, shared_data, vllm_python):
+    config = load_fleet(_fleet(config_copy, shared_data, vllm_python, 6))
     prompts, _ = build_prompts(config)
-    q = Quarantine("responses", "m")
-    rows = make_engine(config.model("m"), config, config.storage_root).generate(prompt_rows(prompts), q)
-    assert len(rows) == prompts.num_rows and len(q) == 0
-    assert all(r["ttft_s"] is not None and r["ttft_s"] <= r["e2e_s"] for r in rows)
+    rows_in = prompt_rows(prompts)
+    engine = make_engine(config.model("tiny"), config, config.storage.mirror / "models")
+    try:
+        q = Quarantine("responses", "tiny")
+        rows = engine.generate(rows_in, q)
+    finally:
+        engine.close()
+    assert engine.version == "0.32.0" and len(rows) == 6 and len(q) == 0
+    assert all(r["output_tokens"] == MAX_TOKENS for r in rows)  # ignore_eos: exactly as asked
+    texts = [engine.tokenizer(r.text)["input_ids"] for r in rows_in]
+    assert [r["prompt_tokens"] for r in rows] == [len(t) for t in texts]  # vLLM's own count of the prompt
+    assert all(0 < r["ttft_s"] <= r["e2e_s"] and r["tpot_s"] > 0 for r in rows)
+    assert (config.storage.mirror / "models" / "logs" / "vllm-tiny.log").stat().st_size > 0  # vLLM's own log
+
+    reference = load_fleet(_fleet(config_copy, shared_data, vllm_python, 6, engine="transformers"))
+    other = make_engine(reference.model("tiny"), reference, reference.storage.mirror / "models")
+    theirs = other.generate(prompt_rows(build_prompts(reference)[0]), Quarantine("responses", "tiny"))
+    assert [sorted(r) for r in rows] == [sorted(r) for r in theirs]  # the same columns
+    assert [r["output_tokens"] for r in theirs] == [MAX_TOKENS] * 6
+    assert {r["engine"] for r in rows} == {"vllm"} and {r["prompt_id"] for r in rows} == {r["prompt_id"] for r in theirs}
+
+
+def _workers() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "vllm_worker.py"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_sigkill_during_vllm_generation_then_resume_gives_every_pair_once(config_copy, shared_data, vllm_python,
+                                                                          tmp_path):
+    n = 96
+    path = _fleet(config_copy, shared_data, vllm_python, n, shard_size=2)
+    config = load_fleet(path)
+    cmd = [sys.executable, "-m", "routeforge.generation.partition", str(path), "--model", "tiny"]
+    folder = cache_folder(config, "tiny")
+    rng = random.Random(0)
+    landed = 0
+    for _ in range(2):  # kill after the first new shard of each run
+        before = len(ResponseCache(folder).shards())
+        proc = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while len(ResponseCache(folder).shards()) == before and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 0.3))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            landed += 1
+        proc.wait()
+    assert landed == 2 and 0 < len(ResponseCache(folder).shards()) < n // 2
+    deadline = time.time() + 120  # the orphaned worker notices its parent is gone and exits
+    while _workers() and time.time() < deadline:
+        time.sleep(0.5)
+    assert _workers() == []
+    final = subprocess.run(cmd + ["--out", str(tmp_path / "final.parquet")], cwd=REPO, env=dict(os.environ),
+                           capture_output=True, text=True, timeout=900)
+    assert final.returncode == 0, final.stderr[-3000:]
+    table = pq.read_table(tmp_path / "final.parquet")
+    prompts, _ = build_prompts(config)
+    assert sorted(table.column("prompt_id").to_pylist()) == sorted(prompts.column("prompt_id").to_pylist())
+    keys = [r["cache_key"] for r in ResponseCache(folder).load().values()]
+    assert len(keys) == len(set(keys)) == n
+    assert set(table.column("output_tokens").to_pylist()) == {MAX_TOKENS}
