@@ -88,10 +88,17 @@ def fit(folder: Path) -> dict:
             "held_out": {"ttft_mae_ms_served": held.ttft_mae_ms_served, "ttft_mae_ms_linear": held.ttft_mae_ms_linear,
                          "tpot_mae_ms_served": held.tpot_mae_ms_served, "tpot_mae_ms_linear": held.tpot_mae_ms_linear,
                          "configurations": held.configurations, "chosen": held.chosen}}
-    splitwise = folder.parent / "splitwise_heads" / "splitwise_heads.json"
+    splitwise = folder.parent / "splitwise_heads" / "splitwise_heads.json"  # benchmarks/splitwise_heads.py
+    published = json.loads(splitwise.read_text())["tiers"] if splitwise.exists() else {}
     result = {"grid": GRID, "tiers": tiers,
-              "splitwise_published": json.loads(splitwise.read_text()) if splitwise.exists() else None}
+              "splitwise_vllm_tiers": {t: {"prefill_r2": v["fit"]["prefill_r2"], "decode_r2": v["fit"]["decode_r2"],
+                                           "decode_w_ms": v["fit"]["decode_w_s"] * 1e3,
+                                           "decode_h_us_per_token": v["fit"]["decode_h_s_per_token"] * 1e6}
+                                       for t, v in published.items()}}
     (folder / "gpu_batch_profile.json").write_text(json.dumps(result, indent=2, default=float))
+    for tier, t in result["splitwise_vllm_tiers"].items():
+        print(f"splitwise {tier}: prefill R² {t['prefill_r2']:.4f}, decode R² {t['decode_r2']:.4f}, "
+              f"decode W {t['decode_w_ms']:.1f} ms + H {t['decode_h_us_per_token']:.2f} µs/token")
     for tier, t in tiers.items():
         h = t["held_out"]
         print(f"{tier}: prefill R² {t['prefill_r2']:.4f}, decode R² {t['decode_r2']:.4f}; held-out TTFT MAE "
