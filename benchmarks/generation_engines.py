@@ -41,17 +41,19 @@ MODEL = {"kind": "random_init", "architecture": "llama", "seed": 2,
                     "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 1024}}
 
 
-def fleet(folder: Path, n_prompts: int, batch: int, models=None, max_tokens: int = 32) -> Path:
+def fleet(folder: Path, n_prompts: int, batch: int, models=None, max_tokens: int = 32, **sampling) -> Path:
+    """A one-dataset fleet (GSM8K's first `n_prompts`) of `models` (the random Llama by default);
+    `sampling` adds settings (e.g. ignore_eos)."""
     config = {
         "name": "bench", "storage_root": str(folder / "state"),
         "models": models or [{"name": "llama", "engine": "transformers", "source": MODEL}],
         "datasets": [{"kind": "builtin", "name": "gsm8k", "reader": "gsm8k", "limit": n_prompts,
                       "path": str(DATA / "prompts" / "gsm8k_test.jsonl")}],
-        "generation": {"sampling": {"max_tokens": max_tokens}, "batch_size": batch, "shard_size": 16},
+        "generation": {"sampling": {"max_tokens": max_tokens, **sampling}, "batch_size": batch, "shard_size": 16},
         "scoring": {"metric": "bertscore"},
         "registry": {"tracking_uri": f"sqlite:///{folder}/mlflow.db", "experiment": "b", "model_name": "b"},
     }
-    path = folder / f"fleet-{n_prompts}-{batch}.yaml"
+    path = folder / f"fleet-{n_prompts}-{batch}-{len(list(folder.glob('fleet-*')))}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
