@@ -34,25 +34,29 @@ def safe_name(tier: str) -> str:
     return tier.replace("/", "__")
 
 
-def _model_dir(config: FleetConfig, model: str, engines: tuple[str, ...] = ("transformers",)) -> Path:
+def _model_dir(config: FleetConfig, model: str) -> Path:
+    """The folder of a model this machine runs (`transformers` or `vllm` engine), for profiling it here."""
     from routeforge.core.model_sources import causal_lm_location
 
     spec = config.model(model)
-    if spec.engine not in engines:
+    if spec.engine not in ("transformers", "vllm"):
         raise ValueError(f"model {model!r} ({spec.engine}): profiling it on this machine needs a "
-                         f"{' or '.join(engines)} model")
+                         "transformers or vllm model")
     location, _ = causal_lm_location(spec.source, config.storage.mirror / "models")
     return Path(location)
 
 
 def _measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMeasurement]:
+    """Static batches in-process with transformers; for a `vllm` model, its weights under
+    transformers' implementation (a controlled measurement of the model, not of vLLM's engine)."""
     import torch
     from routeforge.profiling.batch_profiler import profile_model
     from transformers import AutoModelForCausalLM
 
     hardware = next(h for h in config.hardware if h.name == tier.hardware)
     device = torch.device("cuda" if hardware.accelerator.startswith(("cuda", "gpu", "nvidia")) else "cpu")
-    model = AutoModelForCausalLM.from_pretrained(_model_dir(config, tier.model)).to(device).eval()
+    folder = _model_dir(config, tier.model)
+    model = AutoModelForCausalLM.from_pretrained(folder).to(device).eval()
     positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     total = len(config.profiling.batch.batch_sizes) * len(config.profiling.batch.prompt_tokens) * len(
         config.profiling.batch.output_tokens) * config.profiling.batch.repeats
@@ -81,7 +85,7 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
     profile = tier.profile
     spec = config.model(tier.model)
     if profile.serve:
-        model_dir = _model_dir(config, tier.model, ("transformers", "vllm"))
+        model_dir = _model_dir(config, tier.model)
         prompts = sweep_prompts(config, tier, routing_table, AutoTokenizer.from_pretrained(model_dir))
         if spec.engine == "vllm":  # vLLM's own server, in the vLLM environment
             from routeforge.core.vllm_env import vllm_python

@@ -18,11 +18,13 @@ class Hardware(_Strict):
 class TierProfile(_Strict):
     """How a tier's latency is measured or imported (profiling/).
 
-    - `batch`: controlled static batches in-process with the transformers engine (the grid in
-      `profiling.batch`), timing the prefill and every decode iteration.
+    - `batch`: controlled static batches in-process with transformers (the grid in
+      `profiling.batch`), timing the prefill and every decode iteration (for a `vllm` model, its
+      weights under transformers' implementation).
     - `sweep`: a QPS sweep (`profiling.sweep`) against an OpenAI-compatible server: `base_url`, or
-      the model's own when it is an `openai` model, or with `serve: true` a `transformers serve
-      --continuous-batching` that the sweep starts for a `transformers` model on this machine.
+      the model's own when it is an `openai` model, or with `serve: true` a server the sweep starts
+      on this machine and stops after: `transformers serve --continuous-batching` for a
+      `transformers` model, vLLM's OpenAI server (from the vLLM environment) for a `vllm` model.
     - `splitwise` / `llm_inference_bench`: published measurements in `file`; `key` is the tier's
       name there (splitwise: `llama2-70b@a100-80gb-tp4`; LLM-Inference-Bench:
       `<Model>@<Hardware>x<count>@<Framework>`).

@@ -3,10 +3,7 @@ generation through `engine: vllm` gives the transformers engine's rows, with vLL
 and timings, and a SIGKILL during generation loses nothing and duplicates nothing."""
 
 import os
-import random
-import signal
 import subprocess
-import sys
 import time
 from types import SimpleNamespace
 
@@ -16,10 +13,10 @@ from routeforge.core.config import load_fleet
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines import make_engine, prompt_rows
 from routeforge.generation.engines.vllm_worker import request_timings
-from routeforge.generation.partition import ResponseCache, cache_folder
 from routeforge.prompts.sources import build_prompts
 
-from tests.conftest import REPO, VLLM_LLAMA
+from tests.conftest import VLLM_LLAMA
+from tests.generation.test_generation_cache import kill_and_resume
 
 MAX_TOKENS = 16
 
@@ -91,36 +88,13 @@ def _workers() -> list[int]:
 
 def test_sigkill_during_vllm_generation_then_resume_gives_every_pair_once(config_copy, shared_data, vllm_python,
                                                                           tmp_path):
-    n = 96
+    """The generation CLI's kill-and-resume trials (one kill during start-up, one after the first new
+    shard) with `engine: vllm`; then no vLLM worker is left running."""
+    n = 64
     path = _fleet(config_copy, shared_data, vllm_python, n, shard_size=2)
-    config = load_fleet(path)
-    cmd = [sys.executable, "-m", "routeforge.generation.partition", str(path), "--model", "tiny"]
-    folder = cache_folder(config, "tiny")
-    rng = random.Random(0)
-    landed = 0
-    for _ in range(2):  # kill after the first new shard of each run
-        before = len(ResponseCache(folder).shards())
-        proc = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        deadline = time.time() + 300
-        while len(ResponseCache(folder).shards()) == before and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(rng.uniform(0.0, 0.3))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            landed += 1
-        proc.wait()
-    assert landed == 2 and 0 < len(ResponseCache(folder).shards()) < n // 2
-    deadline = time.time() + 120  # the orphaned worker notices its parent is gone and exits
+    assert kill_and_resume(path, dict(os.environ), tmp_path, trials=2, n=n) >= 1
+    deadline = time.time() + 120  # a worker whose parent was killed gets SIGTERM and exits
     while _workers() and time.time() < deadline:
         time.sleep(0.5)
     assert _workers() == []
-    final = subprocess.run(cmd + ["--out", str(tmp_path / "final.parquet")], cwd=REPO, env=dict(os.environ),
-                           capture_output=True, text=True, timeout=900)
-    assert final.returncode == 0, final.stderr[-3000:]
-    table = pq.read_table(tmp_path / "final.parquet")
-    prompts, _ = build_prompts(config)
-    assert sorted(table.column("prompt_id").to_pylist()) == sorted(prompts.column("prompt_id").to_pylist())
-    keys = [r["cache_key"] for r in ResponseCache(folder).load().values()]
-    assert len(keys) == len(set(keys)) == n
-    assert set(table.column("output_tokens").to_pylist()) == {MAX_TOKENS}
+    assert set(pq.read_table(tmp_path / "final.parquet").column("output_tokens").to_pylist()) == {MAX_TOKENS}

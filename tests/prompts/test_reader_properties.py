@@ -60,6 +60,13 @@ def _fleet(folder: Path, lines: list[bytes]):
                                                               "id_field": "id"}]))
 
 
+def _file(folder: str, name: str, lines: list[bytes]) -> Path:
+    """`lines` written to `folder/name`, one per line."""
+    path = Path(folder) / name
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
 def _non_blank(lines: list[bytes]) -> int:
     return sum(1 for line in lines if line.strip())
 
@@ -91,8 +98,7 @@ def test_prompt_stage_keeps_or_quarantines_every_line(lines):
 @given(lines=_lines(LOG_ROWS))
 def test_traffic_log_reader_keeps_or_quarantines_every_line(lines):
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "gateway.jsonl"
-        log.write_bytes(b"\n".join(lines) + b"\n")
+        log = _file(tmp, "gateway.jsonl", lines)
         quarantine = Quarantine("prompts")
         kept = list(read_traffic_logs(str(log), quarantine))
         assert len(kept) + len(quarantine) == _non_blank(lines)
@@ -142,8 +148,7 @@ def _csv_records(path: Path) -> int:
 @given(lines=_lines(SCORE_ROWS))
 def test_score_table_reader_keeps_or_quarantines_every_line(lines):
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "scores.jsonl"
-        path.write_bytes(b"\n".join(lines) + b"\n")
+        path = _file(tmp, "scores.jsonl", lines)
         ds = ScoreTableDataset(kind="score_table", name="scores", files={"train": [path]}, task_field="task",
                                models=["alpha", "beta"])
         quarantine = Quarantine("prompts")
@@ -160,8 +165,7 @@ def test_score_table_reader_keeps_or_quarantines_every_line(lines):
 def test_routerbench_table_reader_keeps_or_quarantines_every_row(lines):
     header = b"sample_id,prompt,eval_name,alpha,alpha|model_response,alpha|total_cost"
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "rb.csv"
-        path.write_bytes(b"\n".join([header, *lines]) + b"\n")
+        path = _file(tmp, "rb.csv", [header, *lines])
         ds = RouterBenchDataset(kind="routerbench", name="rb", files={"train": [path]})
         quarantine = Quarantine("prompts")
         kept = list(read_dataset(ds, quarantine))
@@ -178,8 +182,7 @@ def test_routerbench_table_reader_keeps_or_quarantines_every_row(lines):
 @given(lines=_csv_lines(ROUTELLM_ROWS))
 def test_routellm_table_reader_keeps_or_quarantines_every_row(lines):
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "rl.csv"
-        path.write_bytes(b"\n".join([b"prompt,alpha,alpha_response", *lines]) + b"\n")
+        path = _file(tmp, "rl.csv", [b"prompt,alpha,alpha_response", *lines])
         ds = RouteLLMDataset(kind="routellm", name="rl", path=path)
         quarantine = Quarantine("prompts")
         kept = list(read_dataset(ds, quarantine))
@@ -192,8 +195,7 @@ def test_routellm_table_reader_keeps_or_quarantines_every_row(lines):
 @given(lines=_lines(st.fixed_dictionaries({}, optional={"uid": JSON, "answer": JSON, "score": JSON, "cost": JSON})))
 def test_long_response_table_reader_keeps_or_counts_every_line(lines):
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "answers.jsonl"
-        path.write_bytes(b"\n".join(lines) + b"\n")
+        path = _file(tmp, "answers.jsonl", lines)
         cells, problems = jsonl_responses(path, key_field="uid", response_field="answer", model_field=None,
                                           model="alpha", label_field="score", cost_field="cost")
         assert len(cells) + sum(problems.values()) == _non_blank(lines)
