@@ -64,8 +64,8 @@ def measure(out: Path, shapes: list[str]) -> None:
                   "peak_memory_gb": torch.cuda.max_memory_allocated() / 2**30,
                   "measurements": [asdict(m) for m in ms]}
         (out / f"{name}.measurements.json").write_text(json.dumps(record, indent=2))
-        print(f"{name} on {gpu}: {len(ms)} batches in {record['profile_s']:.1f} s, peak {record['peak_memory_gb']:.1f} GB",
-              flush=True)
+        print(f"{name} on {gpu}: {len(ms)} batches in {record['profile_s']:.1f} s, "
+              f"peak {record['peak_memory_gb']:.1f} GB", flush=True)
         del model
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()

@@ -26,7 +26,8 @@ def main() -> int:
             errors = [line for line in run.stderr.splitlines() if "ERROR" in line or "conflict" in line.lower()]
             print(f"routeforge[pipeline,gpu] does not resolve: {' | '.join(errors[-3:]) or run.stderr[-500:]}")
             return 1
-        chosen = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+        installs = json.loads(report.read_text())["install"]
+        chosen = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in installs}
     wanted = ("vllm", "torch", "transformers")
     if "vllm" not in chosen:
         print("routeforge[pipeline,gpu] resolved without vllm")
