@@ -64,6 +64,9 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition, op_tags: dict
         elif "phases" in summary:
             metadata |= {"requests": summary["requests"], "saturation_rps": round(summary["saturation_rps"], 3),
                          "server_metrics_endpoint": summary["server_metrics_endpoint"],
+                         # the client's dead-reckoned state against the server's own counters (vLLM)
+                         **({f"state_agreement/{k}": v for k, v in summary["state_agreement"].items()
+                             if isinstance(v, (int, float))} if summary.get("state_agreement") else {}),
                          "phases": markdown_table([{k: (round(v, 2) if isinstance(v, float) else v)
                                                     for k, v in p.items()} for p in summary["phases"]])}
         else:
