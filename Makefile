@@ -19,7 +19,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # One Dagster instance for the UI, the CLI and `make demo` (see dagster.yaml; state in .state/).
 export DAGSTER_HOME := $(CURDIR)
-export MLFLOW_TRACKING_URI ?= sqlite:///$(CURDIR)/.state/mlflow.db
+export MLFLOW_TRACKING_URI ?= sqlite:///$(or $(ROUTEFORGE_STATE),$(CURDIR)/.state)/mlflow.db
 # the vLLM environment, once built (a GPU image with vLLM in .venv leaves it unset: in-process)
 ifneq ($(wildcard $(VLLM_VENV)/bin/python),)
 export ROUTEFORGE_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python

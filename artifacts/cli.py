@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import click
+from routeforge.artifacts import strict_json
 from routeforge.artifacts.loader import (
     BundleVerificationError,
     fetch,
@@ -16,23 +18,33 @@ from routeforge.artifacts.loader import (
     trusted_key,
     verify_bundle,
 )
-from routeforge.artifacts.registry import download_bundle
+from routeforge.artifacts.registry import (
+    DEFAULT_TIMEOUT_S,
+    TIMEOUT_ENV,
+    download_bundle,
+    download_manifest,
+    is_remote_uri,
+)
 
-LOCAL_STORE = Path(".state") / "mlflow.db"  # where `make demo` keeps its registry
+
+def local_store() -> Path:
+    """Where `make demo` keeps its registry: `$ROUTEFORGE_STATE/mlflow.db`, else `./.state/mlflow.db`."""
+    return Path(os.environ.get("ROUTEFORGE_STATE") or ".state") / "mlflow.db"
 
 
 def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the project's local store when run from a
-    checkout that has one (what the Makefile uses)."""
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the project's local store when it exists
+    (what the Makefile uses; it follows $ROUTEFORGE_STATE)."""
     if value:
         return value
-    return f"sqlite:///{LOCAL_STORE.resolve()}" if LOCAL_STORE.is_file() else None
+    store = local_store()
+    return f"sqlite:///{store.resolve()}" if store.is_file() else None
 
 
 TRACKING_OPTION = _TRACKING = click.option(
     "--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, callback=_tracking_default,
-    help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI, else ./.state/mlflow.db "
-         "when it exists).",
+    help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI, else "
+         "$ROUTEFORGE_STATE/mlflow.db or ./.state/mlflow.db when it exists).",
 )
 
 
@@ -99,10 +111,18 @@ class _OneLineErrors(_PluginGroup):
 @click.group(cls=_OneLineErrors)
 @click.version_option(package_name="routeforge", message="routeforge %(version)s")
 @click.option("--debug", is_flag=True, envvar="ROUTEFORGE_DEBUG", help="Show the traceback of an error.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
+              envvar=TIMEOUT_ENV, help="Seconds to wait for a tracking server before failing (one line).")
 @click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
+def main(ctx: click.Context, debug: bool, timeout: float) -> None:
     """routeforge: router bundles trained by the routeforge pipeline."""
     ctx.obj = {"debug": debug}
+    # one bounded attempt per request instead of MLflow's minutes of retries with backoff
+    os.environ[TIMEOUT_ENV] = f"{timeout:g}"
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", f"{max(1, round(timeout))}")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    if not sys.stderr.isatty():  # progress bars only on a terminal; a log file gets none
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 @main.group(cls=_PluginGroup)
@@ -115,10 +135,11 @@ def bundle() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the whole manifest as JSON.")
 @_TRACKING
 def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
-    """Print the manifest summary: version, fleet, components and their metrics."""
-    manifest = read_manifest(fetch(ref, tracking_uri=tracking_uri))
+    """Print the manifest summary: version, fleet, components and their metrics. A registered bundle's
+    manifest is downloaded alone (not the bundle's files)."""
+    manifest = read_manifest(download_manifest(ref, tracking_uri) if is_remote_uri(ref) else Path(ref))
     if as_json:
-        click.echo(manifest.to_json())
+        click.echo(strict_json.dumps(manifest.to_dict(), indent=2))
         return
     click.echo(f"bundle {manifest.name} version {manifest.version} (schema {manifest.schema_version})")
     click.echo(f"created {manifest.created_at} by routeforge {manifest.code_version}")
@@ -144,15 +165,15 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
         manifest = verify_bundle(fetch(ref, tracking_uri=tracking_uri), key, allow_unsigned)
     except BundleVerificationError as exc:
         if as_json:
-            click.echo(json.dumps({"ok": False, "ref": ref, "error": str(exc)}))
+            click.echo(strict_json.dumps({"ok": False, "ref": ref, "error": str(exc)}))
         else:
             click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
     n = sum(len(c.files) for c in manifest.components)
     source = public_key or ("$ROUTEFORGE_PUBLIC_KEY" if trusted_key(None) else "the key the registry recorded")
     if as_json:
-        click.echo(json.dumps({"ok": True, "ref": ref, "name": manifest.name, "version": manifest.version,
-                               "files": n, "signature": "valid" if key is not None else "not checked"}))
+        click.echo(strict_json.dumps({"ok": True, "ref": ref, "name": manifest.name, "version": manifest.version,
+                                      "files": n, "signature": "valid" if key is not None else "not checked"}))
         return
     signed = (f"; signature by {source} valid" if key is not None
               else " (signature NOT checked: --insecure-skip-signature)")
@@ -173,27 +194,28 @@ def download(ref: str, dst: Path, tracking_uri: str | None) -> None:
 @click.argument("ref")
 @click.argument("prompts", nargs=-1, required=True)
 @click.option("--lam", default=0.0, show_default=True, help="cost weight λ in quality − λ·cost")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per prompt (unknown numbers are null).")
 @signature_options
 @_TRACKING
-def predict(ref: str, prompts: tuple[str, ...], lam: float, public_key: Path | None, allow_unsigned: bool,
-            tracking_uri: str | None) -> None:
+def predict(ref: str, prompts: tuple[str, ...], lam: float, as_json: bool, public_key: Path | None,
+            allow_unsigned: bool, tracking_uri: str | None) -> None:
     """Predicted per-model quality, output tokens and cost for PROMPTS, and the chosen model: by the
     bundle's router where it has one (chosen by cross-validation), else by its KNN estimator."""
     loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
     routing = loaded.route(list(prompts), lam)
     pred, choice, estimator = routing.prediction, routing.choice, routing.estimator
-
-    def number(value: float, digits: int) -> float | None:
-        return None if value != value else round(float(value), digits)  # NaN (unknown) → null
-
     for i, text in enumerate(prompts):
-        per_model = {
-            m: {"quality": number(pred.quality[i, j], 4), "output_tokens": number(pred.output_tokens[i, j], 1),
-                "cost": number(pred.cost[i, j], 8)}
-            for j, m in enumerate(pred.models)
-        }
-        click.echo(json.dumps({"prompt": text[:80], "route_to": choice[i], "estimator": estimator,
-                               "models": per_model}))
+        per_model = {m: {"quality": round(float(pred.quality[i, j]), 4),
+                         "output_tokens": round(float(pred.output_tokens[i, j]), 1),
+                         "cost": round(float(pred.cost[i, j]), 8)} for j, m in enumerate(pred.models)}
+        if as_json:
+            click.echo(strict_json.dumps({"prompt": text[:80], "route_to": choice[i], "estimator": estimator,
+                                          "models": per_model}))
+            continue
+        click.echo(f"{text[:60]!r} → {choice[i]} (by the {estimator}, λ = {lam:g})")
+        for m, v in per_model.items():
+            cells = [f"{k} {'—' if v[k] != v[k] else v[k]}" for k in ("quality", "output_tokens", "cost")]
+            click.echo(f"  {m:<24} " + ", ".join(cells))
 
 
 @main.group()

@@ -17,6 +17,38 @@ def is_remote_uri(ref: str) -> bool:
     return ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/"))
 
 
+TIMEOUT_ENV = "ROUTEFORGE_HTTP_TIMEOUT"  # seconds; `routeforge --timeout` sets it
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class RegistryUnreachable(ConnectionError):
+    """The tracking server did not answer; the message is one line naming it and the timeout."""
+
+
+def check_reachable(tracking_uri: str | None) -> None:
+    """Fail fast, in one line, when an HTTP tracking server does not answer within the timeout
+    ($ROUTEFORGE_HTTP_TIMEOUT, default 10 s): MLflow's client retries a refused connection with
+    backoff for minutes before it gives up. Any HTTP answer counts as reachable (a server without
+    /health, or one asking for credentials, is there); other tracking URIs are not checked."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    if not tracking_uri or not tracking_uri.startswith(("http://", "https://")):
+        return
+    timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RegistryUnreachable(f"tracking server {tracking_uri} unreachable after {time.monotonic() - start:.1f} s "
+                                  f"({reason}; timeout {timeout:g} s: --timeout or ${TIMEOUT_ENV})") from None
+
+
 PROXIED_DOWNLOAD = "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD"
 
 
@@ -51,6 +83,7 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking_uri:
         raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
+    check_reachable(tracking_uri)
     mlflow.set_tracking_uri(tracking_uri)
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
     if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
@@ -62,6 +95,38 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
             shutil.rmtree(dst)
         shutil.move(str(inner), str(dst))
     return dst
+
+
+def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
+    """A local folder holding only the manifest (and its signature, when the bundle has one) of a
+    registered bundle: `inspect` needs nothing else, and a bundle with its encoder is 140 MB."""
+    import tempfile
+
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not tracking_uri:
+        raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
+    check_reachable(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    dst = Path(tempfile.mkdtemp(prefix="routeforge-manifest-"))
+    base = uri.rstrip("/")
+    try:  # a pyfunc model keeps the bundle in artifacts/<the staged folder's name>/
+        inner = [f"{a.path}/" for a in mlflow.artifacts.list_artifacts(artifact_uri=f"{base}/artifacts") if a.is_dir]
+    except (MlflowException, OSError):
+        inner = []
+    for folder in (*inner, ""):  # "": a version registered before bundles were pyfunc models
+        try:
+            found = download_artifacts(f"{base}/{folder}manifest.json", dst)
+        except (MlflowException, OSError):
+            continue
+        try:
+            download_artifacts(f"{base}/{folder}manifest.sig", dst)
+        except (MlflowException, OSError):
+            pass  # an unsigned bundle: inspect says so, verify refuses it
+        return found.parent
+    raise ValueError(f"{uri}: no manifest.json in the registered model's artifacts")
 
 
 def bundle_folder(downloaded: Path) -> Path:
@@ -90,6 +155,7 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking_uri:
         return None
+    check_reachable(tracking_uri)
     try:
         pem = mlflow.MlflowClient(tracking_uri).get_registered_model(name).tags.get(PUBLIC_KEY_TAG)
     except MlflowException:

@@ -94,6 +94,11 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
             "release": result.output_for_node("release_gate") if config.release.enabled else None}
 
 
+def default_log_file(fleet: str, stamp: str) -> Path:
+    """`$ROUTEFORGE_STATE/logs/<fleet>-<stamp>.log`, else under `./.state` (the Makefile's state)."""
+    return Path(os.environ.get("ROUTEFORGE_STATE") or ".state") / "logs" / f"{fleet}-{stamp}.log"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", default=os.environ.get("ROUTEFORGE_CONFIG", "configs/demo.yaml"))
@@ -102,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                         help="wait this long for another run of the same storage root to finish (default: refuse)")
     parser.add_argument("--log-file", type=Path, default=None,
-                        help="where the run's full output goes (default: .state/logs/<fleet>-<time>.log)")
+                        help="where the run's full output goes (default: $ROUTEFORGE_STATE/logs/<fleet>-<time>.log, "
+                             "else .state/logs/…)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label:<40} {seconds:8.1f}s")
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        log_file = args.log_file or Path(".state") / "logs" / f"{config.name}-{stamp}.log"
+        log_file = args.log_file or default_log_file(config.name, stamp)
         print(f"routeforge: fleet {config.name} ({args.config}); full log: {log_file}", flush=True)
         try:
             with output_to_file(log_file) as terminal, ProgressConsole(terminal, stage_count(config)) as console:

@@ -21,6 +21,9 @@ def _registry(name: str, tracking_uri: str | None):
 
     if not tracking_uri:
         raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
+    from routeforge.artifacts.registry import check_reachable
+
+    check_reachable(tracking_uri)
     return Registry(tracking_uri, name)
 
 

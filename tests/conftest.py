@@ -22,6 +22,23 @@ for _name in TRUST_VARIABLES:
     os.environ.pop(_name, None)
 
 
+# what `routeforge` sets for its own process (the registry timeout, MLflow's retries and progress
+# bars): a command run in-process by CliRunner must not leave them to the tests after it
+CLI_VARIABLES = ("ROUTEFORGE_HTTP_TIMEOUT", "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                 "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+
+
+@pytest.fixture(autouse=True)
+def _cli_environment():
+    saved = {name: os.environ.get(name) for name in CLI_VARIABLES}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     path = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))

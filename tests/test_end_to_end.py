@@ -103,7 +103,7 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert ((routed.quality >= 0) & (routed.quality <= 1)).all() and set(routed.best_model()) <= set(config.model_names)
     assert router.meta["selection"]["chosen"] and {c.kind for c in bundle.manifest.components} >= {"router"}
     public = config.storage_root / "keys" / "bundle-signing.key.pub"
-    cli = _routeforge("bundle", "predict", str(tmp_path / "bundle"), unseen[1], "--public-key", str(public),
+    cli = _routeforge("bundle", "predict", "--json", str(tmp_path / "bundle"), unseen[1], "--public-key", str(public),
                       tracking_uri=tracking)
     assert cli.returncode == 0, cli.stderr
     line = json.loads(cli.stdout.strip().splitlines()[-1])

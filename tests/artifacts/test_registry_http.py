@@ -40,3 +40,22 @@ def test_publish_register_and_load_over_http(mlflow_server, tmp_path, component,
     result = runner.invoke(main, ["bundle", "download", "models:/http-router@challenger", str(tmp_path / "dl")],
                            env={"MLFLOW_TRACKING_URI": mlflow_server})
     assert result.exit_code == 0 and (tmp_path / "dl" / "manifest.json").exists()
+
+
+def test_inspect_downloads_the_manifest_alone(mlflow_server, tmp_path, component, fleet, monkeypatch):
+    from routeforge.artifacts import registry
+
+    private = tmp_path / "keys" / "bundle.key"
+    generate_key_pair(private)
+    publish_bundle(name="inspected", fleet=fleet, components=[component], staging_dir=tmp_path / "stage",
+                   tracking_uri=mlflow_server, experiment="http-test", artifact_location=None, alias="champion",
+                   input_hashes={}, params={}, metrics={"acc": 0.5}, signing_key=private)
+    asked = []
+    real = registry.download_artifacts
+    monkeypatch.setattr(registry, "download_artifacts", lambda uri, dst=None: asked.append(uri) or real(uri, dst))
+    result = CliRunner().invoke(main, ["bundle", "inspect", "models:/inspected@champion", "--tracking-uri",
+                                       mlflow_server])
+    assert result.exit_code == 0, result.output
+    assert "bundle inspected version" in result.stdout and "knn_estimator [knn_estimator, test] 2 files" in result.stdout
+    assert asked == ["models:/inspected@champion/artifacts/stage/manifest.json",  # the staged folder's name
+                     "models:/inspected@champion/artifacts/stage/manifest.sig"]

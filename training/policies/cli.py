@@ -9,11 +9,11 @@ fails at once with one error naming its row and column.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import click
+from routeforge.artifacts import strict_json
 from routeforge.artifacts.cli import signature_options
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
@@ -76,8 +76,8 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
                              slo_e2e_s=slo_e2e, slo_tpot_s=slo_tpot,
                              log=lambda line: click.echo(line, err=True))
     report["trace"] = str(trace)
-    if as_json:
-        click.echo(json.dumps(report, indent=2, default=float))
+    if as_json:  # strict JSON: a metric without a value (no SLO given, no quality labels) is null
+        click.echo(strict_json.dumps(report, indent=2, default=float))
         return
     click.echo(f"{report['bundle']} ({report['bundle_version']}): {len(report['instances'])} simulated instances, "
                f"{report['requests']} requests × {seeds} windows of {trace.name} at {load:g} of capacity "

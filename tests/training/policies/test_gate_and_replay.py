@@ -181,7 +181,7 @@ def test_policies_evaluate_replays_a_trace_with_other_column_names(bundle, tmp_p
                                        "--timestamp-unit", "ms", "--prompt-tokens", "in", "--output-tokens", "out",
                                        "--load", "0.8", "--seeds", "2", "--requests", "50", "--json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+    report = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))  # strict
     rows = {r["policy"]: r for r in report["rows"]}
     # the bundle's three policies, then every baseline it does not carry
     assert {n: r["source"] for n, r in rows.items() if r["source"] == "bundle"} == {
