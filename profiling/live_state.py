@@ -16,8 +16,8 @@ Two sources, both recorded as features by a QPS sweep:
 
 from __future__ import annotations
 
-import asyncio
 import math
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -142,19 +142,25 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 class MetricsScraper:
-    """Polls `/metrics` in the background; `snapshot()` gives the latest gauges and counter rates.
+    """Polls `/metrics` from a thread of its own; `snapshot()` gives the latest gauges and counter
+    rates, `seen(start, end)` the largest gauge values any scrape in that window saw.
 
+    A thread, with its own connection, because the sweep's event loop is busy with the streams it
+    measures: polled from that loop (and through its connection pool) the scrapes queued behind the
+    requests, so under load every request saw the state of the idle moment before its phase.
     The first failed or non-200 scrape switches it off for the sweep (`available` is False), so a
     server without the endpoint costs one request, not one per poll."""
 
-    def __init__(self, url: str, interval_s: float = 0.25):
+    def __init__(self, url: str, interval_s: float = 0.1):
         self.url, self.interval_s = url, interval_s
         self.available: bool | None = None
         self._latest: dict[str, float] = {}
         self._previous: tuple[float, dict[str, float]] | None = None
         self._rates: dict[str, float] = {}
-        self.scraped_at: list[float] = []  # perf_counter of every successful scrape (staleness, tests)
+        self.history: list[tuple[float, dict[str, float]]] = []  # (perf_counter, gauges) of every scrape
         self.failures = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def _update(self, now: float, raw: dict[str, float]) -> None:
         latest = {}
@@ -167,27 +173,41 @@ class MetricsScraper:
             dt = now - then
             self._rates = {f: (counters[f] - before[f]) / dt if dt > 0 else math.nan for f in counters}
         self._previous = (now, counters)
-        self._latest = latest
+        self._latest = latest  # one reference swap: readers on other threads see old or new, whole
+        self.history.append((now, latest))
 
-    async def run(self, client: httpx.AsyncClient, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                resp = await client.get(self.url, timeout=2.0)
-                if resp.status_code != 200:
-                    self.available = False
-                    return
-                self._update(time.perf_counter(), parse_metrics(resp.text))
-                self.scraped_at.append(time.perf_counter())
-                self.available = True
-            except (httpx.HTTPError, ValueError):
-                self.failures += 1
-                if not self.available:
-                    self.available = False
-                    return
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
-            except TimeoutError:
-                pass
+    def _poll(self) -> None:
+        with httpx.Client(timeout=2.0) as client:
+            while not self._stop.is_set():
+                try:
+                    resp = client.get(self.url)
+                    if resp.status_code != 200:
+                        self.available = False
+                        return
+                    self._update(time.perf_counter(), parse_metrics(resp.text))
+                    self.available = True
+                except (httpx.HTTPError, ValueError):
+                    self.failures += 1
+                    if not self.available:
+                        self.available = False
+                        return
+                self._stop.wait(self.interval_s)
+
+    def start(self) -> MetricsScraper:
+        self._thread = threading.Thread(target=self._poll, name="metrics-scraper", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def seen(self, start: float, end: float) -> dict[str, float]:
+        """The largest value of each gauge over the scrapes between perf_counter `start` and `end`
+        (NaN where none landed there)."""
+        window = [g for t, g in self.history if start <= t <= end]
+        return {f: max((g[f] for g in window if not math.isnan(g[f])), default=math.nan) for f in _GAUGES}
 
     def snapshot(self) -> dict[str, float]:
         values = {f: self._latest.get(f, math.nan) for f in _GAUGES}

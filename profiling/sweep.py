@@ -170,30 +170,34 @@ async def _sweep(base_url: str, model: str, prompts: Sequence[SweepPrompt], sett
     if metrics_url is None:
         metrics_url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        scraper = MetricsScraper(metrics_url)
-        stop = asyncio.Event()
-        # its own connection: under saturation the completions' pool is full and a shared one would
-        # queue the scrape behind the streams it is meant to observe
-        metrics_client = httpx.AsyncClient(timeout=httpx.Timeout(2.0))
-        scraping = asyncio.create_task(scraper.run(metrics_client, stop))
+        scraper = MetricsScraper(metrics_url).start()
         runner = _Runner(client, base_url, model, settings, scraper, time.perf_counter(), tier)
         records: list[dict[str, Any]] = []
         summary = []
+
+        def observed(row: dict[str, Any], start: float) -> dict[str, Any]:
+            """The phase's summary plus the largest server gauges any scrape saw during it."""
+            if scraper.available:
+                row |= {f"{k}_max": v for k, v in scraper.seen(start, time.perf_counter()).items()}
+            return row
+
         try:
             warm = await runner.phase("warmup", _cycle(prompts, settings.warmup_requests, rng),
                                       np.zeros(settings.warmup_requests), 0.0, 1, settings.max_seconds_per_rate, None)
             records += warm
+            began = time.perf_counter()
             idle = await runner.phase("idle", _cycle(prompts, settings.idle_requests, rng),
                                       np.zeros(settings.idle_requests), 0.0, 1, settings.max_seconds_per_rate, progress)
             records += idle
-            summary.append(phase_summary(idle, "idle", 0.0))
+            summary.append(observed(phase_summary(idle, "idle", 0.0), began))
             if not _ok(idle):
                 raise RuntimeError(f"{tier}: every idle request failed, e.g. {idle[0].get('error')}")
+            began = time.perf_counter()
             sat = await runner.phase("saturation", _cycle(prompts, settings.saturation_requests, rng),
                                      np.zeros(settings.saturation_requests), 0.0, settings.saturation_concurrency,
                                      settings.max_seconds_per_rate, progress)
             records += sat
-            summary.append(phase_summary(sat, "saturation", 0.0))
+            summary.append(observed(phase_summary(sat, "saturation", 0.0), began))
             saturation_rps, saturation_tok_s = summary[-1]["achieved_rps"], summary[-1]["output_tok_s"]
             idle_s = summary[0]
             log(f"{tier}: idle TTFT p50 {idle_s['ttft_p50_ms']:.1f} ms, TPOT p50 {idle_s['tpot_p50_ms']:.2f} ms;"
@@ -202,19 +206,18 @@ async def _sweep(base_url: str, model: str, prompts: Sequence[SweepPrompt], sett
             for i, rate in enumerate(rates):
                 n = settings.requests_per_rate
                 offsets = arrival_times(settings.arrival, rate, n, seed=settings.seed + i, cv=settings.burstiness_cv)
+                began = time.perf_counter()
                 got = await runner.phase("rate", _cycle(prompts, n, rng), offsets, rate, settings.max_in_flight,
                                          settings.max_seconds_per_rate, progress)
                 records += got
-                summary.append(phase_summary(got, "rate", rate))
+                summary.append(observed(phase_summary(got, "rate", rate), began))
                 s = summary[-1]
                 log(f"{tier}: {rate:.2f} req/s offered → {s['achieved_rps']:.2f} achieved, TTFT p50 "
                     f"{s['ttft_p50_ms']:.0f} ms, TPOT p50 {s['tpot_p50_ms']:.1f} ms, {s['errors']} errors")
         finally:
-            stop.set()
-            await scraping
-            await metrics_client.aclose()
-            if scraper.scraped_at:
-                log(f"{tier}: /metrics scraped {len(scraper.scraped_at)} times, {scraper.failures} failed")
+            scraper.stop()
+            if scraper.history:
+                log(f"{tier}: /metrics scraped {len(scraper.history)} times, {scraper.failures} failed")
     return SweepResult(records=records, rates=rates, saturation_rps=saturation_rps, saturation_tok_s=saturation_tok_s,
                        metrics_available=bool(scraper.available), summary=summary)
 

@@ -35,11 +35,18 @@ def test_sweep_against_a_started_vllm_server_scrapes_its_metrics(config_copy, vl
     records = pq.read_table(tmp_path / "profile" / "sweep.parquet").to_pylist()
     top = max(summary["rates"])
     at_top = [r for r in records if r["phase"] == "rate" and r["rate"] == top and r["error"] is None]
-    assert at_top and max(r["f_server_running"] for r in at_top) > 0  # vLLM's own counter, scraped
+    rate_phases = [p for p in summary["phases"] if p["phase"] == "rate"]
+    # vLLM's own gauge, from the scrapes during the rate phases: on a loaded 2-core machine the CPU
+    # build's num_requests_running reads 0 through some whole bursts (seen: 2 of 4 waves of 16
+    # concurrent requests), so it is asked of the rate phases together, not of the top one alone
+    assert max(p["server_running_max"] for p in rate_phases) > 0, (lines, rate_phases)
+    # the server's counters moved under load: the generation-token rate the requests saw at dispatch
+    in_rates = [r for r in records if r["phase"] == "rate" and r["error"] is None]
+    assert max(r["f_server_gen_tok_rate"] for r in in_rates) > 0, lines
     assert all(r["f_server_kv_usage"] == r["f_server_kv_usage"] for r in at_top)  # KV-cache usage: not NaN
     assert all(r["output_tokens"] == r["requested_tokens"] for r in at_top)  # ignore_eos reached vLLM
     agreement = summary["state_agreement"]
-    assert agreement["requests"] > 50 and agreement["server_running_max"] > 0 and agreement["in_flight_mae"] >= 0
+    assert agreement["requests"] > 50 and agreement["in_flight_mae"] >= 0
     # heads trained from it use the server's features, and reload exactly
     result = build_latency_component(config, tier, tmp_path / "profile", table, tmp_path / "component")
     assert result["kind"] == "sweep" and "server_running" in result["features"]
