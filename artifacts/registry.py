@@ -52,6 +52,18 @@ def check_reachable(tracking_uri: str | None) -> None:
 PROXIED_DOWNLOAD = "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD"
 
 
+def _use_tracking(uri: str, tracking_uri: str | None) -> None:
+    """Point MLflow at the given tracking URI, else the environment's (never one an earlier call left
+    set in this process), after checking the server answers."""
+    import mlflow
+
+    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not tracking_uri:
+        raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
+    check_reachable(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+
+
 def download_artifacts(uri: str, dst: Path | None = None) -> Path:
     """`mlflow.artifacts.download_artifacts`, streamed through the tracking server. MLflow 3 clients
     otherwise fetch large files straight from the server's object store by presigned URLs, so a
@@ -77,14 +89,8 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
     import shutil
     import tempfile
 
-    import mlflow
 
-    # the given URI, else the environment's: never a URI an earlier call left set in this process
-    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not tracking_uri:
-        raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
-    check_reachable(tracking_uri)
-    mlflow.set_tracking_uri(tracking_uri)
+    _use_tracking(uri, tracking_uri)
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
     if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
         raise ValueError(f"{dst} is not empty and holds no bundle; download into a new or empty folder")
@@ -105,11 +111,7 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if not tracking_uri:
-        raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
-    check_reachable(tracking_uri)
-    mlflow.set_tracking_uri(tracking_uri)
+    _use_tracking(uri, tracking_uri)
     dst = Path(tempfile.mkdtemp(prefix="routeforge-manifest-"))
     base = uri.rstrip("/")
     try:  # a pyfunc model keeps the bundle in artifacts/<the staged folder's name>/

@@ -111,18 +111,19 @@ def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "
         stop_group(proc)
 
 
-def stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the server's process group (vLLM's engine runs in child processes), SIGKILL what is
-    left after 30 s."""
+def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM the process's group (vLLM's engine runs in child processes; the process must have been
+    started with `start_new_session=True`), SIGKILL what is left after `timeout` seconds."""
+    import contextlib
     import signal
 
     if proc.poll() is not None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+    try:
+        proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    except ProcessLookupError:
-        pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout)

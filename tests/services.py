@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from routeforge.profiling.local_server import free_port, wait_healthy
+from routeforge.profiling.local_server import free_port, stop_group, wait_healthy
 
 
 class Unavailable(RuntimeError):
@@ -29,16 +29,7 @@ class Unavailable(RuntimeError):
 
 def stop(process: subprocess.Popen, timeout: float = 20) -> None:
     """SIGTERM the process group, SIGKILL what is left after `timeout`."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout)
+    stop_group(process, timeout)
 
 
 @contextlib.contextmanager
