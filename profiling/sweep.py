@@ -170,7 +170,7 @@ async def _sweep(base_url: str, model: str, prompts: Sequence[SweepPrompt], sett
     if metrics_url is None:
         metrics_url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        scraper = MetricsScraper(metrics_url).start()
+        scraper = MetricsScraper(metrics_url, settings.metrics_interval_s).start()
         runner = _Runner(client, base_url, model, settings, scraper, time.perf_counter(), tier)
         records: list[dict[str, Any]] = []
         summary = []

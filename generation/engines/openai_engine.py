@@ -98,6 +98,32 @@ def request_body(source: OpenAISource, sampling: Sampling, text: str, chat: bool
     return body
 
 
+def _chunk_text(choice: dict[str, Any], chat: bool) -> str | None:
+    if not chat:
+        return choice.get("text")
+    delta = choice.get("delta") or {}
+    return delta.get("content")
+
+
+def _is_token_chunk(choice: dict[str, Any], chat: bool, piece: str | None) -> bool:
+    """Whether a stream chunk carries a generated token, whatever its text.
+
+    A token's text may be empty (a special token the server skips, or text the detokenizer holds
+    back until a word completes), and vLLM still sends its chunk: timing only the chunks with text
+    put TTFT at the first visible character and every other gap at zero (random-weight models on
+    a WordPiece vocabulary showed TTFT = E2E). Counted, as vLLM's own benchmark does: text or
+    reasoning, or an empty text that neither opens the message (chat's role chunk) nor closes it
+    (a bare finish chunk)."""
+    if piece:
+        return True
+    delta = choice.get("delta") or {}
+    if chat and (delta.get("reasoning_content") or delta.get("reasoning")):
+        return True
+    if piece is None or choice.get("finish_reason"):
+        return False
+    return not (chat and "role" in delta)
+
+
 async def stream_completion(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str] | None = None,
     on_token: Callable[[float], None] | None = None,
@@ -134,13 +160,14 @@ async def stream_completion(
                 raise RetryableRequestError(f"error in stream: {str(chunk['error'])[:200]}")
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                if piece:
+                piece = _chunk_text(choice, chat)
+                if _is_token_chunk(choice, chat, piece):
                     now = time.perf_counter()
                     stamps.append(now - sent)
-                    pieces.append(piece)
                     if on_token is not None:
                         on_token(now)
+                if piece:
+                    pieces.append(piece)
                 if choice.get("logprobs"):
                     logprobs.extend(chunk_logprobs(choice, chat))
                 if choice.get("finish_reason"):
