@@ -81,39 +81,42 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                        for m in (config.model(name) for name in models)])
     out_dir = store.report_dir("routing")
     context.log.info(f"{len(fits)} simulated instances, {len(pool)} test prompts")
-    quarantine = Quarantine("routing_evaluation")  # trace rows that cannot be replayed
-    report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info,
-                                       quarantine=quarantine)
-    qpath = store.write_quarantine(quarantine)
-    exports = {}
-    for name, (net, env) in trained.items():
-        obs, _ = env.reset(seed=settings.seed + 7)
-        checks = [obs]
-        for step in range(32):  # observations of a filling cluster too
-            obs, _, done, _, _ = env.step(step % env.action_space.n)
-            checks.append(obs)
-            if done:
-                break
-        output = "q_values" if name.startswith("ddqn") else "logits"
-        spec = export_policy(net, out_dir / "policies" / name, env.observation_spec(), env.action_spec(),
-                             np.stack(checks), output=output,
-                             act=settings.sac.act if output == "logits" else "greedy")
-        exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
-                         "onnx_action_agreement": spec["onnx_action_agreement"]}
-    report["policies"] = exports
-    gate = report["gate"]
-    heuristics = export_heuristics([r["policy"] for r in report["rows"]], len(fits), out_dir / "policies")
-    simulator = write_simulator(out_dir / "simulator", tiers=tiers, models=models, instance_models=instance_models,
-                                fits=fits, settings=settings, report=report)
-    path = out_dir / "routing_evaluation.json"
-    path.write_text(json.dumps(report, indent=2, default=float))
-    store.push(out_dir)
-    metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
-               for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
-               if np.isfinite(r[k])}
-    run_id = mlflow.log_report(context, run_name=f"{config.name}-routing-evaluation",
-                               metrics=metrics, files=[path, simulator, *map(Path, report["plots"])],
-                               curves=training_curves(report), dataset=routing_table)
+    params = {"routing_evaluation": settings.model_dump(mode="json"), "instances": len(fits),
+              "test_prompts": len(pool)}
+    with mlflow.step_run(context, f"{config.name}-routing-evaluation", params) as run_id:
+        quarantine = Quarantine("routing_evaluation")  # trace rows that cannot be replayed
+        report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info,
+                                           quarantine=quarantine)
+        qpath = store.write_quarantine(quarantine)
+        exports = {}
+        for name, (net, env) in trained.items():
+            obs, _ = env.reset(seed=settings.seed + 7)
+            checks = [obs]
+            for step in range(32):  # observations of a filling cluster too
+                obs, _, done, _, _ = env.step(step % env.action_space.n)
+                checks.append(obs)
+                if done:
+                    break
+            output = "q_values" if name.startswith("ddqn") else "logits"
+            spec = export_policy(net, out_dir / "policies" / name, env.observation_spec(), env.action_spec(),
+                                 np.stack(checks), output=output,
+                                 act=settings.sac.act if output == "logits" else "greedy")
+            exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
+                             "onnx_action_agreement": spec["onnx_action_agreement"]}
+        report["policies"] = exports
+        gate = report["gate"]
+        heuristics = export_heuristics([r["policy"] for r in report["rows"]], len(fits), out_dir / "policies")
+        simulator = write_simulator(out_dir / "simulator", tiers=tiers, models=models, instance_models=instance_models,
+                                    fits=fits, settings=settings, report=report)
+        path = out_dir / "routing_evaluation.json"
+        path.write_text(json.dumps(report, indent=2, default=float))
+        store.push(out_dir)
+        metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
+                   for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
+                   if np.isfinite(r[k])}
+        mlflow.log_report(context, run_id, metrics=metrics, files=[path, simulator, *map(Path, report["plots"])],
+                          curves=training_curves(report), dataset=routing_table,
+                          params={"chosen.recommended": gate["recommended"], "chosen.policies": sorted(exports)})
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
     table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
 

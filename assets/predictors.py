@@ -35,27 +35,30 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
                   mlflow: MlflowRegistry, routing_table: pa.Table):
     config = fleet.config
     folder = store.component_dir("knn_estimator")
-    knn = build_knn(routing_table, config.encoder, config.training.knn, folder, cache_dir=store.cache_dir("embeddings"))
-    context.log.info(f"indexed {knn.index.ntotal} training prompts")
-    evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep)
-    reports = store.report_dir("knn")
-    plot = plot_quality_cost(evaluation, reports / "knn_quality_cost.png",
-                             f"{config.name}: KNN router, k={knn.k}")
-    (reports / "knn_evaluation.json").write_text(json.dumps(evaluation, indent=2))
-    store.push(folder, reports)
-    metrics = {
-        "test_router_quality": evaluation["router_max_quality"]["quality"],
-        "test_router_cost": evaluation["router_max_quality"]["cost"],
-        "test_best_single_quality": evaluation["single_models"][evaluation["best_single_model"]]["quality"],
-        "test_oracle_quality": evaluation["oracle"]["quality"],
-        "test_random_quality": evaluation["random"]["quality"],
-        "test_gap_to_best_single": evaluation["router_gap_to_best_single"],
-        "n_indexed": float(knn.index.ntotal),
-    }
-    sweep_rows = [{"lambda": s["lambda"], "quality": s["quality"], "cost": s["cost"]}
-                  for s in evaluation["lambda_sweep"]]
-    run_id = mlflow.log_report(context, run_name=f"{config.name}-knn-estimator", metrics=metrics,
-                               files=[reports / "knn_evaluation.json", Path(plot)], dataset=routing_table)
+    params = {"knn": config.training.knn.model_dump(mode="json"), "encoder": str(config.encoder)}
+    with mlflow.step_run(context, f"{config.name}-knn-estimator", params) as run_id:
+        knn = build_knn(routing_table, config.encoder, config.training.knn, folder,
+                        cache_dir=store.cache_dir("embeddings"))
+        context.log.info(f"indexed {knn.index.ntotal} training prompts")
+        evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep)
+        reports = store.report_dir("knn")
+        plot = plot_quality_cost(evaluation, reports / "knn_quality_cost.png",
+                                 f"{config.name}: KNN router, k={knn.k}")
+        (reports / "knn_evaluation.json").write_text(json.dumps(evaluation, indent=2))
+        store.push(folder, reports)
+        metrics = {
+            "test_router_quality": evaluation["router_max_quality"]["quality"],
+            "test_router_cost": evaluation["router_max_quality"]["cost"],
+            "test_best_single_quality": evaluation["single_models"][evaluation["best_single_model"]]["quality"],
+            "test_oracle_quality": evaluation["oracle"]["quality"],
+            "test_random_quality": evaluation["random"]["quality"],
+            "test_gap_to_best_single": evaluation["router_gap_to_best_single"],
+            "n_indexed": float(knn.index.ntotal),
+        }
+        sweep_rows = [{"lambda": s["lambda"], "quality": s["quality"], "cost": s["cost"]}
+                      for s in evaluation["lambda_sweep"]]
+        mlflow.log_report(context, run_id, metrics=metrics, params={"chosen.k": knn.k},
+                          files=[reports / "knn_evaluation.json", Path(plot)], dataset=routing_table)
     component = ComponentSource(name="knn_estimator", kind="knn_estimator", format="faiss+safetensors+json",
                                 folder=folder, metrics=metrics, config=config.training.knn.model_dump())
     # the encoder the router and KNN embed prompts with, as ONNX for the runtime (the KNN is in every bundle)
@@ -145,9 +148,16 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
                        **latency_heads: dict[str, TrainedComponent]):
         config = fleet.config
         folder = store.component_dir(name)
-        result = _train(name, context, config, routing_table, folder, latency_heads.get("latency_heads"))
-        metrics, spec = result["metrics"], result["spec"]
-        settings = getattr(config.training, name).model_dump()
+        settings = getattr(config.training, name).model_dump(mode="json")
+        params = {name: settings, "seed": config.training.seed}
+        with mlflow.step_run(context, f"{config.name}-{name}", params) as run_id:
+            result = _train(name, context, config, routing_table, folder, latency_heads.get("latency_heads"))
+            metrics, spec = result["metrics"], result["spec"]
+            curve = [(point["step"], point["loss"]) for point in result["learning_curve"]]
+            mlflow.log_report(context, run_id, metrics=metrics, files=[Path(p) for p in result["plots"]],
+                              curves={"train/loss": curve}, dataset=routing_table,
+                              params={"chosen.precision": spec["precision"],
+                                      **({"chosen.scheme": spec["scheme"]} if spec.get("scheme") else {})})
         component = ComponentSource(name=name, kind=name, format="onnx+tokenizer+json", folder=folder, metrics=metrics,
                                     config=settings | ({"scheme": spec["scheme"]} if spec.get("scheme") else {}))
         shared = spec["embeddings"].get("shared")
@@ -157,10 +167,6 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
             name=shared, kind="text_embeddings", format="safetensors", folder=folder.parent / shared,
             config={"backbone": spec.get("backbone"), "precision": spec["embeddings"]["precision"]})] if shared else [])
         store.push(*(c.folder for c in components), *{Path(p).parent for p in result["plots"]})
-        curve = [(point["step"], point["loss"]) for point in result["learning_curve"]]
-        run_id = mlflow.log_report(context, run_name=f"{config.name}-{name}", metrics=metrics,
-                                   files=[Path(p) for p in result["plots"]], curves={"train/loss": curve},
-                                   dataset=routing_table)
         yield dg.Output(
             TrainedComponent(components, metrics={f"{name}/{k}": v for k, v in metrics.items()},
                              plots=[Path(p) for p in result["plots"]],

@@ -96,11 +96,19 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         tier = _tier(fleet, context.partition_key)
         folder = store.component_dir(f"latency--{safe_name(tier.name)}")
         profile = store.pull(tier_profiles["folder"])
-        result = build_latency_component(fleet.config, tier, profile, routing_table, folder)
-        store.push(folder, profile)  # the held-out plots are written beside the profile
+        params = {"tier": tier.model_dump(mode="json"),
+                  "held_out_fraction": fleet.config.profiling.held_out_fraction,
+                  "residual_quantiles": fleet.config.profiling.residual_quantiles}
+        with mlflow.step_run(context, f"{fleet.config.name}-latency-{safe_name(tier.name)}", params) as run_id:
+            result = build_latency_component(fleet.config, tier, profile, routing_table, folder)
+            store.push(folder, profile)  # the held-out plots are written beside the profile
+            numbers = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}
+            mlflow.log_report(context, run_id, metrics=numbers, files=[Path(p) for p in result["plots"]],
+                              tags={"routeforge.tier": tier.name},
+                              params={"chosen.profile_kind": result["kind"], "chosen.features": result["features"],
+                                      "chosen.heads": {t: v["kind"] for t, v in result["served"].items()}})
         evaluation = {k: round(v, 6) for k, v in result["evaluation"].items() if isinstance(v, float)}
-        context.log.info(f"{tier.name}: {evaluation}")
-        numbers = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}
+        context.log.info(f"{tier.name}: " + ", ".join(f"{k} {v:g}" for k, v in evaluation.items()))
         component = ComponentSource(name=folder.name, kind="latency_heads", format="xgboost-json+json", folder=folder,
                                     metrics=numbers, config={"tier": tier.name, "profile_kind": result["kind"],
                                                              "features": result["features"],
@@ -111,9 +119,6 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
                                                  for k, v in numbers.items()},
                                    [Path(p) for p in result["plots"]],
                                    {k: v for k, v in result.items() if k not in ("plots", "folder")})
-        run_id = mlflow.log_report(context, run_name=f"{fleet.config.name}-latency-{safe_name(tier.name)}",
-                                   metrics=numbers, files=[Path(p) for p in result["plots"]],
-                                   tags={"routeforge.tier": tier.name})
         yield dg.Output(trained, metadata={
             "kind": result["kind"], **evaluation, "mlflow_run": mlflow.run_link(run_id),
             "rwt": dg.MetadataValue.json(result["rwt"]),

@@ -7,6 +7,7 @@ table's test split, every model's true quality per prompt).
 """
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from routeforge.assets.metadata import markdown_table
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.schemas import routing_column, routing_models
 from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decision_summary, gate
@@ -90,9 +92,13 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
     yield dg.Output(summary, metadata={
         "decision": verdict, "version": version, "champion_before": str(decision.champion_version),
         "reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in decision.reasons)),
-        "challenger_metrics": dg.MetadataValue.json(decision.challenger),
-        "champion_metrics": dg.MetadataValue.json(decision.champion or {}),
+        "comparison": markdown_table([{"metric": k, "challenger": round(v, 6),
+                                       "champion": round((decision.champion or {}).get(k, math.nan), 6)}
+                                      for k, v in sorted(decision.challenger.items())]),
         "evaluation_set_sha256": sha,
-        **{f"challenger/{k}": float(v) for k, v in decision.challenger.items()},
+        # numbers, one entry each, so the UI charts them across materializations
+        **{f"{side}/{k}": float(v) for side, values in (("challenger", decision.challenger),
+                                                       ("champion", decision.champion or {}))
+           for k, v in values.items() if v is not None and math.isfinite(v)},
         "rules": dg.MetadataValue.json(json.loads(rules.to_json())),
     })

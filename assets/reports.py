@@ -44,19 +44,21 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
         config = fleet.config
         out_dir = store.report_dir("predictors")
         store.pull_trained(knn_estimator, *upstream.values())
-        report = build_report(routing_table, knn_estimator.folder, knn_estimator.details["evaluation"],
-                              config.encoder, config.training.knn,
-                              {name: r.folder for name, r in upstream.items()},
-                              config.training.lambda_sweep, out_dir, config.name, log=context.log.info,
-                              cache_dir=store.cache_dir("embeddings"))
-        report["predictors"] = {name: r.components[0].metrics for name, r in upstream.items()}
-        plots = [Path(p) for p in report["plots"]] + [p for r in upstream.values() for p in r.plots]
-        path = out_dir / "predictor_report.json"
-        path.write_text(json.dumps(report, indent=2, default=float))
-        store.push(out_dir)
-        run_id = mlflow.log_report(context, run_name=f"{config.name}-predictor-report",
-                                   metrics=flat_metrics(report, upstream), files=[path, *plots],
-                                   dataset=routing_table)
+        params = {"knn": config.training.knn.model_dump(mode="json"), "predictors": sorted(upstream),
+                  "lambda_sweep": config.training.lambda_sweep}
+        with mlflow.step_run(context, f"{config.name}-predictor-report", params) as run_id:
+            report = build_report(routing_table, knn_estimator.folder, knn_estimator.details["evaluation"],
+                                  config.encoder, config.training.knn,
+                                  {name: r.folder for name, r in upstream.items()},
+                                  config.training.lambda_sweep, out_dir, config.name, log=context.log.info,
+                                  cache_dir=store.cache_dir("embeddings"))
+            report["predictors"] = {name: r.components[0].metrics for name, r in upstream.items()}
+            plots = [Path(p) for p in report["plots"]] + [p for r in upstream.values() for p in r.plots]
+            path = out_dir / "predictor_report.json"
+            path.write_text(json.dumps(report, indent=2, default=float))
+            store.push(out_dir)
+            mlflow.log_report(context, run_id, metrics=flat_metrics(report, upstream), files=[path, *plots],
+                              dataset=routing_table)
         context.log.info(f"logged the report to MLflow run {run_id}")
         routers = [{"router": name, **clean(r)} for name, r in report["routers"].items()]
         timing = [{"predictor": name, "prompts_per_s": round(t["prompts_per_s"], 1)}

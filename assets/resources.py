@@ -8,6 +8,8 @@ through `MlflowRegistry`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,16 +150,27 @@ class MlflowRegistry(dg.ConfigurableResource):
                           fleet=tags.get("routeforge/fleet", self.experiment),
                           dagster_run_id=context.run_id, dagster_job=context.job_name)
 
-    def log_report(self, context: dg.AssetExecutionContext, run_name: str, metrics: dict[str, float],
-                   files: list[Path], tags: dict[str, str] | None = None,
+    @contextmanager
+    def step_run(self, context: dg.AssetExecutionContext, run_name: str,
+                 params: dict[str, Any] | None = None) -> Iterator[str]:
+        """This asset's MLflow run, a child of the pipeline run, open while the work runs
+        (`registry.publish.child_run`): wrap the work in it, with the settings as `params`."""
+        from routeforge.registry.publish import child_run
+
+        with child_run(tracking_uri=self.tracking_uri, experiment=self.experiment,
+                       artifact_location=self.artifact_location, run_name=run_name,
+                       context=self.run_context(context), step=context.asset_key.to_user_string(),
+                       params=params) as run_id:
+            yield run_id
+
+    def log_report(self, context: dg.AssetExecutionContext, run_id: str, metrics: dict[str, float],
+                   files: list[Path], tags: dict[str, str] | None = None, params: dict[str, Any] | None = None,
                    curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
-        """A child run of the pipeline run for this asset (`registry.publish.log_report`)."""
+        """What the step found, into its open run (`registry.publish.log_report`)."""
         from routeforge.registry.publish import log_report
 
-        return log_report(tracking_uri=self.tracking_uri, experiment=self.experiment,
-                          artifact_location=self.artifact_location, run_name=run_name, metrics=metrics,
-                          files=files, tags=tags, context=self.run_context(context),
-                          step=context.asset_key.to_user_string(), curves=curves, dataset=dataset)
+        return log_report(run_id=run_id, metrics=metrics, files=files, step=context.asset_key.to_user_string(),
+                          tags=tags, params=params, curves=curves, dataset=dataset)
 
     def run_link(self, run_id: str) -> dg.MetadataValue:
         """The run's page in the MLflow UI, as a link in Dagster's metadata."""

@@ -26,14 +26,17 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
     from routeforge.training.predictors.router_training import train_router
 
     config = fleet.config
-    result = train_router(routing_table, config.encoder, config.training.router,
-                          store.component_dir("router"), store.report_dir("router"),
-                          truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
-                          title=config.name, cache_dir=store.cache_dir("embeddings"), log=context.log.info)
-    store.push(result.folder, result.report_path.parent)
-    run_id = mlflow.log_report(context, run_name=f"{config.name}-router-selection",
-                               metrics=result.metrics, files=[result.report_path, *result.plots],
-                               dataset=routing_table)
+    params = {"router": config.training.router.model_dump(mode="json"),
+              "encoder": str(config.encoder),
+              "truncation_side": config.training.knn.truncation_side, "seed": config.training.seed}
+    with mlflow.step_run(context, f"{config.name}-router-selection", params) as run_id:
+        result = train_router(routing_table, config.encoder, config.training.router,
+                              store.component_dir("router"), store.report_dir("router"),
+                              truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
+                              title=config.name, cache_dir=store.cache_dir("embeddings"), log=context.log.info)
+        store.push(result.folder, result.report_path.parent)
+        mlflow.log_report(context, run_id, metrics=result.metrics, files=[result.report_path, *result.plots],
+                          dataset=routing_table, params={"chosen": result.report["chosen"]})
     report = result.report
     candidates = [clean({"estimator": r["estimator"], "cv_score": r["cv_score"], "cv_brier": r["cv_brier"]})
                   for r in report["candidates"]]

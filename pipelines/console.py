@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -73,11 +74,14 @@ class ProgressConsole:
         self.latest = f"{step}: {first}" if step else first
 
     def _beat(self) -> None:
+        shown = None  # the message the last heartbeat named: a stale one is not repeated
         while not self._stop.wait(1.0):
             now = time.monotonic()
             if self.label is not None and now - self.last_print >= self.heartbeat_s:
-                latest = f" · {self.latest[:90]}" if self.latest else ""
-                self.print(f"      … {self.label} running for {now - self.started:.0f}s{latest}")
+                latest = self.latest
+                news = f" · {textwrap.shorten(latest, 160, placeholder=' …')}" if latest and latest != shown else ""
+                shown = latest
+                self.print(f"      … {self.label} running for {now - self.started:.0f}s{news}")
 
     def __enter__(self) -> ProgressConsole:
         global _active

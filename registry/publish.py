@@ -5,12 +5,16 @@ The manifest is written inside the run so that it records the MLflow run id in i
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from routeforge.artifacts.manifest import Fleet, Lineage, Manifest
 from routeforge.artifacts.registry import PUBLIC_KEY_TAG
@@ -147,15 +151,17 @@ def start_child_run(experiment_id: str, run_name: str, context: RunContext | Non
                             parent_run_id=parent_run(experiment_id, context), tags=context.tags(step))
 
 
-def log_curves(curves: dict[str, list[tuple[int, float]]]) -> None:
-    """Learning curves as metric histories (one metric, many steps), drawn as lines by MLflow."""
+def log_curves(curves: dict[str, list[tuple[int, float]]], run_id: str | None = None) -> None:
+    """Learning curves as metric histories (one metric, many steps), drawn as lines by MLflow;
+    into `run_id`, or the active run."""
     import mlflow
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
     metrics = [Metric(key, float(v), now, int(step)) for key, points in curves.items() for step, v in points
                if v is not None and math.isfinite(v)]
-    client, run_id = mlflow.MlflowClient(), mlflow.active_run().info.run_id
+    client = mlflow.MlflowClient()
+    run_id = run_id or mlflow.active_run().info.run_id
     for i in range(0, len(metrics), 1000):  # log_batch takes at most 1,000 metrics
         client.log_batch(run_id, metrics=metrics[i:i + 1000])
 
@@ -169,42 +175,109 @@ def _dataset_insert_raced(exc: BaseException) -> bool:
         "UNIQUE constraint failed" in text or "duplicate key value" in text)
 
 
-def log_dataset(table, name: str) -> None:
+def log_dataset(table, name: str, run_id: str | None = None) -> None:
     """A table (Arrow or pandas) as the run's training input (schema, digest and size in MLflow's Datasets).
 
     Two pipelines that log the same table into one experiment at the same moment race on the
     server's insert of the dataset row (unique per experiment, name and digest); the loser's
     retry finds the row the winner wrote and only links it to its run."""
     import mlflow
+    from mlflow.entities import Dataset, DatasetInput, InputTag
     from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random
 
     frame = table.to_pandas() if hasattr(table, "to_pandas") else table
     dataset = mlflow.data.from_pandas(frame, name=name)
+
+    def log_input():
+        if run_id is None:
+            mlflow.log_input(dataset, context="training")
+        else:
+            entity = Dataset(**dataset.to_dict())
+            mlflow.MlflowClient().log_inputs(
+                run_id, datasets=[DatasetInput(entity, [InputTag("mlflow.data.context", "training")])])
     retry(retry=retry_if_exception(_dataset_insert_raced), stop=stop_after_attempt(3), wait=wait_random(0.05, 0.5),
-          reraise=True)(mlflow.log_input)(dataset, context="training")
+          reraise=True)(log_input)()
 
 
-def log_report(*, tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
-               metrics: dict[str, float], files: list[Path], tags: dict[str, str] | None = None,
-               context: RunContext | None = None, step: str | None = None,
-               curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
-    """A training or evaluation step as an MLflow run nested under the pipeline run: metrics,
-    curves as histories, the routing table as its input, files under `report/` (plots under
-    `plots/<step>/`, so same-named plots of two steps do not overwrite each other); returns the run id."""
+def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested settings as MLflow params (`knn.k`, `router.candidates`): lists as JSON, values cut at
+    MLflow's 6,000 characters, so runs can be filtered and compared by any setting."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out |= flat_params(value, name + ".")
+        else:
+            text = json.dumps(value, default=str) if isinstance(value, (list, tuple)) else str(value)
+            out[name] = text[:6000]
+    return out
+
+
+def log_params(run_id: str, params: Mapping[str, Any]) -> None:
+    """`flat_params(params)` onto an open run, in batches of MLflow's 100."""
+    import mlflow
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in flat_params(params).items()]
+    client = mlflow.MlflowClient()
+    for i in range(0, len(items), 100):
+        client.log_batch(run_id, params=items[i:i + 100])
+
+
+@contextmanager
+def child_run(*, tracking_uri: str, experiment: str, artifact_location: str | None, run_name: str,
+              context: RunContext | None = None, step: str | None = None,
+              params: Mapping[str, Any] | None = None) -> Iterator[str]:
+    """A training or evaluation step's MLflow run, nested under the pipeline run, open for as long
+    as the step works: created (status RUNNING, its settings as params) on entry, FINISHED on exit,
+    FAILED when the step raises. Opened at the start, not written after the work, so the UI shows a
+    step in progress and its duration is the step's."""
     import mlflow
 
     with registry_lock(tracking_uri):
         experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
-        active = start_child_run(experiment_id, run_name, context, step)
-    with active as run:
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)})
-        if curves:
-            log_curves(curves)
-        if dataset is not None:
-            log_dataset(dataset, "routing_table")
-        for f in files:
-            folder = f"plots/{step or run_name}" if Path(f).suffix == ".png" else "report"
-            mlflow.log_artifact(str(f), folder)
-        if tags:
-            mlflow.set_tags(tags)
-    return run.info.run_id
+        parent = parent_run(experiment_id, context) if context is not None else None
+    tags = context.tags(step) if context is not None else {}
+    if parent:
+        tags["mlflow.parentRunId"] = parent
+    client = mlflow.MlflowClient()
+    run_id = client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+    status = "FAILED"
+    try:
+        if params:
+            log_params(run_id, params)
+        yield run_id
+        status = "FINISHED"
+    finally:
+        client.set_terminated(run_id, status)
+
+
+def log_report(*, run_id: str, metrics: dict[str, float], files: list[Path], step: str,
+               tags: dict[str, str] | None = None, params: Mapping[str, Any] | None = None,
+               curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
+    """What a step found, into its open run (`child_run`): metrics, the choices it made as params,
+    curves as histories, the routing table as its input, files under `report/` (plots under
+    `plots/<step>/`, so same-named plots of two steps do not overwrite each other); returns the run id."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)}
+    now = int(time.time() * 1000)
+    from mlflow.entities import Metric
+
+    items = [Metric(k, v, now, 0) for k, v in finite.items()]
+    for i in range(0, len(items), 1000):  # log_batch takes at most 1,000 metrics
+        client.log_batch(run_id, metrics=items[i:i + 1000])
+    if params:
+        log_params(run_id, params)
+    if curves:
+        log_curves(curves, run_id)
+    if dataset is not None:
+        log_dataset(dataset, "routing_table", run_id)
+    for f in files:
+        folder = f"plots/{step}" if Path(f).suffix == ".png" else "report"
+        client.log_artifact(run_id, str(f), folder)
+    if tags:
+        for key, value in tags.items():
+            client.set_tag(run_id, key, value)
+    return run_id

@@ -88,12 +88,20 @@ class Decision:
 
     def tags(self, evaluation_sha: str | None) -> dict[str, str]:
         out = {"gate.decision": "promoted" if self.promote else "held",
-               "gate.reasons": json.dumps(self.reasons), "gate.challenger_metrics": json.dumps(self.challenger),
-               "gate.champion_metrics": json.dumps(self.champion), "gate.champion_version": str(self.champion_version),
+               "gate.reasons": json.dumps(self.reasons), "gate.champion_version": str(self.champion_version),
                "gate.evaluation_set_sha256": str(evaluation_sha)}
         if self.forced_by:
             out |= {"gate.forced_by": self.forced_by, "gate.force_reason": str(self.force_reason)}
         return out
+
+    def figures(self) -> dict[str, float]:
+        """The numbers both sides scored on the frozen evaluation set, as metrics
+        (`gate.challenger.<metric>`, `gate.champion.<metric>`): charted and compared in MLflow,
+        where JSON in a tag is only text."""
+        # MLflow metric names allow no '@': a tier `model@hardware` is written `model:hardware`
+        return {f"gate.{side}.{k.replace('@', ':')}": float(v) for side, values in (("challenger", self.challenger),
+                                                                   ("champion", self.champion or {}))
+                for k, v in values.items() if v is not None and math.isfinite(v)}
 
 
 def decide(challenger: dict[str, float], champion: dict[str, float] | None, rules: ReleaseRules,
@@ -288,8 +296,17 @@ class Registry:
         self.record(version, decision, evaluation_sha)
 
     def record(self, version: str, decision: Decision, evaluation_sha: str | None) -> None:
+        """The decision as the version's tags, and its figures as metrics of the version's logged
+        model (MLflow 3 shows them on the version's page) and of the run that registered it."""
+        import time
+
         for key, value in decision.tags(evaluation_sha).items():
             self.client.set_model_version_tag(self.name, version, key, value)
+        registered = self.client.get_model_version(self.name, version)
+        now = int(time.time() * 1000)
+        for key, value in decision.figures().items():
+            self.client.log_metric(registered.run_id, key, value, timestamp=now,
+                                   model_id=getattr(registered, "model_id", None))
 
 
 def gate(registry: Registry, version: str, public_key: Path | None, workdir: Path, rules: ReleaseRules | None = None,

@@ -161,6 +161,28 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert {"knn_estimator", "router_selection", "length_predictor", "score_predictor", "task_classifier",
             "latency_heads", "routing_evaluation", "predictor_report", "router_bundle"} <= steps
     assert all(c.data.tags.get("dagster.run_id") for c in children)
+    # each step's run is open while the step works: it lies inside its Dagster step and lasts at
+    # least the work inside it that the step measured (the router's CV, the policies' training…)
+    for step_run in children:
+        step = step_run.data.tags["routeforge.step"]
+        stats = {s.step_key: s for s in instance.get_run_step_stats(step_run.data.tags["dagster.run_id"])}
+        window = stats.get(step)
+        assert step_run.info.status == "FINISHED", step
+        started, ended = step_run.info.start_time / 1e3, step_run.info.end_time / 1e3
+        if window is not None and step != "router_bundle":
+            assert window.start_time - 1 <= started and ended <= window.end_time + 1, step
+            assert ended - started >= 0.5 * (window.end_time - window.start_time) - 2, (
+                step, ended - started, window.end_time - window.start_time)
+    # settings and the choices each step made are params, so runs can be filtered and compared
+    params = {c.data.tags["routeforge.step"]: c.data.params for c in children}
+    assert {"knn.k", "knn.index", "encoder", "chosen.k"} <= set(params["knn_estimator"])
+    assert {"router.folds", "router.knn_k", "chosen"} <= set(params["router_selection"])
+    assert {"length_predictor.epochs", "length_predictor.buckets", "chosen.precision"} <= set(
+        params["length_predictor"])
+    assert {"tier.model", "chosen.profile_kind", "chosen.features"} <= set(params["latency_heads"])
+    assert any(k.startswith("chosen.heads.") for k in params["latency_heads"])  # per target: line, trees…
+    assert {"routing_evaluation.loads", "chosen.recommended"} <= set(params["routing_evaluation"])
+    assert params["routing_evaluation"]["chosen.recommended"] == out["routing_evaluation"]["gate"]["recommended"]
     # curves as metric histories, the routing table as the training runs' dataset input
     trainer = next(c for c in children if c.data.tags["routeforge.step"] == "length_predictor")
     history = mlflow.MlflowClient().get_metric_history(trainer.info.run_id, "train/loss")

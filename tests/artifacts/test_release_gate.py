@@ -92,8 +92,14 @@ def test_worse_challenger_is_held_better_promoted_and_rollback_restores(world):
     assert not decision.promote and registry.champion_version() == first
     tags = registry.version_tags(worse)
     assert tags["gate.decision"] == "held" and "router_quality regressed" in tags["gate.reasons"]
-    assert json.loads(tags["gate.champion_metrics"])["router_quality"] > json.loads(
-        tags["gate.challenger_metrics"])["router_quality"]
+    # the figures are metrics (of the version's logged model and its run), not JSON in a tag
+    assert not any(k.endswith("_metrics") for k in tags)
+    version = registry.client.get_model_version(registry.name, worse)
+    figures = registry.client.get_run(version.run_id).data.metrics
+    assert figures["gate.champion.router_quality"] > figures["gate.challenger.router_quality"]
+    if version.model_id:
+        logged = {m.key: m.value for m in registry.client.get_logged_model(version.model_id).metrics}
+        assert logged["gate.challenger.router_quality"] == figures["gate.challenger.router_quality"]
 
     better = register(1.0, seed=3)
     decision = gate(registry, better, public, root / "w3")
