@@ -57,13 +57,13 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
         }
         sweep_rows = [{"lambda": s["lambda"], "quality": s["quality"], "cost": s["cost"]}
                       for s in evaluation["lambda_sweep"]]
-        mlflow.log_report(context, run_id, metrics=metrics, params={"chosen.k": knn.k},
+        # the encoder the router and KNN embed prompts with, as ONNX for the runtime (the KNN is in every bundle)
+        encoder = export_sentence_encoder(config.encoder, store.component_dir("sentence_encoder"))
+        store.push(encoder.folder)
+        mlflow.log_report(context, run_id, metrics=metrics | encoder.metrics, params={"chosen.k": knn.k},
                           files=[reports / "knn_evaluation.json", Path(plot)], dataset=routing_table)
     component = ComponentSource(name="knn_estimator", kind="knn_estimator", format="faiss+safetensors+json",
                                 folder=folder, metrics=metrics, config=config.training.knn.model_dump())
-    # the encoder the router and KNN embed prompts with, as ONNX for the runtime (the KNN is in every bundle)
-    encoder = export_sentence_encoder(config.encoder, store.component_dir("sentence_encoder"))
-    store.push(encoder.folder)
     context.log.info(f"sentence encoder: ONNX vs PyTorch min cosine {encoder.metrics['parity/min_cosine']:.7f}")
     yield dg.Output(
         TrainedComponent([component, encoder], metrics=metrics, plots=[Path(plot)], details={"evaluation": evaluation}),

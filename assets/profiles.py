@@ -95,11 +95,11 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
 
         tier = _tier(fleet, context.partition_key)
         folder = store.component_dir(f"latency--{safe_name(tier.name)}")
-        profile = store.pull(tier_profiles["folder"])
         params = {"tier": tier.model_dump(mode="json"),
                   "held_out_fraction": fleet.config.profiling.held_out_fraction,
                   "residual_quantiles": fleet.config.profiling.residual_quantiles}
         with mlflow.step_run(context, f"{fleet.config.name}-latency-{safe_name(tier.name)}", params) as run_id:
+            profile = store.pull(tier_profiles["folder"])
             result = build_latency_component(fleet.config, tier, profile, routing_table, folder)
             store.push(folder, profile)  # the held-out plots are written beside the profile
             numbers = {k: float(v) for k, v in result["evaluation"].items() if isinstance(v, (int, float))}
