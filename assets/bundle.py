@@ -48,6 +48,7 @@ def build_bundle_asset(trainers: tuple[str, ...]) -> dg.AssetsDefinition:
     @dg.asset(
         io_manager_key="json_io",
         group_name="registry",
+        kinds={"mlflow"},
         ins={name: dg.AssetIn(name) for name in names},
         check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle",
                                        description="The registered version downloads from MLflow, its manifest's "

@@ -49,6 +49,7 @@ def training_curves(report: dict[str, Any]) -> dict[str, list[tuple[int, float]]
 @dg.asset(
     io_manager_key="json_io",
     group_name="evaluation",
+    kinds={"pytorch", "onnx", "mlflow"},
     ins={"tier_profiles": dg.AssetIn("tier_profiles")},
     description="Learned routing policies (001's DDQN, 000's SAC over a HAN and its baseline RL, each started "
                 "from the best heuristic) and every baseline in the simulated fleet over loads × workloads × "

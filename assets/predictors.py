@@ -22,6 +22,7 @@ from routeforge.training.predictors.quality_cost_eval import plot_quality_cost
 @dg.asset(
     io_manager_key="json_io",
     group_name="training",
+    kinds={"faiss", "onnx", "mlflow"},
     check_specs=[
         dg.AssetCheckSpec("predictions_well_formed", asset="knn_estimator", blocking=True,
                           description="Predicted quality is finite and inside [0, 1] for every test prompt and model."),
@@ -136,6 +137,7 @@ def build_text_predictor_asset(name: str, with_latency: bool = False) -> dg.Asse
         name=name,
         io_manager_key="json_io",
         group_name="training",
+        kinds={"pytorch", "onnx", "mlflow"},
         ins=ins,
         check_specs=[dg.AssetCheckSpec("onnx_matches_pytorch", asset=name, blocking=True,
                                        description="The packaged predictor matches the PyTorch model on up to 256 "

@@ -32,7 +32,8 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition, op_tags: dict
         partitions_def=partitions,
         op_tags=op_tags or None,
         io_manager_key="json_io",
-        group_name="profiling",
+        group_name="latency",
+        kinds={"parquet"},
         pool="generation",  # timings need the accelerator to themselves: never beside generation
         description="Latency measurements of one tier: static batches with fitted gradients, a QPS sweep with "
                     "the state at dispatch of every request, or imported published measurements. Kept across "
@@ -81,7 +82,8 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
     @dg.asset(
         partitions_def=partitions,
         io_manager_key="json_io",
-        group_name="training",
+        group_name="latency",
+        kinds={"xgboost", "mlflow"},
         check_specs=[dg.AssetCheckSpec("loader_reproduces_heads", asset="latency_heads", blocking=True,
                                        description="The runtime loader (artifacts.latency) reads the saved heads back "
                                                    "and predicts exactly what the trainer predicted.")],

@@ -12,7 +12,8 @@ from routeforge.prompts.sources import build_prompts
 
 @dg.asset(
     io_manager_key="parquet_io",
-    group_name="data",
+    group_name="labels",
+    kinds={"parquet"},
     check_specs=[dg.AssetCheckSpec("unique_nonempty_prompts", asset="prompts", blocking=True,
                                    description="Every prompt id is unique, no text is empty, and the set is not empty; "
                                                "blocks generation otherwise.")],

@@ -18,7 +18,8 @@ def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
     @dg.asset(
         partitions_def=partitions,
         io_manager_key="parquet_io",
-        group_name="scoring",
+        group_name="labels",
+        kinds={"parquet"},
         check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset="quality", blocking=True,
                                        description="Every quality score lies in [0, 1] and every response is either "
                                                    "scored or quarantined with a reason.")],

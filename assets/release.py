@@ -54,6 +54,7 @@ def failed_checks(context: dg.AssetExecutionContext) -> list[str]:
 @dg.asset(
     io_manager_key="json_io",
     group_name="registry",
+    kinds={"mlflow"},
     description="Release gate: the new version becomes `champion` only when every asset check passed and no "
                 "metric regresses beyond the fleet's tolerance against the champion on the frozen evaluation "
                 "set (first version: when it clears the floors). Decision and reasons on the model version.",

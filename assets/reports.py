@@ -32,6 +32,7 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
     @dg.asset(
         io_manager_key="json_io",
         group_name="evaluation",
+        kinds={"mlflow"},
         ins={name: dg.AssetIn(name) for name in predictors},
         description="Routing value (AIQ against the single-model hull), leave-one-task-out KNN, batch-of-64 "
                     "CPU inference and the held-out accuracy of every predictor; logged to MLflow.",

@@ -24,7 +24,8 @@ def build_responses_asset(partitions: dg.PartitionsDefinition, op_tags: dict | N
         partitions_def=partitions,
         op_tags=op_tags or None,
         io_manager_key="parquet_io",
-        group_name="generation",
+        group_name="labels",
+        kinds={"parquet"},
         # Generation holds an accelerator (or a server's capacity): runs share the `generation`
         # pool, limited to 1 by dagster.yaml; raise it with `dagster instance concurrency set`.
         pool="generation",

@@ -15,6 +15,7 @@ from routeforge.core.components import TrainedComponent
 @dg.asset(
     io_manager_key="json_io",
     group_name="training",
+    kinds={"safetensors", "mlflow"},
     check_specs=[dg.AssetCheckSpec("router_not_below_best_single_cv", asset="router_selection",
                                    description="The chosen router's cross-validated score is at least the "
                                                "best single model's on the training split.")],

@@ -10,7 +10,8 @@ from routeforge.training.routing_table import build_routing_table, dataset_card,
 
 @dg.asset(
     io_manager_key="parquet_io",
-    group_name="training",
+    group_name="labels",
+    kinds={"parquet"},
     check_specs=[dg.AssetCheckSpec("every_prompt_labelled", asset="routing_table",
                                    description="Warns when a prompt has no quality label from any model (every "
                                                "model's response to it was quarantined).")],

@@ -134,3 +134,21 @@ def test_one_list_of_trainers_drives_assets_job_bundle_and_summary(shared_data, 
         for t in enabled:  # what a trainer says it reads is what its asset reads
             parents = {k.to_user_string() for k in graph.get(dg.AssetKey(t.name)).parent_keys}
             assert parents <= set(t.inputs), (t.name, parents)
+
+
+def test_asset_groups_follow_the_stages_and_every_asset_has_kinds():
+    """Lineage opens as five boxes of the pipeline's stages, none holding a lone asset; a tier's
+    profile and its latency heads sit together; kinds say what each asset is made of."""
+    from routeforge.pipelines.definitions import build_definitions
+
+    graph = build_definitions(CONFIGS / "demo.yaml").resolve_asset_graph()
+    groups: dict[str, set[str]] = {}
+    for key in graph.get_all_asset_keys():
+        groups.setdefault(graph.get(key).group_name, set()).add(key.to_user_string())
+    assert set(groups) == {"labels", "latency", "training", "evaluation", "registry"}, groups
+    assert all(len(members) >= 2 for members in groups.values()), groups
+    assert {"tier_profiles", "latency_heads"} <= groups["latency"]
+    assert {"prompts", "responses", "quality", "routing_table"} <= groups["labels"]
+    kinds = {key.to_user_string(): graph.get(key).kinds for key in graph.get_all_asset_keys()}
+    assert all(kinds.values()), kinds
+    assert "mlflow" in kinds["router_selection"] and "xgboost" in kinds["latency_heads"]
