@@ -21,6 +21,18 @@ import dagster as dg
 from routeforge.core.config import FleetConfig
 
 DEFINITIONS_MODULE = "routeforge.pipelines.definitions"
+# the code location's name in workspace.yaml (the UI, the daemon, deploy/): runs launched here carry
+# it, as runs the UI launches do, so they appear on their job's page, the Jobs list and the timeline
+CODE_LOCATION = "routeforge"
+REPOSITORY = "__repository__"  # what Dagster names the one repository of a `Definitions` object
+
+
+def code_location_tags() -> dict[str, str]:
+    """The run tag the UI filters a job's runs by (`<repository>@<location>`): Dagster writes it for
+    runs launched through a code location, never for `execute_in_process` / `execute_job`."""
+    from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+
+    return {REPOSITORY_LABEL_TAG: f"{REPOSITORY}@{CODE_LOCATION}"}
 
 
 def executor_for(config: FleetConfig) -> dg.ExecutorDefinition:

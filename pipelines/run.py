@@ -28,7 +28,7 @@ from routeforge.core.config.files import load_checked
 from routeforge.core.run_lock import RunLocked, storage_root_lock
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
-from routeforge.pipelines.executors import execute
+from routeforge.pipelines.executors import code_location_tags, execute
 
 
 def stage_count(config) -> int:
@@ -65,7 +65,8 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
         if console is not None:
             console.begin(label)
         result = execute(defs, config, config_path, job, instance, partition,
-                         tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run},
+                         tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run,
+                               **code_location_tags()},
                          run_config={"loggers": loggers})
         timings[label] = time.perf_counter() - start
         if console is not None:

@@ -6,6 +6,7 @@ import stat
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -288,6 +289,25 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     with dg.instance_for_test() as instance:  # and once gated, a third run has nothing to do
         third = run_pipeline(CONFIGS / "demo.yaml", instance)
     assert third["unchanged"] and third["release"]["reasons"] == ["nothing new was registered"]
+
+
+def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
+    """What the UI's job page asks (GraphQL `pipelineOrError … runs`, filtered by the code location's
+    repository label) lists `make demo`'s runs under their job names, from a real webserver over
+    the demo's instance, loading the workspace as `make ui` does."""
+    from tests.test_read_only_webserver import webserver
+
+    by_job: dict[str, set[str]] = {}
+    for run in demo.instance.get_runs():
+        by_job.setdefault(run.job_name, set()).add(run.run_id)
+    assert {"build_prompts", "generate_and_score", "train_and_register"} <= set(by_job)
+    with webserver(tmp_path, dagster_home=Path(demo.instance.root_directory), workspace=True) as graphql:
+        for job, run_ids in by_job.items():
+            answer = graphql('{ pipelineOrError(params: {repositoryLocationName: "routeforge", '
+                             f'repositoryName: "__repository__", pipelineName: "{job}"}}) '
+                             '{ __typename ... on Pipeline { runs { runId } } } }')["pipelineOrError"]
+            assert answer["__typename"] == "Pipeline", answer
+            assert {r["runId"] for r in answer["runs"]} == run_ids, job
 
 
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):

@@ -23,15 +23,19 @@ LAUNCH = ('mutation { launchRun(executionParams: {selector: {repositoryLocationN
 
 
 @contextlib.contextmanager
-def webserver(folder: Path, *flags: str):
+def webserver(folder: Path, *flags: str, dagster_home: Path | None = None, workspace: bool = False):
+    """A real dagster-webserver on loopback over the code location (by module, or through
+    workspace.yaml as `make ui` loads it, location `routeforge`); yields a GraphQL caller."""
     port = free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(folder / "dagster_home"), "ROUTEFORGE_CONFIG": str(REPO / "configs" / "demo.yaml"),
+    home = dagster_home or folder / "dagster_home"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "ROUTEFORGE_CONFIG": str(REPO / "configs" / "demo.yaml"),
            "ROUTEFORGE_STATE": str(folder / "state")}
-    (folder / "dagster_home").mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
     log = folder / f"webserver{'-'.join(flags)}.log"
+    target = ["-w", str(REPO / "workspace.yaml")] if workspace else ["-m", "routeforge.pipelines.definitions"]
     command = [str(Path(sys.executable).with_name("dagster-webserver")), *flags, "-h", "127.0.0.1", "-p", str(port),
-               "-m", "routeforge.pipelines.definitions"]
-    with child(command, log, env=env, cwd=folder) as process:
+               *target]
+    with child(command, log, env=env, cwd=REPO if workspace else folder) as process:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(process, f"{url}/server_info", log, timeout_s=180)
 

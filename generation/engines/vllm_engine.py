@@ -14,8 +14,11 @@ Both produce the same rows: text, token counts from vLLM's own token ids, measur
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import select
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -34,12 +37,14 @@ CHUNK_TIMEOUT_S = 3600.0  # one chunk's generation
 
 
 def _die_with_parent() -> None:
-    """In the worker, before it runs: SIGTERM when the engine's process dies (even by SIGKILL), so
-    a killed pipeline leaves no vLLM behind holding memory (Linux; elsewhere the worker still exits
-    at the end of its input, after the chunk in hand)."""
+    """In the worker, before it runs: a process group of its own, and SIGTERM when the engine's
+    process dies (even by SIGKILL), on which the worker takes its whole group down (vLLM's
+    EngineCore and its workers are its children: left alone they outlived it, pinned to a core and
+    holding memory, and slowed every later test). Linux; elsewhere the worker still exits at the
+    end of its input, after the chunk in hand."""
     import ctypes
-    import signal
 
+    os.setsid()
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -89,7 +94,8 @@ class VllmWorker:
                 self.proc.stdin.close()  # end of input: the worker shuts vLLM down and exits
                 self.proc.wait(60)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # the worker leads its group: vLLM's children too
                 self.proc.wait(30)
 
     def __del__(self):

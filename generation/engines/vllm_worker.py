@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -57,7 +58,18 @@ def output_rows(outputs: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _take_the_group_down(signum, frame) -> None:
+    """SIGTERM, sent when the engine's process died (PR_SET_PDEATHSIG): vLLM's EngineCore and its
+    workers are this process's children and would outlive it; they share its process group (the
+    engine starts it with setsid), so the whole group goes, this process last."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.getpgrp() == os.getpid():
+        os.killpg(0, signal.SIGKILL)
+    sys.exit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _take_the_group_down)
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # vLLM's (and its workers') prints go to stderr from here on
     sys.stdout = sys.stderr

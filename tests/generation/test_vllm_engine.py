@@ -82,14 +82,20 @@ def test_vllm_rows_match_the_transformers_engines(config_copy, shared_data, vllm
 
 
 def _workers() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "vllm_worker.py"], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+    """The worker scripts and vLLM's own processes (EngineCore and its workers, which name
+    themselves `VLLM::…`): none may outlive a killed run."""
+    found = []
+    for pattern in ("vllm_worker.py", "VLLM::"):
+        out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        found += [int(p) for p in out.stdout.split()]
+    return found
 
 
 def test_sigkill_during_vllm_generation_then_resume_gives_every_pair_once(config_copy, shared_data, vllm_python,
                                                                           tmp_path):
     """The generation CLI's kill-and-resume trials (one kill during start-up, one after the first new
-    shard) with `engine: vllm`; then no vLLM worker is left running."""
+    shard) with `engine: vllm`; then no vLLM process is left running (worker, EngineCore or its
+    workers: an orphaned EngineCore once held a core and memory through the rest of the tests)."""
     n = 64
     path = _fleet(config_copy, shared_data, vllm_python, n, shard_size=2)
     assert kill_and_resume(path, dict(os.environ), tmp_path, trials=2, n=n) >= 1
