@@ -98,8 +98,6 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
                                       for k, v in sorted(decision.challenger.items())]),
         "evaluation_set_sha256": sha,
         # numbers, one entry each, so the UI charts them across materializations
-        **{f"{side}/{k}": float(v) for side, values in (("challenger", decision.challenger),
-                                                       ("champion", decision.champion or {}))
-           for k, v in values.items() if v is not None and math.isfinite(v)},
+        **{f"{side}/{k}": v for side, k, v in decision.scores()},
         "rules": dg.MetadataValue.json(json.loads(rules.to_json())),
     })

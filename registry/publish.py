@@ -151,19 +151,23 @@ def start_child_run(experiment_id: str, run_name: str, context: RunContext | Non
                             parent_run_id=parent_run(experiment_id, context), tags=context.tags(step))
 
 
-def log_curves(curves: dict[str, list[tuple[int, float]]], run_id: str | None = None) -> None:
-    """Learning curves as metric histories (one metric, many steps), drawn as lines by MLflow;
-    into `run_id`, or the active run."""
+def _log_metric_batches(run_id: str, metrics: list) -> None:
+    """MLflow `Metric`s onto a run, in batches of `log_batch`'s 1,000."""
     import mlflow
+
+    client = mlflow.MlflowClient()
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+
+
+def log_curves(run_id: str, curves: dict[str, list[tuple[int, float]]]) -> None:
+    """Learning curves as metric histories (one metric, many steps), drawn as lines by MLflow;
+    a plain metric is a curve of one point at step 0. Non-finite points are left out."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    metrics = [Metric(key, float(v), now, int(step)) for key, points in curves.items() for step, v in points
-               if v is not None and math.isfinite(v)]
-    client = mlflow.MlflowClient()
-    run_id = run_id or mlflow.active_run().info.run_id
-    for i in range(0, len(metrics), 1000):  # log_batch takes at most 1,000 metrics
-        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+    _log_metric_batches(run_id, [Metric(key, float(v), now, int(step)) for key, points in curves.items()
+                                 for step, v in points if v is not None and math.isfinite(v)])
 
 
 def _dataset_insert_raced(exc: BaseException) -> bool:
@@ -175,7 +179,7 @@ def _dataset_insert_raced(exc: BaseException) -> bool:
         "UNIQUE constraint failed" in text or "duplicate key value" in text)
 
 
-def log_dataset(table, name: str, run_id: str | None = None) -> None:
+def log_dataset(run_id: str, table, name: str) -> None:
     """A table (Arrow or pandas) as the run's training input (schema, digest and size in MLflow's Datasets).
 
     Two pipelines that log the same table into one experiment at the same moment race on the
@@ -187,16 +191,9 @@ def log_dataset(table, name: str, run_id: str | None = None) -> None:
 
     frame = table.to_pandas() if hasattr(table, "to_pandas") else table
     dataset = mlflow.data.from_pandas(frame, name=name)
-
-    def log_input():
-        if run_id is None:
-            mlflow.log_input(dataset, context="training")
-        else:
-            entity = Dataset(**dataset.to_dict())
-            mlflow.MlflowClient().log_inputs(
-                run_id, datasets=[DatasetInput(entity, [InputTag("mlflow.data.context", "training")])])
+    entity = DatasetInput(Dataset(**dataset.to_dict()), [InputTag("mlflow.data.context", "training")])
     retry(retry=retry_if_exception(_dataset_insert_raced), stop=stop_after_attempt(3), wait=wait_random(0.05, 0.5),
-          reraise=True)(log_input)()
+          reraise=True)(mlflow.MlflowClient().log_inputs)(run_id, datasets=[entity])
 
 
 def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -261,19 +258,13 @@ def log_report(*, run_id: str, metrics: dict[str, float], files: list[Path], ste
     import mlflow
 
     client = mlflow.MlflowClient()
-    finite = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(v)}
-    now = int(time.time() * 1000)
-    from mlflow.entities import Metric
-
-    items = [Metric(k, v, now, 0) for k, v in finite.items()]
-    for i in range(0, len(items), 1000):  # log_batch takes at most 1,000 metrics
-        client.log_batch(run_id, metrics=items[i:i + 1000])
+    log_curves(run_id, {k: [(0, v)] for k, v in metrics.items()})
     if params:
         log_params(run_id, params)
     if curves:
-        log_curves(curves, run_id)
+        log_curves(run_id, curves)
     if dataset is not None:
-        log_dataset(dataset, "routing_table", run_id)
+        log_dataset(run_id, dataset, "routing_table")
     for f in files:
         folder = f"plots/{step}" if Path(f).suffix == ".png" else "report"
         client.log_artifact(run_id, str(f), folder)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import getpass
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,14 +95,17 @@ class Decision:
             out |= {"gate.forced_by": self.forced_by, "gate.force_reason": str(self.force_reason)}
         return out
 
+    def scores(self) -> Iterator[tuple[str, str, float]]:
+        """(side, metric, value) of every finite number either side scored on the frozen
+        evaluation set; side is `challenger` or `champion`."""
+        for side, values in (("challenger", self.challenger), ("champion", self.champion or {})):
+            yield from ((side, k, float(v)) for k, v in values.items() if v is not None and math.isfinite(v))
+
     def figures(self) -> dict[str, float]:
-        """The numbers both sides scored on the frozen evaluation set, as metrics
-        (`gate.challenger.<metric>`, `gate.champion.<metric>`): charted and compared in MLflow,
-        where JSON in a tag is only text."""
+        """The scores as MLflow metrics (`gate.challenger.<metric>`, `gate.champion.<metric>`):
+        charted and compared in MLflow, where JSON in a tag is only text."""
         # MLflow metric names allow no '@': a tier `model@hardware` is written `model:hardware`
-        return {f"gate.{side}.{k.replace('@', ':')}": float(v) for side, values in (("challenger", self.challenger),
-                                                                   ("champion", self.champion or {}))
-                for k, v in values.items() if v is not None and math.isfinite(v)}
+        return {f"gate.{side}.{k.replace('@', ':')}": v for side, k, v in self.scores()}
 
 
 def decide(challenger: dict[str, float], champion: dict[str, float] | None, rules: ReleaseRules,
@@ -305,8 +309,7 @@ class Registry:
         registered = self.client.get_model_version(self.name, version)
         now = int(time.time() * 1000)
         for key, value in decision.figures().items():
-            self.client.log_metric(registered.run_id, key, value, timestamp=now,
-                                   model_id=getattr(registered, "model_id", None))
+            self.client.log_metric(registered.run_id, key, value, timestamp=now, model_id=registered.model_id)
 
 
 def gate(registry: Registry, version: str, public_key: Path | None, workdir: Path, rules: ReleaseRules | None = None,

@@ -101,8 +101,8 @@ class SweepSettings(_Strict):
     max_output_tokens: PositiveInt = 256  # cap on each request's max_tokens (its observed length)
     default_output_tokens: PositiveInt = 64  # where the routing table has no length for the prompt
     extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. {ignore_eos: true} for vLLM
-    # how often the server's /metrics is scraped; on vLLM's CPU build with 2 cores, polling at 10/s
-    # (/metrics or even /health) held back streamed chunks by up to 0.67 s, E2E unchanged
+    # how often the server's /metrics is scraped; on vLLM's CPU build (2 cores) any second connection,
+    # a poll as much as a concurrent stream, held streamed chunks back until the end (E2E unchanged)
     metrics_interval_s: PositiveFloat = 0.1
     seed: int = 0
 

@@ -61,7 +61,7 @@ def output_rows(outputs: list[Any]) -> list[dict[str, Any]]:
 def _take_the_group_down(signum, frame) -> None:
     """SIGTERM, sent when the engine's process died (PR_SET_PDEATHSIG): vLLM's EngineCore and its
     workers are this process's children and would outlive it; they share its process group (the
-    engine starts it with setsid), so the whole group goes, this process last."""
+    engine starts it with setsid), so the whole group, this process included, gets SIGKILL."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if os.getpgrp() == os.getpid():
         os.killpg(0, signal.SIGKILL)
