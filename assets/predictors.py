@@ -39,7 +39,7 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
     params = {"knn": config.training.knn.model_dump(mode="json"), "encoder": str(config.encoder)}
     with mlflow.step_run(context, f"{config.name}-knn-estimator", params) as run_id:
         knn = build_knn(routing_table, config.encoder, config.training.knn, folder,
-                        cache_dir=store.cache_dir("embeddings"))
+                        cache_dir=store.cache_dir("embeddings"), log=context.log.info)
         context.log.info(f"indexed {knn.index.ntotal} training prompts")
         evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep)
         reports = store.report_dir("knn")

@@ -9,6 +9,7 @@ import dagster as dg
 import pyarrow as pa
 from routeforge.assets.metadata import clean, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource
+from routeforge.core.progress import Counted
 from routeforge.generation.partition import generate_partition
 
 
@@ -39,13 +40,11 @@ def build_responses_asset(partitions: dg.PartitionsDefinition, op_tags: dict | N
         model = context.partition_key
         config = fleet.config
         start = time.perf_counter()
-        every = max(1, prompts.num_rows // 10)
-        last = [0]
+        generated = Counted(context.log.info, model, prompts.num_rows, "prompts")
 
         def progress(done: int, total: int) -> None:
-            if done == total or done - last[0] >= every:
-                last[0] = done
-                context.log.info(f"{model}: {done}/{total} prompts ({time.perf_counter() - start:.1f}s)")
+            generated.total = total
+            generated.count(done, f"({time.perf_counter() - start:.1f}s)")
 
         result = generate_partition(config, model, prompts, progress, log=context.log.info)
         table, quarantine = result.table, result.quarantine

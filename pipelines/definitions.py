@@ -47,6 +47,9 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         assets.append(release_gate)
     if profiled_tiers(config):
         assets.append(build_tier_profiles_asset(tier_partitions(config), accelerator_tags(config)))
+    if config.owners:
+        assets = [a.map_asset_specs(lambda spec: spec.replace_attributes(owners=config.owners_of(spec.group_name)))
+                  for a in assets]
     base = config.storage.path("assets")
     signing_key, create_key = config.signing_key_path()
     resources = {

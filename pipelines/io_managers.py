@@ -17,6 +17,14 @@ from routeforge.core.storage import read_parquet, write_parquet
 from upath import UPath
 
 
+def column_schema(schema: pa.Schema) -> dg.TableSchema:
+    """The table's columns, Arrow types and nullability as Dagster's column schema: what the UI
+    shows on the asset's page and in lineage, taken from the table written, so it cannot drift."""
+    return dg.TableSchema(columns=[
+        dg.TableColumn(field.name, str(field.type), constraints=dg.TableColumnConstraints(nullable=field.nullable))
+        for field in schema])
+
+
 class ParquetIOManager(dg.UPathIOManager):
     extension = ".parquet"
 
@@ -24,6 +32,8 @@ class ParquetIOManager(dg.UPathIOManager):
         if not isinstance(obj, pa.Table):
             raise TypeError(f"{context.asset_key.to_user_string()}: expected a pyarrow.Table, got {type(obj)}")
         write_parquet(obj, path)
+        context.add_output_metadata({"dagster/column_schema": column_schema(obj.schema),
+                                     "dagster/row_count": obj.num_rows})
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pa.Table:
         return read_parquet(path)

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from routeforge.core.config import FleetConfig, OpenAISource, Tier
+from routeforge.core.progress import Counted
 from routeforge.core.schemas import routing_column
 from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
 from routeforge.profiling.coarse_priors import coarse_prior, read_llm_inference_bench
@@ -78,6 +79,15 @@ def sweep_prompts(config: FleetConfig, tier: Tier, routing_table: pa.Table, toke
     return out
 
 
+def _sweep_progress(tier: str, log: Log):
+    """The sweep's (phase, done, total) callback as a count per phase (`core.progress`)."""
+    phases: dict[str, Counted] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        phases.setdefault(phase, Counted(log, f"{tier} sweep {phase}", total, "requests")).count(done)
+    return progress
+
+
 def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log):
     from routeforge.profiling.local_server import transformers_serve
     from transformers import AutoTokenizer
@@ -98,7 +108,8 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
         else:
             server = transformers_serve(model_dir, folder / "serve.log")
         with server as url:
-            return run_sweep(url, str(model_dir), prompts, config.profiling.sweep, tier.name, log=log)
+            return run_sweep(url, str(model_dir), prompts, config.profiling.sweep, tier.name, log=log,
+                             progress=_sweep_progress(tier.name, log))
     if profile.base_url is None and not isinstance(spec.source, OpenAISource):
         raise ValueError(f"tiers[{tier.name}].profile: a sweep needs base_url, serve: true, or an openai model")
     base_url = profile.base_url or spec.source.base_url
@@ -106,7 +117,8 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
     from routeforge.core.model_sources import load_tokenizer
 
     prompts = sweep_prompts(config, tier, routing_table, load_tokenizer(config.generation.token_counter))
-    return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log)
+    return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log,
+                             progress=_sweep_progress(tier.name, log))
 
 
 def state_agreement(records: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -99,6 +99,8 @@ def publish_bundle(
             registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags)
             if signing_key is not None:  # what `load_bundle("models:/…")` trusts when given no key
                 mlflow.MlflowClient().set_registered_model_tag(name, PUBLIC_KEY_TAG, public_key_pem(signing_key))
+        if context is not None:
+            close_parent(parent_run(experiment_id, context), "FINISHED")
     return registered, manifest
 
 
@@ -125,7 +127,9 @@ class RunContext:
 
 def parent_run(experiment_id: str, context: RunContext) -> str:
     """The pipeline run's parent run id: the run tagged with its key, created (and closed) when
-    the first child is logged. Callers hold `registry_lock`, so two steps do not create two."""
+    the first child is logged; each child that ends moves its end (`close_parent`), so it lasts
+    from its first child's start to its last one's end. Callers hold `registry_lock`, so two steps
+    do not create two."""
     import mlflow
 
     found = mlflow.search_runs([experiment_id], filter_string=f"tags.`routeforge.pipeline_run` = '{context.key}' "
@@ -137,6 +141,18 @@ def parent_run(experiment_id: str, context: RunContext) -> str:
                             tags={**context.tags(), "routeforge.role": "pipeline"})
     client.set_terminated(run.info.run_id)
     return run.info.run_id
+
+
+def close_parent(parent_id: str, status: str) -> None:
+    """A child of `parent_id` ended now with `status`: the parent ends no earlier, and is FAILED
+    once any child failed (a later success does not hide it)."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    info = client.get_run(parent_id).info
+    now = int(time.time() * 1000)
+    failed = "FAILED" if "FAILED" in (info.status, status) else "FINISHED"
+    client.set_terminated(parent_id, failed, end_time=max(now, info.end_time or 0))
 
 
 def start_child_run(experiment_id: str, run_name: str, context: RunContext | None, step: str | None = None):
@@ -247,6 +263,9 @@ def child_run(*, tracking_uri: str, experiment: str, artifact_location: str | No
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)
+        if parent:
+            with registry_lock(tracking_uri):
+                close_parent(parent, status)
 
 
 def log_report(*, run_id: str, metrics: dict[str, float], files: list[Path], step: str,

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import sys
 import time
 
+from routeforge.core.progress import Counted, format_count, parse_count
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 
 
@@ -39,17 +42,81 @@ def test_heartbeat_names_the_latest_message_of_a_quiet_stage(tmp_path, capfd):
     lines = capfd.readouterr().out.splitlines()
     beats = [line for line in lines if "running for" in line]
     # the message once, in the first heartbeat; later beats of a quiet stage only say it is alive
-    assert len(beats) >= 2 and "router_selection: router selection: 2/4 candidates" in beats[0]
+    assert len(beats) >= 2 and beats[0].endswith("router_selection: router selection 2/4 candidates")
     assert not any("candidates" in b for b in beats[1:])
     assert "second line" not in "\n".join(lines)
     assert lines[-1].startswith("[1/1] train_and_register")
 
 
-def test_heartbeat_shortens_long_messages_at_a_word(tmp_path, capfd):
+def test_heartbeat_keeps_long_messages_whole(tmp_path, capfd):
+    message = " ".join(["candidate"] * 40)
     with output_to_file(tmp_path / "run.log") as terminal, ProgressConsole(terminal, total=1, heartbeat_s=1) as console:
         console.begin("train_and_register")
-        console.note("router_selection", " ".join(["candidate"] * 40))
+        console.note("router_selection", message)
         time.sleep(2.6)
         console.end("train_and_register", 2.6)
     beat = next(line for line in capfd.readouterr().out.splitlines() if "running for" in line)
-    assert beat.endswith("candidate …") and len(beat) < 220
+    assert beat.endswith(f"router_selection: {message}")
+
+
+def test_counts_become_a_counter_with_a_rate_in_plain_lines(tmp_path, capfd):
+    """Off a terminal: heartbeat lines name the count and its rate when it moved, the stage line its
+    final count; a count that did not move is not repeated."""
+    with output_to_file(tmp_path / "run.log") as terminal, ProgressConsole(terminal, total=1, heartbeat_s=1) as console:
+        assert not console.live
+        console.begin("train_and_register")
+        console.step_start("knn_estimator")
+        console.note("knn_estimator", format_count("embedding (right truncation)", 100, 1000, "prompts"))
+        time.sleep(0.5)
+        console.note("knn_estimator", format_count("embedding (right truncation)", 600, 1000, "prompts"))
+        time.sleep(1.6)
+        console.note("knn_estimator", format_count("embedding (right truncation)", 1000, 1000, "prompts"))
+        time.sleep(3.2)
+        console.end("train_and_register", 5.3)
+    lines = capfd.readouterr().out.splitlines()
+    beats = [line for line in lines if "running for" in line]
+    counted = [b for b in beats if "/1000 prompts" in b]
+    assert counted and re.search(r"knn_estimator: embedding \(right truncation\) \d+/1000 prompts, [\d.]+/s", counted[0])
+    # 600 → 1000 prompts took about 1.6 s: the rate is over the reports, not since the stage began
+    rate = float(re.search(r"1000/1000 prompts, ([\d.]+)/s", "\n".join(beats)).group(1))
+    assert 100 < rate < 2000
+    # each count is named once: beats after the last report only say the stage is alive
+    assert len(counted) == len({b.split(" · ", 1)[1] for b in counted})
+    assert "\r" not in "\n".join(lines)
+    assert re.search(r"^\[1/1\] train_and_register +5\.3s  embedding \(right truncation\) 1000/1000 prompts, [\d.]+/s$", lines[-1])
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_live_bar_redrawn_in_place():
+    terminal = _Terminal()
+    with ProgressConsole(terminal, total=2) as console:
+        assert console.live
+        console.begin("generate_and_score[tiny-gpt2]")
+        console.step_start("responses")
+        for done in (10, 20, 30, 40):
+            console.note("responses", format_count("tiny-gpt2", done, 40, "prompts"))
+            time.sleep(0.25)
+        console.end("generate_and_score[tiny-gpt2]", 1.0)
+    text = terminal.getvalue()
+    assert "\r\x1b[K" in text
+    assert "[####################] responses: tiny-gpt2 40/40 prompts" in text
+    # the stage line starts on a cleared line and the bar is gone at the end
+    last = text.split("\r\x1b[K")[-1]
+    assert last == "" or last.startswith("[1/2] generate_and_score[tiny-gpt2]")
+    assert "[1/2] generate_and_score[tiny-gpt2]" in text and text.rstrip("\r\x1b[K").endswith("/s\n")
+
+
+def test_counts_have_one_shape():
+    assert parse_count(format_count("router selection", 3, 8, "candidates", "(knn_k: cv score 0.41)")) == (3, 8, "candidates")
+    assert parse_count("tiny-gpt2@cpu: 12/40 batches") == (12, 40, "batches")
+    assert parse_count("ratio 3.5/4 so far") is None and parse_count("no count here") is None
+    lines: list[str] = []
+    counted = Counted(lines.append, "embedding", 10_000, "prompts", every_s=60)
+    for done in range(1, 10_001):
+        counted.count(done)
+    # throttled, but the start and the last are never lost
+    assert lines == ["embedding: 0/10000 prompts", "embedding: 10000/10000 prompts"]

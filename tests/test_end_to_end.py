@@ -20,6 +20,7 @@ from routeforge.profiling.local_server import free_port, wait_healthy
 
 from tests.conftest import CONFIGS, REPO
 from tests.services import child
+from tools.browser import CHROMIUM, chromium
 from tools.runtime_probe import PROMPTS, STATE
 from tools.runtime_venv import clean_env, installed, make_runtime_venv
 
@@ -174,6 +175,12 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
             assert window.start_time - 1 <= started and ended <= window.end_time + 1, step
             assert ended - started >= 0.5 * (window.end_time - window.start_time) - 2, (
                 step, ended - started, window.end_time - window.start_time)
+    # the parent lasts from its first child's start to its last one's end (not the instant it was created)
+    parent = mlflow.get_run(parent_id)
+    assert parent.info.status == "FINISHED"
+    last_end = max(c.info.end_time for c in children)
+    assert last_end <= parent.info.end_time <= last_end + 2000
+    assert parent.info.start_time <= min(c.info.start_time for c in children)
     # settings and the choices each step made are params, so runs can be filtered and compared
     params = {c.data.tags["routeforge.step"]: c.data.params for c in children}
     assert {"knn.k", "knn.index", "encoder", "chosen.k"} <= set(params["knn_estimator"])
@@ -291,10 +298,46 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert third["unchanged"] and third["release"]["reasons"] == ["nothing new was registered"]
 
 
+def test_the_demo_assets_carry_owners_column_schemas_and_checks_after_their_materializations(demo):
+    """What the asset pages show: owners from the fleet file, each table's columns with their types
+    (as written), and every check evaluated after, and against, the materialization it checks."""
+    instance = demo.instance
+    routing = instance.fetch_materializations(dg.AssetKey("routing_table"), limit=1).records[0]
+    meta = routing.asset_materialization.metadata
+    columns = {c.name: c for c in meta["dagster/column_schema"].schema.columns}
+    assert columns["prompt_id"].type == "string" and not columns["prompt_id"].constraints.nullable
+    assert meta["dagster/row_count"].value == meta["rows"].value > 0
+    prompts = instance.fetch_materializations(dg.AssetKey("prompts"), limit=1).records[0].asset_materialization
+    assert [c.name for c in prompts.metadata["dagster/column_schema"].schema.columns][:2] == ["prompt_id", "source"]
+
+    from routeforge.pipelines.definitions import build_definitions
+
+    graph = build_definitions(CONFIGS / "demo.yaml").resolve_asset_graph()
+    owners = {key.to_user_string(): graph.get(key).owners for key in graph.get_all_asset_keys()}
+    assert owners["prompts"] == ["team:data-platform"] and owners["router_bundle"] == ["team:ml-platform"]
+
+    checked = 0
+    for run in instance.get_runs():
+        events = [e for e in instance.all_logs(run.run_id) if e.dagster_event is not None]
+        materialized = {(e.dagster_event.asset_key, e.dagster_event.partition): e.timestamp
+                        for e in events if e.dagster_event.event_type_value == "ASSET_MATERIALIZATION"}
+        for e in events:
+            if e.dagster_event.event_type_value != "ASSET_CHECK_EVALUATION":
+                continue
+            data = e.dagster_event.event_specific_data
+            target = data.target_materialization_data
+            assert target is not None and target.run_id == run.run_id, data.check_name
+            stamps = [t for (key, _), t in materialized.items() if key == data.asset_key]
+            assert stamps and e.timestamp >= max(stamps), f"{data.asset_key.to_user_string()}:{data.check_name}"
+            checked += 1
+    assert checked >= 8
+
+
 def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
     """What the UI's job page asks (GraphQL `pipelineOrError … runs`, filtered by the code location's
     repository label) lists `make demo`'s runs under their job names, from a real webserver over
-    the demo's instance, loading the workspace as `make ui` does."""
+    the demo's instance, loading the workspace as `make ui` does; then the job pages themselves,
+    rendered by headless Chromium."""
     from tests.test_read_only_webserver import webserver
 
     by_job: dict[str, set[str]] = {}
@@ -308,6 +351,16 @@ def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
                              '{ __typename ... on Pipeline { runs { runId } } } }')["pipelineOrError"]
             assert answer["__typename"] == "Pipeline", answer
             assert {r["runId"] for r in answer["runs"]} == run_ids, job
+        # and a person's view of it: headless Chromium on each job's page finds every run of the job
+        if not Path(CHROMIUM).exists():
+            pytest.skip(f"the GraphQL half passed; no Chromium at {CHROMIUM} for the browser half (.ci/run installs it)")
+        with chromium(tmp_path) as page:
+            for job, run_ids in by_job.items():
+                first = sorted(run_ids)[0][:8]  # the UI shows a run by its id's first 8 characters
+                page.open(f"{graphql.url}/locations/routeforge/jobs/{job}/runs", first, timeout_s=120)
+                shown = page.js("document.body.innerText")
+                assert all(run_id[:8] in shown for run_id in run_ids), (job, shown[:2000])
+                assert "No runs found" not in shown
 
 
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):

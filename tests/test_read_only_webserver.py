@@ -45,6 +45,7 @@ def webserver(folder: Path, *flags: str, dagster_home: Path | None = None, works
             with urllib.request.urlopen(request, timeout=60) as response:
                 return json.loads(response.read())["data"]
 
+        graphql.url = url  # the UI's own address, for a browser
         yield graphql
 
 

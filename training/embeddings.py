@@ -9,12 +9,14 @@ its path: replace its weights under a new path, or clear the cache, when they ch
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 from routeforge.core.pretrained import resolve_pretrained
+from routeforge.core.progress import Counted
 from routeforge.core.storage import ShardCache
 
 SCHEMA = pa.schema([pa.field("cache_key", pa.string(), nullable=False),
@@ -28,24 +30,28 @@ def _load(ref: str):
     return SentenceTransformer(resolve_pretrained(ref), device="cpu")
 
 
-def encode(texts: list[str], ref: str, batch_size: int = 64, progress: bool = False,
-           truncation_side: str = "right") -> np.ndarray:
+def encode(texts: list[str], ref: str, batch_size: int = 64, log: Callable[[str], None] | None = None,
+           truncation_side: str = "right", chunk: int = 1024) -> np.ndarray:
     """L2-normalized float32 embeddings with the PyTorch encoder, so inner product equals cosine.
 
     Texts longer than the encoder's window (256 word pieces for MiniLM) are cut on
     `truncation_side`; "left" keeps their end, where a few-shot prompt puts its actual question.
+    With `log`, texts are encoded `chunk` at a time and the count reported (`core.progress`).
     The bundle ships the same encoder as ONNX for the runtime (`training.encoder_export`)."""
     model = _load(ref)
     before = model.tokenizer.truncation_side
     model.tokenizer.truncation_side = truncation_side
+    counted = Counted(log, f"embedding ({truncation_side} truncation)", len(texts), "prompts")
+    parts = []
     try:
-        vectors = model.encode(
-            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=progress,
-        )
+        step = chunk if log is not None else max(len(texts), 1)  # one call when nobody is told
+        for start in range(0, max(len(texts), 1), step):
+            parts.append(model.encode(texts[start:start + step], batch_size=batch_size, normalize_embeddings=True,
+                                      convert_to_numpy=True, show_progress_bar=False))
+            counted.count(min(start + step, len(texts)))
     finally:
         model.tokenizer.truncation_side = before
-    return np.ascontiguousarray(vectors, dtype=np.float32)
+    return np.ascontiguousarray(np.concatenate(parts) if len(parts) > 1 else parts[0], dtype=np.float32)
 
 
 def _key(ref: str, truncation_side: str, text: str) -> str:
@@ -53,17 +59,18 @@ def _key(ref: str, truncation_side: str, text: str) -> str:
 
 
 def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
-                  cache_dir: Path | None = None) -> np.ndarray:
+                  cache_dir: Path | None = None, log: Callable[[str], None] | None = None) -> np.ndarray:
     """L2-normalized float32 embeddings of `texts` (as `encode`), read from and
-    added to the cache under `cache_dir` when one is given."""
+    added to the cache under `cache_dir` when one is given; `log` hears the count of texts
+    the cache did not hold as they are encoded."""
     if cache_dir is None:
-        return encode(texts, ref, truncation_side=truncation_side)
+        return encode(texts, ref, truncation_side=truncation_side, log=log)
     cache = ShardCache(Path(cache_dir), SCHEMA)
     keys = [_key(ref, truncation_side, t) for t in texts]
     known = {k: row["vector"] for k, row in cache.load().items()}
     todo = sorted({k: i for i, k in enumerate(keys) if k not in known}.values())
     if todo:
-        vectors = encode([texts[i] for i in todo], ref, truncation_side=truncation_side)
+        vectors = encode([texts[i] for i in todo], ref, truncation_side=truncation_side, log=log)
         new = [{"cache_key": keys[i], "vector": v.tolist()} for i, v in zip(todo, vectors)]
         cache.append(new)
         cache.compact()

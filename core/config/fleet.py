@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -120,6 +120,10 @@ class ExecutionSettings(_Strict):
         "DAGSTER_HOME", "DAGSTER_POSTGRES_URL", "DAGSTER_COMPUTE_LOG_BUCKET", "PATH"])
 
 
+# Dagster's two kinds of owner: an email address or a team
+Owner = Annotated[str, Field(pattern=r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")]
+
+
 class FleetConfig(_Strict):
     name: str
     # a local folder or an fsspec URI (s3://bucket/prefix, gs://..., file://...): every stage file,
@@ -144,6 +148,14 @@ class FleetConfig(_Strict):
     release: ReleaseSettings = ReleaseSettings()
     automation: AutomationSettings = AutomationSettings()
     execution: ExecutionSettings = ExecutionSettings()
+    # who answers for the assets, shown in the Dagster UI and searchable there: by asset group
+    # (labels, latency, training, evaluation, registry), "*" for every group not named; each
+    # owner an email address or "team:<name>", as Dagster takes them
+    owners: dict[str, list[Owner]] = Field(default_factory=dict)
+
+    def owners_of(self, group: str | None) -> list[str]:
+        """The owners of an asset in `group`: the group's own, else those under "*"."""
+        return list(self.owners.get(group or "", self.owners.get("*", [])))
 
     @model_validator(mode="after")
     def _cross_references(self) -> FleetConfig:

@@ -33,6 +33,7 @@ def test_shipped_configs_load(state_dir, shared_data, monkeypatch):
         ({"tiers": [{"model": "nope", "hardware": "cpu"}]}, "tiers.0.model"),
         ({"templates": {"default": "no placeholder"}}, "templates.default"),
         ({"scoring": {"metric": "table_correctness"}}, "scoring.metric"),
+        ({"owners": {"training": ["ml platform"]}}, "owners.training.0"),
     ],
 )
 def test_bad_config_names_the_field(config_copy, override, field):

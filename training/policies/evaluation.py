@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
@@ -146,6 +147,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     rows = []
     seeds = evaluation_seeds(settings.seed, settings.seeds)
+    episodes = Counted(log, "routing evaluation",
+                       len(settings.workloads) * len(settings.loads) * len(wanted) * len(seeds), "episodes")
     for kind in settings.workloads:
         for load in settings.loads:
             workload = workload_factory(kind, pool, load * capacity, n, times)
@@ -159,12 +162,12 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
                     runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s))
+                    episodes.advance(detail=f"({kind} at {load:.0%} load, {name})")
                 row = {"policy": name, "workload": kind, "load": load}
                 for metric, (mean, std) in mean_std(runs, METRICS).items():
                     row[metric], row[f"{metric}_std"] = mean, std
                 row[f"{settings.objective}_by_seed"] = [r[settings.objective] for r in runs]  # the gate pairs seeds
                 rows.append(row)
-            log(f"{kind} at {load:.0%} load: {len(wanted)} policies × {len(seeds)} seeds done")
     report = {"capacity_rps": capacity, "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
               "seeds": seeds, "requests": n, "train_load": settings.train_load,
               "trace_quarantined": len(quarantine), "rows": rows, "learning_curves": curves,

@@ -7,6 +7,7 @@ loads, so evaluation here runs the exact code a router service will run.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ def _histogram(lengths: np.ndarray, bucket: int) -> dict:
 
 def build_knn(
     routing: pa.Table, encoder_ref: str, settings: KnnSettings, out_dir: Path, split: str = "train",
-    vectors: np.ndarray | None = None, cache_dir: Path | None = None,
+    vectors: np.ndarray | None = None, cache_dir: Path | None = None, log: Callable[[str], None] | None = None,
 ) -> KnnEstimator:
     """Embed the `split` prompts, index them, and write index.faiss, labels.safetensors and knn.json.
     `vectors`, row-aligned with `routing`, are embeddings the caller already has (not re-encoded)."""
@@ -57,7 +58,8 @@ def build_knn(
     if train.num_rows == 0:
         raise ValueError(f"routing table has no labelled {split!r} prompts to index")
     if vectors is None:
-        vectors = encode_cached(train.column("text").to_pylist(), encoder_ref, settings.truncation_side, cache_dir)
+        vectors = encode_cached(train.column("text").to_pylist(), encoder_ref, settings.truncation_side, cache_dir,
+                                log=log)
     else:
         vectors = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32)[in_split][keep])
     index = _build_index(vectors, settings)

@@ -50,7 +50,7 @@ def leave_one_task_out(routing: pa.Table, encoder_ref: str, settings: KnnSetting
             continue
         if vectors is None:
             vectors = encode_cached(routing.column("text").to_pylist(), encoder_ref, settings.truncation_side,
-                                    cache_dir)
+                                    cache_dir, log=log)
         subset = routing.filter(pa.array(keep))
         knn = build_knn(subset, encoder_ref, settings, Path(work_dir) / f"without_{held}", vectors=vectors[keep])
         test = test_split(subset)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.router import Router
+from routeforge.core.progress import format_count
 from routeforge.training.predictors.router_family import (
     Candidate,
     candidates,
@@ -136,7 +137,8 @@ def cross_validate(cands: list[Candidate], x: np.ndarray, y: np.ndarray, folds: 
             fit, val = folds != f, folds == f
             pred[val] = fit_predict(cand, x[fit], y[fit], x[val], seed, arr[fit] if arr is not None else None)
         oof[cand.name] = pred
-        log(f"router selection: {i + 1}/{len(cands)} {cand.name}: cv score {score_at_argmax(pred, y):.4f}")
+        log(format_count("router selection", i + 1, len(cands), "candidates",
+                         f"({cand.name}: cv score {score_at_argmax(pred, y):.4f})"))
     return oof
 
 

@@ -96,7 +96,7 @@ def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, r
     log(f"router: embedding {int(rows.sum())} prompts ({', '.join(sides)} truncation)")
     views = {}
     for side in sides:
-        vectors = encode_cached([t for t, keep in zip(texts, rows) if keep], encoder_ref, side, cache_dir)
+        vectors = encode_cached([t for t, keep in zip(texts, rows) if keep], encoder_ref, side, cache_dir, log=log)
         x = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
         x[np.flatnonzero(rows)] = vectors
         views[side] = (x[train_rows], x[test_rows])

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 from routeforge.core.config.policies import DdqnSettings  # noqa: F401 - re-exported for callers
+from routeforge.core.progress import format_count
 
 
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
@@ -154,7 +155,8 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         learning = (f"loss {curve[-1]['loss']:.3g}" if losses
                     else f"filling the replay buffer ({steps}/{settings.warmup_steps} warm-up steps)")
         returns = ", ".join(f"{p['return']:.0f}" for p in played)
-        log(f"{round_label(ks)}: return {returns}, {steps} steps so far, ε {eps:.2f}, {learning}")
+        log(format_count("ddqn", ks[-1] + 1, settings.episodes, "episodes",
+                         f"({round_label(ks)}: return {returns}, {steps} steps so far, ε {eps:.2f}, {learning})"))
         if best is not None:
             best.offer(net, log, first, steps)
     info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 from routeforge.core.config.policies import PpoSettings  # noqa: F401 - re-exported for callers
+from routeforge.core.progress import format_count
 
 
 def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
@@ -51,8 +52,9 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
                     curve.append({"episode": len(curve), "return": float(info["episode"]["r"]),
                                   "slots": int(info["episode"]["l"]), "steps": int(self.num_timesteps),
                                   "seconds": time.perf_counter() - start})
-                    log(f"episode {len(curve) - 1}: return {curve[-1]['return']:.1f} over {curve[-1]['slots']} slots, "
-                        f"{self.num_timesteps} steps")
+                    log(format_count("ppo", min(int(self.num_timesteps), settings.total_steps), settings.total_steps,
+                                     "steps", f"(episode {len(curve) - 1}: return {curve[-1]['return']:.1f} over "
+                                              f"{curve[-1]['slots']} slots)"))
             return True
 
     if settings.n_steps % settings.n_envs:

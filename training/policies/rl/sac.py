@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 from routeforge.core.config.policies import SacSettings  # noqa: F401 - re-exported for callers
+from routeforge.core.progress import format_count
 
 
 def networks(env, settings: SacSettings):
@@ -157,7 +158,8 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
         learning = (f"loss {curve[-1]['loss']:.3g}, α {curve[-1]['alpha']:.3f}" if losses
                     else f"filling the replay buffer ({steps}/{warmup} warm-up steps)")
         returns = ", ".join(f"{p['return']:.1f}" for p in played)
-        log(f"{round_label(ks)}: return {returns}, {steps} steps, {learning}")
+        log(format_count("sac", min(steps, settings.total_steps), settings.total_steps, "steps",
+                         f"({round_label(ks)}: return {returns}, {learning})"))
         if best is not None:
             best.offer(actor_net, log, episode, steps)
         episode += len(envs)
