@@ -42,8 +42,8 @@ def fresh_clone_demo(installer: str, scratch: Path) -> dict:
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ROUTEFORGE_STATE", "DAGSTER_HOME", "MLFLOW_TRACKING_URI", "VIRTUAL_ENV"))}
-    env |= {"UV_CACHE_DIR": str(scratch / f"uv-cache-{installer}"), "PIP_CACHE_DIR": str(scratch / f"pip-cache-{installer}"),
-            "INSTALLER": installer}
+    env |= {"UV_CACHE_DIR": str(scratch / f"uv-cache-{installer}"),
+            "PIP_CACHE_DIR": str(scratch / f"pip-cache-{installer}"), "INSTALLER": installer}
     log = scratch / f"{installer}.log"
     install_s = _timed(["make", "install", f"INSTALLER={installer}"], clone, env, log)
     demo_s = _timed(["make", "demo", f"INSTALLER={installer}"], clone, env, log)
@@ -63,7 +63,8 @@ def main() -> None:
         runs = {name: fresh_clone_demo(name, Path(tmp)) for name in args.installers}
     result = {"commit": commit, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                             "python": platform.python_version()},
-              "note": "install = make install (a new .venv, empty package caches); demo = make demo on configs/demo.yaml",
+              "note": "install = make install (a new .venv, empty package caches); "
+                      "demo = make demo on configs/demo.yaml",
               "runs": runs}
     if {"uv", "pip"} <= runs.keys():
         result["pip_over_uv"] = {k: round(runs["pip"][k] / runs["uv"][k], 2) for k in ("install_s", "total_s")}
