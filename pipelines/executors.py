@@ -35,6 +35,30 @@ def code_location_tags() -> dict[str, str]:
     return {REPOSITORY_LABEL_TAG: f"{REPOSITORY}@{CODE_LOCATION}"}
 
 
+def attach_to_code_location(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Record the code location as the origin of a run launched here, as `dagster run
+    migrate-repository` does (`replace_job_origin`): the UI's Overview timeline places a run by its
+    origin, which `execute_in_process` / `execute_job` leave empty. The origin is the workspace's
+    (workspace.yaml: module `routeforge.pipelines.definitions`, location `routeforge`)."""
+    from dagster._core.remote_origin import (
+        ManagedGrpcPythonEnvCodeLocationOrigin,
+        RemoteJobOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    run = instance.get_run_by_id(run_id)
+    storage = getattr(instance.run_storage, "_storage", instance.run_storage)
+    storage = getattr(storage, "run_storage", storage)
+    if run is None or not isinstance(storage, SqlRunStorage):
+        return  # an in-memory instance has no UI to show it in
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name=DEFINITIONS_MODULE,
+                             working_directory=os.getcwd()), location_name=CODE_LOCATION)
+    storage.replace_job_origin(run, RemoteJobOrigin(RemoteRepositoryOrigin(location, REPOSITORY), run.job_name))
+
+
 def executor_for(config: FleetConfig) -> dg.ExecutorDefinition:
     settings = config.execution
     if settings.executor == "in_process":
@@ -83,8 +107,10 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
             instance: dg.DagsterInstance, partition: str | None, tags: dict[str, str], run_config: dict):
     """Run one job of the code location under the fleet's executor; returns Dagster's result."""
     if config.execution.executor == "in_process":
-        return defs.resolve_job_def(job).execute_in_process(partition_key=partition, instance=instance, tags=tags,
-                                                           run_config=run_config)
+        result = defs.resolve_job_def(job).execute_in_process(partition_key=partition, instance=instance, tags=tags,
+                                                              run_config=run_config)
+        attach_to_code_location(instance, result.run_id)
+        return result
     from dagster._core.definitions.reconstruct import ReconstructableRepository
 
     if instance.is_ephemeral:
@@ -98,6 +124,7 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
     with _environment(ROUTEFORGE_CONFIG=str(Path(config_path).resolve())), \
             dg.execute_job(repository.get_reconstructable_job(job), instance=instance, tags=run_tags,
                            run_config=run_config) as result:
+        attach_to_code_location(instance, result.run_id)
         if not result.success:
             failures = [e.message for e in result.all_events if e.is_failure]
             raise RuntimeError(f"{job}: run {result.run_id} failed: {failures[-1] if failures else 'see Dagster'}")

@@ -351,6 +351,10 @@ def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
                              '{ __typename ... on Pipeline { runs { runId } } } }')["pipelineOrError"]
             assert answer["__typename"] == "Pipeline", answer
             assert {r["runId"] for r in answer["runs"]} == run_ids, job
+        origins = graphql("{ runsOrError { ... on Runs { results { repositoryOrigin "
+                          "{ repositoryLocationName repositoryName } } } } }")["runsOrError"]["results"]
+        assert origins and all(r["repositoryOrigin"] == {"repositoryLocationName": "routeforge",
+                                                         "repositoryName": "__repository__"} for r in origins)
         # and a person's view of it: headless Chromium on each job's page finds every run of the job
         if not Path(CHROMIUM).exists():
             pytest.skip(f"the GraphQL half passed; no Chromium at {CHROMIUM} for the browser half (.ci/run installs it)")
@@ -361,6 +365,11 @@ def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
                 shown = page.js("document.body.innerText")
                 assert all(run_id[:8] in shown for run_id in run_ids), (job, shown[:2000])
                 assert "No runs found" not in shown
+            # the Overview timeline places runs by their origin: every job under the code location
+            page.open(f"{graphql.url}/overview/timeline", "train_and_register", timeout_s=120)
+            shown = page.js("document.body.innerText")
+            assert "No runs or scheduled ticks" not in shown
+            assert all(job in shown for job in by_job), shown[:2000]
 
 
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
