@@ -61,7 +61,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                        knn_estimator: TrainedComponent, tier_profiles: dict[str, dict[str, Any]]):
     from routeforge.artifacts.knn import KnnEstimator
     from routeforge.core.schemas import routing_models
-    from routeforge.training.policies.evaluation import evaluate_routing
+    from routeforge.training.policies.evaluation import evaluate_routing, read_traffic
     from routeforge.training.policies.packaging import export_heuristics, write_simulator
     from routeforge.training.policies.rl.export import export_policy
     from routeforge.training.policies.simulator.workloads import RequestPool, prompt_token_counts
@@ -85,9 +85,13 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     params = {"routing_evaluation": settings.model_dump(mode="json"), "instances": len(fits),
               "test_prompts": len(pool)}
     with mlflow.step_run(context, f"{config.name}-routing-evaluation", params) as run_id:
-        quarantine = Quarantine("routing_evaluation")  # trace rows that cannot be replayed
+        quarantine = Quarantine("routing_evaluation")  # trace rows and log lines that cannot be replayed
+        logs = config.routing_traffic_logs()
+        traffic = read_traffic(logs, quarantine) if logs else None
+        if traffic is not None:
+            context.log.info(f"replaying {len(traffic)} requests of the fleet's traffic logs ({logs})")
         report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info,
-                                           quarantine=quarantine)
+                                           quarantine=quarantine, traffic=traffic)
         qpath = store.write_quarantine(quarantine)
         exports = {}
         for name, (net, env) in trained.items():
@@ -117,7 +121,9 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                    if np.isfinite(r[k])}
         mlflow.log_report(context, run_id, metrics=metrics, files=[path, simulator, *map(Path, report["plots"])],
                           curves=training_curves(report), dataset=routing_table,
-                          params={"chosen.recommended": gate["recommended"], "chosen.policies": sorted(exports)})
+                          params={"chosen.recommended": gate["recommended"], "chosen.policies": sorted(exports),
+                                  **{f"chosen.recommended.{w}": g["recommended"]
+                                     for w, g in report["gate_by_workload"].items()}})
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
     table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
 
@@ -147,7 +153,10 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     components.append(ComponentSource(
         name="routing_simulator", kind="routing_simulator", format="json", folder=simulator.parent,
         config={"recommended_policy": f"policy--{gate['recommended']}", "recommendation": gate["reason"],
-                "objective": gate["objective"], "evaluation_mlflow_run_id": run_id}))
+                "objective": gate["objective"], "evaluation_mlflow_run_id": run_id,
+                # where traffic looks like one workload (the fleet's own, "traffic", when its logs were replayed)
+                "recommended_by_workload": {w: f"policy--{g['recommended']}"
+                                            for w, g in report["gate_by_workload"].items()}}))
     return dg.Output(
         TrainedComponent(components, details={"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"],
                                               "policies": exports, "gate": gate}),
@@ -158,6 +167,9 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                   "policies": dg.MetadataValue.json(exports),
                   "recommended_policy": gate["recommended"],
                   "recommendation": gate["reason"],
+                  "recommended_by_workload": markdown_table(
+                      [{"workload": w, "recommended": g["recommended"], "kind": g["kind"]}
+                       for w, g in report["gate_by_workload"].items()]),
                   **quarantine_metadata(quarantine, qpath),
                   # headline numbers per policy and baseline, for the Plots tab's trends across runs
                   **clean({f"{name}/{label}": value for name in sorted({r["policy"] for r in report["rows"]})

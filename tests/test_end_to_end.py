@@ -240,9 +240,15 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     # the bundle's policies and the baselines replayed on the Azure trace's timestamps
     replay = _routeforge("policies", "evaluate", str(tmp_path / "bundle"), "--public-key", str(public), "--trace",
                          str(shared_data / "traces" / "azure_llm_inference_conv_2023.csv"), "--requests", "150",
-                         "--seeds", "2", "--json", tracking_uri=tracking)
+                         "--seeds", "2", "--objective", "e2e_mean", "--json", tracking_uri=tracking)
     assert replay.returncode == 0, replay.stderr
-    rows = {r["policy"]: r for r in json.loads(replay.stdout)["rows"]}
+    replayed = json.loads(replay.stdout)
+    rows = {r["policy"]: r for r in replayed["rows"]}
+    # the best policy for this trace by mean E2E, and whether the bundle's recommendation holds on it
+    ranking = replayed["ranking"]
+    assert ranking["best"] == min(rows.values(), key=lambda r: r["e2e_mean_s"])["policy"]
+    assert ranking["recommended"] == gate["recommended"] and isinstance(ranking["recommendation_holds"], bool)
+    assert ranking["verdict"].startswith(f"deploy {ranking['best']}")
     assert {n.removeprefix("policy--") for n in learned + heuristic} | {"random"} == set(rows)
     assert [n for n, r in rows.items() if r["recommended"]] == [gate["recommended"]]
     assert all(abs(r["served"] + r["dropped"] + r["rejected"] - 150) < 1e-9 for r in rows.values())

@@ -153,6 +153,16 @@ class FleetConfig(_Strict):
     # owner an email address or "team:<name>", as Dagster takes them
     owners: dict[str, list[Owner]] = Field(default_factory=dict)
 
+    def routing_traffic_logs(self) -> str | None:
+        """The production logs the routing evaluation replays as its "traffic" workload: its own
+        `traffic_logs`, else the first traffic_log dataset's path; None when replay is off or none is set."""
+        settings = self.training.routing_evaluation
+        if not settings.replay_traffic and "traffic" not in settings.workloads:
+            return None
+        if settings.traffic_logs:
+            return settings.traffic_logs
+        return next((str(d.path) for d in self.datasets if getattr(d, "kind", None) == "traffic_log"), None)
+
     def owners_of(self, group: str | None) -> list[str]:
         """The owners of an asset in `group`: the group's own, else those under "*"."""
         return list(self.owners.get(group or "", self.owners.get("*", [])))
@@ -193,6 +203,9 @@ class FleetConfig(_Strict):
                                  "must be outside the candidate pool (002 §4.2)")
             if judge.model.engine == "table_import":
                 raise ValueError("scoring.judge.model.engine: a judge must generate (not table_import)")
+        if "traffic" in self.training.routing_evaluation.workloads and self.routing_traffic_logs() is None:
+            raise ValueError("training.routing_evaluation.traffic_logs: the 'traffic' workload needs traffic logs "
+                             "(set traffic_logs, or add a traffic_log dataset)")
         return self
 
     def model(self, name: str) -> ModelSpec:

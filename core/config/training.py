@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
-from routeforge.core.config.base import ConfigPath, ModelRef, _Strict
+from routeforge.core.config.base import ConfigPath, ModelRef, StoreUri, _Strict
 from routeforge.core.config.policies import DdqnSettings, SacSettings
 
 
@@ -127,8 +127,14 @@ class RoutingEvaluationSettings(_Strict):
 
     enabled: bool = False
     loads: list[float] = Field(default_factory=lambda: [0.5, 0.9])  # × the simulated fleet's capacity
-    workloads: list[Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace"]] = Field(
+    workloads: list[Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace", "traffic"]] = Field(
         default_factory=lambda: ["poisson", "gamma", "switched_poisson"])
+    # the fleet's own production logs (the format of `traffic_log` datasets: OpenAI-format JSON-lines
+    # with timestamps and usage), replayed as the "traffic" workload: their arrivals and token
+    # counts, and a recommendation of their own. Unset: the fleet's first traffic_log dataset, if
+    # any (`FleetConfig.routing_traffic_logs`); `replay_traffic: false` leaves them out
+    traffic_logs: StoreUri | None = None
+    replay_traffic: bool = True
     # the "trace" workload's file: a path (Azure's columns: TIMESTAMP, ContextTokens, GeneratedTokens)
     # or {path, format, timestamp, timestamp_unit, prompt_tokens, output_tokens}
     trace: ConfigPath | TraceSettings | None = None

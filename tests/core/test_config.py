@@ -34,6 +34,7 @@ def test_shipped_configs_load(state_dir, shared_data, monkeypatch):
         ({"templates": {"default": "no placeholder"}}, "templates.default"),
         ({"scoring": {"metric": "table_correctness"}}, "scoring.metric"),
         ({"owners": {"training": ["ml platform"]}}, "owners.training.0"),
+        ({"training": {"routing_evaluation": {"workloads": ["traffic"]}}}, "training.routing_evaluation.traffic_logs"),
     ],
 )
 def test_bad_config_names_the_field(config_copy, override, field):
@@ -110,3 +111,21 @@ def test_production_example_declares_release_rules_and_sensors(state_dir, shared
     assert config.release.tolerance["router_quality"] == 0.005 and config.release.floors == {"router_quality": 0.5}
     assert [w.jobs for w in config.automation.watch] == [["retrain_fleet"]]
     assert Path(config.automation.watch[0].uri).is_absolute()
+
+
+def test_the_routing_evaluation_replays_the_fleets_traffic_logs(config_copy, tmp_path):
+    """Traffic logs configured as a dataset are what the routing evaluation replays, unless it names
+    its own or is told not to."""
+    log = tmp_path / "traffic.jsonl"
+    log.write_text("")
+    demo = load_fleet(CONFIGS / "demo.yaml")
+    datasets = [d.model_dump(mode="json") for d in demo.datasets] + [
+        {"kind": "traffic_log", "name": "prod", "path": str(log)}]
+    fleet = load_fleet(config_copy("demo", datasets=datasets))
+    assert fleet.routing_traffic_logs() == str(log)
+    own = tmp_path / "other.jsonl"
+    training = {"routing_evaluation": {"enabled": True, "traffic_logs": str(own)}}
+    assert load_fleet(config_copy("demo", datasets=datasets, training=training)).routing_traffic_logs() == str(own)
+    training = {"routing_evaluation": {"enabled": True, "replay_traffic": False}}
+    assert load_fleet(config_copy("demo", datasets=datasets, training=training)).routing_traffic_logs() is None
+    assert load_fleet(CONFIGS / "demo.yaml").routing_traffic_logs() is None

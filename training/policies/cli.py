@@ -16,6 +16,7 @@ import click
 from routeforge.artifacts import strict_json
 from routeforge.artifacts.cli import signature_options
 from routeforge.core.storage import Quarantine
+from routeforge.training.policies.gate import OBJECTIVE_NAMES
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
 
 SHOWN = (("qos_mean", "QoS", 3), ("slo_attainment", "SLO", 3), ("e2e_mean_s", "E2E mean s", 3),
@@ -47,19 +48,29 @@ def policies() -> None:
               help="Trace format (default: from the file's suffix).")
 @click.option("--slo-e2e", type=float, default=None, help="E2E SLO in seconds (SLO attainment column).")
 @click.option("--slo-tpot", type=float, default=None, help="TPOT SLO in seconds.")
+@click.option("--objective", type=click.Choice(sorted(OBJECTIVE_NAMES)), default=None,
+              help="Rank every policy by this on the trace (mean over windows, paired-window noise) and say "
+                   "which to deploy and whether the bundle's recommendation holds. slo needs --slo-e2e or "
+                   "--slo-tpot; qos counts every model as quality 1 (a trace has no labels).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None,
               help="MLflow tracking URI for models:/ references.")
 @signature_options
 def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: int, timestamp: str,
              timestamp_unit: str, prompt_tokens: str, output_tokens: str, fmt: str | None,
-             slo_e2e: float | None, slo_tpot: float | None, as_json: bool, tracking_uri: str | None,
+             slo_e2e: float | None, slo_tpot: float | None, objective: str | None, as_json: bool,
+             tracking_uri: str | None,
              public_key: Path | None = None, allow_unsigned: bool = False) -> None:
     """Simulate every policy in BUNDLE (a folder or models:/<name>@<alias>) and every baseline on
     the bundle's tiers under the trace's arrivals, rescaled to LOAD of the fleet's capacity."""
     from routeforge.artifacts.loader import load_bundle
     from routeforge.training.policies.replay import evaluate_bundle
 
+    if objective in ("slo", "slo_attainment") and slo_e2e is None and slo_tpot is None:
+        raise click.UsageError("--objective slo: give the SLO with --slo-e2e and/or --slo-tpot")
+    if objective in ("quality", "quality_mean"):
+        raise click.UsageError("--objective quality: a trace carries no quality labels (use qos, or the pipeline's "
+                               "routing evaluation, which has them)")
     columns = TraceColumns(timestamp=timestamp, timestamp_unit=timestamp_unit, prompt_tokens=prompt_tokens,
                            output_tokens=output_tokens, format=fmt)
     quarantine = Quarantine("traces")
@@ -74,7 +85,7 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
                          allow_unsigned=allow_unsigned)
     report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests,
                              slo_e2e_s=slo_e2e, slo_tpot_s=slo_tpot,
-                             log=lambda line: click.echo(line, err=True))
+                             log=lambda line: click.echo(line, err=True), objective=objective)
     report["trace"] = str(trace)
     if as_json:  # strict JSON: a metric without a value (no SLO given, no quality labels) is null
         click.echo(strict_json.dumps(report, indent=2, default=float))
@@ -82,15 +93,36 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     click.echo(f"{report['bundle']} ({report['bundle_version']}): {len(report['instances'])} simulated instances, "
                f"{report['requests']} requests × {seeds} windows of {trace.name} at {load:g} of capacity "
                f"({report['rate_rps']:.3g} req/s); L = {report['qos_latency_per_token_s']:.3g} s/token")
+    ranking = report["ranking"]
+    rows = report["rows"]
     header = ["policy", "source"] + [label for _, label, _ in SHOWN]
+    if ranking is not None:  # best first by the objective, with each policy's gap to the best
+        order = {r["policy"]: r for r in ranking["ranking"]}
+        rows = sorted(rows, key=lambda r: order[r["policy"]]["rank"] if r["policy"] in order else len(rows) + 1)
+        header = ["rank", *header, f"gap ({ranking['objective']})"]
     lines = [header]
-    for row in report["rows"]:
+    for row in rows:
         cells = [row["policy"] + (" *" if row["recommended"] else ""), row["source"]]
         for key, _, digits in SHOWN:
             mean, std = row[key], row[f"{key}_std"]
             cells.append("—" if not math.isfinite(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}")
+        if ranking is not None:
+            ranked = order.get(row["policy"])
+            cells = [str(ranked["rank"]) if ranked else "—", *cells, _gap(ranked)]
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for line in lines:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
     click.echo(f"* recommended by the bundle's gate. {report['quality']}.")
+    if ranking is not None:
+        click.echo(ranking["verdict"] + ".")
+
+
+def _gap(ranked: dict | None) -> str:
+    """A policy's distance to the best, with the paired noise it is judged against."""
+    if ranked is None:
+        return "—"
+    if ranked["rank"] == 1:
+        return "best"
+    noise = f" (noise {ranked['paired_noise']:.3g})" if ranked["paired_noise"] is not None else ""
+    return f"{ranked['gap_to_best']:+.3g}{noise}"

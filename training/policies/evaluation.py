@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,64 @@ def trace_source(trace) -> tuple[Path, TraceColumns] | None:
     return Path(trace.path), TraceColumns(**trace.model_dump(exclude={"path"}))
 
 
-def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: np.ndarray | None):
+@dataclass(frozen=True)
+class Traffic:
+    """The fleet's own production requests, in time order: arrival offsets (s) and token counts."""
+
+    times: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+
+def read_traffic(uri: str, quarantine: Quarantine, limit: int | None = None) -> Traffic:
+    """The requests of the traffic logs at `uri` (`prompts.traffic_logs`' format) that carry an output
+    length, sorted by when they were sent; unusable lines go to `quarantine` with their reason."""
+    from routeforge.prompts.traffic_logs import read_traffic_logs
+
+    requests = sorted((r for r in read_traffic_logs(uri, quarantine, limit) if r.completion_tokens > 0),
+                      key=lambda r: (r.sent_s, r.row_id))
+    if len(requests) < 2:
+        raise ValueError(f"training.routing_evaluation.traffic_logs: {len(requests)} replayable request(s) in "
+                         f"{uri}; at least 2 with an output length are needed")
+    sent = np.array([r.sent_s for r in requests])
+    return Traffic(sent - sent[0], np.array([r.prompt_tokens for r in requests], dtype=np.int64),
+                   np.array([r.completion_tokens for r in requests], dtype=np.int64))
+
+
+def traffic_workload(pool: RequestPool, traffic: Traffic, rate: float, n: int):
+    """seed → one window of the fleet's own traffic: its arrivals (rescaled to mean `rate`, as the
+    trace workload) and its prompt and output token counts (the logged output length on every
+    model: a log records one model's); each request takes the quality labels and predicted quality
+    of a routing-table test prompt drawn at random, since a log has no per-model labels. Policies see
+    the logged output lengths as their length estimates."""
+    if len(traffic) < n + 1:
+        raise ValueError(f"training.routing_evaluation.traffic_logs: {len(traffic)} requests, fewer than "
+                         f"requests = {n} + 1")
+
+    def replay(seed: int):
+        start, offsets = trace_window(traffic.times, n, rate, seed)
+        rows = np.random.default_rng(seed).integers(0, len(pool), size=n)
+        window = RequestPool(traffic.prompt_tokens[start:start + n],
+                             np.repeat(traffic.output_tokens[start:start + n, None], len(pool.models), axis=1),
+                             pool.quality[rows], [pool.tasks[r] for r in rows], pool.models, None,
+                             None if pool.predicted_quality is None else np.asarray(pool.predicted_quality)[rows])
+        return window.requests(offsets, seed=seed, in_order=True)
+
+    return replay
+
+
+def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: np.ndarray | None,
+                     traffic: Traffic | None = None):
     """seed → requests for one of the evaluation workloads at mean `rate`; `times` are the trace's
-    arrival offsets (read once by `read_trace`)."""
+    arrival offsets (read once by `read_trace`), `traffic` the fleet's own requests."""
+    if kind == "traffic":
+        if traffic is None:
+            raise ValueError("training.routing_evaluation: the 'traffic' workload needs traffic logs "
+                             "(training.routing_evaluation.traffic_logs, or a traffic_log dataset)")
+        return traffic_workload(pool, traffic, rate, n)
     if kind == "trace":
         if times is None:
             raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace file")
@@ -98,11 +154,13 @@ def score(outcomes: list[Outcome], prices: np.ndarray, qos_limit_s: float, slo_e
 
 def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
                      out_dir: Path, log: Callable[[str], None] = print, quarantine: Quarantine | None = None,
-                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+                     traffic: Traffic | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train the learned policies, run every policy × workload × load × seed, write plots; returns
-    the report (rows of mean ± std per metric, learning curves, plot paths) and the trained
-    networks with the environment each was trained in (for export). Trace rows that cannot be
-    replayed go to `quarantine` (the caller writes it)."""
+    the report (rows of mean ± std per metric, learning curves, plot paths, the gate over every
+    workload and per workload) and the trained networks with the environment each was trained in
+    (for export). Trace rows that cannot be replayed go to `quarantine` (the caller writes it).
+    With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
+    "traffic", whatever `settings.workloads` lists."""
     from routeforge.training.policies.rl.ddqn import train_ddqn
     from routeforge.training.policies.rl.rollout import evaluation_seeds, greedy, run_episode, sampled
     from routeforge.training.policies.rl.sac import train_sac
@@ -147,11 +205,13 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     rows = []
     seeds = evaluation_seeds(settings.seed, settings.seeds)
-    episodes = Counted(log, "routing evaluation",
-                       len(settings.workloads) * len(settings.loads) * len(wanted) * len(seeds), "episodes")
-    for kind in settings.workloads:
+    workloads = [*settings.workloads, *(["traffic"] if traffic is not None and "traffic" not in settings.workloads
+                                        else [])]
+    episodes = Counted(log, "routing evaluation", len(workloads) * len(settings.loads) * len(wanted) * len(seeds),
+                       "episodes")
+    for kind in workloads:
         for load in settings.loads:
-            workload = workload_factory(kind, pool, load * capacity, n, times)
+            workload = workload_factory(kind, pool, load * capacity, n, times, traffic)
             for name in wanted:
                 runs = []
                 for seed in seeds:
@@ -176,6 +236,16 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                                heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
                                trained_on=("poisson", settings.train_load))
     log(f"routing gate: recommends {report['gate']['recommended']} ({report['gate']['reason']})")
+    # and per workload: the policy to deploy where traffic looks like that workload (the fleet's own
+    # traffic included, when its logs are replayed)
+    report["gate_by_workload"] = {}
+    for kind in workloads:
+        gate = recommend([r for r in rows if r["workload"] == kind], learned=[p for p in wanted if p in trained],
+                         heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
+                         trained_on=("poisson", settings.train_load))
+        report["gate_by_workload"][kind] = {k: gate[k] for k in ("recommended", "kind", "reason", "margin", "noise")}
+        log(f"routing gate on {kind}: {gate['recommended']}")
+    report["traffic_requests"] = len(traffic) if traffic is not None else None
     report["plots"] = [str(p) for p in plot_evaluation(report, out_dir)]
     return report, {name: (trained[name], trained_envs[name]) for name in trained}
 

@@ -98,3 +98,77 @@ def recommend(rows: list[dict], learned: list[str], heuristics: list[str], objec
            else f"it loses on the unseen workloads ({l_unseen:.4g} vs {h_unseen:.4g})")
     return {**out, "recommended": best_h, "kind": "heuristic", "margin": margin, "noise": noise,
             "reason": f"{versus}: {why}, so the best heuristic is recommended"}
+
+
+# `--objective` names (what a person types) → the metric it ranks by
+OBJECTIVE_NAMES = {"e2e_mean": "e2e_mean_s", "e2e_p95": "e2e_p95_s", "e2e_p99": "e2e_p99_s",
+                   "ttft_mean": "ttft_mean_s", "slo": "slo_attainment", "qos": "qos_mean", "quality": "quality_mean",
+                   **{metric: metric for metric in ("e2e_mean_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s",
+                                                    "slo_attainment", "qos_mean", "quality_mean")}}
+DIRECTION = {**OBJECTIVES, "e2e_p95_s": False}
+
+
+def rank_policies(rows: list[dict], objective: str, recommended: str | None = None) -> dict[str, Any]:
+    """Every policy of one evaluation (`rows`: one per policy with `<objective>` and
+    `<objective>_by_seed` over the same windows) ranked by `objective`, best first, and the verdict
+    for that traffic: the best policy, its lead over the runner-up against the paired-seed noise
+    (the std over windows of their difference: both saw the same arrivals), and whether
+    `recommended` (the bundle's choice) holds: it is the best, or within that noise of it.
+
+    A policy without a finite value (an SLO metric with no SLO given, quality without labels) is
+    left out of the ranking, and an objective no policy has a value for is an error naming it."""
+    metric = OBJECTIVE_NAMES.get(objective, objective)
+    if metric not in DIRECTION:
+        raise ValueError(f"objective {objective!r}: expected one of {sorted(set(OBJECTIVE_NAMES))}")
+    sign = 1.0 if DIRECTION[metric] else -1.0
+    scored = [r for r in rows if r.get(metric) is not None and np.isfinite(r[metric])]
+    if not scored:
+        raise ValueError(f"objective {objective!r}: no policy has a value for {metric} on this traffic "
+                         "(an SLO metric needs --slo-e2e / --slo-tpot; quality needs labels)")
+    ranked = sorted(scored, key=lambda r: -sign * r[metric])
+    best = ranked[0]
+
+    def gap_and_noise(other: dict) -> tuple[float, float | None]:
+        """How much worse `other` is than the best (≥ 0, in the metric's units) and the paired noise."""
+        gap = sign * (best[metric] - other[metric])
+        a, b = best.get(f"{metric}_by_seed"), other.get(f"{metric}_by_seed")
+        if a is None or b is None or len(a) != len(b) or len(a) < 2:
+            return gap, None
+        diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+        return gap, float(diff.std(ddof=1)) if np.isfinite(diff).all() else None
+
+    table = []
+    for i, r in enumerate(ranked):
+        gap, noise = gap_and_noise(r) if i else (0.0, None)
+        table.append({"rank": i + 1, "policy": r["policy"], "value": float(r[metric]),
+                      "std": float(r.get(f"{metric}_std", float("nan"))), "gap_to_best": gap,
+                      "gap_relative": gap / abs(best[metric]) if best[metric] else None, "paired_noise": noise,
+                      "within_noise": bool(i == 0 or (noise is not None and gap <= noise)),
+                      "served": r.get("served")})
+    runner_up = table[1] if len(table) > 1 else None
+    out: dict[str, Any] = {"objective": metric, "higher_is_better": DIRECTION[metric], "best": best["policy"],
+                           "ranking": table, "runner_up": runner_up["policy"] if runner_up else None,
+                           "clear_winner": bool(runner_up is None or not runner_up["within_noise"])}
+    lead = (f"; ahead of {runner_up['policy']} by {runner_up['gap_to_best']:.4g}"
+            + (f" (paired noise {runner_up['paired_noise']:.3g})" if runner_up["paired_noise"] is not None else "")
+            if runner_up else "")
+    out["verdict"] = f"deploy {best['policy']}: best {metric} {best[metric]:.4g} on this traffic{lead}"
+    if recommended is not None:
+        mine = next((t for t in table if t["policy"] == recommended), None)
+        out["recommended"] = recommended
+        out["recommendation_holds"] = bool(mine is not None and mine["within_noise"])
+        if mine is None:
+            out["verdict"] += f"; the bundle's recommendation {recommended} has no {metric} here"
+        elif mine["rank"] == 1:
+            out["verdict"] += f"; the bundle's recommendation {recommended} holds"
+        else:
+            rel = f" ({mine['gap_relative']:+.1%})" if mine["gap_relative"] is not None else ""
+            out["verdict"] += (f"; the bundle's recommendation {recommended} ranks {mine['rank']}, "
+                               f"{mine['gap_to_best']:.4g} worse{rel}: "
+                               + ("within the paired noise, so it holds" if mine["within_noise"]
+                                  else "beyond the paired noise, so it does not hold on this traffic"))
+            if metric.startswith(("e2e", "ttft")) and (best.get("served") or 0) < (mine["served"] or 0):
+                # latency counts the served requests only: a policy that turns more away can look faster
+                out["verdict"] += (f" (note: {best['policy']} served {best['served']:.4g} requests per window, "
+                                   f"{recommended} {mine['served']:.4g}; latency counts served requests only)")
+    return out

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.training.policies.evaluation import METRICS, fleet_profiles, score
+from routeforge.training.policies.gate import rank_policies
 from routeforge.training.policies.packaging import read_simulator
 from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES, from_spec
@@ -58,8 +59,11 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
 
 def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, load: float = 0.9,
                     seeds: int = 3, requests: int = 1000, slo_e2e_s: float | None = None,
-                    slo_tpot_s: float | None = None, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Rows of mean ± std per policy over `seeds` windows of the trace (see the module doc)."""
+                    slo_tpot_s: float | None = None, log: Callable[[str], None] = lambda _: None,
+                    objective: str | None = None) -> dict[str, Any]:
+    """Rows of mean ± std per policy over `seeds` windows of the trace (see the module doc), each
+    with its per-window values; with `objective`, the policies ranked by it and the verdict for this
+    trace (`gate.rank_policies`: which to deploy, and whether the bundle's recommendation holds)."""
     component = next((c for c in bundle.manifest.components if c.kind == "routing_simulator"), None)
     if component is None:
         raise ValueError(f"bundle {bundle.manifest.name} has no routing_simulator component: it was trained "
@@ -92,6 +96,7 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
                "recommended": ref is not None and ref == recommended}
         for metric, (mean, std) in mean_std(runs, METRICS).items():
             row[metric], row[f"{metric}_std"] = mean, std
+            row[f"{metric}_by_seed"] = [r.get(metric, float("nan")) for r in runs]  # paired: same windows
         rows.append(row)
         log(f"{name}: {seeds} windows replayed")
     return {"bundle": bundle.manifest.name, "bundle_version": bundle.manifest.version, "load": load,
@@ -100,5 +105,7 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
             "qos_latency_per_token_s": qos_limit, "recommended": recommended,
             "quality": "a trace carries no quality labels: every model counts as 1, so QoS is the share of "
                        "requests served within L per output token",
-            "rows": rows}
+            "rows": rows,
+            "ranking": None if objective is None else rank_policies(
+                rows, objective, recommended.removeprefix("policy--") if recommended else None)}
 

@@ -1,6 +1,8 @@
 """The routing evaluation over the simulated fleet: every policy × workload × load × seed, learned
 policies trained on Poisson, plots; and its settings' validation."""
 
+import json
+
 import numpy as np
 import pytest
 from routeforge.core.config import DdqnSettings, RoutingEvaluationSettings, SacSettings
@@ -44,6 +46,42 @@ def test_every_policy_workload_load_and_seed(tmp_path):
     assert gate["best_heuristic"] in {"round_robin", "route_balance"} and gate["reason"]
     assert all(len(r["qos_mean_by_seed"]) == 3 for r in report["rows"])
     assert all((tmp_path / p).exists() for p in report["plots"]) and len(report["plots"]) == 3
+
+
+def _traffic_log(path, n=120, seed=4):
+    """A small production log in the gateway format `prompts.traffic_logs` reads: bursty arrivals,
+    long prompts and short answers (unlike the pool's), one bad line."""
+    rng = np.random.default_rng(seed)
+    sent = 1_795_000_000 + np.cumsum(rng.exponential(np.where(rng.random(n) < 0.3, 0.02, 0.8)))
+    lines = [json.dumps({"timestamp": float(t), "request": {"model": "fast", "prompt": f"question {i}"},
+                         "response": {"model": "fast", "choices": [{"text": "answer"}],
+                                      "usage": {"prompt_tokens": int(p), "completion_tokens": int(o)}}})
+             for i, (t, p, o) in enumerate(zip(sent, rng.integers(800, 1600, n), rng.integers(2, 12, n)))]
+    lines.insert(7, '{"timestamp": "yesterday", "request": {}}')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_fleets_traffic_logs_are_replayed_as_a_workload_with_a_recommendation_of_their_own(tmp_path):
+    from routeforge.core.storage import Quarantine
+    from routeforge.training.policies.evaluation import read_traffic
+
+    quarantine = Quarantine("routing_evaluation")
+    traffic = read_traffic(str(_traffic_log(tmp_path / "traffic.jsonl")), quarantine)
+    assert len(traffic) == 120 and [r["row"] for r in quarantine.rows] == ["traffic.jsonl:8"]
+    assert traffic.times[0] == 0 and (np.diff(traffic.times) >= 0).all()
+    settings = RoutingEvaluationSettings(enabled=True, loads=[0.7], workloads=["poisson"], requests=40, seeds=2,
+                                         queue_capacity=4, policies=["round_robin", "join_shortest_queue",
+                                                                     "least_work_left"])
+    report, _ = evaluate_routing(_pool(), FITS, [0, 1], np.zeros((2, 2)), settings, tmp_path, log=lambda m: None,
+                                 traffic=traffic)
+    assert {r["workload"] for r in report["rows"]} == {"poisson", "traffic"} and report["traffic_requests"] == 120
+    # the replayed requests are the log's: its long prompts, not the pool's (at most 400 tokens)
+    replay = workload_factory("traffic", _pool(), 5.0, 40, None, traffic)(0)
+    assert [r.prompt_tokens for r in replay] == traffic.prompt_tokens[:40].tolist()
+    assert all(r.output_tokens[0] == r.output_tokens[1] for r in replay)
+    assert set(report["gate_by_workload"]) == {"poisson", "traffic"}
+    assert all(g["recommended"] in settings.policies and g["reason"] for g in report["gate_by_workload"].values())
 
 
 def test_settings_name_the_bad_field(tmp_path):

@@ -200,6 +200,41 @@ def test_policies_evaluate_replays_a_trace_with_other_column_names(bundle, tmp_p
     assert "join_shortest_queue *" in table.stdout and "E2E p99 s" in table.stdout
 
 
+def test_policies_evaluate_names_the_best_policy_for_the_trace_by_the_objective(bundle, tmp_path):
+    """`--objective`: every policy ranked on this trace, the best named, each gap judged against the
+    paired-window noise, and whether the bundle's recommendation holds here."""
+    rng = np.random.default_rng(5)
+    stamps = np.cumsum(rng.exponential(0.3, 200))
+    trace = tmp_path / "log.csv"
+    trace.write_text("t,p,o\n" + "".join(f"{t:.4f},{p},{o}\n" for t, p, o in
+                                         zip(stamps, rng.integers(20, 400, 200), rng.integers(5, 120, 200))))
+    args = ["policies", "evaluate", str(bundle), "--insecure-skip-signature", "--trace", str(trace), "--timestamp", "t",
+            "--timestamp-unit", "s", "--prompt-tokens", "p", "--output-tokens", "o", "--load", "0.9", "--seeds", "3",
+            "--requests", "60"]
+    result = CliRunner().invoke(main, [*args, "--objective", "e2e_mean", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    ranking = report["ranking"]
+    by_mean = sorted(report["rows"], key=lambda r: r["e2e_mean_s"])
+    assert ranking["objective"] == "e2e_mean_s" and ranking["best"] == by_mean[0]["policy"]
+    assert [r["policy"] for r in ranking["ranking"]] == [r["policy"] for r in by_mean]
+    assert all(len(r["e2e_mean_s_by_seed"]) == 3 for r in report["rows"])
+    second = ranking["ranking"][1]
+    assert second["gap_to_best"] >= 0 and second["paired_noise"] is not None
+    mine = next(r for r in ranking["ranking"] if r["policy"] == "join_shortest_queue")
+    assert ranking["recommended"] == "join_shortest_queue"
+    assert ranking["recommendation_holds"] == (mine["rank"] == 1 or mine["gap_to_best"] <= mine["paired_noise"])
+    assert ranking["verdict"].startswith(f"deploy {ranking['best']}: best e2e_mean_s")
+
+    table = CliRunner().invoke(main, [*args, "--objective", "e2e_mean"])
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[1].split()[0] == "rank" and lines[2].split()[:2] == ["1", ranking["best"]]
+    assert lines[-1] == ranking["verdict"] + "."
+    slo = CliRunner().invoke(main, [*args, "--objective", "slo"])
+    assert slo.exit_code == 2 and "--slo-e2e" in slo.output
+
+
 @pytest.mark.parametrize("content, expected", [
     ("t,p\n1,5\n", "row 1: no column 'o'"),
     ("t,p,o\n1,5,3\n-2,5,3\n4,5,3\n", "skipped bad.csv:3: column 't': timestamp '-2' is negative"),
