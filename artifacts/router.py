@@ -29,6 +29,16 @@ safest where neighbouring tasks want different models, and not swayed by the lar
 specialist), or its nearest cluster's means (where a new task's neighbour predicts its best model
 better).
 
+Added models (`meta.added_models`, `training.predictors.add_model`): a model that joined the fleet
+after training, known from a few labelled prompts of its own, is one more column after the trained
+ones: σ(Σ_j w_j·logit(q̂_j) + b) over the trained models' estimates (`added/<name>/coef`, `/bias`),
+plus a per-cluster offset (`added/<name>/cluster_offset`); the guard's per-cluster means, the
+unseen-task row, the priors and the recall table gain its column.
+
+Outcomes (`Router.update`, `meta.online`): Beta posteriors per (guard cluster, model), started at the
+cluster's training means, move the estimates by what production reports between retrains
+(`online/alpha`, `online/beta`); `choose(texts, rng=...)` routes by Thompson sampling.
+
 Known prompts: a prompt whose text (NFC, whitespace collapsed) is one of the training prompts is routed
 by the scores observed for it (`recall/keys`: SHA-256 of the text, `recall/quality`), not by an
 estimate: production traffic repeats prompts, and for those the router knows rather than guesses.
@@ -95,6 +105,12 @@ def recall_weights(texts: list[str], quality: np.ndarray) -> dict[str, np.ndarra
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
+
+
+def logit(q: np.ndarray, eps: float = 0.02) -> np.ndarray:
+    """log(q / (1 − q)), q clipped to [eps, 1 − eps] (an estimate of 0 or 1 is not infinitely sure)."""
+    q = np.clip(q, eps, 1 - eps)
+    return np.log(q / (1 - q))
 
 
 def _gelu(z: np.ndarray) -> np.ndarray:
@@ -188,7 +204,14 @@ class Router:
         prefix = f"{name}/"
         return {k[len(prefix):]: v for k, v in self.weights.items() if k.startswith(prefix)}
 
-    def predict_embeddings(self, x: np.ndarray) -> RouterPrediction:
+    @property
+    def added_models(self) -> list[dict[str, Any]]:
+        """Models added after training from a few labels of their own (`training.predictors.add_model`)."""
+        return self.meta.get("added_models", [])
+
+    def base_estimate(self, x: np.ndarray) -> np.ndarray:
+        """The trained estimator's quality for the models it was trained on (members, then the
+        calibration maps): no added model, no guard."""
         x = np.asarray(x, dtype=np.float32)
         members = self.meta["members"]
         quality = np.mean([predict_member(m["kind"], m["params"], self._member_weights(m["name"]), x)
@@ -198,10 +221,30 @@ class Router:
                            self.weights["calibration/offsets"])
             quality = np.column_stack([np.interp(quality[:, j], xs[cut[j]:cut[j + 1]], ys[cut[j]:cut[j + 1]])
                                        for j in range(quality.shape[1])])
+        return quality
+
+    def added_estimate(self, base: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+        """Each added model's quality from the base models' estimates: σ(Σ_j w_j·logit(q̂_j) + b),
+        an item-response-style read of the prompt's difficulty profile fitted on the model's own
+        labels and shrunk toward the average trained model, plus its cluster's offset."""
+        columns = []
+        for added in self.added_models:
+            w = self._member_weights(f"added/{added['name']}")
+            logits = logit(base)
+            columns.append(np.clip(_sigmoid(logits @ w["coef"] + w["bias"][0]) + w["cluster_offset"][cluster], 0, 1))
+        return np.column_stack(columns) if columns else np.zeros((len(base), 0))
+
+    def predict_embeddings(self, x: np.ndarray, rng: np.random.Generator | None = None) -> RouterPrediction:
+        """Estimates for embedded prompts; `rng`: draw the outcome-learned shifts (Thompson
+        sampling) instead of taking their posterior means."""
+        x = np.asarray(x, dtype=np.float32)
+        quality = self.base_estimate(x)
         n = len(x)
         centroids = self.weights["guard/centroids"]
         sims = x @ centroids.T
         cluster = np.argmax(sims, axis=1)
+        if self.added_models:
+            quality = np.hstack([quality, self.added_estimate(quality, cluster)])
         guarded = self.weights["guard/guarded"].astype(bool)[cluster]
         quality = np.where(guarded[:, None], self.weights["guard/cluster_quality"][cluster], quality)
         unseen = sims.max(axis=1) < float(self.weights["guard/ood_threshold"][0])
@@ -211,9 +254,84 @@ class Router:
                     if self.meta.get("guard", {}).get("unseen_rule") == "nearest_cluster"
                     else self.weights.get("guard/unseen_quality", self.weights["prior/quality"])[None, :])
         quality = np.where(unseen[:, None], fallback, quality)
+        if "online/alpha" in self.weights:  # outcomes seen since training move each cluster's estimates
+            quality = np.where(unseen[:, None], quality,
+                               np.clip(quality + self._online_shift(rng)[cluster], 0.0, 1.0))
         tokens = np.broadcast_to(self.weights["prior/output_tokens"], (n, len(self.models))).copy()
         cost = np.broadcast_to(self.weights["prior/cost"], (n, len(self.models))).copy()
         return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded, unseen)
+
+    # Learning from outcomes between retrains: Thompson sampling over Beta posteriors per (guard
+    # cluster, model). The prior of a cell is the router's own training mean there
+    # (`guard/cluster_quality`) with `prior_strength` pseudo-observations; each outcome in [0, 1]
+    # (a score, a thumbs-up as 1, an error as 0) adds to α (outcome) and β (1 − outcome). Estimates
+    # move by the cell's posterior mean minus its prior mean (or by a posterior draw minus it, when
+    # sampling), so a cluster where a model does better in production than in training is routed
+    # to it more, while the per-prompt differences the estimator learned are kept.
+
+    def _online_state(self, prior_strength: float) -> tuple[np.ndarray, np.ndarray]:
+        if "online/alpha" not in self.weights:
+            mean = np.clip(self.weights["guard/cluster_quality"].astype(np.float64), 0.01, 0.99)
+            self.weights["online/alpha"] = prior_strength * mean
+            self.weights["online/beta"] = prior_strength * (1.0 - mean)
+            self.meta["online"] = {"rule": "thompson_beta_per_cluster", "prior_strength": prior_strength,
+                                   "updates": 0}
+        return self.weights["online/alpha"], self.weights["online/beta"]
+
+    def _online_shift(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """(clusters, models): posterior mean (or a draw, with `rng`) minus the prior mean."""
+        alpha, beta = self.weights["online/alpha"], self.weights["online/beta"]
+        strength = float(self.meta["online"]["prior_strength"])
+        prior = np.clip(self.weights["guard/cluster_quality"].astype(np.float64), 0.01, 0.99)
+        if alpha.shape != prior.shape:  # a model added after the first outcome: its cells start at the prior
+            grow = prior.shape[1] - alpha.shape[1]
+            alpha = self.weights["online/alpha"] = np.hstack([alpha, strength * prior[:, -grow:]])
+            beta = self.weights["online/beta"] = np.hstack([beta, strength * (1 - prior[:, -grow:])])
+        now = rng.beta(alpha, beta) if rng is not None else alpha / (alpha + beta)
+        return now - prior
+
+    def update(self, texts: list[str], models: list[str], outcomes, encoder=None,
+               prior_strength: float = 20.0) -> int:
+        """Learn from production outcomes: prompt `texts[i]` was served by `models[i]` with outcome
+        `outcomes[i]` in [0, 1] (NaN: unknown, skipped). Prompts far from every training cluster
+        teach nothing (their cluster is a guess). Returns how many outcomes were counted; `save`
+        keeps the state, so the next bundle can start from it."""
+        return self.update_embeddings(embed_for(self, texts, encoder), models, outcomes, prior_strength)
+
+    def update_embeddings(self, x: np.ndarray, models: list[str], outcomes,
+                          prior_strength: float = 20.0) -> int:
+        x = np.asarray(x, dtype=np.float32)
+        outcomes = np.asarray(outcomes, dtype=np.float64)
+        if not (len(x) == len(models) == len(outcomes)):
+            raise ValueError(f"update: {len(x)} prompts, {len(models)} models and {len(outcomes)} outcomes")
+        unknown = sorted(set(models) - set(self.models))
+        if unknown:
+            raise ValueError(f"update: models {unknown} are not the router's ({self.models})")
+        known = np.isfinite(outcomes)
+        if ((outcomes[known] < 0) | (outcomes[known] > 1)).any():
+            raise ValueError("update: outcomes must lie in [0, 1] (a thumbs-up is 1, an error 0)")
+        self._online_state(prior_strength)
+        self._online_shift()  # grows the state for models added since it began
+        alpha, beta = self.weights["online/alpha"], self.weights["online/beta"]
+        sims = x @ self.weights["guard/centroids"].T
+        cluster = np.argmax(sims, axis=1)
+        seen = sims.max(axis=1) >= float(self.weights["guard/ood_threshold"][0])
+        counted = 0
+        for c, model, outcome, ok in zip(cluster, models, outcomes, known & seen):
+            if ok:
+                j = self.models.index(model)
+                alpha[c, j] += outcome
+                beta[c, j] += 1.0 - outcome
+                counted += 1
+        self.meta["online"]["updates"] += counted
+        return counted
+
+    def choose(self, texts: list[str], lam: float = 0.0, rng: np.random.Generator | None = None,
+               encoder=None) -> list[str]:
+        """The model for each prompt; with `rng`, by Thompson sampling (a posterior draw per cluster
+        and model), which keeps trying models whose production record is still uncertain."""
+        x = embed_for(self, texts, encoder)
+        return self.predict_embeddings(x, rng=rng).best_model(lam)
 
     def predict(self, texts: list[str], encoder=None) -> RouterPrediction:
         """Estimates for prompt texts, embedded by `encoder` (a `SentenceEncoder`; by default the

@@ -6,10 +6,11 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
-from routeforge.assets.metadata import clean, markdown_table, plot_entries
+from routeforge.assets.metadata import clean, markdown_table, plot_entries, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import trainer
 from routeforge.core.components import TrainedComponent
+from routeforge.core.storage import Quarantine
 
 
 @dg.asset(
@@ -24,6 +25,9 @@ from routeforge.core.components import TrainedComponent
 )
 def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                      mlflow: MlflowRegistry, routing_table: pa.Table):
+    from routeforge.artifacts.router import Router
+    from routeforge.training.embeddings import TorchEncoder
+    from routeforge.training.predictors.outcomes import replay_outcomes
     from routeforge.training.predictors.router_training import train_router
 
     config = fleet.config
@@ -35,6 +39,16 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
                               store.component_dir("router"), store.report_dir("router"),
                               truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
                               title=config.name, cache_dir=store.cache_dir("embeddings"), log=context.log.info)
+        logs = [str(d.path) for d in config.datasets if getattr(d, "kind", None) == "traffic_log"]
+        quarantine = Quarantine("router_selection")  # outcome lines that cannot be read
+        if logs:  # production outcomes: the new router starts from what the last one learned
+            router = Router.load(result.folder)
+            online = replay_outcomes(router, logs, TorchEncoder(config.encoder, store.cache_dir("embeddings")),
+                                     quarantine, log=context.log.info)
+            router.save(result.folder)
+            result.report["online"] = online
+            result.metrics["online/outcomes"] = float(online["counted"])
+        qpath = store.write_quarantine(quarantine)
         store.push(result.folder, result.report_path.parent)
         mlflow.log_report(context, run_id, metrics=result.metrics, files=[result.report_path, *result.plots],
                           dataset=routing_table, params={"chosen": result.report["chosen"]})
@@ -55,6 +69,7 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
         metadata={"chosen": ", ".join(report["chosen"]), "mlflow_run": mlflow.run_link(run_id),
                   **{k: round(v, 6) for k, v in result.metrics.items() if np.isfinite(v)},
                   "candidates": markdown_table(candidates), "guard": markdown_table(guard),
+                  **quarantine_metadata(quarantine, qpath),
                   **plot_entries(result.plots)},
     )
     cv = report["cv"]

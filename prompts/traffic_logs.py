@@ -10,7 +10,9 @@ One JSON object per line (plain or .gz), OpenAI-format, as a gateway or proxy lo
                   "usage": {"prompt_tokens": 12, "completion_tokens": 40}},
      "timing":   {"ttft_s": 0.031, "e2e_s": 0.52},  # optional: per-request timing, where logged
      "tier":     "m@a100",                          # optional: the tier that served it
-     "metadata": {"task": "math"}}                  # optional
+     "metadata": {"task": "math"},                  # optional
+     "outcome":  {"thumbs_up": true}}               # optional: a score in [0, 1] (a number, or
+                                                    # {"score": x}), {"thumbs_up": bool}, {"error": ...} (0)
 
 A line that cannot be used goes to the quarantine with a reason naming the field, and the reader
 goes on. A request without `timing` is still a prompt; it is not a latency record.
@@ -49,6 +51,7 @@ class TrafficRequest:
     completion_tokens: int
     ttft_s: float | None
     e2e_s: float | None
+    outcome: float | None = None  # what production said of the answer, in [0, 1] (`_outcome`)
 
     @property
     def timed(self) -> bool:
@@ -118,6 +121,28 @@ def _seconds(timing: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
+def _outcome(rec: dict[str, Any]) -> float | None:
+    """The line's `outcome`, in [0, 1]: a number (a score), or an object with `score` (0…1),
+    `thumbs_up` (true 1, false 0) or `error` (any error: 0); absent: None."""
+    value = rec.get("outcome")
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if value.get("error"):
+            return 0.0
+        if "thumbs_up" in value:
+            if not isinstance(value["thumbs_up"], bool):
+                raise LogLineError("field 'outcome.thumbs_up' is not true or false")
+            return float(value["thumbs_up"])
+        value = value.get("score")
+        field = "outcome.score"
+    else:
+        field = "outcome"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise LogLineError(f"field '{field}' is not a number in [0, 1]")
+    return float(value)
+
+
 def parse_line(rec: Any, row_id: str) -> TrafficRequest:
     if not isinstance(rec, dict):
         raise LogLineError("line is not a JSON object")
@@ -153,7 +178,7 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
         tier=rec.get("tier") if isinstance(rec.get("tier"), str) else None, text=_prompt_text(request),
         completion=completion if isinstance(completion, str) else None,
         task=str(task) if task is not None else None, prompt_tokens=_count(usage, "prompt_tokens"),
-        completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e,
+        completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e, outcome=_outcome(rec),
     )
 
 

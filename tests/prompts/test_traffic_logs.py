@@ -39,6 +39,12 @@ def test_chat_and_completion_lines_plain_and_gzipped(tmp_path):
     ({"timestamp": 1, "request": {"prompt": "hi"}, "timing": {"ttft_s": 2.0, "e2e_s": 1.0},
       "response": {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}},
      "ttft_s 2.0 is after e2e_s 1.0"),
+    ({"timestamp": 1, "request": {"prompt": "hi"}, "outcome": {"score": 7},
+      "response": {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}},
+     "field 'outcome.score' is not a number in [0, 1]"),
+    ({"timestamp": 1, "request": {"prompt": "hi"}, "outcome": {"thumbs_up": "yes"},
+      "response": {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}},
+     "field 'outcome.thumbs_up' is not true or false"),
 ])
 def test_bad_lines_are_quarantined_naming_the_field(tmp_path, line, reason):
     good = {"timestamp": "2026-11-20T10:00:00Z", "request": {"model": "m", "prompt": "fine"},
@@ -54,3 +60,16 @@ def test_bad_lines_are_quarantined_naming_the_field(tmp_path, line, reason):
 def test_a_missing_location_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="traffic log location .*nowhere does not exist"):
         list(read_traffic_logs(str(tmp_path / "nowhere"), Quarantine("prompts")))
+
+
+@pytest.mark.parametrize(("outcome", "value"), [(None, None), (0.25, 0.25), ({"score": 1}, 1.0),
+                                                ({"thumbs_up": False}, 0.0), ({"thumbs_up": True}, 1.0),
+                                                ({"error": "timeout"}, 0.0)])
+def test_outcomes_read_as_a_number_in_the_unit_interval(tmp_path, outcome, value):
+    line = {"timestamp": 1, "request": {"prompt": "hi"},
+            "response": {"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 4}}}
+    if outcome is not None:
+        line["outcome"] = outcome
+    (tmp_path / "log.jsonl").write_text(json.dumps(line) + "\n")
+    [request] = read_traffic_logs(str(tmp_path / "log.jsonl"), Quarantine("prompts"))
+    assert request.outcome == value

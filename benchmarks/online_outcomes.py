@@ -1,0 +1,138 @@
+"""Learning from outcomes between retrains: the router's Thompson-sampling update on a replayed stream.
+
+    .venv/bin/python -m benchmarks.online_outcomes [--fleet dcrouter] [--steps 5000] [--seeds 3] [--batch 50] [--quick]
+
+The router is selected on the training split (the fleet file's settings, the KNN's truncation
+side). The stream: `--steps` requests drawn at random from the test split (production repeats
+prompts), in batches of `--batch`: the router picks a model for each request of a batch, the
+outcome is that model's true score on the prompt (dcrouter's test labels), and `Router.update`
+learns from the batch before the next one. Three policies see the same stream per seed: the static
+router (no update, as today), the updating router routing by Thompson sampling (`choose(rng=...)`),
+and the oracle (the best model per prompt). Regret is the oracle's cumulative score minus the
+policy's; the report gives the curves (plot) and the final regret against the oracle and the static
+router. Writes benchmarks/results/online_outcomes/<fleet>.json and a plot beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from routeforge.core.config import load_fleet
+from routeforge.core.schemas import routing_models
+from routeforge.training.embeddings import encode_cached
+from routeforge.training.predictors.router_selection import select_router
+from routeforge.training.predictors.router_training import split_rows
+from routeforge.training.routing_table import matrix
+
+from benchmarks.common import parser as bench_parser
+from benchmarks.common import results_dir
+from benchmarks.new_model import CONFIGS
+from benchmarks.routerbench_knn import routing_table_of
+
+
+def replay(router, x: np.ndarray, y: np.ndarray, steps: int, batch: int, seed: int) -> dict[str, np.ndarray]:
+    """Per step: the score each policy got (static, thompson, oracle) on one seeded stream."""
+    rng = np.random.default_rng(seed)
+    stream = rng.integers(0, len(x), size=steps)
+    learner = copy.deepcopy(router)
+    static_pick = np.argmax(router.predict_embeddings(x).quality, axis=1)
+    got = {"static": y[stream, static_pick[stream]], "oracle": np.nanmax(y[stream], axis=1),
+           "thompson": np.empty(steps)}
+    draw = np.random.default_rng(seed + 10_000)
+    for start in range(0, steps, batch):
+        rows = stream[start:start + batch]
+        picks = np.argmax(learner.predict_embeddings(x[rows], rng=draw).quality, axis=1)
+        scores = y[rows, picks]
+        got["thompson"][start:start + len(rows)] = scores
+        learner.update_embeddings(x[rows], [learner.models[p] for p in picks], scores)
+    return got
+
+
+def plot(curves: dict[str, np.ndarray], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, values in curves.items():
+        ax.plot(np.arange(1, len(values) + 1), values, label=name)
+    ax.set(xlabel="requests", ylabel="cumulative regret against the oracle (score)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(fleet: str, steps: int, seeds: int, batch: int, quick: bool) -> dict:
+    config = load_fleet(CONFIGS[fleet])
+    settings = config.training.router.model_copy(update={"truncation_sides": None})
+    if quick:
+        settings = settings.model_copy(update={"folds": 3, "knn_k": [30], "mlp_hidden": [0], "mlp_epochs": 5,
+                                               "mf_dim": [], "guard_bootstrap": 200})
+        steps = min(steps, 1000)
+    timings: dict[str, float] = {}
+    routing, _ = routing_table_of(config, timings)
+    models = routing_models(routing.schema)
+    train, test = split_rows(routing, "train"), split_rows(routing, "test")
+    quality = matrix(routing, "quality", models)
+    labelled = ~np.isnan(quality).any(axis=1)  # the stream needs every model's outcome
+    train, test = train & labelled, test & labelled
+    side = config.training.knn.truncation_side
+    cache = Path(config.storage_root) / "cache" / "embeddings"
+    x = encode_cached(routing.column("text").to_pylist(), config.encoder, side, cache)
+    t0 = time.perf_counter()
+    router, report = select_router(x[train], quality[train], models, settings,
+                                   {"ref": config.encoder, "truncation_side": side},
+                                   tasks=list(np.asarray(routing.column("task").to_pylist())[train]),
+                                   log=lambda _: None)
+    timings["selection_s"] = time.perf_counter() - t0
+    runs = []
+    t0 = time.perf_counter()
+    for seed in range(seeds):
+        runs.append(replay(router, x[test], quality[test], steps, batch, seed))
+    timings["replay_s"] = time.perf_counter() - t0
+    regret = {name: np.mean([np.cumsum(r["oracle"] - r[name]) for r in runs], axis=0)
+              for name in ("static", "thompson")}
+    final = {name: [float(np.sum(r["oracle"] - r[name])) for r in runs] for name in ("static", "thompson")}
+    gain = [float(np.sum(r["thompson"] - r["static"])) for r in runs]
+    out_dir = results_dir("online_outcomes")
+    figure = plot(regret, out_dir / f"{fleet}_regret.png",
+                  f"{fleet}: {steps} requests from the test split, {seeds} seeds")
+    out = {"fleet": fleet, "models": models, "chosen": report["chosen"], "test_prompts": int(test.sum()),
+           "steps": steps, "seeds": seeds, "batch": batch, "prior_strength": 20.0,
+           "mean_score": {name: float(np.mean([r[name].mean() for r in runs])) for name in runs[0]},
+           "final_regret_vs_oracle": {k: {"mean": float(np.mean(v)), "per_seed": v} for k, v in final.items()},
+           "thompson_minus_static": {"mean": float(np.mean(gain)), "std": float(np.std(gain)), "per_seed": gain,
+                                     "per_request": float(np.mean(gain) / steps)},
+           "regret_curve_every_100": {k: v[99::100].tolist() for k, v in regret.items()},
+           "plot": figure.name,
+           "timings_s": timings, "quick": quick}
+    path = out_dir / f"{fleet}.json"
+    path.write_text(json.dumps(out, indent=2))
+    means = out["mean_score"]
+    print(f"{fleet}: mean score static {means['static']:.4f}, thompson {means['thompson']:.4f}, "
+          f"oracle {means['oracle']:.4f}; final regret vs oracle static "
+          f"{out['final_regret_vs_oracle']['static']['mean']:.1f}, thompson "
+          f"{out['final_regret_vs_oracle']['thompson']['mean']:.1f} -> {path}", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--fleet", default="dcrouter", choices=list(CONFIGS))
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=50)
+    args = parser.parse_args()
+    run(args.fleet, args.steps, args.seeds, args.batch, args.quick)
+
+
+if __name__ == "__main__":
+    main()
