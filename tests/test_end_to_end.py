@@ -474,3 +474,29 @@ def test_routerbench_end_to_end(config_copy, state_dir):
     assert router["cv/router"] >= router["cv/best_single"] - 1e-9
     report = json.loads((config.storage_root / "reports" / "router" / "router_selection.json").read_text())
     assert all(row["lead"] >= -1e-9 for row in report["test"]["per_task"].values())
+
+
+def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tmp_path):
+    """`routeforge bundle add-model`: 20 labelled prompts of a new model, no retrain; a new signed
+    version whose router routes to it where its labels say it is best. Last in the module: it
+    registers a challenger the tests above do not expect."""
+    rows = [json.loads(line) for line in (CONFIGS / "data" / "demo_prompts.jsonl").read_text().splitlines()]
+    labels = tmp_path / "labels.csv"
+    labels.write_text("text,score,output_tokens\n" + "".join(
+        f"\"{r['prompt']}\",{1.0 if r['task'] == 'math' else 0.0},30\n" for r in rows))
+    key = demo.config.storage_root / "keys" / "bundle-signing.key"
+    done = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "tiny-math",
+                       "--labels", str(labels), "--experiment", demo.config.registry.experiment,
+                       "--signing-key", str(key), "--public-key", f"{key}.pub", "--json", tracking_uri=demo.tracking)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["registry_version"] == "2" and out["added"]["labels"] == len(rows)
+    bundle = load_bundle(out["uri"], tmp_path / "bundle", demo.tracking, public_key=Path(f"{key}.pub"))
+    assert bundle.models == [*demo.config.model_names, "tiny-math"]
+    routed = bundle.router().predict(["What is 15 plus 27?", "Translate to French: the cat sleeps."]).best_model()
+    assert routed[0] == "tiny-math" and routed[1] != "tiny-math"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,score\nfine,0.5\nalso fine,7\n")
+    refused = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "m", "--labels", str(bad),
+                          "--experiment", "x", tracking_uri=demo.tracking)
+    assert refused.returncode == 1 and "bad.csv:3: field 'score' out of range" in refused.stderr
