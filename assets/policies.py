@@ -14,7 +14,7 @@ from routeforge.assets.resources import ComponentStore, FleetResource, MlflowReg
 from routeforge.assets.trainers import profiled_tiers, trainer
 from routeforge.core.components import TrainedComponent
 from routeforge.core.storage import Quarantine
-from routeforge.training.embeddings import TorchEncoder
+from routeforge.training.embeddings import TrainingEncoder
 
 TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
                  "quality_mean", "cost_usd_per_request", "dropped", "rejected")
@@ -73,7 +73,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
     texts = test.column("text").to_pylist()
     knn = KnnEstimator.load(store.pull(knn_estimator.folder))
-    prediction = knn.predict(texts, TorchEncoder(config.encoder))
+    prediction = knn.predict(texts, TrainingEncoder(config.encoder))
     cols = [knn.models.index(m) for m in models]
     pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models,
                                           predicted_quality=prediction.quality[:, cols],

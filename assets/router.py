@@ -26,7 +26,7 @@ from routeforge.core.storage import Quarantine
 def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                      mlflow: MlflowRegistry, routing_table: pa.Table):
     from routeforge.artifacts.router import Router
-    from routeforge.training.embeddings import TorchEncoder
+    from routeforge.training.embeddings import TrainingEncoder
     from routeforge.training.predictors.outcomes import replay_outcomes
     from routeforge.training.predictors.router_training import train_router
 
@@ -43,7 +43,7 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
         quarantine = Quarantine("router_selection")  # outcome lines that cannot be read
         if logs:  # production outcomes: the new router starts from what the last one learned
             router = Router.load(result.folder)
-            online = replay_outcomes(router, logs, TorchEncoder(config.encoder, store.cache_dir("embeddings")),
+            online = replay_outcomes(router, logs, TrainingEncoder(config.encoder, store.cache_dir("embeddings")),
                                      quarantine, log=context.log.info)
             router.save(result.folder)
             result.report["online"] = online

@@ -13,7 +13,7 @@ import pyarrow as pa
 from routeforge.core.config import load_fleet
 from routeforge.core.schemas import routing_models
 from routeforge.profiling.batch_fits import fit_tier, import_splitwise
-from routeforge.training.embeddings import TorchEncoder, encode_cached
+from routeforge.training.embeddings import TrainingEncoder, encode_cached
 from routeforge.training.policies.simulator.instance import InstanceProfile
 from routeforge.training.policies.simulator.workloads import RequestPool, prompt_token_counts
 from routeforge.training.predictors.knn import build_knn
@@ -71,7 +71,7 @@ def routerbench_pool(models: list[str], predictions: bool, timings: dict[str, fl
     if predictions:
         t0 = time.perf_counter()
         knn = build_knn(routing, config.encoder, config.training.knn, config.storage_root / "benchmarks" / "rb_fleet")
-        prediction = knn.predict(texts, TorchEncoder(config.encoder))
+        prediction = knn.predict(texts, TrainingEncoder(config.encoder))
         timings["knn_s"] = time.perf_counter() - t0
         cols = [knn.models.index(m) for m in models]
         extra = {"predicted_quality": prediction.quality[:, cols],

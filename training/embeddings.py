@@ -1,14 +1,23 @@
 """Sentence embeddings with a durable cache, so the stages that embed the same prompts (the KNN
 index, its leave-one-task-out evaluation, router selection) pay for each text once per encoder.
 
-Keys are sha256(encoder ref, truncation side, text); rows live in `core.storage.ShardCache` shards
-(atomic Parquet files), so a killed run keeps what it finished. A local encoder folder is keyed by
-its path: replace its weights under a new path, or clear the cache, when they change.
+Two backends give the same embeddings: ONNX Runtime over the graph the bundle ships
+(`training.encoder_export`, exported once per encoder under `encoder_cache_root()` and reused;
+prompts batched by length), the default, and PyTorch (sentence-transformers). Choose with
+$ROUTEFORGE_ENCODER_BACKEND (`onnx` | `torch`). Their embeddings agree to about 1e-7 in cosine
+(the export's `parity/min_cosine`; `benchmarks/encoder_backends.py` measures throughput, parity and
+the router's choices).
+
+Keys are sha256(encoder ref, truncation side[, backend], text): the PyTorch backend keeps the keys it
+always had, the ONNX one adds its name; rows live in `core.storage.ShardCache` shards (atomic
+Parquet files), so a killed run keeps what it finished. A local encoder folder is keyed by its path:
+replace its weights under a new path, or clear the cache, when they change.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +32,44 @@ SCHEMA = pa.schema([pa.field("cache_key", pa.string(), nullable=False),
                     pa.field("vector", pa.list_(pa.float32()), nullable=False)])
 
 
+BACKEND_ENV = "ROUTEFORGE_ENCODER_BACKEND"
+BACKENDS = ("onnx", "torch")
+
+
+def default_backend() -> str:
+    """$ROUTEFORGE_ENCODER_BACKEND, else ONNX Runtime."""
+    backend = os.environ.get(BACKEND_ENV, "onnx")
+    if backend not in BACKENDS:
+        raise ValueError(f"${BACKEND_ENV}: {backend!r} is not one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def encoder_cache_root() -> Path:
+    """Where exported encoder graphs are kept: $ROUTEFORGE_STATE/encoders, else ~/.cache/routeforge/encoders."""
+    state = os.environ.get("ROUTEFORGE_STATE")
+    return Path(state) / "encoders" if state else Path.home() / ".cache" / "routeforge" / "encoders"
+
+
+def onnx_encoder_folder(ref: str) -> Path:
+    """Where the ONNX export of encoder `ref` is kept (`onnx_encoder` fills it)."""
+    return encoder_cache_root() / hashlib.sha256(ref.encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=4)
+def onnx_encoder(ref: str):
+    """The encoder `ref` on ONNX Runtime, exported on first use (a file lock keeps two processes
+    from exporting into one folder at once) and reused while it verifies."""
+    from filelock import FileLock
+    from routeforge.artifacts.sentence_encoder import SentenceEncoder
+    from routeforge.training.encoder_export import export_sentence_encoder
+
+    folder = onnx_encoder_folder(ref)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock", timeout=600):
+        export_sentence_encoder(ref, folder)
+    return SentenceEncoder.load(folder)
+
+
 @lru_cache(maxsize=4)
 def _load(ref: str):
     from sentence_transformers import SentenceTransformer
@@ -31,20 +78,27 @@ def _load(ref: str):
 
 
 def encode(texts: list[str], ref: str, batch_size: int = 64, log: Callable[[str], None] | None = None,
-           truncation_side: str = "right", chunk: int = 1024) -> np.ndarray:
-    """L2-normalized float32 embeddings with the PyTorch encoder, so inner product equals cosine.
+           truncation_side: str = "right", chunk: int = 1024, backend: str | None = None) -> np.ndarray:
+    """L2-normalized float32 embeddings, so inner product equals cosine, on `backend` (default:
+    `default_backend()`).
 
     Texts longer than the encoder's window (256 word pieces for MiniLM) are cut on
     `truncation_side`; "left" keeps their end, where a few-shot prompt puts its actual question.
-    With `log`, texts are encoded `chunk` at a time and the count reported (`core.progress`).
-    The bundle ships the same encoder as ONNX for the runtime (`training.encoder_export`)."""
+    With `log`, texts are encoded `chunk` at a time and the count reported (`core.progress`)."""
+    backend = backend or default_backend()
+    counted = Counted(log, f"embedding ({truncation_side} truncation)", len(texts), "prompts")
+    step = chunk if log is not None else max(len(texts), 1)  # one call when nobody is told
+    parts = []
+    if backend == "onnx":
+        encoder = onnx_encoder(ref)
+        for start in range(0, max(len(texts), 1), step):
+            parts.append(encoder.encode(texts[start:start + step], truncation_side, batch_size))
+            counted.count(min(start + step, len(texts)))
+        return np.ascontiguousarray(np.concatenate(parts) if len(parts) > 1 else parts[0], dtype=np.float32)
     model = _load(ref)
     before = model.tokenizer.truncation_side
     model.tokenizer.truncation_side = truncation_side
-    counted = Counted(log, f"embedding ({truncation_side} truncation)", len(texts), "prompts")
-    parts = []
     try:
-        step = chunk if log is not None else max(len(texts), 1)  # one call when nobody is told
         for start in range(0, max(len(texts), 1), step):
             parts.append(model.encode(texts[start:start + step], batch_size=batch_size, normalize_embeddings=True,
                                       convert_to_numpy=True, show_progress_bar=False))
@@ -54,8 +108,9 @@ def encode(texts: list[str], ref: str, batch_size: int = 64, log: Callable[[str]
     return np.ascontiguousarray(np.concatenate(parts) if len(parts) > 1 else parts[0], dtype=np.float32)
 
 
-def _key(ref: str, truncation_side: str, text: str) -> str:
-    return hashlib.sha256(f"{ref}\x1f{truncation_side}\x1f{text}".encode()).hexdigest()[:32]
+def _key(ref: str, truncation_side: str, text: str, backend: str = "torch") -> str:
+    tag = "" if backend == "torch" else f"{backend}\x1f"
+    return hashlib.sha256(f"{ref}\x1f{truncation_side}\x1f{tag}{text}".encode()).hexdigest()[:32]
 
 
 def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
@@ -65,12 +120,13 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
     the cache did not hold as they are encoded."""
     if cache_dir is None:
         return encode(texts, ref, truncation_side=truncation_side, log=log)
+    backend = default_backend()
     cache = ShardCache(Path(cache_dir), SCHEMA)
-    keys = [_key(ref, truncation_side, t) for t in texts]
+    keys = [_key(ref, truncation_side, t, backend) for t in texts]
     known = {k: row["vector"] for k, row in cache.load().items()}
     todo = sorted({k: i for i, k in enumerate(keys) if k not in known}.values())
     if todo:
-        vectors = encode([texts[i] for i in todo], ref, truncation_side=truncation_side, log=log)
+        vectors = encode([texts[i] for i in todo], ref, truncation_side=truncation_side, log=log, backend=backend)
         new = [{"cache_key": keys[i], "vector": v.tolist()} for i, v in zip(todo, vectors)]
         cache.append(new)
         cache.compact()
@@ -80,13 +136,17 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
     return np.ascontiguousarray(np.asarray([known[k] for k in keys], dtype=np.float32))
 
 
-class TorchEncoder:
-    """The PyTorch encoder behind the runtime's encoder interface (`encode(texts, truncation_side)`,
+class TrainingEncoder:
+    """The training encoder behind the runtime's encoder interface (`encode(texts, truncation_side)`,
     as `routeforge.artifacts.sentence_encoder.SentenceEncoder`), through the cache: what training
-    code passes to a router's or KNN estimator's `predict`."""
+    code passes to a router's or KNN estimator's `predict`. `backend`: "torch" forces PyTorch
+    (what the parity tests compare with), else the default backend and the cache."""
 
-    def __init__(self, ref: str, cache_dir: Path | None = None):
-        self.ref, self.cache_dir = ref, cache_dir
+    def __init__(self, ref: str, cache_dir: Path | None = None, backend: str | None = None):
+        self.ref, self.cache_dir, self.backend = ref, cache_dir, backend
 
     def encode(self, texts, truncation_side: str = "right", batch_size: int = 64) -> np.ndarray:
+        if self.backend is not None:
+            return encode(list(texts), self.ref, batch_size=batch_size, truncation_side=truncation_side,
+                          backend=self.backend)
         return encode_cached(list(texts), self.ref, truncation_side, self.cache_dir)

@@ -71,7 +71,7 @@ def parity(folder: Path, ref: str, texts: Sequence[str] = PROBES) -> dict[str, f
     runtime = SentenceEncoder.load(folder)
     worst = 1.0
     for side in ("right", "left"):
-        a, b = runtime.encode(list(texts), side), encode(list(texts), ref, truncation_side=side)
+        a, b = runtime.encode(list(texts), side), encode(list(texts), ref, truncation_side=side, backend="torch")
         worst = min(worst, float(np.min(np.sum(a * b, axis=1))))
     return {"parity/min_cosine": worst}
 

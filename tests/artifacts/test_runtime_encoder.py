@@ -13,7 +13,7 @@ from routeforge.artifacts.tokenization import BatchTokenizer
 from routeforge.core.config import KnnSettings
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF, resolve_pretrained
 from routeforge.core.schemas import routing_column, routing_table_schema
-from routeforge.training.embeddings import TorchEncoder, encode
+from routeforge.training.embeddings import TrainingEncoder, encode
 from routeforge.training.predictors.knn import build_knn
 
 TEXTS = ["What is 15 plus 27?", "Translate to French: the garden is full of flowers.",
@@ -38,7 +38,8 @@ def test_onnx_encoder_matches_pytorch(sentence_encoder_component):
     runtime = SentenceEncoder.load(sentence_encoder_component.folder)
     assert sentence_encoder_component.metrics["parity/min_cosine"] >= 0.9999
     for side in ("right", "left"):
-        onnx, torch = runtime.encode(TEXTS, side), encode(TEXTS, ENCODER_PACKAGE_REF, truncation_side=side)
+        onnx, torch = runtime.encode(TEXTS, side), encode(TEXTS, ENCODER_PACKAGE_REF, truncation_side=side,
+                                                          backend="torch")
         assert onnx.shape == torch.shape == (len(TEXTS), 384)
         assert np.sum(onnx * torch, axis=1).min() >= 0.9999
         np.testing.assert_allclose(np.linalg.norm(onnx, axis=1), 1.0, atol=1e-5)
@@ -62,7 +63,7 @@ def test_knn_routes_the_same_with_either_encoder(tmp_path, sentence_encoder_comp
     knn = KnnEstimator.load(tmp_path / "knn")
     probes = [f"{t} question: {w}" for t in ["math", "french", "code", "history", "poetry"] for w in ["alpha", "zeta"]]
     onnx = knn.predict(probes, SentenceEncoder.load(sentence_encoder_component.folder))
-    torch = knn.predict(probes, TorchEncoder(ENCODER_PACKAGE_REF))
+    torch = knn.predict(probes, TrainingEncoder(ENCODER_PACKAGE_REF, backend="torch"))
     assert onnx.best_model(0.0, knn.prior) == torch.best_model(0.0, knn.prior)
     np.testing.assert_allclose(onnx.quality, torch.quality, atol=1e-4)
 

@@ -1,6 +1,7 @@
 """The embedding cache returns exactly what the encoder returns and encodes each text once."""
 
 import numpy as np
+import pytest
 import routeforge.training.embeddings as emb
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.training.embeddings import encode
@@ -12,9 +13,9 @@ def test_cached_vectors_equal_fresh_ones_and_only_new_texts_are_encoded(tmp_path
     assert np.allclose(first, encode(texts[:2], ENCODER_PACKAGE_REF), atol=1e-6)
     seen = []
 
-    def counting(batch, ref, truncation_side="right"):
+    def counting(batch, ref, truncation_side="right", **options):
         seen.extend(batch)
-        return encode(batch, ref, truncation_side=truncation_side)
+        return encode(batch, ref, truncation_side=truncation_side, **options)
 
     monkeypatch.setattr(emb, "encode", counting)
     both = emb.encode_cached(texts, ENCODER_PACKAGE_REF, "right", tmp_path)
@@ -22,3 +23,28 @@ def test_cached_vectors_equal_fresh_ones_and_only_new_texts_are_encoded(tmp_path
     assert np.array_equal(both[:2], first) and both.dtype == np.float32
     other_side = emb.encode_cached(texts[:1], ENCODER_PACKAGE_REF, "left", tmp_path)
     assert seen == [texts[2], texts[0]] and other_side.shape == (1, 384)
+
+
+def test_the_onnx_backend_gives_the_pytorch_embeddings_and_keys_its_own_cache(tmp_path, monkeypatch):
+    """ONNX Runtime (the default) and PyTorch agree to 1e-4 in cosine on both truncation sides, and a
+    cache filled by one backend is not read by the other."""
+    texts = ["What is 15 plus 27?", "Summarise: " + "The committee agreed the budget. " * 80, ""]
+    for side in ("right", "left"):
+        onnx = encode(texts, ENCODER_PACKAGE_REF, truncation_side=side, backend="onnx")
+        torch = encode(texts, ENCODER_PACKAGE_REF, truncation_side=side, backend="torch")
+        assert np.sum(onnx * torch, axis=1).min() >= 0.9999
+    monkeypatch.setenv(emb.BACKEND_ENV, "torch")
+    emb.encode_cached(texts[:1], ENCODER_PACKAGE_REF, "right", tmp_path)
+    monkeypatch.setenv(emb.BACKEND_ENV, "onnx")
+    seen = []
+
+    def counting(batch, ref, **options):
+        seen.append(options["backend"])
+        return encode(batch, ref, **options)
+
+    monkeypatch.setattr(emb, "encode", counting)
+    emb.encode_cached(texts[:1], ENCODER_PACKAGE_REF, "right", tmp_path)
+    assert seen == ["onnx"]
+    monkeypatch.setenv(emb.BACKEND_ENV, "tensorflow")
+    with pytest.raises(ValueError, match="ROUTEFORGE_ENCODER_BACKEND: 'tensorflow' is not one of onnx, torch"):
+        emb.default_backend()

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
 from routeforge.core.config import KnnSettings
-from routeforge.training.embeddings import TorchEncoder, encode_cached
+from routeforge.training.embeddings import TrainingEncoder, encode_cached
 from routeforge.training.predictors.knn import build_knn
 from routeforge.training.predictors.quality_cost_eval import evaluate_router
 
@@ -29,7 +29,7 @@ def evaluate_knn(knn: KnnEstimator, routing: pa.Table, encoder_ref: str,
                  lambdas: list[float] | None = None) -> tuple[dict[str, Any], KnnPrediction]:
     """The router's evaluation on the test split, and its predictions (row-aligned with that split)."""
     test = test_split(routing)
-    prediction = knn.predict(test.column("text").to_pylist(), TorchEncoder(encoder_ref))
+    prediction = knn.predict(test.column("text").to_pylist(), TrainingEncoder(encoder_ref))
     return evaluate_router(test, prediction, knn.prior, lambdas), prediction
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
 from routeforge.artifacts.text_predictor import TextPredictor, compose
 from routeforge.core.config import KnnSettings
-from routeforge.training.embeddings import TorchEncoder
+from routeforge.training.embeddings import TrainingEncoder
 from routeforge.training.predictors.knn_eval import leave_one_task_out, test_split
 from routeforge.training.predictors.quality_cost_eval import evaluate_router, plot_quality_cost
 
@@ -69,7 +69,7 @@ def build_report(routing: pa.Table, knn_folder: Path, knn_eval: dict[str, Any], 
     routers = {"knn_estimator": knn_eval}
     loaded = {name: TextPredictor.load(folder) for name, folder in predictors.items()}
     if "score_predictor" in loaded:  # the KNN's cost estimates, so that only the quality predictions differ
-        knn_prediction = knn.predict(test.column("text").to_pylist(), TorchEncoder(encoder_ref, cache_dir))
+        knn_prediction = knn.predict(test.column("text").to_pylist(), TrainingEncoder(encoder_ref, cache_dir))
         routers["score_predictor"] = score_router(test, loaded["score_predictor"], knn_prediction, knn.prior, lambdas)
     summary = {name: {**r["hull"], "max_quality": r["router_max_quality"]["quality"],
                       "max_quality_cost": r["router_max_quality"]["cost"]} for name, r in routers.items()}
@@ -86,7 +86,7 @@ def build_report(routing: pa.Table, knn_folder: Path, knn_eval: dict[str, Any], 
     prompts = test.column("text").to_pylist() or routing.column("text").to_pylist()
     batch = (prompts * (BATCH // len(prompts) + 1))[:BATCH]
     timing = {name: batch_timing(p, batch, knn.models[0]) for name, p in loaded.items()}
-    knn_s = median_seconds(lambda: knn.predict(batch, TorchEncoder(encoder_ref)))
+    knn_s = median_seconds(lambda: knn.predict(batch, TrainingEncoder(encoder_ref)))
     timing["knn_estimator"] = {"batch": BATCH, "encode_and_search_s": knn_s, "prompts_per_s": BATCH / knn_s}
     return {"routers": summary, "router_evaluations": routers, "leave_one_task_out": loto,
             "batch64_cpu": timing, "plots": [str(plot)]}

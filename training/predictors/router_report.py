@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.router import Router
-from routeforge.training.embeddings import TorchEncoder
+from routeforge.training.embeddings import TrainingEncoder
 from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 from routeforge.training.predictors.router_selection import brier, score_at_argmax, select_router
 
@@ -74,7 +74,7 @@ def batch_latency(router: Router, texts: list[str], batch: int = 64, repeats: in
     router's own encoder when it has one, else the PyTorch encoder it was trained with)."""
     texts = (texts * (batch // max(len(texts), 1) + 1))[:batch]
     if router.encoder is None:
-        router.encoder = TorchEncoder(router.meta["encoder"]["ref"])
+        router.encoder = TrainingEncoder(router.meta["encoder"]["ref"])
     router.predict(texts[:2])  # load the encoder
     times = []
     for _ in range(repeats):

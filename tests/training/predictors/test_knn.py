@@ -6,7 +6,7 @@ from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
 from routeforge.core.config import KnnSettings
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.core.schemas import routing_table_schema
-from routeforge.training.embeddings import TorchEncoder
+from routeforge.training.embeddings import TrainingEncoder
 from routeforge.training.predictors.knn import build_knn
 from routeforge.training.routing_table import matrix
 
@@ -67,7 +67,7 @@ def test_build_knn_with_real_encoder_round_trips(tmp_path):
     assert est.index.ntotal == 5
     assert est.meta["length_histograms"]["bad"] == {"bucket_tokens": 64, "counts": [0, 5]}
     loaded = KnnEstimator.load(tmp_path / "knn")
-    pred = loaded.predict(["Translate 'tree' to French.", "What is 9 plus 8?"], TorchEncoder(ENCODER_PACKAGE_REF))
+    pred = loaded.predict(["Translate 'tree' to French.", "What is 9 plus 8?"], TrainingEncoder(ENCODER_PACKAGE_REF))
     assert pred.best_model() == ["bad", "good"]
     assert np.allclose(matrix(table, "cost"), [[2.0, 1.0]] * 6)
 

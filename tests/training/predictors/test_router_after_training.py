@@ -113,7 +113,7 @@ def test_the_pipeline_replays_logged_outcomes_into_the_new_router(tmp_path):
 
     from routeforge.core.pretrained import ENCODER_PACKAGE_REF
     from routeforge.core.storage import Quarantine
-    from routeforge.training.embeddings import TorchEncoder, encode
+    from routeforge.training.embeddings import TrainingEncoder, encode
     from routeforge.training.predictors.outcomes import replay_outcomes
     from routeforge.training.predictors.router_selection import select_router
 
@@ -134,7 +134,7 @@ def test_the_pipeline_replays_logged_outcomes_into_the_new_router(tmp_path):
     (tmp_path / "traffic.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     estimate_before = router.predict_embeddings(x[math]).quality[:, 1].mean()
     quarantine = Quarantine("router_selection")
-    online = replay_outcomes(router, [str(tmp_path / "traffic.jsonl")], TorchEncoder(ENCODER_PACKAGE_REF),
+    online = replay_outcomes(router, [str(tmp_path / "traffic.jsonl")], TrainingEncoder(ENCODER_PACKAGE_REF),
                              quarantine, log=lambda _: None)
     assert online["logged_outcomes"] == int(math.sum()) + 1 and online["other_models"] == 1
     assert online["counted"] + online["unseen_task"] == int(math.sum()) and online["counted"] > 0
