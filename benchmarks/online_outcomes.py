@@ -35,21 +35,32 @@ from benchmarks.routerbench_knn import routing_table_of
 
 
 def replay(router, x: np.ndarray, y: np.ndarray, steps: int, batch: int, seed: int) -> dict[str, np.ndarray]:
-    """Per step: the score each policy got (static, thompson, oracle) on one seeded stream."""
+    """Per step: the score each policy got on one seeded stream: static (no update), thompson
+    (update, route by a posterior draw), greedy (update, route by the posterior mean), oracle."""
     rng = np.random.default_rng(seed)
     stream = rng.integers(0, len(x), size=steps)
-    learner = copy.deepcopy(router)
     static_pick = np.argmax(router.predict_embeddings(x).quality, axis=1)
-    got = {"static": y[stream, static_pick[stream]], "oracle": np.nanmax(y[stream], axis=1),
-           "thompson": np.empty(steps)}
-    draw = np.random.default_rng(seed + 10_000)
-    for start in range(0, steps, batch):
-        rows = stream[start:start + batch]
-        picks = np.argmax(learner.predict_embeddings(x[rows], rng=draw).quality, axis=1)
-        scores = y[rows, picks]
-        got["thompson"][start:start + len(rows)] = scores
-        learner.update_embeddings(x[rows], [learner.models[p] for p in picks], scores)
+    got = {"static": y[stream, static_pick[stream]], "oracle": np.nanmax(y[stream], axis=1)}
+    for name, draw in (("thompson", np.random.default_rng(seed + 10_000)), ("greedy", None)):
+        learner = copy.deepcopy(router)
+        got[name] = np.empty(steps)
+        for start in range(0, steps, batch):
+            rows = stream[start:start + batch]
+            picks = np.argmax(learner.predict_embeddings(x[rows], rng=draw).quality, axis=1)
+            scores = y[rows, picks]
+            got[name][start:start + len(rows)] = scores
+            learner.update_embeddings(x[rows], [learner.models[p] for p in picks], scores)
     return got
+
+
+def drifted(router, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, str]:
+    """Production unlike training: the model the static router sends most prompts to fails half of
+    them (scores halved), as after a bad deployment of it; returns the labels and its name."""
+    picks = np.argmax(router.predict_embeddings(x).quality, axis=1)
+    top = int(np.bincount(picks, minlength=y.shape[1]).argmax())
+    out = y.copy()
+    out[:, top] *= 0.5
+    return out, router.models[top]
 
 
 def plot(curves: dict[str, np.ndarray], path: Path, title: str) -> Path:
@@ -93,34 +104,32 @@ def run(fleet: str, steps: int, seeds: int, batch: int, quick: bool) -> dict:
                                    tasks=list(np.asarray(routing.column("task").to_pylist())[train]),
                                    log=lambda _: None)
     timings["selection_s"] = time.perf_counter() - t0
-    runs = []
-    t0 = time.perf_counter()
-    for seed in range(seeds):
-        runs.append(replay(router, x[test], quality[test], steps, batch, seed))
-    timings["replay_s"] = time.perf_counter() - t0
-    regret = {name: np.mean([np.cumsum(r["oracle"] - r[name]) for r in runs], axis=0)
-              for name in ("static", "thompson")}
-    final = {name: [float(np.sum(r["oracle"] - r[name])) for r in runs] for name in ("static", "thompson")}
-    gain = [float(np.sum(r["thompson"] - r["static"])) for r in runs]
     out_dir = results_dir("online_outcomes")
-    figure = plot(regret, out_dir / f"{fleet}_regret.png",
-                  f"{fleet}: {steps} requests from the test split, {seeds} seeds")
     out = {"fleet": fleet, "models": models, "chosen": report["chosen"], "test_prompts": int(test.sum()),
-           "steps": steps, "seeds": seeds, "batch": batch, "prior_strength": 20.0,
-           "mean_score": {name: float(np.mean([r[name].mean() for r in runs])) for name in runs[0]},
-           "final_regret_vs_oracle": {k: {"mean": float(np.mean(v)), "per_seed": v} for k, v in final.items()},
-           "thompson_minus_static": {"mean": float(np.mean(gain)), "std": float(np.std(gain)), "per_seed": gain,
-                                     "per_request": float(np.mean(gain) / steps)},
-           "regret_curve_every_100": {k: v[99::100].tolist() for k, v in regret.items()},
-           "plot": figure.name,
+           "steps": steps, "seeds": seeds, "batch": batch, "prior_strength": 20.0, "scenarios": {},
            "timings_s": timings, "quick": quick}
+    shifted, failing = drifted(router, x[test], quality[test])
+    for scenario, labels in (("as_labelled", quality[test]), ("drift", shifted)):
+        t0 = time.perf_counter()
+        runs = [replay(router, x[test], labels, steps, batch, seed) for seed in range(seeds)]
+        timings[f"replay_{scenario}_s"] = time.perf_counter() - t0
+        learners = ("static", "thompson", "greedy")
+        regret = {name: np.mean([np.cumsum(r["oracle"] - r[name]) for r in runs], axis=0) for name in learners}
+        final = {name: [float(np.sum(r["oracle"] - r[name])) for r in runs] for name in learners}
+        figure = plot(regret, out_dir / f"{fleet}_{scenario}_regret.png",
+                      f"{fleet}, {scenario.replace('_', ' ')}: {steps} requests, {seeds} seeds")
+        out["scenarios"][scenario] = {
+            "mean_score": {name: float(np.mean([r[name].mean() for r in runs])) for name in runs[0]},
+            "final_regret_vs_oracle": {k: {"mean": float(np.mean(v)), "per_seed": v} for k, v in final.items()},
+            "minus_static": {k: {"mean": float(np.mean(np.subtract(final["static"], final[k]))),
+                                 "per_seed": np.subtract(final["static"], final[k]).tolist()}
+                             for k in ("thompson", "greedy")},
+            "regret_curve_every_100": {k: v[99::100].tolist() for k, v in regret.items()},
+            "plot": figure.name, **({"failing_model": failing} if scenario == "drift" else {})}
+        final_means = {k: round(float(np.mean(v)), 1) for k, v in final.items()}
+        print(f"{fleet} {scenario}: final regret vs oracle {final_means}", flush=True)
     path = out_dir / f"{fleet}.json"
     path.write_text(json.dumps(out, indent=2))
-    means = out["mean_score"]
-    print(f"{fleet}: mean score static {means['static']:.4f}, thompson {means['thompson']:.4f}, "
-          f"oracle {means['oracle']:.4f}; final regret vs oracle static "
-          f"{out['final_regret_vs_oracle']['static']['mean']:.1f}, thompson "
-          f"{out['final_regret_vs_oracle']['thompson']['mean']:.1f} -> {path}", flush=True)
     return out
 
 

@@ -33,14 +33,25 @@ def test_output_goes_to_the_log_file_and_stage_lines_to_the_terminal(tmp_path, c
     assert "TQDM_DISABLE" not in os.environ  # the environment is restored
 
 
-def test_heartbeat_names_the_latest_message_of_a_quiet_stage(tmp_path, capfd):
-    with output_to_file(tmp_path / "run.log") as terminal, ProgressConsole(terminal, total=1, heartbeat_s=1) as console:
+def _beats(stream: io.StringIO, at_least: int, timeout_s: float = 15.0) -> list[str]:
+    """The heartbeat lines written so far, waiting (bounded) until there are `at_least`: a loaded
+    machine may delay the heartbeat thread, never stop it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        beats = [line for line in stream.getvalue().splitlines() if "running for" in line]
+        if len(beats) >= at_least or time.monotonic() > deadline:
+            return beats
+        time.sleep(0.1)
+
+
+def test_heartbeat_names_the_latest_message_of_a_quiet_stage():
+    stream = io.StringIO()
+    with ProgressConsole(stream, total=1, heartbeat_s=1) as console:
         console.begin("train_and_register")
         console.note("router_selection", "router selection: 2/4 candidates\nsecond line")
-        time.sleep(2.6)
+        beats = _beats(stream, 2)
         console.end("train_and_register", 2.6)
-    lines = capfd.readouterr().out.splitlines()
-    beats = [line for line in lines if "running for" in line]
+    lines = stream.getvalue().splitlines()
     # the message once, in the first heartbeat; later beats of a quiet stage only say it is alive
     assert len(beats) >= 2 and beats[0].endswith("router_selection: router selection 2/4 candidates")
     assert not any("candidates" in b for b in beats[1:])

@@ -26,6 +26,7 @@ import numpy as np
 from routeforge.artifacts.router import Router, _sigmoid, logit
 
 RIDGE_GRID = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+CONFIDENCE_Z = 1.0  # how many standard errors the new model's estimate is lowered by (`add_model`)
 
 
 @dataclass
@@ -80,7 +81,7 @@ def fit_stacked(base: np.ndarray, y: np.ndarray, folds: int = 5, seed: int = 0) 
 
 def add_model(router: Router, name: str, x: np.ndarray, y: np.ndarray, *, output_tokens: float | None = None,
               cost: float | None = None, texts: list[str] | None = None, cluster_shrinkage: float = 10.0,
-              seed: int = 0) -> dict[str, Any]:
+              confidence: float = CONFIDENCE_Z, seed: int = 0) -> dict[str, Any]:
     """Add `name` to `router` (in place) from its labels `y` (0…1) on prompts embedded as `x`;
     `output_tokens` / `cost`: its mean output length and cost per prompt where known (else the
     trained models' mean); `texts`: the labelled prompts, recalled exactly like training prompts
@@ -103,6 +104,10 @@ def add_model(router: Router, name: str, x: np.ndarray, y: np.ndarray, *, output
     residual = y - _sigmoid(logit(base) @ fit.coef + fit.bias)
     counts = np.bincount(cluster, minlength=n_clusters).astype(float)
     offset = np.bincount(cluster, weights=residual, minlength=n_clusters) / (counts + cluster_shrinkage)
+    # a lower confidence bound, not the point estimate: the new model wins a prompt only where its
+    # few labels make the lead believable (the residual spread over the cluster's effective count)
+    spread = float(np.sqrt(np.mean(residual ** 2)))
+    offset = offset - confidence * spread / np.sqrt(counts + 1.0)
     router.weights[f"added/{name}/coef"] = fit.coef.astype(np.float64)
     router.weights[f"added/{name}/bias"] = np.array([fit.bias])
     router.weights[f"added/{name}/cluster_offset"] = offset
@@ -131,7 +136,7 @@ def add_model(router: Router, name: str, x: np.ndarray, y: np.ndarray, *, output
     router.models.append(name)
     router.meta["models"] = router.models
     record = {"name": name, "labels": int(len(y)), "rule": "stacked_logit", "ridge": fit.ridge,
-              "cluster_shrinkage": cluster_shrinkage, "label_mean": float(y.mean())}
+              "cluster_shrinkage": cluster_shrinkage, "confidence_z": confidence, "label_mean": float(y.mean())}
     router.meta.setdefault("added_models", []).append(record)
     if texts is not None and "recall/keys" in router.weights:
         _recall_labels(router, [t for t, k in zip(texts, known) if k], y)
