@@ -31,7 +31,8 @@ from benchmarks.common import parser as bench_parser
 def prompts(n: int) -> list[str]:
     rows = []
     for name in ("llmrouter_query_train.jsonl", "llmrouter_query_test.jsonl"):
-        rows += [json.loads(line)["query"] for line in (DATA / "prompts" / name).read_text().splitlines()]
+        with open(DATA / "prompts" / name, encoding="utf-8") as lines:  # not splitlines: texts hold U+2028
+            rows += [json.loads(line)["query"] for line in lines if line.strip()]
     return rows[:n]
 
 
@@ -57,25 +58,15 @@ def int8_encoder(folder: Path, work: Path):
 
 
 def router_agreement(backends: dict, quick: bool) -> dict:
-    from routeforge.core.config import load_fleet
-    from routeforge.core.schemas import routing_models
     from routeforge.training.embeddings import encode_cached
     from routeforge.training.predictors.router_selection import select_router
-    from routeforge.training.predictors.router_training import split_rows
-    from routeforge.training.routing_table import matrix
 
-    from benchmarks.routerbench_knn import routing_table_of
+    from benchmarks.score_fleets import score_fleet, selection_settings
 
-    config = load_fleet("configs/dcrouter.yaml")
-    settings = config.training.router.model_copy(update={"truncation_sides": None})
-    if quick:
-        settings = settings.model_copy(update={"folds": 3, "knn_k": [30], "mlp_hidden": [0], "mlp_epochs": 5,
-                                               "mf_dim": [], "guard_bootstrap": 200})
-    routing, _ = routing_table_of(config, {})
-    models = routing_models(routing.schema)
-    quality = matrix(routing, "quality", models)
-    train, test = split_rows(routing, "train"), split_rows(routing, "test")
-    texts = routing.column("text").to_pylist()
+    data = score_fleet("dcrouter")
+    config, models, quality, train, test, texts = (data.config, data.models, data.quality, data.train, data.test,
+                                                   data.texts)
+    settings = selection_settings(config, quick)
     side = config.training.knn.truncation_side
     cache = Path(config.storage_root) / "cache" / "embeddings"
     os.environ["ROUTEFORGE_ENCODER_BACKEND"] = "torch"  # the router is trained as before this change

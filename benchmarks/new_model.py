@@ -24,19 +24,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from routeforge.core.config import load_fleet
-from routeforge.core.schemas import routing_models
 from routeforge.training.embeddings import encode_cached
 from routeforge.training.predictors.add_model import add_model
 from routeforge.training.predictors.router_selection import select_router
-from routeforge.training.predictors.router_training import split_rows
-from routeforge.training.routing_table import matrix
 
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
-from benchmarks.routerbench_knn import routing_table_of
-
-CONFIGS = {"dcrouter": "configs/dcrouter.yaml", "routerbench": "configs/routerbench.yaml"}
+from benchmarks.score_fleets import CONFIGS, score_fleet, selection_settings
 
 
 def routed_points(quality: np.ndarray, y: np.ndarray) -> float:
@@ -46,20 +40,10 @@ def routed_points(quality: np.ndarray, y: np.ndarray) -> float:
 
 
 def run(fleet: str, sizes: list[int], draws: int, quick: bool) -> dict:
-    config = load_fleet(CONFIGS[fleet])
-    settings = config.training.router.model_copy(update={"truncation_sides": None})
-    if quick:
-        settings = settings.model_copy(update={"folds": 3, "knn_k": [30], "mlp_hidden": [0], "mlp_epochs": 5,
-                                               "mf_dim": [], "guard_bootstrap": 200})
-    timings: dict[str, float] = {}
-    routing, _ = routing_table_of(config, timings)
-    models = routing_models(routing.schema)
-    train, test = split_rows(routing, "train"), split_rows(routing, "test")
-    quality = matrix(routing, "quality", models)
-    keep = ~np.all(np.isnan(quality), axis=1)
-    train, test = train & keep, test & keep
-    texts = routing.column("text").to_pylist()
-    tasks = np.asarray(routing.column("task").to_pylist())
+    data = score_fleet(fleet)
+    config, models, train, test, quality, texts, tasks, timings = (
+        data.config, data.models, data.train, data.test, data.quality, data.texts, data.tasks, data.timings)
+    settings = selection_settings(config, quick)
     side = config.training.knn.truncation_side
     encoder = {"ref": config.encoder, "truncation_side": side}
     cache = Path(config.storage_root) / "cache" / "embeddings"

@@ -21,17 +21,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from routeforge.core.config import load_fleet
-from routeforge.core.schemas import routing_models
 from routeforge.training.embeddings import encode_cached
 from routeforge.training.predictors.router_selection import select_router
-from routeforge.training.predictors.router_training import split_rows
-from routeforge.training.routing_table import matrix
 
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
-from benchmarks.new_model import CONFIGS
-from benchmarks.routerbench_knn import routing_table_of
+from benchmarks.score_fleets import CONFIGS, score_fleet, selection_settings
 
 
 def replay(router, x: np.ndarray, y: np.ndarray, steps: int, batch: int, seed: int) -> dict[str, np.ndarray]:
@@ -82,19 +77,12 @@ def plot(curves: dict[str, np.ndarray], path: Path, title: str) -> Path:
 
 
 def run(fleet: str, steps: int, seeds: int, batch: int, quick: bool) -> dict:
-    config = load_fleet(CONFIGS[fleet])
-    settings = config.training.router.model_copy(update={"truncation_sides": None})
-    if quick:
-        settings = settings.model_copy(update={"folds": 3, "knn_k": [30], "mlp_hidden": [0], "mlp_epochs": 5,
-                                               "mf_dim": [], "guard_bootstrap": 200})
-        steps = min(steps, 1000)
-    timings: dict[str, float] = {}
-    routing, _ = routing_table_of(config, timings)
-    models = routing_models(routing.schema)
-    train, test = split_rows(routing, "train"), split_rows(routing, "test")
-    quality = matrix(routing, "quality", models)
-    labelled = ~np.isnan(quality).any(axis=1)  # the stream needs every model's outcome
-    train, test = train & labelled, test & labelled
+    data = score_fleet(fleet, every_model=True)  # the stream needs every model's outcome
+    config, models, train, test, quality, timings = (data.config, data.models, data.train, data.test, data.quality,
+                                                     data.timings)
+    settings = selection_settings(config, quick)
+    steps = min(steps, 1000) if quick else steps
+    routing = data.routing
     side = config.training.knn.truncation_side
     cache = Path(config.storage_root) / "cache" / "embeddings"
     x = encode_cached(routing.column("text").to_pylist(), config.encoder, side, cache)

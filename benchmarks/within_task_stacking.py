@@ -20,18 +20,13 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from routeforge.core.config import load_fleet
-from routeforge.core.schemas import routing_models
 from routeforge.training.embeddings import encode_cached
 from routeforge.training.predictors.router_family import Candidate, fit_predict
 from routeforge.training.predictors.router_selection import fold_ids, score_at_argmax
-from routeforge.training.predictors.router_training import split_rows
-from routeforge.training.routing_table import matrix
 
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
-from benchmarks.new_model import CONFIGS
-from benchmarks.routerbench_knn import routing_table_of
+from benchmarks.score_fleets import CONFIGS, score_fleet
 
 FIRST = Candidate("knn", {"k": 10, "prior_strength": 10.0})
 C_GRID = (0.01, 0.1, 1.0)
@@ -69,16 +64,9 @@ def stack_fit_predict(f_fit, y_fit, t_fit, f_pred, t_pred, c: float) -> np.ndarr
 
 
 def run(fleet: str, quick: bool) -> dict:
-    config = load_fleet(CONFIGS[fleet])
-    timings: dict[str, float] = {}
-    routing, _ = routing_table_of(config, timings)
-    models = routing_models(routing.schema)
-    train, test = split_rows(routing, "train"), split_rows(routing, "test")
-    y_all = matrix(routing, "quality", models)
-    keep = ~np.all(np.isnan(y_all), axis=1)
-    train, test = train & keep, test & keep
-    texts = np.asarray(routing.column("text").to_pylist(), dtype=object)
-    tasks = np.asarray(routing.column("task").to_pylist())
+    data = score_fleet(fleet)
+    config, train, test, y_all, tasks = data.config, data.train, data.test, data.quality, data.tasks
+    texts = np.asarray(data.texts, dtype=object)
     side = config.training.knn.truncation_side
     x = encode_cached(list(texts), config.encoder, side, Path(config.storage_root) / "cache" / "embeddings")
     lengths = np.array([len(t) for t in texts], dtype=float)

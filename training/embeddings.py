@@ -1,12 +1,13 @@
 """Sentence embeddings with a durable cache, so the stages that embed the same prompts (the KNN
 index, its leave-one-task-out evaluation, router selection) pay for each text once per encoder.
 
-Two backends give the same embeddings: ONNX Runtime over the graph the bundle ships
-(`training.encoder_export`, exported once per encoder under `encoder_cache_root()` and reused;
-prompts batched by length), the default, and PyTorch (sentence-transformers). Choose with
-$ROUTEFORGE_ENCODER_BACKEND (`onnx` | `torch`). Their embeddings agree to about 1e-7 in cosine
-(the export's `parity/min_cosine`; `benchmarks/encoder_backends.py` measures throughput, parity and
-the router's choices).
+Two backends give the same embeddings: PyTorch (sentence-transformers), the default, and ONNX
+Runtime over the graph the bundle ships (`training.encoder_export`, exported once per encoder under
+`encoder_cache_root()` and reused; prompts batched by length). Choose with
+$ROUTEFORGE_ENCODER_BACKEND (`torch` | `onnx`). Their embeddings agree to about 1e-7 in cosine and
+route identically; on this 2-core CPU the float32 graph is no faster than PyTorch (8.2 against 8.3
+prompts/s at the 256-word-piece window), and the int8 graph, 1.7× faster, fails parity (cosine down
+to 0.91, 93% of the router's choices kept): `benchmarks/encoder_backends.py`, docs/results.md.
 
 Keys are sha256(encoder ref, truncation side[, backend], text): the PyTorch backend keeps the keys it
 always had, the ONNX one adds its name; rows live in `core.storage.ShardCache` shards (atomic
@@ -37,8 +38,8 @@ BACKENDS = ("onnx", "torch")
 
 
 def default_backend() -> str:
-    """$ROUTEFORGE_ENCODER_BACKEND, else ONNX Runtime."""
-    backend = os.environ.get(BACKEND_ENV, "onnx")
+    """$ROUTEFORGE_ENCODER_BACKEND, else PyTorch."""
+    backend = os.environ.get(BACKEND_ENV, "torch")
     if backend not in BACKENDS:
         raise ValueError(f"${BACKEND_ENV}: {backend!r} is not one of {', '.join(BACKENDS)}")
     return backend

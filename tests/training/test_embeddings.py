@@ -26,7 +26,7 @@ def test_cached_vectors_equal_fresh_ones_and_only_new_texts_are_encoded(tmp_path
 
 
 def test_the_onnx_backend_gives_the_pytorch_embeddings_and_keys_its_own_cache(tmp_path, monkeypatch):
-    """ONNX Runtime (the default) and PyTorch agree to 1e-4 in cosine on both truncation sides, and a
+    """ONNX Runtime and PyTorch (the default) agree to 1e-4 in cosine on both truncation sides, and a
     cache filled by one backend is not read by the other."""
     texts = ["What is 15 plus 27?", "Summarise: " + "The committee agreed the budget. " * 80, ""]
     for side in ("right", "left"):
