@@ -90,6 +90,8 @@ def main() -> int:
         child = mlflow.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
                                    output_format="list", max_results=100)
         step = next(r for r in child if r.info.run_name.endswith(args.child_run))
+        # a taller page, so its duration, dataset, metrics and parameters all show in one picture
+        page.call("Emulation.setDeviceMetricsOverride", width=1600, height=2300, deviceScaleFactor=1, mobile=False)
         page.open(f"http://127.0.0.1:{MLFLOW_PORT}/#/experiments/{experiment}/runs/{step.info.run_id}", "Parameters")
         page.screenshot(IMAGES / "mlflow_child_run.png")
     return 0

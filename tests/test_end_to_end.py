@@ -477,8 +477,9 @@ def test_routerbench_end_to_end(config_copy, state_dir):
 
 
 def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tmp_path):
-    """`routeforge bundle add-model`: 20 labelled prompts of a new model, no retrain; a new signed
-    version whose router routes to it where its labels say it is best. Last in the module: it
+    """`routeforge bundle add-model`: the 36 demo prompts labelled for a new model (1 on math, 0
+    elsewhere), no retrain; a new signed version whose router routes to it only where its labels say
+    it is best. Last in the module: it
     registers a challenger the tests above do not expect."""
     rows = [json.loads(line) for line in (CONFIGS / "data" / "demo_prompts.jsonl").read_text().splitlines()]
     labels = tmp_path / "labels.csv"
@@ -493,8 +494,13 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     assert out["registry_version"] == "2" and out["added"]["labels"] == len(rows)
     bundle = load_bundle(out["uri"], tmp_path / "bundle", demo.tracking, public_key=Path(f"{key}.pub"))
     assert bundle.models == [*demo.config.model_names, "tiny-math"]
-    routed = bundle.router().predict(["What is 15 plus 27?", "Translate to French: the cat sleeps."]).best_model()
-    assert routed[0] == "tiny-math" and routed[1] != "tiny-math"
+    # the new model is routed to on math prompts (some: its estimate is lowered by one standard error
+    # of its residuals, and 36 labels leave that wide) and never elsewhere
+    texts, math = [r["prompt"] for r in rows], np.array([r["task"] == "math" for r in rows])
+    prediction = bundle.router().predict(texts)
+    routed = np.array(prediction.best_model())
+    assert (routed[math] == "tiny-math").any() and not (routed[~math] == "tiny-math").any()
+    assert prediction.quality[math, -1].mean() > prediction.quality[~math, -1].mean() + 0.1
     bad = tmp_path / "bad.csv"
     bad.write_text("text,score\nfine,0.5\nalso fine,7\n")
     refused = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "m", "--labels", str(bad),
