@@ -25,7 +25,21 @@ def column_schema(schema: pa.Schema) -> dg.TableSchema:
         for field in schema])
 
 
-class ParquetIOManager(dg.UPathIOManager):
+class _EveryPartitionAsDict(dg.UPathIOManager):
+    """A step that is not itself partitioned and reads every partition of an upstream asset gets
+    `{partition: value}`, also when the fleet has one partition (one model, one profiled tier):
+    UPathIOManager hands the single value over bare, which broke such fleets' consumers (their
+    inputs are typed as dicts). A partitioned step reading its own partition keeps the bare value."""
+
+    def load_partitions(self, context: dg.InputContext):
+        loaded = super().load_partitions(context)
+        keys = context.asset_partition_keys
+        if len(keys) == 1 and not context.has_partition_key:
+            return {keys[0]: loaded}
+        return loaded
+
+
+class ParquetIOManager(_EveryPartitionAsDict):
     extension = ".parquet"
 
     def dump_to_path(self, context: dg.OutputContext, obj: pa.Table, path: UPath) -> None:
@@ -39,7 +53,7 @@ class ParquetIOManager(dg.UPathIOManager):
         return read_parquet(path)
 
 
-class JsonIOManager(dg.UPathIOManager):
+class JsonIOManager(_EveryPartitionAsDict):
     extension = ".json"
 
     def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:

@@ -86,3 +86,27 @@ def test_a_watched_location_naming_an_unknown_job_is_refused(config_copy, tmp_pa
     path = config_copy("demo", automation={"watch": [{"name": "w", "uri": str(tmp_path), "jobs": ["no_such_job"]}]})
     with pytest.raises(ValueError, match=r"automation.watch\[w\].jobs: unknown job\(s\) \['no_such_job'\]"):
         build_definitions(path)
+
+
+@pytest.mark.e2e
+def test_the_routing_evaluation_replays_the_fleets_traffic_logs(config_copy, state_dir, tmp_path):
+    """A fleet with production logs: `routing_evaluation` replays them as the `traffic` workload
+    (their arrivals and token counts) and recommends a policy for that traffic, carried by the bundle."""
+    traffic = tmp_path / "traffic"
+    synthetic_log(traffic / "day1.jsonl", n=60, rate=5.0)
+    base = load_fleet(_fleet(config_copy, traffic))
+    path = config_copy(  # the demo's batch-profiled tiers: the simulator needs their prefill/decode fits
+        "demo", datasets=[d.model_dump(mode="json") for d in base.datasets],
+        training={"knn": {"k": 5}, "routing_evaluation": {
+            "enabled": True, "loads": [0.5], "workloads": ["poisson"], "requests": 20, "seeds": 2,
+            "policies": ["round_robin", "join_shortest_queue", "least_work_left"]}})
+    config = load_fleet(path)
+    assert config.routing_traffic_logs() == str(traffic)
+    with dg.instance_for_test() as instance:
+        out = run_pipeline(path, instance)
+    report = json.loads((config.storage_root / "reports" / "routing" / "routing_evaluation.json").read_text())
+    assert {r["workload"] for r in report["rows"]} == {"poisson", "traffic"} and report["traffic_requests"] == 60
+    assert set(report["gate_by_workload"]) == {"poisson", "traffic"}
+    bundle = load_bundle(out["uri"], tmp_path / "bundle", config.registry.tracking_uri)
+    simulator = bundle.manifest.component("routing_simulator").config
+    assert simulator["recommended_by_workload"]["traffic"] == f"policy--{report['gate_by_workload']['traffic']['recommended']}"
