@@ -271,7 +271,7 @@ class Router:
 
     def _online_state(self, prior_strength: float) -> tuple[np.ndarray, np.ndarray]:
         if "online/alpha" not in self.weights:
-            mean = np.clip(self.weights["guard/cluster_quality"].astype(np.float64), 0.01, 0.99)
+            mean = self._online_prior()
             self.weights["online/alpha"] = prior_strength * mean
             self.weights["online/beta"] = prior_strength * (1.0 - mean)
             self.meta["online"] = {"rule": "thompson_beta_per_cluster", "prior_strength": prior_strength,
@@ -280,15 +280,24 @@ class Router:
 
     def _online_shift(self, rng: np.random.Generator | None = None) -> np.ndarray:
         """(clusters, models): posterior mean (or a draw, with `rng`) minus the prior mean."""
-        alpha, beta = self.weights["online/alpha"], self.weights["online/beta"]
-        strength = float(self.meta["online"]["prior_strength"])
-        prior = np.clip(self.weights["guard/cluster_quality"].astype(np.float64), 0.01, 0.99)
-        if alpha.shape != prior.shape:  # a model added after the first outcome: its cells start at the prior
-            grow = prior.shape[1] - alpha.shape[1]
-            alpha = self.weights["online/alpha"] = np.hstack([alpha, strength * prior[:, -grow:]])
-            beta = self.weights["online/beta"] = np.hstack([beta, strength * (1 - prior[:, -grow:])])
+        alpha, beta, prior = self._grown_online_state()
         now = rng.beta(alpha, beta) if rng is not None else alpha / (alpha + beta)
         return now - prior
+
+    def _grown_online_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """α, β and the prior means, α and β first given a column, at the prior, for every model
+        added after the first outcome."""
+        alpha, beta = self.weights["online/alpha"], self.weights["online/beta"]
+        prior = self._online_prior()
+        if alpha.shape != prior.shape:
+            strength, grow = float(self.meta["online"]["prior_strength"]), prior.shape[1] - alpha.shape[1]
+            alpha = self.weights["online/alpha"] = np.hstack([alpha, strength * prior[:, -grow:]])
+            beta = self.weights["online/beta"] = np.hstack([beta, strength * (1 - prior[:, -grow:])])
+        return alpha, beta, prior
+
+    def _online_prior(self) -> np.ndarray:
+        """(clusters, models): the training means the posteriors start from, kept off 0 and 1."""
+        return np.clip(self.weights["guard/cluster_quality"].astype(np.float64), 0.01, 0.99)
 
     def update(self, texts: list[str], models: list[str], outcomes, encoder=None,
                prior_strength: float = 20.0) -> int:
@@ -311,8 +320,7 @@ class Router:
         if ((outcomes[known] < 0) | (outcomes[known] > 1)).any():
             raise ValueError("update: outcomes must lie in [0, 1] (a thumbs-up is 1, an error 0)")
         self._online_state(prior_strength)
-        self._online_shift()  # grows the state for models added since it began
-        alpha, beta = self.weights["online/alpha"], self.weights["online/beta"]
+        alpha, beta, _ = self._grown_online_state()
         sims = x @ self.weights["guard/centroids"].T
         cluster = np.argmax(sims, axis=1)
         seen = sims.max(axis=1) >= float(self.weights["guard/ood_threshold"][0])

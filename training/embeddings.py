@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -86,27 +87,32 @@ def encode(texts: list[str], ref: str, batch_size: int = 64, log: Callable[[str]
     Texts longer than the encoder's window (256 word pieces for MiniLM) are cut on
     `truncation_side`; "left" keeps their end, where a few-shot prompt puts its actual question.
     With `log`, texts are encoded `chunk` at a time and the count reported (`core.progress`)."""
-    backend = backend or default_backend()
     counted = Counted(log, f"embedding ({truncation_side} truncation)", len(texts), "prompts")
     step = chunk if log is not None else max(len(texts), 1)  # one call when nobody is told
     parts = []
+    with _encoder(ref, backend or default_backend(), truncation_side, batch_size) as embed:
+        for start in range(0, max(len(texts), 1), step):
+            parts.append(embed(texts[start:start + step]))
+            counted.count(min(start + step, len(texts)))
+    return np.ascontiguousarray(np.concatenate(parts) if len(parts) > 1 else parts[0], dtype=np.float32)
+
+
+@contextmanager
+def _encoder(ref: str, backend: str, truncation_side: str, batch_size: int):
+    """texts → embeddings on `backend`, cutting long texts on `truncation_side` (for PyTorch, the
+    tokenizer's side is set for the block and restored after)."""
     if backend == "onnx":
         encoder = onnx_encoder(ref)
-        for start in range(0, max(len(texts), 1), step):
-            parts.append(encoder.encode(texts[start:start + step], truncation_side, batch_size))
-            counted.count(min(start + step, len(texts)))
-        return np.ascontiguousarray(np.concatenate(parts) if len(parts) > 1 else parts[0], dtype=np.float32)
+        yield lambda texts: encoder.encode(texts, truncation_side, batch_size)
+        return
     model = _load(ref)
     before = model.tokenizer.truncation_side
     model.tokenizer.truncation_side = truncation_side
     try:
-        for start in range(0, max(len(texts), 1), step):
-            parts.append(model.encode(texts[start:start + step], batch_size=batch_size, normalize_embeddings=True,
-                                      convert_to_numpy=True, show_progress_bar=False))
-            counted.count(min(start + step, len(texts)))
+        yield lambda texts: model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                         convert_to_numpy=True, show_progress_bar=False)
     finally:
         model.tokenizer.truncation_side = before
-    return np.ascontiguousarray(np.concatenate(parts) if len(parts) > 1 else parts[0], dtype=np.float32)
 
 
 def _key(ref: str, truncation_side: str, text: str, backend: str = "torch") -> str:

@@ -78,7 +78,7 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
     from routeforge.artifacts.loader import load_bundle
     from routeforge.artifacts.manifest import Fleet, ModelEntry
     from routeforge.artifacts.sentence_encoder import embed_for
-    from routeforge.artifacts.writer import ComponentSource
+    from routeforge.artifacts.writer import ComponentSource, sha256_file
     from routeforge.registry.publish import publish_bundle
     from routeforge.training.predictors.add_model import add_model
 
@@ -114,18 +114,12 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
         registered, manifest = publish_bundle(
             name=name, fleet=fleet, components=components, staging_dir=work / "staging", tracking_uri=tracking_uri,
             experiment=experiment, artifact_location=None, alias="challenger",
-            input_hashes={**bundle.manifest.lineage.input_hashes, f"labels:{model}": _digest(labels)},
+            input_hashes={**bundle.manifest.lineage.input_hashes, f"labels:{model}": sha256_file(labels)},
             params={"added_model": model, "labels": str(len(rows)), "from_version": bundle.manifest.version,
                     "ridge": str(record["ridge"])},
             signing_key=signing_key, skip_unchanged=False)
     return {"uri": registered.uri, "registry_version": registered.version, "bundle_version": manifest.version,
             "from": f"{name}@{source_alias}", "added": record}
-
-
-def _digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @click.command("add-model")
