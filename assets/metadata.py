@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 from routeforge.core.storage import Quarantine
 
 
@@ -57,3 +60,19 @@ def inline_plot(path) -> dg.MetadataValue:
 def plot_entries(paths, prefix: str = "plot_") -> dict[str, dg.MetadataValue]:
     """One metadata entry per plot, keyed by its file stem (unique within one materialization)."""
     return {f"{prefix}{Path(p).stem}": inline_plot(p) for p in paths}
+
+
+def content_version(value: pa.Table | dict) -> dg.DataVersion:
+    """A data version from the output's content (a table's rows and schema, or a JSON summary): an
+    asset re-materialized with the same content leaves what reads it up to date
+    (`pipelines/versions.py`)."""
+    digest = hashlib.sha256()
+    if isinstance(value, pa.Table):
+        sink = pa.BufferOutputStream()
+        table = value.replace_schema_metadata(None).combine_chunks()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        digest.update(memoryview(sink.getvalue()))
+    else:
+        digest.update(json.dumps(value, sort_keys=True, default=str).encode())
+    return dg.DataVersion(digest.hexdigest()[:32])

@@ -12,7 +12,9 @@ from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import profiled_tiers, trainer
 from routeforge.core.components import TrainedComponent
+from routeforge.training.embeddings import embedding_counts
 from routeforge.training.encoder_export import export_sentence_encoder
+from routeforge.training.parallel import parallel_tasks, pool_for
 from routeforge.training.predictors.knn import build_knn
 from routeforge.training.predictors.knn_eval import evaluate_knn
 from routeforge.training.predictors.packaging import parity_metrics, parity_passes
@@ -37,11 +39,13 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
     config = fleet.config
     folder = store.component_dir("knn_estimator")
     params = {"knn": config.training.knn.model_dump(mode="json"), "encoder": str(config.encoder)}
-    with mlflow.step_run(context, f"{config.name}-knn-estimator", params) as run_id:
+    with mlflow.step_run(context, f"{config.name}-knn-estimator", params) as run_id, embedding_counts() as embedded, \
+            parallel_tasks(pool_for(config.execution)):
         knn = build_knn(routing_table, config.encoder, config.training.knn, folder,
                         cache_dir=store.cache_dir("embeddings"), log=context.log.info)
         context.log.info(f"indexed {knn.index.ntotal} training prompts")
-        evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep)
+        evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep,
+                                              cache_dir=store.cache_dir("embeddings"))
         reports = store.report_dir("knn")
         plot = plot_quality_cost(evaluation, reports / "knn_quality_cost.png",
                                  f"{config.name}: KNN router, k={knn.k}")
@@ -74,6 +78,8 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
             "lambda_sweep": markdown_table(sweep_rows),
             "quality_cost_plot": inline_plot(plot),
             "mlflow_run": mlflow.run_link(run_id),
+            # a re-run embeds only the prompts the cache lacks
+            "texts_embedded": embedded["embedded"], "texts_from_embedding_cache": embedded["from_cache"],
         },
     )
     finite = all(np.isfinite(getattr(prediction, m)).all() for m in ("quality", "output_tokens", "cost"))

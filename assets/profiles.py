@@ -9,7 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
-from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
+from routeforge.assets.metadata import content_version, inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import PROFILE_JOB, profiled_tiers, tier_partitions, trainer
 from routeforge.core.components import TrainedComponent
@@ -73,7 +73,8 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition, op_tags: dict
         else:
             metadata |= {k: round(v, 6) for k, v in summary["prior"].items() if isinstance(v, float)}
         store.push(folder)
-        return dg.Output(summary | {"folder": str(folder)}, metadata=metadata)
+        summary = summary | {"folder": str(folder)}
+        return dg.Output(summary, metadata=metadata, data_version=content_version(summary))
 
     return tier_profiles
 

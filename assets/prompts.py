@@ -5,7 +5,7 @@ import time
 from collections import Counter
 
 import dagster as dg
-from routeforge.assets.metadata import quarantine_metadata
+from routeforge.assets.metadata import content_version, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource
 from routeforge.prompts.sources import build_prompts
 
@@ -28,6 +28,7 @@ def prompts(context: dg.AssetExecutionContext, fleet: FleetResource, store: Comp
     context.log.info(f"{table.num_rows} prompts, {len(quarantine)} quarantined")
     yield dg.Output(
         table,
+        data_version=content_version(table),  # an identical set leaves everything downstream up to date
         metadata={
             "rows": table.num_rows,
             "tasks": dg.MetadataValue.json(dict(Counter(table.column("task").to_pylist()))),

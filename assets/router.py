@@ -26,7 +26,8 @@ from routeforge.core.storage import Quarantine
 def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                      mlflow: MlflowRegistry, routing_table: pa.Table):
     from routeforge.artifacts.router import Router
-    from routeforge.training.embeddings import TrainingEncoder
+    from routeforge.training.embeddings import TrainingEncoder, embedding_counts
+    from routeforge.training.parallel import parallel_tasks, pool_for
     from routeforge.training.predictors.outcomes import replay_outcomes
     from routeforge.training.predictors.router_training import train_router
 
@@ -34,7 +35,8 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
     params = {"router": config.training.router.model_dump(mode="json"),
               "encoder": str(config.encoder),
               "truncation_side": config.training.knn.truncation_side, "seed": config.training.seed}
-    with mlflow.step_run(context, f"{config.name}-router-selection", params) as run_id:
+    with mlflow.step_run(context, f"{config.name}-router-selection", params) as run_id, \
+            embedding_counts() as embedded, parallel_tasks(pool_for(config.execution)):
         result = train_router(routing_table, config.encoder, config.training.router,
                               store.component_dir("router"), store.report_dir("router"),
                               truncation_side=config.training.knn.truncation_side, seed=config.training.seed,
@@ -69,6 +71,7 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
         metadata={"chosen": ", ".join(report["chosen"]), "mlflow_run": mlflow.run_link(run_id),
                   **{k: round(v, 6) for k, v in result.metrics.items() if np.isfinite(v)},
                   "candidates": markdown_table(candidates), "guard": markdown_table(guard),
+                  "texts_embedded": embedded["embedded"], "texts_from_embedding_cache": embedded["from_cache"],
                   **quarantine_metadata(quarantine, qpath),
                   **plot_entries(result.plots)},
     )

@@ -4,6 +4,7 @@
 import dagster as dg
 import numpy as np
 import pyarrow as pa
+from routeforge.assets.metadata import content_version
 from routeforge.assets.resources import ComponentStore, FleetResource
 from routeforge.training.routing_table import build_routing_table, dataset_card, export_hf_dataset, matrix
 
@@ -42,6 +43,7 @@ def routing_table(
     unlabelled = int((~labelled.any(axis=1)).sum())
     yield dg.Output(
         table,
+        data_version=content_version(table),
         metadata={
             "rows": table.num_rows,
             "models": len(models),

@@ -6,11 +6,13 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from routeforge.core.schemas import QUARANTINE, STAGE_SCHEMA_VERSION
 from routeforge.core.storage_root import is_remote
@@ -171,24 +173,37 @@ class ShardCache:
         else:
             shard.rename(aside)
 
-    def load(self) -> dict[str, dict[str, Any]]:
+    def _tables(self) -> Iterator[pa.Table]:
         names = self._names()  # one listing serves both: uncommitted names are never in `shards`
         self._clear_uncommitted(names)
-        rows: dict[str, dict[str, Any]] = {}
         for shard in self.shards(names):
             try:
-                table = read_parquet(shard, self.schema)
+                yield read_parquet(shard, self.schema)
             except FileNotFoundError:
                 continue  # removed since the listing (a compaction elsewhere): its rows are in the merged shard
             except Exception as exc:  # noqa: BLE001 - a shard we cannot read is set aside, not fatal
                 self._set_aside(shard, exc)
-                continue
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        for table in self._tables():
             for row in table.to_pylist():
                 rows.setdefault(row[self.key], row)
         return rows
 
-    def append(self, rows: list[dict[str, Any]]) -> Path | None:
-        if not rows:
+    def load_table(self) -> pa.Table:
+        """Every cached row as one Arrow table, the first row per key: columnar, so a million cached
+        embeddings stay one buffer instead of a million Python lists."""
+        tables = list(self._tables())
+        if not tables:
+            return self.schema.empty_table()
+        table = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables])
+        keys = table.column(self.key)
+        first = pc.index_in(pc.unique(keys), value_set=keys)  # first position of each distinct key
+        return table if len(first) == table.num_rows else table.take(first)
+
+    def append(self, rows: list[dict[str, Any]] | pa.Table) -> Path | None:
+        if len(rows) == 0:
             return None
         name = f"shard-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
         path = write_parquet(to_table(rows, self.schema), self.folder / name)
@@ -208,7 +223,7 @@ class ShardCache:
         shards = self.shards()
         if len(shards) <= self.compact_above:
             return
-        merged = self.append(list(self.load().values()))
+        merged = self.append(self.load_table())
         for shard in shards:
             if str(shard) != str(merged):
                 self.remove(shard)

@@ -24,7 +24,8 @@ from routeforge.core.config import load_fleet
 from routeforge.pipelines.console import progress_logger
 from routeforge.pipelines.executors import accelerator_tags, executor_for
 from routeforge.pipelines.io_managers import JsonIOManager, ParquetIOManager
-from routeforge.pipelines.sensors import build_sensors, retrain_fleet
+from routeforge.pipelines.sensors import build_sensors, stale_assets_sensor
+from routeforge.pipelines.versions import with_versions
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "demo.yaml"
 
@@ -50,6 +51,8 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
     if config.owners:
         assets = [a.map_asset_specs(lambda spec: spec.replace_attributes(owners=config.owners_of(spec.group_name)))
                   for a in assets]
+    # code versions (what makes an output stale) and the declarative automation that rebuilds what is
+    assets = [with_versions(a, config, config.automation.cron) for a in assets]
     base = config.storage.path("assets")
     signing_key, create_key = config.signing_key_path()
     resources = {
@@ -82,8 +85,9 @@ def training_assets(config) -> list[str]:
 def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
     config = load_fleet(config_path)
     assets, resources = build_assets(config_path)
+    models = dg.StaticPartitionsDefinition(config.model_names)
     generate = dg.define_asset_job(
-        "generate_and_score", selection=dg.AssetSelection.assets("responses", "quality"),
+        "generate_and_score", selection=dg.AssetSelection.assets("responses", "quality"), partitions_def=models,
         description="Generate and score one model partition (backfill it to cover the fleet).",
     )
     train = dg.define_asset_job(
@@ -97,22 +101,20 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
         "build_routing_table", selection=dg.AssetSelection.assets("routing_table"),
         description="Join every model partition's responses and scores into the routing table.",
     )
-    weekly = dg.ScheduleDefinition(
-        job=train, cron_schedule="0 3 * * 1", default_status=dg.DefaultScheduleStatus.STOPPED,
-        description="Weekly retraining from the latest responses and scores.",
-    )
-    jobs = [prompts_job, generate, routing_job, train, retrain_fleet]
+    jobs = [prompts_job, generate, routing_job, train]
     if profiled_tiers(config):
         jobs.append(dg.define_asset_job(
             "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
+            partitions_def=tier_partitions(config),
             description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",
         ))
     # `console` is Dagster's default; `progress` feeds `routeforge.pipelines.run`'s stage lines (used only
     # when a run's config names it, so runs from the UI log exactly as before)
     return dg.Definitions(assets=assets, resources=resources, jobs=jobs, executor=executor_for(config),
-                          schedules=[weekly], loggers={"console": dg.colored_console_logger,
+                          loggers={"console": dg.colored_console_logger,
                                                        "progress": progress_logger},
-                          sensors=build_sensors(config, str(Path(config_path).resolve()), {j.name: j for j in jobs}))
+                          sensors=[*build_sensors(config, str(Path(config_path).resolve()), {j.name: j for j in jobs}),
+                                   stale_assets_sensor(config)])
 
 
 defs = build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))

@@ -104,11 +104,13 @@ def accelerator_tags(config: FleetConfig) -> dict[str, Any]:
 
 
 def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, job: str,
-            instance: dg.DagsterInstance, partition: str | None, tags: dict[str, str], run_config: dict):
-    """Run one job of the code location under the fleet's executor; returns Dagster's result."""
+            instance: dg.DagsterInstance, partition: str | None, tags: dict[str, str], run_config: dict,
+            asset_selection: list[dg.AssetKey] | None = None):
+    """Run one job of the code location (only `asset_selection` of its assets, when given) under the
+    fleet's executor; returns Dagster's result."""
     if config.execution.executor == "in_process":
         result = defs.resolve_job_def(job).execute_in_process(partition_key=partition, instance=instance, tags=tags,
-                                                              run_config=run_config)
+                                                              run_config=run_config, asset_selection=asset_selection)
         attach_to_code_location(instance, result.run_id)
         return result
     from dagster._core.definitions.reconstruct import ReconstructableRepository
@@ -123,7 +125,7 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
     # caller's later runs (or tests) never see another run's fleet
     with _environment(ROUTEFORGE_CONFIG=str(Path(config_path).resolve())), \
             dg.execute_job(repository.get_reconstructable_job(job), instance=instance, tags=run_tags,
-                           run_config=run_config) as result:
+                           run_config=run_config, asset_selection=asset_selection) as result:
         attach_to_code_location(instance, result.run_id)
         if not result.success:
             failures = [e.message for e in result.all_events if e.is_failure]
@@ -147,19 +149,12 @@ def _environment(**values: str):
 
 
 class _Detached:
-    """What `routeforge.pipelines.run` reads of a result, kept after `execute_job`'s context closes."""
-
-    NODES = ("router_bundle", "knn_estimator", "predictor_report", "router_selection", "routing_evaluation",
-             "release_gate")
+    """What `routeforge.pipelines.run` reads of a result (its check evaluations), kept after
+    `execute_job`'s context closes; outputs are read back through the IO managers, as a later run would."""
 
     def __init__(self, result):
-        present = {node.name for node in result.job_def.nodes}
-        # outputs are read back through the IO managers (the object store), as a later run would
-        self._outputs = {node: result.output_for_node(node) for node in self.NODES if node in present}
+        self.run_id = result.run_id
         self._checks = result.get_asset_check_evaluations()
-
-    def output_for_node(self, node: str):
-        return self._outputs[node]
 
     def get_asset_check_evaluations(self):
         return self._checks

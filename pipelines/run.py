@@ -3,9 +3,11 @@
     python -m routeforge.pipelines.run configs/demo.yaml
 
 The code location's own named jobs run in order: `build_prompts`, `generate_and_score` per model
-partition, `build_routing_table`, `profile_tiers` per profiled tier, then `train_and_register`.
-Runs are recorded in the Dagster instance at $DAGSTER_HOME (an ephemeral one when unset), so they
-show up in `dagster dev` under those job names, with full lineage. Steps run in this process, or
+partition, `build_routing_table`, `profile_tiers` per profiled tier, then `train_and_register`;
+each runs only the assets that are missing or stale (`pipelines/stale.py`), so an unchanged re-run
+materializes nothing but the re-read prompt set. Runs are recorded in the Dagster instance at
+$DAGSTER_HOME (else one in the local storage root, `<root>/dagster`), so they show up in
+`dagster dev` under those job names, with full lineage. Steps run in this process, or
 under the fleet's `execution.executor` (one process or one Ray job per step; pipelines/executors.py).
 """
 
@@ -29,6 +31,10 @@ from routeforge.core.run_lock import RunLocked, storage_root_lock
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import code_location_tags, execute
+from routeforge.pipelines.stale import plan
+
+# a step runs at most this many times: content-versioned assets, then what they made stale
+MAX_PHASES = 3
 
 
 def stage_count(config) -> int:
@@ -52,7 +58,7 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     config.storage.check()  # a missing bucket or wrong credentials stop here, before any work
     defs = build_definitions(config_path)
     if instance is None:
-        instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+        instance = default_instance(config)
     timings: dict[str, float] = {}
     # one MLflow parent run groups every training run this pipeline run logs
     pipeline_run = uuid.uuid4().hex
@@ -60,23 +66,33 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     if console is not None:
         loggers["progress"] = {}
 
-    def step(label: str, job: str, partition: str | None = None):
+    ran: dict[str, dict[str, str]] = {}
+
+    def step(label: str, job: str, partition: str | None = None) -> None:
+        """Run what the job must rebuild for `partition` (`pipelines/stale.py`): nothing when all is
+        up to date; content-versioned assets first, then what their new versions made stale."""
         start = time.perf_counter()
         if console is not None:
             console.begin(label)
-        result = execute(defs, config, config_path, job, instance, partition,
-                         tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run,
-                               **code_location_tags()},
-                         run_config={"loggers": loggers})
+        done: dict[str, str] = {}
+        for _ in range(MAX_PHASES):
+            todo = plan(defs, instance, job, partition, config, frozenset(done))
+            if not todo:
+                break
+            result = execute(defs, config, config_path, job, instance, partition,
+                             tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run,
+                                   **code_location_tags()},
+                             run_config={"loggers": loggers}, asset_selection=todo.selection)
+            done |= {k.to_user_string(): todo.reasons[k.to_user_string()] for k in todo.selection}
+            failed = [e for e in result.get_asset_check_evaluations() if not e.passed
+                      and e.severity == dg.AssetCheckSeverity.ERROR]
+            if failed:
+                names = ", ".join(f"{e.asset_key.to_user_string()}:{e.check_name}" for e in failed)
+                raise RuntimeError(f"{label}: asset checks failed: {names}")
         timings[label] = time.perf_counter() - start
+        ran[label] = done
         if console is not None:
-            console.end(label, timings[label])
-        failed = [e for e in result.get_asset_check_evaluations() if not e.passed
-                  and e.severity == dg.AssetCheckSeverity.ERROR]
-        if failed:
-            names = ", ".join(f"{e.asset_key.to_user_string()}:{e.check_name}" for e in failed)
-            raise RuntimeError(f"{label}: asset checks failed: {names}")
-        return result
+            console.end(label, timings[label], "" if done else "up to date: nothing to run")
 
     step("prompts", "build_prompts")
     for model in config.model_names:
@@ -86,13 +102,34 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
         step("routing_table", "build_routing_table")
         for tier in profiled:
             step(f"profile[{tier}]", "profile_tiers", partition=tier)
-    result = step("train_and_register", "train_and_register")
-    bundle = result.output_for_node("router_bundle")
+    step("train_and_register", "train_and_register")
+    trained = ran["train_and_register"]
+
+    def value(name: str):
+        return defs.load_asset_value(name, instance=instance)
+
+    bundle = value("router_bundle")
+    if "router_bundle" not in trained:  # nothing changed: the bundle on record is the one registered
+        bundle = {**bundle, "unchanged": True}
     # each trainer's own summary of its result, under its key (None for a trainer the fleet does not run)
     trainers = {t.key: None for t in all_trainers() if t.job == TRAIN_JOB}
-    trainers |= {t.key: t.summary(result.output_for_node(t.name)) for t in enabled_trainers(config, job=TRAIN_JOB)}
-    return {**bundle, "timings_s": timings, **trainers, "report": result.output_for_node("predictor_report"),
-            "release": result.output_for_node("release_gate") if config.release.enabled else None}
+    trainers |= {t.key: t.summary(value(t.name)) for t in enabled_trainers(config, job=TRAIN_JOB)}
+    release = value("release_gate") if config.release.enabled else None
+    if release is not None and "release_gate" not in trained:
+        release = {**release, "unchanged": True}
+    return {**bundle, "timings_s": timings, **trainers, "report": value("predictor_report"), "release": release,
+            "materialized": ran}
+
+
+def default_instance(config) -> dg.DagsterInstance:
+    """The Dagster instance at $DAGSTER_HOME; else, for a local storage root, a persistent one in
+    `<root>/dagster` (the versions on record are what lets a re-run skip what did not change); an
+    ephemeral one for a remote root with no $DAGSTER_HOME (every run then rebuilds everything)."""
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    if config.storage.is_local:
+        return dg.DagsterInstance.local_temp(tempdir=str(config.storage.mirror / "dagster"))
+    return dg.DagsterInstance.ephemeral()
 
 
 def default_log_file(fleet: str, stamp: str) -> Path:
@@ -140,13 +177,17 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(f"total {time.perf_counter() - start:.1f}s")
     print(f"tracking URI: {out['tracking_uri']}")
-    if out.get("unchanged"):
+    if not out["materialized"]["train_and_register"]:
+        print(f"up to date: no training step ran (nothing they read changed); registry version "
+              f"{out['registry_version']} ({out['uri']}) stays")
+    elif out.get("unchanged"):
         print(f"nothing registered: the bundle's content ({out['bundle_version']}) equals registry version "
               f"{out['registry_version']}'s ({out['uri']})")
     else:
         print(f"registered bundle: {out['uri']} (registry version {out['registry_version']}, "
               f"bundle {out['bundle_version']})")
-    if out["release"] is not None and not out["release"].get("unchanged"):
+    if out["release"] is not None and not out["release"].get("unchanged") and "release_gate" in out["materialized"][
+            "train_and_register"]:
         verdict = "promoted to @champion" if out["release"]["promoted"] else "kept as challenger"
         print(f"release gate: version {out['registry_version']} {verdict}: {'; '.join(out['release']['reasons'])}")
     return 0

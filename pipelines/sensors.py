@@ -6,10 +6,13 @@
   only records what is already there: a sensor switched on does not retrain on old files.
 - `fleet_file_changed`: the fleet file's sha256 against the cursor; launches `on_fleet_change`.
 
+- `retrain_what_is_stale`: Dagster's declarative automation over every asset (`pipelines/versions.py`):
+  what is missing or stale is re-materialized, the rest is left alone.
+
 Each launch carries a run key (a hash of what changed), so a re-evaluated tick never launches the
-same work twice, and tags naming the trigger. `retrain_fleet`, the default job, runs every stage
-through the same instance (`routeforge.pipelines.run.run_pipeline`), so its stages appear under their own job
-names beside it.
+same work twice, and tags naming the trigger. `build_prompts`, the default job, re-reads the prompt
+sources; a prompt set that came out different makes generation, scoring and training stale, and
+`retrain_what_is_stale` rebuilds them, partition by partition, in dependency order.
 """
 
 
@@ -19,7 +22,6 @@ import warnings
 from pathlib import Path
 
 import dagster as dg
-from routeforge.assets.resources import FleetResource
 from routeforge.core.config import FleetConfig
 from upath import UPath
 
@@ -34,6 +36,13 @@ def _listing(uri: str, suffixes: list[str]) -> dict[str, list[float]]:
             info = path.stat()
             out[str(path)] = [float(info.st_size), float(getattr(info, "st_mtime", 0.0))]
     return out
+
+
+def _partitions(job) -> list[str | None]:
+    """A run per partition of a partitioned job (`profile_tiers` re-reads every tier's traffic logs),
+    one run otherwise."""
+    partitions = job.partitions_def
+    return list(partitions.get_partition_keys()) if partitions is not None else [None]
 
 
 def watch_sensor(watch, interval_s: int, jobs: list) -> dg.SensorDefinition:
@@ -53,7 +62,9 @@ def watch_sensor(watch, interval_s: int, jobs: list) -> dg.SensorDefinition:
         key = hashlib.sha256(json.dumps({p: now[p] for p in changed}).encode()).hexdigest()[:16]
         tags = {"routeforge/trigger": f"watch_{watch.name}",
                 "routeforge/files": ",".join(Path(p).name for p in changed)[:900]}
-        return [dg.RunRequest(run_key=f"{watch.name}:{key}:{job}", job_name=job, tags=tags) for job in watch.jobs]
+        return [dg.RunRequest(run_key=f"{watch.name}:{key}:{job.name}:{partition or ''}", job_name=job.name,
+                              partition_key=partition, tags=tags)
+                for job in jobs for partition in _partitions(job)]
 
     return _sensor
 
@@ -71,7 +82,9 @@ def fleet_file_sensor(config_path: str, interval_s: int, jobs: list) -> dg.Senso
             return dg.SkipReason("fleet file unchanged")
         context.update_cursor(digest)
         tags = {"routeforge/trigger": "fleet_file_changed", "routeforge/fleet_sha256": digest}
-        return [dg.RunRequest(run_key=f"fleet:{digest[:16]}:{job}", job_name=job, tags=tags) for job in names]
+        return [dg.RunRequest(run_key=f"fleet:{digest[:16]}:{job.name}:{partition or ''}", job_name=job.name,
+                              partition_key=partition, tags=tags)
+                for job in jobs for partition in _partitions(job)]
 
     return _sensor
 
@@ -84,7 +97,9 @@ def build_sensors(config: FleetConfig, config_path: str, jobs: dict) -> list[dg.
     def resolve(names: list[str], field: str) -> list:
         unknown = [n for n in names if n not in jobs]
         if unknown:
-            raise ValueError(f"{field}: unknown job(s) {unknown} (the code location defines {sorted(jobs)})")
+            hint = ("; retrain_fleet is gone: launch build_prompts and the assets that go stale are rebuilt by "
+                    "the retrain_what_is_stale sensor" if "retrain_fleet" in unknown else "")
+            raise ValueError(f"{field}: unknown job(s) {unknown} (the code location defines {sorted(jobs)}){hint}")
         return [jobs[n] for n in names]
 
     # Dagster's @sensor passes its own beta `owners` parameter on and warns about it at every import
@@ -98,19 +113,14 @@ def build_sensors(config: FleetConfig, config_path: str, jobs: dict) -> list[dg.
     return sensors
 
 
-@dg.op(description="Every stage of the fleet, in order, through this run's instance: prompts, generation "
-                   "and scoring per model, routing table, tier profiles, training, registration, release gate.")
-def retrain_all_stages(context: dg.OpExecutionContext, fleet: FleetResource) -> dict:
-    from routeforge.pipelines.run import run_pipeline
-
-    # a scheduled retrain waits for a run already on this storage root (up to an hour) rather than failing
-    out = run_pipeline(fleet.config_path, instance=context.instance, wait_s=3600)
-    context.log.info(f"{'nothing new' if out.get('unchanged') else 'registered'}: {out['uri']} "
-                     f"version {out['registry_version']}")
-    return {k: out[k] for k in ("uri", "registry_version", "bundle_version", "unchanged") if k in out}
-
-
-@dg.job(name="retrain_fleet", description="Retrain the whole fleet: every named job in order (what the sensors "
-                                          "and `make demo` run).")
-def retrain_fleet():
-    retrain_all_stages()
+def stale_assets_sensor(config: FleetConfig) -> dg.AutomationConditionSensorDefinition:
+    """Declarative automation for every asset: each tick evaluates the assets' `stale()` conditions
+    (`pipelines/versions.py`) and launches runs for what is missing, has a new code version or a
+    new input data version; the prompt set also re-reads its sources on `automation.cron`."""
+    return dg.AutomationConditionSensorDefinition(
+        "retrain_what_is_stale", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.STOPPED,
+        minimum_interval_seconds=max(30, config.automation.minimum_interval_s),
+        run_tags={"routeforge/trigger": "retrain_what_is_stale", "routeforge/fleet": config.name},
+        description="Re-materializes every asset partition that is missing or stale (new code version, or an "
+                    "input with a new data version): retraining costs what changed.",
+    )

@@ -378,6 +378,38 @@ def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
             assert all(job in shown for job in by_job), shown[:2000]
 
 
+def test_an_unchanged_rerun_of_the_demo_runs_no_training_step(demo):
+    """Nothing changed since the demo's run: the re-read prompt set comes out identical, so no model
+    is generated or scored again, no tier profiled, no training step runs and nothing is registered;
+    Dagster says every asset is up to date, for the reasons it shows in the UI."""
+    instance = demo.instance
+    before = {r.run_id for r in instance.get_runs()}
+    again = run_pipeline(CONFIGS / "demo.yaml", instance)
+    assert {step: assets for step, assets in again["materialized"].items() if assets} == {
+        "prompts": {"prompts": "re-reads its sources every run"}}
+    new_runs = [r for r in instance.get_runs() if r.run_id not in before]
+    assert [r.job_name for r in new_runs] == ["build_prompts"]  # no other job was even started
+    assert again["unchanged"] and again["registry_version"] == demo.out["registry_version"]
+    assert again["bundle_version"] == demo.out["bundle_version"]
+    from routeforge.pipelines.definitions import build_definitions
+    from routeforge.pipelines.stale import plan
+
+    defs = build_definitions(CONFIGS / "demo.yaml")
+    for job, partitions in (("generate_and_score", demo.config.model_names), ("train_and_register", [None])):
+        for partition in partitions:
+            assert not plan(defs, instance, job, partition, demo.config)
+    # a changed training setting makes the trainers stale, and Dagster names the code version as the cause
+    changed = CONFIGS / ".demo-k7.yaml"
+    changed.write_text((CONFIGS / "demo.yaml").read_text().replace("knn: {k: 10}", "knn: {k: 7}"))
+    try:
+        todo = plan(build_definitions(changed), instance, "train_and_register", None, load_fleet(changed))
+        assert not plan(build_definitions(changed), instance, "generate_and_score", "tiny-gpt2", load_fleet(changed))
+    finally:
+        changed.unlink()
+    assert todo.reasons["routing_table"] == "has a new code version"  # it reads the training settings too
+    assert todo.selection == [todo.selection[0]]  # the table alone first: its content decides the rest
+
+
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     """A router service's install (`pip install routeforge`, no extras) in a fresh virtual environment
     verifies the demo bundle, routes prompts, predicts latency and asks the recommended policy, and

@@ -1,8 +1,10 @@
-"""Continuous retraining: a traffic-log file dropped in the watched folder launches `retrain_fleet`,
-which registers a new challenger trained on those prompts and latency records; a changed fleet file
-launches its jobs; a sensor never launches the same change twice (issue 20, item 3)."""
+"""Continuous retraining: a traffic-log file dropped in the watched folder launches `build_prompts`
+and `profile_tiers`; declarative automation then rebuilds what they made stale, in dependency order,
+and registers a new challenger trained on those prompts and latency records; a changed fleet file
+launches its jobs; a sensor never launches the same change twice (issues 20 and 39)."""
 
 import json
+from collections import Counter
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -10,11 +12,32 @@ import pytest
 from mlflow import MlflowClient
 from routeforge.artifacts.loader import load_bundle
 from routeforge.core.config import load_fleet
-from routeforge.pipelines.definitions import build_definitions
+from routeforge.pipelines.definitions import build_assets, build_definitions
 from routeforge.pipelines.run import run_pipeline
 
 from tests.conftest import CONFIGS
 from tests.traffic import synthetic_log
+
+
+def _automate(path, defs: dg.Definitions, instance, cursor, ticks: int = 20) -> Counter:
+    """What `retrain_what_is_stale` does, tick by tick: evaluate every asset's automation condition
+    and materialize what it requests (one run per partition), until a tick requests nothing."""
+    assets, resources = build_assets(path)
+    done: Counter = Counter()  # (asset, partition) -> times materialized
+    for _ in range(ticks):
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        cursor = result.cursor
+        by_partition: dict[str | None, list[dg.AssetKey]] = {}
+        for node in defs.resolve_asset_graph().asset_nodes:
+            for partition in result.get_requested_partitions(node.key):
+                by_partition.setdefault(partition, []).append(node.key)
+        if not by_partition:
+            return done
+        for partition, keys in by_partition.items():
+            assert dg.materialize(assets, resources=resources, instance=instance, selection=keys,
+                                  partition_key=partition).success
+            done.update((k.to_user_string(), partition) for k in keys)
+    raise AssertionError(f"automation still requesting after {ticks} ticks: {sorted(done, key=str)}")
 
 
 def _fleet(config_copy, traffic):
@@ -25,7 +48,7 @@ def _fleet(config_copy, traffic):
             {"kind": "traffic_log", "name": "production", "path": str(traffic), "reference": "logged_response"}],
         tiers=[{"model": "tiny-llama", "hardware": "cpu", "profile": {"kind": "traffic_log", "logs": str(traffic)}}],
         training={"knn": {"k": 5}},
-        automation={"watch": [{"name": "traffic", "uri": str(traffic), "jobs": ["retrain_fleet"]}]},
+        automation={"watch": [{"name": "traffic", "uri": str(traffic), "jobs": ["build_prompts", "profile_tiers"]}]},
     )
 
 
@@ -48,15 +71,33 @@ def test_a_dropped_traffic_log_retrains_and_registers_a_challenger(config_copy, 
         synthetic_log(traffic / "day2.jsonl.gz", n=40, rate=5.0, seed=1, start=1_790_086_400.0, prefix="[day 2] ")
         context = dg.build_sensor_context(instance=instance, cursor=cursor)
         requests = sensor(context)
-        assert [r.job_name for r in requests] == ["retrain_fleet"]
+        # one run per job, and per partition of a partitioned one (the one traffic-profiled tier)
+        assert [(r.job_name, r.partition_key) for r in requests] == [("build_prompts", None),
+                                                                     ("profile_tiers", "tiny-llama@cpu")]
         assert requests[0].tags["routeforge/files"] == "day2.jsonl.gz"
         # the same tick evaluated again finds nothing new: a file launches one run
         assert isinstance(sensor(dg.build_sensor_context(instance=instance, cursor=context.cursor)), dg.SkipReason)
 
-        result = defs.resolve_job_def("retrain_fleet").execute_in_process(instance=instance, tags=requests[0].tags)
-        assert result.success
-        assert result.output_for_node("retrain_all_stages")["registry_version"] == "2"
-        assert "retrain_fleet" in {r.job_name for r in instance.get_runs()}
+        automation = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        assert automation.total_requested == 0  # after a full run, nothing is stale
+        for request in requests:
+            assert defs.resolve_job_def(request.job_name).execute_in_process(
+                instance=instance, partition_key=request.partition_key, tags=request.tags).success
+        requested = _automate(path, defs, instance, automation.cursor)
+        assert max(requested.values()) == 1, requested  # a change travels down once: nothing rebuilt twice
+        # the new prompts reach every model's labels, the table, the tier's heads and every trainer
+        assert {("responses", m) for m in config.model_names} <= set(requested)
+        assert {("routing_table", None), ("router_bundle", None), ("release_gate", None)} <= set(requested)
+        assert ("tier_profiles", "tiny-llama@cpu") in requested  # the new table reaches the tier's profile
+        # the KNN embedded the new prompts only (its training and test prompts): the rest came from the cache
+        table = pq.read_table(config.storage_root / "assets" / "routing_table.parquet").to_pylist()
+        new = sum(1 for r in table if "[day 2] " in r["text"])
+        knn = instance.fetch_materializations(dg.AssetKey("knn_estimator"), limit=1).records[0].asset_materialization
+        assert knn.metadata["texts_embedded"].value == new > 0
+        assert knn.metadata["texts_from_embedding_cache"].value > 0
+        # and the fleet is up to date for the pipeline's own planner too: a run now trains nothing
+        again = run_pipeline(path, instance)
+        assert again["registry_version"] == "2" and not again["materialized"]["train_and_register"]
 
     prompts = pq.read_table(config.storage_root / "assets" / "prompts.parquet").column("text").to_pylist()
     assert sum("[day 2] " in t for t in prompts) == 40 and sum("[day 1] " in t for t in prompts) == 40

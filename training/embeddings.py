@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from routeforge.core.pretrained import resolve_pretrained
 from routeforge.core.progress import Counted
 from routeforge.core.storage import ShardCache
+from routeforge.training.parallel import chunks, current_pool
 
 SCHEMA = pa.schema([pa.field("cache_key", pa.string(), nullable=False),
                     pa.field("vector", pa.list_(pa.float32()), nullable=False)])
@@ -124,23 +128,79 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
                   cache_dir: Path | None = None, log: Callable[[str], None] | None = None) -> np.ndarray:
     """L2-normalized float32 embeddings of `texts` (as `encode`), read from and
     added to the cache under `cache_dir` when one is given; `log` hears the count of texts
-    the cache did not hold as they are encoded."""
+    the cache did not hold as they are encoded. Only texts the cache lacks are embedded: a day's
+    new prompts cost their own embedding, not the whole set's (counted in `embedding_counts`)."""
     if cache_dir is None:
         return encode(texts, ref, truncation_side=truncation_side, log=log)
     backend = default_backend()
     cache = ShardCache(Path(cache_dir), SCHEMA)
-    keys = [_key(ref, truncation_side, t, backend) for t in texts]
-    known = {k: row["vector"] for k, row in cache.load().items()}
-    todo = sorted({k: i for i, k in enumerate(keys) if k not in known}.values())
-    if todo:
-        vectors = encode([texts[i] for i in todo], ref, truncation_side=truncation_side, log=log, backend=backend)
-        new = [{"cache_key": keys[i], "vector": v.tolist()} for i, v in zip(todo, vectors)]
+    keys = pa.array([_key(ref, truncation_side, t, backend) for t in texts], pa.string())
+    table = cache.load_table()
+    where = pc.index_in(keys, value_set=table.column("cache_key"))
+    todo = np.flatnonzero(where.is_null().to_numpy(zero_copy_only=False))
+    new_keys = pc.unique(keys.take(pa.array(todo, pa.int64())))
+    if len(new_keys):
+        first = pc.index_in(new_keys, value_set=keys).to_numpy()  # one text per distinct new key
+        vectors = _encode_spread([texts[i] for i in first], ref, truncation_side, backend, log)
+        new = pa.table({"cache_key": new_keys,
+                        "vector": pa.FixedSizeListArray.from_arrays(vectors.astype(np.float32).ravel(),
+                                                                    vectors.shape[1]).cast(pa.list_(pa.float32()))})
         cache.append(new)
         cache.compact()
-        known |= {row["cache_key"]: row["vector"] for row in new}
+        table = pa.concat_tables([table, new.cast(SCHEMA)])
+        where = pc.index_in(keys, value_set=table.column("cache_key"))
+    _count(len(new_keys), len(texts) - len(todo))
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    return np.ascontiguousarray(np.asarray([known[k] for k in keys], dtype=np.float32))
+    if log is not None:
+        log(f"embedding cache: {len(new_keys)} new of {len(texts)} texts ({len(texts) - len(todo)} from the cache)")
+    return _rows(table.column("vector"), where.to_numpy())
+
+
+def _encode_spread(texts: list[str], ref: str, truncation_side: str, backend: str,
+                   log: Callable[[str], None] | None, batch_size: int = 64) -> np.ndarray:
+    """`encode` here, or in contiguous chunks of whole batches across the step's Ray workers
+    (`training.parallel`), concatenated in order."""
+    pool = current_pool()
+    if pool.workers <= 1 or len(texts) < 2 * batch_size:
+        return encode(texts, ref, truncation_side=truncation_side, log=log, backend=backend)
+    parts = chunks(len(texts), pool.workers, batch_size)
+    if log is not None:
+        log(f"embedding {len(texts)} texts as {len(parts)} tasks on {pool.workers} workers")
+    done = pool.map(_encode_chunk, [(texts[part], ref, truncation_side, backend) for part in parts])
+    return np.concatenate(done, axis=0)
+
+
+def _encode_chunk(texts: list[str], ref: str, truncation_side: str, backend: str) -> np.ndarray:
+    return encode(texts, ref, truncation_side=truncation_side, backend=backend)
+
+
+def _rows(column: pa.ChunkedArray, positions: np.ndarray) -> np.ndarray:
+    """The vectors at `positions` of a list<float32> column, as one contiguous float32 matrix."""
+    picked = column.take(pa.array(positions, pa.int64())).combine_chunks()
+    flat = picked.flatten().to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(flat.reshape(len(positions), -1), dtype=np.float32)
+
+
+_COUNTS: ContextVar[Counter | None] = ContextVar("embedding_counts", default=None)
+
+
+def _count(embedded: int, cached: int) -> None:
+    counts = _COUNTS.get()
+    if counts is not None:
+        counts.update(embedded=embedded, from_cache=cached)
+
+
+@contextmanager
+def embedding_counts() -> Iterator[Counter]:
+    """Count, within the block, the texts embedded and those read from the embedding cache (what an
+    asset reports in its metadata)."""
+    counts: Counter = Counter(embedded=0, from_cache=0)
+    token = _COUNTS.set(counts)
+    try:
+        yield counts
+    finally:
+        _COUNTS.reset(token)
 
 
 class TrainingEncoder:

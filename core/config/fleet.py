@@ -75,20 +75,24 @@ class ReleaseSettings(_Strict):
 
 
 class WatchedLocation(_Strict):
-    """A folder or fsspec URI whose new files (prompt sets, traffic logs) launch `jobs`."""
+    """A folder or fsspec URI whose new files (prompt sets, traffic logs) launch `jobs` (one run per
+    partition of a partitioned job: `profile_tiers` re-reads each tier's traffic logs)."""
 
     name: str
     uri: StoreUri
     suffixes: list[str] = Field(default_factory=lambda: [".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet"])
-    jobs: list[str] = Field(default_factory=lambda: ["retrain_fleet"], min_length=1)
+    jobs: list[str] = Field(default_factory=lambda: ["build_prompts"], min_length=1)
 
 
 class AutomationSettings(_Strict):
     """Dagster sensors (`pipelines/sensors.py`): new files under each watched location, and a change
-    of this fleet file's content, each launch their named jobs; the weekly schedule stays."""
+    of this fleet file's content, each launch their named jobs; `retrain_what_is_stale` (declarative
+    automation) then rebuilds whatever those runs made stale, and the prompt set re-reads its sources
+    on `cron` (the weekly retraining; null: only when a sensor or a person asks)."""
 
     watch: list[WatchedLocation] = Field(default_factory=list)
-    on_fleet_change: list[str] = Field(default_factory=lambda: ["retrain_fleet"])
+    on_fleet_change: list[str] = Field(default_factory=lambda: ["build_prompts"])
+    cron: str | None = "0 3 * * 1"
     minimum_interval_s: int = Field(default=60, ge=1)
 
 

@@ -25,6 +25,25 @@ def test_cached_vectors_equal_fresh_ones_and_only_new_texts_are_encoded(tmp_path
     assert seen == [texts[2], texts[0]] and other_side.shape == (1, 384)
 
 
+def test_a_days_new_prompts_are_the_only_ones_embedded_and_are_counted(tmp_path, monkeypatch):
+    """Duplicates are embedded once; a repeat call embeds only the texts the cache lacks, and
+    `embedding_counts` says how many were embedded and how many read; many shards compact into one
+    that reads back the same vectors."""
+    day1 = [f"Question {i}: what is {i} times 7?" for i in range(40)]
+    with emb.embedding_counts() as counts:
+        first = emb.encode_cached(day1 + day1[:5], ENCODER_PACKAGE_REF, "right", tmp_path)
+    assert dict(counts) == {"embedded": 40, "from_cache": 0} and np.array_equal(first[:5], first[40:])
+    day2 = day1 + ["A new prompt about routing.", "Another new one."]
+    with emb.embedding_counts() as counts:
+        second = emb.encode_cached(day2, ENCODER_PACKAGE_REF, "right", tmp_path)
+    assert dict(counts) == {"embedded": 2, "from_cache": 40}
+    assert np.array_equal(second[:40], first[:40])
+    cache = emb.ShardCache(tmp_path, emb.SCHEMA, compact_above=1)
+    cache.compact()
+    assert len(cache.shards()) == 1 and cache.load_table().num_rows == 42
+    assert np.array_equal(emb.encode_cached(day2, ENCODER_PACKAGE_REF, "right", tmp_path), second)
+
+
 def test_the_onnx_backend_gives_the_pytorch_embeddings_and_keys_its_own_cache(tmp_path, monkeypatch):
     """ONNX Runtime and PyTorch (the default) agree to 1e-4 in cosine on both truncation sides, and a
     cache filled by one backend is not read by the other."""

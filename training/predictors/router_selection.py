@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from routeforge.artifacts.router import Router
 from routeforge.core.progress import format_count
+from routeforge.training.parallel import current_pool
 from routeforge.training.predictors.router_family import (
     Candidate,
     candidates,
@@ -131,15 +132,27 @@ def cross_validate(cands: list[Candidate], x: np.ndarray, y: np.ndarray, folds: 
     """Out-of-fold quality estimates of every candidate (`tasks`: each row's task, where known)."""
     oof = {}
     arr = np.asarray(tasks) if tasks is not None else None
-    for i, cand in enumerate(cands):
-        pred = np.zeros_like(y, dtype=np.float64)
-        for f in range(int(folds.max()) + 1):
-            fit, val = folds != f, folds == f
-            pred[val] = fit_predict(cand, x[fit], y[fit], x[val], seed, arr[fit] if arr is not None else None)
-        oof[cand.name] = pred
-        log(format_count("router selection", i + 1, len(cands), "candidates",
-                         f"({cand.name}: cv score {score_at_argmax(pred, y):.4f})"))
+    n_folds = int(folds.max()) + 1
+    pool = current_pool()
+    # one task per candidate × fold: here a candidate at a time (its progress line as it ends), or
+    # every one at once across the step's Ray workers
+    for batch in ([[c] for c in cands] if pool.workers <= 1 else [cands]):
+        results = pool.map(_fold, [(cand, x, y, folds, f, seed, arr) for cand in batch for f in range(n_folds)])
+        for j, cand in enumerate(batch):
+            pred = np.zeros_like(y, dtype=np.float64)
+            for f in range(n_folds):
+                pred[folds == f] = results[j * n_folds + f]
+            oof[cand.name] = pred
+            log(format_count("router selection", len(oof), len(cands), "candidates",
+                             f"({cand.name}: cv score {score_at_argmax(pred, y):.4f})"))
     return oof
+
+
+def _fold(cand: Candidate, x: np.ndarray, y: np.ndarray, folds: np.ndarray, f: int, seed: int,
+          tasks: np.ndarray | None) -> np.ndarray:
+    """One candidate fitted on every fold but `f`, its predictions on `f`."""
+    fit, val = folds != f, folds == f
+    return fit_predict(cand, x[fit], y[fit], x[val], seed, tasks[fit] if tasks is not None else None)
 
 
 def guard_decisions(oof: np.ndarray, y: np.ndarray, clusters: np.ndarray, folds: np.ndarray, n_clusters: int,

