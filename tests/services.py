@@ -227,7 +227,9 @@ def ray_cluster(folder: Path, num_cpus: int = 2) -> Iterator[str]:
                "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--num-cpus", str(num_cpus),
                "--include-dashboard", "true", "--disable-usage-stats", "--temp-dir", str(temp)]
     log = folder / "ray.log"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # a loopback test cluster: Ray 2.60 turns token authentication on by default, which the job
+    # server then asks of every client (the readiness probe included)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     try:
         with child(command, log, env=env) as process:
             address = f"http://127.0.0.1:{dashboard}"

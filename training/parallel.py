@@ -45,8 +45,13 @@ class RayTasks:
         import ray
 
         if not ray.is_initialized():
-            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                     runtime_env={"env_vars": _forwarded_env()})
+            try:
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                         runtime_env={"env_vars": _forwarded_env()})
+            except ValueError as exc:  # inside a Ray job: the job's runtime env already carries the step's
+                if "runtime env" not in str(exc):
+                    raise
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         self.cpus = cpus
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
 
