@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,17 @@ class ScoreRow:
 
 
 def _records(path: Path) -> list[Any]:
+    """The file's records (parsed once per process while the file is unchanged: the prompt set and
+    every model's partition read the same table; callers must not mutate them)."""
+    info = Path(path).stat()
+    return _parsed(str(path), info.st_mtime_ns, info.st_size)
+
+
+@lru_cache(maxsize=2)
+def _parsed(path_str: str, mtime_ns: int, size: int) -> list[Any]:
     """The file's records; an unreadable line (or a JSON file that is not a list) is a LineError
     in its place."""
+    path = Path(path_str)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
