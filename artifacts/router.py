@@ -131,15 +131,24 @@ def router_member(kind: str) -> Callable[[MemberRule], MemberRule]:
     return register
 
 
+# the KNN member compares every query with every key: queries go in blocks of at most this many
+# (query, key) pairs, so memory stays ~0.3 GB however many are asked at once (cross-validation
+# over 10^5 prompts asked for 26,700 × 53,300 at once, and the kernel stopped the process at 24 GB)
+KNN_BLOCK_PAIRS = 1 << 22
+
+
 @router_member("knn")
 def _knn(params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     keys, labels, prior = w["keys"], w["labels"], w["prior"]
     k = min(int(params["k"]), len(keys))
-    _, weights = neighbour_weights((x @ keys.T).astype(np.float64), k)
-    weights /= weights.sum(axis=1, keepdims=True)
-    vote = weights @ labels
     a = float(params["prior_strength"])
-    return (k * vote + a * prior) / (k + a)
+    out = np.empty((len(x), labels.shape[1]), dtype=np.float64)
+    block = max(1, KNN_BLOCK_PAIRS // max(len(keys), 1))
+    for start in range(0, len(x), block):  # row by row the same rule: blocks change nothing but memory
+        _, weights = neighbour_weights((x[start:start + block] @ keys.T).astype(np.float64), k)
+        weights /= weights.sum(axis=1, keepdims=True)
+        out[start:start + block] = (k * (weights @ labels) + a * prior) / (k + a)
+    return out
 
 
 @router_member("mlp")

@@ -218,15 +218,17 @@ def _stage(name: str, config_path: Path) -> dict:
 def run_stage(name: str, config_path: Path) -> dict:
     """The stage in a child process: wall seconds, its peak RSS (GiB) and what it reported."""
     start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "benchmarks.scale", "--stage", name, "--fleet", str(config_path)],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(child.pid, 0)
+    logs = config_path.parent / f"{name}.log"
+    with open(logs, "w") as log:  # a file, not a pipe: a chatty stage never blocks on a full pipe
+        child = subprocess.Popen([sys.executable, "-m", "benchmarks.scale", "--stage", name, "--fleet",
+                                  str(config_path)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
-    out, err = child.stdout.read(), child.stderr.read()
+    output = logs.read_text()
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
-        raise RuntimeError(f"stage {name} failed ({child.returncode}): {err[-3000:]}")
-    report = json.loads(out.strip().splitlines()[-1])
+        raise RuntimeError(f"stage {name} failed ({child.returncode}): {output[-3000:]}")
+    report = json.loads(next(line for line in reversed(output.splitlines()) if line.startswith("{")))
     return {"seconds": round(seconds, 2), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3), **report}
 
 

@@ -128,7 +128,9 @@ def default_instance(config) -> dg.DagsterInstance:
     if os.environ.get("DAGSTER_HOME"):
         return dg.DagsterInstance.get()
     if config.storage.is_local:
-        return dg.DagsterInstance.local_temp(tempdir=str(config.storage.mirror / "dagster"))
+        home = config.storage.mirror / "dagster"
+        home.mkdir(parents=True, exist_ok=True)
+        return dg.DagsterInstance.local_temp(tempdir=str(home))
     return dg.DagsterInstance.ephemeral()
 
 

@@ -3,7 +3,8 @@ the code and data versions on record (`pipelines/versions.py`), plus the ones re
 
 `run_pipeline` asks `plan` before each of its steps and runs only what it names, so an unchanged
 re-run materializes nothing; the reasons it returns are Dagster's own stale causes, the same the
-UI shows on each asset.
+UI shows on each asset. The resolver is Dagster's internal one (what its UI and
+`RunRequest(stale_assets_only=True)` use), hence the minor-version upper bound on dagster.
 """
 
 from __future__ import annotations

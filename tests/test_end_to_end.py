@@ -361,6 +361,12 @@ def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
                           "{ repositoryLocationName repositoryName } } } } }")["runsOrError"]["results"]
         assert origins and all(r["repositoryOrigin"] == {"repositoryLocationName": "routeforge",
                                                          "repositoryName": "__repository__"} for r in origins)
+        # every asset carries its code version, and the UI calls each one up to date after the run
+        nodes = graphql("{ assetNodes { assetKey { path } codeVersion staleStatus staleCauses { reason } } }")
+        nodes = {"/".join(n["assetKey"]["path"]): n for n in nodes["assetNodes"]}
+        assert {"prompts", "responses", "routing_table", "knn_estimator", "router_bundle"} <= set(nodes)
+        assert all(n["codeVersion"] for n in nodes.values()), nodes
+        assert {k: n["staleStatus"] for k, n in nodes.items() if n["staleStatus"] != "FRESH"} == {}
         # and a person's view of it: headless Chromium on each job's page finds every run of the job
         if not Path(CHROMIUM).exists():
             pytest.skip(f"the GraphQL half passed; no Chromium at {CHROMIUM} for the browser half (.ci/run installs it)")
