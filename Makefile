@@ -130,7 +130,7 @@ lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.import
 BENCHMARKS := demo_run generation_engines quality_metrics cpu_batch_profile cpu_sweep splitwise_heads simulator \
 	routerbench_knn router_selection text_predictors predictor_packaging routebalance_frontier routebalance_signals \
 	rl_workload_aware routing_headroom rl_qos_graph rl_slot_distribution rl_throughput production_loopback vllm_cpu \
-	new_model online_outcomes within_task_stacking encoder_backends
+	new_model online_outcomes within_task_stacking encoder_backends retrain_cost scale ray_parallel
 QUICK ?= --quick
 benchmark: $(STAMP) $(VLLM_STAMP)  ## run every benchmark script (smoke sizes unless QUICK= is given)
 	@set -e; results=$(if $(QUICK),$(CURDIR)/.state/benchmarks-quick,$(CURDIR)/benchmarks/results); \
