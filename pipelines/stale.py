@@ -84,9 +84,10 @@ def _cause(cause) -> str:
 
 def plan(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition: str | None, config,
          done: frozenset[str] = frozenset()) -> Plan:
-    """The next run of `job` for `partition`. Content-versioned assets (the prompt set, routing table,
-    tier profiles) go first, alone, when they must run: what reads them is judged after, by the data
-    version they then carry. Otherwise: every stale asset and what reads it within the job. `done`:
+    """The next run of `job` for `partition`: every asset that is missing or stale, and what reads
+    one within the job; except that what reads a content-versioned asset (the prompt set, routing
+    table, tier profiles) rebuilt in this run, and is not stale on its own, waits for the next run,
+    to be judged by the data version that asset then carries (and so does what reads it). `done`:
     assets this step already materialized (not planned again)."""
     keys = [k for k in job_assets(defs, job) if k.to_user_string() not in done]
     resolver = _resolver(defs, instance)
@@ -94,17 +95,19 @@ def plan(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition
     if "release_gate" in {k.to_user_string() for k in keys} and "release_gate" not in reasons:
         if pending := ungated(defs, instance):
             reasons["release_gate"] = pending
-    first = [k for k in keys if k.to_user_string() in reasons and k.to_user_string() in CONTENT_VERSIONED]
-    if first:
-        return Plan(first, {k.to_user_string(): reasons[k.to_user_string()] for k in first})
     graph = defs.resolve_asset_graph()
     chosen: list[dg.AssetKey] = []
+    waiting: set[dg.AssetKey] = set()
     for key in keys:  # dependency order: a parent is decided before its children
         name = key.to_user_string()
-        upstream = [p for p in graph.get(key).parent_keys if p in chosen]
-        if name in reasons:
+        parents = graph.get(key).parent_keys
+        if parents & waiting:
+            waiting.add(key)
+        elif name in reasons:
             chosen.append(key)
-        elif upstream:
+        elif rebuilt := [p for p in parents if p in chosen and p.to_user_string() not in CONTENT_VERSIONED]:
             chosen.append(key)
-            reasons[name] = f"reads {', '.join(p.to_user_string() for p in upstream)}, rebuilt in this run"
+            reasons[name] = f"reads {', '.join(p.to_user_string() for p in rebuilt)}, rebuilt in this run"
+        elif any(p in chosen for p in parents):
+            waiting.add(key)
     return Plan(chosen, {k.to_user_string(): reasons[k.to_user_string()] for k in chosen})
