@@ -350,7 +350,8 @@ def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
     for run in demo.instance.get_runs():
         by_job.setdefault(run.job_name, set()).add(run.run_id)
     assert {"build_prompts", "generate_and_score", "train_and_register"} <= set(by_job)
-    with webserver(tmp_path, dagster_home=Path(demo.instance.root_directory), workspace=True) as graphql:
+    with webserver(tmp_path, dagster_home=Path(demo.instance.root_directory), workspace=True,
+                   state=Path(os.environ["ROUTEFORGE_STATE"])) as graphql:
         for job, run_ids in by_job.items():
             answer = graphql('{ pipelineOrError(params: {repositoryLocationName: "routeforge", '
                              f'repositoryName: "__repository__", pipelineName: "{job}"}}) '

@@ -23,13 +23,15 @@ LAUNCH = ('mutation { launchRun(executionParams: {selector: {repositoryLocationN
 
 
 @contextlib.contextmanager
-def webserver(folder: Path, *flags: str, dagster_home: Path | None = None, workspace: bool = False):
+def webserver(folder: Path, *flags: str, dagster_home: Path | None = None, workspace: bool = False,
+              state: Path | None = None):
     """A real dagster-webserver on loopback over the code location (by module, or through
-    workspace.yaml as `make ui` loads it, location `routeforge`); yields a GraphQL caller."""
+    workspace.yaml as `make ui` loads it, location `routeforge`) and the state folder `state` (the
+    fleet's paths, hence its code versions, follow it); yields a GraphQL caller."""
     port = free_port()
     home = dagster_home or folder / "dagster_home"
     env = {**os.environ, "DAGSTER_HOME": str(home), "ROUTEFORGE_CONFIG": str(REPO / "configs" / "demo.yaml"),
-           "ROUTEFORGE_STATE": str(folder / "state")}
+           "ROUTEFORGE_STATE": str(state or folder / "state")}
     home.mkdir(parents=True, exist_ok=True)
     log = folder / f"webserver{'-'.join(flags)}.log"
     target = ["-w", str(REPO / "workspace.yaml")] if workspace else ["-m", "routeforge.pipelines.definitions"]
