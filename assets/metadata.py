@@ -68,11 +68,27 @@ def content_version(value: pa.Table | dict) -> dg.DataVersion:
     (`pipelines/versions.py`)."""
     digest = hashlib.sha256()
     if isinstance(value, pa.Table):
-        sink = pa.BufferOutputStream()
+        # the IPC stream is written straight into the hash: no second copy of the table in memory
         table = value.replace_schema_metadata(None).combine_chunks()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
+        with pa.PythonFile(_HashSink(digest), mode="w") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
-        digest.update(memoryview(sink.getvalue()))
     else:
         digest.update(json.dumps(value, sort_keys=True, default=str).encode())
     return dg.DataVersion(digest.hexdigest()[:32])
+
+
+class _HashSink:
+    """A write-only file object that feeds what it is given to a hash."""
+
+    def __init__(self, digest):
+        self.digest, self.closed = digest, False
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True

@@ -25,6 +25,7 @@ smaller sizes). Writes benchmarks/results/scale/scale.json.
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import math
@@ -138,7 +139,6 @@ def write_fleet(folder: Path, paths: dict[str, list[Path]], models: list[str]) -
 # ---- the stages, each run in its own process (`--stage`) -------------------------------------------
 
 def _stage(name: str, config_path: Path) -> dict:
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from routeforge.core.config import load_fleet
 
@@ -211,7 +211,6 @@ def _stage(name: str, config_path: Path) -> dict:
         out |= {"bundle_version": manifest.version, "bundle_mb": round(size / 2**20, 1)}
     else:
         raise ValueError(f"unknown stage {name}")
-    del pa
     return out
 
 
@@ -253,8 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--incremental", type=float, default=0.01,
                    help="after a size's full run, add this fraction of new prompts and run every stage again "
                         "(the embedding cache kept): what a day's new prompts cost (0: skip)")
-    p.add_argument("--stage", choices=STAGES, help=argparse_hidden())
-    p.add_argument("--fleet", type=Path, help=argparse_hidden())
+    p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child process: one stage
+    p.add_argument("--fleet", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.stage:  # a child: one stage, its report as the last line of stdout
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -296,12 +295,6 @@ def main(argv: list[str] | None = None) -> int:
         out_path.write_text(json.dumps(result, indent=2))  # after every size: a long run keeps what it measured
     print(json.dumps(result["growth_exponents"]))
     return 0
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def build_assets(config_path: str | os.PathLike[str]) -> tuple[list[dg.AssetsDef
         assets = [a.map_asset_specs(lambda spec: spec.replace_attributes(owners=config.owners_of(spec.group_name)))
                   for a in assets]
     # code versions (what makes an output stale) and the declarative automation that rebuilds what is
-    assets = [with_versions(a, config, config.automation.cron) for a in assets]
+    assets = with_versions(assets, config, config.automation.cron)
     base = config.storage.path("assets")
     signing_key, create_key = config.signing_key_path()
     resources = {

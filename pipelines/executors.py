@@ -153,7 +153,6 @@ class _Detached:
     `execute_job`'s context closes; outputs are read back through the IO managers, as a later run would."""
 
     def __init__(self, result):
-        self.run_id = result.run_id
         self._checks = result.get_asset_check_evaluations()
 
     def get_asset_check_evaluations(self):

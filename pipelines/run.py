@@ -33,7 +33,7 @@ from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import code_location_tags, execute
 from routeforge.pipelines.stale import plan
 
-# a step runs at most this many times: content-versioned assets, then what they made stale
+# a step runs at most this many times: what is stale, then what waited on a rebuilt content-versioned asset
 MAX_PHASES = 3
 
 
@@ -70,7 +70,7 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
 
     def step(label: str, job: str, partition: str | None = None) -> None:
         """Run what the job must rebuild for `partition` (`pipelines/stale.py`): nothing when all is
-        up to date; content-versioned assets first, then what their new versions made stale."""
+        up to date; a second run for what waited on a content-versioned asset's new data version."""
         start = time.perf_counter()
         if console is not None:
             console.begin(label)
@@ -188,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"registered bundle: {out['uri']} (registry version {out['registry_version']}, "
               f"bundle {out['bundle_version']})")
-    if out["release"] is not None and not out["release"].get("unchanged") and "release_gate" in out["materialized"][
-            "train_and_register"]:
+    if out["release"] is not None and not out["release"].get("unchanged"):  # "unchanged" too when the gate did not run
         verdict = "promoted to @champion" if out["release"]["promoted"] else "kept as challenger"
         print(f"release gate: version {out['registry_version']} {verdict}: {'; '.join(out['release']['reasons'])}")
     return 0

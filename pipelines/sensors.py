@@ -38,11 +38,15 @@ def _listing(uri: str, suffixes: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def _partitions(job) -> list[str | None]:
-    """A run per partition of a partitioned job (`profile_tiers` re-reads every tier's traffic logs),
-    one run otherwise."""
-    partitions = job.partitions_def
-    return list(partitions.get_partition_keys()) if partitions is not None else [None]
+def _requests(change: str, jobs: list, tags: dict[str, str]) -> list[dg.RunRequest]:
+    """A run of each job for `change` (its run key), one per partition of a partitioned job
+    (`profile_tiers` re-reads every tier's traffic logs)."""
+    out = []
+    for job in jobs:
+        for partition in job.partitions_def.get_partition_keys() if job.partitions_def is not None else [None]:
+            out.append(dg.RunRequest(run_key=f"{change}:{job.name}:{partition or ''}", job_name=job.name,
+                                     partition_key=partition, tags=tags))
+    return out
 
 
 def watch_sensor(watch, interval_s: int, jobs: list) -> dg.SensorDefinition:
@@ -62,9 +66,7 @@ def watch_sensor(watch, interval_s: int, jobs: list) -> dg.SensorDefinition:
         key = hashlib.sha256(json.dumps({p: now[p] for p in changed}).encode()).hexdigest()[:16]
         tags = {"routeforge/trigger": f"watch_{watch.name}",
                 "routeforge/files": ",".join(Path(p).name for p in changed)[:900]}
-        return [dg.RunRequest(run_key=f"{watch.name}:{key}:{job.name}:{partition or ''}", job_name=job.name,
-                              partition_key=partition, tags=tags)
-                for job in jobs for partition in _partitions(job)]
+        return _requests(f"{watch.name}:{key}", jobs, tags)
 
     return _sensor
 
@@ -82,9 +84,7 @@ def fleet_file_sensor(config_path: str, interval_s: int, jobs: list) -> dg.Senso
             return dg.SkipReason("fleet file unchanged")
         context.update_cursor(digest)
         tags = {"routeforge/trigger": "fleet_file_changed", "routeforge/fleet_sha256": digest}
-        return [dg.RunRequest(run_key=f"fleet:{digest[:16]}:{job.name}:{partition or ''}", job_name=job.name,
-                              partition_key=partition, tags=tags)
-                for job in jobs for partition in _partitions(job)]
+        return _requests(f"fleet:{digest[:16]}", jobs, tags)
 
     return _sensor
 

@@ -35,20 +35,19 @@ OPERATIONAL = ("name", "storage_root", "storage_options", "automation", "executi
 TRAINING_SOURCES = ("core", "prompts", "training", "profiling", "artifacts")
 TRAINING_CONFIG = ("encoder", "models", "hardware", "tiers", "split", "scoring", "training", "profiling")
 
-# asset -> (its asset module, library packages it runs, fleet-file sections it reads); an asset not
-# named here is a trainer (the `TRAINER` entry, with its own asset module)
-VERSIONED: dict[str, tuple[str, tuple[str, ...], tuple[str, ...] | None]] = {
-    "prompts": ("prompts", ("core", "prompts"), ("datasets", "prompts", "templates", "split")),
-    "responses": ("responses", ("core", "prompts", "generation"), ("models", "hardware", "generation", "templates")),
-    "quality": ("quality", ("core", "scoring"), ("models", "scoring")),
-    "routing_table": ("routing", ("core", "training"), ("models", "scoring", "split", "training")),
-    "tier_profiles": ("profiles", ("core", "generation", "profiling"), ("models", "hardware", "tiers", "profiling")),
-    "router_bundle": ("bundle", (*TRAINING_SOURCES, "registry"), None),
-    "predictor_report": ("reports", (*TRAINING_SOURCES, "registry"), None),
-    "release_gate": ("release", (*TRAINING_SOURCES, "registry"), None),
+# asset -> (library packages it runs, fleet-file sections it reads; None: every non-operational
+# section); an asset not named here is a trainer. Each asset's own module (where its function is
+# defined) is in its code version too.
+VERSIONED: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
+    "prompts": (("core", "prompts"), ("datasets", "prompts", "templates", "split")),
+    "responses": (("core", "prompts", "generation"), ("models", "hardware", "generation", "templates")),
+    "quality": (("core", "scoring"), ("models", "scoring")),
+    "routing_table": (("core", "training"), ("models", "scoring", "split", "training")),
+    "tier_profiles": (("core", "generation", "profiling"), ("models", "hardware", "tiers", "profiling")),
+    "router_bundle": ((*TRAINING_SOURCES, "registry"), None),
+    "predictor_report": ((*TRAINING_SOURCES, "registry"), None),
+    "release_gate": ((*TRAINING_SOURCES, "registry"), None),
 }
-TRAINER_MODULES = {"knn_estimator": "predictors", "router_selection": "router", "latency_heads": "profiles",
-                   "routing_evaluation": "policies"}
 CONTENT_VERSIONED = ("prompts", "routing_table", "tier_profiles")
 
 
@@ -69,20 +68,20 @@ def source_digest(module: str) -> str:
     return digest.hexdigest()
 
 
-def config_digest(config, sections: tuple[str, ...] | None) -> str:
-    """sha256 of the named fleet-file sections as read (defaults filled in); None: every section
-    but the operational ones."""
-    dumped = config.model_dump(mode="json")
+def config_digest(dumped: dict, sections: tuple[str, ...] | None) -> str:
+    """sha256 of the named sections of the fleet file as read (`model_dump`, defaults filled in);
+    None: every section but the operational ones."""
     keep = sections if sections is not None else tuple(k for k in dumped if k not in OPERATIONAL)
     return hashlib.sha256(json.dumps({k: dumped.get(k) for k in sorted(keep)}, sort_keys=True,
                                      default=str).encode()).hexdigest()
 
 
-def code_version(asset: str, config) -> str:
-    """The asset's code version: its source and the fleet-file sections it reads, 16 hex digits."""
-    module, packages, sections = VERSIONED.get(asset) or (TRAINER_MODULES.get(asset, "predictors"),
-                                                          TRAINING_SOURCES, TRAINING_CONFIG)
-    parts = [source_digest(f"assets.{module}"), *(source_digest(p) for p in packages), config_digest(config, sections)]
+def code_version(asset: str, module: str, dumped: dict) -> str:
+    """The asset's code version, 16 hex digits: its own module `module` (`routeforge.assets.…`), the
+    library packages it runs and the fleet-file sections it reads."""
+    packages, sections = VERSIONED.get(asset) or (TRAINING_SOURCES, TRAINING_CONFIG)
+    parts = [source_digest(module.removeprefix("routeforge.")), *(source_digest(p) for p in packages),
+             config_digest(dumped, sections)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
@@ -115,14 +114,22 @@ def stale() -> dg.AutomationCondition:
     ).with_label("stale")
 
 
-def with_versions(asset: dg.AssetsDefinition, config, cron: str | None) -> dg.AssetsDefinition:
-    """The asset with its code version and automation condition (the prompt set also re-reads its
-    sources on `cron`, the fleet's retraining schedule)."""
-    def versioned(spec: dg.AssetSpec) -> dg.AssetSpec:
-        name = spec.key.to_user_string()
-        condition = stale()
-        if name == "prompts" and cron:
-            condition = (dg.AutomationCondition.on_cron(cron) | condition).with_label(f"on_cron({cron}) or stale")
-        return spec.replace_attributes(code_version=code_version(name, config), automation_condition=condition)
+def with_versions(assets: list[dg.AssetsDefinition], config, cron: str | None) -> list[dg.AssetsDefinition]:
+    """The assets with their code versions and automation conditions (the prompt set also re-reads
+    its sources on `cron`, the fleet's retraining schedule)."""
+    dumped = config.model_dump(mode="json")
 
-    return asset.map_asset_specs(versioned)
+    def versioned(asset: dg.AssetsDefinition) -> dg.AssetsDefinition:
+        module = asset.op.compute_fn.decorated_fn.__module__  # where the asset's function is defined
+
+        def spec_with(spec: dg.AssetSpec) -> dg.AssetSpec:
+            name = spec.key.to_user_string()
+            condition = stale()
+            if name == "prompts" and cron:
+                condition = (dg.AutomationCondition.on_cron(cron) | condition).with_label(f"on_cron({cron}) or stale")
+            return spec.replace_attributes(code_version=code_version(name, module, dumped),
+                                           automation_condition=condition)
+
+        return asset.map_asset_specs(spec_with)
+
+    return [versioned(a) for a in assets]

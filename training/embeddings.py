@@ -149,11 +149,12 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
         cache.compact()
         table = pa.concat_tables([table, new.cast(SCHEMA)])
         where = pc.index_in(keys, value_set=table.column("cache_key"))
-    _count(len(new_keys), len(texts) - len(todo))
+    cached = len(texts) - len(todo)
+    _count(len(new_keys), cached)
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     if log is not None:
-        log(f"embedding cache: {len(new_keys)} new of {len(texts)} texts ({len(texts) - len(todo)} from the cache)")
+        log(f"embedding cache: {len(new_keys)} new of {len(texts)} texts ({cached} from the cache)")
     return _rows(table.column("vector"), where.to_numpy())
 
 

@@ -35,39 +35,10 @@ def test_the_fleet_executor_picks_the_pool():
     assert isinstance(pool_for(Execution()), Serial)
 
 
-def test_embedding_on_ray_workers_equals_the_single_process(cluster, tmp_path):
-    texts = [f"Question {i}: how many {w} fit in a box of side {i % 9 + 1}?" * (1 + i % 4)
-             for i, w in enumerate(["apples", "cubes", "marbles", "books"] * 50)]
-    with embedding_counts() as counts:
-        here = encode_cached(texts, ENCODER_PACKAGE_REF, "left", tmp_path / "serial")
-    lines = []
-    with parallel_tasks(cluster), embedding_counts() as spread_counts:
-        spread = encode_cached(texts, ENCODER_PACKAGE_REF, "left", tmp_path / "ray", log=lines.append)
-    assert cluster.workers == 2 and any("as 2 tasks on 2 workers" in line for line in lines)
-    assert dict(counts) == dict(spread_counts) == {"embedded": 200, "from_cache": 0}
-    assert spread.shape == here.shape == (200, 384)
-    assert np.abs(spread - here).max() < 1e-5 and np.sum(spread * here, axis=1).min() > 0.99999
-
-
-def test_cross_validation_folds_on_ray_workers_equal_the_single_process(cluster):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(240, 32)).astype(np.float32)
-    y = (rng.random((240, 3)) < 1 / (1 + np.exp(-x[:, :3]))).astype(np.float64)
-    y[rng.random(y.shape) < 0.05] = np.nan  # some labels missing, as in a routing table
-    folds = fold_ids(len(x), 3, seed=0)
-    cands = [Candidate("knn", {"k": 10, "prior_strength": 0.0}), Candidate("mlp", {"hidden": 0, "epochs": 5,
-                                                                                    "weight_decay": 0.01})]
-    here = cross_validate(cands, x, y, folds, seed=0, log=lambda _: None)
-    with parallel_tasks(cluster):
-        spread = cross_validate(cands, x, y, folds, seed=0, log=lambda _: None)
-    assert list(spread) == list(here)
-    for name in here:
-        assert np.allclose(spread[name], here[name], atol=1e-6), name
-
-
 def test_a_step_running_as_a_ray_job_fans_its_embedding_out_to_the_cluster(tmp_path):
     """What a training step does under the `ray` executor (dagster-ray runs each step as a Ray job):
-    inside the job, `pool_for` joins the job's cluster and the embedding spreads over its workers."""
+    inside the job, `pool_for` joins the job's cluster and the embedding spreads over its workers.
+    (It runs before the tests that start an in-process cluster: beside one, its job agent never came up.)"""
     import sys
     import time
 
@@ -112,3 +83,34 @@ def test_a_step_running_as_a_ray_job_fans_its_embedding_out_to_the_cluster(tmp_p
     result = json.loads(next(line for line in logs.splitlines() if line.startswith("RESULT ")).removeprefix("RESULT "))
     assert result["workers"] == 3 and result["shape"] == [300, 384]
     assert any("tasks on 3 workers" in line for line in result["lines"])
+
+
+def test_embedding_on_ray_workers_equals_the_single_process(cluster, tmp_path):
+    texts = [f"Question {i}: how many {w} fit in a box of side {i % 9 + 1}?" * (1 + i % 4)
+             for i, w in enumerate(["apples", "cubes", "marbles", "books"] * 50)]
+    with embedding_counts() as counts:
+        here = encode_cached(texts, ENCODER_PACKAGE_REF, "left", tmp_path / "serial")
+    lines = []
+    with parallel_tasks(cluster), embedding_counts() as spread_counts:
+        spread = encode_cached(texts, ENCODER_PACKAGE_REF, "left", tmp_path / "ray", log=lines.append)
+    assert cluster.workers == 2 and any("as 2 tasks on 2 workers" in line for line in lines)
+    assert dict(counts) == dict(spread_counts) == {"embedded": 200, "from_cache": 0}
+    assert spread.shape == here.shape == (200, 384)
+    assert np.abs(spread - here).max() < 1e-5 and np.sum(spread * here, axis=1).min() > 0.99999
+
+
+def test_cross_validation_folds_on_ray_workers_equal_the_single_process(cluster):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(240, 32)).astype(np.float32)
+    y = (rng.random((240, 3)) < 1 / (1 + np.exp(-x[:, :3]))).astype(np.float64)
+    y[rng.random(y.shape) < 0.05] = np.nan  # some labels missing, as in a routing table
+    folds = fold_ids(len(x), 3, seed=0)
+    cands = [Candidate("knn", {"k": 10, "prior_strength": 0.0}), Candidate("mlp", {"hidden": 0, "epochs": 5,
+                                                                                    "weight_decay": 0.01})]
+    here = cross_validate(cands, x, y, folds, seed=0, log=lambda _: None)
+    with parallel_tasks(cluster):
+        spread = cross_validate(cands, x, y, folds, seed=0, log=lambda _: None)
+    assert list(spread) == list(here)
+    for name in here:
+        assert np.allclose(spread[name], here[name], atol=1e-6), name
+
