@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--incremental", type=float, default=0.01,
                    help="after a size's full run, add this fraction of new prompts and run every stage again "
                         "(the embedding cache kept): what a day's new prompts cost (0: skip)")
+    p.add_argument("--name", default="scale", help="results file: benchmarks/results/scale/<name>.json")
     p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child process: one stage
     p.add_argument("--fleet", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [1_000, 3_000] if args.quick else args.sizes
     models = [f"model-{i:02d}" for i in range(args.models)]
     rows = []
-    out_path = results_dir("scale") / ("scale-quick.json" if args.quick else "scale.json")
+    out_path = results_dir("scale") / (f"{args.name}-quick.json" if args.quick else f"{args.name}.json")
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"routeforge-scale-{n}-") as tmp:
             folder = Path(tmp)

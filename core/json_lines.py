@@ -10,7 +10,13 @@ reason and go on.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# decoded text holds a surrogate only where the line has a \uD800-\uDFFF escape or the character
+# itself (a str line): lines with neither skip the walk over every string
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class LineError(ValueError):
@@ -24,7 +30,7 @@ def _reject_constant(name: str) -> Any:
 def surrogate_field(value: Any, where: str = "") -> str | None:
     """The dotted field of the first string (key or value) holding a lone surrogate, or None."""
     if isinstance(value, str):
-        return (where or "<line>") if any("\ud800" <= c <= "\udfff" for c in value) else None
+        return (where or "<line>") if _SURROGATE.search(value) else None
     if isinstance(value, dict):
         for key, item in value.items():
             here = f"{where}.{key}" if where else str(key)
@@ -55,7 +61,7 @@ def strict_json(line: bytes | str) -> Any:
         raise LineError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
         raise LineError("invalid JSON: nested too deeply") from None
-    field = surrogate_field(record)
+    field = surrogate_field(record) if _SURROGATE_ESCAPE.search(line) or _SURROGATE.search(line) else None
     if field is not None:
         raise LineError(f"field {field!r} holds invalid Unicode (a lone surrogate)")
     return record

@@ -27,6 +27,7 @@ from routeforge.generation.engines import make_engine
 from routeforge.generation.engines.base import identity, prompt_rows
 
 LogFn = Callable[[str], None]
+IMPORT_CHUNK = 50_000  # imported rows turned into a table at a time (bounded memory at 10^6 prompts)
 
 
 def ResponseCache(folder: Path, compact_above: int = 64) -> ShardCache:  # noqa: N802 - reads as a type
@@ -73,11 +74,13 @@ def generate_partition(
     result = GenerationResult(table=pa.table({}), quarantine=quarantine, engine=spec.engine, cache_hits=hits)
     log(f"{model}: {len(rows)} prompts, {result.cache_hits} cached, {len(missing)} to generate")
 
+    imported: list[pa.Table] = []  # table import: each chunk's rows as a table, never all rows as dicts
+    where: dict[str, int] = {}  # table import: cache key -> its row in the imported chunks
     if missing:
         start = time.perf_counter()
         engine = make_engine(spec, config, config.storage.mirror / "models")
         result.engine_version = engine.version
-        step = config.generation.shard_size if use_cache else len(missing)
+        step = config.generation.shard_size if use_cache else IMPORT_CHUNK
         try:
             for begin in range(0, len(missing), step):
                 chunk = missing[begin : begin + step]
@@ -88,10 +91,16 @@ def generate_partition(
                         progress(base + done, len(rows))
 
                 new_rows = engine.generate(chunk, quarantine, chunk_progress)
-                if use_cache and cache.append(new_rows):
-                    result.shards_written += 1
-                for row in new_rows:
-                    cached.setdefault(row["cache_key"], row)
+                if use_cache:
+                    if cache.append(new_rows):
+                        result.shards_written += 1
+                    for row in new_rows:
+                        cached.setdefault(row["cache_key"], row)
+                else:
+                    offset = result.generated
+                    for j, row in enumerate(new_rows):
+                        where.setdefault(row["cache_key"], offset + j)
+                    imported.append(to_table(new_rows, RESPONSES))
                 result.generated += len(new_rows)
                 result.generated_output_tokens += sum(r["output_tokens"] for r in new_rows)
         finally:  # an engine holding a worker process (vLLM) stops it
@@ -103,12 +112,21 @@ def generate_partition(
     elif progress:
         progress(len(rows), len(rows))
 
-    out = [dict(cached[k], prompt_id=p.prompt_id) for p, k in zip(rows, keys) if k in cached]
+    answered = cached if use_cache else where
     accounted = {r["row"] for r in quarantine.rows}
     for p, k in zip(rows, keys):
-        if k not in cached and p.prompt_id not in accounted:
+        if k not in answered and p.prompt_id not in accounted:
             quarantine.add(p.prompt_id, "no response: generation failed for an identical prompt text")
-    result.table = to_table(out, RESPONSES)
+    if use_cache:
+        result.table = to_table([dict(cached[k], prompt_id=p.prompt_id) for p, k in zip(rows, keys) if k in cached],
+                                RESPONSES)
+    else:  # one row per prompt, in prompt order; prompts sharing a text share its imported row
+        found = [(p.prompt_id, where[k]) for p, k in zip(rows, keys) if k in where]
+        table = pa.concat_tables(imported) if imported else to_table([], RESPONSES)
+        table = table.take(pa.array([j for _, j in found], pa.int64()))
+        column = table.schema.get_field_index("prompt_id")
+        result.table = table.set_column(column, table.schema.field(column),
+                                        pa.array([pid for pid, _ in found], table.schema.field(column).type))
     return result
 
 

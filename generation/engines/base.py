@@ -48,7 +48,15 @@ class Identity:
         return json.dumps(self.sampling, sort_keys=True)
 
     def key(self, text: str) -> str:
-        return cache_key(text, self.model, self.revision, self.sampling, self.engine)
+        """`cache_key(text, ...)` without dumping the sampling again per prompt: "text" sorts last in
+        the payload, so the payload is a fixed prefix, the text's JSON and "}" (the same bytes)."""
+        prefix = self.__dict__.get("_key_prefix")
+        if prefix is None:
+            rest = json.dumps({"model": self.model, "revision": self.revision, "sampling": self.sampling,
+                               "engine": self.engine}, sort_keys=True)
+            prefix = rest[:-1] + ', "text": '
+            object.__setattr__(self, "_key_prefix", prefix)  # frozen: a derived value, set once
+        return hashlib.sha256(f"{prefix}{json.dumps(text)}}}".encode()).hexdigest()[:24]
 
 
 def cache_key(text: str, model: str, revision: str | None, sampling: dict[str, Any], engine: str) -> str:

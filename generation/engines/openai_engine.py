@@ -208,16 +208,13 @@ class OpenAIEngine(BaseEngine):
         self.version = f"httpx-{httpx.__version__}"
         self.chat = self.source.api == "chat"
         self.failed_attempts: Counter[str] = Counter()  # reason -> attempts that failed (retried or final)
-        self._counter = None
         self._token_counter = config.generation.token_counter
 
     def _count_tokens(self, text: str) -> int:
         """Fallback when a server sends no usage: the configured counting tokenizer."""
-        if self._counter is None:
-            from routeforge.core.model_sources import load_tokenizer
+        from routeforge.generation.token_counts import token_counter
 
-            self._counter = load_tokenizer(self._token_counter)
-        return len(self._counter(text, add_special_tokens=False)["input_ids"])
+        return token_counter(self._token_counter).count([text])[0]
 
     def generate(
         self, prompts: list[PromptRow], quarantine: Quarantine, progress: ProgressFn | None = None

@@ -14,9 +14,9 @@ from importlib.metadata import version
 from typing import Any
 
 from routeforge.core.config import FleetConfig, ModelSpec, TableSource
-from routeforge.core.model_sources import load_tokenizer
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow
+from routeforge.generation.token_counts import token_counter
 from routeforge.prompts.response_tables import (
     ImportedResponse,
     jsonl_responses,
@@ -36,18 +36,18 @@ class TableImportEngine(BaseEngine):
         self.column = spec.source.column or spec.name
         self.dataset = config.dataset(spec.source.dataset)
         self.version = version("routeforge")
-        self.tokenizer = load_tokenizer(config.generation.token_counter)
-        self.tokenizer.model_max_length = 1 << 30  # counting only; no model sees these ids
+        self.counter = token_counter(config.generation.token_counter)
         self.table_problems: dict[str, int] = {}  # unusable lines of a long table, by reason
-
-    def _count(self, texts: list[str]) -> list[int]:
-        if not texts:
-            return []
-        enc = self.tokenizer(texts, add_special_tokens=False, truncation=False)
-        return [len(ids) for ids in enc["input_ids"]]
+        self._table: dict[str, ImportedResponse] | None = None
 
     def _responses(self) -> dict[str, ImportedResponse]:
-        """source_row → imported cell for this model."""
+        """source_row → imported cell for this model (read once per engine: a partition is imported
+        in chunks)."""
+        if self._table is None:
+            self._table = self._read()
+        return self._table
+
+    def _read(self) -> dict[str, ImportedResponse]:
         src, ds = self.source, self.dataset
         if src.file is not None:
             found, self.table_problems = jsonl_responses(
@@ -80,8 +80,8 @@ class TableImportEngine(BaseEngine):
                 quarantine.add(p.prompt_id, f"unusable table cell: {cell.problem}", {"row": p.source_row})
             else:
                 found.append((p, cell))
-        prompt_tokens = self._count([p.text for p, _ in found])
-        output_tokens = self._count([c.text for _, c in found])
+        prompt_tokens = self.counter.count([p.text for p, _ in found])
+        output_tokens = self.counter.count([c.text for _, c in found])
         rows = []
         for (p, cell), n_prompt, n_out in zip(found, prompt_tokens, output_tokens):
             cost = cell.cost if cell.cost is not None else self.cost(n_prompt, n_out)

@@ -117,3 +117,13 @@ def test_sigkill_at_random_points_then_resume_gives_every_pair_once(config_copy,
     path = local_fleet(config_copy, shared_data, n, shard_size=2, batch_size=2, sampling={"max_tokens": 24})
     # the subprocess resolves the same config file to the same storage
     assert kill_and_resume(path, dict(os.environ), tmp_path, trials=10, n=n) >= 8
+
+
+def test_the_identity_key_is_the_cache_key_of_earlier_releases():
+    """`Identity.key` builds the payload from a fixed prefix: the same bytes as `cache_key`, so every
+    cached response stays valid."""
+    from routeforge.generation.engines.base import Identity, cache_key
+
+    ident = Identity("transformers", "org/m", None, {"temperature": 0.0, "max_tokens": 5, "stop": ["\n"], "z": None})
+    for text in ["hi", 'é\u2028"quoted"\n', "", "a" * 1000]:
+        assert ident.key(text) == cache_key(text, "org/m", None, ident.sampling, "transformers")
