@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             row = {"n": n, "models": len(models), "data_s": round(time.perf_counter() - start, 2),
                    "data_mb": round(sum(p.stat().st_size for p in paths.values()) / 2**20, 1), "stages": {},
                    "encoder": ("all-MiniLM-L6-v2, 256 word pieces" if n <= args.stand_in_above else
-                               f"stand-in: 1 random-weight layer of MiniLM's width, {args.stand_in_window} word pieces")}
+                               f"stand-in: 1 random-weight layer of MiniLM's width, "
+                               f"{args.stand_in_window} word pieces")}
             last = STAGES.index(args.through) if n > args.full_up_to else len(STAGES) - 1
             for stage in STAGES[: last + 1]:
                 row["stages"][stage] = run_stage(stage, config)
