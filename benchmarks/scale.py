@@ -12,7 +12,8 @@ run as the pipeline runs them, each in its own process so its peak RSS is its ow
     import         prompt set + one response/quality partition per model (score-table import)
     routing_table  the join of every partition
     knn            the FAISS KNN estimator (IVF-PQ above `ivf_threshold`), its test evaluation
-    router         router selection by 3-fold CV (KNN + logistic heads), one truncation side
+    router         router selection by 3-fold CV (KNN + logistic heads), one truncation side; the KNN
+                   member keeps at most 10^5 keys (`knn_max_keys`: otherwise prompts × keys is quadratic)
     bundle         the bundle folder: manifest, checksums, the two components
 
 Wall seconds and peak RSS per stage and size; the growth exponent of each stage between sizes
@@ -154,6 +155,7 @@ def write_fleet(folder: Path, paths: dict[str, list[Path]], models: list[str],
         "scoring": {"metric": "table_correctness"},
         "training": {"knn": {"k": 50, "index": "ivfpq", "ivf_threshold": 50_000},
                      "router": {"enabled": True, "folds": 3, "knn_k": [50], "knn_prior_strength": [0.0],
+                                "knn_max_keys": 100_000,
                                 "mlp_hidden": [0], "mlp_epochs": 5, "mf_dim": [], "truncation_sides": ["right"]}},
         "registry": {"tracking_uri": f"sqlite:///{folder / 'mlflow.db'}", "experiment": "scale",
                      "model_name": "scale-router"},

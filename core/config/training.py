@@ -31,6 +31,10 @@ class RouterSelectionSettings(_Strict):
     folds: int = Field(default=5, ge=2)
     knn_k: list[int] = [10, 30, 100]
     knn_prior_strength: list[float] = [0.0, 10.0]
+    # the KNN member's keys: at most this many training prompts, a seeded uniform sample (None: all).
+    # The runtime compares every request with every key (10^5 keys × 384 dims: ~40M multiply-adds a
+    # request), the bundle stores them (150 MB at 10^5) and CV costs prompts × keys: set it past ~10^5
+    knn_max_keys: int | None = Field(default=None, gt=0)
     mlp_hidden: list[int] = [0, 256]  # 0: logistic heads (one linear layer)
     mlp_weight_decay: float = Field(default=1e-2, ge=0)
     mlp_epochs: int = Field(default=30, gt=0)

@@ -103,7 +103,14 @@ def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
 
 @member_fitter("knn")
 def _fit_knn(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
+    """Every training prompt a key, or a seeded uniform sample of `max_keys` of them (the prior from
+    every label): the runtime compares each request with every key, so keys bound its time, the
+    bundle's size and cross-validation's prompts × keys."""
     filled, _, prior = _filled(y)
+    limit = cand.params.get("max_keys")
+    if limit is not None and len(x) > limit:
+        keep = np.sort(np.random.default_rng(seed).choice(len(x), size=int(limit), replace=False))
+        x, filled = x[keep], filled[keep]
     return {"keys": x.astype(np.float32), "labels": filled.astype(np.float32), "prior": prior.astype(np.float32)}
 
 
@@ -280,7 +287,9 @@ def fit_predict(cand: Candidate, x_fit: np.ndarray, y_fit: np.ndarray, x_pred: n
 
 def candidates(settings) -> list[Candidate]:
     """The grid named by `RouterSelectionSettings`."""
-    out = [Candidate("knn", {"k": k, "prior_strength": a}) for k in settings.knn_k for a in settings.knn_prior_strength]
+    budget = {"max_keys": settings.knn_max_keys} if settings.knn_max_keys is not None else {}
+    out = [Candidate("knn", {"k": k, "prior_strength": a, **budget})
+           for k in settings.knn_k for a in settings.knn_prior_strength]
     out += [Candidate("mlp", {"hidden": h, "weight_decay": settings.mlp_weight_decay, "epochs": settings.mlp_epochs})
             for h in settings.mlp_hidden]
     out += [Candidate("mf", {"dim": r, "epochs": settings.mf_epochs}) for r in settings.mf_dim]
