@@ -1,4 +1,4 @@
-"""The router's KNN member under a key budget (`knn_max_keys`): bounded keys, the prior from every label."""
+"""Router selection at 10^6 prompts: the KNN member under a key budget (`knn_max_keys`), bootstrap means in blocks."""
 
 import numpy as np
 from routeforge.core.config.training import RouterSelectionSettings
@@ -37,3 +37,16 @@ def test_without_a_budget_every_prompt_is_a_key_and_names_are_unchanged():
     small = RouterSelectionSettings(knn_k=[10], knn_prior_strength=[0.0], knn_max_keys=1000)
     (bounded,) = [c for c in candidates(small) if c.kind == "knn"]
     assert np.array_equal(fit_candidate(bounded, x, y)["keys"], x)  # under the budget: every prompt
+
+
+def test_bootstrap_means_in_blocks_keep_small_results_and_bound_large_ones(monkeypatch):
+    from routeforge.training.predictors import router_selection
+    from routeforge.training.predictors.router_selection import bootstrap_means
+
+    values = np.random.default_rng(1).normal(0.1, 1.0, size=3000)
+    one_call = np.random.default_rng(7).choice(values, size=(200, 3000), replace=True).mean(axis=1)
+    assert np.array_equal(bootstrap_means(np.random.default_rng(7), values, 200), one_call)  # under the block
+    monkeypatch.setattr(router_selection, "BOOTSTRAP_BLOCK", 10_000)  # 3 draws a block
+    blocked = bootstrap_means(np.random.default_rng(7), values, 200)
+    assert blocked.shape == (200,)
+    assert abs(blocked.mean() - values.mean()) < 0.01 and abs(blocked.std() - one_call.std()) < 0.005
