@@ -297,8 +297,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sizes = [1_000, 3_000] if args.quick else args.sizes
     models = [f"model-{i:02d}" for i in range(args.models)]
-    rows = []
+    rows: list[dict] = []
     out_path = results_dir("scale") / (f"{args.name}-quick.json" if args.quick else f"{args.name}.json")
+
+    def save(current: dict | None = None) -> dict:  # after every stage: a long run keeps what it measured
+        done = rows + ([current] if current is not None else [])
+        result = {"sizes": done, "growth_exponents": exponents(done),
+                  "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": args.quick}
+        out_path.write_text(json.dumps(result, indent=2))
+        return result
+
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"routeforge-scale-{n}-") as tmp:
             folder = Path(tmp)
@@ -316,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             last = STAGES.index(args.through) if n > args.full_up_to else len(STAGES) - 1
             for stage in STAGES[: last + 1]:
                 row["stages"][stage] = run_stage(stage, config)
+                save(row)
                 print(f"n={n:>9,} {stage:<14} {row['stages'][stage]['seconds']:9.1f}s "
                       f"{row['stages'][stage]['peak_rss_gib']:6.2f} GiB", flush=True)
             if last < len(STAGES) - 1:
@@ -332,9 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"n={n:>9,} +{added} new prompts: {total:.1f}s = {total / full:.1%} of the full run "
                       f"({full:.1f}s)", flush=True)
         rows.append(row)
-        result = {"sizes": rows, "growth_exponents": exponents(rows),
-                  "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": args.quick}
-        out_path.write_text(json.dumps(result, indent=2))  # after every size: a long run keeps what it measured
+        result = save()
     print(json.dumps(result["growth_exponents"]))
     return 0
 
