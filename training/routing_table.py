@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.compute as pc
 from routeforge.core.schemas import ROUTING_KEYS, routing_column, routing_models, routing_table_schema
 
@@ -58,8 +57,8 @@ def matrix(table: pa.Table, measure: str, models: list[str] | None = None) -> np
 def dataset_card(table: pa.Table, fleet: str, metrics: dict[str, str]) -> str:
     """A README.md for the exported routing table: models, metric per task, splits, coverage."""
     models = routing_models(table.schema)
-    splits = pa.compute.value_counts(table.column("split")).to_pylist()
-    tasks = pa.compute.value_counts(table.column("task")).to_pylist()
+    splits = pc.value_counts(table.column("split")).to_pylist()
+    tasks = pc.value_counts(table.column("task")).to_pylist()
     quality = matrix(table, "quality", models)
     lines = [
         "---", f"pretty_name: routeforge routing table ({fleet})", "task_categories: [text-classification]", "---",
@@ -85,7 +84,7 @@ def export_hf_dataset(table: pa.Table, path: Path, card: str | None = None) -> P
     from datasets import Dataset, DatasetDict
 
     splits = sorted(set(table.column("split").to_pylist()))
-    data = DatasetDict({s: Dataset(table.filter(pa.compute.equal(table.column("split"), s))) for s in splits})
+    data = DatasetDict({s: Dataset(table.filter(pc.equal(table.column("split"), s))) for s in splits})
     data.save_to_disk(str(path))
     if card:
         (Path(path) / "README.md").write_text(card)
