@@ -51,6 +51,8 @@ class BertScoreMetric:
                 model_type=resolve_pretrained(s.backbone), num_layers=s.num_layers, batch_size=s.batch_size,
                 idf=s.idf, rescale_with_baseline=s.rescale_with_baseline,
                 baseline_path=str(s.baseline_path) if s.baseline_path else None, lang=s.lang, device=_device(),
+                nthreads=0,  # idf counts in this process: bert-score's Pool forks a process that holds torch,
+                # tokenizer and server threads, and a fork there can deadlock (a CI run hung in it)
             )
         if s.idf:
             with warnings.catch_warnings():  # recomputed on purpose: not worth bert-score's warning

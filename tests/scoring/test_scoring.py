@@ -141,6 +141,6 @@ def test_bertscore_idf_and_baseline_rescaling_match_the_library(tmp_path):
         settings = ScoringSettings(metric="bertscore", **options)
         ours = BertScoreMetric(settings, tmp_path / "cache").score_prf(cands, refs)
         lib_options = {**options, "baseline_path": str(baseline)} if "baseline_path" in options else options
-        p, r, f = bert_score(cands, refs, model_type=model, num_layers=6, lang="en", **lib_options)
+        p, r, f = bert_score(cands, refs, model_type=model, num_layers=6, lang="en", nthreads=0, **lib_options)
         for (op, orr, of), lp, lr, lf in zip(ours, p.tolist(), r.tolist(), f.tolist()):
             assert abs(op - lp) < 1e-6 and abs(orr - lr) < 1e-6 and abs(of - lf) < 1e-6, options
