@@ -37,6 +37,7 @@ from routeforge.artifacts.sentence_encoder import embed_for
 
 MEASURES = ("quality", "output_tokens", "cost")
 WEIGHT_EPS = 1e-6
+QUERY_BLOCK = 4096  # queries searched and voted at a time (`KnnEstimator.predict_embeddings`)
 TIE_EPS = 1e-6  # cosines this close to the k-th neighbour's count as tied with it (float32 rounding)
 
 
@@ -101,14 +102,19 @@ class KnnEstimator:
     def prior(self) -> np.ndarray:
         return np.asarray([self.meta["priors"]["quality"][m] for m in self.models], dtype=np.float64)
 
-    def _candidates(self, queries: np.ndarray, exclude_self: bool) -> tuple[np.ndarray, np.ndarray]:
-        """(cosines, ids) of each query's k nearest and of every indexed prompt tied with the k-th,
-        padded with (−inf, −1): FAISS returns k of a tied group in an order of its own, so a query
-        whose fetched results may stop inside a tie is completed by a range search."""
+    def _candidates(self, queries: np.ndarray, exclude_self: bool
+                    ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]:
+        """(cosines, ids) of each query's k nearest, padded with (−inf, −1), and, for a query whose
+        fetched results may stop inside a tie with the k-th, its whole tied group by a range search:
+        FAISS returns k of a tied group in an order of its own. The completed rows come apart
+        ({row: (cosines, ids)}), each as wide as its own tie: padding every row to the widest tie
+        held (queries × widest tie × models) at once, and a million prompts of a template longer than
+        the encoder's window, embedded identically, asked for 24 GB."""
         k = min(self.k + int(exclude_self), self.index.ntotal)
         fetch = min(2 * k, self.index.ntotal)  # k more, to see whether the tie ends
         sims, ids = self.index.search(queries, fetch)
         sims = np.where(ids >= 0, sims, -np.inf).astype(np.float64)
+        first = int(exclude_self)  # the closest hit is the prompt itself
         completed = {}
         if fetch > k:
             for q in np.flatnonzero((ids[:, -1] >= 0) & (sims[:, -1] >= sims[:, k - 1] - TIE_EPS)):
@@ -117,21 +123,12 @@ class KnnEstimator:
                 except RuntimeError:  # an index kind without range search keeps what was fetched
                     continue
                 order = np.argsort(-dist[lims[0]:lims[1]], kind="stable")
-                completed[q] = (dist[lims[0]:lims[1]][order], found[lims[0]:lims[1]][order])
-        first = int(exclude_self)  # the closest hit is the prompt itself
-        sims, ids = sims[:, first:], ids[:, first:]
-        if completed:  # widen to the longest tie and put the completed rows in
-            width = max(sims.shape[1], *(len(d) - first for d, _ in completed.values()))
-            sims = np.pad(sims, ((0, 0), (0, width - sims.shape[1])), constant_values=-np.inf)
-            ids = np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=-1)
-            for q, (d, found) in completed.items():
-                sims[q], ids[q] = -np.inf, -1
-                sims[q, :len(d) - first], ids[q, :len(d) - first] = d[first:], found[first:]
-        return sims, ids
+                completed[int(q)] = (dist[lims[0]:lims[1]][order][first:].astype(np.float64)[None, :],
+                                     found[lims[0]:lims[1]][order][first:][None, :])
+        return sims[:, first:], ids[:, first:], completed
 
-    def predict_embeddings(self, queries: np.ndarray, exclude_self: bool = False) -> KnnPrediction:
-        """Predict from normalized query embeddings; `exclude_self` drops an exact hit (leave-one-out)."""
-        sims, ids = self._candidates(np.ascontiguousarray(queries, dtype=np.float32), exclude_self)
+    def _votes(self, sims: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Per measure, each query's vote from its candidates (cosines, ids; id −1: none)."""
         valid = ids >= 0
         shares, weights = neighbour_weights(sims, self.k)
         safe_ids = np.where(valid, ids, 0)
@@ -149,6 +146,22 @@ class KnnEstimator:
                 n = (has * shares[:, :, None]).sum(axis=1)
                 vote = (n * vote + strength * prior) / (n + strength)
             out[measure] = vote
+        return out
+
+    def predict_embeddings(self, queries: np.ndarray, exclude_self: bool = False) -> KnnPrediction:
+        """Predict from normalized query embeddings; `exclude_self` drops an exact hit (leave-one-out).
+        Queries go `QUERY_BLOCK` at a time, so memory does not grow with how many are asked."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        parts: dict[str, list[np.ndarray]] = {measure: [] for measure in MEASURES}
+        for start in range(0, max(len(queries), 1), QUERY_BLOCK):
+            sims, ids, completed = self._candidates(queries[start:start + QUERY_BLOCK], exclude_self)
+            votes = self._votes(sims, ids)
+            for q, (tied_sims, tied_ids) in completed.items():  # each completed row at its own width
+                for measure, vote in self._votes(tied_sims, tied_ids).items():
+                    votes[measure][q] = vote[0]
+            for measure in MEASURES:
+                parts[measure].append(votes[measure])
+        out = {measure: np.concatenate(p) for measure, p in parts.items()}
         return KnnPrediction(self.models, out["quality"], out["output_tokens"], out["cost"])
 
     def predict(self, texts: list[str], encoder=None) -> KnnPrediction:

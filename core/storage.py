@@ -133,12 +133,14 @@ class ShardCache:
 
     MARKER = ".committed"
 
-    def __init__(self, folder: Path, schema: pa.Schema, key: str = "cache_key", compact_above: int = 64):
+    def __init__(self, folder: Path, schema: pa.Schema, key: str = "cache_key", compact_above: int = 64,
+                 compact_rows: int = 16_384):
         self.remote = is_remote(folder)
         self.folder = folder if self.remote else Path(folder)
         self.schema = schema
         self.key = key
         self.compact_above = compact_above
+        self.compact_rows = compact_rows
 
     def _names(self) -> set[str]:
         if self.remote:  # another process may have written or deleted shards since the last listing
@@ -184,6 +186,12 @@ class ShardCache:
             except Exception as exc:  # noqa: BLE001 - a shard we cannot read is set aside, not fatal
                 self._set_aside(shard, exc)
 
+    def tables(self) -> Iterator[pa.Table]:
+        """Each committed shard's rows, oldest first, in the cache's schema: one shard in memory at a
+        time (a key may recur in a later shard; the first wins, as in `load`)."""
+        for table in self._tables():
+            yield table.select(self.schema.names).cast(self.schema)
+
     def load(self) -> dict[str, dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {}
         for table in self._tables():
@@ -197,7 +205,9 @@ class ShardCache:
         tables = list(self._tables())
         if not tables:
             return self.schema.empty_table()
-        table = pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables])
+        return self._first_per_key(pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables]))
+
+    def _first_per_key(self, table: pa.Table) -> pa.Table:
         keys = table.column(self.key)
         first = pc.index_in(pc.unique(keys), value_set=keys)  # first position of each distinct key
         return table if len(first) == table.num_rows else table.take(first)
@@ -218,12 +228,19 @@ class ShardCache:
         shard.unlink(missing_ok=True)
 
     def compact(self) -> None:
-        """Merge shards into one when there are many; a crash in between leaves duplicates, which
-        `load` tolerates (first wins, and the rows are identical)."""
-        shards = self.shards()
-        if len(shards) <= self.compact_above:
+        """Merge the small shards (fewer than `compact_rows` rows each: a day's few new rows) into
+        one when there are more than `compact_above` of them; whole-sized shards stay as they are,
+        so the cache never becomes one file that must be read whole. A crash in between leaves
+        duplicates, which `load` tolerates (first wins, and the rows are identical)."""
+        small = [shard for shard in self.shards() if self._rows_in(shard) < self.compact_rows]
+        if len(small) <= self.compact_above:
             return
-        merged = self.append(self.load_table())
-        for shard in shards:
+        merged = self.append(self._first_per_key(pa.concat_tables(
+            [read_parquet(shard, self.schema).select(self.schema.names).cast(self.schema) for shard in small])))
+        for shard in small:
             if str(shard) != str(merged):
                 self.remove(shard)
+
+    def _rows_in(self, shard: Path) -> int:
+        with shard.open("rb") as handle:
+            return pq.ParquetFile(handle).metadata.num_rows

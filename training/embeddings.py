@@ -138,13 +138,27 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
     backend = default_backend()
     cache = ShardCache(Path(cache_dir), SCHEMA)
     keys = pa.array([_key(ref, truncation_side, t, backend) for t in texts], pa.string())
-    table = cache.load_table()
-    where = pc.index_in(keys, value_set=table.column("cache_key"))
-    todo = np.flatnonzero(where.is_null().to_numpy(zero_copy_only=False))
+    out: np.ndarray | None = None
+    found = np.zeros(len(texts), dtype=bool)
+
+    def fill(table: pa.Table) -> None:  # the rows of `table` that texts not yet filled ask for
+        nonlocal out
+        where = pc.index_in(keys, value_set=table.column("cache_key")).fill_null(-1).to_numpy()
+        hit = (where >= 0) & ~found
+        if hit.any():
+            vectors = _rows(table.column("vector"), where[hit])
+            if out is None:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[hit] = vectors
+            found[hit] = True
+
+    for table in cache.tables():  # a shard at a time: the whole cache is never in memory at once
+        fill(table)
+    todo = np.flatnonzero(~found)
+    cached = len(texts) - len(todo)
     new_keys = pc.unique(keys.take(pa.array(todo, pa.int64())))
     if len(new_keys):
         first = pc.index_in(new_keys, value_set=keys).to_numpy()  # one text per distinct new key
-        added = []
         for start in range(0, len(first), SAVE_EVERY):  # each part a shard: a killed run keeps what it did
             part = first[start:start + SAVE_EVERY]
             vectors = _encode_spread([texts[i] for i in part], ref, truncation_side, backend, log)
@@ -152,17 +166,14 @@ def encode_cached(texts: list[str], ref: str, truncation_side: str = "right",
                             "vector": pa.FixedSizeListArray.from_arrays(vectors.astype(np.float32).ravel(),
                                                                         vectors.shape[1]).cast(pa.list_(pa.float32()))})
             cache.append(new)
-            added.append(new.cast(SCHEMA))
+            fill(new.cast(SCHEMA))
         cache.compact()
-        table = pa.concat_tables([table, *added])
-        where = pc.index_in(keys, value_set=table.column("cache_key"))
-    cached = len(texts) - len(todo)
     _count(len(new_keys), cached)
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     if log is not None:
         log(f"embedding cache: {len(new_keys)} new of {len(texts)} texts ({cached} from the cache)")
-    return _rows(table.column("vector"), where.to_numpy())
+    return out
 
 
 def _encode_spread(texts: list[str], ref: str, truncation_side: str, backend: str,

@@ -95,6 +95,24 @@ def test_shard_cache_commits_by_marker_without_rename(remote):
     assert len(cache.load()) == 5
 
 
+def test_compaction_merges_small_shards_and_leaves_whole_ones(tmp_path):
+    """A day's few rows make small shards, merged when many; whole-sized shards (the embedding
+    cache's 16,384-text parts) are never merged into one file that every lookup must read whole.
+    `tables` gives the shards one at a time, first row per key first."""
+    schema = pa.schema([("cache_key", pa.string()), ("v", pa.int64())])
+    cache = ShardCache(tmp_path, schema, compact_above=2, compact_rows=10)
+    for big in range(2):
+        cache.append([{"cache_key": f"b{big}-{i}", "v": i} for i in range(10)])
+    for i in range(3):
+        cache.append([{"cache_key": f"s{i}", "v": i}, {"cache_key": "b0-0", "v": 99}])
+    cache.compact()
+    sizes = sorted(t.num_rows for t in cache.tables())
+    assert sizes == [4, 10, 10]  # three small shards merged, one row per key among them
+    assert len(cache.load()) == 23 and cache.load()["b0-0"]["v"] == 0
+    cache.compact()  # the merged shard is one small shard now: nothing more to merge
+    assert sorted(t.num_rows for t in cache.tables()) == [4, 10, 10]
+
+
 def test_stage_files_round_trip_on_a_uri(remote):
     table = pa.table({"a": [1, 2]})
     path = write_parquet(table, remote.path("assets", "t.parquet"))

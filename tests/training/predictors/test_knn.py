@@ -157,3 +157,27 @@ def test_a_tied_group_votes_its_mean_whatever_the_index_order():
     # leave-one-out inside the tied group: the other 39 vote
     loo = _estimator(vectors, quality, k=5).predict_embeddings(vectors[:40].astype(np.float32), exclude_self=True)
     assert loo.quality[:, 0] == pytest.approx(np.full(40, quality[:40, 0].mean()), abs=0.03)
+
+
+def test_a_wide_tie_is_voted_at_its_own_width_in_bounded_blocks(monkeypatch):
+    """A query tied with 3,000 indexed prompts is voted over all of them, the other queries over
+    their k, in blocks of queries: padding every query to the widest tie asked 24 GB at 10^6 prompts.
+    The result is the same in one block or many, and the same as each query asked alone."""
+    import routeforge.artifacts.knn as knn_module
+
+    rng = np.random.default_rng(1)
+    spread = rng.normal(size=(500, 8))
+    spread /= np.linalg.norm(spread, axis=1, keepdims=True)
+    tied = np.tile(spread[:1], (3000, 1))  # a template longer than the window: one embedding
+    vectors = np.vstack([spread, tied])
+    quality = rng.random((len(vectors), 3))
+    est = _estimator(vectors, quality, k=10)
+    queries = np.vstack([spread[:1], rng.normal(size=(40, 8))]).astype(np.float32)
+    whole = est.predict_embeddings(queries)
+    assert whole.quality[0] == pytest.approx(quality[np.r_[0, 500:3500]].mean(axis=0))
+    monkeypatch.setattr(knn_module, "QUERY_BLOCK", 7)
+    blocked = est.predict_embeddings(queries)
+    alone = np.vstack([est.predict_embeddings(q[None, :]).quality for q in queries])
+    assert np.abs(blocked.quality - whole.quality).max() < 1e-12
+    assert np.abs(alone - whole.quality).max() < 1e-12
+    assert len(est.predict_embeddings(queries[:0]).quality) == 0

@@ -217,6 +217,42 @@ def test_mlp_runtime_matches_the_torch_network():
     assert np.abs(ours - ref).max() < 1e-5
 
 
+@pytest.mark.parametrize("k", [1, 7, 50, 400])
+def test_knn_member_votes_as_the_dense_tie_sharing_rule(k):
+    """The KNN member finds each query's neighbours from a lower bound of its k-th cosine instead of
+    weighing every key; what it predicts is `neighbour_weights`' dense rule to rounding, with ties
+    at the k-th (duplicated keys, queries equal to keys), fewer keys than k, and a NaN query (the
+    dense rule itself)."""
+    from routeforge.artifacts.knn import neighbour_weights
+    from routeforge.artifacts.router import predict_member
+
+    rng = np.random.default_rng(k)
+    keys = rng.normal(size=(300, 16)).astype(np.float32)
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    keys[150:] = keys[rng.integers(0, 40, size=150)]  # groups of identical keys: ties at the k-th
+    x = rng.normal(size=(90, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[:30] = keys[rng.integers(0, 300, size=30)]
+    labels = rng.random((300, 4)).astype(np.float32)
+    prior = labels.mean(axis=0)
+    for n_keys in (300, 5):
+        w = {"keys": keys[:n_keys], "labels": labels[:n_keys], "prior": prior}
+        params = {"k": k, "prior_strength": 2.0}
+        _, dense = neighbour_weights((x @ w["keys"].T).astype(np.float64), min(k, n_keys))
+        dense_votes = (dense @ w["labels"]) / dense.sum(axis=1, keepdims=True)
+        kk = min(k, n_keys)
+        expected = (kk * dense_votes + 2.0 * prior) / (kk + 2.0)
+        assert np.abs(predict_member("knn", params, w, x) - expected).max() < 1e-12
+    with_nan = x.copy()
+    with_nan[3] = np.nan
+    got = predict_member("knn", {"k": k, "prior_strength": 0.0}, {"keys": keys, "labels": labels, "prior": prior},
+                         with_nan)
+    assert np.isfinite(np.delete(got, 3, axis=0)).all()
+    assert np.abs(np.delete(got, 3, axis=0) - np.delete(
+        predict_member("knn", {"k": k, "prior_strength": 0.0}, {"keys": keys, "labels": labels, "prior": prior}, x),
+        3, axis=0)).max() < 1e-12
+
+
 def test_selection_never_reads_test_labels():
     x, y = synthetic(600, 9)
     xt, yt = synthetic(200, 10)
