@@ -23,7 +23,11 @@ the full run, and how many texts were embedded. `--through` stops after a stage 
 embedding in `knn` and `router` is linear in N with the encoder's rate on this CPU, measured at the
 smaller sizes); `--stand-in-above N` embeds sizes above N with a one-layer random-weight encoder of
 MiniLM's width (`stand_in_encoder`), so the other stages run at 10^6 in minutes instead of hours.
-Writes benchmarks/results/scale/<--name>.json (default scale.json).
+Writes benchmarks/results/scale/<--name>.json (default scale.json). A size's work folder (in the
+temporary directory) outlives a run that is killed; `--resume FOLDER --resume-stage STAGE` runs that
+folder's stages from STAGE on, into the same results file: the stages before keep what they measured,
+and an embedding cache the stopped run filled is used (each stage reports what it embedded and what it
+found in the cache).
 """
 
 from __future__ import annotations
@@ -273,6 +277,26 @@ def exponents(rows: list[dict]) -> dict[str, list[float]]:
     return out
 
 
+def resume(folder: Path, first: str, out_path: Path) -> int:
+    """The stages of a stopped run's work folder from `first` on; the row of its size in `out_path`
+    (written by the stopped run) keeps the stages before `first`."""
+    config = folder / "fleet.yaml"
+    n = sum(sum(1 for _ in open(path)) for path in (folder / "data").glob("*.jsonl"))
+    previous = json.loads(out_path.read_text()) if out_path.exists() else {"sizes": []}
+    rows = [r for r in previous["sizes"] if r["n"] != n]
+    row = next((r for r in previous["sizes"] if r["n"] == n), {"n": n, "stages": {}})
+    row["resumed"] = {"folder": str(folder), "from": first}
+    row.pop("not_run", None)
+    for stage in STAGES[STAGES.index(first):]:
+        row["stages"][stage] = run_stage(stage, config)
+        result = {"sizes": [*rows, row], "growth_exponents": exponents([*rows, row]),
+                  "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": False}
+        out_path.write_text(json.dumps(result, indent=2))
+        print(f"n={n:>9,} {stage:<14} {row['stages'][stage]['seconds']:9.1f}s "
+              f"{row['stages'][stage]['peak_rss_gib']:6.2f} GiB", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -288,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(`stand_in_encoder`): the other stages' time and memory without hours of encoding")
     p.add_argument("--stand-in-window", type=int, default=64, help="the stand-in encoder's window (word pieces)")
     p.add_argument("--name", default="scale", help="results file: benchmarks/results/scale/<name>.json")
+    p.add_argument("--resume", type=Path, help="a stopped run's work folder (/tmp/routeforge-scale-N-*)")
+    p.add_argument("--resume-stage", choices=STAGES, default="knn", help="the first stage --resume runs")
     p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child process: one stage
     p.add_argument("--fleet", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -307,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         out_path.write_text(json.dumps(result, indent=2))
         return result
 
+    if args.resume:
+        return resume(args.resume, args.resume_stage, out_path)
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix=f"routeforge-scale-{n}-") as tmp:
             folder = Path(tmp)
