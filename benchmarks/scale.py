@@ -277,6 +277,22 @@ def exponents(rows: list[dict]) -> dict[str, list[float]]:
     return out
 
 
+def save(out_path: Path, rows: list[dict], quick: bool = False) -> dict:
+    """The results file: every size's row and the growth exponents between them (written after every
+    stage: a long run keeps what it measured)."""
+    result = {"sizes": rows, "growth_exponents": exponents(rows),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": quick}
+    out_path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def run_into(row: dict, stage: str, config: Path) -> None:
+    """Run `stage` into `row` and say what it took."""
+    row["stages"][stage] = run_stage(stage, config)
+    print(f"n={row['n']:>9,} {stage:<14} {row['stages'][stage]['seconds']:9.1f}s "
+          f"{row['stages'][stage]['peak_rss_gib']:6.2f} GiB", flush=True)
+
+
 def resume(folder: Path, first: str, out_path: Path) -> int:
     """The stages of a stopped run's work folder from `first` on; the row of its size in `out_path`
     (written by the stopped run) keeps the stages before `first`."""
@@ -288,12 +304,8 @@ def resume(folder: Path, first: str, out_path: Path) -> int:
     row["resumed"] = {"folder": str(folder), "from": first}
     row.pop("not_run", None)
     for stage in STAGES[STAGES.index(first):]:
-        row["stages"][stage] = run_stage(stage, config)
-        result = {"sizes": [*rows, row], "growth_exponents": exponents([*rows, row]),
-                  "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": False}
-        out_path.write_text(json.dumps(result, indent=2))
-        print(f"n={n:>9,} {stage:<14} {row['stages'][stage]['seconds']:9.1f}s "
-              f"{row['stages'][stage]['peak_rss_gib']:6.2f} GiB", flush=True)
+        run_into(row, stage, config)
+        save(out_path, [*rows, row])
     return 0
 
 
@@ -326,13 +338,6 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     out_path = results_dir("scale") / (f"{args.name}-quick.json" if args.quick else f"{args.name}.json")
 
-    def save(current: dict | None = None) -> dict:  # after every stage: a long run keeps what it measured
-        done = rows + ([current] if current is not None else [])
-        result = {"sizes": done, "growth_exponents": exponents(done),
-                  "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "quick": args.quick}
-        out_path.write_text(json.dumps(result, indent=2))
-        return result
-
     if args.resume:
         return resume(args.resume, args.resume_stage, out_path)
     for n in sizes:
@@ -351,10 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                                f"{args.stand_in_window} word pieces")}
             last = STAGES.index(args.through) if n > args.full_up_to else len(STAGES) - 1
             for stage in STAGES[: last + 1]:
-                row["stages"][stage] = run_stage(stage, config)
-                save(row)
-                print(f"n={n:>9,} {stage:<14} {row['stages'][stage]['seconds']:9.1f}s "
-                      f"{row['stages'][stage]['peak_rss_gib']:6.2f} GiB", flush=True)
+                run_into(row, stage, config)
+                save(out_path, [*rows, row], args.quick)
             if last < len(STAGES) - 1:
                 row["not_run"] = list(STAGES[last + 1:])
             elif args.incremental > 0:
@@ -369,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"n={n:>9,} +{added} new prompts: {total:.1f}s = {total / full:.1%} of the full run "
                       f"({full:.1f}s)", flush=True)
         rows.append(row)
-        result = save()
+        result = save(out_path, rows, args.quick)
     print(json.dumps(result["growth_exponents"]))
     return 0
 

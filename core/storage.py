@@ -175,10 +175,14 @@ class ShardCache:
         else:
             shard.rename(aside)
 
-    def _tables(self) -> Iterator[pa.Table]:
-        names = self._names()  # one listing serves both: uncommitted names are never in `shards`
-        self._clear_uncommitted(names)
-        for shard in self.shards(names):
+    def _tables(self, shards: list[Path] | None = None) -> Iterator[pa.Table]:
+        """The rows of `shards` (default: every committed shard, after clearing what killed writers
+        left), oldest first; a shard that cannot be read is set aside."""
+        if shards is None:
+            names = self._names()  # one listing serves both: uncommitted names are never in `shards`
+            self._clear_uncommitted(names)
+            shards = self.shards(names)
+        for shard in shards:
             try:
                 yield read_parquet(shard, self.schema)
             except FileNotFoundError:
@@ -186,10 +190,10 @@ class ShardCache:
             except Exception as exc:  # noqa: BLE001 - a shard we cannot read is set aside, not fatal
                 self._set_aside(shard, exc)
 
-    def tables(self) -> Iterator[pa.Table]:
-        """Each committed shard's rows, oldest first, in the cache's schema: one shard in memory at a
-        time (a key may recur in a later shard; the first wins, as in `load`)."""
-        for table in self._tables():
+    def tables(self, shards: list[Path] | None = None) -> Iterator[pa.Table]:
+        """Each shard's rows (default: every committed shard), oldest first, in the cache's schema:
+        one shard in memory at a time (a key may recur in a later shard; the first wins, as in `load`)."""
+        for table in self._tables(shards):
             yield table.select(self.schema.names).cast(self.schema)
 
     def load(self) -> dict[str, dict[str, Any]]:
@@ -202,12 +206,12 @@ class ShardCache:
     def load_table(self) -> pa.Table:
         """Every cached row as one Arrow table, the first row per key: columnar, so a million cached
         embeddings stay one buffer instead of a million Python lists."""
-        tables = list(self._tables())
+        return self._first_per_key(list(self.tables()))
+
+    def _first_per_key(self, tables: list[pa.Table]) -> pa.Table:
         if not tables:
             return self.schema.empty_table()
-        return self._first_per_key(pa.concat_tables([t.select(self.schema.names).cast(self.schema) for t in tables]))
-
-    def _first_per_key(self, table: pa.Table) -> pa.Table:
+        table = pa.concat_tables(tables)
         keys = table.column(self.key)
         first = pc.index_in(pc.unique(keys), value_set=keys)  # first position of each distinct key
         return table if len(first) == table.num_rows else table.take(first)
@@ -232,11 +236,13 @@ class ShardCache:
         one when there are more than `compact_above` of them; whole-sized shards stay as they are,
         so the cache never becomes one file that must be read whole. A crash in between leaves
         duplicates, which `load` tolerates (first wins, and the rows are identical)."""
-        small = [shard for shard in self.shards() if self._rows_in(shard) < self.compact_rows]
+        shards = self.shards()
+        if len(shards) <= self.compact_above:  # too few to hold that many small ones: no metadata read
+            return
+        small = [shard for shard in shards if self._rows_in(shard) < self.compact_rows]
         if len(small) <= self.compact_above:
             return
-        merged = self.append(self._first_per_key(pa.concat_tables(
-            [read_parquet(shard, self.schema).select(self.schema.names).cast(self.schema) for shard in small])))
+        merged = self.append(self._first_per_key(list(self.tables(small))))
         for shard in small:
             if str(shard) != str(merged):
                 self.remove(shard)
