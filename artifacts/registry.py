@@ -4,7 +4,8 @@ The runtime's only use of MLflow, imported when a remote reference is given, so 
 that loads bundles from folders never imports it (and one that reads the registry needs only the
 `mlflow` extra, `mlflow-skinny`). Registering and gating live in `routeforge.registry`.
 A registered bundle is an MLflow model (`routeforge.registry.mlflow_model`) whose artifacts hold the
-bundle folder under `artifacts/bundle`; `download_bundle` returns that folder.
+bundle folder under `data/artifacts/<folder>/` (`artifacts/<folder>/` in versions registered before
+the model held no code); `download_bundle` returns that folder.
 """
 
 from __future__ import annotations
@@ -114,10 +115,13 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     _use_tracking(uri, tracking_uri)
     dst = Path(tempfile.mkdtemp(prefix="routeforge-manifest-"))
     base = uri.rstrip("/")
-    try:  # a pyfunc model keeps the bundle in artifacts/<the staged folder's name>/
-        inner = [f"{a.path}/" for a in mlflow.artifacts.list_artifacts(artifact_uri=f"{base}/artifacts") if a.is_dir]
-    except (MlflowException, OSError):
-        inner = []
+    inner = []
+    for parent in MODEL_DATA_FOLDERS:  # a pyfunc model keeps the bundle in <parent>/<the staged folder's name>/
+        try:
+            inner += [f"{a.path}/" for a in mlflow.artifacts.list_artifacts(artifact_uri=f"{base}/{parent}")
+                      if a.is_dir]
+        except (MlflowException, OSError):
+            continue
     for folder in (*inner, ""):  # "": a version registered before bundles were pyfunc models
         try:
             found = download_artifacts(f"{base}/{folder}manifest.json", dst)
@@ -131,13 +135,18 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     raise ValueError(f"{uri}: no manifest.json in the registered model's artifacts")
 
 
+# where a registered MLflow model keeps the bundle folder: its loader-module data (`data/artifacts/`,
+# current), or its PythonModel artifact (`artifacts/`, versions registered before the model held no code)
+MODEL_DATA_FOLDERS = ("data/artifacts", "artifacts")
+
+
 def bundle_folder(downloaded: Path) -> Path:
-    """The bundle inside a downloaded MLflow model (its one pyfunc artifact, `artifacts/<folder>/`),
+    """The bundle inside a downloaded MLflow model (`<data folder>/<folder>/`, `MODEL_DATA_FOLDERS`),
     or the folder itself for versions registered before bundles were pyfunc models."""
     downloaded = Path(downloaded)
     if (downloaded / "manifest.json").is_file():
         return downloaded
-    inner = sorted(p.parent for p in downloaded.glob("artifacts/*/manifest.json"))
+    inner = sorted(p.parent for parent in MODEL_DATA_FOLDERS for p in downloaded.glob(f"{parent}/*/manifest.json"))
     if len(inner) > 1:
         raise ValueError(f"{downloaded}: {len(inner)} bundles in one model ({[p.name for p in inner]})")
     return inner[0] if inner else downloaded

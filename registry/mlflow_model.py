@@ -1,9 +1,15 @@
-"""The bundle as an MLflow model: a `python_function` flavour around the runtime, no pickle.
+"""The bundle as an MLflow model: a `python_function` flavour around the runtime, no pickle, no code.
 
 Registered this way, a version answers the tools MLflow users already have:
 `mlflow.pyfunc.load_model("models:/<name>@champion").predict(frame)` and `mlflow models serve`.
-The model is logged "from code" (`pyfunc_entry.py` beside this file names the class; MLflow stores
-that file, not a pickled object) with the signed bundle folder as its one artifact, `bundle`.
+
+Why a loader module: a model logged "from code" or as a `PythonModel` stores a Python file beside
+the bundle, and MLflow executes it on `load_model`. That file sat outside the bundle's signature, so
+a line appended to it ran in every router service while the bundle still verified. Logged with
+`loader_module=routeforge.registry.pyfunc_loader`, the model holds data only (the signed bundle
+folder under `data/artifacts/<folder>/`, MLmodel and the environment files): what runs on load is the
+installed package's code, and the loader refuses a model folder that carries Python files or code
+paths all the same (`pyfunc_loader.check_no_code`).
 
 Input: a frame with a `prompt` column of strings; optional param `lam` (λ in quality − λ·cost).
 Output, one row per prompt: `route_to` (the chosen model), `estimator` (router, or the KNN estimator
@@ -18,17 +24,19 @@ $ROUTEFORGE_INSECURE_SKIP_SIGNATURE=1 says to skip the signature (which is print
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
-from routeforge.artifacts.loader import RouterBundle, load_bundle, read_manifest
+from routeforge.artifacts.loader import RouterBundle, read_manifest
 
-BUNDLE_ARTIFACT = "bundle"
 SKIP_SIGNATURE_ENV = "ROUTEFORGE_INSECURE_SKIP_SIGNATURE"
 MODEL_NAME_IN_RUN = "router_bundle"
-ENTRY = Path(__file__).with_name("pyfunc_entry.py")
+LOADER_MODULE = "routeforge.registry.pyfunc_loader"
+DATA_FOLDER = "artifacts"  # MLflow keeps it as <model>/data/artifacts/<folder>/ (artifacts.registry.MODEL_DATA_FOLDERS)
 EXAMPLE_PROMPTS = ["What is 15 plus 27?", "Translate to French: good morning"]
 
 
@@ -43,24 +51,8 @@ def route(bundle: RouterBundle, prompts: list[str], lam: float = 0.0) -> dict[st
     return columns
 
 
-class RouterModel(mlflow.pyfunc.PythonModel):
-    """pyfunc wrapper: `load_context` verifies and loads the bundle, `predict` routes prompts."""
-
-    def load_context(self, context) -> None:
-        skip = os.environ.get(SKIP_SIGNATURE_ENV, "").strip().lower() in ("1", "true", "yes")
-        self.bundle = load_bundle(context.artifacts[BUNDLE_ARTIFACT], allow_unsigned=skip)
-
-    def predict(self, context, model_input, params: dict[str, Any] | None = None):
-        import pandas as pd
-
-        if isinstance(model_input, pd.DataFrame):
-            if "prompt" not in model_input.columns:
-                raise ValueError(f"input needs a 'prompt' column (got {list(model_input.columns)})")
-            prompts = model_input["prompt"].astype(str).tolist()
-        else:
-            prompts = [str(p) for p in model_input]
-        lam = float((params or {}).get("lam", 0.0))
-        return pd.DataFrame(route(self.bundle, prompts, lam))
+def skip_signature() -> bool:
+    return os.environ.get(SKIP_SIGNATURE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def signature(bundle: RouterBundle):
@@ -85,12 +77,29 @@ def requirements() -> list[str]:
     return [pinned, f"mlflow-skinny=={mlflow.__version__}", "pandas"]
 
 
+def _stage(bundle_dir: Path, root: Path) -> Path:
+    """`root/artifacts/<bundle folder>`: hard links of the bundle's files where the file system
+    allows (a bundle is ~140 MB), copies elsewhere. MLflow copies `data_path` by its own name."""
+    staged = root / DATA_FOLDER
+    staged.mkdir()
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(bundle_dir, staged / Path(bundle_dir).name, copy_function=link)
+    return staged
+
+
 def log_bundle_model(bundle_dir: Path):
-    """Log `bundle_dir` as a pyfunc model into the active run; returns MLflow's ModelInfo."""
+    """Log `bundle_dir` as a code-free pyfunc model into the active run; returns MLflow's ModelInfo."""
     import pandas as pd
 
     bundle = RouterBundle(Path(bundle_dir), read_manifest(Path(bundle_dir)))  # just written by the publisher
-    return mlflow.pyfunc.log_model(
-        name=MODEL_NAME_IN_RUN, python_model=str(ENTRY), artifacts={BUNDLE_ARTIFACT: str(bundle_dir)},
-        signature=signature(bundle), input_example=pd.DataFrame({"prompt": EXAMPLE_PROMPTS}),
-        pip_requirements=requirements())
+    with tempfile.TemporaryDirectory(prefix="routeforge-pyfunc-") as tmp:
+        return mlflow.pyfunc.log_model(
+            name=MODEL_NAME_IN_RUN, loader_module=LOADER_MODULE, data_path=str(_stage(Path(bundle_dir), Path(tmp))),
+            signature=signature(bundle), input_example=pd.DataFrame({"prompt": EXAMPLE_PROMPTS}),
+            pip_requirements=requirements())
