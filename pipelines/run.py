@@ -31,6 +31,7 @@ from routeforge.core.run_lock import RunLocked, storage_root_lock
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import code_location_tags, execute
+from routeforge.pipelines.recovery import BlockedWatch, process_tags, recover
 from routeforge.pipelines.stale import plan
 
 # a step runs at most this many times: what is stale, then what waited on a rebuilt content-versioned asset
@@ -59,6 +60,9 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     defs = build_definitions(config_path)
     if instance is None:
         instance = default_instance(config)
+    say = console.print if console is not None else print
+    # a run that died (SIGKILL, OOM) left its slots and runs held: released before anything waits on them
+    recover(instance, config, log=lambda line: say(f"routeforge: {line}"))
     timings: dict[str, float] = {}
     # one MLflow parent run groups every training run this pipeline run logs
     pipeline_run = uuid.uuid4().hex
@@ -79,10 +83,11 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
             todo = plan(defs, instance, job, partition, config, frozenset(done))
             if not todo:
                 break
-            result = execute(defs, config, config_path, job, instance, partition,
-                             tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run,
-                                   **code_location_tags()},
-                             run_config={"loggers": loggers}, asset_selection=todo.selection)
+            with BlockedWatch(instance, log=lambda line: say(f"routeforge: {label}: {line}")):
+                result = execute(defs, config, config_path, job, instance, partition,
+                                 tags={"routeforge/fleet": config.name, PIPELINE_RUN_TAG: pipeline_run,
+                                       **code_location_tags(), **process_tags()},
+                                 run_config={"loggers": loggers}, asset_selection=todo.selection)
             done |= {k.to_user_string(): todo.reasons[k.to_user_string()] for k in todo.selection}
             failed = [e for e in result.get_asset_check_evaluations() if not e.passed
                       and e.severity == dg.AssetCheckSeverity.ERROR]
