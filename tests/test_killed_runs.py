@@ -37,7 +37,7 @@ def _start(path: Path, env: dict, log: Path) -> subprocess.Popen:
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _kill_when(proc: subprocess.Popen, ready, what: str, log: Path, timeout_s: float = 400) -> None:
+def _kill_when(proc: subprocess.Popen, ready, what: str, log: Path, timeout_s: float = 900) -> None:
     """SIGKILL the run's whole process group as soon as `ready()` holds."""
     deadline = time.monotonic() + timeout_s
     while not ready():

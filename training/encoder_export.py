@@ -83,7 +83,9 @@ def export_sentence_encoder(ref: str, folder: Path) -> ComponentSource:
     if spec_path.is_file():
         spec = json.loads(spec_path.read_text())
         graph = folder / ENCODER_GRAPH
-        if spec.get("ref") == ref and graph.is_file() and spec.get("graph_sha256") == sha256_file(graph):
+        # a spec without its parity was left by a run killed while measuring it: export again
+        if (spec.get("ref") == ref and "parity" in spec and graph.is_file()
+                and spec.get("graph_sha256") == sha256_file(graph)):
             return ComponentSource("sentence_encoder", "sentence_encoder", "onnx+tokenizer+json", folder,
                                    spec["parity"], {"ref": ref})
     model = _load(ref)
@@ -99,6 +101,8 @@ def export_sentence_encoder(ref: str, folder: Path) -> ComponentSource:
             "graph_sha256": sha256_file(folder / ENCODER_GRAPH)}
     spec_path.write_text(json.dumps(spec, indent=2, sort_keys=True))
     spec["parity"] = parity(folder, ref)
-    spec_path.write_text(json.dumps(spec, indent=2, sort_keys=True))
+    partial = spec_path.with_suffix(".partial")
+    partial.write_text(json.dumps(spec, indent=2, sort_keys=True))
+    partial.replace(spec_path)  # whole or not at all: a kill here leaves the spec without parity, redone above
     return ComponentSource("sentence_encoder", "sentence_encoder", "onnx+tokenizer+json", folder, spec["parity"],
                            {"ref": ref})

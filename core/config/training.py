@@ -151,12 +151,18 @@ class RoutingEvaluationSettings(_Strict):
     ddqn: DdqnSettings = DdqnSettings(episodes=6)  # 001's double DQN (workload-guided)
     sac: SacSettings = SacSettings(total_steps=4000)  # 000's SAC, over the HAN and over an MLP
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
-    slo_e2e_s: float | None = None
-    slo_tpot_s: float | None = None
+    # absolute SLOs (s); unset, a request's SLO is slo_scale × its E2E alone on the idle instance it was
+    # sent to (training.policies.simulator.metrics)
+    slo_e2e_s: float | None = Field(None, gt=0)
+    slo_tpot_s: float | None = Field(None, gt=0)
+    slo_scale: float = Field(5.0, ge=1.0, le=1000.0)
     # the routing gate's objective: the bundle recommends the policy best on it (a learned policy only
-    # when it beats the best heuristic by more than the seed noise; training.policies.gate)
-    objective: Literal["qos_mean", "slo_attainment", "quality_mean", "e2e_mean_s", "e2e_p99_s",
-                       "ttft_mean_s"] = "qos_mean"
+    # when it beats the best heuristic by more than the seed noise; training.policies.gate). Every
+    # offered request counts in goodput, qos_mean, slo_attainment and the *_offered_s latencies; the
+    # served-only latencies rank only among policies that served the same share (within the noise)
+    objective: Literal["goodput", "qos_mean", "slo_attainment", "quality_mean", "e2e_mean_offered_s",
+                       "e2e_p95_offered_s", "e2e_p99_offered_s", "e2e_mean_s", "e2e_p99_s",
+                       "ttft_mean_s"] = "goodput"
     seed: int = 0
 
     @model_validator(mode="after")

@@ -16,12 +16,18 @@ import click
 from routeforge.artifacts import strict_json
 from routeforge.artifacts.cli import signature_options
 from routeforge.core.storage import Quarantine
-from routeforge.training.policies.gate import OBJECTIVE_NAMES
+from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, OBJECTIVE_NAMES
+from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
 
-SHOWN = (("qos_mean", "QoS", 3), ("slo_attainment", "SLO", 3), ("e2e_mean_s", "E2E mean s", 3),
-         ("e2e_p99_s", "E2E p99 s", 3), ("ttft_mean_s", "TTFT mean s", 3), ("served", "served", 1),
-         ("dropped", "dropped", 1), ("rejected", "rejected", 1))
+# (metric, column label, digits): every offered request counts in the first five; "served" latencies
+# count only what was served and stand beside the served share
+SHOWN = (("goodput", "goodput", 3), ("served_share", "served", 3), ("e2e_mean_offered_s", "E2E mean s", 3),
+         ("e2e_p99_offered_s", "E2E p99 s", 3), ("qos_mean", "QoS", 3), ("e2e_mean_s", "E2E mean s (served)", 3),
+         ("ttft_mean_s", "TTFT mean s (served)", 3))
+LABELS = {"e2e_p50_offered_s": "E2E p50 s", "e2e_p95_offered_s": "E2E p95 s", "e2e_p95_s": "E2E p95 s (served)",
+          "e2e_p99_s": "E2E p99 s (served)", "slo_attainment": "SLO", "quality_mean": "quality"}
+REASONS = {key: reason for reason, key in NOT_SERVED.items()}  # count metric → why
 
 
 @click.group()
@@ -33,8 +39,9 @@ def policies() -> None:
 @click.argument("bundle_ref", metavar="BUNDLE")
 @click.option("--trace", "trace", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="CSV or JSON-lines request log (Azure's columns unless mapped below).")
-@click.option("--load", default=0.9, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Mean arrival rate as a share of the simulated fleet's capacity.")
+@click.option("--load", default=0.8, show_default=True, type=click.FloatRange(min=0, max=10, min_open=True),
+              help="Mean arrival rate as a share of the rate the simulated fleet sustains on this trace (found by "
+                   "search: the best of join-shortest-queue and least-work-left serves 99% of requests there).")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Windows of the trace replayed per policy (mean ± std over them).")
 @click.option("--requests", default=1000, show_default=True, type=click.IntRange(min=2),
@@ -46,19 +53,26 @@ def policies() -> None:
 @click.option("--output-tokens", default="GeneratedTokens", show_default=True, help="Output-token column.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default=None,
               help="Trace format (default: from the file's suffix).")
-@click.option("--slo-e2e", type=float, default=None, help="E2E SLO in seconds (SLO attainment column).")
-@click.option("--slo-tpot", type=float, default=None, help="TPOT SLO in seconds.")
-@click.option("--objective", type=click.Choice(sorted(OBJECTIVE_NAMES)), default=None,
+@click.option("--slo-e2e", type=click.FloatRange(min=0, max=86_400, min_open=True), default=None,
+              help="Absolute E2E SLO in seconds (default: --slo-scale × each request's unloaded E2E).")
+@click.option("--slo-tpot", type=click.FloatRange(min=0, max=3_600, min_open=True), default=None,
+              help="TPOT SLO in seconds.")
+@click.option("--slo-scale", type=click.FloatRange(min=1, max=1000), default=DEFAULT_SLO_SCALE, show_default=True,
+              help="Without --slo-e2e, a request meets its SLO when its E2E is within this multiple of its E2E "
+                   "alone on the idle instance it was sent to.")
+@click.option("--objective", type=click.Choice(sorted(OBJECTIVE_NAMES)), default=DEFAULT_OBJECTIVE, show_default=True,
               help="Rank every policy by this on the trace (mean over windows, paired-window noise) and say "
-                   "which to deploy and whether the bundle's recommendation holds. slo needs --slo-e2e or "
-                   "--slo-tpot; qos counts every model as quality 1 (a trace has no labels).")
+                   "which to deploy and whether the bundle's recommendation holds. Every offered request counts: "
+                   "goodput is the share finished within the SLO; e2e_* are over offered requests (one not served "
+                   "missed its SLO); *_served latencies rank the policies that served the most first. slo needs "
+                   "--slo-e2e or --slo-tpot; qos counts every model as quality 1 (a trace has no labels).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None,
               help="MLflow tracking URI for models:/ references.")
 @signature_options
 def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: int, timestamp: str,
              timestamp_unit: str, prompt_tokens: str, output_tokens: str, fmt: str | None,
-             slo_e2e: float | None, slo_tpot: float | None, objective: str | None, as_json: bool,
+             slo_e2e: float | None, slo_tpot: float | None, slo_scale: float, objective: str | None, as_json: bool,
              tracking_uri: str | None,
              public_key: Path | None = None, allow_unsigned: bool = False) -> None:
     """Simulate every policy in BUNDLE (a folder or models:/<name>@<alias>) and every baseline on
@@ -84,18 +98,25 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     bundle = load_bundle(bundle_ref, tracking_uri=tracking_uri, public_key=public_key,
                          allow_unsigned=allow_unsigned)
     report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests,
-                             slo_e2e_s=slo_e2e, slo_tpot_s=slo_tpot,
+                             slo_e2e_s=slo_e2e, slo_tpot_s=slo_tpot, slo_scale=slo_scale,
                              log=lambda line: click.echo(line, err=True), objective=objective)
     report["trace"] = str(trace)
     if as_json:  # strict JSON: a metric without a value (no SLO given, no quality labels) is null
         click.echo(strict_json.dumps(report, indent=2, default=float))
         return
+    calibration = report["load_calibration"]
     click.echo(f"{report['bundle']} ({report['bundle_version']}): {len(report['instances'])} simulated instances, "
-               f"{report['requests']} requests × {seeds} windows of {trace.name} at {load:g} of capacity "
-               f"({report['rate_rps']:.3g} req/s); L = {report['qos_latency_per_token_s']:.3g} s/token")
+               f"{report['requests']} requests × {seeds} windows of {trace.name} at {load:g} of the "
+               f"{report['capacity_rps']:.3g} req/s the fleet sustains on it ({report['rate_rps']:.3g} req/s; "
+               f"the mean-token estimate was {calibration['mean_token_estimate_rps']:.3g}); "
+               f"L = {report['qos_latency_per_token_s']:.3g} s/token")
+    click.echo(f"SLO: {report['slo']}")
     ranking = report["ranking"]
     rows = report["rows"]
-    header = ["policy", "source"] + [label for _, label, _ in SHOWN]
+    metric = ranking["objective"] if ranking is not None else None
+    shown = [*SHOWN, *([(metric, LABELS.get(metric, metric), 3)] if metric and metric not in dict(
+        (k, 0) for k, _, _ in SHOWN) else [])]
+    header = ["policy", "source"] + [label for _, label, _ in shown] + ["not served (why)"]
     if ranking is not None:  # best first by the objective, with each policy's gap to the best
         order = {r["policy"]: r for r in ranking["ranking"]}
         rows = sorted(rows, key=lambda r: order[r["policy"]]["rank"] if r["policy"] in order else len(rows) + 1)
@@ -103,9 +124,11 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     lines = [header]
     for row in rows:
         cells = [row["policy"] + (" *" if row["recommended"] else ""), row["source"]]
-        for key, _, digits in SHOWN:
+        for key, _, digits in shown:
             mean, std = row[key], row[f"{key}_std"]
-            cells.append("—" if not math.isfinite(mean) else f"{mean:.{digits}f} ± {std:.{digits}f}")
+            cells.append("inf" if math.isinf(mean) else "—" if not math.isfinite(mean)
+                         else f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if math.isfinite(std) else ""))
+        cells.append(_not_served(row))
         if ranking is not None:
             ranked = order.get(row["policy"])
             cells = [str(ranked["rank"]) if ranked else "—", *cells, _gap(ranked)]
@@ -116,6 +139,12 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     click.echo(f"* recommended by the bundle's gate. {report['quality']}.")
     if ranking is not None:
         click.echo(ranking["verdict"] + ".")
+
+
+def _not_served(row: dict) -> str:
+    """Requests not served per window and why (buffer full, larger than the KV cache, ...)."""
+    parts = [f"{row[key]:.1f} {label}" for key, label in REASONS.items() if row.get(key)]
+    return ", ".join(parts) if parts else "0"
 
 
 def _gap(ranked: dict | None) -> str:

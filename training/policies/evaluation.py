@@ -25,18 +25,21 @@ import numpy as np
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
+from routeforge.training.policies.load import LoadCalibration, served_share_probe, sustainable_rate
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
-from routeforge.training.policies.simulator.metrics import mean_std, summarize
+from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED, mean_std, summarize
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv, qos
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace, trace_window
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 LEARNED = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
-METRICS = ("e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s", "quality_mean",
-           "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected")
+METRICS = ("goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
+           "e2e_p99_offered_s", "e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s",
+           "quality_mean", "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected",
+           *NOT_SERVED.values())
 
 
 def fleet_profiles(fits: list[dict], queue_capacity: int,
@@ -139,10 +142,10 @@ def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: n
 
 
 def score(outcomes: list[Outcome], prices: np.ndarray, qos_limit_s: float, slo_e2e_s: float | None,
-          slo_tpot_s: float | None) -> dict[str, float]:
-    """`summarize` plus 000's average QoS and the cost per request (input + output tokens at the
-    chosen model's price; 0 for requests not served)."""
-    out = summarize(outcomes, slo_e2e_s=slo_e2e_s, slo_tpot_s=slo_tpot_s)
+          slo_tpot_s: float | None, profiles=None, slo_scale: float = DEFAULT_SLO_SCALE) -> dict[str, float]:
+    """`summarize` (with each request's default SLO from `profiles`) plus 000's average QoS and the
+    cost per request (input + output tokens at the chosen model's price; 0 for requests not served)."""
+    out = summarize(outcomes, slo_e2e_s=slo_e2e_s, slo_tpot_s=slo_tpot_s, profiles=profiles, slo_scale=slo_scale)
     out["qos_mean"] = float(np.mean([qos(o.job, o.request, o.model, qos_limit_s) if o.job is not None else 0.0
                                      for o in outcomes]))
     cost = [(o.request.prompt_tokens * prices[o.model, 0] + o.job.output_tokens * prices[o.model, 1]) / 1e6
@@ -169,7 +172,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
     for note in clipped:
         log(f"warning: {note}")
-    capacity = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
+    estimate = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
                    for p, m in zip(profiles, models))
     qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
     trace = trace_source(settings.trace)
@@ -185,6 +188,22 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             raise ValueError(f"training.routing_evaluation.policies: unknown policy {name!r} "
                              f"(baselines {sorted(BASELINES)}, learned {list(LEARNED)})")
     n = settings.requests
+    seeds = evaluation_seeds(settings.seed, settings.seeds)
+    workloads = [*settings.workloads, *(["traffic"] if traffic is not None and "traffic" not in settings.workloads
+                                        else [])]
+
+    def calibrate(kind: str) -> LoadCalibration:
+        """The rate this workload's arrivals sustain on the fleet (`training.policies.load`)."""
+        def served_share(policy: str, rate: float, seed: int) -> float:
+            outcomes = Cluster(profiles, models=models).run(
+                workload_factory(kind, pool, rate, n, times, traffic)(seed), BASELINES[policy]())
+            return sum(o.served for o in outcomes) / len(outcomes)
+
+        return sustainable_rate(served_share_probe(served_share, seeds), estimate,
+                                log=lambda line: log(f"{kind}: {line}"))
+
+    calibrations = {kind: calibrate(kind) for kind in dict.fromkeys(["poisson", *workloads])}
+    capacity = calibrations["poisson"].rate_rps
     train_workload = workload_factory("poisson", pool, settings.train_load * capacity, n, None)
     envs = {"ddqn_workload_guided": lambda w: WorkloadAwareEnv(profiles, w, variant="guided", models=models,
                                                                   observe_waiting=settings.ddqn.observe_waiting),
@@ -204,14 +223,11 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         pretrained[name] = info.get("pretrain", {})
         log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     rows = []
-    seeds = evaluation_seeds(settings.seed, settings.seeds)
-    workloads = [*settings.workloads, *(["traffic"] if traffic is not None and "traffic" not in settings.workloads
-                                        else [])]
     episodes = Counted(log, "routing evaluation", len(workloads) * len(settings.loads) * len(wanted) * len(seeds),
                        "episodes")
     for kind in workloads:
         for load in settings.loads:
-            workload = workload_factory(kind, pool, load * capacity, n, times, traffic)
+            workload = workload_factory(kind, pool, load * calibrations[kind].rate_rps, n, times, traffic)
             for name in wanted:
                 runs = []
                 for seed in seeds:
@@ -221,14 +237,19 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         outcomes = run_episode(envs[name](workload), act, seed)
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
-                    runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s))
+                    runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s,
+                                      profiles, settings.slo_scale))
                     episodes.advance(detail=f"({kind} at {load:.0%} load, {name})")
                 row = {"policy": name, "workload": kind, "load": load}
                 for metric, (mean, std) in mean_std(runs, METRICS).items():
                     row[metric], row[f"{metric}_std"] = mean, std
-                row[f"{settings.objective}_by_seed"] = [r[settings.objective] for r in runs]  # the gate pairs seeds
+                for metric in dict.fromkeys([settings.objective, "served_share"]):  # the gate pairs seeds
+                    row[f"{metric}_by_seed"] = [r.get(metric, float("nan")) for r in runs]
                 rows.append(row)
-    report = {"capacity_rps": capacity, "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
+    report = {"capacity_rps": capacity, "load_calibration": {k: c.to_dict() for k, c in calibrations.items()},
+              "slo": (f"E2E ≤ {settings.slo_e2e_s:g} s" if settings.slo_e2e_s is not None else
+                      f"E2E ≤ {settings.slo_scale:g} × the request's E2E alone on the idle instance it was sent to"),
+              "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
               "seeds": seeds, "requests": n, "train_load": settings.train_load,
               "trace_quarantined": len(quarantine), "rows": rows, "learning_curves": curves,
               "pretrain": pretrained}

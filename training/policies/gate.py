@@ -16,8 +16,47 @@ from typing import Any
 import numpy as np
 
 # objective → True where higher is better
-OBJECTIVES = {"qos_mean": True, "slo_attainment": True, "quality_mean": True, "e2e_mean_s": False,
-              "e2e_p99_s": False, "ttft_mean_s": False, "goodput_ratio": True}  # goodput: 004's benchmark
+OBJECTIVES = {"goodput": True, "qos_mean": True, "slo_attainment": True, "quality_mean": True,
+              "e2e_mean_offered_s": False, "e2e_p50_offered_s": False, "e2e_p95_offered_s": False,
+              "e2e_p99_offered_s": False, "e2e_mean_s": False, "e2e_p95_s": False, "e2e_p99_s": False,
+              "ttft_mean_s": False,
+              "goodput_ratio": True}  # goodput_ratio: 004's benchmark
+# latencies: a policy that served less never ranks above one that served more on these (the served-only
+# ones count only what was served; the offered ones count the rest at a censoring value)
+LATENCY = {"e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "e2e_mean_offered_s",
+           "e2e_p50_offered_s", "e2e_p95_offered_s", "e2e_p99_offered_s"}
+SHARES = {"goodput", "served_share", "slo_attainment", "qos_mean", "quality_mean", "goodput_ratio"}
+SHARE_NOISE_FLOOR = 1e-3  # one request in a thousand
+RELATIVE_NOISE_FLOOR = 1e-3  # of the best value: a periodic trace's paired noise came out 4.7e-16
+
+
+def noise_floor(metric: str, value: float) -> float:
+    """The smallest noise a comparison on `metric` is judged against: no gap below it counts."""
+    if metric in SHARES:
+        return SHARE_NOISE_FLOOR
+    return RELATIVE_NOISE_FLOOR * abs(value) if np.isfinite(value) else 0.0
+
+
+def _served_noise(a: dict, b: dict) -> float:
+    """The paired noise of two rows' served shares (floored at one request in a thousand)."""
+    x, y = a.get("served_share_by_seed"), b.get("served_share_by_seed")
+    if x is None or y is None or len(x) != len(y) or len(x) < 2:
+        return SHARE_NOISE_FLOOR
+    diff = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
+    return max(float(diff.std(ddof=1)), SHARE_NOISE_FLOOR) if np.isfinite(diff).all() else SHARE_NOISE_FLOOR
+
+
+def served_first(rows: list[dict], metric: str, sign: float) -> list[dict]:
+    """`rows` best first by `metric`; for a latency, the policies that served the largest share
+    (within the paired noise) come first, then the rest by served share: serving fewer requests
+    never buys a better rank."""
+    by_metric = sorted(rows, key=lambda r: -sign * r[metric])
+    if metric not in LATENCY or not all("served_share" in r for r in rows):
+        return by_metric
+    top = max(rows, key=lambda r: r["served_share"])
+    full = [r for r in by_metric if top["served_share"] - r["served_share"] <= _served_noise(top, r)]
+    rest = sorted((r for r in by_metric if r not in full), key=lambda r: (-r["served_share"], -sign * r[metric]))
+    return full + rest
 
 
 def _paired_noise(rows: list[dict], a: str, b: str, objective: str) -> float | None:
@@ -38,7 +77,7 @@ def _paired_noise(rows: list[dict], a: str, b: str, objective: str) -> float | N
 
 def _summary(rows: list[dict], policy: str, objective: str, cells: set) -> dict[str, Any] | None:
     sel = [r for r in rows if r["policy"] == policy and (r["workload"], r["load"]) in cells
-           and np.isfinite(r[objective])]
+           and not np.isnan(r[objective])]
     if not sel:
         return None
     return {"mean": float(np.mean([r[objective] for r in sel])),
@@ -65,26 +104,42 @@ def recommend(rows: list[dict], learned: list[str], heuristics: list[str], objec
         held_out = _summary(rows, name, objective, unseen)
         summary["unseen_mean"] = held_out["mean"] if held_out else None
         table[name] = summary
+    if objective in LATENCY:  # served share first: a policy that serves less cannot win on latency
+        for name, summary in table.items():
+            share = _summary(rows, name, "served_share", cells) if rows and "served_share" in rows[0] else None
+            summary["served_share"] = share["mean"] if share else None
+        top = max((t["served_share"] for t in table.values() if t["served_share"] is not None), default=None)
+        if top is not None:
+            for summary in table.values():
+                served = summary["served_share"]
+                summary["serves_less"] = served is not None and top - served > SHARE_NOISE_FLOOR
     candidates = [h for h in heuristics if h in table]
     scored = [p for p in learned if p in table]
+
+    def rank_key(name: str) -> tuple[bool, float]:
+        return (not table[name].get("serves_less", False), sign * table[name]["mean"])
+
     out = {"objective": objective, "higher_is_better": OBJECTIVES[objective],
            "unseen_workloads": sorted({c[0] for c in unseen}), "policies": table}
     if not candidates:
         if not scored:
             raise ValueError(f"routing gate: no policy has a finite {objective}")
-        best = max(scored, key=lambda p: sign * table[p]["mean"])
+        best = max(scored, key=rank_key)
         return {**out, "best_heuristic": None, "recommended": best, "kind": "learned", "margin": None,
                 "noise": None, "reason": f"no heuristic was evaluated (training.routing_evaluation.policies); "
                                          f"{best} is the best learned policy on {objective}"}
-    best_h = max(candidates, key=lambda h: sign * table[h]["mean"])  # first listed wins ties
+    best_h = max(candidates, key=rank_key)  # first listed wins ties
     out["best_heuristic"] = best_h
     if not scored:
         return {**out, "recommended": best_h, "kind": "heuristic", "margin": None, "noise": None,
                 "reason": f"no learned policy was evaluated; {best_h} is the best heuristic on {objective}"}
-    best_l = max(scored, key=lambda p: sign * table[p]["mean"])
+    best_l = max(scored, key=rank_key)
     margin = sign * (table[best_l]["mean"] - table[best_h]["mean"])
     paired = _paired_noise(rows, best_l, best_h, objective)
     noise = paired if paired is not None else max(table[best_l]["seed_std"], table[best_h]["seed_std"])
+    noise = max(noise, noise_floor(objective, table[best_h]["mean"]))
+    if table[best_l].get("serves_less") and not table[best_h].get("serves_less"):
+        margin = min(margin, 0.0)  # faster by serving fewer: not a win
     l_unseen, h_unseen = table[best_l]["unseen_mean"], table[best_h]["unseen_mean"]
     holds_unseen = l_unseen is None or h_unseen is None or sign * (l_unseen - h_unseen) >= 0
     fmt = f"{objective} {{:.4g}}"
@@ -100,12 +155,19 @@ def recommend(rows: list[dict], learned: list[str], heuristics: list[str], objec
             "reason": f"{versus}: {why}, so the best heuristic is recommended"}
 
 
-# `--objective` names (what a person types) → the metric it ranks by
-OBJECTIVE_NAMES = {"e2e_mean": "e2e_mean_s", "e2e_p95": "e2e_p95_s", "e2e_p99": "e2e_p99_s",
-                   "ttft_mean": "ttft_mean_s", "slo": "slo_attainment", "qos": "qos_mean", "quality": "quality_mean",
+# `--objective` names (what a person types) → the metric it ranks by; the latencies are over offered
+# requests (a request not served missed its SLO), `_served` ones over served requests alone
+OBJECTIVE_NAMES = {"goodput": "goodput", "e2e_mean": "e2e_mean_offered_s", "e2e_p50": "e2e_p50_offered_s",
+                   "e2e_p95": "e2e_p95_offered_s", "e2e_p99": "e2e_p99_offered_s",
+                   "e2e_mean_served": "e2e_mean_s", "e2e_p95_served": "e2e_p95_s", "e2e_p99_served": "e2e_p99_s",
+                   "ttft_mean_served": "ttft_mean_s", "slo": "slo_attainment", "qos": "qos_mean",
+                   "quality": "quality_mean",
                    **{metric: metric for metric in ("e2e_mean_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s",
-                                                    "slo_attainment", "qos_mean", "quality_mean")}}
-DIRECTION = {**OBJECTIVES, "e2e_p95_s": False}
+                                                    "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
+                                                    "e2e_p99_offered_s", "slo_attainment", "qos_mean",
+                                                    "quality_mean")}}
+DEFAULT_OBJECTIVE = "goodput"
+DIRECTION = OBJECTIVES
 
 
 def rank_policies(rows: list[dict], objective: str, recommended: str | None = None) -> dict[str, Any]:
@@ -121,11 +183,11 @@ def rank_policies(rows: list[dict], objective: str, recommended: str | None = No
     if metric not in DIRECTION:
         raise ValueError(f"objective {objective!r}: expected one of {sorted(set(OBJECTIVE_NAMES))}")
     sign = 1.0 if DIRECTION[metric] else -1.0
-    scored = [r for r in rows if r.get(metric) is not None and np.isfinite(r[metric])]
+    scored = [r for r in rows if r.get(metric) is not None and not np.isnan(r[metric])]
     if not scored:
         raise ValueError(f"objective {objective!r}: no policy has a value for {metric} on this traffic "
                          "(an SLO metric needs --slo-e2e / --slo-tpot; quality needs labels)")
-    ranked = sorted(scored, key=lambda r: -sign * r[metric])
+    ranked = served_first(scored, metric, sign)
     best = ranked[0]
 
     def gap_and_noise(other: dict) -> tuple[float, float | None]:
@@ -135,16 +197,23 @@ def rank_policies(rows: list[dict], objective: str, recommended: str | None = No
         if a is None or b is None or len(a) != len(b) or len(a) < 2:
             return gap, None
         diff = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-        return gap, float(diff.std(ddof=1)) if np.isfinite(diff).all() else None
+        if not np.isfinite(diff).all():
+            return gap, None
+        return gap, max(float(diff.std(ddof=1)), noise_floor(metric, float(best[metric])))
 
     table = []
     for i, r in enumerate(ranked):
         gap, noise = gap_and_noise(r) if i else (0.0, None)
+        serves_less = (metric in LATENCY and "served_share" in r and "served_share" in best
+                       and best["served_share"] - r["served_share"] > _served_noise(best, r))
+        finite = np.isfinite(gap)
         table.append({"rank": i + 1, "policy": r["policy"], "value": float(r[metric]),
                       "std": float(r.get(f"{metric}_std", float("nan"))), "gap_to_best": gap,
-                      "gap_relative": gap / abs(best[metric]) if best[metric] else None, "paired_noise": noise,
-                      "within_noise": bool(i == 0 or (noise is not None and gap <= noise)),
-                      "served": r.get("served")})
+                      "gap_relative": gap / abs(best[metric]) if best[metric] and finite else None,
+                      "paired_noise": noise,
+                      "within_noise": bool(i == 0 or (not serves_less and noise is not None and gap <= noise)),
+                      "served": r.get("served"), "served_share": r.get("served_share"),
+                      "serves_less": bool(serves_less)})
     runner_up = table[1] if len(table) > 1 else None
     out: dict[str, Any] = {"objective": metric, "higher_is_better": DIRECTION[metric], "best": best["policy"],
                            "ranking": table, "runner_up": runner_up["policy"] if runner_up else None,
@@ -152,7 +221,8 @@ def rank_policies(rows: list[dict], objective: str, recommended: str | None = No
     lead = (f"; ahead of {runner_up['policy']} by {runner_up['gap_to_best']:.4g}"
             + (f" (paired noise {runner_up['paired_noise']:.3g})" if runner_up["paired_noise"] is not None else "")
             if runner_up else "")
-    out["verdict"] = f"deploy {best['policy']}: best {metric} {best[metric]:.4g} on this traffic{lead}"
+    served = f", {best['served_share']:.1%} of offered requests served" if "served_share" in best else ""
+    out["verdict"] = f"deploy {best['policy']}: best {metric} {best[metric]:.4g} on this traffic{served}{lead}"
     if recommended is not None:
         mine = next((t for t in table if t["policy"] == recommended), None)
         out["recommended"] = recommended
@@ -167,8 +237,7 @@ def rank_policies(rows: list[dict], objective: str, recommended: str | None = No
                                f"{mine['gap_to_best']:.4g} worse{rel}: "
                                + ("within the paired noise, so it holds" if mine["within_noise"]
                                   else "beyond the paired noise, so it does not hold on this traffic"))
-            if metric.startswith(("e2e", "ttft")) and (best.get("served") or 0) < (mine["served"] or 0):
-                # latency counts the served requests only: a policy that turns more away can look faster
-                out["verdict"] += (f" (note: {best['policy']} served {best['served']:.4g} requests per window, "
-                                   f"{recommended} {mine['served']:.4g}; latency counts served requests only)")
+            if mine["serves_less"]:
+                out["verdict"] += (f" (it served {mine['served_share']:.1%} of offered requests, {best['policy']} "
+                                   f"{best['served_share']:.1%}: a latency ranks the policies that serve the most first)")
     return out

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 from routeforge.training.policies.evaluation import METRICS, fleet_profiles, score
-from routeforge.training.policies.gate import rank_policies
+from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, rank_policies
+from routeforge.training.policies.load import sustainable_rate, served_share_probe
 from routeforge.training.policies.packaging import read_simulator
 from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES, from_spec
 from routeforge.training.policies.simulator.cluster import Cluster, Request
-from routeforge.training.policies.simulator.metrics import mean_std
+from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, mean_std
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 from routeforge.training.policies.simulator.traces import trace_window
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
@@ -57,13 +58,14 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
     return run_episode(env, policy.act, seed)
 
 
-def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, load: float = 0.9,
+def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, load: float = 0.8,
                     seeds: int = 3, requests: int = 1000, slo_e2e_s: float | None = None,
                     slo_tpot_s: float | None = None, log: Callable[[str], None] = lambda _: None,
-                    objective: str | None = None) -> dict[str, Any]:
+                    objective: str | None = DEFAULT_OBJECTIVE, slo_scale: float = DEFAULT_SLO_SCALE) -> dict[str, Any]:
     """Rows of mean ± std per policy over `seeds` windows of the trace (see the module doc), each
     with its per-window values; with `objective`, the policies ranked by it and the verdict for this
-    trace (`gate.rank_policies`: which to deploy, and whether the bundle's recommendation holds)."""
+    trace (`gate.rank_policies`: which to deploy, and whether the bundle's recommendation holds).
+    `load` is a share of the rate the simulated fleet sustains on this trace (`training.policies.load`)."""
     component = next((c for c in bundle.manifest.components if c.kind == "routing_simulator"), None)
     if component is None:
         raise ValueError(f"bundle {bundle.manifest.name} has no routing_simulator component: it was trained "
@@ -73,7 +75,15 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
                                  sim["kv_capacity_tokens"])
     models = [i["model_index"] for i in sim["instances"]]
     n_models = len(sim["models"])
-    capacity = sum(p.capacity_rps(float(prompt.mean()), float(output.mean())) for p in profiles)
+    estimate = sum(p.capacity_rps(float(prompt.mean()), float(output.mean())) for p in profiles)
+
+    def served_share(policy: str, rate: float, seed: int) -> float:
+        window = trace_windows(times, prompt, output, requests, rate, n_models)(seed)
+        outcomes = Cluster(profiles, models=models).run(window, BASELINES[policy]())
+        return sum(o.served for o in outcomes) / len(outcomes)
+
+    calibration = sustainable_rate(served_share_probe(served_share, list(range(seeds))), estimate, log=log)
+    capacity = calibration.rate_rps
     rate = load * capacity
     workload = trace_windows(times, prompt, output, requests, rate, n_models)
     qos_limit = sim["qos_latency_per_token_s"]
@@ -91,7 +101,7 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
             else:
                 policy = from_spec(bundle.routing_policy(ref).spec) if ref is not None else BASELINES[name]()
                 outcomes = Cluster(profiles, models=models).run(workload(seed), policy)
-            runs.append(score(outcomes, prices, qos_limit, slo_e2e_s, slo_tpot_s))
+            runs.append(score(outcomes, prices, qos_limit, slo_e2e_s, slo_tpot_s, profiles, slo_scale))
         row = {"policy": name, "source": "baseline" if ref is None else "bundle",
                "recommended": ref is not None and ref == recommended}
         for metric, (mean, std) in mean_std(runs, METRICS).items():
@@ -99,8 +109,13 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
             row[f"{metric}_by_seed"] = [r.get(metric, float("nan")) for r in runs]  # paired: same windows
         rows.append(row)
         log(f"{name}: {seeds} windows replayed")
+    slo = (f"E2E ≤ {slo_e2e_s:g} s" if slo_e2e_s is not None
+           else f"E2E ≤ {slo_scale:g} × the request's E2E alone on the idle instance it was sent to")
+    if slo_tpot_s is not None:
+        slo += f", TPOT ≤ {slo_tpot_s:g} s"
     return {"bundle": bundle.manifest.name, "bundle_version": bundle.manifest.version, "load": load,
-            "rate_rps": rate, "capacity_rps": capacity, "requests": min(requests, len(times)), "seeds": seeds,
+            "rate_rps": rate, "capacity_rps": capacity, "load_calibration": calibration.to_dict(), "slo": slo,
+            "requests": min(requests, len(times)), "seeds": seeds,
             "instances": [{k: i[k] for k in ("tier", "model")} for i in sim["instances"]],
             "qos_latency_per_token_s": qos_limit, "recommended": recommended,
             "quality": "a trace carries no quality labels: every model counts as 1, so QoS is the share of "

@@ -44,7 +44,7 @@ def test_every_policy_workload_load_and_seed(tmp_path):
     gate = report["gate"]
     assert gate["recommended"] in {"round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"}
     assert gate["best_heuristic"] in {"round_robin", "route_balance"} and gate["reason"]
-    assert all(len(r["qos_mean_by_seed"]) == 3 for r in report["rows"])
+    assert all(len(r["goodput_by_seed"]) == 3 and len(r["served_share_by_seed"]) == 3 for r in report["rows"])
     assert all((tmp_path / p).exists() for p in report["plots"]) and len(report["plots"]) == 3
 
 

@@ -71,6 +71,14 @@ class InstanceProfile:
     def nominal_tpot(self, context_tokens: float = 0.0) -> float:
         return self.decode_w_s + self.decode_h_s_per_token * context_tokens
 
+    def unloaded_e2e(self, prompt_tokens: float, output_tokens: float) -> float:
+        """Seconds a request takes alone on an idle instance: its prefill step, then one decode step per
+        further output token over its own growing context (the default SLO is a multiple of this)."""
+        decode_steps = max(0.0, output_tokens - 1)
+        context = prompt_tokens + output_tokens / 2
+        return (self.prefill_intercept_s + self.prefill_s_per_token * prompt_tokens
+                + decode_steps * self.nominal_tpot(context))
+
     def capacity_rps(self, prompt_tokens: float, output_tokens: float) -> float:
         """Requests per second one instance sustains for requests of this mean size: each costs its
         own prefill step time, plus its share of decode steps run at the largest batch that fits."""

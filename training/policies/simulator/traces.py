@@ -24,6 +24,8 @@ from routeforge.core.json_lines import LineError, strict_json, surrogate_field
 from routeforge.core.storage import Quarantine
 
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+# no served model reads or writes more tokens in one request: a row past it is a unit or parsing error
+MAX_TOKENS = 10_000_000
 
 
 class TraceError(ValueError):
@@ -135,6 +137,9 @@ def _tokens(path: Path, number: int, column: str, value) -> int:
     if isinstance(value, bool) or not np.isfinite(count) or not count.is_integer() or count < 1:
         raise TraceError(f"{path}: row {number}, column {column!r}: token counts are positive integers, "
                          f"got {str(value)[:80]!r}")
+    if count > MAX_TOKENS:
+        raise TraceError(f"{path}: row {number}, column {column!r}: {int(count):,} tokens is beyond any model's "
+                         f"context (at most {MAX_TOKENS:,})")
     return int(count)
 
 
