@@ -25,7 +25,7 @@ ifneq ($(wildcard $(VLLM_VENV)/bin/python),)
 export ROUTEFORGE_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
 endif
 
-.PHONY: install lock lock-check vllm-env demo test lint routerbench benchmark validate ui mlflow-ui clean
+.PHONY: install lock lock-check vllm-env demo test lint routerbench gpu-fleet benchmark validate ui mlflow-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "routeforge needs Python >= 3.11"'
@@ -112,6 +112,10 @@ demo: $(STAMP) $(if $(findstring vllm,$(CONFIG)),$(VLLM_STAMP))  ## run the main
 routerbench: $(STAMP)  ## the main job on RouterBench's public response tables
 	@mkdir -p .state
 	$(BIN)/python -m routeforge.pipelines.run configs/routerbench.yaml
+
+gpu-fleet: $(STAMP)  ## the reference GPU fleet from published measurements (docs/gpu-fleet.md); no GPU needed
+	@mkdir -p .state
+	$(BIN)/python -m benchmarks.gpu_fleet
 
 test: $(STAMP) $(VLLM_STAMP)  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
 	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \

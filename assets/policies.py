@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from routeforge.artifacts import strict_json
 import numpy as np
 import pyarrow as pa
 from routeforge.artifacts.writer import ComponentSource
@@ -21,17 +22,19 @@ TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p9
 
 
 def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: list[str]):
-    """(fits, model index per instance, tier names): one instance per tier whose profile has a latency fit."""
+    """(fits, model index per instance, tier names): `tier.instances` instances of each tier whose
+    profile has a prefill/decode fit (measured batches, or published rows fitted to the step model)."""
     fits, index, names = [], [], []
     for tier in config.tiers:
-        summary = tier_profiles.get(tier.name)
-        if summary and "fit" in summary:
-            fits.append(summary["fit"])
-            index.append(models.index(tier.model))
-            names.append(tier.name)
+        summary = tier_profiles.get(tier.name) or {}
+        fit = summary.get("fit") or summary.get("simulator_fit")
+        if fit is not None:
+            fits += [fit] * tier.instances
+            index += [models.index(tier.model)] * tier.instances
+            names += [tier.name] * tier.instances
     if not fits:
         raise dg.Failure("routing_evaluation needs at least one tier profile with a prefill/decode fit "
-                         "(profile kind batch or splitwise)")
+                         "(profile kind batch, splitwise or llm_inference_bench)")
     return fits, index, names
 
 
@@ -114,10 +117,11 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         simulator = write_simulator(out_dir / "simulator", tiers=tiers, models=models, instance_models=instance_models,
                                     fits=fits, settings=settings, report=report)
         path = out_dir / "routing_evaluation.json"
-        path.write_text(json.dumps(report, indent=2, default=float))
+        path.write_text(strict_json.dumps(report, indent=2, default=float))  # an unbounded percentile: null
         store.push(out_dir)
         metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
-                   for k in ("qos_mean", "e2e_mean_s", "e2e_p95_s", "quality_mean", "slo_attainment")
+                   for k in ("goodput", "served_share", "e2e_mean_offered_s", "qos_mean", "e2e_mean_s", "e2e_p95_s",
+                             "quality_mean", "slo_attainment")
                    if np.isfinite(r[k])}
         mlflow.log_report(context, run_id, metrics=metrics, files=[path, simulator, *map(Path, report["plots"])],
                           curves=training_curves(report), dataset=routing_table,

@@ -84,6 +84,41 @@ def coarse_prior(tier: str, rows: list[tuple[int, int, float]]) -> CoarsePrior:
     )
 
 
+def continuous_batching_fit(tier: str, rows: list[tuple[int, int, float]]) -> dict[str, float]:
+    """The simulator's step model fitted to a tier's static-batch rows (non-negative least squares).
+
+    The simulator (`training.policies.simulator.instance`) runs prefill steps of c + k1 · prompt tokens
+    and decode steps of W + H · context tokens. A static batch of b requests of L input and L output
+    tokens is one prefill of b·L tokens, then L − 1 decode steps whose context grows from b·(L + 1)
+    to b·(2L − 1):
+        E2E(L, b) = c + k1 · b·L + W · (L − 1) + H · 1.5 · b · L · (L − 1)
+    so each row is one linear equation in (c, k1, W, H). Prefill is a small share of these rows'
+    E2E (a few %), so k1 is the least certain term; `r2` and `rows` say how well the rest is pinned.
+    Returns the terms under the names of a batch fit (`profiling.batch_fits.TierFit`)."""
+    from scipy.optimize import nnls
+
+    data = np.array(rows, dtype=float)
+    if len(data) < 4 or len({(int(r[0]), int(r[1])) for r in rows}) < 4:
+        raise ValueError(f"{tier}: {len(rows)} rows; the step model needs four distinct (length, batch) cells")
+    length, batch, e2e = data[:, 0], data[:, 1], data[:, 2]
+    design = np.column_stack([np.ones_like(length), batch * length, length - 1, 1.5 * batch * length * (length - 1)])
+    scale = design.max(axis=0)
+    scale[scale == 0] = 1.0
+    # relative errors: a 2,048-token batch of 64 must not outweigh every short row
+    weight = 1.0 / e2e
+    coef, _ = nnls(design / scale * weight[:, None], e2e * weight)
+    coef = coef / scale
+    predicted = design @ coef
+    total = float(((e2e - e2e.mean()) ** 2).sum())
+    r2 = 1.0 - float(((e2e - predicted) ** 2).sum()) / total if total > 0 else 1.0
+    if coef[2] <= 0:
+        raise ValueError(f"{tier}: the fitted decode step is not positive; the rows cannot calibrate a simulator")
+    return {"prefill_intercept_s": float(coef[0]), "prefill_grad_s_per_token": float(coef[1]),
+            "decode_w_s": float(coef[2]), "decode_h_s_per_token": float(coef[3]), "r2": r2,
+            "median_relative_error": float(np.median(np.abs(predicted - e2e) / e2e)), "rows": int(len(rows)),
+            "source": "LLM-Inference-Bench static batches, fitted to the simulator's step model (NNLS)"}
+
+
 def import_coarse_priors(path: Path) -> tuple[dict[str, CoarsePrior], dict[str, str]]:
     """Every tier of the file that can be fitted, and the reason for each that cannot."""
     priors, skipped = {}, {}

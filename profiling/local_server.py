@@ -94,15 +94,23 @@ def transformers_serve(model_dir: Path, log: Path, device: str = "cpu", port: in
 @contextmanager
 def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "auto", max_model_len: int | None = None,
                gpu_memory_utilization: float = 0.9, enforce_eager: bool = False, port: int | None = None,
-               timeout_s: float = 600) -> Iterator[str]:
+               timeout_s: float = 600, max_num_seqs: int = 16,
+               kv_cache_memory_bytes: int | None = None) -> Iterator[str]:
     """vLLM's OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`: the `vllm
     serve` console script fails under the CPU build's distribution name) for the model in
     `model_dir`, under `python` (the vLLM environment's interpreter; None: this one). Yields the base
-    URL (ending in /v1) once /health answers and one completion has run; stopped on exit."""
+    URL (ending in /v1) once /health answers and one completion has run; stopped on exit. On the CPU
+    build the KV cache is sized in bytes from the model (`core.vllm_env.kv_cache_bytes`); a server
+    that still cannot start says, in one line, what it asked for and what was free."""
+    from routeforge.core.vllm_env import kv_cache_bytes, kv_cache_failure, on_cpu_build
+
     port = port or free_port()
     command = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-               "--gpu-memory-utilization", str(gpu_memory_utilization)]
+               "--gpu-memory-utilization", str(gpu_memory_utilization), "--max-num-seqs", str(max_num_seqs)]
+    if kv_cache_memory_bytes or on_cpu_build():
+        size = kv_cache_memory_bytes or kv_cache_bytes(model_dir, max_model_len, max_num_seqs, dtype)
+        command += ["--kv-cache-memory-bytes", str(size)]
     if max_model_len:
         command += ["--max-model-len", str(max_model_len)]
     if enforce_eager:
@@ -112,7 +120,13 @@ def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1"})
     try:
-        wait_healthy(proc, f"http://127.0.0.1:{port}/health", log, timeout_s=timeout_s)
+        try:
+            wait_healthy(proc, f"http://127.0.0.1:{port}/health", log, timeout_s=timeout_s)
+        except RuntimeError as error:
+            memory = kv_cache_failure(log.read_text(errors="replace"))
+            if memory is None:
+                raise
+            raise RuntimeError(f"vLLM could not start for {model_dir}: {memory} (log: {log})") from error
         load_model(f"http://127.0.0.1:{port}/v1", str(model_dir), log)
         yield f"http://127.0.0.1:{port}/v1"
     finally:

@@ -21,7 +21,7 @@ from routeforge.core.config import FleetConfig, OpenAISource, Tier
 from routeforge.core.progress import Counted
 from routeforge.core.schemas import routing_column
 from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
-from routeforge.profiling.coarse_priors import coarse_prior, read_llm_inference_bench
+from routeforge.profiling.coarse_priors import coarse_prior, continuous_batching_fit, read_llm_inference_bench
 from routeforge.profiling.latency_heads import write_batch_heads
 from routeforge.profiling.plots import plot_batch_fit, plot_head_choice, plot_sweep
 from routeforge.profiling.rwt import RwtParams, routing_table_groups
@@ -207,7 +207,8 @@ def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folde
         rows = read_llm_inference_bench(profile.file)
         if profile.key not in rows:
             raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file}")
-        summary |= {"prior": coarse_prior(profile.key, rows[profile.key]).to_dict()}
+        summary |= {"prior": coarse_prior(profile.key, rows[profile.key]).to_dict(),
+                    "simulator_fit": continuous_batching_fit(profile.key, rows[profile.key])}
     else:
         result = _run_sweep(config, tier, routing_table, folder, log)
         pq.write_table(records_table(result.records), folder / "sweep.parquet")

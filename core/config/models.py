@@ -123,12 +123,16 @@ class VllmOptions(_Strict):
     """`vllm.LLM` engine arguments; the tensor-parallel size comes from the model's tier.
     `python`: the interpreter of an environment that has vLLM (`make vllm-env`:
     `.venv-vllm/bin/python`), for when the pipeline's own cannot hold it; else
-    `$ROUTEFORGE_VLLM_PYTHON`, else vLLM imported in-process. On vLLM's CPU build
-    `gpu_memory_utilization` is the share of host memory reserved for the KV cache."""
+    `$ROUTEFORGE_VLLM_PYTHON`, else vLLM imported in-process. On vLLM's CPU build the KV cache is
+    sized in bytes for `max_num_seqs` sequences of `max_model_len` tokens (`core.vllm_env.kv_cache_bytes`)
+    unless `kv_cache_memory_bytes` says otherwise; `gpu_memory_utilization` (a share of the memory
+    node there) then only bounds what vLLM may take."""
 
     python: str | None = None
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     max_model_len: int | None = Field(default=None, gt=0)
+    max_num_seqs: int = Field(default=16, ge=1, le=4096)
+    kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
     dtype: str = "auto"
     enforce_eager: bool = False
     enable_prefix_caching: bool = True

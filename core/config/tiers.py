@@ -59,6 +59,9 @@ class Tier(_Strict):
     hardware: str
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
+    # identical instances (replicas) of this tier behind the router: the simulator and the routing
+    # policies see each; they share the tier's profile and latency heads
+    instances: int = Field(default=1, ge=1, le=256)
     profile: TierProfile | None = None
 
     @property

@@ -27,7 +27,7 @@ from typing import Any
 from routeforge.core.config import FleetConfig, ModelSpec
 from routeforge.core.model_sources import causal_lm_location
 from routeforge.core.storage import Quarantine
-from routeforge.core.vllm_env import vllm_python
+from routeforge.core.vllm_env import kv_cache_bytes, on_cpu_build, vllm_python
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
 from routeforge.generation.engines.vllm_worker import output_rows
 
@@ -116,7 +116,11 @@ class VllmEngine(BaseEngine):
                "gpu_memory_utilization": options.gpu_memory_utilization, "max_model_len": options.max_model_len,
                "dtype": options.dtype, "enforce_eager": options.enforce_eager,
                "enable_prefix_caching": options.enable_prefix_caching, "seed": s.seed if s.seed is not None else 0,
+               "max_num_seqs": options.max_num_seqs,
                "disable_log_stats": False}  # fills RequestOutput.metrics with per-request timestamps
+        if options.kv_cache_memory_bytes or on_cpu_build():  # bytes the model needs, not a share of the host
+            llm["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes or kv_cache_bytes(
+                location, options.max_model_len, options.max_num_seqs, options.dtype)
         sampling = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
                     "frequency_penalty": s.frequency_penalty, "repetition_penalty": s.repetition_penalty,
                     "stop": s.stop or None, "seed": s.seed, "ignore_eos": s.ignore_eos}

@@ -355,3 +355,76 @@ def test_a_trace_row_beyond_any_context_is_quarantined_naming_row_and_column(tmp
     times, _, _ = read_trace(trace, quarantine=quarantine)
     assert len(times) == 2 and quarantine.rows[0]["row"].endswith(":3")
     assert "ContextTokens" in quarantine.rows[0]["reason"] and "beyond any model's context" in quarantine.rows[0]["reason"]
+
+
+def test_dispatch_decides_one_request_from_live_instance_states(bundle):
+    """`Dispatcher.decide` (issue 49, item 5): the recommended policy (here join-shortest-queue) picks
+    the instance, with its predicted TTFT/E2E under the live load, expected quality and cost."""
+    from routeforge.artifacts.dispatch import Dispatcher, LiveState, parse_gauges
+
+    dispatcher = Dispatcher(load_bundle(bundle, allow_unsigned=True))
+    assert dispatcher.policy_name == "join_shortest_queue" and not dispatcher.notes
+    busy, idle = LiveState(running=4, waiting=3, kv_usage=0.5), LiveState(0, 0, 0.0)
+    decision = dispatcher.decide([busy, idle], prompt_tokens=200, quality=[0.9, 0.4], output_tokens=[50, 80])
+    assert decision.instance == 1 and decision.model == "slow" and decision.tier == "t-slow"
+    assert decision.expected_quality == 0.4 and decision.cost_usd == 0.0  # the fixture's models have no prices
+    ttft, e2e = dispatcher.predict_latency([busy, idle], 200, np.array([50.0, 50.0]))
+    # the same request waits behind the busy instance's queue; alone it is one prefill and 49 decode steps
+    assert ttft[0] > ttft[1] and e2e[0] > e2e[1]
+    assert e2e[1] == pytest.approx(0.01 + 1e-4 * 200 + 49 * (0.03 + 2e-6 * (200 + 25)))
+    assert decision.predicted_e2e_s == pytest.approx(0.01 + 1e-4 * 200 + 79 * (0.03 + 2e-6 * (200 + 40)))  # 80 tokens
+    with pytest.raises(ValueError, match="1 instance states given; the bundle's fleet has 2 instances"):
+        dispatcher.decide([idle], 10, [0.5, 0.5], [10, 10])
+    with pytest.raises(ValueError, match="LiveState.kv_usage"):
+        LiveState(1, 0, 3.0)
+    with pytest.raises(ValueError, match="a learned policy"):
+        Dispatcher(load_bundle(bundle, allow_unsigned=True), policy="ddqn_workload_guided")
+    text = ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="a"} 3\n'
+            'vllm:num_requests_running{model_name="b"} 2\nvllm:num_requests_waiting{model_name="a"} 1.0\n'
+            'vllm:kv_cache_usage_perc{model_name="a"} 0.25\n')
+    assert parse_gauges(text, ["vllm:num_requests_running"]) == {"vllm:num_requests_running": 5.0}
+    assert LiveState.from_vllm_metrics(text) == LiveState(5, 1, 0.25)
+    with pytest.raises(ValueError, match="not a vLLM server's metrics"):
+        LiveState.from_vllm_metrics("process_cpu_seconds_total 3.0\n")
+
+
+@pytest.mark.timeout(900)
+def test_dispatch_against_a_vllm_servers_metrics(bundle, vllm_python, tmp_path):
+    """The dispatch call reads a real vLLM server's `/metrics` (its CPU build, on loopback) while
+    requests run there, and sends the next request to the idle instance beside it."""
+    import threading
+
+    import requests as http
+    from routeforge.artifacts.dispatch import Dispatcher, LiveState
+    from routeforge.core.config import RandomInitSource
+    from routeforge.core.model_sources import build_random_init
+    from routeforge.profiling.local_server import vllm_serve
+
+    from tests.conftest import VLLM_LLAMA
+
+    model = build_random_init(RandomInitSource(**VLLM_LLAMA), tmp_path / "models")
+    dispatcher = Dispatcher(load_bundle(bundle, allow_unsigned=True))
+    with vllm_serve(model, tmp_path / "serve.log", vllm_python, dtype="float32", max_model_len=512,
+                    gpu_memory_utilization=0.05, enforce_eager=True) as url:
+        base = url.removesuffix("/v1")
+        idle_text = http.get(f"{base}/metrics", timeout=30).text
+        assert LiveState.from_vllm_metrics(idle_text).running == 0
+
+        def generate():
+            http.post(f"{url}/completions", timeout=300, json={"model": str(model), "prompt": "hello " * 20,
+                                                                "max_tokens": 400, "ignore_eos": True})
+
+        threads = [threading.Thread(target=generate) for _ in range(4)]
+        for t in threads:
+            t.start()
+        busy = LiveState(0, 0)
+        for _ in range(200):  # until the engine's gauges show the requests (bounded: 200 × 0.05 s)
+            busy = LiveState.from_vllm_metrics(http.get(f"{base}/metrics", timeout=30).text)
+            if busy.running + busy.waiting >= 2:
+                break
+            threading.Event().wait(0.05)
+        decision = dispatcher.decide([busy, LiveState(0, 0)], 40, [0.5, 0.5], [64, 64])
+        for t in threads:
+            t.join(timeout=300)
+    assert busy.running + busy.waiting >= 2 and 0 < busy.kv_usage <= 1
+    assert decision.instance == 1 and decision.predicted_e2e_s > 0

@@ -1,0 +1,223 @@
+"""One decision per request: which model and which instance, with its predicted TTFT/E2E, expected
+quality and cost, from the live state of each instance as vLLM's `/metrics` exposes it.
+
+    dispatcher = Dispatcher(bundle)                       # the bundle's simulated fleet and policy
+    states = [LiveState.from_vllm_metrics(text) for text in scrapes]   # one per instance, in order
+    decision = dispatcher.decide_prompt("What is 15 plus 27?", states)  # or decide(...) with estimates
+
+What it combines:
+- the quality router (or KNN estimator): expected quality, output length and cost per model;
+- each instance's tier fit (the prefill/decode step model the simulator and the latency heads were
+  trained from, recorded in the bundle's `routing_simulator`): predicted TTFT and E2E under the
+  instance's live load;
+- the bundle's recommended routing policy (a heuristic spec), which picks the instance.
+
+Why the step model and not the latency heads' trees: a decision must cost ≤ 2 ms on one core for a
+dozen instances; the trees are per tier and want per-request features that `/metrics` does not
+give. Why approximations: `/metrics` gives counts (requests running and waiting) and the KV cache's
+usage, not each request's length, so every running request is taken to be half-way through an
+output as long as this request's predicted one, and every waiting request as long as this one.
+A learned (ONNX) recommendation needs the simulator's observation, which live counts cannot build:
+the dispatcher then says so and takes the best heuristic the bundle carries, or `policy=` names one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from routeforge.artifacts.heuristics import HeuristicPolicy
+
+# vLLM's gauge names (V1, then V0 spellings)
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)")
+
+
+def parse_gauges(text: str, names: Sequence[str]) -> dict[str, float]:
+    """The value of each named series in Prometheus text exposition, summed over its label sets
+    (several models on one server). The runtime reads three gauges, so this reads sample lines
+    only (comments and other series are skipped) rather than pull in a Prometheus client."""
+    wanted, out = set(names), {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        match = _SAMPLE.match(line)
+        if match and match.group(1) in wanted:
+            value = float(match.group(3))
+            out[match.group(1)] = out.get(match.group(1), 0.0) + value
+    return out
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """One instance's state: requests running and waiting, and the KV cache's usage (0..1)."""
+
+    running: float
+    waiting: float
+    kv_usage: float = 0.0
+
+    def __post_init__(self):
+        for name in ("running", "waiting"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"LiveState.{name}: a request count is finite and ≥ 0, got {value!r}")
+        if not (math.isfinite(self.kv_usage) and 0 <= self.kv_usage <= 1.0001):
+            raise ValueError(f"LiveState.kv_usage: a share in [0, 1], got {self.kv_usage!r}")
+
+    @classmethod
+    def from_vllm_metrics(cls, text: str) -> LiveState:
+        """From the text of a vLLM server's `/metrics`; a server without the running/waiting gauges
+        is refused, naming them."""
+        gauges = parse_gauges(text, (*RUNNING, *WAITING, *KV_USAGE))
+
+        def first(names: Sequence[str], required: bool) -> float:
+            for name in names:
+                if name in gauges:
+                    return gauges[name]
+            if required:
+                raise ValueError(f"/metrics has no {' or '.join(names)}: not a vLLM server's metrics")
+            return 0.0
+
+        return cls(first(RUNNING, True), first(WAITING, True), min(1.0, first(KV_USAGE, False)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one request goes and what is expected of it there."""
+
+    model: str
+    instance: int
+    tier: str
+    predicted_ttft_s: float
+    predicted_e2e_s: float
+    expected_quality: float
+    cost_usd: float
+    policy: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+class Dispatcher:
+    """Per-request decisions over the instances of a bundle's simulated fleet (see the module doc)."""
+
+    def __init__(self, bundle, policy: str | None = None):
+        component = next((c for c in bundle.manifest.components if c.kind == "routing_simulator"), None)
+        if component is None:
+            raise ValueError(f"bundle {bundle.manifest.name} has no routing_simulator: it was trained without "
+                             "training.routing_evaluation, so it knows no instances to dispatch to")
+        sim = json.loads((bundle.root / component.name / "simulator.json").read_text())
+        self.bundle = bundle
+        self.instances = sim["instances"]
+        self.models: list[str] = sim["models"]
+        self.max_running = int(sim["queue_capacity"])
+        self.kv_capacity = float(sim["kv_capacity_tokens"])
+        fits = [i["fit"] for i in self.instances]
+        self.prefill_c = np.array([max(0.0, f["prefill_intercept_s"]) for f in fits])
+        self.prefill_k = np.array([max(1e-7, f["prefill_grad_s_per_token"]) for f in fits])
+        self.decode_w = np.array([max(1e-7, f["decode_w_s"]) for f in fits])
+        self.decode_h = np.array([max(0.0, f["decode_h_s_per_token"]) for f in fits])
+        self.model_of = np.array([i["model_index"] for i in self.instances])
+        prices = {m.name: (m.input_per_mtok or 0.0, m.output_per_mtok or 0.0) for m in bundle.manifest.fleet.models}
+        self.price_in = np.array([prices.get(m, (0.0, 0.0))[0] for m in self.models]) / 1e6
+        self.price_out = np.array([prices.get(m, (0.0, 0.0))[1] for m in self.models]) / 1e6
+        self.notes: tuple[str, ...] = ()
+        self.policy_name, self.policy = self._policy(policy, (sim.get("gate") or {}).get("best_heuristic"))
+
+    def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy]:
+        chosen = name or self.bundle.recommended_policy
+        carried = {c.name: c for c in self.bundle.manifest.components if c.kind == "routing_policy"}
+        if chosen is not None and not chosen.startswith("policy--"):
+            chosen = f"policy--{chosen}"
+        if chosen is not None and chosen not in carried:
+            raise KeyError(f"policy {chosen!r} is not in bundle {self.bundle.manifest.name} "
+                           f"(it carries {sorted(carried)})")
+        if chosen is None or carried[chosen].config.get("policy_kind") != "heuristic":
+            heuristics = [n for n, c in carried.items() if c.config.get("policy_kind") == "heuristic"]
+            if not heuristics:
+                raise ValueError(f"bundle {self.bundle.manifest.name} carries no heuristic routing policy to "
+                                 "dispatch with")
+            if name is not None:
+                raise ValueError(f"{chosen} is a learned policy: its observation is the simulator's, which live "
+                                 f"/metrics counts cannot build; name a heuristic ({', '.join(heuristics)})")
+            fallback = f"policy--{best_heuristic}" if f"policy--{best_heuristic}" in heuristics else heuristics[0]
+            self.notes = (f"the recommended {chosen} is learned and needs the simulator's observation; "
+                          f"dispatching with {fallback}",)
+            chosen = fallback
+        return chosen.removeprefix("policy--"), self.bundle.routing_policy(chosen)
+
+    def predict_latency(self, states: Sequence[LiveState], prompt_tokens: float,
+                        output_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT, E2E) in seconds of a request sent to each instance now (`output_tokens` per
+        instance). Requests ahead of it beyond the batch limit drain at the batch's pace; its own
+        prefill shares a step with the waiting ones; it then decodes at a step time that grows with
+        the KV cache's content."""
+        running = np.array([s.running for s in states])
+        waiting = np.array([s.waiting for s in states])
+        context = np.array([s.kv_usage for s in states]) * self.kv_capacity
+        out = np.maximum(1.0, output_tokens)
+        step = self.decode_w + self.decode_h * (context + prompt_tokens + out / 2)
+        ahead = np.maximum(0.0, running + waiting + 1 - self.max_running)
+        drain = ahead * out * step / self.max_running  # a slot frees every (output · step / batch) s
+        prefill = self.prefill_c + self.prefill_k * prompt_tokens * (1 + waiting)
+        ttft = drain + prefill
+        return ttft, ttft + (out - 1) * step
+
+    def _telemetry(self, states: Sequence[LiveState], prompt_tokens: float,
+                   tokens: np.ndarray) -> list[dict[str, Any]]:
+        """What the heuristic reads of each instance, rebuilt from counts (module doc)."""
+        out = []
+        for i, s in enumerate(states):
+            est = float(tokens[i])
+            running = [{"predicted_output_tokens": est, "generated_tokens": est / 2}] * int(round(s.running))
+            waiting = [{"prompt_tokens": prompt_tokens, "predicted_output_tokens": est}] * int(round(s.waiting))
+            out.append({"max_running": self.max_running, "prefill_s_per_token": float(self.prefill_k[i]),
+                        "tpot_s": float(self.decode_w[i] + self.decode_h[i] * s.kv_usage * self.kv_capacity),
+                        "running": running, "waiting": waiting})
+        return out
+
+    def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
+               output_tokens: Sequence[float]) -> Decision:
+        """The decision for a request of `prompt_tokens` whose per-model estimates (the router's, in
+        `self.models` order) are `quality` and `output_tokens` (NaN: unknown)."""
+        if len(states) != len(self.instances):
+            raise ValueError(f"{len(states)} instance states given; the bundle's fleet has {len(self.instances)} "
+                             f"instances ({', '.join(i['tier'] for i in self.instances)})")
+        if not (isinstance(prompt_tokens, (int, np.integer)) and 0 < prompt_tokens <= 10_000_000):
+            raise ValueError(f"prompt_tokens: a positive token count, got {prompt_tokens!r}")
+        quality = np.asarray(quality, dtype=float)
+        tokens = np.asarray(output_tokens, dtype=float)
+        if quality.shape != (len(self.models),) or tokens.shape != (len(self.models),):
+            raise ValueError(f"quality and output_tokens: one value per model ({len(self.models)}: {self.models})")
+        tokens = np.where(np.isfinite(tokens) & (tokens > 0), tokens, np.nanmedian(np.where(tokens > 0, tokens,
+                                                                                             np.nan))
+                          if np.isfinite(tokens).any() else 128.0)
+        per_instance_tokens = tokens[self.model_of]
+        request = {"prompt_tokens": prompt_tokens, "predicted_output_tokens": per_instance_tokens.tolist(),
+                   "predicted_quality": quality[self.model_of].tolist()}
+        choice = int(self.policy.route(request, self._telemetry(states, prompt_tokens, per_instance_tokens)))
+        ttft, e2e = self.predict_latency(states, prompt_tokens, per_instance_tokens)
+        model = int(self.model_of[choice])
+        cost = float(prompt_tokens * self.price_in[model] + tokens[model] * self.price_out[model])
+        return Decision(self.models[model], choice, self.instances[choice]["tier"], float(ttft[choice]),
+                        float(e2e[choice]), float(quality[model]), cost, self.policy_name, self.notes)
+
+    def decide_prompt(self, prompt: str, states: Sequence[LiveState], prompt_tokens: int | None = None) -> Decision:
+        """`decide` with the bundle's own estimates for `prompt` (its router, else its KNN estimator);
+        the prompt's tokens are counted with the bundle's sentence-encoder tokenizer unless given."""
+        prediction = self.bundle.route([prompt]).prediction
+        order = [list(prediction.models).index(m) for m in self.models]
+        if prompt_tokens is None:  # every token: the encoder's own calls truncate, and set it again
+            tokenizer = self.bundle.sentence_encoder().tokenizer.tokenizer
+            tokenizer.no_truncation()
+            prompt_tokens = max(1, len(tokenizer.encode(prompt).ids))
+        return self.decide(states, prompt_tokens, np.asarray(prediction.quality)[0, order],
+                           np.asarray(prediction.output_tokens, dtype=float)[0, order])
