@@ -252,6 +252,26 @@ class RouterBundle:
                                f"(it has {self.routing_policies or 'none'})")
         return self.component(name)
 
+    def recommended_policy_for(self, traffic_stats: dict[str, float], objective: str = "goodput") -> dict:
+        """The policy the training run found best for traffic like `traffic_stats` (any of
+        `arrival_cv`, `prompt_mean`, `output_mean`, `load`) on `objective`: {policy, workload, load,
+        distance, used} (`artifacts.recommendation.recommend`). A bundle whose evaluation predates the
+        per-traffic table raises, naming what it has."""
+        import json
+
+        from routeforge.artifacts.recommendation import recommend
+
+        component = next((c for c in self.manifest.components if c.kind == "routing_simulator"), None)
+        if component is None:
+            raise KeyError(f"bundle {self.manifest.name} has no routing evaluation (routing_simulator)")
+        spec = json.loads((self.root / component.name / "simulator.json").read_text())
+        if not spec.get("recommendations"):
+            raise KeyError(f"bundle {self.manifest.name} records no per-traffic recommendations (trained before "
+                           f"they existed); its one recommendation is {self.recommended_policy}")
+        out = recommend(spec["recommendations"], traffic_stats, objective)
+        out["policy"] = f"policy--{out['policy']}"
+        return out
+
     @property
     def tiers_with_latency(self) -> list[str]:
         return [c.config["tier"] for c in self.manifest.components if c.kind == "latency_heads"]

@@ -1,14 +1,13 @@
 """`routing_evaluation`: learned routing policies and every baseline in the simulator calibrated by
 the profiled tiers; one table, plots and the exported policies, logged to MLflow."""
 
-import json
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from routeforge.artifacts import strict_json
 import numpy as np
 import pyarrow as pa
+from routeforge.artifacts import strict_json
 from routeforge.artifacts.writer import ComponentSource
 from routeforge.assets.metadata import clean, markdown_table, plot_entries, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry

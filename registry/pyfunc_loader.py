@@ -27,9 +27,10 @@ def check_no_code(model_dir: Path) -> None:
     mlmodel = model_dir / "MLmodel"
     if mlmodel.is_file():
         flavor = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors", {}).get("python_function", {})
-        if flavor.get("code") or flavor.get("model_code_path"):
-            raise UnsignedCode(f"{model_dir}: MLmodel names code ({flavor.get('code') or flavor.get('model_code_path')}) "
-                               "that the bundle's signature does not cover; refusing to load it")
+        code = flavor.get("code") or flavor.get("model_code_path")
+        if code:
+            raise UnsignedCode(f"{model_dir}: MLmodel names code ({code}) that the bundle's signature does not "
+                               "cover; refusing to load it")
     found = sorted(str(p.relative_to(model_dir)) for p in model_dir.rglob("*") if p.suffix in CODE_SUFFIXES)
     if found:
         raise UnsignedCode(f"{model_dir}: holds code the bundle's signature does not cover ({', '.join(found[:3])}"

@@ -51,7 +51,13 @@ def _kill_when(proc: subprocess.Popen, ready, what: str, log: Path, timeout_s: f
 def test_a_run_killed_at_every_stage_blocks_nothing_and_the_next_run_finishes(tmp_path, shared_data):
     home, state = tmp_path / "dagster", tmp_path / "state"
     _instance_yaml(home)
-    path = write_config(tmp_path, "demo", storage_root=str(state / "demo"),
+    # the demo with its text predictors and policy training off: the kills need each stage, not its size
+    training = {"knn": {"k": 10}, "router": {"enabled": True, "folds": 2, "knn_k": [5], "mlp_hidden": [0],
+                                             "mlp_epochs": 2, "mf_epochs": 2, "guard_clusters": 2,
+                                             "guard_bootstrap": 50},
+                "length_predictor": {"enabled": False}, "score_predictor": {"enabled": False},
+                "task_classifier": {"enabled": False}, "routing_evaluation": {"enabled": False}}
+    path = write_config(tmp_path, "demo", storage_root=str(state / "demo"), training=training,
                         registry={"tracking_uri": f"sqlite:///{state / 'mlflow.db'}",
                                   "artifact_location": str(state / "mlartifacts"), "experiment": "killed",
                                   "model_name": "killed-router", "alias": "challenger"})

@@ -160,7 +160,7 @@ class RoutingEvaluationSettings(_Strict):
     # when it beats the best heuristic by more than the seed noise; training.policies.gate). Every
     # offered request counts in goodput, qos_mean, slo_attainment and the *_offered_s latencies; the
     # served-only latencies rank only among policies that served the same share (within the noise)
-    objective: Literal["goodput", "qos_mean", "slo_attainment", "quality_mean", "e2e_mean_offered_s",
+    objective: Literal["goodput", "quality_goodput", "qos_mean", "slo_attainment", "quality_mean", "e2e_mean_offered_s",
                        "e2e_p95_offered_s", "e2e_p99_offered_s", "e2e_mean_s", "e2e_p99_s",
                        "ttft_mean_s"] = "goodput"
     seed: int = 0

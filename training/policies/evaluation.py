@@ -26,6 +26,7 @@ from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.load import LoadCalibration, served_share_probe, sustainable_rate
+from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
@@ -36,7 +37,7 @@ from routeforge.training.policies.simulator.workload_aware_env import WorkloadAw
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 LEARNED = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
-METRICS = ("goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
+METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
            "e2e_p99_offered_s", "e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s",
            "quality_mean", "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected",
            *NOT_SERVED.values())
@@ -223,11 +224,14 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         pretrained[name] = info.get("pretrain", {})
         log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
     rows = []
+    stats: dict[tuple[str, float], dict[str, float]] = {}  # each evaluated traffic's online statistics
     episodes = Counted(log, "routing evaluation", len(workloads) * len(settings.loads) * len(wanted) * len(seeds),
                        "episodes")
     for kind in workloads:
         for load in settings.loads:
             workload = workload_factory(kind, pool, load * calibrations[kind].rate_rps, n, times, traffic)
+            windows = [traffic_stats(workload(seed)) for seed in seeds]
+            stats[(kind, load)] = {k: float(np.mean([w[k] for w in windows])) for k in windows[0]}
             for name in wanted:
                 runs = []
                 for seed in seeds:
@@ -266,6 +270,13 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                          trained_on=("poisson", settings.train_load))
         report["gate_by_workload"][kind] = {k: gate[k] for k in ("recommended", "kind", "reason", "margin", "noise")}
         log(f"routing gate on {kind}: {gate['recommended']}")
+    # per traffic: which carried policy to use, by what a router can count online (artifacts.recommendation)
+    carried = [p for p in wanted if p in trained or p in EXPORTABLE]
+    report["recommendations"] = recommendation_table(rows, stats, carried)
+    report["transfer"] = transfer(rows, report["recommendations"], settings.objective)
+    if report["transfer"]["mean_gap"] is not None:
+        log(f"recommendation by traffic, each workload left out: {settings.objective} within "
+            f"{report['transfer']['mean_gap']:.1%} of the best on average (worst {report['transfer']['max_gap']:.1%})")
     report["traffic_requests"] = len(traffic) if traffic is not None else None
     report["plots"] = [str(p) for p in plot_evaluation(report, out_dir)]
     return report, {name: (trained[name], trained_envs[name]) for name in trained}

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from routeforge.artifacts import strict_json
 from routeforge.training.policies.simulator.baselines import EXPORTABLE, heuristic_spec_of
 
 SIMULATOR_FILE = "simulator.json"
@@ -35,9 +36,11 @@ def write_simulator(folder: Path, *, tiers: list[str], models: list[str], instan
             "models": models, "queue_capacity": settings.queue_capacity,
             "kv_capacity_tokens": settings.kv_capacity_tokens,
             "qos_latency_per_token_s": report["qos_latency_per_token_s"], "capacity_rps": report["capacity_rps"],
-            "train_load": settings.train_load, "gate": report["gate"]}
+            "train_load": settings.train_load, "gate": report["gate"],
+            # per traffic (workload at a load): its online statistics and the best carried policy per objective
+            "recommendations": report.get("recommendations", []), "slo": report.get("slo")}
     path = folder / SIMULATOR_FILE
-    path.write_text(json.dumps(spec, indent=2, default=float))
+    path.write_text(strict_json.dumps(spec, indent=2, default=float))
     return path
 
 

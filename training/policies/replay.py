@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from routeforge.training.policies.evaluation import METRICS, fleet_profiles, score
 from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, rank_policies
-from routeforge.training.policies.load import sustainable_rate, served_share_probe
+from routeforge.training.policies.load import served_share_probe, sustainable_rate
 from routeforge.training.policies.packaging import read_simulator
 from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES, from_spec

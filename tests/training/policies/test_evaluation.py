@@ -46,6 +46,16 @@ def test_every_policy_workload_load_and_seed(tmp_path):
     assert gate["best_heuristic"] in {"round_robin", "route_balance"} and gate["reason"]
     assert all(len(r["goodput_by_seed"]) == 3 and len(r["served_share_by_seed"]) == 3 for r in report["rows"])
     assert all((tmp_path / p).exists() for p in report["plots"]) and len(report["plots"]) == 3
+    # per traffic (workload × load): its online statistics and the best carried policy, and how that
+    # transfers to a workload left out; each workload's load calibrated by search
+    table = report["recommendations"]
+    assert {(e["workload"], e["stats"]["load"]) for e in table} == {(w, x) for w in ("poisson", "square_wave")
+                                                                     for x in (0.5, 0.9)}
+    assert all(e["best"]["goodput"] in {"round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"}
+               for e in table)
+    assert report["transfer"]["objective"] == "goodput" and len(report["transfer"]["cells"]) == 4
+    assert all(c["gap_relative"] >= 0 for c in report["transfer"]["cells"])
+    assert set(report["load_calibration"]) == {"poisson", "square_wave"}
 
 
 def _traffic_log(path, n=120, seed=4):
@@ -105,3 +115,26 @@ def test_a_noise_sized_negative_fit_is_clipped_and_reported():
     profiles, clipped = fleet_profiles([noisy, FITS[1]], queue_capacity=4, kv_capacity_tokens=10_000)
     assert profiles[0].prefill_s_per_token == 1e-7 and profiles[1].prefill_s_per_token == 1e-4
     assert clipped == ["instance 0: prefill_grad_s_per_token -0.00014 clipped to 1e-07"]
+
+
+def test_the_recommendation_by_traffic_picks_the_nearest_evaluated_traffic():
+    """`artifacts.recommendation.recommend`: statistics on a log scale over the table's spread; the
+    nearest entry's policy for the objective; nonsense statistics and unknown objectives refused."""
+    from routeforge.artifacts.recommendation import recommend
+
+    table = [{"workload": "poisson", "stats": {"arrival_cv": 1.0, "prompt_mean": 300, "output_mean": 200, "load": 0.5},
+              "best": {"goodput": "join_shortest_queue"}},
+             {"workload": "gamma", "stats": {"arrival_cv": 3.0, "prompt_mean": 300, "output_mean": 200, "load": 0.5},
+              "best": {"goodput": "least_work_left"}},
+             {"workload": "gamma", "stats": {"arrival_cv": 3.0, "prompt_mean": 300, "output_mean": 200, "load": 0.9},
+              "best": {"goodput": "route_balance"}}]
+    assert recommend(table, {"arrival_cv": 1.1, "load": 0.5})["policy"] == "join_shortest_queue"
+    assert recommend(table, {"arrival_cv": 2.7, "load": 0.55})["policy"] == "least_work_left"
+    got = recommend(table, {"arrival_cv": 2.7, "load": 0.95, "prompt_mean": 280})
+    assert got["policy"] == "route_balance" and got["used"] == ["arrival_cv", "prompt_mean", "load"]
+    with pytest.raises(KeyError, match="objective 'e2e_mean_offered_s'"):
+        recommend(table, {"load": 0.5}, "e2e_mean_offered_s")
+    with pytest.raises(ValueError, match="arrival_cv must be a finite number"):
+        recommend(table, {"arrival_cv": float("nan")})
+    with pytest.raises(ValueError, match="at least one of"):
+        recommend(table, {"burstiness": 2.0})

@@ -99,6 +99,10 @@ def summarize(outcomes: list[Outcome], slo_e2e_s: float | None = None, slo_tpot_
     else:
         tpot_ok = np.array([slo_tpot_s is None or np.isnan(o.tpot) or o.tpot <= slo_tpot_s for o in outcomes])
         out["goodput"] = float((within & tpot_ok).mean()) if n else float("nan")
+        # RouteBalance's trade in one number: the quality delivered within the SLO, per offered request
+        on_slo = within & tpot_ok
+        out["quality_goodput"] = (float(np.nanmean(np.where(on_slo, quality, 0.0)))
+                                  if n and np.isfinite(quality).any() else float("nan"))
     if accuracy is not None:
         out["accuracy_weighted_goodput_rps"] = (
             sum(accuracy[o.instance] for o, ok in zip(outcomes, on_time) if ok) / span if span > 0 else float("nan"))
