@@ -8,8 +8,15 @@ import sys
 import time
 
 import dagster as dg
-from routeforge.pipelines.recovery import HOST_TAG, PID_START_TAG, PID_TAG, BlockedWatch, blocked_on, process_tags
-from routeforge.pipelines.recovery import recover_dagster
+from routeforge.pipelines.recovery import (
+    HOST_TAG,
+    PID_START_TAG,
+    PID_TAG,
+    BlockedWatch,
+    blocked_on,
+    process_tags,
+    recover_dagster,
+)
 
 
 def _run(instance, job: str, tags: dict) -> dg.DagsterRun:
