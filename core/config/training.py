@@ -142,6 +142,9 @@ class RoutingEvaluationSettings(_Strict):
     # the "trace" workload's file: a path (Azure's columns: TIMESTAMP, ContextTokens, GeneratedTokens)
     # or {path, format, timestamp, timestamp_unit, prompt_tokens, output_tokens}
     trace: ConfigPath | TraceSettings | None = None
+    # token counts of the requests: the routing table's ("pool"), or resampled from `trace` ("trace");
+    # "auto": the trace's where the table has no output lengths (score tables)
+    lengths: Literal["auto", "pool", "trace"] = "auto"
     requests: int = Field(500, ge=10)  # per run
     seeds: int = Field(3, ge=1)
     policies: list[str] | None = None  # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp

@@ -173,21 +173,28 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
     for note in clipped:
         log(f"warning: {note}")
-    estimate = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
-                   for p, m in zip(profiles, models))
     qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
     trace = trace_source(settings.trace)
     times, quarantine = None, quarantine if quarantine is not None else Quarantine("routing_evaluation")
-    if trace is not None and "trace" in settings.workloads:
-        times = read_trace(trace[0], columns=trace[1], quarantine=quarantine)[0]
+    use_trace_lengths = settings.lengths == "trace" or (settings.lengths == "auto" and not pool.has_lengths)
+    if trace is not None and ("trace" in settings.workloads or use_trace_lengths):
+        times, trace_prompt, trace_output = read_trace(trace[0], columns=trace[1], quarantine=quarantine)
         if len(quarantine):
             log(f"warning: trace {trace[0].name}: {len(quarantine)} rows quarantined "
                 f"(first: {quarantine.rows[0]['row']}: {quarantine.rows[0]['reason']})")
+        if use_trace_lengths:  # a score table has no output lengths: the traffic's length mix instead
+            pool = pool.with_lengths_from(trace_prompt, trace_output, seed=settings.seed)
+            log(f"token counts resampled from {trace[0].name} ({len(trace_prompt)} requests): "
+                f"prompt mean {trace_prompt.mean():.0f}, output mean {trace_output.mean():.0f}")
+    elif settings.lengths == "trace":
+        raise ValueError("training.routing_evaluation.lengths: trace needs training.routing_evaluation.trace")
     wanted = settings.policies or [*BASELINES, *LEARNED]
     for name in wanted:
         if name not in BASELINES and name not in LEARNED:
             raise ValueError(f"training.routing_evaluation.policies: unknown policy {name!r} "
                              f"(baselines {sorted(BASELINES)}, learned {list(LEARNED)})")
+    estimate = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
+                   for p, m in zip(profiles, models))
     n = settings.requests
     seeds = evaluation_seeds(settings.seed, settings.seeds)
     workloads = [*settings.workloads, *(["traffic"] if traffic is not None and "traffic" not in settings.workloads
@@ -195,10 +202,12 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
 
     def calibrate(kind: str) -> LoadCalibration:
         """The rate this workload's arrivals sustain on the fleet (`training.policies.load`)."""
-        def served_share(policy: str, rate: float, seed: int) -> float:
+        def served_share(policy: str, rate: float, seed: int) -> tuple[float, float]:
             outcomes = Cluster(profiles, models=models).run(
                 workload_factory(kind, pool, rate, n, times, traffic)(seed), BASELINES[policy]())
-            return sum(o.served for o in outcomes) / len(outcomes)
+            summary = summarize(outcomes, slo_e2e_s=settings.slo_e2e_s, slo_tpot_s=settings.slo_tpot_s,
+                                profiles=profiles, slo_scale=settings.slo_scale)
+            return summary["served_share"], summary["goodput"]
 
         return sustainable_rate(served_share_probe(served_share, seeds), estimate,
                                 log=lambda line: log(f"{kind}: {line}"))

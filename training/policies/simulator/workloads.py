@@ -142,6 +142,22 @@ class RequestPool:
                            pick(length, self.output_tokens, self.predicted_tokens, "length"),
                            pick(quality, self.quality, self.predicted_quality, "quality"))
 
+    def with_lengths_from(self, prompt_tokens: np.ndarray, output_tokens: np.ndarray, seed: int = 0) -> RequestPool:
+        """This pool's prompts and labels with token counts resampled from traffic: each row takes a
+        random traffic request's prompt and output length (the same output length on every model: a
+        log records one model's), and policies see those lengths as their estimates. For score
+        tables, which carry no output lengths (every request would be one token long)."""
+        rng = np.random.default_rng(seed)
+        rows = rng.integers(0, len(prompt_tokens), size=len(self))
+        out = np.repeat(np.asarray(output_tokens, dtype=np.int64)[rows, None], len(self.models), axis=1)
+        return RequestPool(np.asarray(prompt_tokens, dtype=np.int64)[rows], out, self.quality, self.tasks,
+                           self.models, out.astype(float), self.predicted_quality)
+
+    @property
+    def has_lengths(self) -> bool:
+        """Whether the pool's output lengths were measured (a score table's are all missing, read as 1)."""
+        return bool((self.output_tokens > 1).any())
+
     @classmethod
     def from_trace(cls, prompt_tokens, output_tokens, n_models: int) -> RequestPool:
         """Trace rows: the same output length on every model, quality unknown (NaN)."""
