@@ -25,7 +25,7 @@ ifneq ($(wildcard $(VLLM_VENV)/bin/python),)
 export ROUTEFORGE_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
 endif
 
-.PHONY: install lock lock-check vllm-env demo test lint routerbench gpu-fleet benchmark validate ui mlflow-ui clean
+.PHONY: install sandbox lock lock-check vllm-env demo test lint routerbench gpu-fleet benchmark validate ui mlflow-ui clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "routeforge needs Python >= 3.11"'
@@ -68,7 +68,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 endif
 
-install: $(STAMP)
+install: $(STAMP) sandbox
+
+# bubblewrap: generated code (pass@1) runs only inside it unless a fleet opts in to the fallback
+# (scoring.code.isolation); installed with apt where this is root, else one line says what to install
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get install -y -q bubblewrap || (apt-get update -q && apt-get install -y -q bubblewrap)) >/dev/null 2>&1 \
+	  || echo "routeforge: bubblewrap could not be installed: code-task cells will be quarantined, not run"; \
+	else echo "routeforge: install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap): without it code-task cells are quarantined, not run"; fi; }
 
 lock: $(UV)  ## refresh requirements/*.lock from pyproject.toml (pins kept where still allowed; UPGRADE=1 takes the newest)
 	$(UV_COMPILE) $(if $(UPGRADE),--upgrade) pyproject.toml --extra dev -o requirements/dev.lock
@@ -104,7 +112,7 @@ endif
 
 vllm-env: $(VLLM_STAMP)  ## vLLM's CPU build in .venv-vllm (the `vllm` engine's worker, vLLM-served sweeps)
 
-demo: $(STAMP) $(if $(findstring vllm,$(CONFIG)),$(VLLM_STAMP))  ## run the main job on CONFIG (the offline demo fleet) and print the bundle URI
+demo: $(STAMP) sandbox $(if $(findstring vllm,$(CONFIG)),$(VLLM_STAMP))  ## run the main job on CONFIG (the offline demo fleet) and print the bundle URI
 	@mkdir -p .state
 	$(if $(findstring vllm,$(CONFIG)),ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python}) \
 	$(BIN)/python -m routeforge.pipelines.run $(CONFIG)

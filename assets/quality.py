@@ -38,12 +38,17 @@ def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
         by_metric: dict[str, list[float]] = {}
         for r in rows:
             by_metric.setdefault(r["metric"], []).append(r["score"])
-        context.log.info(f"{context.partition_key}: {len(rows)} scored, {len(quarantine)} quarantined")
+        sandbox = scorer.stats.get("code_sandbox")
+        context.log.info(f"{context.partition_key}: {len(rows)} scored, {len(quarantine)} quarantined"
+                         + (f"; generated code: {sandbox}" if sandbox else "")
+                         + (f", {scorer.stats['code_cells_refused']} code cells not run (no bubblewrap)"
+                            if scorer.stats.get("code_cells_refused") else ""))
         yield dg.Output(
             table,
             metadata={
                 **clean({"rows": table.num_rows, "mean_score": fmean(scores) if scores else None,
-                         "wall_s": time.perf_counter() - start}),
+                         "wall_s": time.perf_counter() - start, "code_sandbox": sandbox,
+                         "code_isolation": fleet.config.scoring.code.isolation if sandbox else None}),
                 "metrics": dg.MetadataValue.json({m: {"pairs": len(v), "mean": round(fmean(v), 6)}
                                                   for m, v in by_metric.items()}),
                 "scorer_stats": dg.MetadataValue.json(dict(Counter(scorer.stats))),

@@ -191,8 +191,23 @@ class Scorer:
                 for i, (p, r, f) in zip(ready, scores)]
 
     def _code_pass_at_1(self, items, quarantine):
-        from routeforge.scoring.metrics.code_exec import run_many
+        from routeforge.scoring.metrics.code_exec import run_many, sandbox_status
 
+        c = self.settings.code
+        sandbox = sandbox_status()
+        self.stats["code_sandbox"] = sandbox
+        if sandbox != "bubblewrap":
+            if c.isolation == "required":  # refuse rather than run hostile code unconfined
+                reason = (f"code_pass_at_1: not run: {sandbox.removeprefix('fallback: ')}; generated code runs "
+                          "only inside bubblewrap (apt-get install bubblewrap), or set "
+                          "scoring.code.isolation: allow_fallback")
+                for item in items:
+                    quarantine.add(item["prompt_id"], reason)
+                self.stats["code_cells_refused"] += len(items)
+                self.log(f"warning: {len(items)} code-task cells quarantined: {reason}")
+                return []
+            self.log(f"warning: generated code runs OUTSIDE bubblewrap ({sandbox}): scoring.code.isolation is "
+                     "allow_fallback (rlimits and an empty network namespace, as this user)")
         ready, programs = [], []
         for item in items:
             try:
@@ -200,7 +215,6 @@ class Scorer:
                 ready.append(item)
             except Unscorable as exc:
                 quarantine.add(item["prompt_id"], f"code_pass_at_1: {exc}")
-        c = self.settings.code
         results = run_many(programs, c.timeout_s, c.memory_mb, c.workers)
         return [_row(i, "code_pass_at_1", float(res.passed),
                      {"reason": res.reason, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox})

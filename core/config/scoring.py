@@ -14,6 +14,12 @@ REFERENCE_METRICS = {"bertscore", "exact_match", "token_f1"}  # compare the resp
 
 
 class CodeExecSettings(_Strict):
+    """How generated code runs for pass@1 (scoring/metrics/code_exec.py). `isolation: required` (the
+    default) runs it only inside bubblewrap: without it, the code-task cells are quarantined with the
+    reason and the run goes on. `allow_fallback` opts in to the fallback (rlimits and an empty network
+    namespace, as the same user), which is said at the start of scoring and recorded on the asset."""
+
+    isolation: Literal["required", "allow_fallback"] = "required"
     timeout_s: float = Field(default=10.0, gt=0)
     memory_mb: int = Field(default=1024, ge=64)
     workers: int | None = Field(default=None, gt=0)  # default: one per CPU

@@ -144,3 +144,50 @@ def test_bertscore_idf_and_baseline_rescaling_match_the_library(tmp_path):
         p, r, f = bert_score(cands, refs, model_type=model, num_layers=6, lang="en", nthreads=0, **lib_options)
         for (op, orr, of), lp, lr, lf in zip(ours, p.tolist(), r.tolist(), f.tolist()):
             assert abs(op - lp) < 1e-6 and abs(orr - lr) < 1e-6 and abs(of - lf) < 1e-6, options
+
+
+def test_without_bubblewrap_code_cells_are_quarantined_not_run(config_copy, shared_data, tmp_path, monkeypatch):
+    """Issue 53, item 1: on a PATH without `bwrap`, pass@1 runs nothing unless the fleet opts in to
+    the fallback; the cells are quarantined with the reason, the rest is scored, the log line and
+    `config validate` say so; with `allow_fallback` the same cells run and the opt-in is said."""
+    from click.testing import CliRunner
+    from routeforge.artifacts.cli import main
+    from routeforge.scoring.metrics import code_exec
+
+    marker = tmp_path / "ran"
+    ds = [{"kind": "builtin", "name": "lr", "reader": "llmrouter",
+           "path": str(shared_data / "prompts" / "llmrouter_query_test.jsonl")}]
+    scoring = {"metric": "exact_match", "per_task": {"mbpp": "code_pass_at_1", "human_eval": "code_pass_at_1"}}
+    path = config_copy("demo", datasets=ds, scoring=scoring)
+    config = load_fleet(path)
+    prompts, _ = build_prompts(config)
+    rows = prompts.to_pylist()
+    code = [r for r in rows if r["task"] in ("mbpp", "human_eval")][:3]
+    other = next(r for r in rows if r["task"] == "mmlu")
+    hostile = f"open({str(marker)!r}, 'w').write('escaped')\n"
+    responses = pa.table({"prompt_id": [r["prompt_id"] for r in code] + [other["prompt_id"]], "model": ["m"] * 4,
+                          "text": [hostile] * 3 + [f"Answer: {other['reference']}"], "label": [None] * 4})
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    code_exec.sandbox_status.cache_clear()
+    try:
+        lines, quarantine = [], Quarantine("quality", "m")
+        scorer = Scorer(config, log=lines.append)
+        scored = scorer.score(responses, prompts, quarantine)
+        assert [r["prompt_id"] for r in scored] == [other["prompt_id"]] and not marker.exists()
+        assert len(quarantine) == 3 and all("not run: bubblewrap is not installed" in r["reason"]
+                                            and "allow_fallback" in r["reason"] for r in quarantine.rows)
+        assert scorer.stats["code_cells_refused"] == 3 and any("3 code-task cells quarantined" in x for x in lines)
+        validate = CliRunner().invoke(main, ["config", "validate", str(path)])
+        assert validate.exit_code == 0, validate.output
+        assert "warning: scoring uses code_pass_at_1 and bubblewrap is not installed" in validate.output
+        assert "quarantined, not run" in validate.output
+        opted = load_fleet(config_copy("demo", datasets=ds, scoring={**scoring, "code": {"isolation": "allow_fallback"}}))
+        lines = []
+        ran = Scorer(opted, log=lines.append).score(responses, prompts, Quarantine("quality", "m"))
+        assert len(ran) == 4 and any("OUTSIDE bubblewrap" in x for x in lines)
+        assert {json.loads(r["details"])["sandbox"] for r in ran if r["metric"] == "code_pass_at_1"} == {
+            "fallback: bubblewrap is not installed (Debian package `bubblewrap`)"}
+    finally:
+        code_exec.sandbox_status.cache_clear()
