@@ -16,6 +16,7 @@ A model built directly in Python (no context) keeps its values as given.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -31,6 +32,23 @@ class ConfigError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# a model, hardware or fleet name: it becomes file names, metric keys and bundle paths. Slash-separated
+# segments (RouterBench's `mistralai/mixtral-8x7b-chat`), each starting with a letter or digit, so no
+# `..`, no leading `/`, no whitespace or control character
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+@-]*(/[A-Za-z0-9][A-Za-z0-9._:+@-]*)*")
+
+
+def _plain_name(value: str) -> str:
+    if len(value) > 128 or not _NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a plain name: letters, digits and . _ - : + @, in '/'-separated parts "
+                         "that each start with a letter or digit (no '..', spaces or control characters), "
+                         "at most 128 characters")
+    return value
+
+
+Name = Annotated[str, AfterValidator(_plain_name)]
 
 
 def resolve_relative(value: str, base: Path) -> str:

@@ -20,6 +20,7 @@ from routeforge.core.config.base import (
     ConfigError,
     ConfigPath,
     ModelRef,
+    Name,
     StorageLocation,
     StoreUri,
     _Strict,
@@ -129,7 +130,7 @@ Owner = Annotated[str, Field(pattern=r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^
 
 
 class FleetConfig(_Strict):
-    name: str
+    name: Name
     # a local folder or an fsspec URI (s3://bucket/prefix, gs://..., file://...): every stage file,
     # cache shard, quarantine file, report and component folder goes there (core.storage_root)
     storage_root: StorageLocation
@@ -257,13 +258,24 @@ class FleetConfig(_Strict):
         return next((t for t in self.tiers if t.model == model), None)
 
 
-def _expand_env(value: Any) -> Any:
+def _expand_env(value: Any, where: str = "") -> Any:
+    """`${VAR}` and `${VAR:-default}` from the environment. An unset `${VAR}` without a default is an
+    error naming the variable and the field (it silently became "": `storage_root: ${UNSET}/demo`
+    validated as `/demo`)."""
     if isinstance(value, str):
-        return _ENV_PATTERN.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), value)
+        def substitute(m) -> str:
+            if m.group(1) in os.environ:
+                return os.environ[m.group(1)]
+            if m.group(2) is None:
+                raise ConfigError(f"{where or '<root>'}: ${{{m.group(1)}}} is not set and has no default "
+                                  f"(set it, or write ${{{m.group(1)}:-default}})")
+            return m.group(2)
+
+        return _ENV_PATTERN.sub(substitute, value)
     if isinstance(value, dict):
-        return {k: _expand_env(v) for k, v in value.items()}
+        return {k: _expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand_env(v) for v in value]
+        return [_expand_env(v, f"{where}.{i}") for i, v in enumerate(value)]
     return value
 
 
@@ -284,7 +296,11 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"fleet config {path}: top level must be a mapping")
     try:
-        return FleetConfig.model_validate(_expand_env(raw), context={CONFIG_DIR: path.parent})
+        expanded = _expand_env(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"fleet config {path}: {exc}") from None
+    try:
+        return FleetConfig.model_validate(expanded, context={CONFIG_DIR: path.parent})
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
-from routeforge.core.config.base import ConfigPath, ModelRef, _Strict
+from routeforge.core.config.base import ConfigPath, ModelRef, Name, _Strict
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 
@@ -139,7 +139,7 @@ class VllmOptions(_Strict):
 
 
 class ModelSpec(_Strict):
-    name: str = Field(min_length=1)
+    name: Name
     engine: Literal["transformers", "vllm", "openai", "table_import"]
     source: ModelSource
     price: Price | None = None

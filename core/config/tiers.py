@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
-from routeforge.core.config.base import ConfigPath, StoreUri, _Strict
+from routeforge.core.config.base import ConfigPath, Name, StoreUri, _Strict
 
 
 class Hardware(_Strict):
-    name: str
+    name: Name
     accelerator: str = "cpu"
     count: int = Field(default=1, ge=1)
     hourly_usd: float | None = Field(default=None, ge=0)

@@ -130,3 +130,30 @@ def test_the_routing_evaluation_replays_the_fleets_traffic_logs(config_copy, tmp
     training = {"routing_evaluation": {"enabled": True, "replay_traffic": False}}
     assert load_fleet(config_copy("demo", datasets=datasets, training=training)).routing_traffic_logs() is None
     assert load_fleet(CONFIGS / "demo.yaml").routing_traffic_logs() is None
+
+
+@pytest.mark.parametrize("name", ["../../../../tmp/x/evil", "a\nb", "/abs", "sp ace", "a/../b", ""])
+def test_model_and_hardware_names_are_plain_names(config_copy, name):
+    """Issue 53, item 6: a name becomes file names, metric keys and bundle paths."""
+    models = [{"name": name, "engine": "transformers", "source": {"kind": "hub", "id": "x"}}]
+    with pytest.raises(ConfigError, match="models.0.name"):
+        load_fleet(config_copy("demo", models=models, tiers=[]))
+    with pytest.raises(ConfigError, match="hardware.0.name"):
+        load_fleet(config_copy("demo", hardware=[{"name": name}], tiers=[]))
+
+
+def test_routerbench_style_names_with_an_owner_segment_pass(config_copy):
+    models = [{"name": "mistralai/mixtral-8x7b-chat", "engine": "transformers", "source": {"kind": "hub", "id": "x"}}]
+    assert load_fleet(config_copy("demo", models=models, tiers=[])).model_names == ["mistralai/mixtral-8x7b-chat"]
+
+
+def test_an_unset_variable_without_a_default_names_the_variable_and_field(config_copy, monkeypatch):
+    monkeypatch.delenv("ROUTEFORGE_SURELY_UNSET", raising=False)
+    path = config_copy("demo", storage_root="${ROUTEFORGE_SURELY_UNSET}/demo")
+    with pytest.raises(ConfigError, match=r"storage_root: \$\{ROUTEFORGE_SURELY_UNSET\} is not set and has no "
+                                          r"default"):
+        load_fleet(path)
+    monkeypatch.setenv("ROUTEFORGE_SURELY_UNSET", "/tmp/x")
+    assert str(load_fleet(path).storage_root) == "/tmp/x/demo"
+    empty = config_copy("demo", storage_root="/tmp/y${ROUTEFORGE_OTHER_UNSET:-}/demo")
+    assert str(load_fleet(empty).storage_root) == "/tmp/y/demo"  # an empty default is a default
