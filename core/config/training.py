@@ -125,13 +125,16 @@ class TraceSettings(_Strict):
     output_tokens: str = "GeneratedTokens"
 
 
+WorkloadKind = Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace", "traffic"]
+
+
 class RoutingEvaluationSettings(_Strict):
     """`routing_evaluation`: learned routing policies and every baseline in the simulator built from
     the profiled tiers (training.routing_evaluation)."""
 
     enabled: bool = False
     loads: list[float] = Field(default_factory=lambda: [0.5, 0.9])  # × the simulated fleet's capacity
-    workloads: list[Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace", "traffic"]] = Field(
+    workloads: list[WorkloadKind] = Field(
         default_factory=lambda: ["poisson", "gamma", "switched_poisson"])
     # the fleet's own production logs (the format of `traffic_log` datasets: OpenAI-format JSON-lines
     # with timestamps and usage), replayed as the "traffic" workload: their arrivals and token
@@ -150,7 +153,9 @@ class RoutingEvaluationSettings(_Strict):
     policies: list[str] | None = None  # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp
     queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
     kv_capacity_tokens: int = Field(400_000, ge=2)
-    train_load: float = Field(0.9, gt=0)  # learned policies train on Poisson at this load
+    train_load: float = Field(0.9, gt=0)  # learned policies train at this load (× each workload's sustainable rate)
+    # the workload families learned policies train over, an episode each in turn (None: Poisson only)
+    train_workloads: list[WorkloadKind] | None = None
     ddqn: DdqnSettings = DdqnSettings(episodes=6)  # 001's double DQN (workload-guided)
     sac: SacSettings = SacSettings(total_steps=4000)  # 000's SAC, over the HAN and over an MLP
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT

@@ -214,7 +214,18 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
 
     calibrations = {kind: calibrate(kind) for kind in dict.fromkeys(["poisson", *workloads])}
     capacity = calibrations["poisson"].rate_rps
-    train_workload = workload_factory("poisson", pool, settings.train_load * capacity, n, None)
+    # learned policies train over workload families (each episode one of them, by its seed), every one at
+    # train_load × its own sustainable rate; they are judged on the evaluation's seeds, windows they never saw
+    families = settings.train_workloads or ["poisson"]
+    for kind in families:
+        if kind not in calibrations:
+            calibrations[kind] = calibrate(kind)
+    factories = [workload_factory(kind, pool, settings.train_load * calibrations[kind].rate_rps, n, times, traffic)
+                 for kind in families]
+
+    def train_workload(seed: int):
+        return factories[seed % len(factories)](seed)
+
     envs = {"ddqn_workload_guided": lambda w: WorkloadAwareEnv(profiles, w, variant="guided", models=models,
                                                                   observe_waiting=settings.ddqn.observe_waiting),
             "sac_qos_han": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="han",
@@ -259,16 +270,19 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 for metric in dict.fromkeys([settings.objective, "served_share"]):  # the gate pairs seeds
                     row[f"{metric}_by_seed"] = [r.get(metric, float("nan")) for r in runs]
                 rows.append(row)
-    report = {"capacity_rps": capacity, "load_calibration": {k: c.to_dict() for k, c in calibrations.items()},
+    report = {"capacity_rps": capacity, "train_workloads": families,
+              "load_calibration": {k: c.to_dict() for k, c in calibrations.items()},
               "slo": (f"E2E ≤ {settings.slo_e2e_s:g} s" if settings.slo_e2e_s is not None else
                       f"E2E ≤ {settings.slo_scale:g} × the request's E2E alone on the idle instance it was sent to"),
               "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
               "seeds": seeds, "requests": n, "train_load": settings.train_load,
               "trace_quarantined": len(quarantine), "rows": rows, "learning_curves": curves,
               "pretrain": pretrained}
+    # one family: the other workloads are the unseen ones; several: every workload is judged on held-out windows
+    trained_on = (families[0], settings.train_load) if len(families) == 1 else None
     report["gate"] = recommend(rows, learned=[p for p in wanted if p in trained],
                                heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
-                               trained_on=("poisson", settings.train_load))
+                               trained_on=trained_on)
     log(f"routing gate: recommends {report['gate']['recommended']} ({report['gate']['reason']})")
     # and per workload: the policy to deploy where traffic looks like that workload (the fleet's own
     # traffic included, when its logs are replayed)
@@ -276,7 +290,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     for kind in workloads:
         gate = recommend([r for r in rows if r["workload"] == kind], learned=[p for p in wanted if p in trained],
                          heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
-                         trained_on=("poisson", settings.train_load))
+                         trained_on=trained_on)
         report["gate_by_workload"][kind] = {k: gate[k] for k in ("recommended", "kind", "reason", "margin", "noise")}
         log(f"routing gate on {kind}: {gate['recommended']}")
     # per traffic: which carried policy to use, by what a router can count online (artifacts.recommendation)

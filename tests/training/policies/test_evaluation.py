@@ -25,7 +25,8 @@ def _pool():
 def test_every_policy_workload_load_and_seed(tmp_path):
     settings = RoutingEvaluationSettings(enabled=True, loads=[0.5, 0.9], workloads=["poisson", "square_wave"],
                                          requests=40, seeds=3, queue_capacity=4, ddqn=DdqnSettings(episodes=1, demo_episodes=1, pretrain_steps=20), sac=SacSettings(total_steps=80, demo_episodes=1, pretrain_steps=20),
-                                         policies=["round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"])
+                                         policies=["round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"],
+                                         train_workloads=["poisson", "square_wave"])
     prices = np.array([[0.1, 0.2], [1.0, 2.0]])
     report, trained = evaluate_routing(_pool(), FITS, [0, 1], prices, settings, tmp_path, log=lambda m: None)
     assert len(report["rows"]) == 2 * 2 * 4 and set(trained) == {"ddqn_workload_guided", "sac_qos_han"}
@@ -56,6 +57,9 @@ def test_every_policy_workload_load_and_seed(tmp_path):
     assert report["transfer"]["objective"] == "goodput" and len(report["transfer"]["cells"]) == 4
     assert all(c["gap_relative"] >= 0 for c in report["transfer"]["cells"])
     assert set(report["load_calibration"]) == {"poisson", "square_wave"}
+    # trained over both families, an episode each; every workload is judged on held-out windows
+    assert report["train_workloads"] == ["poisson", "square_wave"]
+    assert gate["unseen_workloads"] == ["poisson", "square_wave"]
 
 
 def _traffic_log(path, n=120, seed=4):
