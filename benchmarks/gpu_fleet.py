@@ -75,11 +75,55 @@ def _plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def replay_with_headroom(bundle_uri: str, tracking_uri: str, loads: list[float], seeds: int, requests: int,
+                         log=print) -> list[dict]:
+    """The registered bundle replayed on Azure's conversation trace (its own arrivals and token
+    counts) as `routeforge policies evaluate` does, at each load, with a clairvoyant lookahead router
+    on the same windows (`benchmarks.routing_headroom`: true lengths, the simulator's state; no
+    runtime could run it): how much room there was above the policies."""
+    from routeforge.artifacts.loader import load_bundle
+    from routeforge.training.policies.evaluation import fleet_profiles
+    from routeforge.training.policies.packaging import read_simulator
+    from routeforge.training.policies.replay import evaluate_bundle, trace_windows
+    from routeforge.training.policies.simulator.cluster import Cluster
+    from routeforge.training.policies.simulator.metrics import mean_std, summarize
+    from routeforge.training.policies.simulator.traces import read_trace
+
+    from benchmarks.routing_headroom import ClairvoyantLookahead
+
+    bundle = load_bundle(bundle_uri, tracking_uri=tracking_uri)
+    sim_component = next(c for c in bundle.manifest.components if c.kind == "routing_simulator")
+    sim = read_simulator(bundle.root / sim_component.name)
+    profiles, _ = fleet_profiles([i["fit"] for i in sim["instances"]], sim["queue_capacity"], sim["kv_capacity_tokens"])
+    models = [i["model_index"] for i in sim["instances"]]
+    times, prompt, output = read_trace(DATA / "traces" / "azure_llm_inference_conv_2023.csv")
+    out = []
+    for load in loads:
+        start = time.perf_counter()
+        report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests, log=log)
+        windows = trace_windows(times, prompt, output, requests, report["rate_rps"], len(sim["models"]))
+        runs = [summarize(Cluster(profiles, models=models).run(windows(seed), ClairvoyantLookahead()),
+                          profiles=profiles) for seed in range(seeds)]
+        lookahead = {k: v for k, v in mean_std(runs, ("goodput", "served_share", "e2e_mean_offered_s")).items()}
+        rows = [{"policy": r["policy"], "source": r["source"], **{k: [r[k], r[f"{k}_std"]] for k in
+                 ("goodput", "served_share", "e2e_mean_offered_s", "e2e_p99_offered_s")},
+                 **{k: r[k] for k in ("rejected_buffer_full", "rejected_too_large", "rejected_outgrew",
+                                      "dropped_by_policy", "dropped_timed_out")}} for r in report["rows"]]
+        out.append({"load": load, "rate_rps": report["rate_rps"], "sustainable_rps": report["capacity_rps"],
+                    "ranking": report["ranking"]["ranking"], "verdict": report["ranking"]["verdict"],
+                    "rows": rows, "lookahead": lookahead, "seconds": round(time.perf_counter() - start, 1)})
+        log(f"trace replay at {load:g}: {report['ranking']['verdict']}; lookahead goodput "
+            f"{lookahead['goodput'][0]:.4f}")
+    return out
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--config", type=Path, default=REPO / "configs" / "gpu_fleet.yaml")
     p.add_argument("--state", type=Path, default=None, help="state folder (default: a fresh temporary one)")
     p.add_argument("--prices", action="store_true", help="print the derived prices against the file's and exit")
+    p.add_argument("--replay-only", action="store_true",
+                   help="skip the pipeline: replay the trace against the bundle already registered in --state")
     args = p.parse_args()
     config = args.config.resolve()
     if args.prices:
@@ -95,6 +139,27 @@ def main() -> None:
     env = {**os.environ, "ROUTEFORGE_STATE": str(state), "DAGSTER_HOME": str(home), "ROUTEFORGE_DATA": str(DATA),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     print(f"gpu_fleet: {config.name}, state in {state}", flush=True)
+    name = yaml.safe_load(config.read_text())["name"]
+    out = results_dir("gpu_fleet")
+    if args.replay_only:
+        result = json.loads((out / f"{name}.json").read_text())
+        report = json.loads((state / name / "reports" / "routing" / "routing_evaluation.json").read_text())
+        result |= {k: report.get(k) for k in ("train_workloads", "recommendations", "transfer")}
+    else:
+        result = _pipeline(config, state, env, name, out)
+    tracking = f"sqlite:///{state / 'mlflow.db'}"
+    os.environ.update({"ROUTEFORGE_STATE": str(state), "MLFLOW_TRACKING_URI": tracking})
+    uri = f"models:/{yaml.safe_load(config.read_text())['registry']['model_name']}@challenger"
+    loads = [0.5, 0.8, 0.95] if not args.quick else [0.8]
+    result["trace_replay"] = replay_with_headroom(uri, tracking, loads, seeds=3, requests=1000)
+    from routeforge.artifacts import strict_json
+
+    (out / f"{name}.json").write_text(strict_json.dumps(result, indent=2, default=float))
+    print(f"gpu_fleet: results in {out / (name + '.json')}")
+
+
+def _pipeline(config: Path, state: Path, env: dict, name: str, out: Path) -> dict:
+    """The pipeline on the fleet, timed, and what its routing evaluation found."""
     start = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "routeforge.pipelines.run", str(config), "-v"], cwd=REPO, env=env,
                          text=True, capture_output=True)
@@ -104,10 +169,8 @@ def main() -> None:
         raise SystemExit(f"the pipeline failed ({run.returncode}); log: {state / 'run.log'}\n{run.stderr[-3000:]}")
     timings = {line.split()[0]: float(line.split()[-1].rstrip("s")) for line in run.stdout.splitlines()
                if line.startswith("  ") and line.rstrip().endswith("s") and len(line.split()) == 2}
-    name = yaml.safe_load(config.read_text())["name"]
     report_path = state / name / "reports" / "routing" / "routing_evaluation.json"
     report = json.loads(report_path.read_text())
-    out = results_dir("gpu_fleet")
     table = [{"policy": r["policy"], "workload": r["workload"], "load": r["load"],
               **{k: r.get(k) for k in SHOWN}, **{f"{k}_std": r.get(f"{k}_std") for k in SHOWN[:4]}}
              for r in report["rows"]]
@@ -117,14 +180,13 @@ def main() -> None:
               "load_calibration": report["load_calibration"], "slo": report["slo"],
               "gate": {k: report["gate"][k] for k in ("recommended", "kind", "reason", "margin", "noise")},
               "gate_by_workload": report["gate_by_workload"], "table": table,
-              "learned_training": report.get("pretrain"), "registered": [line for line in run.stdout.splitlines()
-                                                                         if "registered bundle" in line]}
+              "learned_training": report.get("pretrain"), "train_workloads": report.get("train_workloads"),
+              "recommendations": report.get("recommendations"), "transfer": report.get("transfer"),
+              "registered": [line for line in run.stdout.splitlines() if "registered bundle" in line]}
     _plot(report, out / f"{name}_goodput_by_load.png")
-    from routeforge.artifacts import strict_json
-
-    (out / f"{name}.json").write_text(strict_json.dumps(result, indent=2, default=float))
     print(f"gpu_fleet: {wall:.0f} s wall; gate recommends {report['gate']['recommended']} "
-          f"({report['gate']['reason']}); results in {out / (name + '.json')}")
+          f"({report['gate']['reason']})", flush=True)
+    return result
 
 
 if __name__ == "__main__":

@@ -97,14 +97,28 @@ def recover_registry(config, instance: dg.DagsterInstance, log: Callable[[str], 
     """MLflow runs of the fleet's experiment left RUNNING by a Dagster run that is no longer in
     progress are ended KILLED; a newest version registered without any alias (killed between
     registration and setting it) gets the `@challenger` it was registered for."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-    from routeforge.registry.store import latest_version
+    from routeforge.registry.store import registry_lock, sqlite_file
 
     out = Recovered()
     registry = config.registry
     if not registry.tracking_uri:
         return out
+    sqlite = sqlite_file(registry.tracking_uri)
+    if sqlite is not None and not sqlite.exists():
+        return out  # a store not created yet holds nothing (and creating it here would race a first run's)
+    with registry_lock(registry.tracking_uri):  # MLflow's first use of a SQLite store creates its tables
+        _recover_registry(config, instance, out)
+    for line in out.lines:
+        log(f"recovered: {line}")
+    return out
+
+
+def _recover_registry(config, instance: dg.DagsterInstance, out: Recovered) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from routeforge.registry.store import latest_version
+
+    registry = config.registry
     mlflow.set_tracking_uri(registry.tracking_uri)
     client = mlflow.MlflowClient()
     experiment = client.get_experiment_by_name(registry.experiment)
@@ -130,9 +144,6 @@ def recover_registry(config, instance: dg.DagsterInstance, log: Callable[[str], 
             client.set_registered_model_alias(registry.model_name, "challenger", version)
             out.aliases_set.append(f"version {version} of {registry.model_name} had no alias (its run was stopped "
                                    "after registering it): set @challenger, for the release gate to judge")
-    for line in out.lines:
-        log(f"recovered: {line}")
-    return out
 
 
 def recover(instance: dg.DagsterInstance, config=None, log: Callable[[str], None] = print) -> Recovered:

@@ -24,7 +24,7 @@ class RegisteredBundle:
         return f"models:/{self.name}@{self.alias}"
 
 
-def _sqlite_file(tracking_uri: str) -> Path | None:
+def sqlite_file(tracking_uri: str) -> Path | None:
     if not tracking_uri.startswith("sqlite:///"):
         return None
     return Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
@@ -39,7 +39,7 @@ def registry_lock(tracking_uri: str, timeout_s: float = 600.0) -> Iterator[None]
     concurrent writers can meet "database is locked". A file lock beside the database (`filelock`)
     makes two pipelines registering into one local store take turns. An `mlflow server` serializes
     writes itself, and is what pipelines on several machines should share: no lock there."""
-    path = _sqlite_file(tracking_uri)
+    path = sqlite_file(tracking_uri)
     if path is None:
         yield
         return

@@ -57,5 +57,5 @@ def test_inspect_downloads_the_manifest_alone(mlflow_server, tmp_path, component
                                        mlflow_server])
     assert result.exit_code == 0, result.output
     assert "bundle inspected version" in result.stdout and "knn_estimator [knn_estimator, test] 2 files" in result.stdout
-    assert asked == ["models:/inspected@champion/artifacts/stage/manifest.json",  # the staged folder's name
-                     "models:/inspected@champion/artifacts/stage/manifest.sig"]
+    assert asked == ["models:/inspected@champion/data/artifacts/stage/manifest.json",  # the staged folder's name
+                     "models:/inspected@champion/data/artifacts/stage/manifest.sig"]
