@@ -151,7 +151,7 @@ def main() -> None:
     os.environ.update({"ROUTEFORGE_STATE": str(state), "MLFLOW_TRACKING_URI": tracking})
     uri = f"models:/{yaml.safe_load(config.read_text())['registry']['model_name']}@challenger"
     loads = [0.5, 0.8, 0.95] if not args.quick else [0.8]
-    result["trace_replay"] = replay_with_headroom(uri, tracking, loads, seeds=3, requests=1000)
+    result["trace_replay"] = replay_with_headroom(uri, tracking, loads, seeds=3, requests=500)
     from routeforge.artifacts import strict_json
 
     (out / f"{name}.json").write_text(strict_json.dumps(result, indent=2, default=float))
