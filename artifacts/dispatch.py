@@ -37,6 +37,7 @@ from routeforge.artifacts.heuristics import HeuristicPolicy
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+DEFAULT_OUTPUT_TOKENS = 128.0
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)")
 
 
@@ -197,9 +198,10 @@ class Dispatcher:
         tokens = np.asarray(output_tokens, dtype=float)
         if quality.shape != (len(self.models),) or tokens.shape != (len(self.models),):
             raise ValueError(f"quality and output_tokens: one value per model ({len(self.models)}: {self.models})")
-        tokens = np.where(np.isfinite(tokens) & (tokens > 0), tokens, np.nanmedian(np.where(tokens > 0, tokens,
-                                                                                             np.nan))
-                          if np.isfinite(tokens).any() else 128.0)
+        known = np.isfinite(tokens) & (tokens > 0)
+        # a model without a length estimate takes the others' median; a bundle with none (score tables
+        # carry no output lengths) takes DEFAULT_OUTPUT_TOKENS
+        tokens = np.where(known, tokens, float(np.median(tokens[known])) if known.any() else DEFAULT_OUTPUT_TOKENS)
         per_instance_tokens = tokens[self.model_of]
         request = {"prompt_tokens": prompt_tokens, "predicted_output_tokens": per_instance_tokens.tolist(),
                    "predicted_quality": quality[self.model_of].tolist()}
