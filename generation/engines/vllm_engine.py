@@ -118,13 +118,13 @@ class VllmEngine(BaseEngine):
                "enable_prefix_caching": options.enable_prefix_caching, "seed": s.seed if s.seed is not None else 0,
                "max_num_seqs": options.max_num_seqs,
                "disable_log_stats": False}  # fills RequestOutput.metrics with per-request timestamps
-        if options.kv_cache_memory_bytes or on_cpu_build():  # bytes the model needs, not a share of the host
-            llm["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes or kv_cache_bytes(
-                location, options.max_model_len, options.max_num_seqs, options.dtype)
         sampling = {"temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
                     "frequency_penalty": s.frequency_penalty, "repetition_penalty": s.repetition_penalty,
                     "stop": s.stop or None, "seed": s.seed, "ignore_eos": s.ignore_eos}
-        python = vllm_python(options.python)
+        python = vllm_python(options.python)  # first: without vLLM, one error that says how to get it
+        if options.kv_cache_memory_bytes or on_cpu_build():  # bytes the model needs, not a share of the host
+            llm["kv_cache_memory_bytes"] = options.kv_cache_memory_bytes or kv_cache_bytes(
+                location, options.max_model_len, options.max_num_seqs, options.dtype)
         self.worker: VllmWorker | None = None
         if python is None:
             import vllm
