@@ -22,6 +22,7 @@ import numpy as np
 REFERENCE_POLICIES = ("join_shortest_queue", "least_work_left")
 TARGET_SERVED = 0.99
 TARGET_GOODPUT = 0.90
+MAX_FACTOR = 4096.0  # the highest rate probed, × the mean-token estimate
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,10 @@ class LoadCalibration:
     target_served: float
     target_goodput: float
     probes: list[tuple[float, float, float]] = field(default_factory=list)  # (rate, served, goodput)
+    bounded: bool = True  # False: no probed rate missed the targets, and the mean-token estimate stands in
 
     def to_dict(self) -> dict:
-        return {"sustainable_rps": self.rate_rps, "mean_token_estimate_rps": self.estimate_rps,
+        return {"sustainable_rps": self.rate_rps, "mean_token_estimate_rps": self.estimate_rps, "found": self.bounded,
                 "target_served_share": self.target_served, "target_goodput": self.target_goodput,
                 "probes": [list(p) for p in self.probes],
                 "method": f"highest rate at which the better of {', '.join(REFERENCE_POLICIES)} serves "
@@ -60,19 +62,19 @@ def sustainable_rate(shares_at: Callable[[float], tuple[float, float]], estimate
 
     lo, hi = None, None
     rate = estimate_rps
-    while len(probes) < max_probes and (lo is None or hi is None):
+    while len(probes) < max_probes and (lo is None or hi is None) and rate <= estimate_rps * MAX_FACTOR:
         if ok(rate):
             lo, rate = rate, rate * 2.0
         else:
             hi, rate = rate, rate / 2.0
-        if lo is not None and hi is not None:
-            break
     if lo is None:
         raise ValueError(f"load calibration: even {hi:.3g} req/s has fewer than {target:.0%} of requests served or "
                          f"{slo_target:.0%} within their SLO (a request larger than every KV cache, or a buffer too "
                          "small, rejects at any load)")
-    if hi is None:
-        raise ValueError(f"load calibration: {lo:.3g} req/s is still served within the SLO; the fleet looks unbounded")
+    if hi is None:  # a window shorter than the buffers: every request waits its turn, none misses its SLO
+        log(f"load calibration: windows stay within the targets up to {lo:.4g} req/s ({MAX_FACTOR:g} × the "
+            f"mean-token estimate): too short to load the fleet; the mean-token estimate {estimate_rps:.4g} is used")
+        return LoadCalibration(float(estimate_rps), float(estimate_rps), target, slo_target, probes, bounded=False)
     while hi / lo > 1.0 + tolerance and len(probes) < max_probes:
         mid = float(np.sqrt(lo * hi))
         if ok(mid):

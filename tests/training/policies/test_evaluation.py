@@ -142,3 +142,16 @@ def test_the_recommendation_by_traffic_picks_the_nearest_evaluated_traffic():
         recommend(table, {"arrival_cv": float("nan")})
     with pytest.raises(ValueError, match="at least one of"):
         recommend(table, {"burstiness": 2.0})
+
+
+def test_load_calibration_brackets_then_bisects_and_says_when_windows_cannot_load_the_fleet():
+    from routeforge.training.policies.load import sustainable_rate
+
+    capacity = 37.0  # the rate past which the probe misses its targets
+    found = sustainable_rate(lambda r: (1.0, 1.0) if r <= capacity else (0.95, 0.5), estimate_rps=5.0)
+    assert found.bounded and capacity / 1.02 <= found.rate_rps <= capacity
+    lines = []
+    short = sustainable_rate(lambda r: (1.0, 1.0), estimate_rps=5.0, log=lines.append)
+    assert not short.bounded and short.rate_rps == 5.0 and "too short to load the fleet" in lines[0]
+    with pytest.raises(ValueError, match="rejects at any load"):
+        sustainable_rate(lambda r: (0.5, 0.5), estimate_rps=5.0)
