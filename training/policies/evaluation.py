@@ -25,7 +25,7 @@ import numpy as np
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
-from routeforge.training.policies.load import LoadCalibration, served_share_probe, sustainable_rate
+from routeforge.training.policies.load import LoadCalibration, calibrate_on
 from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
@@ -202,15 +202,10 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
 
     def calibrate(kind: str) -> LoadCalibration:
         """The rate this workload's arrivals sustain on the fleet (`training.policies.load`)."""
-        def served_share(policy: str, rate: float, seed: int) -> tuple[float, float]:
-            outcomes = Cluster(profiles, models=models).run(
-                workload_factory(kind, pool, rate, n, times, traffic)(seed), BASELINES[policy]())
-            summary = summarize(outcomes, slo_e2e_s=settings.slo_e2e_s, slo_tpot_s=settings.slo_tpot_s,
-                                profiles=profiles, slo_scale=settings.slo_scale)
-            return summary["served_share"], summary["goodput"]
-
-        return sustainable_rate(served_share_probe(served_share, seeds), estimate,
-                                log=lambda line: log(f"{kind}: {line}"))
+        return calibrate_on(profiles, models, lambda rate, seed: workload_factory(kind, pool, rate, n, times,
+                                                                                  traffic)(seed),
+                            estimate, seeds, settings.slo_e2e_s, settings.slo_tpot_s, settings.slo_scale,
+                            log=lambda line: log(f"{kind}: {line}"))
 
     calibrations = {kind: calibrate(kind) for kind in dict.fromkeys(["poisson", *workloads])}
     capacity = calibrations["poisson"].rate_rps

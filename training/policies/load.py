@@ -99,3 +99,21 @@ def served_share_probe(run: Callable[[str, float, int], tuple[float, float]], se
         return served, goodput
 
     return probe
+
+
+def calibrate_on(profiles, models: list[int], windows: Callable[[float, int], list], estimate_rps: float,
+                 seeds: list[int], slo_e2e_s: float | None = None, slo_tpot_s: float | None = None,
+                 slo_scale: float | None = None, log: Callable[[str], None] = lambda _: None) -> LoadCalibration:
+    """The sustainable rate of the simulated fleet (`profiles`, each instance's model in `models`) on
+    the requests `windows(rate, seed)` gives, with the evaluation's SLO settings."""
+    from routeforge.training.policies.simulator.baselines import BASELINES
+    from routeforge.training.policies.simulator.cluster import Cluster
+    from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, summarize
+
+    def shares(policy: str, rate: float, seed: int) -> tuple[float, float]:
+        summary = summarize(Cluster(profiles, models=models).run(windows(rate, seed), BASELINES[policy]()),
+                            slo_e2e_s=slo_e2e_s, slo_tpot_s=slo_tpot_s, profiles=profiles,
+                            slo_scale=DEFAULT_SLO_SCALE if slo_scale is None else slo_scale)
+        return summary["served_share"], summary["goodput"]
+
+    return sustainable_rate(served_share_probe(shares, seeds), estimate_rps, log=log)

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 from routeforge.training.policies.evaluation import METRICS, fleet_profiles, score
 from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, rank_policies
-from routeforge.training.policies.load import served_share_probe, sustainable_rate
+from routeforge.training.policies.load import calibrate_on
 from routeforge.training.policies.packaging import read_simulator
 from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES, from_spec
 from routeforge.training.policies.simulator.cluster import Cluster, Request
-from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, mean_std, summarize
+from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, mean_std
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 from routeforge.training.policies.simulator.traces import trace_window
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
@@ -77,13 +77,9 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
     n_models = len(sim["models"])
     estimate = sum(p.capacity_rps(float(prompt.mean()), float(output.mean())) for p in profiles)
 
-    def served_share(policy: str, rate: float, seed: int) -> tuple[float, float]:
-        window = trace_windows(times, prompt, output, requests, rate, n_models)(seed)
-        summary = summarize(Cluster(profiles, models=models).run(window, BASELINES[policy]()), slo_e2e_s=slo_e2e_s,
-                            slo_tpot_s=slo_tpot_s, profiles=profiles, slo_scale=slo_scale)
-        return summary["served_share"], summary["goodput"]
-
-    calibration = sustainable_rate(served_share_probe(served_share, list(range(seeds))), estimate, log=log)
+    calibration = calibrate_on(profiles, models,
+                               lambda rate, seed: trace_windows(times, prompt, output, requests, rate, n_models)(seed),
+                               estimate, list(range(seeds)), slo_e2e_s, slo_tpot_s, slo_scale, log=log)
     capacity = calibration.rate_rps
     rate = load * capacity
     workload = trace_windows(times, prompt, output, requests, rate, n_models)
