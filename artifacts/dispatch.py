@@ -23,7 +23,6 @@ the dispatcher then says so and takes the best heuristic the bundle carries, or 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -111,11 +110,7 @@ class Dispatcher:
     """Per-request decisions over the instances of a bundle's simulated fleet (see the module doc)."""
 
     def __init__(self, bundle, policy: str | None = None):
-        component = next((c for c in bundle.manifest.components if c.kind == "routing_simulator"), None)
-        if component is None:
-            raise ValueError(f"bundle {bundle.manifest.name} has no routing_simulator: it was trained without "
-                             "training.routing_evaluation, so it knows no instances to dispatch to")
-        sim = json.loads((bundle.root / component.name / "simulator.json").read_text())
+        sim = bundle.simulator_spec()  # the instances to dispatch to (KeyError for a bundle without them)
         self.bundle = bundle
         self.instances = sim["instances"]
         self.models: list[str] = sim["models"]

@@ -252,19 +252,25 @@ class RouterBundle:
                                f"(it has {self.routing_policies or 'none'})")
         return self.component(name)
 
+    def simulator_spec(self) -> dict:
+        """The simulated fleet the routing evaluation ran (`simulator.json`: instances and their fits,
+        queue limits, the gate, per-traffic recommendations); KeyError for a bundle without one."""
+        import json
+
+        component = next((c for c in self.manifest.components if c.kind == "routing_simulator"), None)
+        if component is None:
+            raise KeyError(f"bundle {self.manifest.name} has no routing evaluation (routing_simulator): it was "
+                           "trained without training.routing_evaluation")
+        return json.loads((self.root / component.name / "simulator.json").read_text())
+
     def recommended_policy_for(self, traffic_stats: dict[str, float], objective: str = "goodput") -> dict:
         """The policy the training run found best for traffic like `traffic_stats` (any of
         `arrival_cv`, `prompt_mean`, `output_mean`, `load`) on `objective`: {policy, workload, load,
         distance, used} (`artifacts.recommendation.recommend`). A bundle whose evaluation predates the
         per-traffic table raises, naming what it has."""
-        import json
-
         from routeforge.artifacts.recommendation import recommend
 
-        component = next((c for c in self.manifest.components if c.kind == "routing_simulator"), None)
-        if component is None:
-            raise KeyError(f"bundle {self.manifest.name} has no routing evaluation (routing_simulator)")
-        spec = json.loads((self.root / component.name / "simulator.json").read_text())
+        spec = self.simulator_spec()
         if not spec.get("recommendations"):
             raise KeyError(f"bundle {self.manifest.name} records no per-traffic recommendations (trained before "
                            f"they existed); its one recommendation is {self.recommended_policy}")
