@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from routeforge.assets.metadata import markdown_table
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.schemas import routing_column, routing_models
+from routeforge.registry.lease import release_lock
 from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decision_summary, gate
 from routeforge.registry.store import registry_lock
 
@@ -79,7 +80,9 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
                          optional=tuple(config.optional))
     failed = failed_checks(context)
     candidate = write_evaluation_candidate(store, routing_table)
-    with registry_lock(mlflow.tracking_uri), tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
+    # one gate at a time per registered model, on a SQLite store or a server shared by several machines
+    with release_lock(mlflow.tracking_uri, registry.name, log=context.log.info), \
+            tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
         registry.client.set_model_version_tag(registry.name, version, CHECKS_TAG, "false" if failed else "true")
         registry.client.set_model_version_tag(registry.name, version, RULES_TAG, rules.to_json())
         evaluation = registry.evaluation_set(candidate, run_id=router_bundle["mlflow_run_id"])

@@ -17,13 +17,12 @@ evaluation, and as `routeforge doctor`; each thing it frees is said in one line.
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import dagster as dg
+from routeforge.registry.lease import ProcessIdentity
 
 HOST_TAG, PID_TAG, PID_START_TAG = "routeforge/host", "routeforge/pid", "routeforge/pid_start"
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING,
@@ -31,28 +30,18 @@ IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.Dag
 ENDED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 
-def _start_time(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
-        return None
-
-
 def process_tags() -> dict[str, str]:
     """Tags naming this process, put on every Dagster run it launches."""
-    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid()),
-            PID_START_TAG: f"{_start_time(os.getpid()) or 0:.2f}"}
+    me = ProcessIdentity.current()
+    return {HOST_TAG: me.host, PID_TAG: str(me.pid), PID_START_TAG: f"{me.started:.2f}"}
 
 
 def process_alive(tags: dict[str, str]) -> bool | None:
     """True / False for a run launched by a process of this host; None when it cannot be told
     (another host, or a run without the tags)."""
-    if tags.get(HOST_TAG) != socket.gethostname() or PID_TAG not in tags:
+    if PID_TAG not in tags:
         return None
-    started = _start_time(int(tags[PID_TAG]))
-    return started is not None and abs(started - float(tags.get(PID_START_TAG) or 0)) < 1.0
+    return ProcessIdentity(tags.get(HOST_TAG, ""), int(tags[PID_TAG]), float(tags.get(PID_START_TAG) or 0)).alive()
 
 
 @dataclass

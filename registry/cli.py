@@ -13,6 +13,7 @@ import click
 from routeforge.artifacts.cli import TRACKING_OPTION as _TRACKING
 from routeforge.artifacts.cli import signature_options
 from routeforge.artifacts.loader import BundleVerificationError
+from routeforge.registry.lease import release_lock
 from routeforge.registry.release import gate
 
 
@@ -47,7 +48,8 @@ def promote(name: str, version: str | None, public_key: Path | None, allow_unsig
     registry = _registry(name, tracking_uri)
     try:
         version = version or registry.latest_version()
-        with tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
+        with release_lock(registry.tracking_uri, name), \
+                tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
             decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason,
                             allow_unsigned=allow_unsigned)
     except (ValueError, BundleVerificationError) as exc:
@@ -66,8 +68,10 @@ def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
     """Move NAME's `champion` alias back to the previous champion."""
     from routeforge.registry.release import rollback as roll_back
 
+    registry = _registry(name, tracking_uri)
     try:
-        current, previous = roll_back(_registry(name, tracking_uri), reason)
+        with release_lock(registry.tracking_uri, name):
+            current, previous = roll_back(registry, reason)
     except ValueError as exc:
         click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
@@ -97,7 +101,7 @@ def gate_command(name: str, version: str | None, public_key: Path | None, allow_
     for v in versions:
         if registry.gated(v):
             raise click.UsageError(f"version {v} of {name} was gated already; use `bundle promote` to re-judge it")
-        with tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
+        with release_lock(registry.tracking_uri, name), tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
             decision = gate(registry, v, public_key, Path(tmp), allow_unsigned=allow_unsigned)
         held |= not decision.promote
         verdict = "promoted to champion" if decision.promote else "held (stays challenger)"
@@ -119,7 +123,9 @@ def freeze_evaluation(name: str, evaluation: Path, reason: str, tracking_uri: st
     columns = pq.read_schema(evaluation).names
     if "text" not in columns or not any(c.startswith("quality/") for c in columns):
         raise click.UsageError(f"{evaluation}: needs a `text` column and `quality/<model>` columns (has {columns})")
-    sha = _registry(name, tracking_uri).replace_evaluation_set(evaluation, reason)
+    registry = _registry(name, tracking_uri)
+    with release_lock(registry.tracking_uri, name):
+        sha = registry.replace_evaluation_set(evaluation, reason)
     click.echo(f"{name}: evaluation set replaced by {evaluation} (sha256 {sha[:12]}…); reason recorded")
 
 

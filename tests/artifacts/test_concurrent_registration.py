@@ -3,16 +3,23 @@
 Before the store lock, two pipelines creating a fresh SQLite store at once raced on MLflow's table
 creation and one died; both must now register, each its own version, and both bundles verify with
 the signing key they share. Then once more into the now initialised store, and into a real
-`mlflow server`."""
+`mlflow server`. There the release gates take turns through the registry's release lease
+(registry/lease.py), tested on its own at the end: CI of stop 54 found two pipelines gating at
+once, both seeing no frozen evaluation set and one dying on the server's unique constraint."""
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 from routeforge.artifacts.loader import load_bundle
 from routeforge.artifacts.signing import generate_key_pair
+from routeforge.registry.lease import HOLDER_TAG, LeaseTimeout, ProcessIdentity, lease_name, release_lease
 
 from tests.conftest import REPO, write_config
 
@@ -87,6 +94,12 @@ def test_two_pipelines_register_at_once_into_an_mlflow_server(mlflow_server, sha
     paths = _fleets(tmp_path, mlflow_server, key, None, (5, 6))  # the server's proxied artifact store
     _run_both(paths, tmp_path, "server")
     _versions_verify(mlflow_server, key, tmp_path, [1, 2])
+    from routeforge.registry.release import Registry
+
+    registry = Registry(mlflow_server, "concurrent-router")
+    assert registry.gated("1") and registry.gated("2")  # both gates ran, one after the other
+    assert registry.pinned_evaluation_sha() is not None
+    assert _gone(MlflowClient(mlflow_server), "concurrent-router")  # the lease was given back
 
 
 def test_only_a_lost_dataset_insert_race_is_retried():
@@ -99,3 +112,63 @@ def test_only_a_lost_dataset_insert_race_is_retried():
     assert _dataset_insert_raced(sqlite) and _dataset_insert_raced(postgres)
     assert not _dataset_insert_raced(MlflowException("UNIQUE constraint failed: runs.run_uuid"))
     assert not _dataset_insert_raced(ValueError("UNIQUE constraint failed: datasets.name"))
+
+
+def _plant(client, model: str, holder: ProcessIdentity, since: float) -> None:
+    client.create_registered_model(lease_name(model), tags={HOLDER_TAG: json.dumps(
+        {"host": holder.host, "pid": holder.pid, "started": holder.started, "since": since})})
+
+
+def _gone(client, model: str) -> bool:
+    try:
+        client.get_registered_model(lease_name(model))
+    except MlflowException:
+        return True
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_two_holders_take_turns_and_the_second_says_who_it_waits_for(mlflow_server):
+    client = MlflowClient(mlflow_server)
+    spans, said = [], []
+
+    def hold(name: str) -> None:
+        with release_lease(MlflowClient(mlflow_server), "turns", poll_s=0.1, timeout_s=60, log=said.append):
+            start = time.monotonic()
+            time.sleep(0.6)
+            spans.append((start, time.monotonic()))
+
+    threads = [threading.Thread(target=hold, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    assert len(spans) == 2
+    (s1, e1), (s2, e2) = sorted(spans)
+    assert e1 <= s2  # never both inside
+    assert said and said[0].startswith("waiting for the release lease of turns, held by pid ")
+    assert _gone(client, "turns")  # given back
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_holder_is_taken_over_and_a_live_one_elsewhere_times_out_naming_it(mlflow_server):
+    client = MlflowClient(mlflow_server)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    me = ProcessIdentity.current()
+    _plant(client, "dead", ProcessIdentity(me.host, child.pid, me.started), time.time())
+    said = []
+    with release_lease(client, "dead", poll_s=0.1, timeout_s=5, log=said.append):
+        assert not _gone(client, "dead")
+    assert said == [f"release lease of dead: its holder (pid {child.pid} on {me.host}) died; taking it over"]
+    assert _gone(client, "dead")
+
+    _plant(client, "elsewhere", ProcessIdentity("another-host", 4242, 1.0), time.time())
+    with pytest.raises(LeaseTimeout, match="still held by pid 4242 on another-host after 1 s"):
+        with release_lease(client, "elsewhere", poll_s=0.2, timeout_s=1, log=said.append):
+            pytest.fail("entered a lease another live holder has")
+    assert not _gone(client, "elsewhere")  # a timed-out waiter leaves the holder's lease alone
+    with release_lease(client, "elsewhere", stale_after_s=0.0, poll_s=0.1, timeout_s=5, log=said.append):
+        pass  # older than stale_after_s: taken over
+    assert said[-1].startswith("release lease of elsewhere: its holder (pid 4242 on another-host) has held it for")
+    assert _gone(client, "elsewhere")

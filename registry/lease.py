@@ -1,0 +1,152 @@
+"""Who may change a registered model's release state, one writer at a time, on any MLflow store.
+
+Why: the release gate reads the champion and the frozen evaluation set, then moves aliases and
+writes tags. Two pipelines gating into one `mlflow server` at once both saw no frozen evaluation set
+and both wrote it; one died on the server's unique constraint (CI, stop 54), and had it not died,
+each would have gated against its own set and both could have moved `@champion`. A SQLite store is
+serialised by the file lock beside it (`store.registry_lock`); a server store needs a lock that
+every machine sharing the server sees, so the lease is kept in the registry itself:
+`create_registered_model` is the one write MLflow makes atomic (its name is unique), so creating
+`<model>.release-lease` is taking the lease and deleting it is giving it back. The lease names its
+holder (host, pid, the pid's start time): a holder that died on this host is taken over at once,
+one on another host after `stale_after_s`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+LEASE_SUFFIX = ".release-lease"
+HOLDER_TAG = "routeforge.lease_holder"
+
+
+def _start_time(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return None
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process as another process can recognise it later: a pid alone is reused, a pid with its
+    start time is not."""
+
+    host: str
+    pid: int
+    started: float
+
+    @classmethod
+    def current(cls) -> ProcessIdentity:
+        return cls(socket.gethostname(), os.getpid(), round(_start_time(os.getpid()) or 0.0, 2))
+
+    def alive(self) -> bool | None:
+        """True / False for a process of this host; None when it cannot be told (another host)."""
+        if self.host != socket.gethostname():
+            return None
+        started = _start_time(self.pid)
+        return started is not None and abs(started - self.started) < 1.0
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+
+class LeaseTimeout(TimeoutError):
+    pass
+
+
+def lease_name(model_name: str) -> str:
+    return f"{model_name}{LEASE_SUFFIX}"
+
+
+def _holder(client, name: str) -> tuple[ProcessIdentity, float] | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        tags = client.get_registered_model(name).tags or {}
+    except MlflowException:
+        return None  # given back meanwhile
+    try:
+        spec = json.loads(tags[HOLDER_TAG])
+        return ProcessIdentity(spec["host"], int(spec["pid"]), float(spec["started"])), float(spec["since"])
+    except (KeyError, ValueError, TypeError):
+        return ProcessIdentity("?", -1, 0.0), 0.0  # a lease without a readable holder is stale
+
+
+def _already_exists(error: Exception) -> bool:
+    return getattr(error, "error_code", None) == "RESOURCE_ALREADY_EXISTS" or "already exists" in str(error)
+
+
+@contextmanager
+def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_after_s: float = 1800.0,
+                  poll_s: float = 1.0, log: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold `<model_name>.release-lease` in `client`'s registry for the duration of the block.
+
+    Waits (polling, at most `timeout_s`, saying once who holds it) while another live process
+    holds it; takes over a lease whose holder died on this host or that is older than
+    `stale_after_s`, saying so. Raises `LeaseTimeout` naming the holder when the wait runs out."""
+    from mlflow.exceptions import MlflowException
+
+    name, me = lease_name(model_name), ProcessIdentity.current()
+    deadline, said = time.monotonic() + timeout_s, False
+    while True:
+        holder = {"host": me.host, "pid": me.pid, "started": me.started, "since": time.time()}
+        try:
+            client.create_registered_model(name, tags={HOLDER_TAG: json.dumps(holder)}, description=(
+                f"routeforge's release lease for {model_name}: held while a pipeline gates a version; "
+                "deleted when it is done (registry/lease.py). Not a model."))
+            break
+        except MlflowException as error:
+            if not _already_exists(error):
+                raise
+        found = _holder(client, name)
+        if found is None:
+            continue
+        other, since = found
+        if other.alive() is False or time.time() - since > stale_after_s:
+            why = "died" if other.alive() is False else f"has held it for {time.time() - since:.0f} s"
+            log(f"release lease of {model_name}: its holder ({other.describe()}) {why}; taking it over")
+            _delete(client, name)
+            continue
+        if time.monotonic() > deadline:
+            raise LeaseTimeout(f"release lease of {model_name} still held by {other.describe()} after "
+                               f"{timeout_s:.0f} s; if that process is gone, delete the registered model {name!r}")
+        if not said:
+            log(f"waiting for the release lease of {model_name}, held by {other.describe()}")
+            said = True
+        time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        _delete(client, name)
+
+
+def _delete(client, name: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.delete_registered_model(name)
+    except MlflowException:
+        pass  # another process took over a lease it judged stale and gave it back already
+
+
+@contextmanager
+def release_lock(tracking_uri: str, model_name: str, log: Callable[[str], None] = print) -> Iterator[None]:
+    """One release-state writer at a time: the SQLite store's file lock, a server's lease."""
+    import mlflow
+    from routeforge.registry.store import registry_lock, sqlite_file
+
+    if sqlite_file(tracking_uri) is not None:
+        with registry_lock(tracking_uri):
+            yield
+        return
+    with release_lease(mlflow.MlflowClient(tracking_uri), model_name, log=log):
+        yield
