@@ -37,7 +37,10 @@ unseen-task row, the priors and the recall table gain its column.
 
 Outcomes (`Router.update`, `meta.online`): Beta posteriors per (guard cluster, model), started at the
 cluster's training means, move the estimates by what production reports between retrains
-(`online/alpha`, `online/beta`); `choose(texts, rng=...)` routes by Thompson sampling.
+(`online/alpha`, `online/beta`); `choose(texts, rng=...)` routes by Thompson sampling. Given the
+source of each outcome (a client or key), a repeated line counts once and one source adds at most
+`MAX_SOURCE_WEIGHT` outcomes to a (cluster, model) cell per update, so ten thousand thumbs-down from
+one client move an estimate no further than ten do.
 
 Known prompts: a prompt whose text (NFC, whitespace collapsed) is one of the training prompts is routed
 by the scores observed for it (`recall/keys`: SHA-256 of the text, `recall/quality`), not by an
@@ -61,6 +64,32 @@ import numpy as np
 from routeforge.artifacts.components import register_component
 from routeforge.artifacts.knn import TIE_EPS, WEIGHT_EPS, neighbour_weights
 from routeforge.artifacts.sentence_encoder import embed_for
+
+# outcomes one client or key may add to one (cluster, model) cell per update: with the prior's 20
+# pseudo-observations, one source moves a cell's estimate by at most 10 / 30 of the gap between
+# its training mean and what it reports (a third), however many lines it sends
+MAX_SOURCE_WEIGHT = 10.0
+
+
+def first_of_each(keys: list) -> list[int]:
+    """Indices of the first occurrence of each key: a line repeated verbatim counts once."""
+    seen, keep = set(), []
+    for i, key in enumerate(keys):
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+    return keep
+
+
+def source_weights(sources: list[str], cluster: np.ndarray, models: list[str], use: np.ndarray,
+                   cap: float) -> np.ndarray:
+    """A weight per outcome such that each source's outcomes in one (cluster, model) cell add up to
+    at most `cap`: n outcomes of a source in a cell weigh min(1, cap / n) each."""
+    from collections import Counter
+
+    cells = list(zip(sources, cluster.tolist(), models))
+    counts = Counter(cell for cell, take in zip(cells, use) if take)
+    return np.array([min(1.0, cap / counts[cell]) if counts[cell] else 1.0 for cell in cells])
 
 
 @dataclass
@@ -350,15 +379,31 @@ class Router:
         return np.clip(self.weights["guard/cluster_quality"].astype(np.float64), 0.01, 0.99)
 
     def update(self, texts: list[str], models: list[str], outcomes, encoder=None,
-               prior_strength: float = 20.0) -> int:
+               prior_strength: float = 20.0, sources: list[str] | None = None,
+               max_source_weight: float = MAX_SOURCE_WEIGHT) -> int:
         """Learn from production outcomes: prompt `texts[i]` was served by `models[i]` with outcome
         `outcomes[i]` in [0, 1] (NaN: unknown, skipped). Prompts far from every training cluster
-        teach nothing (their cluster is a guess). Returns how many outcomes were counted; `save`
-        keeps the state, so the next bundle can start from it."""
-        return self.update_embeddings(embed_for(self, texts, encoder), models, outcomes, prior_strength)
+        teach nothing (their cluster is a guess). With `sources` (the client or key that reported
+        each outcome), a line repeated by one source counts once and each source weighs at most
+        `max_source_weight` outcomes per (cluster, model) in this call (`source_weights`). Returns
+        how many outcomes were counted; `save` keeps the state, so the next bundle can start from it."""
+        if sources is not None:
+            keep = first_of_each(list(zip(sources, (text_key(t) for t in texts), models, map(float, outcomes))))
+            texts, models = [texts[i] for i in keep], [models[i] for i in keep]
+            outcomes, sources = np.asarray(outcomes, dtype=float)[keep], [sources[i] for i in keep]
+        return self.update_embeddings(embed_for(self, texts, encoder), models, outcomes, prior_strength,
+                                      sources=sources, max_source_weight=max_source_weight)
 
-    def update_embeddings(self, x: np.ndarray, models: list[str], outcomes,
-                          prior_strength: float = 20.0) -> int:
+    def online_cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each embedded prompt's guard cluster, and whether it is near enough to one to learn from."""
+        sims = np.asarray(x, dtype=np.float32) @ self.weights["guard/centroids"].T
+        return np.argmax(sims, axis=1), sims.max(axis=1) >= float(self.weights["guard/ood_threshold"][0])
+
+    def update_embeddings(self, x: np.ndarray, models: list[str], outcomes, prior_strength: float = 20.0,
+                          sources: list[str] | None = None, max_source_weight: float = MAX_SOURCE_WEIGHT,
+                          use: np.ndarray | None = None) -> int:
+        """`update` on embedded prompts; `use` (bool per outcome) leaves out the others, still
+        checked (the pipeline's replay uses it for outcomes it flagged as contradicting training)."""
         x = np.asarray(x, dtype=np.float32)
         outcomes = np.asarray(outcomes, dtype=np.float64)
         if not (len(x) == len(models) == len(outcomes)):
@@ -371,17 +416,19 @@ class Router:
             raise ValueError("update: outcomes must lie in [0, 1] (a thumbs-up is 1, an error 0)")
         self._online_state(prior_strength)
         alpha, beta, _ = self._grown_online_state()
-        sims = x @ self.weights["guard/centroids"].T
-        cluster = np.argmax(sims, axis=1)
-        seen = sims.max(axis=1) >= float(self.weights["guard/ood_threshold"][0])
+        cluster, seen = self.online_cells(x)
+        ok = known & seen & (np.ones(len(x), dtype=bool) if use is None else np.asarray(use, dtype=bool))
+        weight = (np.ones(len(x)) if sources is None
+                  else source_weights(sources, cluster, models, ok, max_source_weight))
         counted = 0
-        for c, model, outcome, ok in zip(cluster, models, outcomes, known & seen):
-            if ok:
+        for c, model, outcome, w, take in zip(cluster, models, outcomes, weight, ok):
+            if take:
                 j = self.models.index(model)
-                alpha[c, j] += outcome
-                beta[c, j] += 1.0 - outcome
+                alpha[c, j] += w * outcome
+                beta[c, j] += w * (1.0 - outcome)
                 counted += 1
         self.meta["online"]["updates"] += counted
+        self.meta["online"]["max_source_weight"] = max_source_weight if sources is not None else None
         return counted
 
     def choose(self, texts: list[str], lam: float = 0.0, rng: np.random.Generator | None = None,

@@ -46,10 +46,11 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
         if logs:  # production outcomes: the new router starts from what the last one learned
             router = Router.load(result.folder)
             online = replay_outcomes(router, logs, TrainingEncoder(config.encoder, store.cache_dir("embeddings")),
-                                     quarantine, log=context.log.info)
+                                     quarantine, log=context.log.info, settings=config.training.outcomes)
             router.save(result.folder)
             result.report["online"] = online
             result.metrics["online/outcomes"] = float(online["counted"])
+            result.metrics["online/contradicting_cells"] = float(len(online["contradicting"]))
         qpath = store.write_quarantine(quarantine)
         store.push(result.folder, result.report_path.parent)
         mlflow.log_report(context, run_id, metrics=result.metrics, files=[result.report_path, *result.plots],
@@ -73,6 +74,8 @@ def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, st
                   "candidates": markdown_table(candidates), "guard": markdown_table(guard),
                   "texts_embedded": embedded["embedded"], "texts_from_embedding_cache": embedded["from_cache"],
                   **quarantine_metadata(quarantine, qpath),
+                  **({"outcomes_contradicting_training": markdown_table(report["online"]["contradicting"])}
+                     if report.get("online", {}).get("contradicting") else {}),
                   **plot_entries(result.plots)},
     )
     cv = report["cv"]

@@ -14,6 +14,9 @@ One JSON object per line (plain or .gz), OpenAI-format, as a gateway or proxy lo
      "outcome":  {"thumbs_up": true}}               # optional: a score in [0, 1] (a number, or
                                                     # {"score": x}), {"thumbs_up": bool}, {"error": ...} (0)
 
+Who reported an outcome (its source, so one client cannot outweigh the rest) is `client`, else
+`metadata.client`, `metadata.api_key_id` or `metadata.user`, else the request's OpenAI `user`.
+
 A line that cannot be used goes to the quarantine with a reason naming the field, and the reader
 goes on. A request without `timing` is still a prompt; it is not a latency record.
 """
@@ -52,6 +55,7 @@ class TrafficRequest:
     ttft_s: float | None
     e2e_s: float | None
     outcome: float | None = None  # what production said of the answer, in [0, 1] (`_outcome`)
+    source: str | None = None  # who reported the outcome: a client or key id (`_source`), where logged
 
     @property
     def timed(self) -> bool:
@@ -143,6 +147,21 @@ def _outcome(rec: dict[str, Any]) -> float | None:
     return float(value)
 
 
+SOURCE_FIELDS = (("client",), ("metadata", "client"), ("metadata", "api_key_id"), ("metadata", "user"),
+                 ("request", "user"))
+
+
+def _source(rec: dict[str, Any]) -> str | None:
+    """The first of `SOURCE_FIELDS` the line has, as text (at most 200 characters); None when none."""
+    for path in SOURCE_FIELDS:
+        value: Any = rec
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+            return str(value)[:200]
+    return None
+
+
 def parse_line(rec: Any, row_id: str) -> TrafficRequest:
     if not isinstance(rec, dict):
         raise LogLineError("line is not a JSON object")
@@ -179,6 +198,7 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
         completion=completion if isinstance(completion, str) else None,
         task=str(task) if task is not None else None, prompt_tokens=_count(usage, "prompt_tokens"),
         completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e, outcome=_outcome(rec),
+        source=_source(rec),
     )
 
 

@@ -180,8 +180,21 @@ class RoutingEvaluationSettings(_Strict):
         return self
 
 
+class OutcomeSettings(_Strict):
+    """How logged production outcomes enter a retrained router (`training.predictors.outcomes`)."""
+
+    # outcomes one source (a client or key; else one log file) adds to a (cluster, model) cell at most
+    max_source_weight: float = Field(default=10.0, gt=0, le=1e6)
+    # a cell whose outcomes' mean differs from its training mean by more than this is flagged in the
+    # run summary and not absorbed: a person looks before production overrides the labels that far
+    contradiction_threshold: float = Field(default=0.5, gt=0, le=1)
+    # ... once its outcomes weigh at least this much (fewer say too little to contradict anything)
+    contradiction_min_weight: float = Field(default=5.0, gt=0)
+
+
 class TrainingSettings(_Strict):
     knn: KnnSettings = KnnSettings()
+    outcomes: OutcomeSettings = OutcomeSettings()
     router: RouterSelectionSettings = RouterSelectionSettings()
     routing_evaluation: RoutingEvaluationSettings = RoutingEvaluationSettings()
     length_predictor: LengthPredictorSettings = LengthPredictorSettings()

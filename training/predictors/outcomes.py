@@ -14,16 +14,41 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.router import Router, first_of_each, source_weights, text_key
+from routeforge.artifacts.sentence_encoder import embed_for
 from routeforge.core.storage import Quarantine
 from routeforge.prompts.traffic_logs import read_traffic_logs
 
 
+def contradictions(router: Router, cluster: np.ndarray, models: list[str], outcomes: np.ndarray,
+                   weight: np.ndarray, use: np.ndarray, threshold: float, min_weight: float) -> list[dict[str, Any]]:
+    """(cluster, model) cells whose weighted outcome mean is more than `threshold` from the cell's
+    training mean, once their outcomes weigh `min_weight`: each with both means and the weight."""
+    prior = router._online_prior()
+    flagged = []
+    for c, j in sorted({(int(c), router.models.index(m)) for c, m, u in zip(cluster, models, use) if u}):
+        cell = use & (cluster == c) & (np.asarray(models) == router.models[j])
+        w = float(weight[cell].sum())
+        mean = float((weight[cell] * outcomes[cell]).sum() / w) if w else float("nan")
+        if w >= min_weight and abs(mean - prior[c, j]) > threshold:
+            flagged.append({"cluster": c, "model": router.models[j], "training_mean": round(float(prior[c, j]), 3),
+                            "outcome_mean": round(mean, 3), "weight": round(w, 2), "outcomes": int(cell.sum())})
+    return flagged
+
+
 def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Quarantine,
-                    log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every logged outcome of the logs at `log_uris` into `router` (`Router.update`, embedding
-    with `encoder`); returns the counts for the report."""
-    texts, models, outcomes, foreign = [], [], [], 0
+                    log: Callable[[str], None] = print, settings=None) -> dict[str, Any]:
+    """Every logged outcome of the logs at `log_uris` into `router` (`Router.update_embeddings`,
+    embedding with `encoder`); returns the counts for the report.
+
+    Hardened against one loud client: a line repeated verbatim by one source counts once; each
+    source (the line's client or key, else the log it came from) weighs at most
+    `settings.max_source_weight` outcomes per (cluster, model) cell; a cell whose outcomes contradict
+    its training mean by more than `settings.contradiction_threshold` is flagged and not absorbed."""
+    from routeforge.core.config.training import OutcomeSettings
+
+    settings = settings or OutcomeSettings()
+    rows, foreign = [], 0
     for uri in log_uris:
         for request in read_traffic_logs(uri, quarantine):
             if request.outcome is None:
@@ -31,13 +56,35 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
             if request.model not in router.models:
                 foreign += 1
                 continue
-            texts.append(request.text)
-            models.append(request.model)
-            outcomes.append(request.outcome)
-    counted = router.update(texts, models, np.asarray(outcomes, dtype=float), encoder=encoder) if texts else 0
-    out = {"logged_outcomes": len(texts) + foreign, "counted": counted, "other_models": foreign,
-           "unseen_task": len(texts) - counted}
-    if texts or foreign:
-        log(f"router: learned from {counted} production outcomes ({foreign} of models it does not route to, "
-            f"{len(texts) - counted} far from every training cluster)")
+            rows.append((request.source or f"log:{uri}", request.text, request.model, request.outcome))
+    keep = first_of_each([(src, text_key(text), model, outcome) for src, text, model, outcome in rows])
+    duplicates = len(rows) - len(keep)
+    rows = [rows[i] for i in keep]
+    out = {"logged_outcomes": len(rows) + duplicates + foreign, "counted": 0, "other_models": foreign,
+           "unseen_task": 0, "duplicates": duplicates, "sources": len({r[0] for r in rows}),
+           "max_source_weight": settings.max_source_weight, "contradicting": []}
+    if rows:
+        sources, texts, models, outcomes = (list(col) for col in zip(*rows))
+        outcomes = np.asarray(outcomes, dtype=float)
+        x = embed_for(router, texts, encoder)
+        cluster, seen = router.online_cells(x)
+        weight = source_weights(sources, cluster, models, seen, settings.max_source_weight)
+        flagged = contradictions(router, cluster, models, outcomes, weight, seen,
+                                 settings.contradiction_threshold, settings.contradiction_min_weight)
+        held = np.zeros(len(rows), dtype=bool)
+        for cell in flagged:
+            held |= (cluster == cell["cluster"]) & (np.asarray(models) == cell["model"])
+        out["counted"] = router.update_embeddings(x, models, outcomes, sources=sources,
+                                                  max_source_weight=settings.max_source_weight, use=~held)
+        out["unseen_task"] = int((~seen).sum())
+        out["contradicting"] = flagged
+        out["held_back"] = int((held & seen).sum())
+    if rows or foreign:
+        log(f"router: learned from {out['counted']} production outcomes of {out['sources']} source(s) "
+            f"({duplicates} repeated lines counted once, {foreign} of models it does not route to, "
+            f"{out['unseen_task']} far from every training cluster)")
+    for cell in out["contradicting"]:
+        log(f"router: outcomes for {cell['model']} in cluster {cell['cluster']} contradict training "
+            f"(mean {cell['outcome_mean']} over weight {cell['weight']} against {cell['training_mean']}): "
+            "flagged, not absorbed; look at the logs before the labels are overridden")
     return out
