@@ -85,7 +85,8 @@ class LiveState:
                 raise ValueError(f"/metrics has no {' or '.join(names)}: not a vLLM server's metrics")
             return 0.0
 
-        return cls(first(RUNNING, True), first(WAITING, True), min(1.0, first(KV_USAGE, False)))
+        kv = first(KV_USAGE, False)
+        return cls(first(RUNNING, True), first(WAITING, True), min(1.0, kv) if math.isfinite(kv) else kv)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,10 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
                       "evaluation_set": evaluation_sha},
         dagster_run_id=context.run_id,
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
-                "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric},
+                "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric,
+                "code_isolation": config.scoring.code.isolation},
+        # on the version router operators see: whether pass@1 labels may come from code run unconfined
+        version_tags={"routeforge.code_isolation": config.scoring.code.isolation},
         metrics=metrics,
         plots=[(t.plot_folder, p) for t in trained for p in t.plots],
         context=mlflow.run_context(context),

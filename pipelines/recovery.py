@@ -17,6 +17,7 @@ evaluation, and as `routeforge doctor`; each thing it frees is said in one line.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,13 @@ def process_alive(tags: dict[str, str]) -> bool | None:
     (another host, or a run without the tags)."""
     if PID_TAG not in tags:
         return None
-    return ProcessIdentity(tags.get(HOST_TAG, ""), int(tags[PID_TAG]), float(tags.get(PID_START_TAG) or 0)).alive()
+    try:
+        pid, started = int(tags[PID_TAG]), float(tags.get(PID_START_TAG) or 0)
+    except (TypeError, ValueError):
+        return None  # tags this package did not write: not ours to judge
+    if not 0 < pid < 2**31 or not math.isfinite(started):
+        return None
+    return ProcessIdentity(tags.get(HOST_TAG, ""), pid, started).alive()
 
 
 @dataclass

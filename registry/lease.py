@@ -31,7 +31,7 @@ def _start_time(pid: int) -> float | None:
 
     try:
         return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError, OverflowError, ValueError):
         return None
 
 

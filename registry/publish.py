@@ -64,6 +64,7 @@ def publish_bundle(
     signing_key: Path | None = None,
     skip_unchanged: bool = True,
     context: RunContext | None = None,
+    version_tags: dict[str, str] | None = None,
 ) -> tuple[RegisteredBundle, Manifest]:
     """Write the bundle inside a new MLflow run, sign its manifest with `signing_key` (Ed25519 PEM;
     `artifacts.signing`) and register it under `alias`; with a SQLite store, holding the store's
@@ -91,7 +92,7 @@ def publish_bundle(
             manifest = draft.replace(lineage=Lineage(
                 input_hashes=input_hashes, dagster_run_id=dagster_run_id, mlflow_run_id=run.info.run_id))
             write_manifest(staging_dir, manifest)
-            tags = {"bundle_version": manifest.version, "code_version": manifest.code_version}
+            tags = {**(version_tags or {}), "bundle_version": manifest.version, "code_version": manifest.code_version}
             run_tags = {"routeforge.bundle_version": manifest.version, "routeforge.fleet": fleet.name}
             if signing_key is not None:
                 tags["signing_key_id"] = run_tags["routeforge.signing_key_id"] = sign_bundle(staging_dir, signing_key)

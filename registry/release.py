@@ -6,7 +6,9 @@ prompts of the first registered version's test split with every model's true qua
 tags, so every later comparison uses the same prompts. Measured per bundle:
 
 - `router_quality`: mean true quality of the model the bundle routes each prompt to (its router, or
-  its KNN estimator when it has none; λ = 0);
+  its KNN estimator when it has none; λ = 0); a prompt routed to a model added after training,
+  which the set has no column for, scores that model's held-out label for it, else the lower bound
+  of its held-out labels (`_unlabelled_scores`);
 - `gap_closed`: (router − best single model) / (oracle − best single model) on the same prompts;
 - `task_classifier_top1`: where the bundle has a task classifier and the set names tasks;
 - `latency/<tier>/tpot_mae_ms`, `…/ttft_mae_ms`, `…/e2e_mape`: the held-out errors each tier's heads
@@ -148,6 +150,25 @@ def _quality_columns(table) -> list[str]:
     return [c for c in table.column_names if c.startswith("quality/")]
 
 
+def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[str, int]) -> list[float]:
+    """The score of each prompt routed to a model the evaluation set has no column for (one added
+    after training, `routeforge bundle add-model`): the label given for that prompt and held out of
+    the fit, else the model's held-out labels' lower bound, else 0. Never skipped: skipping them let
+    labels crafted on the champion's worst prompts lift the measured quality (issue 53)."""
+    from routeforge.artifacts.router import text_key
+
+    if all(m in index for m in chosen):
+        return [math.nan] * len(texts)
+    router = bundle.router() if any(c.kind == "router" for c in bundle.manifest.components) else None
+    added = {a["name"]: a.get("holdout", {}) for a in (router.meta.get("added_models", []) if router else [])}
+    out = []
+    for text, model in zip(texts, chosen):
+        holdout = added.get(model, {})
+        label = holdout.get("by_prompt", {}).get(text_key(text).hex()) if model not in index else None
+        out.append(math.nan if model in index else label if label is not None else float(holdout.get("lower", 0.0)))
+    return out
+
+
 def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
     """Metrics of a loaded `RouterBundle` on an evaluation table (see the module docstring)."""
     models = [c.removeprefix("quality/") for c in _quality_columns(evaluation)]
@@ -159,8 +180,9 @@ def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
         raise ValueError("evaluation set: no prompt has a quality for every model")
     chosen = bundle.route(texts).choice
     index = {m: i for i, m in enumerate(models)}
-    routed = np.array([truth[i, index[m]] if m in index else np.nan for i, m in enumerate(chosen)])
-    out: dict[str, float] = {"router_quality": float(np.nanmean(routed))}
+    unlabelled = _unlabelled_scores(bundle, texts, chosen, index)
+    routed = np.array([truth[i, index[m]] if m in index else unlabelled[i] for i, m in enumerate(chosen)])
+    out: dict[str, float] = {"router_quality": float(np.mean(routed))}
     best, oracle = float(truth.mean(axis=0).max()), float(truth.max(axis=1).mean())
     if oracle > best:
         out["gap_closed"] = (out["router_quality"] - best) / (oracle - best)
@@ -327,7 +349,17 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     champion = registry.champion_version()
     if champion == version:
         raise ValueError(f"version {version} of {registry.name!r} is already the champion")
-    challenger_metrics = registry.metrics_of(version, evaluation, public_key, workdir, allow_unsigned)
+    from routeforge.artifacts.loader import BundleVerificationError
+
+    try:
+        challenger_metrics = registry.metrics_of(version, evaluation, public_key, workdir, allow_unsigned)
+    except BundleVerificationError as exc:
+        # held and recorded, so the versions after it are still gated (an unsigned `add-model`
+        # version made every later `bundle gate` abort on it)
+        decision = Decision(promote=False, reasons=[f"does not verify: {exc}"], challenger={}, champion=None)
+        decision.champion_version = champion
+        registry.record(version, decision, sha)
+        return decision
     champion_metrics = (registry.metrics_of(champion, evaluation, public_key, workdir, allow_unsigned)
                         if champion is not None else None)
     decision = decide(challenger_metrics, champion_metrics, rules, tags.get(CHECKS_TAG) == "true")

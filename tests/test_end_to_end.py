@@ -551,8 +551,46 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     routed = np.array(prediction.best_model())
     assert (routed[math] == "tiny-math").any() and not (routed[~math] == "tiny-math").any()
     assert prediction.quality[math, -1].mean() > prediction.quality[~math, -1].mean() + 0.1
+    assert out["added"]["holdout"]["labels"] > 0 and all(out["checks"].values())  # the pipeline's checks, passed
     bad = tmp_path / "bad.csv"
     bad.write_text("text,score\nfine,0.5\nalso fine,7\n")
     refused = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "m", "--labels", str(bad),
-                          "--experiment", "x", tracking_uri=demo.tracking)
+                          "--experiment", "x", "--signing-key", str(key), tracking_uri=demo.tracking)
     assert refused.returncode == 1 and "bad.csv:3: field 'score' out of range" in refused.stderr
+    unsigned = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "m", "--labels",
+                           str(labels), "--experiment", "x", tracking_uri=demo.tracking)
+    assert unsigned.returncode == 1 and "--signing-key (or ROUTEFORGE_SIGNING_KEY) is required" in unsigned.stderr
+
+    # issue 53's attack: labels of 1.0 on the evaluation prompts the champion handles worst (and 0 on
+    # the rest, to pass --min-labels). Before, they were fitted (and recalled), the router sent those
+    # prompts to the new model, and the gate skipped them as unlabelled: router quality 0.153 vs 0.106
+    from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, evaluate_bundle
+
+    registry = Registry(demo.tracking, demo.config.registry.model_name)
+    evaluation = pq.read_table(registry.evaluation_set()[0])
+    champion = load_bundle(f"models:/{registry.name}@champion", tmp_path / "champion", demo.tracking,
+                           public_key=Path(f"{key}.pub"))
+    eval_texts = evaluation.column("text").to_pylist()
+    chosen = champion.route(eval_texts).choice
+    truth = [evaluation.column(f"quality/{m}")[i].as_py() for i, m in enumerate(chosen)]
+    worst = [eval_texts[i] for i in np.argsort(truth)[:6]]
+    others = [t for t in texts if t not in eval_texts][:20]
+    crafted = tmp_path / "crafted.jsonl"
+    crafted.write_text("".join(json.dumps({"text": t, "score": 1.0}) + "\n" for t in worst)
+                       + "".join(json.dumps({"text": t, "score": 0.0}) + "\n" for t in others))
+    attack = _routeforge("bundle", "add-model", registry.name, "--model", "crafted", "--labels", str(crafted),
+                         "--experiment", demo.config.registry.experiment, "--signing-key", str(key),
+                         "--public-key", f"{key}.pub", "--json", tracking_uri=demo.tracking)
+    assert attack.returncode == 0, attack.stderr
+    attacked = json.loads(attack.stdout)
+    assert attacked["added"]["holdout"]["labels"] >= 6  # the six labels on evaluation prompts were not fitted
+    version = attacked["registry_version"]
+    tags = registry.version_tags(version)
+    assert tags[CHECKS_TAG] == "true" and RULES_TAG in tags  # tagged as a pipeline version is
+    attacked_bundle = load_bundle(attacked["uri"].replace("@challenger", f"/{version}"), tmp_path / "attacked",
+                                  demo.tracking, public_key=Path(f"{key}.pub"))
+    assert evaluate_bundle(attacked_bundle, evaluation)["router_quality"] <= \
+        evaluate_bundle(champion, evaluation)["router_quality"] + 1e-9
+    gated = _routeforge("bundle", "gate", registry.name, "--public-key", f"{key}.pub", tracking_uri=demo.tracking)
+    assert gated.returncode in (0, 1) and "Traceback" not in gated.stderr, gated.stderr
+    assert all(registry.gated(v) for v in ("2", version))  # no version stops the gate of the next

@@ -40,7 +40,7 @@ class _Strict(BaseModel):
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+@-]*(/[A-Za-z0-9][A-Za-z0-9._:+@-]*)*")
 
 
-def _plain_name(value: str) -> str:
+def plain_name(value: str) -> str:
     if len(value) > 128 or not _NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a plain name: letters, digits and . _ - : + @, in '/'-separated parts "
                          "that each start with a letter or digit (no '..', spaces or control characters), "
@@ -48,7 +48,7 @@ def _plain_name(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(_plain_name)]
+Name = Annotated[str, AfterValidator(plain_name)]
 
 
 def resolve_relative(value: str, base: Path) -> str:

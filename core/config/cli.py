@@ -8,12 +8,12 @@ configuration models, so the command that needs them lives here and is found at 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import click
 from routeforge.core.config.files import load_checked
 from routeforge.core.config.fleet import FleetConfig
+from routeforge.core.config.scoring import code_isolation_warning
 
 SCHEMA_ID = "https://routeforge.dev/schemas/fleet.schema.json"
 
@@ -44,11 +44,9 @@ def validate(file: Path, as_json: bool) -> None:
     profiled = sum(t.profile is not None for t in fleet.tiers)
     click.echo(f"OK: {file}: fleet {fleet.name}, {len(fleet.model_names)} models, {len(fleet.tiers)} tiers "
                f"({profiled} profiled), {len(fleet.datasets)} datasets, storage {fleet.storage_root}")
-    if "code_pass_at_1" in fleet.scoring.metrics and shutil.which("bwrap") is None:
-        what = ("its code-task cells will be quarantined, not run" if fleet.scoring.code.isolation == "required"
-                else "generated code will run outside a sandbox (scoring.code.isolation: allow_fallback)")
-        click.echo(f"warning: scoring uses code_pass_at_1 and bubblewrap is not installed (Debian package "
-                   f"`bubblewrap`): {what}")
+    warning = code_isolation_warning(fleet.scoring)
+    if warning:
+        click.echo(warning)
 
 
 @config.command()

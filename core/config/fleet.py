@@ -40,7 +40,7 @@ _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 class RegistrySettings(_Strict):
     tracking_uri: StoreUri
     experiment: str
-    model_name: str
+    model_name: Name  # a registered model name: plain, as model and hardware names are
     alias: str = "challenger"
     artifact_location: StoreUri | None = None
     # Ed25519 private key (PEM) that signs every bundle's manifest; `.pub` beside it is what router

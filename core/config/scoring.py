@@ -25,6 +25,18 @@ class CodeExecSettings(_Strict):
     workers: int | None = Field(default=None, gt=0)  # default: one per CPU
 
 
+def code_isolation_warning(scoring) -> str | None:
+    """One line when generated code will not run in bubblewrap (a fleet scoring pass@1 on a machine
+    without it): said by `config validate` and at the start of every pipeline run."""
+    import shutil
+
+    if "code_pass_at_1" not in scoring.metrics or shutil.which("bwrap") is not None:
+        return None
+    what = ("its code-task cells will be quarantined, not run" if scoring.code.isolation == "required"
+            else "generated code will run OUTSIDE a sandbox (scoring.code.isolation: allow_fallback)")
+    return f"warning: scoring uses code_pass_at_1 and bubblewrap is not installed (Debian package `bubblewrap`): {what}"
+
+
 JUDGE_RUBRIC = (
     "You are grading how well an answer responds to a request, compared with the expected output.\n"
     "Judge correctness, completeness and helpfulness.\n\n"

@@ -172,3 +172,8 @@ def test_a_dead_holder_is_taken_over_and_a_live_one_elsewhere_times_out_naming_i
         pass  # older than stale_after_s: taken over
     assert said[-1].startswith("release lease of elsewhere: its holder (pid 4242 on another-host) has held it for")
     assert _gone(client, "elsewhere")
+    # a lease whose holder tag is not ours to read (hand-made, or written by something else): stale
+    client.create_registered_model(lease_name("garbled"), tags={HOLDER_TAG: "{not json"})
+    with release_lease(client, "garbled", poll_s=0.1, timeout_s=5, log=said.append):
+        pass
+    assert said[-1].startswith("release lease of garbled: its holder (pid -1 on ?) has held it for")

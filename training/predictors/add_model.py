@@ -81,11 +81,13 @@ def fit_stacked(base: np.ndarray, y: np.ndarray, folds: int = 5, seed: int = 0) 
 
 def add_model(router: Router, name: str, x: np.ndarray, y: np.ndarray, *, output_tokens: float | None = None,
               cost: float | None = None, texts: list[str] | None = None, cluster_shrinkage: float = 10.0,
-              confidence: float = CONFIDENCE_Z, seed: int = 0) -> dict[str, Any]:
+              confidence: float = CONFIDENCE_Z, seed: int = 0,
+              holdout: tuple[list[str], list[float]] | None = None) -> dict[str, Any]:
     """Add `name` to `router` (in place) from its labels `y` (0…1) on prompts embedded as `x`;
     `output_tokens` / `cost`: its mean output length and cost per prompt where known (else the
     trained models' mean); `texts`: the labelled prompts, recalled exactly like training prompts
-    where the router recalls known prompts. Returns what was fitted, for the report."""
+    where the router recalls known prompts; `holdout`: labelled prompts kept out of the fit, recorded
+    (`holdout_record`) for the release gate to score the model with. Returns what was fitted."""
     if name in router.models:
         raise ValueError(f"add_model: {name!r} is already one of the router's models {router.models}")
     y = np.asarray(y, dtype=float)
@@ -136,11 +138,30 @@ def add_model(router: Router, name: str, x: np.ndarray, y: np.ndarray, *, output
     router.models.append(name)
     router.meta["models"] = router.models
     record = {"name": name, "labels": int(len(y)), "rule": "stacked_logit", "ridge": fit.ridge,
-              "cluster_shrinkage": cluster_shrinkage, "confidence_z": confidence, "label_mean": float(y.mean())}
+              "cluster_shrinkage": cluster_shrinkage, "confidence_z": confidence, "label_mean": float(y.mean()),
+              "holdout": holdout_record(*(holdout or ([], [])))}
     router.meta.setdefault("added_models", []).append(record)
     if texts is not None and "recall/keys" in router.weights:
         _recall_labels(router, [t for t, k in zip(texts, known) if k], y)
     return record
+
+
+MAX_HOLDOUT_KEYS = 5000  # held-out labels kept by prompt (the rest count in the mean alone)
+
+
+def holdout_record(texts: list[str], labels: list[float], z: float = CONFIDENCE_Z) -> dict[str, Any]:
+    """The held-out labels as the release gate reads them (`registry.release.evaluate_bundle`):
+    each prompt's label by its text key (hex), and their mean less `z` standard errors, the score an
+    evaluation prompt routed to the model without a label of its own gets. No labels: a lower bound
+    of 0, so an unlabelled model is never scored above what it showed."""
+    from routeforge.artifacts.router import text_key
+
+    y = np.asarray(labels, dtype=float)
+    n = len(y)
+    mean = float(y.mean()) if n else 0.0
+    lower = max(0.0, mean - z * float(y.std(ddof=1)) / np.sqrt(n)) if n > 1 else 0.0
+    return {"labels": n, "mean": mean, "lower": lower,
+            "by_prompt": {text_key(t).hex(): float(v) for t, v in list(zip(texts, y))[:MAX_HOLDOUT_KEYS]}}
 
 
 def _recall_labels(router: Router, texts: list[str], y: np.ndarray) -> None:

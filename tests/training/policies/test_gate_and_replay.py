@@ -418,11 +418,13 @@ def test_dispatch_against_a_vllm_servers_metrics(bundle, vllm_python, tmp_path):
         for t in threads:
             t.start()
         busy = LiveState(0, 0)
-        for _ in range(200):  # until the engine's gauges show the requests (bounded: 200 × 0.05 s)
+        # until the engine's gauges show the requests (bounded: 600 × 0.1 s; a loaded 2-core machine
+        # took more than the 10 s this waited before)
+        for _ in range(600):
             busy = LiveState.from_vllm_metrics(http.get(f"{base}/metrics", timeout=30).text)
-            if busy.running + busy.waiting >= 2:
+            if busy.running + busy.waiting >= 2 or not any(t.is_alive() for t in threads):
                 break
-            threading.Event().wait(0.05)
+            threading.Event().wait(0.1)
         decision = dispatcher.decide([busy, LiveState(0, 0)], 40, [0.5, 0.5], [64, 64])
         for t in threads:
             t.join(timeout=300)
