@@ -190,6 +190,21 @@ def download(ref: str, dst: Path, tracking_uri: str | None) -> None:
     click.echo(str(path))
 
 
+# what a prediction rests on, per prompt: said by `predict`, so identical numbers for different prompts
+# (a fallback) are not mistaken for an estimate
+BASIS_WORDS = {"recalled": "a known prompt: its observed scores", "unseen_task": "FALLBACK: far from every "
+               "training task, routed by the unseen-task rule", "cluster_guard": "its cluster's training means "
+               "(the guard found no reliable gain from the estimator there)", "estimate": "the estimator's estimate"}
+
+
+def _basis(prediction, i: int) -> str:
+    for name, attribute in (("recalled", "recalled"), ("unseen_task", "unseen"), ("cluster_guard", "guarded")):
+        flags = getattr(prediction, attribute, None)
+        if flags is not None and bool(flags[i]):
+            return name
+    return "estimate"
+
+
 @bundle.command()
 @click.argument("ref")
 @click.argument("prompts", nargs=-1, required=True)
@@ -208,11 +223,12 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, as_json: bool, publi
         per_model = {m: {"quality": round(float(pred.quality[i, j]), 4),
                          "output_tokens": round(float(pred.output_tokens[i, j]), 1),
                          "cost": round(float(pred.cost[i, j]), 8)} for j, m in enumerate(pred.models)}
+        basis = _basis(pred, i)
         if as_json:
             click.echo(strict_json.dumps({"prompt": text[:80], "route_to": choice[i], "estimator": estimator,
-                                          "models": per_model}))
+                                          "basis": basis, "models": per_model}))
             continue
-        click.echo(f"{text[:60]!r} → {choice[i]} (by the {estimator}, λ = {lam:g})")
+        click.echo(f"{text[:60]!r} → {choice[i]} (by the {estimator}, λ = {lam:g}; {BASIS_WORDS[basis]})")
         for m, v in per_model.items():
             cells = [f"{k} {'—' if v[k] != v[k] else v[k]}" for k in ("quality", "output_tokens", "cost")]
             click.echo(f"  {m:<24} " + ", ".join(cells))

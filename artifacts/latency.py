@@ -162,7 +162,35 @@ class LatencyModel:
         return result
 
     def predict(self, states: Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
+        """Seconds for each state at dispatch (a mapping of this tier's `features`): checked first
+        (`check_states`), so a misspelt or missing feature is an error, never a silent NaN."""
+        self.check_states(states)
         return self.predict_matrix(self.matrix(states))
+
+    def required_features(self) -> list[str]:
+        """The features the heads were trained with values for (their `range`); the others (a
+        server's gauges where the profile had no /metrics) were always missing and may stay so."""
+        ranges = self.spec.get("range")
+        return [f for f in self.features if ranges is None or f in ranges]
+
+    def check_states(self, states: Sequence[Mapping[str, float]]) -> None:
+        """Raise naming the state and feature: an unknown feature, a required one missing or None, or
+        a value that is not a finite number ≥ 0."""
+        known, required = set(self.features), self.required_features()
+        for i, state in enumerate(states):
+            unknown = sorted(set(state) - known)
+            if unknown:
+                raise ValueError(f"{self.tier}: state {i}: unknown feature(s) {unknown}; this tier's heads take "
+                                 f"{self.features}")
+            missing = [f for f in required if state.get(f) is None]
+            if missing:
+                raise ValueError(f"{self.tier}: state {i}: missing feature(s) {missing} (required: {required})")
+            for f, v in state.items():
+                if v is None:
+                    continue
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                        or not math.isfinite(float(v)) or float(v) < 0:
+                    raise ValueError(f"{self.tier}: state {i}: feature {f!r} must be a finite number ≥ 0, got {v!r}")
 
     def prior(self, output_tokens: np.ndarray) -> dict[str, np.ndarray]:
         """002's static prior: nominal TTFT + (n − 1) × nominal TPOT."""

@@ -110,6 +110,8 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert cli.returncode == 0, cli.stderr
     line = json.loads(cli.stdout.strip().splitlines()[-1])
     assert line["estimator"] == "router" and line["route_to"] in config.model_names
+    # each prediction says what it rests on: an unseen task's fallback is not mistaken for an estimate
+    assert line["basis"] in {"recalled", "unseen_task", "cluster_guard", "estimate"}
 
     # the shared length-bucket predictor, served by ONNX Runtime from the bundle
     lengths = bundle.length_predictor().predict(unseen, tasks=["translation", "math"], model="tiny-llama")

@@ -43,6 +43,15 @@ def test_grid_is_measured_fitted_and_turned_into_heads_the_loader_reproduces(mod
              "mean_context_tokens": 4 * (128 + 4)}
     got = loaded.predict([state])
     assert got["e2e"][0] == pytest.approx(got["ttft"][0] + 7 * got["tpot"][0])
+    # nonsense is refused, naming the feature (issue 50: `{}` and `{"nonsense": 1}` used to predict the
+    # same TPOT as a real request, and a sweep tier's features gave e2e = NaN on a batch tier)
+    with pytest.raises(ValueError, match=r"state 0: unknown feature\(s\) \['in_flight', 'predicted_output_tokens'\]"):
+        loaded.predict([{**state, "in_flight": 3, "predicted_output_tokens": 8}])
+    with pytest.raises(ValueError, match=r"state 1: missing feature\(s\) \['batch_size'"):
+        loaded.predict([state, {}])
+    for bad in (float("nan"), -1, "4", True):
+        with pytest.raises(ValueError, match="feature 'batch_size' must be a finite number"):
+            loaded.predict([{**state, "batch_size": bad}])
     q95 = spec["intervals"]["tpot"]["quantiles"]["0.95"]
     assert loaded.slo_bound("tpot", got["tpot"]) == pytest.approx(got["tpot"] * (1 + q95))
     assert q95 >= spec["intervals"]["tpot"]["quantiles"]["0.5"]
