@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 from routeforge.artifacts import strict_json
-from routeforge.artifacts.cli import signature_options
+from routeforge.artifacts.cli import TRACKING_OPTION, signature_options
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, OBJECTIVE_NAMES
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED
@@ -67,8 +67,7 @@ def policies() -> None:
                    "missed its SLO); *_served latencies rank the policies that served the most first. slo needs "
                    "--slo-e2e or --slo-tpot; qos counts every model as quality 1 (a trace has no labels).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None,
-              help="MLflow tracking URI for models:/ references.")
+@TRACKING_OPTION
 @signature_options
 def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: int, timestamp: str,
              timestamp_unit: str, prompt_tokens: str, output_tokens: str, fmt: str | None,
