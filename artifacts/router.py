@@ -71,10 +71,11 @@ from routeforge.artifacts.sentence_encoder import embed_for
 MAX_SOURCE_WEIGHT = 10.0
 
 
-def first_of_each(keys: list) -> list[int]:
-    """Indices of the first occurrence of each key: a line repeated verbatim counts once."""
+def distinct_outcomes(sources: list[str], texts: list[str], models: list[str], outcomes) -> list[int]:
+    """Indices of the first of each (source, prompt, model, outcome): a line one source repeats
+    verbatim counts once (`Router.update` and the pipeline's replay both use this)."""
     seen, keep = set(), []
-    for i, key in enumerate(keys):
+    for i, key in enumerate(zip(sources, map(text_key, texts), models, map(float, outcomes))):
         if key not in seen:
             seen.add(key)
             keep.append(i)
@@ -388,7 +389,7 @@ class Router:
         `max_source_weight` outcomes per (cluster, model) in this call (`source_weights`). Returns
         how many outcomes were counted; `save` keeps the state, so the next bundle can start from it."""
         if sources is not None:
-            keep = first_of_each(list(zip(sources, (text_key(t) for t in texts), models, map(float, outcomes))))
+            keep = distinct_outcomes(sources, texts, models, outcomes)
             texts, models = [texts[i] for i in keep], [models[i] for i in keep]
             outcomes, sources = np.asarray(outcomes, dtype=float)[keep], [sources[i] for i in keep]
         return self.update_embeddings(embed_for(self, texts, encoder), models, outcomes, prior_strength,
@@ -428,7 +429,6 @@ class Router:
                 beta[c, j] += w * (1.0 - outcome)
                 counted += 1
         self.meta["online"]["updates"] += counted
-        self.meta["online"]["max_source_weight"] = max_source_weight if sources is not None else None
         return counted
 
     def choose(self, texts: list[str], lam: float = 0.0, rng: np.random.Generator | None = None,

@@ -150,22 +150,23 @@ def _quality_columns(table) -> list[str]:
     return [c for c in table.column_names if c.startswith("quality/")]
 
 
-def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[str, int]) -> list[float]:
-    """The score of each prompt routed to a model the evaluation set has no column for (one added
-    after training, `routeforge bundle add-model`): the label given for that prompt and held out of
-    the fit, else the model's held-out labels' lower bound, else 0. Never skipped: skipping them let
-    labels crafted on the champion's worst prompts lift the measured quality (issue 53)."""
+def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[str, int]) -> dict[int, float]:
+    """The score of each prompt (by position) routed to a model the evaluation set has no column for
+    (one added after training, `routeforge bundle add-model`): the label given for that prompt and
+    held out of the fit, else the model's held-out labels' lower bound, else 0. Never skipped:
+    skipping them let labels crafted on the champion's worst prompts lift the measured quality."""
     from routeforge.artifacts.router import text_key
 
-    if all(m in index for m in chosen):
-        return [math.nan] * len(texts)
-    router = bundle.router() if any(c.kind == "router" for c in bundle.manifest.components) else None
-    added = {a["name"]: a.get("holdout", {}) for a in (router.meta.get("added_models", []) if router else [])}
-    out = []
-    for text, model in zip(texts, chosen):
-        holdout = added.get(model, {})
-        label = holdout.get("by_prompt", {}).get(text_key(text).hex()) if model not in index else None
-        out.append(math.nan if model in index else label if label is not None else float(holdout.get("lower", 0.0)))
+    unlabelled = [i for i, m in enumerate(chosen) if m not in index]
+    if not unlabelled:
+        return {}
+    added = {a["name"]: a.get("holdout", {}) for a in bundle.router().meta.get("added_models", [])} \
+        if bundle.has_kind("router") else {}
+    out = {}
+    for i in unlabelled:
+        holdout = added.get(chosen[i], {})
+        label = holdout.get("by_prompt", {}).get(text_key(texts[i]).hex())
+        out[i] = float(label if label is not None else holdout.get("lower", 0.0))
     return out
 
 
@@ -181,7 +182,7 @@ def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
     chosen = bundle.route(texts).choice
     index = {m: i for i, m in enumerate(models)}
     unlabelled = _unlabelled_scores(bundle, texts, chosen, index)
-    routed = np.array([truth[i, index[m]] if m in index else unlabelled[i] for i, m in enumerate(chosen)])
+    routed = np.array([unlabelled[i] if i in unlabelled else truth[i, index[m]] for i, m in enumerate(chosen)])
     out: dict[str, float] = {"router_quality": float(np.mean(routed))}
     best, oracle = float(truth.mean(axis=0).max()), float(truth.max(axis=1).mean())
     if oracle > best:

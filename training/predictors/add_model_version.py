@@ -138,6 +138,7 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
     from routeforge.artifacts.loader import load_bundle
     from routeforge.artifacts.manifest import Fleet, ModelEntry
     from routeforge.artifacts.sentence_encoder import embed_for
+    from routeforge.artifacts.signing import public_key_pem
     from routeforge.artifacts.writer import ComponentSource, sha256_file
     from routeforge.core.config.base import plain_name
     from routeforge.registry.publish import publish_bundle
@@ -198,8 +199,6 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
                     "labels_held_out": str(len(held_rows)), "from_version": bundle.manifest.version,
                     "ridge": str(record["ridge"])},
             signing_key=signing_key, skip_unchanged=False)
-        from routeforge.artifacts.signing import public_key_pem
-
         checks = _checks(registered, tracking_uri, work, public_key or public_key_pem(signing_key).encode(),
                          record, probes, before)
         _tag_like_a_pipeline_version(tracking_uri, name, registered.version, source_alias, checks)

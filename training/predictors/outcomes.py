@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.router import Router, first_of_each, source_weights, text_key
+from routeforge.artifacts.router import Router, distinct_outcomes, source_weights
 from routeforge.artifacts.sentence_encoder import embed_for
 from routeforge.core.storage import Quarantine
 from routeforge.prompts.traffic_logs import read_traffic_logs
@@ -57,12 +57,12 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
                 foreign += 1
                 continue
             rows.append((request.source or f"log:{uri}", request.text, request.model, request.outcome))
-    keep = first_of_each([(src, text_key(text), model, outcome) for src, text, model, outcome in rows])
+    keep = distinct_outcomes(*zip(*rows)) if rows else []
     duplicates = len(rows) - len(keep)
     rows = [rows[i] for i in keep]
     out = {"logged_outcomes": len(rows) + duplicates + foreign, "counted": 0, "other_models": foreign,
            "unseen_task": 0, "duplicates": duplicates, "sources": len({r[0] for r in rows}),
-           "max_source_weight": settings.max_source_weight, "contradicting": []}
+           "max_source_weight": settings.max_source_weight, "contradicting": [], "held_back": 0}
     if rows:
         sources, texts, models, outcomes = (list(col) for col in zip(*rows))
         outcomes = np.asarray(outcomes, dtype=float)
