@@ -10,27 +10,34 @@ What it combines:
 - each instance's tier fit (the prefill/decode step model the simulator and the latency heads were
   trained from, recorded in the bundle's `routing_simulator`): predicted TTFT and E2E under the
   instance's live load;
-- the bundle's recommended routing policy (a heuristic spec), which picks the instance.
+- the bundle's recommended routing policy, which picks the instance: a heuristic spec, or the learned
+  `ppo_queue_bias` (its ONNX network turns the live counts and the arrival rate into a bias per
+  instance for join-shortest-queue, `artifacts.policy.observation_queue_state`).
 
 Why the step model and not the latency heads' trees: a decision must cost ≤ 2 ms on one core for a
 dozen instances; the trees are per tier and want per-request features that `/metrics` does not
 give. Why approximations: `/metrics` gives counts (requests running and waiting) and the KV cache's
 usage, not each request's length, so every running request is taken to be half-way through an
 output as long as this request's predicted one, and every waiting request as long as this one.
-A learned (ONNX) recommendation needs the simulator's observation, which live counts cannot build:
-the dispatcher then says so and takes the best heuristic the bundle carries, or `policy=` names one.
+The other learned (ONNX) policies need the simulator's observation (every request's tokens and age),
+which live counts cannot build: where one is recommended, the dispatcher says so and takes the best
+heuristic the bundle carries, or `policy=` names one. The arrival rate a queue-state policy observes
+is counted from the dispatcher's own decisions over the policy's slot (or passed to `decide`).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.heuristics import HeuristicPolicy
+from routeforge.artifacts.heuristics import HeuristicPolicy, biased_shortest_queue
+from routeforge.artifacts.policy import RoutingPolicy, observation_queue_state
 
 # vLLM's gauge names (V1, then V0 spellings)
 RUNNING = ("vllm:num_requests_running",)
@@ -128,8 +135,9 @@ class Dispatcher:
         self.price_out = np.array([prices.get(m, (0.0, 0.0))[1] for m in self.models]) / 1e6
         self.notes: tuple[str, ...] = ()
         self.policy_name, self.policy = self._policy(policy, (sim.get("gate") or {}).get("best_heuristic"))
+        self._recent: deque[float] = deque()  # decision times within the last slot (a queue-state policy's rate)
 
-    def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy]:
+    def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy | RoutingPolicy]:
         chosen = name or self.bundle.recommended_policy
         carried = {c.name: c for c in self.bundle.manifest.components if c.kind == "routing_policy"}
         if chosen is not None and not chosen.startswith("policy--"):
@@ -137,6 +145,10 @@ class Dispatcher:
         if chosen is not None and chosen not in carried:
             raise KeyError(f"policy {chosen!r} is not in bundle {self.bundle.manifest.name} "
                            f"(it carries {sorted(carried)})")
+        if chosen is not None and carried[chosen].config.get("policy_kind") != "heuristic":
+            policy = self.bundle.routing_policy(chosen)
+            if isinstance(policy, RoutingPolicy) and policy.spec["observation"].get("variant") == "queue_state":
+                return chosen.removeprefix("policy--"), policy  # built from live counts: runnable here
         if chosen is None or carried[chosen].config.get("policy_kind") != "heuristic":
             heuristics = [n for n, c in carried.items() if c.config.get("policy_kind") == "heuristic"]
             if not heuristics:
@@ -181,10 +193,26 @@ class Dispatcher:
                         "running": running, "waiting": waiting})
         return out
 
+    def _queue_state_choice(self, states: Sequence[LiveState], arrivals_per_s: float | None) -> int:
+        """A queue-state policy's pick: its biases from the live counts and the arrival rate (counted
+        over the policy's slot from this dispatcher's own decisions unless given), then
+        join-shortest-queue less the biases."""
+        spec = self.policy.spec["observation"]
+        if arrivals_per_s is None:
+            now = time.monotonic()
+            self._recent.append(now)
+            while self._recent and self._recent[0] < now - spec["slot_s"]:
+                self._recent.popleft()
+            arrivals_per_s = len(self._recent) / spec["slot_s"]
+        live = [{"running": s.running, "waiting": s.waiting, "kv_usage": s.kv_usage} for s in states]
+        biases = self.policy.act(observation_queue_state(live, arrivals_per_s, spec))
+        return biased_shortest_queue([s.running + s.waiting for s in states], biases.tolist())
+
     def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
-               output_tokens: Sequence[float]) -> Decision:
+               output_tokens: Sequence[float], arrivals_per_s: float | None = None) -> Decision:
         """The decision for a request of `prompt_tokens` whose per-model estimates (the router's, in
-        `self.models` order) are `quality` and `output_tokens` (NaN: unknown)."""
+        `self.models` order) are `quality` and `output_tokens` (NaN: unknown). `arrivals_per_s` is
+        read by a queue-state policy only (default: counted from the decisions of its last slot)."""
         if len(states) != len(self.instances):
             raise ValueError(f"{len(states)} instance states given; the bundle's fleet has {len(self.instances)} "
                              f"instances ({', '.join(i['tier'] for i in self.instances)})")
@@ -201,7 +229,10 @@ class Dispatcher:
         per_instance_tokens = tokens[self.model_of]
         request = {"prompt_tokens": prompt_tokens, "predicted_output_tokens": per_instance_tokens.tolist(),
                    "predicted_quality": quality[self.model_of].tolist()}
-        choice = int(self.policy.route(request, self._telemetry(states, prompt_tokens, per_instance_tokens)))
+        if isinstance(self.policy, RoutingPolicy):
+            choice = self._queue_state_choice(states, arrivals_per_s)
+        else:
+            choice = int(self.policy.route(request, self._telemetry(states, prompt_tokens, per_instance_tokens)))
         ttft, e2e = self.predict_latency(states, prompt_tokens, per_instance_tokens)
         model = int(self.model_of[choice])
         cost = float(prompt_tokens * self.price_in[model] + tokens[model] * self.price_out[model])

@@ -7,7 +7,8 @@ the bias per instance, clipped and rounded to half requests as in training; `dis
 outstanding)` then routes each request of the slot by biased shortest queue
 (`routeforge.artifacts.heuristics.biased_shortest_queue`). `observation_workload_aware(...)`,
 `observation_slot_distribution(...)` and `observation_qos_graph(...)` build each paper's observation from the
-telemetry a router has, exactly as the training environments do.
+telemetry a router has, exactly as the training environments do; `observation_queue_state(...)` builds the
+one a live router has from vLLM's `/metrics` (the PPO queue-bias policy of the fleet evaluation).
 """
 
 from __future__ import annotations
@@ -112,6 +113,22 @@ def observation_slot_distribution(instances: list[dict[str, Any]], spec: dict[st
         one_hot = [0.0] * (buffer + 1)
         one_hot[len(ages)] = 1.0
         obs += one_hot + [inst["elapsed_service_s"] / scale] + [a / scale for a in ages] + [0.0] * (pad - len(ages))
+    return np.asarray(obs, dtype=np.float32)
+
+
+def observation_queue_state(states: list[dict[str, Any]], arrivals_per_s: float, spec: dict[str, Any]) -> np.ndarray:
+    """The `queue_state` observation (`QueueStateBiasEnv`), from what a vLLM server's `/metrics` shows:
+    per instance its running and waiting requests over the limits the policy was trained with, and
+    its KV-cache usage (0..1); then the arrivals per second of the last slot over `rate_scale_rps`.
+    Each state: {running, waiting, kv_usage}."""
+    if len(states) != spec["instances"]:
+        raise ValueError(f"{len(states)} instances given, the policy was trained for {spec['instances']}")
+    if not (np.isfinite(arrivals_per_s) and arrivals_per_s >= 0):
+        raise ValueError(f"arrivals_per_s: a finite rate >= 0, got {arrivals_per_s!r}")
+    obs = []
+    for s, running, waiting in zip(states, spec["max_running"], spec["max_waiting"]):
+        obs += [s["running"] / running, s["waiting"] / waiting, min(1.0, max(0.0, s["kv_usage"]))]
+    obs.append(arrivals_per_s / spec["rate_scale_rps"])
     return np.asarray(obs, dtype=np.float32)
 
 

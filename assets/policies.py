@@ -99,12 +99,14 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         for name, (net, env) in trained.items():
             obs, _ = env.reset(seed=settings.seed + 7)
             checks = [obs]
+            discrete = hasattr(env.action_space, "n")
             for step in range(32):  # observations of a filling cluster too
-                obs, _, done, _, _ = env.step(step % env.action_space.n)
+                obs, _, done, _, _ = env.step(step % env.action_space.n if discrete
+                                              else np.zeros(env.action_space.shape, dtype=np.float32))
                 checks.append(obs)
                 if done:
                     break
-            output = "q_values" if name.startswith("ddqn") else "logits"
+            output = "q_values" if name.startswith("ddqn") else "logits" if discrete else "bias"
             spec = export_policy(net, out_dir / "policies" / name, env.observation_spec(), env.action_spec(),
                                  np.stack(checks), output=output,
                                  act=settings.sac.act if output == "logits" else "greedy")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from routeforge.core.config.base import ConfigPath, ModelRef, StoreUri, _Strict
-from routeforge.core.config.policies import DdqnSettings, SacSettings
+from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings
 
 
 class KnnSettings(_Strict):
@@ -150,7 +150,8 @@ class RoutingEvaluationSettings(_Strict):
     lengths: Literal["auto", "pool", "trace"] = "auto"
     requests: int = Field(500, ge=10)  # per run
     seeds: int = Field(3, ge=1)
-    policies: list[str] | None = None  # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp
+    # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp; ppo_queue_bias when named
+    policies: list[str] | None = None
     queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
     kv_capacity_tokens: int = Field(400_000, ge=2)
     train_load: float = Field(0.9, gt=0)  # learned policies train at this load (× each workload's sustainable rate)
@@ -158,6 +159,10 @@ class RoutingEvaluationSettings(_Strict):
     train_workloads: list[WorkloadKind] | None = None
     ddqn: DdqnSettings = DdqnSettings(episodes=6)  # 001's double DQN (workload-guided)
     sac: SacSettings = SacSettings(total_steps=4000)  # 000's SAC, over the HAN and over an MLP
+    # ppo_queue_bias: 004's PPO over a bias per instance for join-shortest-queue, started at JSQ
+    ppo: PpoSettings = PpoSettings(total_steps=2048, n_steps=256, batch_size=64, teacher="shortest_queue",
+                                   demo_episodes=2, pretrain_steps=300, keep_best_round=True, validation_episodes=2)
+    ppo_slot_s: float = Field(0.5, gt=0, description="seconds between two decisions of ppo_queue_bias's biases")
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
     # absolute SLOs (s); unset, a request's SLO is slo_scale × its E2E alone on the idle instance it was
     # sent to (training.policies.simulator.metrics)

@@ -9,8 +9,10 @@ double DQN, 000's SAC over the HAN and its baseline RL) are trained here on Pois
 `train_load` (SAC policies then act by sampling, as they were trained; the DDQN greedily), then
 evaluated with every baseline on every workload, including ones they were not trained on
 (gamma-bursty, square-wave, the switched Poisson process, trace replay).
-004's PPO is not in this table: its instances serve one request at a time (004's model of an
-instance), not the fleet's continuous batching; `benchmarks/rl_slot_distribution.py` evaluates it.
+PPO trains `ppo_queue_bias` when it is named: 004's PPO over a bias per instance for
+join-shortest-queue, observing what vLLM's `/metrics` show (`QueueStateBiasEnv`), on the fleet's own
+continuous-batching instances; the one learned policy `Dispatcher` can run on live servers. 004's
+own setting (single-server instances, every request's age observed) is `benchmarks/rl_slot_distribution.py`'s.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED, mean_std, summarize
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv, qos
+from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace, trace_window
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
-LEARNED = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
+# the papers' three, trained unless `policies` lists others; ppo_queue_bias when named
+PAPERS = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
+LEARNED = (*PAPERS, "ppo_queue_bias")
 METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
            "e2e_p99_offered_s", "e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s",
            "quality_mean", "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected",
@@ -166,6 +171,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
     "traffic", whatever `settings.workloads` lists."""
     from routeforge.training.policies.rl.ddqn import train_ddqn
+    from routeforge.training.policies.rl.ppo import bias_policy, train_ppo
     from routeforge.training.policies.rl.rollout import evaluation_seeds, greedy, run_episode, sampled
     from routeforge.training.policies.rl.sac import train_sac
 
@@ -188,7 +194,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 f"prompt mean {trace_prompt.mean():.0f}, output mean {trace_output.mean():.0f}")
     elif settings.lengths == "trace":
         raise ValueError("training.routing_evaluation.lengths: trace needs training.routing_evaluation.trace")
-    wanted = settings.policies or [*BASELINES, *LEARNED]
+    wanted = settings.policies or [*BASELINES, *PAPERS]
     for name in wanted:
         if name not in BASELINES and name not in LEARNED:
             raise ValueError(f"training.routing_evaluation.policies: unknown policy {name!r} "
@@ -226,13 +232,20 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             "sac_qos_han": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="han",
                                                  pad=settings.queue_capacity),
             "sac_qos_mlp": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="baseline",
-                                                 pad=settings.queue_capacity)}
+                                                 pad=settings.queue_capacity),
+            # g_i: the mean true quality of the instance's model on the pool (004's validation accuracy)
+            "ppo_queue_bias": lambda w: QueueStateBiasEnv(profiles, models, pool.quality.mean(axis=0)[models], w,
+                                                          rate_scale_rps=capacity, slo_scale=settings.slo_scale,
+                                                          slot_s=settings.ppo_slot_s)}
     trained, curves, trained_envs, pretrained = {}, {}, {}, {}
     for name in (p for p in wanted if p in LEARNED):
         start = time.perf_counter()
         env = envs[name](train_workload)
         if name == "ddqn_workload_guided":
             net, info = train_ddqn(env, settings.ddqn.model_copy(update={"seed": settings.seed}), log=log)
+        elif name == "ppo_queue_bias":
+            net, info = train_ppo(lambda: envs[name](train_workload),
+                                  settings.ppo.model_copy(update={"seed": settings.seed}), log=log)
         else:
             net, info = train_sac(env, settings.sac.model_copy(update={"seed": settings.seed}), log=log)
         trained[name], curves[name], trained_envs[name] = net, info["curve"], env
@@ -251,8 +264,9 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 runs = []
                 for seed in seeds:
                     if name in trained:  # SAC acts as it was trained, by sampling; the DDQN greedily
-                        sample = name != "ddqn_workload_guided" and settings.sac.act == "sample"
-                        act = sampled(trained[name], seed) if sample else greedy(trained[name])
+                        sample = name.startswith("sac") and settings.sac.act == "sample"
+                        act = (bias_policy(trained[name]) if name == "ppo_queue_bias" else
+                               sampled(trained[name], seed) if sample else greedy(trained[name]))
                         outcomes = run_episode(envs[name](workload), act, seed)
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())

@@ -25,6 +25,8 @@ from routeforge.training.policies.simulator.baselines import BASELINES, from_spe
 from routeforge.training.policies.simulator.cluster import Cluster, Request
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, mean_std
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
+from routeforge.training.policies.simulator.queue_state_env import VARIANT as QUEUE_STATE
+from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
 from routeforge.training.policies.simulator.traces import trace_window
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
@@ -52,6 +54,11 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
                           pad=obs_spec["pad"])
         rng = np.random.default_rng(seed) if policy.spec.get("act", "sample") == "sample" else None
         return run_episode(env, lambda obs: policy.act(obs, rng=rng), seed)
+    if obs_spec["variant"] == QUEUE_STATE:  # biases from live counts; the reward's qualities play no part here
+        env = QueueStateBiasEnv(profiles, models, [0.0] * len(models), workload, obs_spec["rate_scale_rps"],
+                                obs_spec["slo_scale"], obs_spec["slot_s"],
+                                bias_bound=float(policy.spec["action"]["bounds"][1]))
+        return run_episode(env, policy.act, seed)
     env = WorkloadAwareEnv(profiles, workload, variant=obs_spec["variant"], models=models,
                            wait_action=policy.spec["action"]["n"] > obs_spec["instances"],
                            observe_waiting="waiting" in obs_spec["per_instance"])

@@ -37,8 +37,11 @@ def test_a_small_reference_fleet_trains_and_registers_per_traffic_recommendation
     tiers.append(next(t for t in raw["tiers"] if t["model"] == "mistral-7b-instruct-v0.3"))
     evaluation = {**raw["training"]["routing_evaluation"], "loads": [0.8], "workloads": ["trace", "poisson"],
                   "requests": 150, "seeds": 2, "queue_capacity": 32,
-                  "policies": ["join_shortest_queue", "least_work_left", "route_balance", "ddqn_workload_guided"],
-                  "ddqn": {"episodes": 1, "demo_episodes": 1, "pretrain_steps": 50}}
+                  "policies": ["join_shortest_queue", "least_work_left", "route_balance", "ddqn_workload_guided",
+                               "ppo_queue_bias"],
+                  "ddqn": {"episodes": 1, "demo_episodes": 1, "pretrain_steps": 50},
+                  "ppo": {"total_steps": 64, "n_steps": 32, "batch_size": 16, "n_epochs": 2, "demo_episodes": 1,
+                          "pretrain_steps": 50, "validation_episodes": 1}}
     path = config_copy("gpu_fleet", datasets=[dataset], models=[m for m in raw["models"] if m["name"] in MODELS],
                        tiers=tiers, training={"knn": {"k": 10}, "routing_evaluation": evaluation})
     with dg.instance_for_test() as instance:
@@ -50,6 +53,9 @@ def test_a_small_reference_fleet_trains_and_registers_per_traffic_recommendation
     assert [i["tier"] for i in spec["instances"]].count("llama-3.1-8b-instruct@h100") == 2
     assert len(spec["instances"]) == 5
     carried = {c.config["policy"] for c in bundle.manifest.components if c.kind == "routing_policy"}
+    ppo = next(c for c in bundle.manifest.components if c.name == "policy--ppo_queue_bias")
+    assert ppo.metrics["onnx_action_agreement"] == 1.0  # the exported biases are the trained ones
+    assert bundle.routing_policy("policy--ppo_queue_bias").spec["observation"]["variant"] == "queue_state"
     table = spec["recommendations"]
     assert {e["workload"] for e in table} == {"trace", "poisson"}
     assert all(set(e["stats"]) >= {"arrival_cv", "prompt_mean", "output_mean", "load"} for e in table)

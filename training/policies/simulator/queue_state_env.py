@@ -1,0 +1,92 @@
+"""The learned routing policy a live router can run: every slot of τ seconds, a bias per instance
+from what each vLLM server's `/metrics` shows (requests running and waiting, KV-cache usage) and
+the arrival rate of the last slot; each request of the slot then goes to the instance with the
+fewest running + waiting requests less its bias (all-zero biases are join-shortest-queue exactly).
+
+Why this and not 004's environment as it is: 004 observes every request's age on single-server
+instances, which no vLLM server exposes, and its batch-size-1 instances are not the fleet's. Here
+the instances are the fleet's own continuous-batching ones (batch limit, buffer, KV cache, as the
+evaluation simulates them), the observation is the one `Dispatcher` builds from live `/metrics`
+(`routeforge.artifacts.policy.observation_queue_state`), and a request is late past its own SLO
+(`slo_scale` × its E2E alone on the idle instance it went to: the evaluation's goodput). The
+reward keeps 004's shape, r = −late − α·rejected + β·Σ_i g_i·ν_i (ν_i: completions within their SLO
+at instance i, g_i its model's mean quality), so quality counts beside latency as in RouteBalance.
+PPO trains it from join-shortest-queue (`PpoSettings.teacher: shortest_queue`).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from routeforge.artifacts.policy import observation_queue_state
+from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
+
+VARIANT = "queue_state"
+
+
+class QueueStateBiasEnv(SlotDistributionEnv):
+    metadata = {"render_modes": []}
+
+    def __init__(self, profiles: list[InstanceProfile], models: list[int], accuracy: list[float], workload,
+                 rate_scale_rps: float, slo_scale: float = 5.0, slot_s: float = 0.5, alpha: float = 1.0,
+                 beta: float = 1.0, max_slots: int | None = None, bias_bound: float = 8.0):
+        """`rate_scale_rps`: what the arrival-rate feature is divided by (the fleet's sustainable rate);
+        `bias_bound`: biases are clipped to ±this many requests."""
+        if not (rate_scale_rps > 0 and slo_scale >= 1 and slot_s > 0 and bias_bound > 0):
+            raise ValueError("QueueStateBiasEnv: rate_scale_rps > 0, slo_scale >= 1, slot_s > 0 and bias_bound > 0 "
+                             f"required, got {rate_scale_rps}, {slo_scale}, {slot_s}, {bias_bound}")
+        super().__init__(profiles, models, accuracy, workload, requirement_s=1.0, slot_s=slot_s, alpha=alpha,
+                         beta=beta, max_slots=max_slots, engine="batching", dispatch="biased_shortest_queue")
+        self.profiles = list(profiles)  # the fleet's instances as they are, not 004's single servers
+        self.rate_scale_rps, self.slo_scale = float(rate_scale_rps), float(slo_scale)
+        self._limits = [[float(x) for x in (p.max_running, p.buffer if p.buffer is not None else p.max_running)]
+                        for p in self.profiles]
+        self.observation_space = gym.spaces.Box(0.0, np.inf, shape=(3 * self.m + 1,), dtype=np.float32)
+        self.action_space = gym.spaces.Box(-bias_bound, bias_bound, shape=(self.m,), dtype=np.float32)
+
+    def observation_spec(self) -> dict:
+        return {"size": int(self.observation_space.shape[0]), "variant": VARIANT, "instances": self.m,
+                "max_running": [lim[0] for lim in self._limits], "max_waiting": [lim[1] for lim in self._limits],
+                "rate_scale_rps": self.rate_scale_rps, "slot_s": self.slot_s, "slo_scale": self.slo_scale,
+                "per_instance": ["running / max_running", "waiting / max_waiting", "kv_usage"],
+                "global": ["arrivals in the last slot per second / rate_scale_rps"]}
+
+    def reset(self, *, seed: int | None = None, options=None):
+        self._last_rate = 0.0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        first = self._next
+        out = super().step(action)
+        self._last_rate = (self._next - first) / self.slot_s
+        return self._observe(), *out[1:]
+
+    def _settle(self) -> tuple[int, int, np.ndarray]:
+        """Completions and rejections since the previous slot; late = past the request's own SLO."""
+        late = rejected = 0
+        on_time = np.zeros(self.m)
+        reason, finish, arrival = self.fleet.reason, self.fleet.end, self._arrival_list
+        for j, left in enumerate(self.fleet.collect()):
+            profile, model = self.profiles[j], self.models[j]
+            for i in left:
+                if reason[i]:
+                    rejected += 1
+                    continue
+                req = self.request(i)
+                limit = self.slo_scale * profile.unloaded_e2e(req.prompt_tokens, float(req.output_tokens[model]))
+                if finish[i] - arrival[i] <= limit:
+                    on_time[j] += 1
+                else:
+                    late += 1
+        return late, rejected, on_time
+
+    def live_states(self) -> list[dict]:
+        """Per instance what `/metrics` shows: requests running and waiting, KV-cache usage."""
+        return [{"running": inst.n_running, "waiting": inst.n_waiting, "kv_usage": min(1.0, inst.kv_utilization())}
+                for inst in self.fleet.cluster.instances]
+
+    def _observe(self) -> np.ndarray:
+        if self.fleet is None:
+            return np.zeros(self.observation_space.shape, dtype=np.float32)
+        return observation_queue_state(self.live_states(), getattr(self, "_last_rate", 0.0), self.observation_spec())
