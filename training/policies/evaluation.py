@@ -237,7 +237,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             "ppo_queue_bias": lambda w: QueueStateBiasEnv(profiles, models, pool.quality.mean(axis=0)[models], w,
                                                           rate_scale_rps=capacity, slo_scale=settings.slo_scale,
                                                           slot_s=settings.ppo_slot_s)}
-    trained, curves, trained_envs, pretrained = {}, {}, {}, {}
+    trained, curves, trained_envs, pretrained, training = {}, {}, {}, {}, {}
     for name in (p for p in wanted if p in LEARNED):
         start = time.perf_counter()
         env = envs[name](train_workload)
@@ -250,7 +250,10 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             net, info = train_sac(env, settings.sac.model_copy(update={"seed": settings.seed}), log=log)
         trained[name], curves[name], trained_envs[name] = net, info["curve"], env
         pretrained[name] = info.get("pretrain", {})
-        log(f"{name}: trained in {time.perf_counter() - start:.0f} s")
+        budget = {"ddqn_workload_guided": settings.ddqn, "ppo_queue_bias": settings.ppo}.get(name, settings.sac)
+        training[name] = {"seconds": round(time.perf_counter() - start, 1), "budget": budget.model_dump(mode="json"),
+                          "episodes": len(info["curve"]), "kept_round": info.get("kept_round")}
+        log(f"{name}: trained in {training[name]['seconds']:.0f} s")
     rows = []
     stats: dict[tuple[str, float], dict[str, float]] = {}  # each evaluated traffic's online statistics
     episodes = Counted(log, "routing evaluation", len(workloads) * len(settings.loads) * len(wanted) * len(seeds),
@@ -286,7 +289,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
               "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
               "seeds": seeds, "requests": n, "train_load": settings.train_load,
               "trace_quarantined": len(quarantine), "rows": rows, "learning_curves": curves,
-              "pretrain": pretrained}
+              "pretrain": pretrained, "training": training}
     # one family: the other workloads are the unseen ones; several: every workload is judged on held-out windows
     trained_on = (families[0], settings.train_load) if len(families) == 1 else None
     report["gate"] = recommend(rows, learned=[p for p in wanted if p in trained],
