@@ -127,6 +127,20 @@ def test_a_watched_location_naming_an_unknown_job_is_refused(config_copy, tmp_pa
     path = config_copy("demo", automation={"watch": [{"name": "w", "uri": str(tmp_path), "jobs": ["no_such_job"]}]})
     with pytest.raises(ValueError, match=r"automation.watch\[w\].jobs: unknown job\(s\) \['no_such_job'\]"):
         build_definitions(path)
+    # `config validate` refuses it too (it used to pass, and the run stopped at once), with a hint
+    typo = config_copy("demo", automation={"watch": [{"name": "w", "uri": str(tmp_path), "jobs": ["build_promts"]}]})
+    with pytest.raises(ValueError, match=r"\['build_promts'\].*did you mean 'build_prompts'"):
+        load_fleet(typo)
+
+
+def test_the_fleets_job_names_are_the_code_locations():
+    """`FleetConfig.job_names` (what validate checks sensors against) is what the definitions define,
+    with and without profiled tiers; the production example validates."""
+    for name in ("demo", "gpu_fleet", "fleet.example"):
+        config = load_fleet(CONFIGS / f"{name}.yaml")
+        jobs = {j.name for j in build_definitions(CONFIGS / f"{name}.yaml").resolve_all_job_defs()} - {"__ASSET_JOB"}
+        assert jobs == set(config.job_names()), name
+    assert "profile_tiers" not in load_fleet(CONFIGS / "fleet.example.yaml").job_names()
 
 
 @pytest.mark.e2e

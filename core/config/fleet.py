@@ -8,13 +8,14 @@ Strings may use ``${VAR}`` or ``${VAR:-default}``; path fields resolve by their 
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 from routeforge.core.config.base import (
     CONFIG_DIR,
     ConfigError,
@@ -211,7 +212,25 @@ class FleetConfig(_Strict):
         if "traffic" in self.training.routing_evaluation.workloads and self.routing_traffic_logs() is None:
             raise ValueError("training.routing_evaluation.traffic_logs: the 'traffic' workload needs traffic logs "
                              "(set traffic_logs, or add a traffic_log dataset)")
+        jobs = self.job_names()
+        named = [(f"automation.watch[{w.name}].jobs", w.jobs) for w in self.automation.watch]
+        for field, wanted in [*named, ("automation.on_fleet_change", self.automation.on_fleet_change)]:
+            unknown = [j for j in wanted if j not in jobs]
+            if unknown:
+                hint = ("; retrain_fleet is gone: launch build_prompts and the assets that go stale are rebuilt "
+                        "by the retrain_what_is_stale sensor" if "retrain_fleet" in unknown else
+                        "; profile_tiers exists only where a tier has a `profile` to measure" if "profile_tiers"
+                        in unknown else "")
+                close = [c for u in unknown for c in difflib.get_close_matches(u, jobs, n=1, cutoff=0.75)]
+                raise ValueError(f"{field}: unknown job(s) {unknown} (this fleet's jobs: {jobs})"
+                                 + (f" (did you mean {close[0]!r}?)" if close else "") + hint)
         return self
+
+    def job_names(self) -> list[str]:
+        """The jobs the fleet's code location defines (`pipelines/definitions.py`, which a test holds to
+        this list): what sensors may launch. `profile_tiers` only where some tier is profiled."""
+        return ["build_prompts", "generate_and_score", "build_routing_table", "train_and_register",
+                *(["profile_tiers"] if any(t.profile is not None for t in self.tiers) else [])]
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models:
@@ -303,6 +322,39 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
         return FleetConfig.model_validate(expanded, context={CONFIG_DIR: path.parent})
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}{_did_you_mean(err)}"
+            for err in exc.errors()
         )
         raise ConfigError(f"fleet config {path}: {problems}") from exc
+
+
+def _config_field_names(model: type[BaseModel] = None, seen: set | None = None) -> set[str]:
+    """Every field name (and alias) of the fleet file's models, nested ones included: what an
+    unknown key is compared with."""
+    model = model or FleetConfig
+    seen = seen if seen is not None else set()
+    if model in seen:
+        return set()
+    seen.add(model)
+    names: set[str] = set()
+    for name, field in model.model_fields.items():
+        names |= {name, *([field.alias] if field.alias else [])}
+        stack = [field.annotation]
+        while stack:
+            annotation = stack.pop()
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                names |= _config_field_names(annotation, seen)
+            stack += list(get_args(annotation))
+    return names
+
+
+def _did_you_mean(err: dict) -> str:
+    """' (did you mean 'x'?)' for a mistyped key or choice, when one close name exists."""
+    if err["type"] == "extra_forbidden" and err["loc"]:
+        choices, given = sorted(_config_field_names()), str(err["loc"][-1])
+    elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str):
+        choices, given = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", ""))), err["input"]
+    else:
+        return ""
+    close = difflib.get_close_matches(given, choices, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -157,3 +157,23 @@ def test_an_unset_variable_without_a_default_names_the_variable_and_field(config
     assert str(load_fleet(path).storage_root) == "/tmp/x/demo"
     empty = config_copy("demo", storage_root="/tmp/y${ROUTEFORGE_OTHER_UNSET:-}/demo")
     assert str(load_fleet(empty).storage_root) == "/tmp/y/demo"  # an empty default is a default
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        # a mistyped key names the close field (it used to say only "Extra inputs are not permitted")
+        ({"datasets": [{"kind": "jsonl", "name": "x", "path": "p.jsonl", "text_feild": "q"}]},
+         "datasets.0.jsonl.text_feild: Extra inputs are not permitted (did you mean 'text_field'?)"),
+        ({"training": {"routing_evaluation": {"objective": "goodptu"}}},
+         "training.routing_evaluation.objective: Input should be"),
+        ({"models": [{"name": "m", "engine": "vlm", "source": {"kind": "hub", "id": "x"}}]},
+         "(did you mean 'vllm'?)"),
+    ],
+)
+def test_mistakes_say_did_you_mean(config_copy, override, expected):
+    with pytest.raises(ConfigError) as err:
+        load_fleet(config_copy("demo", **override))
+    assert expected in str(err.value)
+    if "goodptu" in str(override):
+        assert "(did you mean 'goodput'?)" in str(err.value)
