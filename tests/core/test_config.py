@@ -109,7 +109,7 @@ def test_production_example_declares_release_rules_and_sensors(state_dir, shared
     monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
     config = load_fleet(CONFIGS / "fleet.example.yaml")
     assert config.release.tolerance["router_quality"] == 0.005 and config.release.floors == {"router_quality": 0.5}
-    assert [w.jobs for w in config.automation.watch] == [["build_prompts", "profile_tiers"]]
+    assert [w.jobs for w in config.automation.watch] == [["build_prompts"]]
     assert config.automation.cron == "0 3 * * 1" and config.automation.on_fleet_change == ["build_prompts"]
     assert Path(config.automation.watch[0].uri).is_absolute()
 
