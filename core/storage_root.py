@@ -117,6 +117,15 @@ class StorageRoot:
         raise StorageError(f"storage_root {self.uri}: {'/'.join(parts)} was never committed (no {LISTING} "
                            f"in it or above it: the asset that writes it did not finish)")
 
+    def holds(self, path: Path) -> bool:
+        """Whether the root has `path` (a local path; under the mirror for an object store, where a
+        committed folder at it or above it counts), without fetching anything."""
+        if self.is_local:
+            return Path(path).exists()
+        parts = self.relative(Path(path)).split("/")
+        return any(self._remote_listing(self.path("/".join(parts[:depth]))) is not None
+                   for depth in range(len(parts), 0, -1))
+
     def _fetch(self, folder: Path, remote: UPath, listing: dict) -> None:
         local_listing = self._local_listing(folder)
         if local_listing.exists() and json.loads(local_listing.read_text()) == listing:

@@ -9,7 +9,9 @@ UI shows on each asset. The resolver is Dagster's internal one (what its UI and
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView
@@ -44,8 +46,39 @@ def _resolver(defs: dg.Definitions, instance: dg.DagsterInstance) -> CachingStal
     return CachingStaleStatusResolver(instance=instance, asset_graph=graph, loading_context=view)
 
 
-def why(resolver: CachingStaleStatusResolver, key: dg.AssetKey, partition: str | None, config) -> str | None:
-    """Why the asset (partition) must be materialized, or None when it is up to date."""
+EXTENSIONS = {"parquet_io": ".parquet", "json_io": ".json"}  # pipelines/io_managers.py
+
+
+def lost(defs: dg.Definitions, key: dg.AssetKey, partition: str | None, config) -> str | None:
+    """What of an asset's stored value is gone from the storage root although Dagster's records say
+    it was materialized (a storage folder moved away, files deleted, a bucket emptied): its output
+    file, or the component folder a trained result points at. Losing a file means rebuilding it, so
+    `why` reports such an asset as due instead of up to date (it used to crash the next reader)."""
+    from routeforge.core.components import TYPE_TAG
+
+    extension = EXTENSIONS.get(defs.resolve_assets_def(key).get_io_manager_key_for_asset_key(key))
+    if extension is None:
+        return None
+    path = config.storage.path("assets").joinpath(*key.path, *([partition] if partition else []))
+    path = path.with_suffix(path.suffix + extension)  # as UPathIOManager names it
+    if not path.exists():
+        return f"its stored value {path} is gone"
+    if extension == ".json":
+        try:
+            value = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return f"its stored value {path} is unreadable"
+        if isinstance(value, dict) and value.get("__type__") == TYPE_TAG:
+            for component in value.get("components", []):
+                if not config.storage.holds(Path(component["folder"])):
+                    return f"its component folder {component['folder']} is gone"
+    return None
+
+
+def why(resolver: CachingStaleStatusResolver, key: dg.AssetKey, partition: str | None, config,
+        defs: dg.Definitions | None = None) -> str | None:
+    """Why the asset (partition) must be materialized, or None when it is up to date. With `defs`,
+    an asset up to date on record whose stored value is gone is due too (`lost`)."""
     graph = resolver.asset_graph
     partition = partition if graph.get(key).is_partitioned else None
     name = key.to_user_string()
@@ -57,6 +90,8 @@ def why(resolver: CachingStaleStatusResolver, key: dg.AssetKey, partition: str |
     if status == StaleStatus.STALE:
         causes = resolver.get_stale_causes(key, partition)
         return "; ".join(sorted({_cause(c) for c in causes})) or "stale"
+    if defs is not None and (gone := lost(defs, key, partition, config)):
+        return gone
     return None
 
 
@@ -91,7 +126,7 @@ def plan(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition
     assets this step already materialized (not planned again)."""
     keys = [k for k in job_assets(defs, job) if k.to_user_string() not in done]
     resolver = _resolver(defs, instance)
-    reasons = {k.to_user_string(): r for k in keys if (r := why(resolver, k, partition, config))}
+    reasons = {k.to_user_string(): r for k in keys if (r := why(resolver, k, partition, config, defs))}
     if "release_gate" in {k.to_user_string() for k in keys} and "release_gate" not in reasons:
         if pending := ungated(defs, instance):
             reasons["release_gate"] = pending

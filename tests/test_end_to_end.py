@@ -430,6 +430,32 @@ def test_an_unchanged_rerun_of_the_demo_runs_no_training_step(demo):
     assert todo.reasons["knn_estimator"] == "has a new code version"  # stale on its own: in the same run
 
 
+def test_a_stage_file_lost_from_the_storage_root_is_rebuilt_not_a_crash(demo):
+    """Dagster's records say every asset is up to date, but files are gone from the storage root: the
+    planner names each as due, with why (it used to say "nothing to run" and the next reader
+    crashed with FileNotFoundError), and a run rebuilds the lost table without retraining anything."""
+    from routeforge.pipelines.definitions import build_definitions
+    from routeforge.pipelines.stale import plan
+
+    assets = demo.config.storage_root / "assets"
+    table = assets / "routing_table.parquet"
+    table.unlink()
+    knn = Path(json.loads((assets / "knn_estimator.json").read_text())["components"][0]["folder"])
+    knn.rename(knn.with_name(knn.name + ".moved"))
+    try:
+        todo = plan(build_definitions(CONFIGS / "demo.yaml"), demo.instance, "train_and_register", None, demo.config)
+    finally:
+        knn.with_name(knn.name + ".moved").rename(knn)
+    assert todo.reasons["routing_table"] == f"its stored value {table} is gone"
+    assert todo.reasons["knn_estimator"] == f"its component folder {knn} is gone"
+    again = run_pipeline(CONFIGS / "demo.yaml", demo.instance)
+    rebuilt = {asset: why for assets in again["materialized"].values() for asset, why in assets.items()}
+    assert rebuilt["routing_table"] == f"its stored value {table} is gone" and table.exists()
+    # the rebuilt table holds the same data: nothing downstream of it ran, nothing was registered
+    assert set(rebuilt) == {"prompts", "routing_table"}
+    assert again["registry_version"] == demo.out["registry_version"]
+
+
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     """A router service's install (`pip install routeforge`, no extras) in a fresh virtual environment
     verifies the demo bundle, routes prompts, predicts latency and asks the recommended policy, and
