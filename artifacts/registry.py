@@ -65,6 +65,35 @@ def _use_tracking(uri: str, tracking_uri: str | None) -> None:
     mlflow.set_tracking_uri(tracking_uri)
 
 
+def check_registered(uri: str) -> None:
+    """For `models:/<name>@<alias>` or `models:/<name>/<version>`: one line naming the model and the
+    alias or version when the registry has no such thing, with what it has (MLflow's own answer comes
+    later, as an artifact that is not there). Call after `_use_tracking`."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    if not uri.startswith("models:/"):
+        return
+    ref = uri.removeprefix("models:/").split("/", 1)
+    name, alias = ref[0].split("@", 1) if "@" in ref[0] else (ref[0], None)
+    version = ref[1].strip("/") if len(ref) > 1 and ref[1].strip("/").isdigit() else None
+    client = MlflowClient()
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException:
+        names = sorted(m.name for m in client.search_registered_models(max_results=100))
+        raise ValueError(f"{uri}: the registry has no model {name!r} (it has {names or 'none'})") from None
+    aliases = dict(sorted(model.aliases.items())) if model.aliases else {}
+    if alias is not None and alias not in aliases:
+        held = ", ".join(f"{a} → version {v}" for a, v in aliases.items()) or "none"
+        raise ValueError(f"{uri}: model {name!r} has no alias {alias!r} (its aliases: {held})")
+    if version is not None:
+        try:
+            client.get_model_version(name, version)
+        except MlflowException:
+            raise ValueError(f"{uri}: model {name!r} has no version {version}") from None
+
+
 def download_artifacts(uri: str, dst: Path | None = None) -> Path:
     """`mlflow.artifacts.download_artifacts`, streamed through the tracking server. MLflow 3 clients
     otherwise fetch large files straight from the server's object store by presigned URLs, so a
@@ -92,6 +121,7 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
 
 
     _use_tracking(uri, tracking_uri)
+    check_registered(uri)
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
     if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
         raise ValueError(f"{dst} is not empty and holds no bundle; download into a new or empty folder")
@@ -113,6 +143,7 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     from mlflow.exceptions import MlflowException
 
     _use_tracking(uri, tracking_uri)
+    check_registered(uri)
     dst = Path(tempfile.mkdtemp(prefix="routeforge-manifest-"))
     base = uri.rstrip("/")
     inner = []

@@ -187,3 +187,27 @@ def test_an_ungated_version_is_gated_by_the_command_and_the_frozen_set_is_replac
     history = json.loads(registry.model_tags()["routeforge.evaluation_set_history"])
     assert after != before and history[-1]["replaced"] == before and history[-1]["sha256"] == after
     assert history[-1]["reason"] == "new task mix" and history[-1]["by"]
+
+
+def test_a_wrong_alias_or_model_name_is_named_with_what_exists(world):
+    """`models:/` with a mistyped alias or model: one line naming them and what the registry holds,
+    at once (it used to say "no manifest.json in the registered model's artifacts" after 12-18 s)."""
+    import time
+
+    registry, register, _, _ = world
+    version = register(0.3, seed=4)  # the newest version holds @challenger
+    runner = CliRunner()
+    for uri, expected in (
+            ("models:/gated-router@champoin", "models:/gated-router@champoin: model 'gated-router' has no alias "
+                                              f"'champoin' (its aliases: "),
+            ("models:/gated-routr@champion", "models:/gated-routr@champion: the registry has no model 'gated-routr' "
+                                             "(it has ["),
+            ("models:/gated-router/999", "models:/gated-router/999: model 'gated-router' has no version 999")):
+        for command in (["bundle", "inspect", uri], ["bundle", "verify", uri]):
+            start = time.monotonic()
+            out = runner.invoke(main, [*command, "--tracking-uri", registry.tracking_uri])
+            assert out.exit_code == 1 and expected in out.output, out.output
+            assert len(out.output.strip().splitlines()) == 1 and time.monotonic() - start < 10
+    aliases = runner.invoke(main, ["bundle", "inspect", "models:/gated-router@champoin",
+                                   "--tracking-uri", registry.tracking_uri]).output
+    assert f"challenger → version {version}" in aliases
