@@ -149,6 +149,11 @@ def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
         click.echo(f"  {comp.name} [{comp.kind}, {comp.format}] {len(comp.files)} files, {size:,} bytes")
         for key, value in sorted(comp.metrics.items()):
             click.echo(f"    {key} = {value:.6g}")
+    for comp in manifest.components:
+        if comp.kind == "routing_simulator" and comp.config.get("recommended_policy"):
+            click.echo(f"recommended routing policy: {comp.config['recommended_policy'].removeprefix('policy--')} "
+                       f"by {comp.config.get('objective', 'its objective')} ({comp.config.get('recommendation', '')}); "
+                       "per traffic: `routeforge bundle policy`")
     click.echo(f"lineage: {json.dumps(manifest.to_dict()['lineage'], sort_keys=True)}")
 
 
@@ -232,6 +237,83 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, as_json: bool, publi
         for m, v in per_model.items():
             cells = [f"{k} {'—' if v[k] != v[k] else v[k]}" for k in ("quality", "output_tokens", "cost")]
             click.echo(f"  {m:<24} " + ", ".join(cells))
+
+
+def _numbers(pairs: tuple[str, ...], what: str) -> dict[str, float]:
+    """`name=value` pairs as numbers; one line naming the pair that is not one."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{pair!r}: expected name=number", param_hint=what) from None
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{pair!r}: expected name=number", param_hint=what)
+    return out
+
+
+@bundle.command()
+@click.argument("ref")
+@click.option("--tier", default=None, help="The tier (default: list the tiers and the features each takes).")
+@click.option("--state", "states", multiple=True, metavar="NAME=VALUE",
+              help="One feature of the state at dispatch (repeat it); every required feature must be given.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@signature_options
+@_TRACKING
+def latency(ref: str, tier: str | None, states: tuple[str, ...], as_json: bool, public_key: Path | None,
+            allow_unsigned: bool, tracking_uri: str | None) -> None:
+    """Predicted TTFT, TPOT and E2E (seconds) on a tier for one state at dispatch, by the bundle's
+    latency heads; an unknown or missing feature is an error naming it."""
+    loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
+    if tier is None:
+        tiers = {t: loaded.latency(t).required_features() for t in loaded.tiers_with_latency}
+        if as_json:
+            click.echo(strict_json.dumps({"tiers": tiers}))
+            return
+        for name, features in tiers.items():
+            click.echo(f"{name}: --state for each of {', '.join(features)}")
+        return
+    state = _numbers(states, "--state")
+    out = {k: float(v[0]) for k, v in loaded.latency(tier).predict([state]).items()}
+    if as_json:
+        click.echo(strict_json.dumps({"tier": tier, "state": state, "seconds": out}))
+        return
+    click.echo(f"{tier}: " + ", ".join(f"{k} {v:.4g} s" for k, v in out.items()))
+
+
+@bundle.command()
+@click.argument("ref")
+@click.option("--traffic", "stats", multiple=True, metavar="NAME=VALUE",
+              help="A statistic of the traffic (arrival_cv, prompt_mean, output_mean, load); repeat it.")
+@click.option("--objective", default="goodput", show_default=True, help="The objective the choice is best on.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@signature_options
+@_TRACKING
+def policy(ref: str, stats: tuple[str, ...], objective: str, as_json: bool, public_key: Path | None,
+           allow_unsigned: bool, tracking_uri: str | None) -> None:
+    """The routing policy the bundle recommends, and with --traffic the one its evaluation found best
+    for traffic like that (the nearest evaluated traffic by its online statistics)."""
+    loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
+    overall = {**loaded.routing_recommendation, "policies": sorted(loaded.routing_policies)}
+    if not overall.get("recommended_policy"):
+        raise click.ClickException(f"bundle {loaded.manifest.name} carries no routing policies (trained without "
+                                   "training.routing_evaluation)")
+    from routeforge.artifacts.recommendation import STAT_KEYS
+
+    traffic = _numbers(stats, "--traffic")
+    if unknown := sorted(set(traffic) - set(STAT_KEYS)):
+        raise click.BadParameter(f"unknown statistic(s) {unknown}; give any of {list(STAT_KEYS)}",
+                                 param_hint="--traffic")
+    per = loaded.recommended_policy_for(traffic, objective) if traffic else None
+    if as_json:
+        click.echo(strict_json.dumps({**overall, "for_traffic": per}))
+        return
+    click.echo(f"recommended: {overall['recommended_policy'].removeprefix('policy--')} by "
+               f"{overall.get('objective', '?')} ({overall.get('recommendation', '')})")
+    if per is not None:
+        click.echo(f"for this traffic: {per['policy'].removeprefix('policy--')} (best on {objective} for the "
+                   f"evaluated {per['workload']} traffic at load {per['load']:g}, distance {per['distance']:.3g})")
 
 
 @main.group()

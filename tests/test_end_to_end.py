@@ -456,6 +456,34 @@ def test_a_stage_file_lost_from_the_storage_root_is_rebuilt_not_a_crash(demo):
     assert again["registry_version"] == demo.out["registry_version"]
 
 
+def test_the_cli_prints_latency_predictions_and_the_recommended_policy(demo):
+    """`bundle latency` (the tiers and the features each takes; a prediction; a misspelt feature named),
+    `bundle policy` (the recommendation, and per traffic), and `inspect` showing the recommendation."""
+    bundle = load_bundle(demo.out["uri"], tracking_uri=demo.tracking)
+    tier = bundle.tiers_with_latency[0]
+    listed = _routeforge("bundle", "latency", demo.out["uri"], tracking_uri=demo.tracking)
+    assert listed.returncode == 0 and f"{tier}: --state for each of" in listed.stdout, listed.stderr
+    state = [arg for k, v in PROBE_STATE.items() for arg in ("--state", f"{k}={v}")]
+    got = _routeforge("bundle", "latency", demo.out["uri"], "--tier", tier, *state, "--json", tracking_uri=demo.tracking)
+    assert got.returncode == 0, got.stderr
+    expected = bundle.latency(tier).predict([PROBE_STATE])
+    assert json.loads(got.stdout)["seconds"]["tpot"] == pytest.approx(float(expected["tpot"][0]))
+    typo = _routeforge("bundle", "latency", demo.out["uri"], "--tier", tier, *state, "--state", "promt_tokens=3",
+                       tracking_uri=demo.tracking)
+    assert typo.returncode == 1 and "unknown feature(s) ['promt_tokens']" in typo.stderr + typo.stdout
+    policy = _routeforge("bundle", "policy", demo.out["uri"], "--traffic", "arrival_cv=2.5", "--traffic", "load=0.9",
+                         "--json", tracking_uri=demo.tracking)
+    assert policy.returncode == 0, policy.stderr
+    answer = json.loads(policy.stdout)
+    assert answer["recommended_policy"] == bundle.recommended_policy
+    assert answer["for_traffic"]["policy"] in bundle.routing_policies and answer["for_traffic"]["used"] == [
+        "arrival_cv", "load"]
+    wrong = _routeforge("bundle", "policy", demo.out["uri"], "--traffic", "arival_cv=2", tracking_uri=demo.tracking)
+    assert wrong.returncode == 2 and "unknown statistic(s) ['arival_cv']" in wrong.stderr
+    shown = _routeforge("bundle", "inspect", demo.out["uri"], tracking_uri=demo.tracking)
+    assert f"recommended routing policy: {bundle.recommended_policy.removeprefix('policy--')}" in shown.stdout
+
+
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     """A router service's install (`pip install routeforge`, no extras) in a fresh virtual environment
     verifies the demo bundle, routes prompts, predicts latency and asks the recommended policy, and
