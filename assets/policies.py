@@ -75,7 +75,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
     texts = test.column("text").to_pylist()
     knn = KnnEstimator.load(store.pull(knn_estimator.folder))
-    prediction = knn.predict(texts, TrainingEncoder(config.encoder))
+    prediction = knn.predict(texts, TrainingEncoder(config.encoder, log=context.log.info))
     cols = [knn.models.index(m) for m in models]
     pool = RequestPool.from_routing_table(test, prompt_token_counts(texts, config.encoder), models,
                                           predicted_quality=prediction.quality[:, cols],

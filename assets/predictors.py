@@ -45,7 +45,7 @@ def knn_estimator(context: dg.AssetExecutionContext, fleet: FleetResource, store
                         cache_dir=store.cache_dir("embeddings"), log=context.log.info)
         context.log.info(f"indexed {knn.index.ntotal} training prompts")
         evaluation, prediction = evaluate_knn(knn, routing_table, config.encoder, config.training.lambda_sweep,
-                                              cache_dir=store.cache_dir("embeddings"))
+                                              cache_dir=store.cache_dir("embeddings"), log=context.log.info)
         reports = store.report_dir("knn")
         plot = plot_quality_cost(evaluation, reports / "knn_quality_cost.png",
                                  f"{config.name}: KNN router, k={knn.k}")

@@ -226,13 +226,15 @@ class TrainingEncoder:
     """The training encoder behind the runtime's encoder interface (`encode(texts, truncation_side)`,
     as `routeforge.artifacts.sentence_encoder.SentenceEncoder`), through the cache: what training
     code passes to a router's or KNN estimator's `predict`. `backend`: "torch" forces PyTorch
-    (what the parity tests compare with), else the default backend and the cache."""
+    (what the parity tests compare with), else the default backend and the cache. `log` hears the
+    count and rate of the texts embedded (an evaluation's test split can take minutes to embed)."""
 
-    def __init__(self, ref: str, cache_dir: Path | None = None, backend: str | None = None):
-        self.ref, self.cache_dir, self.backend = ref, cache_dir, backend
+    def __init__(self, ref: str, cache_dir: Path | None = None, backend: str | None = None,
+                 log: Callable[[str], None] | None = None):
+        self.ref, self.cache_dir, self.backend, self.log = ref, cache_dir, backend, log
 
     def encode(self, texts, truncation_side: str = "right", batch_size: int = 64) -> np.ndarray:
         if self.backend is not None:
             return encode(list(texts), self.ref, batch_size=batch_size, truncation_side=truncation_side,
-                          backend=self.backend)
-        return encode_cached(list(texts), self.ref, truncation_side, self.cache_dir)
+                          backend=self.backend, log=self.log)
+        return encode_cached(list(texts), self.ref, truncation_side, self.cache_dir, log=self.log)

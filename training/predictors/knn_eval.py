@@ -27,12 +27,12 @@ def test_split(routing: pa.Table) -> pa.Table:
 
 def evaluate_knn(knn: KnnEstimator, routing: pa.Table, encoder_ref: str,
                  lambdas: list[float] | None = None, cache_dir: Path | None = None,
-                 ) -> tuple[dict[str, Any], KnnPrediction]:
+                 log: Callable[[str], None] | None = None) -> tuple[dict[str, Any], KnnPrediction]:
     """The router's evaluation on the test split, and its predictions (row-aligned with that split);
     test prompts are embedded through the cache under `cache_dir` when given (a re-run embeds only
     the new ones)."""
     test = test_split(routing)
-    prediction = knn.predict(test.column("text").to_pylist(), TrainingEncoder(encoder_ref, cache_dir))
+    prediction = knn.predict(test.column("text").to_pylist(), TrainingEncoder(encoder_ref, cache_dir, log=log))
     return evaluate_router(test, prediction, knn.prior, lambdas), prediction
 
 

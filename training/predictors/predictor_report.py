@@ -69,7 +69,7 @@ def build_report(routing: pa.Table, knn_folder: Path, knn_eval: dict[str, Any], 
     routers = {"knn_estimator": knn_eval}
     loaded = {name: TextPredictor.load(folder) for name, folder in predictors.items()}
     if "score_predictor" in loaded:  # the KNN's cost estimates, so that only the quality predictions differ
-        knn_prediction = knn.predict(test.column("text").to_pylist(), TrainingEncoder(encoder_ref, cache_dir))
+        knn_prediction = knn.predict(test.column("text").to_pylist(), TrainingEncoder(encoder_ref, cache_dir, log=log))
         routers["score_predictor"] = score_router(test, loaded["score_predictor"], knn_prediction, knn.prior, lambdas)
     summary = {name: {**r["hull"], "max_quality": r["router_max_quality"]["quality"],
                       "max_quality_cost": r["router_max_quality"]["cost"]} for name, r in routers.items()}
