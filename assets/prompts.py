@@ -7,7 +7,7 @@ from collections import Counter
 import dagster as dg
 from routeforge.assets.metadata import content_version, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource
-from routeforge.prompts.sources import build_prompts
+from routeforge.prompts.sources import NoUsablePrompts, build_prompts
 
 
 @dg.asset(
@@ -21,11 +21,15 @@ from routeforge.prompts.sources import build_prompts
 )
 def prompts(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore):
     start = time.perf_counter()
-    table, quarantine = build_prompts(fleet.config)
+    try:
+        table, quarantine = build_prompts(fleet.config)
+    except NoUsablePrompts as exc:  # the rows' reasons are kept: the file is what the user reads next
+        qpath = store.write_quarantine(exc.quarantine)
+        raise NoUsablePrompts(f"{exc}; every row with its reason: {qpath}", exc.quarantine) from None
     qpath = store.write_quarantine(quarantine)
     ids = table.column("prompt_id").to_pylist()
     empty = sum(1 for t in table.column("text").to_pylist() if not t.strip())
-    context.log.info(f"{table.num_rows} prompts, {len(quarantine)} quarantined")
+    context.log.info(f"{table.num_rows} prompts, {quarantine.summary()}")
     yield dg.Output(
         table,
         data_version=content_version(table),  # an identical set leaves everything downstream up to date

@@ -39,7 +39,7 @@ def build_quality_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinit
         for r in rows:
             by_metric.setdefault(r["metric"], []).append(r["score"])
         sandbox = scorer.stats.get("code_sandbox")
-        context.log.info(f"{context.partition_key}: {len(rows)} scored, {len(quarantine)} quarantined"
+        context.log.info(f"{context.partition_key}: {len(rows)} scored, {quarantine.summary()}"
                          + (f"; generated code: {sandbox}" if sandbox else "")
                          + (f", {scorer.stats['code_cells_refused']} code cells not run (no bubblewrap)"
                             if scorer.stats.get("code_cells_refused") else ""))

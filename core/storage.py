@@ -106,6 +106,16 @@ class Quarantine:
             counts[r["reason"]] = counts.get(r["reason"], 0) + 1
         return counts
 
+    def summary(self) -> str:
+        """'N quarantined (k reason, ...)', the most frequent reasons first: what a stage's one-line
+        summary and its errors say, so that the reason is read where the count is."""
+        if not self.rows:
+            return "0 quarantined"
+        reasons = sorted(self.reasons().items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{n} {reason}" for reason, n in reasons[:5])
+        more = f", {len(reasons) - 5} more reasons" if len(reasons) > 5 else ""
+        return f"{len(self.rows)} quarantined ({shown}{more})"
+
     def write(self, root: Path) -> Path:
         """Write to `<root>/quarantine/<stage>[/<partition>].parquet` (also when empty, to clear old rows)."""
         name = self.stage if self.partition is None else f"{self.stage}/{_safe(self.partition)}"

@@ -30,6 +30,15 @@ from routeforge.prompts.readers import RawPrompt, RowError, read_dataset
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+class NoUsablePrompts(ValueError):
+    """Every row was quarantined; carries the quarantine, which the asset writes before it fails (the
+    file says why each row was refused)."""
+
+    def __init__(self, message: str, quarantine):
+        super().__init__(message)
+        self.quarantine = quarantine
+
+
 def prompt_id(source: str, task: str, text: str) -> str:
     return hashlib.sha256(f"{source}\x1f{task}\x1f{text}".encode()).hexdigest()[:16]
 
@@ -173,5 +182,5 @@ def build_prompts(config: FleetConfig) -> tuple[pa.Table, Quarantine]:
             if r["split"] is None:
                 raise ValueError(f"split.mode is 'source' but {r['source']} row {r['source_row']} has no split")
     if not rows:
-        raise ValueError(f"fleet {config.name!r}: no usable prompts ({len(quarantine)} quarantined)")
+        raise NoUsablePrompts(f"fleet {config.name!r}: no usable prompts ({quarantine.summary()})", quarantine)
     return to_table(rows, PROMPTS), quarantine

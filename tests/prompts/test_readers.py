@@ -168,3 +168,25 @@ def test_at_least_30_kinds_of_malformed_rows_are_quarantined_and_nothing_valid_i
     assert sorted(table.column("source_row").to_pylist()) == sorted([v["id"] for v in VALID] + ["c0", "p0"])
     path = quarantine.write(config.storage_root)
     assert pq.read_table(path).num_rows == kinds
+
+
+def test_a_mistyped_prompt_column_fails_with_the_reasons_and_writes_the_quarantine(config_copy, shared_data,
+                                                                                     tmp_path):
+    """Every row refused: the stage's error counts the rows by reason and names the quarantine file,
+    which it writes first (it used to say "no usable prompts (20 quarantined)" and write nothing)."""
+    import dagster as dg
+    import pyarrow.parquet as pq
+    from routeforge.core.config import load_fleet
+    from routeforge.pipelines.definitions import build_assets
+
+    path = config_copy("demo", datasets=[{"kind": "jsonl", "name": "mine", "text_field": "questoin", "limit": 20,
+                                          "path": str(shared_data / "prompts" / "gsm8k_test.jsonl")}])
+    assets, resources = build_assets(path)
+    prompts = next(a for a in assets if a.key == dg.AssetKey("prompts"))
+    with pytest.raises(ValueError) as err:
+        dg.materialize([prompts], resources=resources)
+    stored = load_fleet(path).storage_root / "quarantine" / "prompts.parquet"
+    assert "no usable prompts (20 quarantined (20 " in str(err.value) and f"every row with its reason: {stored}" in str(
+        err.value)
+    rows = pq.read_table(stored).to_pylist()
+    assert len(rows) == 20 and "questoin" in rows[0]["reason"]
