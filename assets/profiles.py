@@ -13,6 +13,7 @@ from routeforge.assets.metadata import content_version, inline_plot, markdown_ta
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import PROFILE_JOB, profiled_tiers, tier_partitions, trainer
 from routeforge.core.components import TrainedComponent
+from routeforge.profiling.fit_quality import fit_warnings
 from routeforge.profiling.tier_profile import build_latency_component, kept_profile, measure_tier, safe_name
 
 
@@ -72,6 +73,10 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition, op_tags: dict
                                                     for k, v in p.items()} for p in summary["phases"]])}
         else:
             metadata |= {k: round(v, 6) for k, v in summary["prior"].items() if isinstance(v, float)}
+        warnings = fit_warnings(tier.name, summary.get("fit") or summary.get("prior") or {})
+        for line in warnings:
+            context.log.warning(line)
+        metadata["fit_warnings"] = dg.MetadataValue.json(warnings)
         store.push(folder)
         summary = summary | {"folder": str(folder)}
         return dg.Output(summary, metadata=metadata, data_version=content_version(summary))

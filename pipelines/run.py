@@ -64,9 +64,9 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     say = console.print if console is not None else print
     # a run that died (SIGKILL, OOM) left its slots and runs held: released before anything waits on them
     recover(instance, config, log=lambda line: say(f"routeforge: {line}"))
-    sandbox = code_isolation_warning(config.scoring)
-    if sandbox:
-        say(f"routeforge: {sandbox}")
+    for warning in [code_isolation_warning(config.scoring), *config.warnings()]:
+        if warning:
+            say(f"routeforge: {warning}")
     timings: dict[str, float] = {}
     # one MLflow parent run groups every training run this pipeline run logs
     pipeline_run = uuid.uuid4().hex

@@ -44,9 +44,9 @@ def validate(file: Path, as_json: bool) -> None:
     profiled = sum(t.profile is not None for t in fleet.tiers)
     click.echo(f"OK: {file}: fleet {fleet.name}, {len(fleet.model_names)} models, {len(fleet.tiers)} tiers "
                f"({profiled} profiled), {len(fleet.datasets)} datasets, storage {fleet.storage_root}")
-    warning = code_isolation_warning(fleet.scoring)
-    if warning:
-        click.echo(warning)
+    for warning in [code_isolation_warning(fleet.scoring), *fleet.warnings()]:
+        if warning:
+            click.echo(warning)
 
 
 @config.command()

@@ -226,6 +226,20 @@ class FleetConfig(_Strict):
                                  + (f" (did you mean {close[0]!r}?)" if close else "") + hint)
         return self
 
+    def warnings(self) -> list[str]:
+        """What validates but will not do what a user likely means: said by `config validate` and at
+        the start of every run (a model without a tier is routed to by quality, while the simulator,
+        the routing policies and the dispatch call know only the models that have instances)."""
+        out = []
+        if self.tiers:
+            served = {t.model for t in self.tiers}
+            untiered = [m for m in self.model_names if m not in served]
+            if untiered:
+                out.append(f"warning: models {untiered} have no tier: the router may pick them, but the latency "
+                           f"heads, the routing simulator, its policies and the dispatch call cover only "
+                           f"{sorted(served)} (add a tier per model, or leave them out)")
+        return out
+
     def job_names(self) -> list[str]:
         """The jobs the fleet's code location defines (`pipelines/definitions.py`, which a test holds to
         this list): what sensors may launch. `profile_tiers` only where some tier is profiled."""

@@ -78,3 +78,23 @@ def test_missing_input_files_malformed_yaml_and_run_errors_are_one_line(tmp_path
             assert result.returncode in (1, 2), result.stderr
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, (command, lines)
+
+
+def test_validate_warns_of_a_model_without_a_tier(config_copy):
+    """A model added without a tier: the router may pick it, the simulator and policies do not know
+    it; validate says so (and every run says it at its start)."""
+    raw = yaml.safe_load((CONFIGS / "demo.yaml").read_text())
+    path = config_copy("demo", tiers=[t for t in raw["tiers"] if t["model"] != raw["models"][0]["name"]])
+    out = CliRunner().invoke(main, ["config", "validate", str(path)])
+    assert out.exit_code == 0
+    assert f"warning: models ['{raw['models'][0]['name']}'] have no tier" in out.output
+    assert "have no tier" not in CliRunner().invoke(main, ["config", "validate", str(CONFIGS / "demo.yaml")]).output
+
+
+def test_a_poor_tier_fit_is_named():
+    from routeforge.profiling.fit_quality import fit_warnings
+
+    assert fit_warnings("t@cpu", {"prefill_r2": 0.99, "decode_r2": 0.97, "prefill_intercept_s": 0.01}) == []
+    lines = fit_warnings("t@cpu", {"prefill_r2": 0.05, "decode_r2": 0.9, "decode_w_s": -0.002})
+    assert len(lines) == 2 and lines[0].startswith("t@cpu: decode_w_s -0.002 s is negative")
+    assert lines[1].startswith("t@cpu: prefill_r2 0.050 is below 0.5")
