@@ -62,24 +62,11 @@ class QueueStateBiasEnv(SlotDistributionEnv):
         self._last_rate = (self._next - first) / self.slot_s
         return self._observe(), *out[1:]
 
-    def _settle(self) -> tuple[int, int, np.ndarray]:
-        """Completions and rejections since the previous slot; late = past the request's own SLO."""
-        late = rejected = 0
-        on_time = np.zeros(self.m)
-        reason, finish, arrival = self.fleet.reason, self.fleet.end, self._arrival_list
-        for j, left in enumerate(self.fleet.collect()):
-            profile, model = self.profiles[j], self.models[j]
-            for i in left:
-                if reason[i]:
-                    rejected += 1
-                    continue
-                req = self.request(i)
-                limit = self.slo_scale * profile.unloaded_e2e(req.prompt_tokens, float(req.output_tokens[model]))
-                if finish[i] - arrival[i] <= limit:
-                    on_time[j] += 1
-                else:
-                    late += 1
-        return late, rejected, on_time
+    def _limit(self, i: int, j: int) -> float:
+        """Arrival i's own SLO at instance j: `slo_scale` × its E2E alone there (the evaluation's)."""
+        req = self.request(i)
+        tokens = float(req.output_tokens[self.models[j]])
+        return self.slo_scale * self.profiles[j].unloaded_e2e(req.prompt_tokens, tokens)
 
     def live_states(self) -> list[dict]:
         """Per instance what `/metrics` shows: requests running and waiting, KV-cache usage."""

@@ -172,16 +172,20 @@ class SlotDistributionEnv(gym.Env):
         """Count the completions and rejections reported since the previous slot."""
         late = rejected = 0
         on_time = np.zeros(self.m)
-        reason, finish, arrival, limit = self.fleet.reason, self.fleet.end, self._arrival_list, self.requirement_s
+        reason, finish, arrival = self.fleet.reason, self.fleet.end, self._arrival_list
         for j, left in enumerate(self.fleet.collect()):
             for i in left:
                 if reason[i]:
                     rejected += 1
-                elif finish[i] - arrival[i] <= limit:
+                elif finish[i] - arrival[i] <= self._limit(i, j):
                     on_time[j] += 1
                 else:
                     late += 1
         return late, rejected, on_time
+
+    def _limit(self, i: int, j: int) -> float:
+        """The latency within which arrival i, served at instance j, is on time: 004's L for all."""
+        return self.requirement_s
 
     def telemetry(self) -> list[dict]:
         """Per instance what a router knows: the ages of its requests (oldest first, the one in
