@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -314,6 +315,35 @@ def policy(ref: str, stats: tuple[str, ...], objective: str, as_json: bool, publ
     if per is not None:
         click.echo(f"for this traffic: {per['policy'].removeprefix('policy--')} (best on {objective} for the "
                    f"evaluated {per['workload']} traffic at load {per['load']:g}, distance {per['distance']:.3g})")
+
+
+@main.group()
+def cache() -> None:
+    """The local cache of downloaded bundles ($ROUTEFORGE_CACHE, else $ROUTEFORGE_STATE/cache/bundles)."""
+
+
+@cache.command("list")
+def cache_list() -> None:
+    """Every cached bundle, most recently used first, with its size."""
+    from routeforge.artifacts.bundle_cache import BundleCache
+
+    store = BundleCache()
+    entries = store.entries()
+    for e in entries:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
+        click.echo(f"{e.digest}  {e.bytes / 1e6:9.1f} MB  last used {used}")
+    click.echo(f"{len(entries)} bundles, {sum(e.bytes for e in entries) / 1e6:.1f} MB in {store.root}")
+
+
+@cache.command()
+@click.option("--max-bytes", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Keep the most recently used bundles up to this many bytes (0: empty the cache).")
+def prune(max_bytes: int) -> None:
+    """Remove the least recently used bundles beyond --max-bytes."""
+    from routeforge.artifacts.bundle_cache import BundleCache
+
+    removed = BundleCache().prune(max_bytes)
+    click.echo(f"removed {len(removed)} bundles, {sum(e.bytes for e in removed) / 1e6:.1f} MB")
 
 
 @main.group()

@@ -127,8 +127,15 @@ def verify_bundle(root: Path, public_key: Path | str | bytes | None = None, allo
 
 
 def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
-    """A local folder for `ref`, downloading it first when it is an MLflow URI."""
-    return download_bundle(ref, dst, tracking_uri) if is_remote_uri(ref) else Path(ref)
+    """A local folder for `ref`: a folder as it is; an MLflow URI downloaded into `dst`, or without
+    `dst` through the local bundle cache (`artifacts.bundle_cache`: a version is downloaded once)."""
+    if not is_remote_uri(ref):
+        return Path(ref)
+    if dst is None:
+        from routeforge.artifacts.bundle_cache import cached_download
+
+        return cached_download(ref, tracking_uri)
+    return download_bundle(ref, dst, tracking_uri)
 
 
 @dataclass(frozen=True)
@@ -298,8 +305,18 @@ def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | No
     $ROUTEFORGE_PUBLIC_KEY, the public key the registry recorded for that model is trusted
     (`routeforge.artifacts.registry.recorded_public_key`; only the pipeline's writer account can set it)."""
     root = fetch(str(ref), dst, tracking_uri)
-    return RouterBundle(root=root, manifest=verify_bundle(root, resolve_key(ref, public_key, tracking_uri),
-                                                          allow_unsigned))
+    key = resolve_key(ref, public_key, tracking_uri)
+    try:
+        manifest = verify_bundle(root, key, allow_unsigned)
+    except BundleVerificationError:
+        if dst is not None or not is_remote_uri(str(ref)):
+            raise
+        from routeforge.artifacts.bundle_cache import BundleCache
+
+        BundleCache().forget(root)  # a cached copy damaged since: downloaded again, then verified again
+        root = fetch(str(ref), None, tracking_uri)
+        manifest = verify_bundle(root, key, allow_unsigned)
+    return RouterBundle(root=root, manifest=manifest)
 
 
 def resolve_key(ref: str | Path, public_key: Path | str | bytes | None = None,

@@ -39,6 +39,13 @@ def _cli_environment():
             os.environ[name] = value
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _bundle_cache(tmp_path_factory):
+    """Bundles the tests download by models:/ URI go to one cache of the session, never the checkout's."""
+    os.environ["ROUTEFORGE_CACHE"] = str(tmp_path_factory.mktemp("bundle-cache"))
+    yield
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     path = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))

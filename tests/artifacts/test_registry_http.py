@@ -59,3 +59,49 @@ def test_inspect_downloads_the_manifest_alone(mlflow_server, tmp_path, component
     assert "bundle inspected version" in result.stdout and "knn_estimator [knn_estimator, test] 2 files" in result.stdout
     assert asked == ["models:/inspected@champion/data/artifacts/stage/manifest.json",  # the staged folder's name
                      "models:/inspected@champion/data/artifacts/stage/manifest.sig"]
+
+
+def test_registered_bundles_are_downloaded_once_into_one_cache_and_pruned(mlflow_server, tmp_path, component, fleet,
+                                                                          monkeypatch):
+    """`load_bundle` and the CLI on `models:/` go through the local bundle cache: a version is
+    downloaded once, an alias is resolved anew each time (it moves), a damaged entry is downloaded
+    again, nothing is left in temporary folders, and `cache prune` trims it."""
+    import tempfile
+
+    from routeforge.artifacts import registry
+    from routeforge.artifacts.bundle_cache import BundleCache
+
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    private = tmp_path / "keys" / "bundle.key"
+    public = generate_key_pair(private)
+
+    def publish(k: int):
+        (component.folder / "nested" / "meta.json").write_text(f'{{"k": {k}}}')
+        return publish_bundle(name="cached", fleet=fleet, components=[component], staging_dir=tmp_path / f"stage{k}",
+                              tracking_uri=mlflow_server, experiment="http-test", artifact_location=None,
+                              alias="champion", input_hashes={}, params={}, metrics={"acc": 0.5}, signing_key=private)[0]
+
+    first = publish(1)
+    downloads = []
+    real = registry.download_bundle
+    monkeypatch.setattr(registry, "download_bundle", lambda *a, **kw: downloads.append(a[0]) or real(*a, **kw))
+    a = load_bundle("models:/cached@champion", tracking_uri=mlflow_server, public_key=public)
+    b = load_bundle("models:/cached@champion", tracking_uri=mlflow_server, public_key=public)
+    assert a.root == b.root and downloads == [f"models:/cached/{first.version}"]
+    assert a.root.parent == tmp_path / "cache" / "by-digest" and a.root.name == a.manifest.version
+    second = publish(2)  # the alias moves: the new version is fetched, the old one stays cached
+    c = load_bundle("models:/cached@champion", tracking_uri=mlflow_server, public_key=public)
+    assert c.manifest.version != a.manifest.version and downloads[-1] == f"models:/cached/{second.version}"
+    # a cached file damaged since: verification fails, the entry is downloaded again and verified
+    (c.root / "knn_estimator" / "index.bin").write_bytes(b"tampered")
+    d = load_bundle("models:/cached@champion", tracking_uri=mlflow_server, public_key=public)
+    assert len(downloads) == 3 and (d.root / "knn_estimator" / "index.bin").read_bytes() != b"tampered"
+    runner = CliRunner()
+    listed = runner.invoke(main, ["cache", "list"])
+    assert listed.exit_code == 0 and "2 bundles" in listed.output
+    assert not list((tmp_path / "tmp").iterdir()) and not list((tmp_path / "cache" / "scratch").iterdir())
+    pruned = runner.invoke(main, ["cache", "prune", "--max-bytes", str(BundleCache().entries()[0].bytes)])
+    assert pruned.exit_code == 0 and "removed 1 bundles" in pruned.output
+    assert [e.digest for e in BundleCache().entries()] == [d.manifest.version]  # the most recently used kept

@@ -1,0 +1,147 @@
+"""One local cache of downloaded bundles, so that `predict`, `verify`, `load_bundle("models:/…")` and
+the other commands do not download a registered bundle again each time (a demo bundle is ~140 MB)
+nor leave it behind in a temporary folder.
+
+Layout under the cache root (`$ROUTEFORGE_CACHE`, else `$ROUTEFORGE_STATE/cache/bundles`, else
+`./.state/cache/bundles`, beside the local registry the CLI already defaults to):
+
+    by-digest/<manifest version>/      a bundle, as downloaded (its manifest's content digest)
+    registry/<store>/<model>/<version>  a text file: the digest registry version <version> holds
+
+A registered model version never changes in MLflow, so (tracking store, model, version) → digest is
+recorded once; an alias is resolved with one registry call every time (it moves). Nothing in the
+cache is trusted as it is: `load_bundle` verifies every file's checksum and the signature of what
+the cache returns, as of a fresh download, and an entry that fails is downloaded again. Size: after
+each new entry the least recently used are removed beyond `max_bytes` (`$ROUTEFORGE_CACHE_MAX_BYTES`,
+default 4 GiB); `routeforge cache list` / `cache prune` show and trim it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 4 << 30
+MANIFEST_FILE = "manifest.json"
+
+
+def cache_root() -> Path:
+    if os.environ.get("ROUTEFORGE_CACHE"):
+        return Path(os.environ["ROUTEFORGE_CACHE"])
+    return Path(os.environ.get("ROUTEFORGE_STATE") or ".state") / "cache" / "bundles"
+
+
+def max_bytes() -> int:
+    value = os.environ.get("ROUTEFORGE_CACHE_MAX_BYTES")
+    return int(value) if value else DEFAULT_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class Entry:
+    digest: str
+    path: Path
+    bytes: int
+    last_used: float
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+class BundleCache:
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root is not None else cache_root()
+
+    def _index(self, tracking_uri: str, name: str, version: str) -> Path:
+        store = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
+        return self.root / "registry" / store / name.replace("/", "_") / version
+
+    def lookup(self, tracking_uri: str, name: str, version: str) -> Path | None:
+        """The cached folder of a registry version, touched as used; None when not cached."""
+        index = self._index(tracking_uri, name, version)
+        if not index.is_file():
+            return None
+        folder = self.root / "by-digest" / index.read_text().strip()
+        if not (folder / MANIFEST_FILE).is_file():
+            return None
+        os.utime(folder)  # least recently used is what prune removes first
+        return folder
+
+    def add(self, tracking_uri: str, name: str, version: str, downloaded: Path) -> Path:
+        """Move a downloaded bundle folder into the cache under its digest; record the version; trim."""
+        import json
+
+        digest = json.loads((downloaded / MANIFEST_FILE).read_text())["version"]
+        if not digest or "/" in digest or digest.startswith("."):
+            raise ValueError(f"{downloaded}: manifest version {digest!r} is not a digest")
+        folder = self.root / "by-digest" / digest
+        if folder.exists():
+            shutil.rmtree(downloaded, ignore_errors=True)
+        else:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(downloaded), str(folder))
+        index = self._index(tracking_uri, name, version)
+        index.parent.mkdir(parents=True, exist_ok=True)
+        index.write_text(digest)
+        os.utime(folder)
+        self.prune(max_bytes(), keep=digest)
+        return folder
+
+    def forget(self, folder: Path) -> None:
+        """Remove an entry that failed verification (the next call downloads it again)."""
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def entries(self) -> list[Entry]:
+        base = self.root / "by-digest"
+        if not base.is_dir():
+            return []
+        return sorted((Entry(p.name, p, _size(p), p.stat().st_mtime) for p in base.iterdir() if p.is_dir()),
+                      key=lambda e: e.last_used, reverse=True)
+
+    def prune(self, limit: int, keep: str | None = None) -> list[Entry]:
+        """Remove the least recently used entries until the cache holds at most `limit` bytes (the
+        entry `keep` stays whatever its size); returns what was removed."""
+        removed, total = [], 0
+        for entry in self.entries():  # most recently used first
+            total += entry.bytes
+            if total > limit and entry.digest != keep:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry)
+                total -= entry.bytes
+        return removed
+
+
+def cached_download(uri: str, tracking_uri: str | None) -> Path:
+    """`models:/<name>@<alias>` or `models:/<name>/<version>` through the cache: the alias resolved
+    to its version (one registry call), the version's bundle downloaded once. Other URIs (runs:/…)
+    are downloaded into the cache's scratch folder and not kept."""
+    from routeforge.artifacts.registry import _use_tracking, check_registered, download_bundle
+
+    cache = BundleCache()
+    if not uri.startswith("models:/"):
+        return download_bundle(uri, cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}", tracking_uri)
+    from mlflow import MlflowClient
+
+    _use_tracking(uri, tracking_uri)
+    check_registered(uri)
+    client = MlflowClient()
+    ref = uri.removeprefix("models:/").rstrip("/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        version = str(client.get_model_version_by_alias(name, alias).version)
+    else:
+        name, version = ref.split("/", 1)
+    store = client.tracking_uri
+    found = cache.lookup(store, name, version)
+    if found is not None:
+        return found
+    scratch = cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        download_bundle(f"models:/{name}/{version}", scratch, tracking_uri)
+        return cache.add(store, name, version, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
