@@ -119,23 +119,17 @@ def cached_download(uri: str, tracking_uri: str | None) -> Path:
     """`models:/<name>@<alias>` or `models:/<name>/<version>` through the cache: the alias resolved
     to its version (one registry call), the version's bundle downloaded once. Other URIs (runs:/…)
     are downloaded into the cache's scratch folder and not kept."""
-    from routeforge.artifacts.registry import _use_tracking, check_registered, download_bundle
+    from routeforge.artifacts.registry import _use_tracking, check_registered, download_bundle, resolve_version
 
     cache = BundleCache()
     if not uri.startswith("models:/"):
         return download_bundle(uri, cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}", tracking_uri)
-    from mlflow import MlflowClient
+    import mlflow
 
     _use_tracking(uri, tracking_uri)
     check_registered(uri)
-    client = MlflowClient()
-    ref = uri.removeprefix("models:/").rstrip("/")
-    if "@" in ref:
-        name, alias = ref.split("@", 1)
-        version = str(client.get_model_version_by_alias(name, alias).version)
-    else:
-        name, version = ref.split("/", 1)
-    store = client.tracking_uri
+    name, version = resolve_version(uri)
+    store = mlflow.get_tracking_uri()
     found = cache.lookup(store, name, version)
     if found is not None:
         return found

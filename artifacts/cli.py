@@ -25,6 +25,7 @@ from routeforge.artifacts.registry import (
     download_bundle,
     download_manifest,
     is_remote_uri,
+    resolve_version,
 )
 
 
@@ -142,7 +143,10 @@ def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
     if as_json:
         click.echo(strict_json.dumps(manifest.to_dict(), indent=2))
         return
-    click.echo(f"bundle {manifest.name} version {manifest.version} (schema {manifest.schema_version})")
+    click.echo(f"bundle {manifest.name}, content digest {manifest.version} (schema {manifest.schema_version})")
+    if ref.startswith("models:/"):
+        name, version = resolve_version(ref)
+        click.echo(f"registry: {name} version {version}")
     click.echo(f"created {manifest.created_at} by routeforge {manifest.code_version}")
     click.echo(f"fleet {manifest.fleet.name}: {', '.join(m.name for m in manifest.fleet.models)}")
     for comp in manifest.components:

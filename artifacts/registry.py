@@ -94,6 +94,19 @@ def check_registered(uri: str) -> None:
             raise ValueError(f"{uri}: model {name!r} has no version {version}") from None
 
 
+def resolve_version(uri: str) -> tuple[str, str]:
+    """(model name, registry version) of `models:/<name>@<alias>` or `models:/<name>/<version>`: an
+    alias asks the registry (it moves). Call after `_use_tracking` and `check_registered`."""
+    from mlflow import MlflowClient
+
+    ref = uri.removeprefix("models:/").rstrip("/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return name, str(MlflowClient().get_model_version_by_alias(name, alias).version)
+    name, version = ref.split("/", 1)
+    return name, version
+
+
 def download_artifacts(uri: str, dst: Path | None = None) -> Path:
     """`mlflow.artifacts.download_artifacts`, streamed through the tracking server. MLflow 3 clients
     otherwise fetch large files straight from the server's object store by presigned URLs, so a
