@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import click
+from routeforge.core.config.field_docs import describe
 from routeforge.core.config.files import load_checked
 from routeforge.core.config.fleet import FleetConfig
 from routeforge.core.config.scoring import code_isolation_warning
@@ -20,7 +21,7 @@ SCHEMA_ID = "https://routeforge.dev/schemas/fleet.schema.json"
 
 def fleet_json_schema() -> dict:
     """JSON Schema (draft 2020-12) of the fleet file, from the pydantic models, for editors."""
-    schema = FleetConfig.model_json_schema(mode="validation")
+    schema = describe(FleetConfig.model_json_schema(mode="validation"), FleetConfig)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
             "description": "routeforge fleet file: models, tiers, datasets and the settings of every stage "
                            "(see configs/fleet.example.yaml).", **schema}
