@@ -109,6 +109,6 @@ def test_the_schema_describes_fields_from_the_models_comments_and_docs():
     described, total = coverage(schema)
     assert described >= 150 and total > 400
     defs = schema["$defs"]
-    assert "every offered request counts" in defs["RoutingEvaluationSettings"]["properties"]["objective"]["description"]
+    assert "Every offered request counts" in defs["RoutingEvaluationSettings"]["properties"]["objective"]["description"]
     assert schema["properties"]["scoring"]["description"].startswith("`metric` scores every task")
     assert defs["RoutingEvaluationSettings"]["properties"]["ppo_slot_s"]["description"].startswith("seconds between")
