@@ -124,6 +124,18 @@ def cached_download(uri: str, tracking_uri: str | None) -> Path:
     cache = BundleCache()
     if not uri.startswith("models:/"):
         return download_bundle(uri, cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}", tracking_uri)
+    from routeforge.artifacts import registry_rest
+
+    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if registry_rest.is_http(tracking_uri):  # a warm start without importing MLflow (registry_rest)
+        try:
+            name, version = registry_rest.version_of(tracking_uri, uri)
+        except registry_rest.NotFound:
+            pass  # MLflow's client below names what is missing
+        else:
+            found = cache.lookup(tracking_uri, name, version)
+            if found is not None:
+                return found
     import mlflow
 
     _use_tracking(uri, tracking_uri)

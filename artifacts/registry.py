@@ -203,14 +203,22 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     """The signing key's public PEM the pipeline recorded on the registered model of `models:/<name>…`,
     or None. Trusting it is trusting whoever may tag that model: with an authenticated MLflow server
     (deploy/), the pipeline's writer account only."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
+    from routeforge.artifacts import registry_rest
 
     name = uri.removeprefix("models:/").split("@", 1)[0].split("/", 1)[0]
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking_uri:
         return None
     check_reachable(tracking_uri)
+    if registry_rest.is_http(tracking_uri):  # without importing MLflow (registry_rest)
+        try:
+            pem = registry_rest.registered_model(tracking_uri, name)["tags"].get(PUBLIC_KEY_TAG)
+        except registry_rest.NotFound:
+            return None
+        return pem.encode() if pem else None
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
     try:
         pem = mlflow.MlflowClient(tracking_uri).get_registered_model(name).tags.get(PUBLIC_KEY_TAG)
     except MlflowException:

@@ -33,6 +33,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=12.0)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--allow-unsigned", action="store_true")
+    p.add_argument("--policy", default=None, help="the routing policy to decide with (default: the recommended)")
     args = p.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -40,7 +41,7 @@ def main() -> None:
     from routeforge.artifacts.loader import load_bundle
 
     bundle = load_bundle(args.bundle, allow_unsigned=args.allow_unsigned)
-    dispatcher = Dispatcher(bundle)
+    dispatcher = Dispatcher(bundle, policy=args.policy)
     router = bundle.router() if bundle.has_kind("router") else bundle.knn_estimator()
     encoder = bundle.sentence_encoder()
     side = router.meta["encoder"].get("truncation_side", "right")
@@ -84,7 +85,8 @@ def main() -> None:
               "encoder_ms": {"p50": pct(encode_ms, 50), "p99": pct(encode_ms, 99)},
               "models_chosen": policies, "cores": 1, "machine": platform.platform(),
               "targets_ms": {"p50": 2.0, "p99": 5.0}, "routebalance_ms": 32.0}
-    out = results_dir("dispatch_latency") / f"{bundle.manifest.name}.json"
+    suffix = f"-{dispatcher.policy_name}" if args.policy else ""
+    out = results_dir("dispatch_latency") / f"{bundle.manifest.name}{suffix}.json"
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 
