@@ -130,8 +130,8 @@ def cached_download(uri: str, tracking_uri: str | None) -> Path:
     if registry_rest.is_http(tracking_uri):  # a warm start without importing MLflow (registry_rest)
         try:
             name, version = registry_rest.version_of(tracking_uri, uri)
-        except registry_rest.NotFound:
-            pass  # MLflow's client below names what is missing
+        except (registry_rest.NotFound, OSError, ValueError, KeyError):
+            pass  # not there, refused, or an odd answer: MLflow's client below says what it is
         else:
             found = cache.lookup(tracking_uri, name, version)
             if found is not None:

@@ -213,9 +213,11 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     if registry_rest.is_http(tracking_uri):  # without importing MLflow (registry_rest)
         try:
             pem = registry_rest.registered_model(tracking_uri, name)["tags"].get(PUBLIC_KEY_TAG)
+            return pem.encode() if pem else None
         except registry_rest.NotFound:
             return None
-        return pem.encode() if pem else None
+        except (OSError, ValueError, KeyError):
+            pass  # refused or an odd answer: asked again through MLflow's client, which says what it is
     import mlflow
     from mlflow.exceptions import MlflowException
 
