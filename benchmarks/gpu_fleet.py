@@ -180,7 +180,8 @@ def _pipeline(config: Path, state: Path, env: dict, name: str, out: Path) -> dic
               "load_calibration": report["load_calibration"], "slo": report["slo"],
               "gate": {k: report["gate"][k] for k in ("recommended", "kind", "reason", "margin", "noise")},
               "gate_by_workload": report["gate_by_workload"], "table": table,
-              "learned_training": report.get("pretrain"), "training": report.get("training"), "train_workloads": report.get("train_workloads"),
+              "learned_training": report.get("pretrain"), "training": report.get("training"),
+              "train_workloads": report.get("train_workloads"),
               "recommendations": report.get("recommendations"), "transfer": report.get("transfer"),
               "registered": [line for line in run.stdout.splitlines() if "registered bundle" in line]}
     _plot(report, out / f"{name}_goodput_by_load.png")

@@ -199,7 +199,7 @@ def test_a_wrong_alias_or_model_name_is_named_with_what_exists(world):
     runner = CliRunner()
     for uri, expected in (
             ("models:/gated-router@champoin", "models:/gated-router@champoin: model 'gated-router' has no alias "
-                                              f"'champoin' (its aliases: "),
+                                              "'champoin' (its aliases: "),
             ("models:/gated-routr@champion", "models:/gated-routr@champion: the registry has no model 'gated-routr' "
                                              "(it has ["),
             ("models:/gated-router/999", "models:/gated-router/999: model 'gated-router' has no version 999")):
