@@ -116,31 +116,25 @@ class BundleCache:
 
 
 def cached_download(uri: str, tracking_uri: str | None) -> Path:
-    """`models:/<name>@<alias>` or `models:/<name>/<version>` through the cache: the alias resolved
-    to its version (one registry call), the version's bundle downloaded once. Other URIs (runs:/…)
-    are downloaded into the cache's scratch folder and not kept."""
-    from routeforge.artifacts.registry import _use_tracking, check_registered, download_bundle, resolve_version
+    """A `models:/<name>@<alias>` or `models:/<name>/<version>` bundle through the cache: the alias
+    resolved to its version (over REST where the server is HTTP, `registry_rest`), that version's
+    bundle downloaded once."""
+    from routeforge.artifacts import registry_rest
+    from routeforge.artifacts.registry import _use_tracking, download_bundle, registered_version
 
     cache = BundleCache()
-    if not uri.startswith("models:/"):
-        return download_bundle(uri, cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}", tracking_uri)
-    from routeforge.artifacts import registry_rest
-
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if registry_rest.is_http(tracking_uri):  # a warm start without importing MLflow (registry_rest)
+    if registry_rest.is_http(tracking_uri):  # a warm start without importing MLflow
         try:
-            name, version = registry_rest.version_of(tracking_uri, uri)
+            found = cache.lookup(tracking_uri, *registry_rest.version_of(tracking_uri, uri))
         except (registry_rest.NotFound, OSError, ValueError, KeyError):
-            pass  # not there, refused, or an odd answer: MLflow's client below says what it is
-        else:
-            found = cache.lookup(tracking_uri, name, version)
-            if found is not None:
-                return found
+            found = None  # not there, refused, or an odd answer: MLflow's client below says what it is
+        if found is not None:
+            return found
     import mlflow
 
     _use_tracking(uri, tracking_uri)
-    check_registered(uri)
-    name, version = resolve_version(uri)
+    name, version = registered_version(uri)
     store = mlflow.get_tracking_uri()
     found = cache.lookup(store, name, version)
     if found is not None:

@@ -25,7 +25,7 @@ from routeforge.artifacts.registry import (
     download_bundle,
     download_manifest,
     is_remote_uri,
-    resolve_version,
+    registered_version,
 )
 
 
@@ -145,7 +145,7 @@ def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
         return
     click.echo(f"bundle {manifest.name}, content digest {manifest.version} (schema {manifest.schema_version})")
     if ref.startswith("models:/"):
-        name, version = resolve_version(ref)
+        name, version = registered_version(ref)
         click.echo(f"registry: {name} version {version}")
     click.echo(f"created {manifest.created_at} by routeforge {manifest.code_version}")
     click.echo(f"fleet {manifest.fleet.name}: {', '.join(m.name for m in manifest.fleet.models)}")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.heuristics import HeuristicPolicy, biased_shortest_queue
+from routeforge.artifacts.heuristics import HeuristicPolicy
 from routeforge.artifacts.policy import RoutingPolicy, observation_queue_state
 
 # vLLM's gauge names (V1, then V0 spellings)
@@ -206,7 +206,7 @@ class Dispatcher:
             arrivals_per_s = len(self._recent) / spec["slot_s"]
         live = [{"running": s.running, "waiting": s.waiting, "kv_usage": s.kv_usage} for s in states]
         biases = self.policy.act(observation_queue_state(live, arrivals_per_s, spec))
-        return biased_shortest_queue([s.running + s.waiting for s in states], biases.tolist())
+        return self.policy.dispatch(biases, [s.running + s.waiting for s in states])
 
     def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
                output_tokens: Sequence[float], arrivals_per_s: float | None = None) -> Decision:

@@ -127,11 +127,12 @@ def verify_bundle(root: Path, public_key: Path | str | bytes | None = None, allo
 
 
 def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
-    """A local folder for `ref`: a folder as it is; an MLflow URI downloaded into `dst`, or without
-    `dst` through the local bundle cache (`artifacts.bundle_cache`: a version is downloaded once)."""
+    """A local folder for `ref`: a folder as it is; a `models:/` URI without `dst` through the local
+    bundle cache (`artifacts.bundle_cache`: a registry version is downloaded once); any other MLflow
+    URI, or one with `dst`, downloaded there (a fresh temporary folder without `dst`)."""
     if not is_remote_uri(ref):
         return Path(ref)
-    if dst is None:
+    if dst is None and ref.startswith("models:/"):
         from routeforge.artifacts.bundle_cache import cached_download
 
         return cached_download(ref, tracking_uri)
@@ -309,7 +310,7 @@ def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | No
     try:
         manifest = verify_bundle(root, key, allow_unsigned)
     except BundleVerificationError:
-        if dst is not None or not is_remote_uri(str(ref)):
+        if dst is not None or not str(ref).startswith("models:/"):  # only a cached copy is fetched again
             raise
         from routeforge.artifacts.bundle_cache import BundleCache
 

@@ -65,46 +65,35 @@ def _use_tracking(uri: str, tracking_uri: str | None) -> None:
     mlflow.set_tracking_uri(tracking_uri)
 
 
-def check_registered(uri: str) -> None:
-    """For `models:/<name>@<alias>` or `models:/<name>/<version>`: one line naming the model and the
-    alias or version when the registry has no such thing, with what it has (MLflow's own answer comes
-    later, as an artifact that is not there). Call after `_use_tracking`."""
+def registered_version(uri: str) -> tuple[str, str] | None:
+    """(model name, registry version) of `models:/<name>@<alias>` or `models:/<name>/<version>`, the
+    alias read from the registry (it moves); None for other URIs. A model, alias or version the
+    registry lacks is one line naming it and what the registry has (MLflow's own answer comes later,
+    as an artifact that is not there). Call after `_use_tracking`."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+    from routeforge.artifacts.registry_rest import models_ref
 
     if not uri.startswith("models:/"):
-        return
-    ref = uri.removeprefix("models:/").split("/", 1)
-    name, alias = ref[0].split("@", 1) if "@" in ref[0] else (ref[0], None)
-    version = ref[1].strip("/") if len(ref) > 1 and ref[1].strip("/").isdigit() else None
+        return None
+    name, alias, version = models_ref(uri)
     client = MlflowClient()
     try:
         model = client.get_registered_model(name)
     except MlflowException:
         names = sorted(m.name for m in client.search_registered_models(max_results=100))
         raise ValueError(f"{uri}: the registry has no model {name!r} (it has {names or 'none'})") from None
-    aliases = dict(sorted(model.aliases.items())) if model.aliases else {}
-    if alias is not None and alias not in aliases:
-        held = ", ".join(f"{a} → version {v}" for a, v in aliases.items()) or "none"
-        raise ValueError(f"{uri}: model {name!r} has no alias {alias!r} (its aliases: {held})")
-    if version is not None:
-        try:
-            client.get_model_version(name, version)
-        except MlflowException:
-            raise ValueError(f"{uri}: model {name!r} has no version {version}") from None
-
-
-def resolve_version(uri: str) -> tuple[str, str]:
-    """(model name, registry version) of `models:/<name>@<alias>` or `models:/<name>/<version>`: an
-    alias asks the registry (it moves). Call after `_use_tracking` and `check_registered`."""
-    from mlflow import MlflowClient
-
-    ref = uri.removeprefix("models:/").rstrip("/")
-    if "@" in ref:
-        name, alias = ref.split("@", 1)
-        return name, str(MlflowClient().get_model_version_by_alias(name, alias).version)
-    name, version = ref.split("/", 1)
-    return name, version
+    aliases = {a: str(v) for a, v in sorted(model.aliases.items())} if model.aliases else {}
+    if alias is not None:
+        if alias not in aliases:
+            held = ", ".join(f"{a} → version {v}" for a, v in aliases.items()) or "none"
+            raise ValueError(f"{uri}: model {name!r} has no alias {alias!r} (its aliases: {held})")
+        return name, aliases[alias]
+    try:
+        client.get_model_version(name, str(version))
+    except MlflowException:
+        raise ValueError(f"{uri}: model {name!r} has no version {version}") from None
+    return name, str(version)
 
 
 def download_artifacts(uri: str, dst: Path | None = None) -> Path:
@@ -134,7 +123,7 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
 
 
     _use_tracking(uri, tracking_uri)
-    check_registered(uri)
+    registered_version(uri)
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
     if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
         raise ValueError(f"{dst} is not empty and holds no bundle; download into a new or empty folder")
@@ -156,7 +145,7 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     from mlflow.exceptions import MlflowException
 
     _use_tracking(uri, tracking_uri)
-    check_registered(uri)
+    registered_version(uri)
     dst = Path(tempfile.mkdtemp(prefix="routeforge-manifest-"))
     base = uri.rstrip("/")
     inner = []
@@ -205,7 +194,7 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     (deploy/), the pipeline's writer account only."""
     from routeforge.artifacts import registry_rest
 
-    name = uri.removeprefix("models:/").split("@", 1)[0].split("/", 1)[0]
+    name = registry_rest.models_ref(uri)[0]
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking_uri:
         return None

@@ -23,6 +23,17 @@ class NotFound(LookupError):
     """The server answered that the model, alias or version does not exist."""
 
 
+def models_ref(uri: str) -> tuple[str, str | None, str | None]:
+    """(name, alias, version) of `models:/<name>@<alias>` or `models:/<name>/<version>` (one of the two
+    is None)."""
+    ref = uri.removeprefix("models:/").rstrip("/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return name, alias, None
+    name, _, version = ref.partition("/")
+    return name, None, version or None
+
+
 def is_http(tracking_uri: str | None) -> bool:
     return bool(tracking_uri) and tracking_uri.startswith(("http://", "https://"))
 
@@ -55,13 +66,11 @@ def registered_model(tracking_uri: str, name: str) -> dict[str, Any]:
 def version_of(tracking_uri: str, uri: str) -> tuple[str, str]:
     """(name, version) of `models:/<name>@<alias>` or `models:/<name>/<version>`; NotFound when the
     model or alias does not exist (the caller then asks MLflow, which names what does)."""
-    ref = uri.removeprefix("models:/").rstrip("/")
-    if "@" in ref:
-        name, alias = ref.split("@", 1)
+    name, alias, version = models_ref(uri)
+    if alias is not None:
         aliases = registered_model(tracking_uri, name)["aliases"]
         if alias not in aliases:
             raise NotFound(alias)
         return name, aliases[alias]
-    name, version = ref.split("/", 1)
-    _get(tracking_uri, "model-versions/get", {"name": name, "version": version})
-    return name, version
+    _get(tracking_uri, "model-versions/get", {"name": name, "version": str(version)})
+    return name, str(version)

@@ -27,7 +27,6 @@ from routeforge.assets.resources import PIPELINE_RUN_TAG
 from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
 from routeforge.core.config import ConfigError
 from routeforge.core.config.files import load_checked
-from routeforge.core.config.scoring import code_isolation_warning
 from routeforge.core.run_lock import RunLocked, storage_root_lock
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
@@ -64,9 +63,8 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     say = console.print if console is not None else print
     # a run that died (SIGKILL, OOM) left its slots and runs held: released before anything waits on them
     recover(instance, config, log=lambda line: say(f"routeforge: {line}"))
-    for warning in [code_isolation_warning(config.scoring), *config.warnings()]:
-        if warning:
-            say(f"routeforge: {warning}")
+    for warning in config.warnings():
+        say(f"routeforge: {warning}")
     timings: dict[str, float] = {}
     # one MLflow parent run groups every training run this pipeline run logs
     pipeline_run = uuid.uuid4().hex

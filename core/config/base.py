@@ -16,9 +16,10 @@ A model built directly in Python (no context) keeps its values as given.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
 from routeforge.core.storage_root import is_uri
@@ -38,6 +39,29 @@ class _Strict(BaseModel):
 # segments (RouterBench's `mistralai/mixtral-8x7b-chat`), each starting with a letter or digit, so no
 # `..`, no leading `/`, no whitespace or control character
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+@-]*(/[A-Za-z0-9][A-Za-z0-9._:+@-]*)*")
+
+
+def reachable_models(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """Every configuration model reachable from `root`'s fields (in lists, unions, mappings), by
+    class name, as pydantic names its JSON Schema `$defs`: what "did you mean" compares an unknown
+    key with, and what the schema's descriptions are read from."""
+    found: dict[str, type[BaseModel]] = {}
+    stack: list[Any] = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            if item.__name__ not in found:
+                found[item.__name__] = item
+                stack += [f.annotation for f in item.model_fields.values()]
+        else:
+            stack += list(get_args(item))
+    return found
+
+
+def did_you_mean(given: str, choices) -> str:
+    """' (did you mean 'x'?)' when one of `choices` is close to `given`, else ''."""
+    close = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def plain_name(value: str) -> str:

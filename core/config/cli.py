@@ -14,7 +14,6 @@ import click
 from routeforge.core.config.field_docs import describe
 from routeforge.core.config.files import load_checked
 from routeforge.core.config.fleet import FleetConfig
-from routeforge.core.config.scoring import code_isolation_warning
 
 SCHEMA_ID = "https://routeforge.dev/schemas/fleet.schema.json"
 
@@ -45,9 +44,8 @@ def validate(file: Path, as_json: bool) -> None:
     profiled = sum(t.profile is not None for t in fleet.tiers)
     click.echo(f"OK: {file}: fleet {fleet.name}, {len(fleet.model_names)} models, {len(fleet.tiers)} tiers "
                f"({profiled} profiled), {len(fleet.datasets)} datasets, storage {fleet.storage_root}")
-    for warning in [code_isolation_warning(fleet.scoring), *fleet.warnings()]:
-        if warning:
-            click.echo(warning)
+    for warning in fleet.warnings():
+        click.echo(warning)
 
 
 @config.command()

@@ -10,9 +10,9 @@ import inspect
 import io
 import re
 import tokenize
-from typing import Any, get_args
 
 from pydantic import BaseModel
+from routeforge.core.config.base import reachable_models
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:")
 
@@ -46,26 +46,10 @@ def comments_by_field(model: type[BaseModel]) -> dict[str, str]:
     return out
 
 
-def _models(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
-    """Every model reachable from `root`'s fields, by class name (pydantic's `$defs` keys)."""
-    found: dict[str, type[BaseModel]] = {}
-    stack: list[Any] = [root]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, type) and issubclass(item, BaseModel):
-            if item.__name__ in found:
-                continue
-            found[item.__name__] = item
-            stack += [f.annotation for f in item.model_fields.values()]
-        else:
-            stack += list(get_args(item))
-    return found
-
-
 def describe(schema: dict, root: type[BaseModel]) -> dict:
     """`schema` (root's JSON Schema) with a description on every property and definition that has
     a comment or docstring to give it; what the schema already describes is kept."""
-    models = _models(root)
+    models = reachable_models(root)
 
     def fill(node: dict, model: type[BaseModel] | None) -> None:
         if model is None:

@@ -8,14 +8,14 @@ Strings may use ``${VAR}`` or ``${VAR:-default}``; path fields resolve by their 
 
 from __future__ import annotations
 
-import difflib
+import functools
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from routeforge.core.config.base import (
     CONFIG_DIR,
     ConfigError,
@@ -25,11 +25,13 @@ from routeforge.core.config.base import (
     StorageLocation,
     StoreUri,
     _Strict,
+    did_you_mean,
+    reachable_models,
 )
 from routeforge.core.config.datasets import RESPONSE_TABLE_KINDS, Dataset, PromptSettings, SplitSettings, Templates
 from routeforge.core.config.generation import GenerationSettings
 from routeforge.core.config.models import ModelSpec, Sampling
-from routeforge.core.config.scoring import ScoringSettings
+from routeforge.core.config.scoring import ScoringSettings, code_isolation_warning
 from routeforge.core.config.tiers import Hardware, ProfilingSettings, Tier
 from routeforge.core.config.training import TrainingSettings
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
@@ -221,16 +223,16 @@ class FleetConfig(_Strict):
                         "by the retrain_what_is_stale sensor" if "retrain_fleet" in unknown else
                         "; profile_tiers exists only where a tier has a `profile` to measure" if "profile_tiers"
                         in unknown else "")
-                close = [c for u in unknown for c in difflib.get_close_matches(u, jobs, n=1, cutoff=0.75)]
                 raise ValueError(f"{field}: unknown job(s) {unknown} (this fleet's jobs: {jobs})"
-                                 + (f" (did you mean {close[0]!r}?)" if close else "") + hint)
+                                 + did_you_mean(unknown[0], jobs) + hint)
         return self
 
     def warnings(self) -> list[str]:
-        """What validates but will not do what a user likely means: said by `config validate` and at
-        the start of every run (a model without a tier is routed to by quality, while the simulator,
-        the routing policies and the dispatch call know only the models that have instances)."""
-        out = []
+        """What validates but will not do what a user likely means, or runs less safely than it may: said
+        by `config validate` and at the start of every run. Generated code run without isolation
+        (`code_isolation_warning`); a model without a tier, routed to by quality while the simulator,
+        the routing policies and the dispatch call know only the models that have instances."""
+        out = [w for w in [code_isolation_warning(self.scoring)] if w]
         if self.tiers:
             served = {t.model for t in self.tiers}
             untiered = [m for m in self.model_names if m not in served]
@@ -342,33 +344,17 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
         raise ConfigError(f"fleet config {path}: {problems}") from exc
 
 
-def _config_field_names(model: type[BaseModel] = None, seen: set | None = None) -> set[str]:
-    """Every field name (and alias) of the fleet file's models, nested ones included: what an
-    unknown key is compared with."""
-    model = model or FleetConfig
-    seen = seen if seen is not None else set()
-    if model in seen:
-        return set()
-    seen.add(model)
-    names: set[str] = set()
-    for name, field in model.model_fields.items():
-        names |= {name, *([field.alias] if field.alias else [])}
-        stack = [field.annotation]
-        while stack:
-            annotation = stack.pop()
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                names |= _config_field_names(annotation, seen)
-            stack += list(get_args(annotation))
-    return names
+@functools.cache
+def _config_field_names() -> tuple[str, ...]:
+    """Every field name (and alias) of the fleet file's models: what an unknown key is compared with."""
+    return tuple(sorted({n for model in reachable_models(FleetConfig).values() for name, field in
+                         model.model_fields.items() for n in (name, field.alias) if n}))
 
 
 def _did_you_mean(err: dict) -> str:
     """' (did you mean 'x'?)' for a mistyped key or choice, when one close name exists."""
     if err["type"] == "extra_forbidden" and err["loc"]:
-        choices, given = sorted(_config_field_names()), str(err["loc"][-1])
-    elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str):
-        choices, given = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", ""))), err["input"]
-    else:
-        return ""
-    close = difflib.get_close_matches(given, choices, n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+        return did_you_mean(str(err["loc"][-1]), _config_field_names())
+    if err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str):
+        return did_you_mean(err["input"], re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", ""))))
+    return ""

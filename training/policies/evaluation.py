@@ -227,14 +227,14 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     def train_workload(seed: int):
         return factories[seed % len(factories)](seed)
 
+    accuracy = pool.quality.mean(axis=0)[models]  # g_i of ppo_queue_bias: its model's mean true quality (004's)
     envs = {"ddqn_workload_guided": lambda w: WorkloadAwareEnv(profiles, w, variant="guided", models=models,
                                                                   observe_waiting=settings.ddqn.observe_waiting),
             "sac_qos_han": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="han",
                                                  pad=settings.queue_capacity),
             "sac_qos_mlp": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="baseline",
                                                  pad=settings.queue_capacity),
-            # g_i: the mean true quality of the instance's model on the pool (004's validation accuracy)
-            "ppo_queue_bias": lambda w: QueueStateBiasEnv(profiles, models, pool.quality.mean(axis=0)[models], w,
+            "ppo_queue_bias": lambda w: QueueStateBiasEnv(profiles, models, accuracy, w,
                                                           rate_scale_rps=capacity, slo_scale=settings.slo_scale,
                                                           slot_s=settings.ppo_slot_s)}
     trained, curves, trained_envs, pretrained, training = {}, {}, {}, {}, {}

@@ -40,27 +40,29 @@ class QueueStateBiasEnv(SlotDistributionEnv):
                          beta=beta, max_slots=max_slots, engine="batching", dispatch="biased_shortest_queue")
         self.profiles = list(profiles)  # the fleet's instances as they are, not 004's single servers
         self.rate_scale_rps, self.slo_scale = float(rate_scale_rps), float(slo_scale)
-        self._limits = [[float(x) for x in (p.max_running, p.buffer if p.buffer is not None else p.max_running)]
-                        for p in self.profiles]
+        self._last_rate = 0.0  # arrivals per second of the slot just routed
         self.observation_space = gym.spaces.Box(0.0, np.inf, shape=(3 * self.m + 1,), dtype=np.float32)
         self.action_space = gym.spaces.Box(-bias_bound, bias_bound, shape=(self.m,), dtype=np.float32)
+        # built once: every observation reads it (`observation_queue_state`)
+        waiting = [p.buffer if p.buffer is not None else p.max_running for p in self.profiles]
+        self._spec = {"size": int(self.observation_space.shape[0]), "variant": VARIANT, "instances": self.m,
+                      "max_running": [float(p.max_running) for p in self.profiles],
+                      "max_waiting": [float(w) for w in waiting],
+                      "rate_scale_rps": self.rate_scale_rps, "slot_s": self.slot_s, "slo_scale": self.slo_scale,
+                      "per_instance": ["running / max_running", "waiting / max_waiting", "kv_usage"],
+                      "global": ["arrivals in the last slot per second / rate_scale_rps"]}
 
     def observation_spec(self) -> dict:
-        return {"size": int(self.observation_space.shape[0]), "variant": VARIANT, "instances": self.m,
-                "max_running": [lim[0] for lim in self._limits], "max_waiting": [lim[1] for lim in self._limits],
-                "rate_scale_rps": self.rate_scale_rps, "slot_s": self.slot_s, "slo_scale": self.slo_scale,
-                "per_instance": ["running / max_running", "waiting / max_waiting", "kv_usage"],
-                "global": ["arrivals in the last slot per second / rate_scale_rps"]}
+        return dict(self._spec)
 
     def reset(self, *, seed: int | None = None, options=None):
         self._last_rate = 0.0
         return super().reset(seed=seed, options=options)
 
-    def step(self, action):
-        first = self._next
-        out = super().step(action)
-        self._last_rate = (self._next - first) / self.slot_s
-        return self._observe(), *out[1:]
+    def _route_biased(self, first: int, last: int, bias: list[float]) -> list[int]:
+        """As the base routes a slot's arrivals, noting their rate for the observation that follows."""
+        self._last_rate = (last - first) / self.slot_s
+        return super()._route_biased(first, last, bias)
 
     def _limit(self, i: int, j: int) -> float:
         """Arrival i's own SLO at instance j: `slo_scale` × its E2E alone there (the evaluation's)."""
@@ -76,4 +78,4 @@ class QueueStateBiasEnv(SlotDistributionEnv):
     def _observe(self) -> np.ndarray:
         if self.fleet is None:
             return np.zeros(self.observation_space.shape, dtype=np.float32)
-        return observation_queue_state(self.live_states(), getattr(self, "_last_rate", 0.0), self.observation_spec())
+        return observation_queue_state(self.live_states(), self._last_rate, self._spec)
