@@ -17,15 +17,23 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-# One Dagster instance for the UI, the CLI and `make demo` (see dagster.yaml; state in .state/).
-export DAGSTER_HOME := $(CURDIR)
-export MLFLOW_TRACKING_URI ?= sqlite:///$(or $(ROUTEFORGE_STATE),$(CURDIR)/.state)/mlflow.db
+# Every kind of state in one folder, $ROUTEFORGE_STATE (default .state/ here): the Dagster instance the
+# UI, the CLI and `make demo` share (dagster.yaml holds its settings and is copied in), the local
+# MLflow store, the fleets' storage roots, the bundle cache and the logs.
+STATE := $(or $(ROUTEFORGE_STATE),$(CURDIR)/.state)
+export DAGSTER_HOME := $(STATE)/dagster
+INSTANCE := $(DAGSTER_HOME)/dagster.yaml
+export MLFLOW_TRACKING_URI ?= sqlite:///$(STATE)/mlflow.db
 # the vLLM environment, once built (a GPU image with vLLM in .venv leaves it unset: in-process)
 ifneq ($(wildcard $(VLLM_VENV)/bin/python),)
 export ROUTEFORGE_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
 endif
 
 .PHONY: install sandbox lock lock-check vllm-env demo test lint routerbench gpu-fleet benchmark validate ui mlflow-ui clean
+
+$(INSTANCE): dagster.yaml
+	@mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "routeforge needs Python >= 3.11"'
@@ -112,20 +120,17 @@ endif
 
 vllm-env: $(VLLM_STAMP)  ## vLLM's CPU build in .venv-vllm (the `vllm` engine's worker, vLLM-served sweeps)
 
-demo: $(STAMP) sandbox $(if $(findstring vllm,$(CONFIG)),$(VLLM_STAMP))  ## run the main job on CONFIG (the offline demo fleet) and print the bundle URI
-	@mkdir -p .state
+demo: $(STAMP) $(INSTANCE) sandbox $(if $(findstring vllm,$(CONFIG)),$(VLLM_STAMP))  ## run the main job on CONFIG (the offline demo fleet) and print the bundle URI
 	$(if $(findstring vllm,$(CONFIG)),ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python}) \
 	$(BIN)/python -m routeforge.pipelines.run $(CONFIG)
 
-routerbench: $(STAMP)  ## the main job on RouterBench's public response tables
-	@mkdir -p .state
+routerbench: $(STAMP) $(INSTANCE)  ## the main job on RouterBench's public response tables
 	$(BIN)/python -m routeforge.pipelines.run configs/routerbench.yaml
 
-gpu-fleet: $(STAMP)  ## the reference GPU fleet from published measurements (docs/gpu-fleet.md); no GPU needed
-	@mkdir -p .state
+gpu-fleet: $(STAMP) $(INSTANCE)  ## the reference GPU fleet from published measurements (docs/gpu-fleet.md); no GPU needed
 	$(BIN)/python -m benchmarks.gpu_fleet
 
-test: $(STAMP) $(VLLM_STAMP)  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
+test: $(STAMP) $(INSTANCE) $(VLLM_STAMP)  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
 	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
@@ -149,15 +154,13 @@ benchmark: $(STAMP) $(VLLM_STAMP)  ## run every benchmark script (smoke sizes un
 	for b in $(BENCHMARKS); do echo "== benchmarks.$$b $(QUICK)"; \
 	ROUTEFORGE_BENCH_RESULTS=$$results $(BIN)/python -m benchmarks.$$b $(QUICK); done
 
-validate: $(STAMP)
+validate: $(STAMP) $(INSTANCE)
 	$(BIN)/dagster definitions validate -w workspace.yaml
 
-ui: $(STAMP)  ## Dagster UI on http://127.0.0.1:3000 (ROUTEFORGE_CONFIG picks the fleet)
-	@mkdir -p .state
+ui: $(STAMP) $(INSTANCE)  ## Dagster UI on http://127.0.0.1:3000 (ROUTEFORGE_CONFIG picks the fleet)
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-mlflow-ui: $(STAMP)  ## MLflow UI on http://127.0.0.1:5000 over the local store
-	@mkdir -p .state
+mlflow-ui: $(STAMP) $(INSTANCE)  ## MLflow UI on http://127.0.0.1:5000 over the local store
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port 5000
 
 clean:

@@ -7,13 +7,16 @@ Layout under the cache root (`$ROUTEFORGE_CACHE`, else `$ROUTEFORGE_STATE/cache/
 
     by-digest/<manifest version>/      a bundle, as downloaded (its manifest's content digest)
     registry/<store>/<model>/<version>  a text file: the digest registry version <version> holds
+    components/<component digest>/      a component stored by digest in the registry
+                                        (`artifacts.shared_components`), hard-linked into the bundles
 
 A registered model version never changes in MLflow, so (tracking store, model, version) → digest is
 recorded once; an alias is resolved with one registry call every time (it moves). Nothing in the
 cache is trusted as it is: `load_bundle` verifies every file's checksum and the signature of what
 the cache returns, as of a fresh download, and an entry that fails is downloaded again. Size: after
 each new entry the least recently used are removed beyond `max_bytes` (`$ROUTEFORGE_CACHE_MAX_BYTES`,
-default 4 GiB); `routeforge cache list` / `cache prune` show and trim it.
+default 4 GiB), then the components no remaining bundle links to; `routeforge cache list` /
+`cache prune` show and trim it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ MANIFEST_FILE = "manifest.json"
 def cache_root() -> Path:
     if os.environ.get("ROUTEFORGE_CACHE"):
         return Path(os.environ["ROUTEFORGE_CACHE"])
-    return Path(os.environ.get("ROUTEFORGE_STATE") or ".state") / "cache" / "bundles"
+    from routeforge.artifacts.state_folder import state_root
+
+    return state_root() / "cache" / "bundles"
 
 
 def max_bytes() -> int:
@@ -89,6 +94,7 @@ class BundleCache:
         index.write_text(digest)
         os.utime(folder)
         self.prune(max_bytes(), keep=digest)
+        self.prune_components()
         return folder
 
     def forget(self, folder: Path) -> None:
@@ -112,6 +118,20 @@ class BundleCache:
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(entry)
                 total -= entry.bytes
+        return removed
+
+    def prune_components(self) -> int:
+        """Remove the cached components that no cached bundle links to (every file of theirs has one
+        link: their own); returns how many. Where hard links are impossible the bundles hold copies,
+        so a component there is kept only until the next prune."""
+        base, removed = self.root / "components", 0
+        if not base.is_dir():
+            return 0
+        for folder in base.iterdir():
+            files = [p for p in folder.rglob("*") if p.is_file()]
+            if all(p.stat().st_nlink == 1 for p in files):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += 1
         return removed
 
 

@@ -31,7 +31,9 @@ from routeforge.artifacts.registry import (
 
 def local_store() -> Path:
     """Where `make demo` keeps its registry: `$ROUTEFORGE_STATE/mlflow.db`, else `./.state/mlflow.db`."""
-    return Path(os.environ.get("ROUTEFORGE_STATE") or ".state") / "mlflow.db"
+    from routeforge.artifacts.state_folder import state_root
+
+    return state_root() / "mlflow.db"
 
 
 def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -346,8 +348,11 @@ def prune(max_bytes: int) -> None:
     """Remove the least recently used bundles beyond --max-bytes."""
     from routeforge.artifacts.bundle_cache import BundleCache
 
-    removed = BundleCache().prune(max_bytes)
-    click.echo(f"removed {len(removed)} bundles, {sum(e.bytes for e in removed) / 1e6:.1f} MB")
+    store = BundleCache()
+    removed = store.prune(max_bytes)
+    components = store.prune_components()
+    click.echo(f"removed {len(removed)} bundles, {sum(e.bytes for e in removed) / 1e6:.1f} MB, and {components} "
+               "shared components no kept bundle uses")
 
 
 @main.group()

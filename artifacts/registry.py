@@ -5,7 +5,8 @@ that loads bundles from folders never imports it (and one that reads the registr
 `mlflow` extra, `mlflow-skinny`). Registering and gating live in `routeforge.registry`.
 A registered bundle is an MLflow model (`routeforge.registry.mlflow_model`) whose artifacts hold the
 bundle folder under `data/artifacts/<folder>/` (`artifacts/<folder>/` in versions registered before
-the model held no code); `download_bundle` returns that folder.
+the model held no code); `download_bundle` returns that folder, completed with the large components
+the version references by digest (`artifacts.shared_components`).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=dst.parent) as tmp:
         inner = bundle_folder(download_artifacts(uri, Path(tmp)))
+        with_shared_components(inner)
         if dst.exists():  # empty, or an earlier download: replaced only once the new one is complete
             shutil.rmtree(dst)
         shutil.move(str(inner), str(dst))
@@ -166,6 +168,27 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
             pass  # an unsigned bundle: inspect says so, verify refuses it
         return found.parent
     raise ValueError(f"{uri}: no manifest.json in the registered model's artifacts")
+
+
+def with_shared_components(inner: Path, in_place: bool = True) -> Path:
+    """A complete bundle folder for a downloaded one whose version references components by digest
+    (`artifacts.shared_components`; each fetched once into the bundle cache): `inner` itself,
+    completed, when `in_place` (a download of our own), else a folder assembled in the cache (a
+    model folder that may be the registry's store). A version that holds all its files is returned
+    as it is."""
+    import sys
+
+    from routeforge.artifacts import shared_components
+    from routeforge.artifacts.bundle_cache import cache_root
+
+    refs = shared_components.read_refs(inner.parent)
+    if not refs:
+        return inner
+    log = lambda line: print(f"routeforge: {line}", file=sys.stderr)  # noqa: E731
+    if in_place:
+        shared_components.fill(inner, refs, cache_root(), log)
+        return inner
+    return shared_components.assemble(inner, refs, cache_root(), log)
 
 
 # where a registered MLflow model keeps the bundle folder: its loader-module data (`data/artifacts/`,

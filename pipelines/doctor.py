@@ -19,12 +19,12 @@ def doctor(fleet_file: str, as_json: bool) -> None:
     import json
 
     from routeforge.core.config.files import load_checked
+    from routeforge.pipelines.instance import shared_instance
     from routeforge.pipelines.recovery import recover
-    from routeforge.pipelines.run import default_instance
 
     config = load_checked(fleet_file)
     lines: list[str] = []
-    found = recover(default_instance(config), config, log=lines.append)
+    found = recover(shared_instance(), config, log=lines.append)
     if as_json:
         click.echo(json.dumps({"failed_runs": found.failed_runs, "freed_slots": found.freed_slots,
                                "killed_mlflow_runs": found.killed_mlflow_runs, "aliases_set": found.aliases_set}))

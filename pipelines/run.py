@@ -6,8 +6,8 @@ The code location's own named jobs run in order: `build_prompts`, `generate_and_
 partition, `build_routing_table`, `profile_tiers` per profiled tier, then `train_and_register`;
 each runs only the assets that are missing or stale (`pipelines/stale.py`), so an unchanged re-run
 materializes nothing but the re-read prompt set. Runs are recorded in the Dagster instance at
-$DAGSTER_HOME (else one in the local storage root, `<root>/dagster`), so they show up in
-`dagster dev` under those job names, with full lineage. Steps run in this process, or
+$DAGSTER_HOME, else `$ROUTEFORGE_STATE/dagster` (`pipelines/instance.py`: the instance `make ui`
+reads), so they show up in `dagster dev` under those job names, with full lineage. Steps run in this process, or
 under the fleet's `execution.executor` (one process or one Ray job per step; pipelines/executors.py).
 """
 
@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
+from routeforge.artifacts.state_folder import state_root
 from routeforge.assets.resources import PIPELINE_RUN_TAG
 from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
 from routeforge.core.config import ConfigError
@@ -31,6 +32,7 @@ from routeforge.core.run_lock import RunLocked, storage_root_lock
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import code_location_tags, execute
+from routeforge.pipelines.instance import shared_instance
 from routeforge.pipelines.recovery import BlockedWatch, process_tags, recover
 from routeforge.pipelines.stale import plan
 
@@ -59,7 +61,7 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     config.storage.check()  # a missing bucket or wrong credentials stop here, before any work
     defs = build_definitions(config_path)
     if instance is None:
-        instance = default_instance(config)
+        instance = shared_instance()
     say = console.print if console is not None else print
     # a run that died (SIGKILL, OOM) left its slots and runs held: released before anything waits on them
     recover(instance, config, log=lambda line: say(f"routeforge: {line}"))
@@ -128,22 +130,9 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
             "materialized": ran}
 
 
-def default_instance(config) -> dg.DagsterInstance:
-    """The Dagster instance at $DAGSTER_HOME; else, for a local storage root, a persistent one in
-    `<root>/dagster` (the versions on record are what lets a re-run skip what did not change); an
-    ephemeral one for a remote root with no $DAGSTER_HOME (every run then rebuilds everything)."""
-    if os.environ.get("DAGSTER_HOME"):
-        return dg.DagsterInstance.get()
-    if config.storage.is_local:
-        home = config.storage.mirror / "dagster"
-        home.mkdir(parents=True, exist_ok=True)
-        return dg.DagsterInstance.local_temp(tempdir=str(home))
-    return dg.DagsterInstance.ephemeral()
-
-
 def default_log_file(fleet: str, stamp: str) -> Path:
     """`$ROUTEFORGE_STATE/logs/<fleet>-<stamp>.log`, else under `./.state` (the Makefile's state)."""
-    return Path(os.environ.get("ROUTEFORGE_STATE") or ".state") / "logs" / f"{fleet}-{stamp}.log"
+    return state_root() / "logs" / f"{fleet}-{stamp}.log"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ $ROUTEFORGE_INSECURE_SKIP_SIGNATURE=1 says to skip the signature (which is print
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -31,6 +32,8 @@ from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
+from routeforge.artifacts import shared_components
+from routeforge.artifacts.bundle_cache import cache_root
 from routeforge.artifacts.loader import RouterBundle, read_manifest
 
 SKIP_SIGNATURE_ENV = "ROUTEFORGE_INSECURE_SKIP_SIGNATURE"
@@ -77,29 +80,86 @@ def requirements() -> list[str]:
     return [pinned, f"mlflow-skinny=={mlflow.__version__}", "pandas"]
 
 
-def _stage(bundle_dir: Path, root: Path) -> Path:
+def _stage(bundle_dir: Path, root: Path, refs: dict | None = None) -> Path:
     """`root/artifacts/<bundle folder>`: hard links of the bundle's files where the file system
-    allows (a bundle is ~140 MB), copies elsewhere. MLflow copies `data_path` by its own name."""
+    allows (a bundle is ~140 MB), copies elsewhere, less the folders of the components `refs` stores
+    by digest (whose references file goes beside the bundle folder). MLflow copies `data_path` by
+    its own name."""
     staged = root / DATA_FOLDER
     staged.mkdir()
+    shared = set()
+    if refs:
+        manifest = read_manifest(Path(bundle_dir))
+        shared = {f.path for c in manifest.components if c.name in refs["components"] for f in c.files}
+        (staged / shared_components.REFS_FILE).write_text(json.dumps(refs, indent=2, sort_keys=True))
 
     def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
+        if Path(src).relative_to(bundle_dir).as_posix() not in shared:
+            shared_components.link_or_copy(Path(src), Path(dst))
 
     shutil.copytree(bundle_dir, staged / Path(bundle_dir).name, copy_function=link)
+    for folder in sorted((p for p in (staged / Path(bundle_dir).name).rglob("*") if p.is_dir()), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
     return staged
 
 
+COMPONENT_STORE_FOLDER = "routeforge-components"
+
+
+def component_store(run) -> str:
+    """Where the active run's experiment keeps components by digest: a folder of its artifact
+    location, so it lives wherever the experiment's artifacts do (local, S3, an `mlflow server`)."""
+    return mlflow.get_experiment(run.info.experiment_id).artifact_location.rstrip("/") + "/" + COMPONENT_STORE_FOLDER
+
+
+def _stored(repo, prefix: str, component) -> bool:
+    """Whether the store already holds every file of `component` under `prefix` at its size (an
+    upload cut short is uploaded again, not referenced)."""
+    want = {f"{prefix}/{f.path}": f.bytes for f in component.files}
+    have, folders = {}, [prefix]
+    while folders:
+        for info in repo.list_artifacts(folders.pop()):
+            if info.is_dir:
+                folders.append(info.path)
+            else:
+                have[info.path] = info.file_size
+    return all(have.get(path) == size for path, size in want.items())
+
+
+def share_components(bundle_dir: Path, store: str) -> dict:
+    """Upload each shareable component the store lacks to `<store>/<digest>/`; the references
+    file's content for this bundle (`artifacts.shared_components`)."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    bundle_dir = Path(bundle_dir)
+    repo = get_artifact_repository(store)
+    components = {}
+    for component in shared_components.shareable(read_manifest(bundle_dir)):
+        digest = shared_components.component_digest(component)
+        components[component.name] = digest
+        if _stored(repo, digest, component):
+            continue
+        with tempfile.TemporaryDirectory(prefix="routeforge-component-") as tmp:
+            for entry in component.files:
+                target = Path(tmp) / entry.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shared_components.link_or_copy(bundle_dir / entry.path, target)
+            repo.log_artifacts(tmp, digest)
+    shared_components.seed(bundle_dir, cache_root())  # MLflow loads the model it logs (the input example)
+    return {"format": shared_components.REFS_FORMAT, "store": store, "components": components}
+
+
 def log_bundle_model(bundle_dir: Path):
-    """Log `bundle_dir` as a code-free pyfunc model into the active run; returns MLflow's ModelInfo."""
+    """Log `bundle_dir` as a code-free pyfunc model into the active run, its large components stored
+    once by digest (`share_components`); returns MLflow's ModelInfo."""
     import pandas as pd
 
     bundle = RouterBundle(Path(bundle_dir), read_manifest(Path(bundle_dir)))  # just written by the publisher
+    refs = share_components(Path(bundle_dir), component_store(mlflow.active_run()))
     with tempfile.TemporaryDirectory(prefix="routeforge-pyfunc-") as tmp:
         return mlflow.pyfunc.log_model(
-            name=MODEL_NAME_IN_RUN, loader_module=LOADER_MODULE, data_path=str(_stage(Path(bundle_dir), Path(tmp))),
+            name=MODEL_NAME_IN_RUN, loader_module=LOADER_MODULE,
+            data_path=str(_stage(Path(bundle_dir), Path(tmp), refs)),
             signature=signature(bundle), input_example=pd.DataFrame({"prompt": EXAMPLE_PROMPTS}),
             pip_requirements=requirements())

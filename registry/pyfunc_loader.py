@@ -3,8 +3,10 @@ flavour, `registry.mlflow_model`): installed package code, never a file stored w
 
 `_load_pyfunc` first checks that the model folder carries no code (no Python file, no code path in
 MLmodel): a model that does was not written by routeforge, or was changed after it was, and is
-refused before anything in it could run. Then it loads the bundle as `load_bundle` does: every
-checksum and the signature.
+refused before anything in it could run. A version whose large components are stored by digest
+(`artifacts.shared_components`) is assembled in the bundle cache, never in the model folder (which
+may be the registry's own store). Then it loads the bundle as `load_bundle` does: every checksum and
+the signature.
 """
 
 from __future__ import annotations
@@ -57,11 +59,22 @@ class BundleModel:
 
 
 def _load_pyfunc(data_path: str) -> BundleModel:
-    from routeforge.artifacts.loader import load_bundle
-    from routeforge.artifacts.registry import bundle_folder
+    import shutil
+
+    from routeforge.artifacts.loader import BundleVerificationError, load_bundle
+    from routeforge.artifacts.registry import bundle_folder, with_shared_components
     from routeforge.registry.mlflow_model import skip_signature
 
     data = Path(data_path).resolve()
     model_dir = next((p for p in (data, *data.parents) if (p / "MLmodel").is_file()), data)
     check_no_code(model_dir)
-    return BundleModel(load_bundle(str(bundle_folder(model_dir)), allow_unsigned=skip_signature()))
+    inner = bundle_folder(model_dir)
+    folder = with_shared_components(inner, in_place=False)
+    try:
+        return BundleModel(load_bundle(str(folder), allow_unsigned=skip_signature()))
+    except BundleVerificationError:
+        if folder == inner:
+            raise
+        shutil.rmtree(folder, ignore_errors=True)  # a cached assembly damaged since: assembled again, verified again
+        folder = with_shared_components(inner, in_place=False)
+        return BundleModel(load_bundle(str(folder), allow_unsigned=skip_signature()))

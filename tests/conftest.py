@@ -73,7 +73,10 @@ def write_config(directory: Path, base: str, **overrides) -> Path:
             ds["path"] = str(CONFIGS / ds["path"])
     raw.update(overrides)
     target = directory / f"{base}.yaml"
-    target.write_text(yaml.safe_dump(raw, sort_keys=False))
+    # unset, the state folder is the test's own (`<tmp>/.state` beside the copy), never the checkout's
+    text = yaml.safe_dump(raw, sort_keys=False).replace("${ROUTEFORGE_STATE}",
+                                                        f"${{ROUTEFORGE_STATE:-{directory.parent / '.state'}}}")
+    target.write_text(text)
     return target
 
 

@@ -592,6 +592,8 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     labels.write_text("text,score,output_tokens\n" + "".join(
         f"\"{r['prompt']}\",{1.0 if r['task'] == 'math' else 0.0},30\n" for r in rows))
     key = demo.config.storage_root / "keys" / "bundle-signing.key"
+    store = Path(demo.config.registry.artifact_location)
+    before = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
     done = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "tiny-math",
                        "--labels", str(labels), "--experiment", demo.config.registry.experiment,
                        "--signing-key", str(key), "--public-key", f"{key}.pub", "--json", tracking_uri=demo.tracking)
@@ -599,6 +601,9 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     out = json.loads(done.stdout)
     # fitted on some, the rest (those on evaluation prompts, and a fifth by hash) held out for the gate
     assert out["registry_version"] == "2" and out["added"]["labels"] + out["added"]["holdout"]["labels"] == len(rows)
+    # issue 50: the new version shares the encoder and every component that did not change (by digest)
+    added = sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) - before
+    assert added <= 10e6, f"version 2 added {added / 1e6:.1f} MB to the registry"
     bundle = load_bundle(out["uri"], tmp_path / "bundle", demo.tracking, public_key=Path(f"{key}.pub"))
     assert bundle.models == [*demo.config.model_names, "tiny-math"]
     # the new model is routed to on math prompts (some: its estimate is lowered by one standard error

@@ -12,26 +12,27 @@ from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 class _PromptFields(_Strict):
     """Where a row's fields are; `meta_fields` are copied into `reference_meta` (choices, tests…)."""
 
-    text_field: str = "prompt"
-    reference_field: str | None = "reference"
-    task_field: str | None = "task"
+    text_field: str = "prompt"  # the column holding each row's prompt text
+    reference_field: str | None = "reference"  # the column holding each row's reference answer (None: no references)
+    task_field: str | None = "task"  # the column holding each row's task (unused where `task` is fixed)
     task: str | None = None  # a fixed task when the source has no task column
-    id_field: str | None = None
+    id_field: str | None = None  # the column holding each row's id (None: the row's position)
+    # columns copied into each prompt's reference metadata (choices, tests, …)
     meta_fields: list[str] = Field(default_factory=list)
     reference_required: bool | None = None  # None: as the scoring metric needs
     # seed 001's templates (appendix A.3): `translation` reads the language from meta field
     # `language`, `in_context_qna` the options from meta field `choices` (a list or {labels, texts}).
     task_template: Literal["sentiment", "entity_recognition", "in_context_qna", "translation", "qna"] | None = None
-    template_seed: int = 0
-    limit: int | None = Field(default=None, gt=0)
+    template_seed: int = 0  # seed of the task templates' choices
+    limit: int | None = Field(default=None, gt=0)  # read at most this many rows
 
 
 class FileDataset(_PromptFields):
     """A local JSON-lines, CSV or Parquet file with field mapping."""
 
     kind: Literal["jsonl", "csv", "parquet"]
-    name: str
-    path: ConfigPath
+    name: str  # the dataset's name: the prompts' source, and what a model's table source names
+    path: ConfigPath  # the JSON-lines, CSV or Parquet file (relative to the fleet file's folder)
 
 
 class HFDataset(_PromptFields):
@@ -39,14 +40,17 @@ class HFDataset(_PromptFields):
     local `data_files`: the same code path either way)."""
 
     kind: Literal["hf"]
-    name: str
+    name: str  # the dataset's name: the prompts' source, and what a model's table source names
+    # a hub dataset id, or a local folder or builder name
     path: ModelRef  # a hub id or a local folder
-    subset: str | None = None
-    split: str = "test"
+    subset: str | None = None  # the dataset's configuration (subset) name, where it has several
+    split: str = "test"  # the dataset split to read
+    # files for a builder such as `json` or `parquet` (`datasets.load_dataset`'s data_files)
     data_files: dict[str, str] | str | None = None
+    # the hub revision (a commit, tag or branch) to read; pin it for a rebuild that reads the same rows
     revision: str | None = None
-    text_field: str = "question"
-    reference_field: str | None = "answer"
+    text_field: str = "question"  # the column holding each row's prompt text
+    reference_field: str | None = "answer"  # the column holding each row's reference answer (None: no references)
 
 
 class BuiltinDataset(_Strict):
@@ -58,12 +62,13 @@ class BuiltinDataset(_Strict):
     """
 
     kind: Literal["builtin"]
-    name: str
+    name: str  # the dataset's name: the prompts' source, and what a model's table source names
+    # which known public format the file is in (prompts/builtin_readers.py)
     reader: Literal["llmrouter", "gsm8k", "humaneval", "tweeteval_sentiment", "wnut17", "arena_hard"]
-    path: ConfigPath
-    templates: bool = True
-    seed: int = 0
-    reference_required: bool | None = None
+    path: ConfigPath  # the file in that format (for `tweeteval_sentiment` the `*_text.txt`, with its labels beside it)
+    templates: bool = True  # apply seed 001's task template where the reader has one
+    seed: int = 0  # seed of the task templates' choices, so a rebuild gives the same text
+    reference_required: bool | None = None  # refuse rows without a reference (None: as the scoring metric needs)
     limit: int | None = Field(default=None, gt=0)
 
 
@@ -71,8 +76,8 @@ class RouterBenchDataset(_Strict):
     """RouterBench-style wide CSVs: one row per prompt, per-model correctness, response and cost."""
 
     kind: Literal["routerbench"]
-    name: str
-    files: dict[Literal["train", "test"], list[ConfigPath]]
+    name: str  # the dataset's name: the prompts' source, and what a model's table source names
+    files: dict[Literal["train", "test"], list[ConfigPath]]  # RouterBench's tables, by split (`train`, `test`)
     limit: int | None = Field(default=None, gt=0)
 
 
@@ -80,9 +85,9 @@ class RouteLLMDataset(_Strict):
     """RouteLLM response CSV: `prompt`, a True/False column per model and `<model>_response`."""
 
     kind: Literal["routellm"]
-    name: str
-    path: ConfigPath
-    task: str = "gsm8k"
+    name: str  # the dataset's name: the prompts' source, and what a model's table source names
+    path: ConfigPath  # RouteLLM's response CSV
+    task: str = "gsm8k"  # the task of every row
     limit: int | None = Field(default=None, gt=0)
 
 
@@ -91,9 +96,9 @@ class TaskLookup(_Strict):
     dcrouter scores without task names and the same prompts with them in its query files): a row
     takes the task of the lookup row with exactly its prompt text. JSON, JSON-lines or Parquet."""
 
-    files: list[ConfigPath] = Field(min_length=1)
-    text_field: str = "query"
-    task_field: str = "task_name"
+    files: list[ConfigPath] = Field(min_length=1)  # files whose rows name the task of each prompt text
+    text_field: str = "query"  # the field holding the prompt text (matched exactly)
+    task_field: str = "task_name"  # the field holding the task
 
 
 class ScoreTableDataset(_Strict):
@@ -103,10 +108,10 @@ class ScoreTableDataset(_Strict):
     `source: {kind: table, dataset: <name>}`; `scoring.metric: table_correctness` uses the scores."""
 
     kind: Literal["score_table"]
-    name: str
-    files: dict[Literal["train", "test"], list[ConfigPath]]
-    text_field: str = "question"
-    scores_field: str = "scores"
+    name: str  # the dataset's name: the prompts' source, and what a model's table source names
+    files: dict[Literal["train", "test"], list[ConfigPath]]  # the score files, by split (`train`, `test`)
+    text_field: str = "question"  # the field holding each row's prompt text
+    scores_field: str = "scores"  # the field holding each row's {model: score} mapping
     task_field: str | None = None  # e.g. a cluster id column; None: every row is task `task`
     task: str | None = None  # the task of rows without a task field (None: the dataset's name)
     # where rows carry no task (or task_field is None): their task by prompt text from other files;
@@ -144,9 +149,10 @@ class TrafficLogDataset(_Strict):
     with the model in service: a router learns where a cheaper model answers alike)."""
 
     kind: Literal["traffic_log"]
-    name: str
-    path: StoreUri
-    task: str = "traffic"
+    name: str  # the dataset's name: the prompts' source, and what a model's table source names
+    path: StoreUri  # a log file, or a folder or fsspec URI of `*.jsonl` / `*.jsonl.gz` files
+    task: str = "traffic"  # the task of every logged prompt
+    # `logged_response`: the logged answer is each prompt's reference; `none`: no reference
     reference: Literal["none", "logged_response"] = "none"
     reference_required: bool | None = None  # None: whether the task's scoring metric compares with one
     limit: int | None = Field(default=None, gt=0)
@@ -163,10 +169,10 @@ RESPONSE_TABLE_KINDS = ("routerbench", "routellm", "score_table")
 class Templates(_Strict):
     """How a raw prompt becomes the text sent to the models."""
 
-    default: str = "{text}"
-    per_task: dict[str, str] = Field(default_factory=dict)
-    hint: str = "This is a {task} task."
-    add_hint: bool = True
+    default: str = "{text}"  # the template of every task not in per_task; must contain {text}
+    per_task: dict[str, str] = Field(default_factory=dict)  # a template per task, by task name (tasks of the data)
+    hint: str = "This is a {task} task."  # the task hint's text; {task} is the prompt's task
+    add_hint: bool = True  # prefix each prompt with `hint` (its task)
 
     @field_validator("default", "hint")
     @classmethod
@@ -181,6 +187,7 @@ class PromptSettings(_Strict):
     """Normalization and limits applied to every prompt; violations are quarantined, not dropped."""
 
     normalize: bool = True  # Unicode NFC, no NUL/control characters, trimmed, CRLF → LF
+    # prompts longer than this many tokens are quarantined (None: no limit)
     max_prompt_tokens: int | None = Field(default=None, gt=0)
     # longer prompts are quarantined (a 2.4 MB "prompt" in a traffic log is an accident, not a prompt);
     # None lifts the limit
@@ -190,5 +197,5 @@ class PromptSettings(_Strict):
 
 class SplitSettings(_Strict):
     mode: Literal["seeded", "source"] = "seeded"  # `source`: keep the split the dataset ships
-    test_fraction: float = Field(default=0.25, gt=0, lt=1)
-    seed: int = 0
+    test_fraction: float = Field(default=0.25, gt=0, lt=1)  # share of prompts held out for testing (`seeded` mode)
+    seed: int = 0  # seed of the `seeded` split

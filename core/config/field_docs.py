@@ -15,6 +15,9 @@ from pydantic import BaseModel
 from routeforge.core.config.base import reachable_models
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:")
+# fields that mean the same in every model that has them (a union member's tag, a row limit)
+COMMON = {"kind": "which of the alternatives this entry is; it decides which other fields apply",
+          "limit": "read at most this many rows (None: all)"}
 
 
 def comments_by_field(model: type[BaseModel]) -> dict[str, str]:
@@ -69,6 +72,10 @@ def describe(schema: dict, root: type[BaseModel]) -> dict:
 
     fill(schema, root)
     defs = schema.get("$defs", {})
+    for node in (schema, *defs.values()):  # the fields many models share, in words of their own
+        for name, prop in node.get("properties", {}).items():
+            if name in COMMON and "description" not in prop:
+                prop["description"] = COMMON[name]
     for name, node in defs.items():
         fill(node, models.get(name))
 

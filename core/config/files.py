@@ -60,12 +60,18 @@ def missing_files(model: BaseModel) -> list[str]:
 
 
 def load_checked(path) -> Any:
-    """`load_fleet(path)`, and ConfigError naming every referenced input that does not exist."""
+    """`load_fleet(path)`, and ConfigError naming every referenced input that does not exist, every
+    mapped column its file lacks and every `per_task` key no dataset's files name
+    (`data_columns`)."""
     from routeforge.core.config.base import ConfigError
+    from routeforge.core.config.data_columns import column_problems, task_problems
     from routeforge.core.config.fleet import load_fleet
 
     config = load_fleet(path)
     missing = missing_files(config)
     if missing:
         raise ConfigError(f"fleet config {Path(path).resolve()}: {'; '.join(missing)}")
+    problems = column_problems(config) + task_problems(config)[0]
+    if problems:
+        raise ConfigError(f"fleet config {Path(path).resolve()}: {'; '.join(problems)}")
     return config

@@ -4,6 +4,9 @@ A fleet file names the candidate models (engine, weight source, prices), the har
 prompt datasets, and the settings of generation, scoring, training and registration. Every model is
 strict (`extra="forbid"`), so a typo or a wrong type fails at load with the field's dotted path.
 Strings may use ``${VAR}`` or ``${VAR:-default}``; path fields resolve by their type (see `base`).
+``${ROUTEFORGE_STATE}`` unset is the state folder's default, `.state` in the working directory
+(`artifacts.state_folder`): a fleet file copied anywhere writes its storage root and local registry
+under the state folder of wherever it is run, not beside the file.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
+from routeforge.artifacts.state_folder import STATE_ENV, state_root
 from routeforge.core.config.base import (
     CONFIG_DIR,
     ConfigError,
@@ -41,10 +45,11 @@ _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 class RegistrySettings(_Strict):
-    tracking_uri: StoreUri
-    experiment: str
+    tracking_uri: StoreUri  # the MLflow tracking URI: `sqlite:///…` locally, `http://…` for an `mlflow server`
+    experiment: str  # the MLflow experiment the runs are logged in
     model_name: Name  # a registered model name: plain, as model and hardware names are
-    alias: str = "challenger"
+    alias: str = "challenger"  # the alias each new version gets (the release gate moves `champion`)
+    # where the experiment stores artifacts (a folder or URI; None: the tracking server's default)
     artifact_location: StoreUri | None = None
     # Ed25519 private key (PEM) that signs every bundle's manifest; `.pub` beside it is what router
     # services verify with. Unset: $ROUTEFORGE_SIGNING_KEY, else a key pair the pipeline creates
@@ -62,7 +67,7 @@ class ReleaseSettings(_Strict):
     gap_closed, task_classifier_top1, policy/<name>/simulator_qos (higher is better),
     latency/<tier>/{tpot_mae_ms, ttft_mae_ms, e2e_mape}, policy/<name>/simulator_e2e_mean_s (lower)."""
 
-    enabled: bool = True
+    enabled: bool = True  # gate each new version against the champion before it may be promoted
     tolerance: dict[str, float] = Field(default_factory=dict)  # metric -> largest allowed regression
     default_tolerance: float = Field(default=0.0, ge=0)  # for metrics not named in `tolerance`
     floors: dict[str, float] = Field(default_factory=dict)  # metric -> least value for a first champion
@@ -82,9 +87,11 @@ class WatchedLocation(_Strict):
     """A folder or fsspec URI whose new files (prompt sets, traffic logs) launch `jobs` (one run per
     partition of a partitioned job: `profile_tiers` re-reads each tier's traffic logs)."""
 
-    name: str
-    uri: StoreUri
+    name: str  # the sensor's name
+    uri: StoreUri  # the folder or fsspec URI watched for new files
+    # file name endings that count as new data
     suffixes: list[str] = Field(default_factory=lambda: [".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet"])
+    # the jobs launched when new files arrive there
     jobs: list[str] = Field(default_factory=lambda: ["build_prompts"], min_length=1)
 
 
@@ -95,9 +102,11 @@ class AutomationSettings(_Strict):
     on `cron` (the weekly retraining; null: only when a sensor or a person asks)."""
 
     watch: list[WatchedLocation] = Field(default_factory=list)
+    # jobs to launch when the fleet file itself changes (a sensor on its content)
     on_fleet_change: list[str] = Field(default_factory=lambda: ["build_prompts"])
+    # cron schedule of the weekly retraining run (Dagster schedule, in the daemon's time zone)
     cron: str | None = "0 3 * * 1"
-    minimum_interval_s: int = Field(default=60, ge=1)
+    minimum_interval_s: int = Field(default=60, ge=1)  # the sensors' shortest time between two evaluations, in seconds
 
 
 class ExecutionSettings(_Strict):
@@ -110,6 +119,7 @@ class ExecutionSettings(_Strict):
     Every executor but `in_process` needs a persistent Dagster instance ($DAGSTER_HOME, PostgreSQL
     across machines) and, across machines, an object-store `storage_root` that every worker reaches."""
 
+    # where steps run: `in_process`, `multiprocess` (one process per step) or `ray` (one Ray job per step)
     executor: Literal["in_process", "multiprocess", "ray"] = "in_process"
     # multiprocess: steps at once (default: the CPU count); Ray schedules by `step_cpus` instead
     max_concurrent: int | None = Field(default=None, ge=1)
@@ -118,6 +128,7 @@ class ExecutionSettings(_Strict):
     # CPUs and GPUs each step asks of Ray (Kubernetes: deploy/helm/values.yaml); a step of the
     # `generation` pool (responses, tier_profiles) asks `accelerator_gpus`, the others none
     step_cpus: float = Field(default=1.0, gt=0)
+    # GPUs each step that holds an accelerator asks of Ray (executor `ray`; 0 on CPU)
     accelerator_gpus: float = Field(default=0.0, ge=0)
     # environment variables forwarded to every step (names, values taken from the launching
     # process; `NAME=value` sets one); the fleet file, mirror, credentials and stores by default
@@ -133,26 +144,33 @@ Owner = Annotated[str, Field(pattern=r"^(team:[A-Za-z0-9_-]+|[^@\s]+@[^@\s]+\.[^
 
 
 class FleetConfig(_Strict):
-    name: Name
+    name: Name  # the fleet's name: names its storage folder, its Dagster code location and its bundle
     # a local folder or an fsspec URI (s3://bucket/prefix, gs://..., file://...): every stage file,
     # cache shard, quarantine file, report and component folder goes there (core.storage_root)
     storage_root: StorageLocation
     # fsspec options for a URI root, e.g. {endpoint_url: ..., key: ..., secret: ...} for S3; unset:
     # the filesystem's own defaults (AWS_* environment variables, instance credentials)
     storage_options: dict[str, Any] = Field(default_factory=dict)
+    # sentence encoder of the KNN estimator, the router and the routing table: a hub id, a local folder or `package:gt-
+    # all-minilm-l6-v2`
     encoder: ModelRef = ENCODER_PACKAGE_REF
-    models: list[ModelSpec] = Field(min_length=1)
+    models: list[ModelSpec] = Field(min_length=1)  # the candidate models the router chooses between
+    # the machines tiers run on (accelerator, count, price per hour)
     hardware: list[Hardware] = Field(default_factory=list)
     tiers: list[Tier] = Field(default_factory=list)
     datasets: list[Dataset] = Field(min_length=1)
     prompts: PromptSettings = PromptSettings()
     templates: Templates = Templates()
+    # how prompts are split into train and test (seeded by hash, or as the files say)
     split: SplitSettings = SplitSettings()
+    # how responses are generated: sampling, batching, sharding and the response filters
     generation: GenerationSettings = GenerationSettings()
     scoring: ScoringSettings
+    # the predictors, the router selection and the routing-policy evaluation
     training: TrainingSettings = TrainingSettings()
+    # latency profiling of every tier: the batch grid, the QPS sweep and the fits
     profiling: ProfilingSettings = ProfilingSettings()
-    registry: RegistrySettings
+    registry: RegistrySettings  # the MLflow registry the bundle is registered in
     release: ReleaseSettings = ReleaseSettings()
     automation: AutomationSettings = AutomationSettings()
     execution: ExecutionSettings = ExecutionSettings()
@@ -231,7 +249,8 @@ class FleetConfig(_Strict):
         """What validates but will not do what a user likely means, or runs less safely than it may: said
         by `config validate` and at the start of every run. Generated code run without isolation
         (`code_isolation_warning`); a model without a tier, routed to by quality while the simulator,
-        the routing policies and the dispatch call know only the models that have instances."""
+        the routing policies and the dispatch call know only the models that have instances; a
+        `per_task` key no file confirms where some dataset's tasks are known only at run time."""
         out = [w for w in [code_isolation_warning(self.scoring)] if w]
         if self.tiers:
             served = {t.model for t in self.tiers}
@@ -240,6 +259,10 @@ class FleetConfig(_Strict):
                 out.append(f"warning: models {untiered} have no tier: the router may pick them, but the latency "
                            f"heads, the routing simulator, its policies and the dispatch call cover only "
                            f"{sorted(served)} (add a tier per model, or leave them out)")
+        if self.scoring.per_task or self.templates.per_task:  # keys no file confirms (errors: `files.load_checked`)
+            from routeforge.core.config.data_columns import task_problems
+
+            out += task_problems(self)[1]
         return out
 
     def job_names(self) -> list[str]:
@@ -301,6 +324,8 @@ def _expand_env(value: Any, where: str = "") -> Any:
         def substitute(m) -> str:
             if m.group(1) in os.environ:
                 return os.environ[m.group(1)]
+            if m.group(1) == STATE_ENV and m.group(2) is None:
+                return str(state_root())  # the state folder's own default: ./.state where the run starts
             if m.group(2) is None:
                 raise ConfigError(f"{where or '<root>'}: ${{{m.group(1)}}} is not set and has no default "
                                   f"(set it, or write ${{{m.group(1)}:-default}})")

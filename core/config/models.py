@@ -12,8 +12,8 @@ from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 class Price(_Strict):
     """USD per million tokens, as providers quote them."""
 
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
+    input_per_mtok: float = Field(ge=0)  # price of one million prompt tokens, in US dollars
+    output_per_mtok: float = Field(ge=0)  # price of one million output tokens, in US dollars
 
     def cost(self, prompt_tokens: int, output_tokens: int) -> float:
         return (prompt_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
@@ -23,10 +23,13 @@ class RandomInitSource(_Strict):
     """A causal LM built locally from a config with seeded random weights; its text is meaningless."""
 
     kind: Literal["random_init"]
+    # a transformers architecture (e.g. `gpt2`, `llama`, `qwen2`) built with random weights
     architecture: Literal["gpt2", "llama", "qwen2"]
+    # keyword arguments of the architecture's config (layers, widths, heads)
     config: dict[str, Any] = Field(default_factory=dict)
+    # the tokenizer the model uses (a hub id, a local folder or a packaged one)
     tokenizer: ModelRef = ENCODER_PACKAGE_REF
-    seed: int = 0
+    seed: int = 0  # seed of the random weights
 
 
 class HubSource(_Strict):
@@ -34,7 +37,7 @@ class HubSource(_Strict):
 
     kind: Literal["hub"]
     id: ModelRef  # a hub id or a local folder
-    revision: str | None = None
+    revision: str | None = None  # the hub revision (a commit, tag or branch) to load
 
 
 class OpenAISource(_Strict):
@@ -44,10 +47,11 @@ class OpenAISource(_Strict):
     base_url: str  # e.g. http://127.0.0.1:8000/v1
     model: str  # the name the server knows the model by
     revision: str | None = None  # recorded in the cache key; servers do not report it
-    api: Literal["completions", "chat"] = "completions"
+    api: Literal["completions", "chat"] = "completions"  # which endpoint: `completions` or `chat` (chat completions)
     api_key_env: str | None = None  # name of the environment variable holding the key
-    max_concurrency: int = Field(default=8, gt=0)
-    timeout_s: float = Field(default=120.0, gt=0)
+    max_concurrency: int = Field(default=8, gt=0)  # requests in flight to the server at once
+    timeout_s: float = Field(default=120.0, gt=0)  # seconds to wait for one response
+    # retries of a failed request (backoff; a 4xx other than 429 is not retried)
     max_retries: int = Field(default=6, ge=0)
     backoff_s: float = Field(default=0.5, gt=0)  # first retry wait; grows exponentially with jitter
     top_logprobs: int | None = Field(default=None, ge=1, le=20)  # ask for per-token alternatives (judges)
@@ -64,14 +68,15 @@ class TableSource(_Strict):
     """
 
     kind: Literal["table"]
-    dataset: str
-    column: str | None = None
-    file: ConfigPath | None = None
-    key_field: str = "query"
-    response_field: str = "response"
+    dataset: str  # the fleet dataset whose prompts the responses are joined to
+    column: str | None = None  # the model's column in a routerbench or routellm dataset (default: the model name)
+    file: ConfigPath | None = None  # a long JSON-lines table, one (prompt, model) response per line
+    key_field: str = "query"  # the field joined to each prompt's source row id (dotted paths reach nested values)
+    response_field: str = "response"  # the field holding the response text
     model_field: str | None = "model_name"  # keep only lines whose model_field equals `column`
+    # the field holding each response's quality label (None: scored by the fleet's metric)
     label_field: str | None = "performance"
-    cost_field: str | None = "cost"
+    cost_field: str | None = "cost"  # the field holding each response's cost (None: priced from the model's price)
 
 
 ModelSource = Annotated[
@@ -89,26 +94,27 @@ _ENGINE_SOURCES = {
 class SamplingOverrides(_Strict):
     """Per-model changes to `generation.sampling`; unset fields keep the fleet default."""
 
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0)  # this model's temperature (None: the fleet's)
+    top_p: float | None = Field(default=None, gt=0, le=1)  # this model's nucleus mass (None: the fleet's)
+    max_tokens: int | None = Field(default=None, gt=0)  # this model's output limit (None: the fleet's)
+    # this model's frequency penalty (None: the fleet's)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(default=None, gt=0)
-    stop: list[str] | None = None
-    seed: int | None = None
-    ignore_eos: bool | None = None
+    repetition_penalty: float | None = Field(default=None, gt=0)  # this model's repetition penalty (None: the fleet's)
+    stop: list[str] | None = None  # this model's stop strings (None: the fleet's)
+    seed: int | None = None  # this model's sampling seed (None: the fleet's)
+    ignore_eos: bool | None = None  # keep generating past the end-of-sequence token (vLLM; for fixed-length profiling)
 
 
 class Sampling(_Strict):
     """Greedy by default (METHODS.md): one deterministic response per (prompt, model)."""
 
-    temperature: float = Field(default=0.0, ge=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    max_tokens: int = Field(default=64, gt=0)
-    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(default=1.0, gt=0)
-    stop: list[str] = Field(default_factory=list)
-    seed: int | None = None
+    temperature: float = Field(default=0.0, ge=0)  # sampling temperature (0: greedy)
+    top_p: float = Field(default=1.0, gt=0, le=1)  # nucleus sampling's probability mass
+    max_tokens: int = Field(default=64, gt=0)  # the most tokens a response may have
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)  # OpenAI-style frequency penalty (002: 1.2)
+    repetition_penalty: float = Field(default=1.0, gt=0)  # multiplicative repetition penalty (1: none)
+    stop: list[str] = Field(default_factory=list)  # strings that end a response
+    seed: int | None = None  # sampling seed, where the engine takes one
     # generate exactly max_tokens (vLLM's `ignore_eos`; the transformers engine's min_new_tokens; sent
     # to OpenAI-compatible servers, which vLLM's honours): for profiling and engine comparisons
     ignore_eos: bool = False
@@ -128,18 +134,24 @@ class VllmOptions(_Strict):
     unless `kv_cache_memory_bytes` says otherwise; `gpu_memory_utilization` (a share of the memory
     node there) then only bounds what vLLM may take."""
 
+    # the interpreter of an environment with vLLM (`.venv-vllm/bin/python`; None: $ROUTEFORGE_VLLM_PYTHON, else in-
+    # process)
     python: str | None = None
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)  # share of the accelerator's memory vLLM may take
+    # the longest sequence, prompt and output, in tokens (None: the model's)
     max_model_len: int | None = Field(default=None, gt=0)
-    max_num_seqs: int = Field(default=16, ge=1, le=4096)
+    max_num_seqs: int = Field(default=16, ge=1, le=4096)  # sequences batched at once
+    # the KV cache's size in bytes (CPU build; None: sized for max_num_seqs × max_model_len)
     kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
-    dtype: str = "auto"
-    enforce_eager: bool = False
-    enable_prefix_caching: bool = True
+    dtype: str = "auto"  # weights' dtype (`auto`, `float16`, `bfloat16`, `float32`)
+    enforce_eager: bool = False  # run without CUDA graphs (slower; less memory, quicker start)
+    enable_prefix_caching: bool = True  # reuse the KV cache of shared prompt prefixes
 
 
 class ModelSpec(_Strict):
-    name: Name
+    name: Name  # the model's name in the fleet, the bundle and the routing decisions
+    # how responses are produced: `vllm`, `openai` (any OpenAI-compatible server), `transformers` (in-process) or
+    # `table_import`
     engine: Literal["transformers", "vllm", "openai", "table_import"]
     source: ModelSource
     price: Price | None = None

@@ -19,9 +19,11 @@ class CodeExecSettings(_Strict):
     reason and the run goes on. `allow_fallback` opts in to the fallback (rlimits and an empty network
     namespace, as the same user), which is said at the start of scoring and recorded on the asset."""
 
+    # `required`: refuse to run generated code without a sandbox (bubblewrap); `allow_fallback`: run it in a bare
+    # subprocess where none is installed, with a warning
     isolation: Literal["required", "allow_fallback"] = "required"
-    timeout_s: float = Field(default=10.0, gt=0)
-    memory_mb: int = Field(default=1024, ge=64)
+    timeout_s: float = Field(default=10.0, gt=0)  # wall-clock limit of each test run, in seconds (a timeout scores 0)
+    memory_mb: int = Field(default=1024, ge=64)  # address-space limit of each test run, in MiB
     workers: int | None = Field(default=None, gt=0)  # default: one per CPU
 
 
@@ -51,10 +53,12 @@ class JudgeSettings(_Strict):
     the candidate models. Scores on `scale` map linearly onto [0, 1]; 1..5 as in G-Eval keeps each
     score a single token, so its probability can weight the verdict when the engine returns them."""
 
-    model: ModelSpec
+    model: ModelSpec  # the judge model and its engine (a model spec like the fleet's; not one of the candidates)
+    # the judge's instructions; must contain {prompt} and {response}, may contain {reference}
     rubric: str = JUDGE_RUBRIC
-    max_tokens: int = Field(default=16, gt=0)
-    scale: tuple[int, int] = (1, 5)
+    max_tokens: int = Field(default=16, gt=0)  # tokens the judge may answer with (a score needs few)
+    scale: tuple[int, int] = (1, 5)  # the judge's score range (low, high), mapped onto [0, 1]
+    # what the judge's prompt says where a prompt has no reference
     no_reference: str = "(none given: judge the answer on its own merits)"
 
     @field_validator("rubric")
@@ -69,15 +73,16 @@ class JudgeSettings(_Strict):
 class ScoringSettings(_Strict):
     """`metric` scores every task not named in `per_task`. Every score lands in [0, 1]."""
 
-    metric: Metric
-    per_task: dict[str, Metric] = Field(default_factory=dict)
+    metric: Metric  # the metric that scores every task not named in per_task
+    per_task: dict[str, Metric] = Field(default_factory=dict)  # a metric per task, by task name (tasks of the data)
     backbone: ModelRef = ENCODER_PACKAGE_REF  # BERTScore backbone; `roberta-large` where the hub is reachable
-    num_layers: int | None = 6
-    batch_size: int = Field(default=16, gt=0)
-    idf: bool = False
+    num_layers: int | None = 6  # the backbone layer BERTScore reads the embeddings of
+    batch_size: int = Field(default=16, gt=0)  # responses per BERTScore batch
+    idf: bool = False  # BERTScore's inverse-document-frequency weighting
+    # rescale BERTScore with its published baseline (needs the baseline file for the backbone)
     rescale_with_baseline: bool = False
     baseline_path: ConfigPath | None = None  # baseline file for backbones bert-score ships none for
-    lang: str = "en"
+    lang: str = "en"  # language of the responses (BERTScore's baseline choice)
     code: CodeExecSettings = CodeExecSettings()
     judge: JudgeSettings | None = None
 

@@ -9,9 +9,10 @@ from routeforge.core.config.base import ConfigPath, Name, StoreUri, _Strict
 
 
 class Hardware(_Strict):
-    name: Name
-    accelerator: str = "cpu"
-    count: int = Field(default=1, ge=1)
+    name: Name  # the hardware's name, referenced by tiers
+    accelerator: str = "cpu"  # the accelerator, e.g. `H100-80GB`, `A100-40GB`, `L4` or `cpu`
+    count: int = Field(default=1, ge=1)  # accelerators per instance
+    # price of one instance per hour, in US dollars (cost per request in the simulator)
     hourly_usd: float | None = Field(default=None, ge=0)
 
 
@@ -33,12 +34,15 @@ class TierProfile(_Strict):
       dispatch rebuilt by replaying the log (`profiling.traffic_records`).
     """
 
+    # how the tier's latency is measured or imported: `batch`, `sweep`, `splitwise`, `llm_inference_bench` or
+    # `traffic_log`
     kind: Literal["batch", "sweep", "splitwise", "llm_inference_bench", "traffic_log"]
+    # `sweep`: the OpenAI-compatible server to measure (default: the model's own, for an `openai` model)
     base_url: str | None = None
-    served_model: str | None = None
-    serve: bool = False
-    file: ConfigPath | None = None
-    key: str | None = None
+    served_model: str | None = None  # `sweep`: the name the server knows the model by (default: the model's)
+    serve: bool = False  # `sweep`: start a server on this machine for the sweep and stop it after
+    file: ConfigPath | None = None  # `splitwise` / `llm_inference_bench`: the file of published measurements
+    key: str | None = None  # `splitwise` / `llm_inference_bench`: the tier's name in that file
     logs: StoreUri | None = None  # traffic_log: a log file, or a folder / fsspec URI of them
 
     @model_validator(mode="after")
@@ -55,10 +59,10 @@ class TierProfile(_Strict):
 class Tier(_Strict):
     """A deployable unit: one model on one hardware type with a parallelism."""
 
-    model: str
-    hardware: str
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    pipeline_parallel_size: int = Field(default=1, ge=1)
+    model: str  # the name of the model it serves
+    hardware: str  # the name of the hardware entry it runs on
+    tensor_parallel_size: int = Field(default=1, ge=1)  # tensor-parallel ranks (vLLM)
+    pipeline_parallel_size: int = Field(default=1, ge=1)  # pipeline-parallel stages (vLLM)
     # identical instances (replicas) of this tier behind the router: the simulator and the routing
     # policies see each; they share the tier's profile and latency heads
     instances: int = Field(default=1, ge=1, le=256)
@@ -73,11 +77,14 @@ class Tier(_Strict):
 class BatchGrid(_Strict):
     """Static batches for `batch` profiling: every (batch size, prompt length, output length) cell."""
 
+    # concurrent requests per measured batch (the grid's first axis)
     batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4, 8])
+    # prompt lengths to measure, in tokens (synthetic prompts of exactly this length)
     prompt_tokens: list[PositiveInt] = Field(default_factory=lambda: [32, 128])
+    # output lengths to generate per measured batch, in tokens
     output_tokens: list[PositiveInt] = Field(default_factory=lambda: [16])
-    repeats: PositiveInt = 2
-    warmup: int = Field(default=1, ge=0)
+    repeats: PositiveInt = 2  # measurements per grid point (their median is kept)
+    warmup: int = Field(default=1, ge=0)  # unmeasured batches run first (compilation, caches)
 
 
 class SweepSettings(_Strict):
@@ -87,31 +94,34 @@ class SweepSettings(_Strict):
     each request cut at `request_timeout_s`; past saturation the client caps requests in flight at
     `max_in_flight` and records how long each waited for a slot."""
 
+    # arrival process of each rate: `poisson`, `gamma` (burstiness_cv) or `constant`
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
     burstiness_cv: float = Field(default=2.0, gt=0)  # gamma arrivals' coefficient of variation
     rates: list[PositiveFloat] | None = None  # None: saturation_fractions × the measured saturation
+    # the swept rates as fractions of the measured saturation (where `rates` is unset)
     saturation_fractions: list[PositiveFloat] = Field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3])
-    requests_per_rate: PositiveInt = 300
-    max_seconds_per_rate: PositiveFloat = 120.0
-    warmup_requests: int = Field(default=3, ge=0)
-    idle_requests: PositiveInt = 20
-    saturation_requests: PositiveInt = 100
-    saturation_concurrency: PositiveInt = 64
-    max_in_flight: PositiveInt = 256
-    request_timeout_s: PositiveFloat = 60.0
+    requests_per_rate: PositiveInt = 300  # the most requests sent per rate
+    max_seconds_per_rate: PositiveFloat = 120.0  # the most seconds of dispatch per rate
+    warmup_requests: int = Field(default=3, ge=0)  # unmeasured requests sent first
+    idle_requests: PositiveInt = 20  # requests sent one at a time first (the unloaded latency)
+    saturation_requests: PositiveInt = 100  # requests of the closed-loop saturation measurement
+    saturation_concurrency: PositiveInt = 64  # closed-loop concurrency that measures the server's saturation throughput
+    max_in_flight: PositiveInt = 256  # past saturation, the client holds at most this many requests in flight
+    request_timeout_s: PositiveFloat = 60.0  # each request is cut after this many seconds
     window_s: PositiveFloat = 2.0  # recent-rate window of the client's dead reckoning
-    api: Literal["completions", "chat"] = "completions"
+    api: Literal["completions", "chat"] = "completions"  # which endpoint the sweep calls: `completions` or `chat`
     max_output_tokens: PositiveInt = 256  # cap on each request's max_tokens (its observed length)
     default_output_tokens: PositiveInt = 64  # where the routing table has no length for the prompt
     extra_body: dict[str, Any] = Field(default_factory=dict)  # e.g. {ignore_eos: true} for vLLM
     # how often the server's /metrics is scraped; on vLLM's CPU build (2 cores) any second connection,
     # a poll as much as a concurrent stream, held streamed chunks back until the end (E2E unchanged)
     metrics_interval_s: PositiveFloat = 0.1
-    seed: int = 0
+    seed: int = 0  # seed of the arrival times and the prompts drawn
 
 
 class ProfilingSettings(_Strict):
     batch: BatchGrid = BatchGrid()
     sweep: SweepSettings = SweepSettings()
     held_out_fraction: float = Field(default=0.2, gt=0, lt=1)  # the latest requests of each rate
+    # quantiles of the latency fits' residuals recorded with each tier's heads
     residual_quantiles: list[float] = Field(default_factory=lambda: [0.5, 0.9, 0.95, 0.99])

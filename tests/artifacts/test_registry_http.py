@@ -118,3 +118,92 @@ def test_registered_bundles_are_downloaded_once_into_one_cache_and_pruned(mlflow
          "print(b.manifest.version, 'mlflow' in sys.modules)", mlflow_server],
         env={**os.environ, "ROUTEFORGE_CACHE": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=120)
     assert probe.stdout.split() == [d.manifest.version, "False"], probe.stderr
+
+
+def test_a_component_that_did_not_change_is_stored_and_downloaded_once(mlflow_server, tmp_path, component, fleet,
+                                                                        monkeypatch):
+    """Issue 50, item 6: a large component (here 2 MiB, like the encoder) is stored once in the
+    experiment's artifact store by digest; a second version that changed only a small component adds
+    its small files; a router service moving to it downloads only those; the signature still covers
+    every file; pyfunc loads assemble in the cache, never in the model folder; and a stored component
+    changed behind the manifest's back is refused."""
+    import os
+
+    import mlflow
+    import pytest
+    from routeforge.artifacts import registry
+    from routeforge.artifacts.bundle_cache import BundleCache
+    from routeforge.artifacts.loader import BundleVerificationError
+    from routeforge.artifacts.shared_components import REFS_FILE, SHARED_MIN_BYTES
+    from routeforge.artifacts.writer import ComponentSource
+
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    private = tmp_path / "keys" / "bundle.key"
+    public = generate_key_pair(private)
+    big = tmp_path / "src" / "encoder"
+    big.mkdir(parents=True)
+    (big / "model.onnx").write_bytes(os.urandom(2 * SHARED_MIN_BYTES))
+    encoder = ComponentSource(name="sentence_encoder", kind="sentence_encoder", format="test", folder=big)
+
+    def publish(k: int):
+        (component.folder / "nested" / "meta.json").write_text(f'{{"k": {k}}}')
+        return publish_bundle(name="shared", fleet=fleet, components=[encoder, component],
+                              staging_dir=tmp_path / f"stage{k}", tracking_uri=mlflow_server, experiment="shared-test",
+                              artifact_location=None, alias="champion", input_hashes={}, params={},
+                              metrics={"acc": 0.5}, signing_key=private)[0]
+
+    def stored_bytes(uri: str) -> int:
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        repo, total, folders = get_artifact_repository(uri), 0, [None]
+        while folders:
+            for info in repo.list_artifacts(folders.pop()):
+                if info.is_dir:
+                    folders.append(info.path)
+                else:
+                    total += info.file_size
+        return total
+
+    first, second = publish(1), publish(2)
+    mlflow.set_tracking_uri(mlflow_server)
+    client = mlflow.MlflowClient()
+    sources = [client.get_model_version("shared", v.version).source.removeprefix("models:/") for v in (first, second)]
+    sizes = [stored_bytes(mlflow.get_logged_model(s).artifact_location) for s in sources]
+    assert all(size < SHARED_MIN_BYTES for size in sizes), sizes  # neither version holds the encoder
+    experiment = mlflow.get_experiment_by_name("shared-test")
+    store = f"{experiment.artifact_location}/routeforge-components"
+    digests = [a.path.rsplit("/", 1)[-1] for a in mlflow.artifacts.list_artifacts(artifact_uri=store)]
+    assert len(digests) == 1 and stored_bytes(f"{store}/{digests[0]}") == 2 * SHARED_MIN_BYTES  # stored once
+
+    # a router service: its own cache (the publishing process's already holds the encoder)
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "service-cache"))
+    fetched = []
+    real = registry.download_artifacts
+    monkeypatch.setattr(registry, "download_artifacts", lambda uri, *a: fetched.append(uri) or real(uri, *a))
+    a = load_bundle(f"models:/shared/{first.version}", tracking_uri=mlflow_server, public_key=public)
+    b = load_bundle("models:/shared@champion", tracking_uri=mlflow_server, public_key=public)
+    assert a.manifest.version != b.manifest.version
+    assert [u for u in fetched if "routeforge-components" in u] == [f"{store}/{digests[0]}"]  # the encoder, once
+    assert (b.root / "sentence_encoder" / "model.onnx").stat().st_nlink >= 3  # cache, and two bundles: linked
+    # MLflow's own loader: assembled in the cache from the model folder, which gets nothing written
+    model_dir = tmp_path / "pyfunc"
+    mlflow.artifacts.download_artifacts(second.uri.replace("@champion", f"/{second.version}"), dst_path=str(model_dir))
+    before = sorted(p.relative_to(model_dir) for p in model_dir.rglob("*"))
+    assert any(p.name == REFS_FILE for p in before) and not any(p.name == "model.onnx" for p in before)
+    monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(public))
+    loaded = mlflow.pyfunc.load_model(str(model_dir))
+    assert loaded._model_impl.bundle.root.parent == tmp_path / "service-cache" / "by-digest"
+    assert sorted(p.relative_to(model_dir) for p in model_dir.rglob("*")) == before
+    # cache prune: components no kept bundle links to go with the bundles
+    pruned = CliRunner().invoke(main, ["cache", "prune", "--max-bytes", "0"])
+    assert pruned.exit_code == 0 and "removed 2 bundles" in pruned.output and "and 1 shared components" in pruned.output
+    assert not BundleCache().entries() and not list((tmp_path / "service-cache" / "components").iterdir())
+    # the stored encoder changed behind the manifest's back: refused, naming the component
+    stored = tmp_path / "tampered"
+    mlflow.artifacts.download_artifacts(f"{store}/{digests[0]}", dst_path=str(stored))
+    (stored / digests[0] / "sentence_encoder" / "model.onnx").write_bytes(os.urandom(2 * SHARED_MIN_BYTES))
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    get_artifact_repository(store).log_artifacts(str(stored / digests[0]), digests[0])
+    with pytest.raises((ValueError, BundleVerificationError), match="sentence_encoder"):
+        load_bundle("models:/shared@champion", tracking_uri=mlflow_server, public_key=public)

@@ -56,8 +56,13 @@ def test_table_model_needs_a_table_that_holds_responses(config_copy):
 
 def test_env_default_and_override(config_copy, monkeypatch, tmp_path):
     monkeypatch.delenv("ROUTEFORGE_STATE", raising=False)
+    (tmp_path / "elsewhere-run").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere-run")
+    path = tmp_path / "copied-demo.yaml"  # a plain copy: unset, the state folder is ./.state where the run starts
+    path.write_text((CONFIGS / "demo.yaml").read_text())
+    (tmp_path / "data").symlink_to(CONFIGS / "data")
+    assert load_fleet(path).storage_root == tmp_path / "elsewhere-run" / ".state" / "demo"
     path = config_copy("demo")
-    assert load_fleet(path).storage_root == (Path(path).parent.parent / ".state" / "demo").resolve()
     monkeypatch.setenv("ROUTEFORGE_STATE", str(tmp_path / "elsewhere"))
     assert load_fleet(path).storage_root == tmp_path / "elsewhere" / "demo"
 

@@ -1,0 +1,181 @@
+"""The columns and tasks a fleet file maps, checked against the files it names before anything runs.
+
+`config validate` used to pass `task_field: categroy` (no such column) and `per_task: {maths: …}`
+(no such task); the first ended the run with every prompt quarantined, the second silently scored
+math with the default metric. Here each local file's columns are read (a JSON-lines or JSON file's
+first rows, a CSV header, a Parquet schema) and each field the fleet maps is looked up in them; the
+tasks of the data are read where the files say them, so a `per_task` key that names none is an
+error, or a warning where some dataset's tasks cannot be known without running (a Hugging Face
+dataset, a built-in reader, traffic logs).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from routeforge.core.config.base import did_you_mean
+
+SAMPLE_ROWS = 200  # rows read for a JSON-lines or JSON file's columns
+MAX_TASK_ROWS = 1_000_000  # rows read for the tasks of a file; a larger file's tasks are not checked
+# built-in readers whose rows take their task from a column of the file (prompts/builtin_readers.py);
+# the others' tasks are fixed by the reader and known when the prompt set is built
+BUILTIN_TASK_COLUMNS = {"llmrouter": "task_name"}
+
+
+def _rows(path: Path, limit: int) -> Iterator[dict]:
+    suffixes = "".join(path.suffixes[-2:]).lower()
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=min(limit, 65_536)):
+            for row in batch.to_pylist():
+                yield row
+                limit -= 1
+                if limit <= 0:
+                    return
+        return
+    if path.suffix.lower() == ".csv":
+        with open(path, newline="", encoding="utf-8") as handle:
+            for k, row in enumerate(csv.DictReader(handle)):
+                if k >= limit:
+                    return
+                yield row
+        return
+    if path.suffix.lower() == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        yield from (r for r in (data if isinstance(data, list) else [])[:limit] if isinstance(r, dict))
+        return
+    if suffixes.endswith((".jsonl", ".ndjson")):
+        with open(path, encoding="utf-8") as handle:
+            for k, line in enumerate(handle):
+                if k >= limit:
+                    return
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # the run quarantines it, with the line
+                    if isinstance(row, dict):
+                        yield row
+
+
+def columns_of(path: Path) -> set[str] | None:
+    """The columns of a local file (a JSON-lines or JSON file's keys in its first rows, a CSV header,
+    a Parquet schema); None for a file this cannot read (a folder, a remote URI, another format)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(path).names)
+    if path.suffix.lower() == ".csv":
+        with open(path, newline="", encoding="utf-8") as handle:
+            return set(next(csv.reader(handle), []))
+    keys: set[str] = set()
+    try:
+        for row in _rows(path, SAMPLE_ROWS):
+            keys |= set(row)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return keys or None
+
+
+def _mapped(ds) -> list[tuple[str, str]]:
+    """(field, column) for each column a dataset maps, where the fleet file set it or it is required."""
+    given = ds.model_fields_set
+    fields = [("text_field", ds.text_field)]
+    for name in ("reference_field", "task_field", "id_field", "scores_field"):
+        value = getattr(ds, name, None)
+        if value and (name in given or (name == "task_field" and not getattr(ds, "task", None)
+                                        and ds.kind in ("jsonl", "csv", "parquet"))):
+            fields.append((name, value))
+    fields += [(f"meta_fields[{i}]", c) for i, c in enumerate(getattr(ds, "meta_fields", []) or [])]
+    return fields
+
+
+def _files(ds) -> list[Path]:
+    if ds.kind in ("jsonl", "csv", "parquet", "builtin"):
+        return [Path(ds.path)]
+    if ds.kind == "score_table":
+        return [Path(p) for paths in ds.files.values() for p in paths]
+    return []
+
+
+def column_problems(fleet) -> list[str]:
+    """One line per mapped column missing from a file the dataset reads."""
+    problems = []
+    for i, ds in enumerate(fleet.datasets):
+        if ds.kind == "builtin":
+            continue  # a built-in reader maps its own columns
+        for path in _files(ds):
+            columns = columns_of(path)
+            if columns is None:
+                continue
+            for field, column in _mapped(ds):
+                if column not in columns:
+                    default = field not in ds.model_fields_set
+                    fix = ("; set task_field to the column holding each row's task, or `task:` for one task "
+                           "for every row") if field == "task_field" and default else ""
+                    named = f"{column!r}{' (the default)' if default else ''}"
+                    listed = ", ".join(sorted(columns))
+                    problems.append(f"datasets.{i} ({ds.name}).{field}: {named} is not a column of {path.name}"
+                                    f"{did_you_mean(column, columns)} (its columns: {listed}){fix}")
+    return problems
+
+
+def known_tasks(fleet) -> tuple[set[str], list[str]]:
+    """(the tasks the data's files name, the datasets whose tasks cannot be known before a run)."""
+    tasks: set[str] = set()
+    unknown: list[str] = []
+    for ds in fleet.datasets:
+        field = getattr(ds, "task_field", None)
+        if ds.kind in ("jsonl", "csv", "parquet", "hf") and getattr(ds, "task", None):
+            tasks.add(ds.task)  # a fixed task
+            continue
+        if ds.kind in ("jsonl", "csv", "parquet"):
+            pass
+        elif ds.kind == "builtin" and ds.reader in BUILTIN_TASK_COLUMNS:
+            field = BUILTIN_TASK_COLUMNS[ds.reader]
+        elif ds.kind == "score_table":
+            tasks |= set(ds.file_tasks.values()) | {ds.task or ds.name}
+            if ds.task_field is None and ds.task_lookup is None:
+                continue
+            if ds.task_lookup is not None:
+                unknown.append(ds.name)  # the lookup's tasks are read at run time
+                continue
+        else:
+            unknown.append(ds.name)
+            continue
+        for path in _files(ds):
+            if columns_of(path) is None or path.stat().st_size > 512 << 20:
+                unknown.append(ds.name)
+                continue
+            tasks |= {str(r[field]) for r in _rows(path, MAX_TASK_ROWS) if r.get(field) not in (None, "")}
+    return tasks, unknown
+
+
+def task_problems(fleet) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for `scoring.per_task` and `templates.per_task` keys that name no task of
+    the data: an error where every dataset's tasks are known from its files, a warning where some
+    are only known at run time."""
+    keyed = [(f"{section}.per_task.{key}", key) for section, keys in
+             (("scoring", fleet.scoring.per_task), ("templates", fleet.templates.per_task)) for key in sorted(keys)]
+    if not keyed:
+        return [], []
+    tasks, unknown = known_tasks(fleet)
+    errors, warnings = [], []
+    for where, key in keyed:
+        if key in tasks:
+            continue
+        line = (f"{where}: no dataset has task {key!r}{did_you_mean(key, tasks)} "
+                f"(tasks in the files: {', '.join(sorted(tasks)) or 'none'})")
+        if unknown:
+            warnings.append(f"warning: {line}; the tasks of {', '.join(sorted(set(unknown)))} are known only when "
+                            "the prompt set is built")
+        else:
+            errors.append(line)
+    return errors, warnings
