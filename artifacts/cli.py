@@ -221,16 +221,33 @@ def _basis(prediction, i: int) -> str:
 @click.argument("ref")
 @click.argument("prompts", nargs=-1, required=True)
 @click.option("--lam", default=0.0, show_default=True, help="cost weight λ in quality − λ·cost")
+@click.option("--budget-per-1k", type=float, default=None,
+              help="Instead of --lam: the most cost per 1,000 requests (the router's calibration table picks λ).")
+@click.option("--max-share", "max_shares", multiple=True, metavar="MODEL=SHARE",
+              help="Instead of --lam: the most share of traffic MODEL may take (repeat it).")
+@click.option("--min-quality", type=float, default=None, help="Instead of --lam: the least expected quality.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per prompt (unknown numbers are null).")
 @signature_options
 @_TRACKING
-def predict(ref: str, prompts: tuple[str, ...], lam: float, as_json: bool, public_key: Path | None,
-            allow_unsigned: bool, tracking_uri: str | None) -> None:
+def predict(ref: str, prompts: tuple[str, ...], lam: float, budget_per_1k: float | None, max_shares: tuple[str, ...],
+            min_quality: float | None, as_json: bool, public_key: Path | None, allow_unsigned: bool,
+            tracking_uri: str | None) -> None:
     """Predicted per-model quality, output tokens and cost for PROMPTS, and the chosen model: by the
-    bundle's router where it has one (chosen by cross-validation), else by its KNN estimator."""
+    bundle's router where it has one (chosen by cross-validation), else by its KNN estimator. A
+    target (--budget-per-1k, --max-share, --min-quality) picks λ and says what to expect of it."""
+    from routeforge.artifacts.budget import TargetUnreachable
+
     loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
-    routing = loaded.route(list(prompts), lam)
+    try:
+        routing = loaded.route(list(prompts), lam, budget_per_1k=budget_per_1k,
+                               max_share=_numbers(max_shares, "--max-share") or None, min_quality=min_quality)
+    except (TargetUnreachable, KeyError, ValueError) as exc:
+        raise click.ClickException(str(exc).strip('"')) from None
     pred, choice, estimator = routing.prediction, routing.choice, routing.estimator
+    if routing.setting is not None:
+        lam = routing.setting.lam
+        if not as_json:
+            click.echo(f"target {routing.setting.targets}: {routing.setting.describe()}")
     for i, text in enumerate(prompts):
         per_model = {m: {"quality": round(float(pred.quality[i, j]), 4),
                          "output_tokens": round(float(pred.output_tokens[i, j]), 1),
@@ -321,6 +338,46 @@ def policy(ref: str, stats: tuple[str, ...], objective: str, as_json: bool, publ
     if per is not None:
         click.echo(f"for this traffic: {per['policy'].removeprefix('policy--')} (best on {objective} for the "
                    f"evaluated {per['workload']} traffic at load {per['load']:g}, distance {per['distance']:.3g})")
+
+
+@bundle.command()
+@click.argument("ref")
+@click.option("--logs", type=click.Path(exists=True, path_type=Path), default=None,
+              help="A traffic log (OpenAI-format JSON-lines, or a folder of them): the table re-fitted on its "
+                   "prompts (predicted figures; shares and costs move with the prompt mix).")
+@click.option("--json", "as_json", is_flag=True, help="The table as one JSON object.")
+@signature_options
+@_TRACKING
+def calibrate(ref: str, logs: Path | None, as_json: bool, public_key: Path | None, allow_unsigned: bool,
+              tracking_uri: str | None) -> None:
+    """The router's calibration table: per λ, expected quality, cost per 1,000 requests and each
+    model's share, with intervals (out-of-fold on the training split); what --budget-per-1k,
+    --max-share and --min-quality of `predict` choose from."""
+    loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
+    try:
+        table = loaded.budget_table()
+    except KeyError as exc:
+        raise click.ClickException(str(exc).strip('"')) from None
+    if logs is not None:
+        from routeforge.artifacts.budget import refit
+        from routeforge.artifacts.traffic_prompts import logged_prompts
+
+        prompts = logged_prompts(logs)
+        if not prompts:
+            raise click.ClickException(f"{logs}: no request with a prompt")
+        table = refit(table, loaded.router().predict(prompts), f"{logs} ({len(prompts)} prompts, predicted)")
+    if as_json:
+        click.echo(strict_json.dumps(table))
+        return
+    models = list(table["rows"][0]["share"]) if table["rows"] else []
+    click.echo(f"calibration: {table['source']}, {table['prompts']} prompts"
+               + (f", intervals {table['interval']}" if table.get("interval") else ""))
+    click.echo(f"{'λ':>10}  {'quality':>8}  {'cost/1k':>10}  " + "  ".join(f"{m[:12]:>12}" for m in models))
+    for row in table["rows"]:
+        cost = "—" if row["cost_per_1k"] is None else f"{row['cost_per_1k']:.4g}"
+        quality = "—" if row["quality"] is None else f"{row['quality']:.4f}"
+        click.echo(f"{row['lam']:>10.4g}  {quality:>8}  {cost:>10}  "
+                   + "  ".join(f"{row['share'][m]:>12.1%}" for m in models))
 
 
 @main.group()

@@ -147,6 +147,7 @@ class Routing:
     prediction: Any
     choice: list[str]
     estimator: str
+    setting: Any = None  # the `artifacts.budget.Setting` a target picked λ by, when one was given
 
 
 @dataclass
@@ -212,15 +213,41 @@ class RouterBundle:
         classifier = self.task_classifier() if self.has_kind("task_classifier") else None
         return self.text_predictor(name).predict(prompts, tasks, model=model, task_classifier=classifier)
 
-    def route(self, prompts: list[str], lam: float = 0.0) -> Routing:
+    def route(self, prompts: list[str], lam: float = 0.0, *, budget_per_1k: float | None = None,
+              max_share: dict[str, float] | None = None, min_quality: float | None = None) -> Routing:
         """Estimates for `prompts` and the model each goes to (argmax quality − λ·cost): by the router
-        where the bundle has one (chosen by cross-validation), else by its KNN estimator."""
+        where the bundle has one (chosen by cross-validation), else by its KNN estimator. A target
+        instead of λ (a cost per 1,000 requests, a most share per model, a quality floor) picks λ
+        from the router's calibration table (`budget_setting`); `Routing.setting` says what to expect."""
+        if budget_per_1k is not None or max_share is not None or min_quality is not None:
+            setting = self.budget_setting(budget_per_1k=budget_per_1k, max_share=max_share, min_quality=min_quality)
+            prediction = self.router().predict(prompts)
+            lams = setting.lams(prompts)  # one λ, or two mixed by prompt
+            by_lam = {lam: prediction.best_model(lam) for lam in set(lams.tolist())}
+            return Routing(prediction, [by_lam[lam][i] for i, lam in enumerate(lams.tolist())], "router", setting)
         if self.has_kind("router"):
             prediction = self.router().predict(prompts)
             return Routing(prediction, prediction.best_model(lam), "router")
         knn = self.knn_estimator()
         prediction = knn.predict(prompts)
         return Routing(prediction, prediction.best_model(lam, knn.prior), "knn_estimator")
+
+    def budget_table(self) -> dict[str, Any]:
+        """The router's calibration table: per λ, the quality, cost per 1,000 requests and shares it
+        gave on prompts it was not fitted on (`training.predictors.budget_calibration`)."""
+        table = self.router().meta.get("budget") if self.has_kind("router") else None
+        if not table:
+            raise KeyError(f"bundle {self.manifest.name} has no budget calibration table (its router was trained "
+                           "before routeforge recorded one, or it has no router: training.router.enabled)")
+        return table
+
+    def budget_setting(self, *, budget_per_1k: float | None = None, max_share: dict[str, float] | None = None,
+                       min_quality: float | None = None):
+        """The λ that meets the targets, with the figures to expect (`artifacts.budget.choose_setting`)."""
+        from routeforge.artifacts.budget import choose_setting
+
+        return choose_setting(self.budget_table(), budget_per_1k=budget_per_1k, max_share=max_share,
+                              min_quality=min_quality)
 
     def router(self):
         """The router chosen by cross-validation (`routeforge.artifacts.router.Router`:

@@ -107,9 +107,15 @@ class RouterPrediction:
     def best_index(self, lam: float = 0.0) -> np.ndarray:
         """argmax of predicted quality − λ · predicted cost (unknown cost counts as 0; ties go to
         the lower cost)."""
-        cost = np.nan_to_num(self.cost, nan=0.0)
-        utility = np.round(self.quality - lam * cost, 9)
-        return np.array([np.lexsort((cost[i], -utility[i]))[0] for i in range(len(utility))], dtype=np.int64)
+        cost = np.nan_to_num(np.asarray(self.cost, dtype=np.float64), nan=0.0)
+        utility = np.round(np.asarray(self.quality, dtype=np.float64) - lam * cost, 9)
+        utility = np.where(np.isnan(utility), -np.inf, utility)  # an unknown estimate never wins a known one
+        if utility.size == 0:
+            return np.zeros(len(utility), dtype=np.int64)
+        best = utility == utility.max(axis=1, keepdims=True)
+        cheapest = np.where(best, cost, np.inf)
+        best &= cheapest == cheapest.min(axis=1, keepdims=True)
+        return np.argmax(best, axis=1).astype(np.int64)  # the first of the cheapest best
 
     def best_model(self, lam: float = 0.0) -> list[str]:
         return [self.models[i] for i in self.best_index(lam)]

@@ -30,15 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from routeforge.artifacts.traffic_prompts import LogLineError, prompt_text
 from routeforge.core.json_lines import LineError, strict_json
 from routeforge.core.storage import Quarantine
 from upath import UPath
 
 MAX_EPOCH_S = 1e11  # year 5138: beyond it a number is not an epoch-seconds time
-
-
-class LogLineError(ValueError):
-    """A log line that cannot be used; the message is the quarantine reason."""
 
 
 @dataclass(frozen=True)
@@ -75,38 +72,6 @@ def _timestamp(value: Any) -> float:
         except (ValueError, OverflowError, OSError) as exc:
             raise LogLineError(f"field 'timestamp': {value!r} is not ISO 8601 or epoch seconds") from exc
     raise LogLineError("field 'timestamp' missing")
-
-
-def _prompt_text(request: dict[str, Any]) -> str:
-    """The prompt the router would have seen: a completions `prompt`, a chat's only user message, or
-    a multi-turn chat as `role: content` lines."""
-    if "messages" in request:
-        messages = request["messages"]
-        if not isinstance(messages, list) or not messages:
-            raise LogLineError("field 'request.messages' is not a non-empty list")
-        parts = []
-        for i, m in enumerate(messages):
-            content = m.get("content") if isinstance(m, dict) else None
-            if isinstance(content, list):  # content parts: keep the text ones
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            if not isinstance(content, str):
-                raise LogLineError(f"field 'request.messages[{i}].content' is not text")
-            parts.append((m.get("role", "user"), content))
-        if len(parts) == 1 and parts[0][0] == "user":
-            text = parts[0][1]
-        else:
-            text = "\n".join(f"{role}: {content}" for role, content in parts)
-    elif "prompt" in request:
-        text = request["prompt"]
-        if isinstance(text, list) and len(text) == 1:
-            text = text[0]
-        if not isinstance(text, str):
-            raise LogLineError("field 'request.prompt' is not a string")
-    else:
-        raise LogLineError("field 'request' has neither 'messages' nor 'prompt'")
-    if not text.strip():
-        raise LogLineError("the prompt is empty")
-    return text
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
@@ -194,7 +159,7 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
     task = metadata.get("task") if isinstance(metadata, dict) else None
     return TrafficRequest(
         row_id=row_id, sent_s=_timestamp(rec.get("timestamp")), model=model,
-        tier=rec.get("tier") if isinstance(rec.get("tier"), str) else None, text=_prompt_text(request),
+        tier=rec.get("tier") if isinstance(rec.get("tier"), str) else None, text=prompt_text(request),
         completion=completion if isinstance(completion, str) else None,
         task=str(task) if task is not None else None, prompt_tokens=_count(usage, "prompt_tokens"),
         completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e, outcome=_outcome(rec),

@@ -484,6 +484,31 @@ def test_the_cli_prints_latency_predictions_and_the_recommended_policy(demo):
     assert f"recommended routing policy: {bundle.recommended_policy.removeprefix('policy--')}" in shown.stdout
 
 
+def test_a_budget_target_picks_lambda_from_the_routers_calibration_table(demo, tmp_path):
+    """Issue 52, item 1: the demo bundle's router carries a calibration table (out of fold on the
+    training split); a budget per 1,000 requests, a share cap or a quality floor picks its row, and
+    the CLI prints the table, re-fits it on a traffic log's prompts and routes by a target."""
+    bundle = load_bundle(demo.out["uri"], tracking_uri=demo.tracking)
+    table = bundle.budget_table()
+    rows = table["rows"]
+    assert rows and rows[0]["lam"] == 0 and table["source"].startswith("out-of-fold")
+    assert set(rows[0]["share"]) == set(bundle.models) and all(r["cost_per_1k"] is not None for r in rows)
+    budget = max(r["cost_per_1k"] for r in rows if r["lam"] > 0) if len(rows) > 1 else rows[0]["cost_per_1k"]
+    routing = bundle.route(["What is 15 plus 27?"], budget_per_1k=budget)
+    assert routing.setting.cost_per_1k <= budget and routing.setting.targets == {"budget_per_1k": budget}
+    assert routing.choice == bundle.route(["What is 15 plus 27?"], routing.setting.lam).choice
+    log = tmp_path / "traffic.jsonl"
+    log.write_text("".join(json.dumps({"request": {"model": "m", "messages": [{"role": "user", "content": t}]}}) + "\n"
+                           for t in ["What is 2 plus 2?", "Translate to French: thank you", "Name a color."]))
+    refit = _routeforge("bundle", "calibrate", demo.out["uri"], "--logs", str(log), tracking_uri=demo.tracking)
+    assert refit.returncode == 0 and "3 prompts, predicted" in refit.stdout, refit.stderr
+    routed = _routeforge("bundle", "predict", demo.out["uri"], "What is 15 plus 27?", "--budget-per-1k", str(budget),
+                         tracking_uri=demo.tracking)
+    assert routed.returncode == 0 and "target {'budget_per_1k'" in routed.stdout, routed.stderr
+    too_low = _routeforge("bundle", "predict", demo.out["uri"], "hi", "--budget-per-1k", "0", tracking_uri=demo.tracking)
+    assert too_low.returncode == 1 and "no setting of the router meets" in too_low.stderr
+
+
 def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     """A router service's install (`pip install routeforge`, no extras) in a fresh virtual environment
     verifies the demo bundle, routes prompts, predicts latency and asks the recommended policy, and

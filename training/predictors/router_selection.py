@@ -25,6 +25,7 @@ import numpy as np
 from routeforge.artifacts.router import Router
 from routeforge.core.progress import format_count
 from routeforge.training.parallel import current_pool
+from routeforge.training.predictors.budget_calibration import calibration_table
 from routeforge.training.predictors.router_family import (
     Candidate,
     candidates,
@@ -337,7 +338,11 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
                 "guard/unseen_quality": unseen_quality.astype(np.float32),
                 "prior/quality": average(y), "prior/output_tokens": average(output_tokens),
                 "prior/cost": average(cost)}
-    meta = {"kind": "router", "models": models, "encoder": encoder, "members": members,
+    # the λ an operator's budget, share cap or quality floor maps to, from the same out-of-fold
+    # estimates the guard was chosen on (the guard applied, as the runtime applies it)
+    estimated = np.where((forced >= 0)[clusters][:, None], cluster_quality[clusters], chosen_oof)
+    budget = calibration_table(estimated, average(cost), y, cost, models, seed=seed)
+    meta = {"kind": "router", "models": models, "encoder": encoder, "members": members, "budget": budget,
             "guard": {"clusters": cluster_names, "confidence": settings.guard_confidence,
                       "unseen_quantile": settings.unseen_quantile, "unseen_rule": rule,
                       "source": "tasks" if tasks is not None and len(set(tasks)) > 1 else "kmeans"},
