@@ -31,7 +31,7 @@ from routeforge.training.predictors.router_training import split_rows, train_rou
 from routeforge.training.routing_table import matrix
 
 from benchmarks.common import results_dir
-from benchmarks.router_selection import CONFIGS, over_fleets
+from benchmarks.router_selection import CONFIGS, over_fleets, router_settings
 from benchmarks.routerbench_knn import routing_table_of
 
 
@@ -53,10 +53,7 @@ def realised(router: Router, x_test: np.ndarray, texts: list[str], y: np.ndarray
 
 def run(fleet: str, quick: bool) -> dict:
     config = load_fleet(CONFIGS[fleet])
-    settings = config.training.router
-    if quick:
-        settings = settings.model_copy(update={"folds": 3, "knn_k": [30], "mlp_hidden": [0], "mlp_epochs": 5,
-                                               "mf_epochs": 5, "guard_bootstrap": 200})
+    settings = router_settings(config, quick)
     timings: dict[str, float] = {}
     routing, _ = routing_table_of(config, timings)
     cache = Path(config.storage_root) / "cache" / "embeddings"

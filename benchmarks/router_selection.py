@@ -74,12 +74,18 @@ def latencies(router: Router, x_train, y_train, models, encoder, texts, settings
                    "per_prompt_ms": float(np.median([r["per_prompt_ms"] for r in rs]))} for name, rs in runs.items()}
 
 
-def run(fleet: str, quick: bool) -> dict:
-    config = load_fleet(CONFIGS[fleet])
+def router_settings(config, quick: bool):
+    """The fleet's router settings, or with `quick` a small selection (smoke runs)."""
     settings = config.training.router
     if quick:
         settings = settings.model_copy(update={"folds": 3, "knn_k": [30], "mlp_hidden": [0], "mlp_epochs": 5,
                                                "mf_epochs": 5, "guard_bootstrap": 200})
+    return settings
+
+
+def run(fleet: str, quick: bool) -> dict:
+    config = load_fleet(CONFIGS[fleet])
+    settings = router_settings(config, quick)
     timings: dict[str, float] = {}
     routing, quarantined = routing_table_of(config, timings)
     out_dir = results_dir("router_selection")
