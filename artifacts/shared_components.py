@@ -88,6 +88,22 @@ def _verified(folder: Path, component: Component) -> bool:
     return True
 
 
+def _place(folder: Path, cached: Path, component: Component) -> None:
+    """Move a complete component folder to its cache entry by a rename (atomic on one file system).
+    Another process may have placed the same digest meanwhile: its entry is kept when it verifies
+    (ours is dropped), replaced when it does not (a damaged entry)."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.rename(cached)
+        return
+    except OSError:
+        if _verified(cached, component):
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+    shutil.rmtree(cached, ignore_errors=True)
+    folder.rename(cached)
+
+
 def seed(bundle_dir: Path, cache_root: Path) -> None:
     """Put the shareable components of a complete local bundle into the cache (hard links where the
     file system allows): the process that registers a bundle then loads it without a download."""
@@ -102,9 +118,7 @@ def seed(bundle_dir: Path, cache_root: Path) -> None:
             target = scratch / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
             link_or_copy(Path(bundle_dir) / entry.path, target)
-        shutil.rmtree(cached, ignore_errors=True)
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(scratch), str(cached))
+        _place(scratch, cached, component)
 
 
 def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None) -> Path:
@@ -159,9 +173,7 @@ def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None) -> list[str]:
                 if not _verified(downloaded, component):
                     raise ValueError(f"{store}/{digest}: the stored files of component {name!r} do not match the "
                                      "bundle's manifest")
-                shutil.rmtree(cached, ignore_errors=True)
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(downloaded), str(cached))
+                _place(downloaded, cached, component)
                 fetched.append(name)
                 if log:
                     size = sum(f.bytes for f in component.files) / 1e6
