@@ -1,0 +1,84 @@
+"""What a challenger router would have earned on traffic another policy served (issue 52, item 2:
+the estimators; the log reader, `bundle replay` and the release gate's use are not built yet).
+
+A logged request i carries the model the serving policy chose, a_i, the probability it had of
+choosing it, p_i = π0(a_i | x_i) (its propensity), and the outcome r_i. A challenger π1 gives
+π1(a | x_i) for every model (one-hot for a deterministic router). With weights w_i = π1(a_i|x_i) / p_i:
+
+- inverse propensity (IPS): V = mean(w_i r_i), unbiased when every p_i > 0 where π1 puts mass;
+- self-normalised IPS (SNIPS): V = Σ w_i r_i / Σ w_i, a little biased, far less variable;
+- doubly robust (DR), with the challenger's own estimates q̂(x, a):
+  V = mean(Σ_a π1(a|x_i) q̂(x_i, a) + w_i (r_i − q̂(x_i, a_i))): unbiased when the propensities are
+  right whatever q̂ is, and its variance shrinks as q̂ gets closer to the outcomes.
+
+Intervals are normal, from the per-request terms (SNIPS by the delta method), as in the off-policy
+evaluation literature (Dudík et al., 2011; Swaminathan and Joachims, 2015). NumPy only: a router
+service can replay its own logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+Z = {0.9: 1.6448536269514722, 0.95: 1.959963984540054, 0.99: 2.5758293035489004}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A value estimate with its normal interval at `level`."""
+
+    method: str
+    value: float
+    low: float
+    high: float
+    n: int
+    effective_n: float  # (Σw)² / Σw²: how many logged requests the weights leave in effect
+    level: float = 0.95
+
+    def covers(self, truth: float) -> bool:
+        return self.low <= truth <= self.high
+
+
+def _check(actions: np.ndarray, propensities: np.ndarray, rewards: np.ndarray, target: np.ndarray) -> None:
+    n = len(actions)
+    if not (len(propensities) == len(rewards) == len(target) == n):
+        raise ValueError(f"logged arrays differ in length: actions {n}, propensities {len(propensities)}, "
+                         f"rewards {len(rewards)}, challenger probabilities {len(target)}")
+    bad = np.flatnonzero(~((propensities > 0) & (propensities <= 1)))
+    if bad.size:
+        raise ValueError(f"request {int(bad[0])}: propensity {float(propensities[bad[0]])!r} is not in (0, 1]")
+    if not np.allclose(target.sum(axis=1), 1.0, atol=1e-6):
+        row = int(np.flatnonzero(~np.isclose(target.sum(axis=1), 1.0, atol=1e-6))[0])
+        raise ValueError(f"request {row}: the challenger's probabilities sum to {target[row].sum():.6g}, not 1")
+
+
+def estimate(actions, propensities, rewards, target, q_hat=None, level: float = 0.95) -> dict[str, Estimate]:
+    """IPS, SNIPS and (with `q_hat`) DR estimates of the challenger's mean outcome.
+
+    actions: (n,) logged model indices; propensities: (n,) π0(a_i|x_i); rewards: (n,) outcomes;
+    target: (n, m) π1(·|x_i); q_hat: (n, m) the challenger's estimated outcome per model."""
+    actions = np.asarray(actions, dtype=np.int64)
+    propensities = np.asarray(propensities, dtype=np.float64)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    target = np.asarray(target, dtype=np.float64)
+    _check(actions, propensities, rewards, target)
+    n, rows, z = len(actions), np.arange(len(actions)), Z[level]
+    w = target[rows, actions] / propensities
+    effective = float(w.sum() ** 2 / max((w ** 2).sum(), 1e-300))
+
+    def normal(method: str, terms: np.ndarray, value: float | None = None) -> Estimate:
+        value = float(terms.mean()) if value is None else value
+        half = z * float(terms.std(ddof=1)) / np.sqrt(n) if n > 1 else float("inf")
+        return Estimate(method, value, value - half, value + half, n, effective, level)
+
+    out = {"ips": normal("ips", w * rewards)}
+    snips = float((w * rewards).sum() / w.sum()) if w.sum() > 0 else float("nan")
+    out["snips"] = normal("snips", w * (rewards - snips) / max(w.mean(), 1e-300) + snips, snips)
+    if q_hat is not None:
+        q_hat = np.asarray(q_hat, dtype=np.float64)
+        if q_hat.shape != target.shape:
+            raise ValueError(f"q_hat has shape {q_hat.shape}, the challenger's probabilities {target.shape}")
+        out["dr"] = normal("dr", (target * q_hat).sum(axis=1) + w * (rewards - q_hat[rows, actions]))
+    return out
