@@ -38,5 +38,17 @@ def instance_home() -> Path:
 
 def shared_instance() -> dg.DagsterInstance:
     """The instance at `instance_home()`: persistent, so the versions on record let a re-run skip
-    what did not change (and `stale.lost` rebuilds what they claim but storage lost)."""
-    return dg.DagsterInstance.from_config(str(instance_home()))
+    what did not change (and `stale.lost` rebuilds what they claim but storage lost). Opened, and
+    its databases first used, under a file lock beside it: the first use creates the SQLite tables,
+    and two runs started at once on a new state folder raced on that ("table secondary_indexes
+    already exists", or alembic's "more than one head"; one run died) before the lock."""
+    from filelock import FileLock
+
+    home = instance_home()
+    with FileLock(str(home / ".open.lock"), timeout=600):
+        instance = dg.DagsterInstance.from_config(str(home))
+        # Dagster creates each SQLite database on its first use, not on opening: use them all here
+        instance.get_runs(limit=1)
+        instance.get_asset_records()
+        instance.all_instigator_state()
+        return instance

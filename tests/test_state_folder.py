@@ -48,3 +48,19 @@ def test_make_points_dagster_home_into_the_state_folder_and_copies_the_settings(
                           capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     assert (state / "dagster" / "dagster.yaml").read_text() == (REPO / "dagster.yaml").read_text()
+
+
+def test_two_runs_opening_a_new_state_folder_at_once_both_get_the_instance(tmp_path):
+    """The first use creates the instance's SQLite tables; processes doing it at once raced ("table
+    secondary_indexes already exists", alembic's "more than one head": 2 of 4 died in each of 3
+    tries here) before `shared_instance` opened and used it under a file lock."""
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"} | {"ROUTEFORGE_STATE": str(tmp_path / "state")}
+    code = ("from routeforge.pipelines.instance import shared_instance; i = shared_instance(); "
+            "print(len(i.get_runs()) + len(i.get_asset_records())); i.dispose()")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["0"] * 4

@@ -8,7 +8,6 @@ import json
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -83,7 +82,7 @@ def test_default_paths_follow_routeforge_state(tmp_path, monkeypatch):
     assert default_log_file("demo", "20260101-000000") == state / "logs" / "demo-20260101-000000.log"
     monkeypatch.delenv("ROUTEFORGE_STATE")
     assert _tracking_default(None, None, None) == f"sqlite:///{(tmp_path / '.state' / 'mlflow.db').resolve()}"
-    assert default_log_file("demo", "x") == Path(".state") / "logs" / "demo-x.log"
+    assert default_log_file("demo", "x") == tmp_path / ".state" / "logs" / "demo-x.log"
 
 
 def test_predict_and_inspect_json_is_strict(tmp_path, component, fleet):

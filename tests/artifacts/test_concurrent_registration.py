@@ -46,7 +46,11 @@ def _run_both(paths, tmp_path, label) -> None:
         run_log = tmp_path / f"{label}-{i}.run.log"
         procs.append((subprocess.Popen([sys.executable, "-m", "routeforge.pipelines.run", str(path), "--log-file", str(run_log)],
                                        cwd=REPO, stdout=log,
-                                       stderr=subprocess.STDOUT, env={**os.environ, "DAGSTER_HOME": ""}), log))
+                                       stderr=subprocess.STDOUT,
+                                       # each its own state folder, so its own Dagster instance: two fleets
+                                       # of one machine would share one, and take turns in its pools
+                                       env={**os.environ, "DAGSTER_HOME": "",
+                                            "ROUTEFORGE_STATE": str(tmp_path / f"{label}-state{i}")}), log))
     for proc, log in procs:
         try:
             proc.wait(timeout=600)
