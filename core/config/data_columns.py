@@ -38,7 +38,7 @@ def _rows(path: Path, limit: int) -> Iterator[dict]:
                     return
         return
     if path.suffix.lower() == ".csv":
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:  # as the reader opens it
             for k, row in enumerate(csv.DictReader(handle)):
                 if k >= limit:
                     return
@@ -73,7 +73,7 @@ def columns_of(path: Path) -> set[str] | None:
 
         return set(pq.read_schema(path).names)
     if path.suffix.lower() == ".csv":
-        with open(path, newline="", encoding="utf-8") as handle:
+        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:  # as the reader opens it
             return set(next(csv.reader(handle), []))
     keys: set[str] = set()
     try:
