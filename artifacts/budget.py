@@ -52,6 +52,16 @@ class Setting:
                           for p in prompts])
         return np.where(draws < self.weight, self.lam, self.lam_other)
 
+    def pick(self, prediction, prompts: list[str]) -> np.ndarray:
+        """Each prompt's model index in `prediction` (a `RouterPrediction` of `prompts`), routed with
+        its λ (`lams`)."""
+        lams = self.lams(prompts)
+        picks = np.empty(len(prompts), dtype=np.int64)
+        for lam in set(lams.tolist()):
+            chosen = lams == lam
+            picks[chosen] = prediction.best_index(lam)[chosen]
+        return picks
+
     def describe(self) -> str:
         lam = (f"λ = {self.lam:.6g}" if self.lam_other is None or self.weight >= 1.0 else
                f"λ = {self.lam:.6g} for {self.weight:.1%} of prompts, {self.lam_other:.6g} for the rest")
@@ -100,27 +110,20 @@ def choose_setting(table: dict[str, Any], *, budget_per_1k: float | None = None,
     if min_quality is not None and rows[0].get("quality") is None:
         raise TargetUnreachable("the router's training data had no quality labels: a floor cannot be met")
 
-    def constraints(row) -> list[tuple[float, float]]:
-        """Each target as (value, limit) with value ≤ limit meaning it is met."""
-        out = []
-        if budget_per_1k is not None:
-            out.append((row["cost_per_1k"], budget_per_1k))
-        for model, cap in (max_share or {}).items():
-            out.append((row["share"][model], cap))
-        if min_quality is not None:
-            out.append((-row["quality"], -min_quality))
-        return out
+    # each target as (value of a row, limit, what a row that misses it does): met where value ≤ limit
+    checks = []
+    if budget_per_1k is not None:
+        checks.append((lambda r: r["cost_per_1k"], budget_per_1k,
+                       lambda v: f"costs {v:.4g} per 1,000 requests (> {budget_per_1k:g})"))
+    for model, cap in (max_share or {}).items():
+        checks.append((lambda r, m=model: r["share"][m], cap,
+                       lambda v, m=model, c=cap: f"gives {m} {v:.1%} (> {c:.1%})"))
+    if min_quality is not None:
+        checks.append((lambda r: -r["quality"], -min_quality,
+                       lambda v: f"reaches quality {-v:.4f} (< {min_quality:g})"))
 
     def misses(row) -> list[str]:
-        out = []
-        if budget_per_1k is not None and row["cost_per_1k"] > budget_per_1k + 1e-12:
-            out.append(f"costs {row['cost_per_1k']:.4g} per 1,000 requests (> {budget_per_1k:g})")
-        for model, cap in (max_share or {}).items():
-            if row["share"][model] > cap + 1e-12:
-                out.append(f"gives {model} {row['share'][model]:.1%} (> {cap:.1%})")
-        if min_quality is not None and row["quality"] < min_quality - 1e-12:
-            out.append(f"reaches quality {row['quality']:.4f} (< {min_quality:g})")
-        return out
+        return [say(value(row)) for value, limit, say in checks if value(row) > limit + 1e-12]
 
     cheapest_first = min_quality is not None and budget_per_1k is None and not max_share
     cost = lambda r: r["cost_per_1k"] if r.get("cost_per_1k") is not None else 0.0  # noqa: E731
@@ -135,8 +138,8 @@ def choose_setting(table: dict[str, Any], *, budget_per_1k: float | None = None,
         for b in rows[i:]:
             # weights w in [0, 1] where every target holds for w·a + (1 − w)·b: an interval
             lo, hi = 0.0, 1.0
-            for (va, limit), (vb, _) in zip(constraints(a), constraints(b)):
-                slope, rest = va - vb, limit - vb  # w·slope ≤ rest
+            for value, limit, _ in checks:
+                slope, rest = value(a) - value(b), limit - value(b)  # w·slope ≤ rest
                 if abs(slope) < 1e-15:
                     if rest < -1e-12:
                         lo, hi = 1.0, 0.0
@@ -155,18 +158,13 @@ def choose_setting(table: dict[str, Any], *, budget_per_1k: float | None = None,
         raise TargetUnreachable(f"no setting of the router meets {targets}: the nearest (λ = {nearest['lam']:.6g}) "
                                 f"{'; '.join(misses(nearest))}")
     _, a, b, w = best
-    if w >= 1.0 - 1e-9 or a is b:
-        return Setting(float(a["lam"]), a.get("quality"), a.get("cost_per_1k"), dict(a["share"]),
-                       a.get("quality_interval"), a.get("cost_per_1k_interval"), dict(a.get("share_interval") or {}),
-                       targets)
-    if w <= 1e-9:
-        a, b, w = b, a, 1.0
-        return Setting(float(a["lam"]), a.get("quality"), a.get("cost_per_1k"), dict(a["share"]),
-                       a.get("quality_interval"), a.get("cost_per_1k_interval"), dict(a.get("share_interval") or {}),
-                       targets)
+    if w <= 1e-9:  # all of b: b alone
+        a, w = b, 1.0
+    if w >= 1.0 - 1e-9 or a is b:  # one row: its own figures (a mixed with itself at weight 1)
+        b, w = a, 1.0
     return Setting(float(a["lam"]), _mix(a, b, w, "quality"), _mix(a, b, w, "cost_per_1k"), _mix(a, b, w, "share"),
                    _mix(a, b, w, "quality_interval"), _mix(a, b, w, "cost_per_1k_interval"),
-                   _mix(a, b, w, "share_interval") or {}, targets, float(b["lam"]), float(w))
+                   _mix(a, b, w, "share_interval") or {}, targets, None if a is b else float(b["lam"]), float(w))
 
 
 def refit(table: dict[str, Any], prediction, source: str) -> dict[str, Any]:

@@ -222,9 +222,8 @@ class RouterBundle:
         if budget_per_1k is not None or max_share is not None or min_quality is not None:
             setting = self.budget_setting(budget_per_1k=budget_per_1k, max_share=max_share, min_quality=min_quality)
             prediction = self.router().predict(prompts)
-            lams = setting.lams(prompts)  # one λ, or two mixed by prompt
-            by_lam = {lam: prediction.best_model(lam) for lam in set(lams.tolist())}
-            return Routing(prediction, [by_lam[lam][i] for i, lam in enumerate(lams.tolist())], "router", setting)
+            choice = [prediction.models[i] for i in setting.pick(prediction, prompts)]  # one λ, or two by prompt
+            return Routing(prediction, choice, "router", setting)
         if self.has_kind("router"):
             prediction = self.router().predict(prompts)
             return Routing(prediction, prediction.best_model(lam), "router")

@@ -60,22 +60,23 @@ def read_refs(model_data: Path) -> dict | None:
     return refs
 
 
-def link_or_copy(src: Path, dst: Path) -> None:
-    """A hard link where the file system allows (no second copy on disk), else a copy."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def _link_tree(src: Path, dst_root: Path) -> None:
-    """Hard-link (else copy) every file under `src` into `dst_root` at the same relative path."""
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
-        target = dst_root / path.relative_to(src)
+def link_files(paths, src_root: Path, dst_root: Path) -> None:
+    """Hard-link (else copy, where the file system cannot link) each of `paths`, relative to
+    `src_root`, to the same relative path under `dst_root`: no second copy of a component on disk."""
+    for rel in paths:
+        target = Path(dst_root) / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             target.unlink()
-        link_or_copy(path, target)
+        try:
+            os.link(Path(src_root) / rel, target)
+        except OSError:
+            shutil.copy2(Path(src_root) / rel, target)
+
+
+def _link_tree(src: Path, dst_root: Path) -> None:
+    """`link_files` for every file under `src`."""
+    link_files(sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file()), src, dst_root)
 
 
 def _verified(folder: Path, component: Component) -> bool:
@@ -114,10 +115,7 @@ def seed(bundle_dir: Path, cache_root: Path) -> None:
         if _verified(cached, component):
             continue
         scratch = Path(cache_root) / "scratch" / f"component-{os.getpid()}-{time.monotonic_ns()}"
-        for entry in component.files:
-            target = scratch / entry.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(Path(bundle_dir) / entry.path, target)
+        link_files([f.path for f in component.files], bundle_dir, scratch)
         _place(scratch, cached, component)
 
 
@@ -181,5 +179,5 @@ def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None) -> list[str]:
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         os.utime(cached)
-        _link_tree(cached, Path(bundle_dir))
+        link_files([f.path for f in component.files], cached, bundle_dir)
     return fetched

@@ -37,13 +37,9 @@ from benchmarks.routerbench_knn import routing_table_of
 
 def realised(router: Router, x_test: np.ndarray, texts: list[str], y: np.ndarray, cost: np.ndarray,
              setting) -> dict:
-    """What the setting does on the test split: each prompt routed with its λ (`Setting.lams`)."""
+    """What the setting does on the test split: each prompt routed with its λ (`Setting.pick`)."""
     prediction = router.predict_embeddings(x_test)
-    lams = setting.lams(texts)
-    picks = np.empty(len(texts), dtype=np.int64)
-    for lam in set(lams.tolist()):
-        chosen = lams == lam
-        picks[chosen] = prediction.best_index(lam)[chosen]
+    picks = setting.pick(prediction, texts)
     rows = np.arange(len(picks))
     true_cost = np.where(np.isnan(cost), prediction.cost, cost)[rows, picks]  # a missing cost: the predicted one
     return {"quality": float(np.nanmean(y[rows, picks])),

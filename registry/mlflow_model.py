@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,8 @@ import numpy as np
 from routeforge.artifacts import shared_components
 from routeforge.artifacts.bundle_cache import cache_root
 from routeforge.artifacts.loader import RouterBundle, read_manifest
+from routeforge.artifacts.manifest import MANIFEST_FILE
+from routeforge.artifacts.signing import SIGNATURE_FILE
 
 SKIP_SIGNATURE_ENV = "ROUTEFORGE_INSECURE_SKIP_SIGNATURE"
 MODEL_NAME_IN_RUN = "router_bundle"
@@ -81,26 +82,18 @@ def requirements() -> list[str]:
 
 
 def _stage(bundle_dir: Path, root: Path, refs: dict | None = None) -> Path:
-    """`root/artifacts/<bundle folder>`: hard links of the bundle's files where the file system
-    allows (a bundle is ~140 MB), copies elsewhere, less the folders of the components `refs` stores
-    by digest (whose references file goes beside the bundle folder). MLflow copies `data_path` by
-    its own name."""
+    """`root/artifacts/<bundle folder>`: the manifest, its signature and the files of every component
+    `refs` does not store by digest (whose references file goes beside the bundle folder), hard-linked
+    where the file system allows (a bundle is ~140 MB). MLflow copies `data_path` by its own name."""
     staged = root / DATA_FOLDER
     staged.mkdir()
-    shared = set()
+    shared = set(refs["components"]) if refs else set()
     if refs:
-        manifest = read_manifest(Path(bundle_dir))
-        shared = {f.path for c in manifest.components if c.name in refs["components"] for f in c.files}
         (staged / shared_components.REFS_FILE).write_text(json.dumps(refs, indent=2, sort_keys=True))
-
-    def link(src: str, dst: str) -> None:
-        if Path(src).relative_to(bundle_dir).as_posix() not in shared:
-            shared_components.link_or_copy(Path(src), Path(dst))
-
-    shutil.copytree(bundle_dir, staged / Path(bundle_dir).name, copy_function=link)
-    for folder in sorted((p for p in (staged / Path(bundle_dir).name).rglob("*") if p.is_dir()), reverse=True):
-        if not any(folder.iterdir()):
-            folder.rmdir()
+    manifest = read_manifest(Path(bundle_dir))
+    kept = [name for name in (MANIFEST_FILE, SIGNATURE_FILE) if (Path(bundle_dir) / name).is_file()]
+    kept += [f.path for c in manifest.components if c.name not in shared for f in c.files]
+    shared_components.link_files(kept, bundle_dir, staged / Path(bundle_dir).name)
     return staged
 
 
@@ -141,10 +134,7 @@ def share_components(bundle_dir: Path, store: str) -> dict:
         if _stored(repo, digest, component):
             continue
         with tempfile.TemporaryDirectory(prefix="routeforge-component-") as tmp:
-            for entry in component.files:
-                target = Path(tmp) / entry.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shared_components.link_or_copy(bundle_dir / entry.path, target)
+            shared_components.link_files([f.path for f in component.files], bundle_dir, tmp)
             repo.log_artifacts(tmp, digest)
     shared_components.seed(bundle_dir, cache_root())  # MLflow loads the model it logs (the input example)
     return {"format": shared_components.REFS_FORMAT, "store": store, "components": components}

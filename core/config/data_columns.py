@@ -12,6 +12,7 @@ dataset, a built-in reader, traffic logs).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,11 @@ MAX_TASK_ROWS = 1_000_000  # rows read for the tasks of a file; a larger file's 
 # built-in readers whose rows take their task from a column of the file (prompts/builtin_readers.py);
 # the others' tasks are fixed by the reader and known when the prompt set is built
 BUILTIN_TASK_COLUMNS = {"llmrouter": "task_name"}
+
+
+def _open_csv(path: Path):
+    """A CSV file opened as the prompt reader opens it (undecodable bytes kept, not an error)."""
+    return open(path, newline="", encoding="utf-8", errors="surrogateescape")
 
 
 def _rows(path: Path, limit: int) -> Iterator[dict]:
@@ -38,7 +44,7 @@ def _rows(path: Path, limit: int) -> Iterator[dict]:
                     return
         return
     if path.suffix.lower() == ".csv":
-        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:  # as the reader opens it
+        with _open_csv(path) as handle:
             for k, row in enumerate(csv.DictReader(handle)):
                 if k >= limit:
                     return
@@ -62,26 +68,46 @@ def _rows(path: Path, limit: int) -> Iterator[dict]:
                         yield row
 
 
-def columns_of(path: Path) -> set[str] | None:
-    """The columns of a local file (a JSON-lines or JSON file's keys in its first rows, a CSV header,
-    a Parquet schema); None for a file this cannot read (a folder, a remote URI, another format)."""
+def _stamp(path: Path) -> tuple[str, int, int] | None:
+    """What identifies a local file's content for the caches below: path, mtime and size."""
     path = Path(path)
     if not path.is_file():
         return None
+    stat = path.stat()
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+def columns_of(path: Path) -> frozenset[str] | None:
+    """The columns of a local file (a JSON-lines or JSON file's keys in its first rows, a CSV header,
+    a Parquet schema); None for a file this cannot read (a folder, a remote URI, another format).
+    Read once per file version in a process: `load_checked` and `warnings()` both ask."""
+    stamp = _stamp(path)
+    return None if stamp is None else _columns(stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _columns(stamp: tuple[str, int, int]) -> frozenset[str] | None:
+    path = Path(stamp[0])
     if path.suffix.lower() == ".parquet":
         import pyarrow.parquet as pq
 
-        return set(pq.read_schema(path).names)
+        return frozenset(pq.read_schema(path).names)
     if path.suffix.lower() == ".csv":
-        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:  # as the reader opens it
-            return set(next(csv.reader(handle), []))
+        with _open_csv(path) as handle:
+            return frozenset(next(csv.reader(handle), []))
     keys: set[str] = set()
     try:
         for row in _rows(path, SAMPLE_ROWS):
             keys |= set(row)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return keys or None
+    return frozenset(keys) or None
+
+
+@functools.lru_cache(maxsize=64)
+def _tasks(stamp: tuple[str, int, int], field: str) -> frozenset[str]:
+    """The values of column `field` in a file's first `MAX_TASK_ROWS` rows, read once per file version."""
+    return frozenset(str(r[field]) for r in _rows(Path(stamp[0]), MAX_TASK_ROWS) if r.get(field) not in (None, ""))
 
 
 def _mapped(ds) -> list[tuple[str, str]]:
@@ -90,8 +116,8 @@ def _mapped(ds) -> list[tuple[str, str]]:
     fields = [("text_field", ds.text_field)]
     for name in ("reference_field", "task_field", "id_field", "scores_field"):
         value = getattr(ds, name, None)
-        if value and (name in given or (name == "task_field" and not getattr(ds, "task", None)
-                                        and ds.kind in ("jsonl", "csv", "parquet"))):
+        # task_field unset still matters where no fixed `task` stands in for it (a score table's is None)
+        if value and (name in given or (name == "task_field" and not getattr(ds, "task", None))):
             fields.append((name, value))
     fields += [(f"meta_fields[{i}]", c) for i, c in enumerate(getattr(ds, "meta_fields", []) or [])]
     return fields
@@ -154,7 +180,7 @@ def known_tasks(fleet) -> tuple[set[str], list[str]]:
             if columns_of(path) is None or path.stat().st_size > 512 << 20:
                 unknown.append(ds.name)
                 continue
-            tasks |= {str(r[field]) for r in _rows(path, MAX_TASK_ROWS) if r.get(field) not in (None, "")}
+            tasks |= _tasks(_stamp(path), field)
     return tasks, unknown
 
 
