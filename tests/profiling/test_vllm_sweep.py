@@ -3,6 +3,7 @@ environment): vLLM's real `/metrics` is scraped at every request, its scheduler 
 records and the latency heads, and the client's dead reckoning is compared with them."""
 
 import json
+import math
 
 import pyarrow.parquet as pq
 from routeforge.artifacts.latency import LatencyModel
@@ -47,8 +48,10 @@ def test_sweep_against_a_started_vllm_server_scrapes_its_metrics(config_copy, vl
     # vLLM's own gauge, from the scrapes during the top rate: the engine's scheduler held requests
     assert top_phase["server_running_max"] > 1, (lines, summary["phases"])
     # the server's counters moved under load: the generation-token rate the requests saw at dispatch
+    # (NaN where no two scrapes had landed yet; Python's max() returns a leading NaN, so filter first)
     in_rates = [r for r in records if r["phase"] == "rate" and r["error"] is None]
-    assert max(r["f_server_gen_tok_rate"] for r in in_rates) > 0, lines
+    gen_rates = [r["f_server_gen_tok_rate"] for r in in_rates if math.isfinite(r["f_server_gen_tok_rate"])]
+    assert len(gen_rates) >= len(in_rates) // 2 and max(gen_rates) > 0, (len(gen_rates), len(in_rates), lines[-8:])
     assert all(r["f_server_kv_usage"] == r["f_server_kv_usage"] for r in at_top)  # KV-cache usage: not NaN
     assert all(r["output_tokens"] == r["requested_tokens"] for r in at_top)  # ignore_eos reached vLLM
     agreement = summary["state_agreement"]
