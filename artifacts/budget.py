@@ -55,12 +55,7 @@ class Setting:
     def pick(self, prediction, prompts: list[str]) -> np.ndarray:
         """Each prompt's model index in `prediction` (a `RouterPrediction` of `prompts`), routed with
         its λ (`lams`)."""
-        lams = self.lams(prompts)
-        picks = np.empty(len(prompts), dtype=np.int64)
-        for lam in set(lams.tolist()):
-            chosen = lams == lam
-            picks[chosen] = prediction.best_index(lam)[chosen]
-        return picks
+        return prediction.best_index(self.lams(prompts))
 
     def describe(self) -> str:
         lam = (f"λ = {self.lam:.6g}" if self.lam_other is None or self.weight >= 1.0 else

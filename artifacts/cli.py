@@ -380,6 +380,55 @@ def calibrate(ref: str, logs: Path | None, as_json: bool, public_key: Path | Non
                    + "  ".join(f"{row['share'][m]:>12.1%}" for m in models))
 
 
+@bundle.command()
+@click.argument("ref")
+@click.option("--logs", required=True, type=click.Path(exists=True, path_type=Path),
+              help="A traffic log (JSON lines, or a folder of them) whose requests carry an outcome and the serving "
+                   "decision's propensity (`routing.propensity`).")
+@click.option("--against", default=None, help="A second bundle (e.g. models:/<name>@champion): the paired difference.")
+@click.option("--lam", default=0.0, show_default=True, help="The λ both bundles route with.")
+@click.option("--method", type=click.Choice(["dr", "snips", "ips"]), default="dr", show_default=True,
+              help="The estimator of the difference.")
+@click.option("--level", type=click.Choice(["0.9", "0.95", "0.99"]), default="0.95", show_default=True,
+              help="The intervals' confidence level.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@signature_options
+@_TRACKING
+def replay(ref: str, logs: Path, against: str | None, lam: float, method: str, level: str, as_json: bool,
+           public_key: Path | None, allow_unsigned: bool, tracking_uri: str | None) -> None:
+    """What REF would have earned on the logged traffic (off-policy: inverse propensity,
+    self-normalised, doubly robust), and with --against the difference from that bundle."""
+    from routeforge.artifacts.replay import read_logged_decisions
+    from routeforge.artifacts.replay import replay as replay_log
+
+    load = lambda r: load_bundle(r, tracking_uri=tracking_uri, public_key=public_key,  # noqa: E731
+                                 allow_unsigned=allow_unsigned)
+    decisions = read_logged_decisions(logs)
+    try:
+        found = replay_log(load(ref), decisions, lam, load(against) if against else None, method, float(level))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(strict_json.dumps(found.to_json()))
+        return
+    skipped = sum(decisions.skipped.values())
+    click.echo(f"{found.requests} logged requests replayed ({skipped} lines skipped"
+               + "".join(f"; {n} × {r} (first: {decisions.first_skipped[r]})"
+                         for r, n in decisions.skipped.most_common(3)) + ")")
+    click.echo(f"logged policy, observed: {found.logged.value:.4f} [{found.logged.low:.4f}, {found.logged.high:.4f}]")
+    for side, estimates, agreement in ((found.challenger, found.estimates, found.agreement),
+                                       (found.baseline, found.baseline_estimates, found.baseline_agreement)):
+        if estimates is None:
+            continue
+        click.echo(f"{side}: agrees with the served model on {agreement:.1%} of requests")
+        for e in estimates.values():
+            click.echo(f"  {e.method:>5}: {e.value:.4f} [{e.low:.4f}, {e.high:.4f}]  effective n {e.effective_n:.0f}")
+    if found.difference is not None:
+        d = found.difference
+        click.echo(f"difference ({found.challenger} − {found.baseline}, {d.method}): {d.value:+.4f} "
+                   f"[{d.low:+.4f}, {d.high:+.4f}] at {d.level:.0%}")
+
+
 @main.group()
 def cache() -> None:
     """The local cache of downloaded bundles ($ROUTEFORGE_CACHE, else $ROUTEFORGE_STATE/cache/bundles)."""

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+import numpy as np
 from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
 from routeforge.artifacts.registry import download_bundle, is_remote_uri, recorded_public_key
@@ -148,6 +149,14 @@ class Routing:
     choice: list[str]
     estimator: str
     setting: Any = None  # the `artifacts.budget.Setting` a target picked λ by, when one was given
+    propensity: Any = None  # (n,) the probability each choice had, when asked (`with_propensity`)
+
+    def log_fields(self, i: int) -> dict[str, Any]:
+        """What a traffic log keeps of prompt i's decision, under the line's `routing` key, so that
+        a challenger can later be judged on the traffic (`routeforge bundle replay`)."""
+        if self.propensity is None:
+            raise ValueError("route(..., with_propensity=True) gives the propensities a log needs")
+        return {"propensity": float(self.propensity[i]), "estimator": self.estimator}
 
 
 @dataclass
@@ -214,22 +223,40 @@ class RouterBundle:
         return self.text_predictor(name).predict(prompts, tasks, model=model, task_classifier=classifier)
 
     def route(self, prompts: list[str], lam: float = 0.0, *, budget_per_1k: float | None = None,
-              max_share: dict[str, float] | None = None, min_quality: float | None = None) -> Routing:
+              max_share: dict[str, float] | None = None, min_quality: float | None = None,
+              with_propensity: bool = False, rng: np.random.Generator | None = None,
+              explore: float = 0.0) -> Routing:
         """Estimates for `prompts` and the model each goes to (argmax quality − λ·cost): by the router
         where the bundle has one (chosen by cross-validation), else by its KNN estimator. A target
         instead of λ (a cost per 1,000 requests, a most share per model, a quality floor) picks λ
-        from the router's calibration table (`budget_setting`); `Routing.setting` says what to expect."""
+        from the router's calibration table (`budget_setting`); `Routing.setting` says what to expect.
+        With `rng` a router that has learned from outcomes routes by Thompson sampling, and with
+        `explore` ε a share ε of prompts goes to a uniformly random model; `with_propensity` gives
+        each choice's probability (`Routing.log_fields`, for the traffic log)."""
+        from routeforge.artifacts.router import PROPENSITY_DRAWS, explore_mix, one_hot
+        from routeforge.artifacts.sentence_encoder import embed_for
+
+        setting = None
         if budget_per_1k is not None or max_share is not None or min_quality is not None:
             setting = self.budget_setting(budget_per_1k=budget_per_1k, max_share=max_share, min_quality=min_quality)
-            prediction = self.router().predict(prompts)
-            choice = [prediction.models[i] for i in setting.pick(prediction, prompts)]  # one λ, or two by prompt
-            return Routing(prediction, choice, "router", setting)
-        if self.has_kind("router"):
-            prediction = self.router().predict(prompts)
-            return Routing(prediction, prediction.best_model(lam), "router")
+        if setting is not None or self.has_kind("router"):
+            router = self.router()
+            x = embed_for(router, prompts)
+            prediction = router.apply_recall(prompts, router.predict_embeddings(x))
+            lams = setting.lams(prompts) if setting is not None else lam  # one λ, or two by prompt
+            if rng is None and not explore and not with_propensity:
+                return Routing(prediction, [prediction.models[i] for i in prediction.best_index(lams)], "router",
+                               setting)
+            choice = router.choose_embeddings(x, lams, rng, explore, PROPENSITY_DRAWS if with_propensity else 0,
+                                              texts=prompts)
+            return Routing(prediction, choice.models, "router", setting,
+                           choice.propensity if with_propensity else None)
         knn = self.knn_estimator()
         prediction = knn.predict(prompts)
-        return Routing(prediction, prediction.best_model(lam, knn.prior), "knn_estimator")
+        served = prediction.best_index(lam, knn.prior)
+        served, probabilities = explore_mix(served, one_hot(served, len(prediction.models)), explore, rng)
+        return Routing(prediction, [prediction.models[i] for i in served], "knn_estimator", None,
+                       probabilities[np.arange(len(served)), served] if with_propensity else None)
 
     def budget_table(self) -> dict[str, Any]:
         """The router's calibration table: per λ, the quality, cost per 1,000 requests and shares it

@@ -1,5 +1,6 @@
-"""What a challenger router would have earned on traffic another policy served (issue 52, item 2:
-the estimators; the log reader, `bundle replay` and the release gate's use are not built yet).
+"""What a challenger router would have earned on traffic another policy served: the estimators
+(`artifacts.replay` reads the logs and builds the challenger's probabilities; `routeforge bundle
+replay` prints it; the release gate's `release.replay` holds a challenger the log shows is worse).
 
 A logged request i carries the model the serving policy chose, a_i, the probability it had of
 choosing it, p_i = π0(a_i | x_i) (its propensity), and the outcome r_i. A challenger π1 gives
@@ -54,31 +55,72 @@ def _check(actions: np.ndarray, propensities: np.ndarray, rewards: np.ndarray, t
         raise ValueError(f"request {row}: the challenger's probabilities sum to {target[row].sum():.6g}, not 1")
 
 
-def estimate(actions, propensities, rewards, target, q_hat=None, level: float = 0.95) -> dict[str, Estimate]:
-    """IPS, SNIPS and (with `q_hat`) DR estimates of the challenger's mean outcome.
-
-    actions: (n,) logged model indices; propensities: (n,) π0(a_i|x_i); rewards: (n,) outcomes;
-    target: (n, m) π1(·|x_i); q_hat: (n, m) the challenger's estimated outcome per model."""
+def _arrays(actions, propensities, rewards, target):
     actions = np.asarray(actions, dtype=np.int64)
     propensities = np.asarray(propensities, dtype=np.float64)
     rewards = np.asarray(rewards, dtype=np.float64)
     target = np.asarray(target, dtype=np.float64)
     _check(actions, propensities, rewards, target)
-    n, rows, z = len(actions), np.arange(len(actions)), Z[level]
+    return actions, propensities, rewards, target
+
+
+def _terms(method: str, actions: np.ndarray, propensities: np.ndarray, rewards: np.ndarray, target: np.ndarray,
+           q_hat: np.ndarray | None) -> tuple[np.ndarray, float, np.ndarray]:
+    """(per-request terms whose mean is the estimate, or its linearisation for SNIPS; the estimate;
+    the importance weights)."""
+    rows = np.arange(len(actions))
     w = target[rows, actions] / propensities
-    effective = float(w.sum() ** 2 / max((w ** 2).sum(), 1e-300))
-
-    def normal(method: str, terms: np.ndarray, value: float | None = None) -> Estimate:
-        value = float(terms.mean()) if value is None else value
-        half = z * float(terms.std(ddof=1)) / np.sqrt(n) if n > 1 else float("inf")
-        return Estimate(method, value, value - half, value + half, n, effective, level)
-
-    out = {"ips": normal("ips", w * rewards)}
-    snips = float((w * rewards).sum() / w.sum()) if w.sum() > 0 else float("nan")
-    out["snips"] = normal("snips", w * (rewards - snips) / max(w.mean(), 1e-300) + snips, snips)
-    if q_hat is not None:
+    if method == "ips":
+        terms = w * rewards
+        return terms, float(terms.mean()), w
+    if method == "snips":
+        value = float((w * rewards).sum() / w.sum()) if w.sum() > 0 else float("nan")
+        return w * (rewards - value) / max(w.mean(), 1e-300) + value, value, w
+    if method == "dr":
+        if q_hat is None:
+            raise ValueError("the doubly robust estimate needs the challenger's own estimates (q_hat)")
         q_hat = np.asarray(q_hat, dtype=np.float64)
         if q_hat.shape != target.shape:
             raise ValueError(f"q_hat has shape {q_hat.shape}, the challenger's probabilities {target.shape}")
-        out["dr"] = normal("dr", (target * q_hat).sum(axis=1) + w * (rewards - q_hat[rows, actions]))
+        terms = (target * q_hat).sum(axis=1) + w * (rewards - q_hat[rows, actions])
+        return terms, float(terms.mean()), w
+    raise ValueError(f"estimator {method!r}: one of {', '.join(METHODS)}")
+
+
+METHODS = ("ips", "snips", "dr")
+
+
+def _normal(method: str, terms: np.ndarray, value: float, effective: float, level: float) -> Estimate:
+    n = len(terms)
+    half = Z[level] * float(terms.std(ddof=1)) / np.sqrt(n) if n > 1 else float("inf")
+    return Estimate(method, value, value - half, value + half, n, effective, level)
+
+
+def _effective(w: np.ndarray) -> float:
+    return float(w.sum() ** 2 / max((w ** 2).sum(), 1e-300))
+
+
+def estimate(actions, propensities, rewards, target, q_hat=None, level: float = 0.95) -> dict[str, Estimate]:
+    """IPS, SNIPS and (with `q_hat`) DR estimates of the challenger's mean outcome.
+
+    actions: (n,) logged model indices; propensities: (n,) π0(a_i|x_i); rewards: (n,) outcomes;
+    target: (n, m) π1(·|x_i); q_hat: (n, m) the challenger's estimated outcome per model."""
+    actions, propensities, rewards, target = _arrays(actions, propensities, rewards, target)
+    out = {}
+    for method in METHODS if q_hat is not None else METHODS[:2]:
+        terms, value, w = _terms(method, actions, propensities, rewards, target, q_hat)
+        out[method] = _normal(method, terms, value, _effective(w), level)
     return out
+
+
+def difference(actions, propensities, rewards, target, baseline, q_hat=None, q_baseline=None, method: str = "dr",
+               level: float = 0.95) -> Estimate:
+    """V(challenger) − V(baseline) on the same logged requests, from the paired per-request terms:
+    the two estimates share the noise of the logged outcomes, so their difference is known far more
+    tightly than two separate intervals suggest. `effective_n` is the challenger's."""
+    actions, propensities, rewards, target = _arrays(actions, propensities, rewards, target)
+    baseline = np.asarray(baseline, dtype=np.float64)
+    _check(actions, propensities, rewards, baseline)
+    terms, value, w = _terms(method, actions, propensities, rewards, target, q_hat)
+    base_terms, base_value, _ = _terms(method, actions, propensities, rewards, baseline, q_baseline)
+    return _normal(method, terms - base_terms, value - base_value, _effective(w), level)

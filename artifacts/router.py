@@ -104,10 +104,12 @@ class RouterPrediction:
     unseen: np.ndarray  # (n_prompts,) True where the prompt is far from every training cluster
     recalled: np.ndarray | None = None  # (n_prompts,) True where observed scores of a training prompt were used
 
-    def best_index(self, lam: float = 0.0) -> np.ndarray:
+    def best_index(self, lam: float | np.ndarray = 0.0) -> np.ndarray:
         """argmax of predicted quality − λ · predicted cost (unknown cost counts as 0; ties go to
-        the lower cost)."""
+        the lower cost). `lam`: one λ, or one per prompt."""
         cost = np.nan_to_num(np.asarray(self.cost, dtype=np.float64), nan=0.0)
+        lam = np.asarray(lam, dtype=np.float64)
+        lam = lam[:, None] if lam.ndim == 1 else lam
         utility = np.round(np.asarray(self.quality, dtype=np.float64) - lam * cost, 9)
         utility = np.where(np.isnan(utility), -np.inf, utility)  # an unknown estimate never wins a known one
         if utility.size == 0:
@@ -119,6 +121,48 @@ class RouterPrediction:
 
     def best_model(self, lam: float = 0.0) -> list[str]:
         return [self.models[i] for i in self.best_index(lam)]
+
+
+PROPENSITY_DRAWS = 256  # posterior draws that estimate a Thompson choice's propensity
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a serving rule chose, and how likely it was to choose it: the propensity a traffic log
+    keeps (`"routing": {"propensity": ...}`) so that another router can later be judged on that
+    traffic (`artifacts.replay`). `probabilities` (prompts × models) is the rule's whole
+    distribution: one-hot for a deterministic router, a Monte-Carlo estimate for Thompson sampling
+    (the served draw and `PROPENSITY_DRAWS` more), mixed with uniform for ε-exploration."""
+
+    models: list[str]
+    propensity: np.ndarray  # (n,) probability of the model served
+    probabilities: np.ndarray  # (n, m) over the router's models
+
+    def log_fields(self, i: int) -> dict[str, float]:
+        return {"propensity": float(self.propensity[i])}
+
+
+def explore_mix(served: np.ndarray, probabilities: np.ndarray, explore: float,
+                rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+    """ε-exploration: each prompt goes to a uniformly random model with probability `explore`,
+    else as chosen; the probabilities become (1 − ε)·p + ε/m. Without exploration a deterministic
+    router's log supports no counterfactual: a challenger is judged only where it agrees."""
+    if not 0.0 <= explore < 1.0:
+        raise ValueError(f"explore: {explore!r} is not in [0, 1)")
+    if explore == 0.0:
+        return served, probabilities
+    if rng is None:
+        raise ValueError("explore needs rng (a numpy Generator): the random choices are the caller's to seed")
+    n, m = probabilities.shape
+    explored = rng.random(n) < explore
+    served = np.where(explored, rng.integers(0, m, size=n), served)
+    return served, (1.0 - explore) * probabilities + explore / m
+
+
+def one_hot(index: np.ndarray, m: int) -> np.ndarray:
+    out = np.zeros((len(index), m))
+    out[np.arange(len(index)), index] = 1.0
+    return out
 
 
 def text_key(text: str) -> bytes:
@@ -323,6 +367,19 @@ class Router:
     def predict_embeddings(self, x: np.ndarray, rng: np.random.Generator | None = None) -> RouterPrediction:
         """Estimates for embedded prompts; `rng`: draw the outcome-learned shifts (Thompson
         sampling) instead of taking their posterior means."""
+        prediction = self._trained_estimates(x)
+        if "online/alpha" in self.weights:  # outcomes seen since training move each cluster's estimates
+            prediction.quality = self._shifted(prediction, self._online_shift(rng))
+        return prediction
+
+    @staticmethod
+    def _shifted(prediction: RouterPrediction, shift: np.ndarray) -> np.ndarray:
+        """The estimates moved by an online shift (clusters × models), except for unseen prompts."""
+        return np.where(prediction.unseen[:, None], prediction.quality,
+                        np.clip(prediction.quality + shift[prediction.cluster], 0.0, 1.0))
+
+    def _trained_estimates(self, x: np.ndarray) -> RouterPrediction:
+        """The estimates as training left them: no outcome-learned shift, no recall."""
         x = np.asarray(x, dtype=np.float32)
         quality = self.base_estimate(x)
         n = len(x)
@@ -340,9 +397,6 @@ class Router:
                     if self.meta.get("guard", {}).get("unseen_rule") == "nearest_cluster"
                     else self.weights.get("guard/unseen_quality", self.weights["prior/quality"])[None, :])
         quality = np.where(unseen[:, None], fallback, quality)
-        if "online/alpha" in self.weights:  # outcomes seen since training move each cluster's estimates
-            quality = np.where(unseen[:, None], quality,
-                               np.clip(quality + self._online_shift(rng)[cluster], 0.0, 1.0))
         tokens = np.broadcast_to(self.weights["prior/output_tokens"], (n, len(self.models))).copy()
         cost = np.broadcast_to(self.weights["prior/cost"], (n, len(self.models))).copy()
         return RouterPrediction(self.models, quality, tokens, cost, cluster, guarded, unseen)
@@ -438,11 +492,44 @@ class Router:
         return counted
 
     def choose(self, texts: list[str], lam: float = 0.0, rng: np.random.Generator | None = None,
-               encoder=None) -> list[str]:
+               encoder=None, *, with_propensity: bool = False, explore: float = 0.0) -> list[str] | Choice:
         """The model for each prompt; with `rng`, by Thompson sampling (a posterior draw per cluster
-        and model), which keeps trying models whose production record is still uncertain."""
-        x = embed_for(self, texts, encoder)
-        return self.predict_embeddings(x, rng=rng).best_model(lam)
+        and model), which keeps trying models whose production record is still uncertain; with
+        `explore` ε, a uniformly random model for a share ε of prompts. `with_propensity`: a
+        `Choice`, with the probability each choice had, for the traffic log."""
+        choice = self.choose_embeddings(embed_for(self, texts, encoder), lam, rng, explore=explore,
+                                        draws=PROPENSITY_DRAWS if with_propensity else 0)
+        return choice if with_propensity else choice.models
+
+    def choose_embeddings(self, x: np.ndarray, lam: float | np.ndarray = 0.0, rng: np.random.Generator | None = None,
+                          explore: float = 0.0, draws: int = PROPENSITY_DRAWS,
+                          texts: list[str] | None = None) -> Choice:
+        """`choose` on embedded prompts (`lam`: one, or one per prompt); `texts` applies recall.
+        The propensity of a Thompson choice has no closed form: it is the share of `draws` further
+        posterior draws (and the served one, so it is never 0) that choose the served model."""
+        trained = self._trained_estimates(x)
+        online = "online/alpha" in self.weights
+        recall = self._recall_table(texts) if texts is not None else None
+
+        def pick(shift: np.ndarray | None) -> np.ndarray:
+            prediction = trained if shift is None else RouterPrediction(
+                trained.models, self._shifted(trained, shift), trained.output_tokens, trained.cost,
+                trained.cluster, trained.guarded, trained.unseen)
+            if recall is not None:
+                prediction = RouterPrediction(prediction.models, np.where(recall[0], recall[1], prediction.quality),
+                                              prediction.output_tokens, prediction.cost, prediction.cluster,
+                                              prediction.guarded, prediction.unseen)
+            return prediction.best_index(lam)
+
+        m = len(self.models)
+        served = pick(self._online_shift(rng) if online else None)
+        probabilities = one_hot(served, m)
+        if online and rng is not None and draws > 0:
+            for _ in range(draws):
+                probabilities += one_hot(pick(self._online_shift(rng)), m)
+            probabilities /= draws + 1
+        served, probabilities = explore_mix(served, probabilities, explore, rng)
+        return Choice([self.models[i] for i in served], probabilities[np.arange(len(served)), served], probabilities)
 
     def predict(self, texts: list[str], encoder=None) -> RouterPrediction:
         """Estimates for prompt texts, embedded by `encoder` (a `SentenceEncoder`; by default the
@@ -452,19 +539,25 @@ class Router:
 
     def apply_recall(self, texts: list[str], prediction: RouterPrediction) -> RouterPrediction:
         """Replace the estimate of every known prompt by the scores observed for it in training."""
-        recalled = np.zeros(len(texts), dtype=bool)
+        known, observed, recalled = self._recall_table(texts)
+        prediction.quality = np.where(known, observed, prediction.quality)
+        prediction.recalled = recalled
+        return prediction
+
+    def _recall_table(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(known, observed, recalled): per prompt and model whether training observed a score for
+        this very prompt and that score; per prompt whether it is a training prompt."""
+        n, m = len(texts), len(self.models)
+        known, observed, recalled = np.zeros((n, m), dtype=bool), np.zeros((n, m)), np.zeros(n, dtype=bool)
         if "recall/keys" in self.weights:
-            observed = self.weights["recall/quality"]
-            quality = prediction.quality.copy()
+            table = self.weights["recall/quality"]
             for i, text in enumerate(texts):
                 row = self._recall_index.get(text_key(text))
                 if row is not None:
-                    known = ~np.isnan(observed[row])
-                    quality[i, known] = observed[row][known]
+                    known[i] = ~np.isnan(table[row])
+                    observed[i] = np.nan_to_num(table[row])
                     recalled[i] = True
-            prediction.quality = quality
-        prediction.recalled = recalled
-        return prediction
+        return known, observed, recalled
 
     def save(self, folder: Path) -> list[Path]:
         from safetensors.numpy import save_file

@@ -1,12 +1,14 @@
-"""The prompt of a logged request, as the router would have seen it: one definition for the
-pipeline's traffic-log reader (`prompts/traffic_logs.py`) and the runtime's `routeforge bundle
-calibrate --logs` (which re-fits the budget table on a traffic mix), so both read a log alike.
+"""The fields of a logged request as the router reads them (the prompt it would have seen, the
+served model, the outcome, the serving decision's propensity): one definition for the pipeline's
+traffic-log reader (`prompts/traffic_logs.py`), the runtime's `routeforge bundle calibrate --logs`
+(which re-fits the budget table on a traffic mix) and `routeforge bundle replay`, so all read a log alike.
 Standard library only: a router service has neither pyarrow nor fsspec."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,22 +49,79 @@ def prompt_text(request: dict[str, Any]) -> str:
     return text
 
 
-def logged_prompts(path: Path, limit: int = 100_000) -> list[str]:
-    """The prompts of the requests in a local log file, or in every *.jsonl / *.jsonl.gz under a
-    folder (name order), at most `limit`; lines that hold no usable request are skipped."""
-    path = Path(path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")))
-    out: list[str] = []
+def outcome_of(rec: dict[str, Any]) -> float | None:
+    """The line's `outcome`, in [0, 1]: a number (a score), or an object with `score` (0…1),
+    `thumbs_up` (true 1, false 0) or `error` (any error: 0); absent: None."""
+    value = rec.get("outcome")
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if value.get("error"):
+            return 0.0
+        if "thumbs_up" in value:
+            if not isinstance(value["thumbs_up"], bool):
+                raise LogLineError("field 'outcome.thumbs_up' is not true or false")
+            return float(value["thumbs_up"])
+        value = value.get("score")
+        field = "outcome.score"
+    else:
+        field = "outcome"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise LogLineError(f"field '{field}' is not a number in [0, 1]")
+    return float(value)
+
+
+def propensity_of(rec: dict[str, Any]) -> float | None:
+    """`routing.propensity`: the probability the serving rule had of choosing the model it served
+    (`Router.choose(..., with_propensity=True)`, `Routing.log_fields`), in (0, 1]; absent: None."""
+    routing = rec.get("routing")
+    if routing is None:
+        return None
+    if not isinstance(routing, dict):
+        raise LogLineError("field 'routing' is not an object")
+    value = routing.get("propensity")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise LogLineError(f"field 'routing.propensity': {value!r} is not a probability in (0, 1]")
+    return float(value)
+
+
+def served_model(rec: dict[str, Any]) -> str:
+    """The model that answered: `response.model`, else `request.model`."""
+    response, request = rec.get("response"), rec.get("request")
+    model = (response.get("model") if isinstance(response, dict) else None) or \
+        (request.get("model") if isinstance(request, dict) else None)
+    if not isinstance(model, str) or not model:
+        raise LogLineError("field 'response.model' / 'request.model' missing")
+    return model
+
+
+def log_lines(path: Path) -> Iterator[tuple[str, bytes]]:
+    """(row id `file:line`, line) of every non-blank line of a log file, or of every *.jsonl /
+    *.jsonl.gz under a folder, in name order (a `pathlib.Path` or anything with its API, e.g. a
+    `upath.UPath` on object storage)."""
+    files = [path] if path.is_file() else sorted(
+        (p for p in path.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")) and p.is_file()), key=str)
     for file in files:
         raw = file.read_bytes()
         if file.name.endswith(".gz"):
             raw = gzip.decompress(raw)
-        for line in raw.splitlines():
-            try:
-                record = json.loads(line)
-                out.append(prompt_text(record["request"]))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
-            if len(out) >= limit:
-                return out
+        for number, line in enumerate(raw.splitlines(), start=1):
+            if line.strip():
+                yield f"{file.name}:{number}", line
+
+
+def logged_prompts(path: Path, limit: int = 100_000) -> list[str]:
+    """The prompts of the requests in a local log file, or in every *.jsonl / *.jsonl.gz under a
+    folder (name order), at most `limit`; lines that hold no usable request are skipped."""
+    out: list[str] = []
+    for _, line in log_lines(Path(path)):
+        try:
+            record = json.loads(line)
+            out.append(prompt_text(record["request"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if len(out) >= limit:
+            return out
     return out

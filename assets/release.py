@@ -77,7 +77,8 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
         context.log.warning(f"version {version} holds this content but was never gated: gating it now")
     config = fleet.config.release
     rules = ReleaseRules(tolerance=config.tolerance, floors=config.floors, default_tolerance=config.default_tolerance,
-                         optional=tuple(config.optional))
+                         optional=tuple(config.optional),
+                         replay=config.replay.model_dump() if config.replay is not None else None)
     failed = failed_checks(context)
     candidate = write_evaluation_candidate(store, routing_table)
     # one gate at a time per registered model, on a SQLite store or a server shared by several machines

@@ -11,8 +11,10 @@ One JSON object per line (plain or .gz), OpenAI-format, as a gateway or proxy lo
      "timing":   {"ttft_s": 0.031, "e2e_s": 0.52},  # optional: per-request timing, where logged
      "tier":     "m@a100",                          # optional: the tier that served it
      "metadata": {"task": "math"},                  # optional
-     "outcome":  {"thumbs_up": true}}               # optional: a score in [0, 1] (a number, or
+     "outcome":  {"thumbs_up": true},               # optional: a score in [0, 1] (a number, or
                                                     # {"score": x}), {"thumbs_up": bool}, {"error": ...} (0)
+     "routing":  {"propensity": 0.83}}              # optional: the probability the serving router had
+                                                    # of choosing this model (`routeforge bundle replay`)
 
 Who reported an outcome (its source, so one client cannot outweigh the rest) is `client`, else
 `metadata.client`, `metadata.api_key_id` or `metadata.user`, else the request's OpenAI `user`.
@@ -23,14 +25,13 @@ goes on. A request without `timing` is still a prompt; it is not a latency recor
 
 from __future__ import annotations
 
-import gzip
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from routeforge.artifacts.traffic_prompts import LogLineError, prompt_text
+from routeforge.artifacts.traffic_prompts import LogLineError, log_lines, outcome_of, prompt_text, served_model
 from routeforge.core.json_lines import LineError, strict_json
 from routeforge.core.storage import Quarantine
 from upath import UPath
@@ -51,7 +52,7 @@ class TrafficRequest:
     completion_tokens: int
     ttft_s: float | None
     e2e_s: float | None
-    outcome: float | None = None  # what production said of the answer, in [0, 1] (`_outcome`)
+    outcome: float | None = None  # what production said of the answer, in [0, 1] (`outcome_of`)
     source: str | None = None  # who reported the outcome: a client or key id (`_source`), where logged
 
     @property
@@ -90,28 +91,6 @@ def _seconds(timing: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def _outcome(rec: dict[str, Any]) -> float | None:
-    """The line's `outcome`, in [0, 1]: a number (a score), or an object with `score` (0…1),
-    `thumbs_up` (true 1, false 0) or `error` (any error: 0); absent: None."""
-    value = rec.get("outcome")
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        if value.get("error"):
-            return 0.0
-        if "thumbs_up" in value:
-            if not isinstance(value["thumbs_up"], bool):
-                raise LogLineError("field 'outcome.thumbs_up' is not true or false")
-            return float(value["thumbs_up"])
-        value = value.get("score")
-        field = "outcome.score"
-    else:
-        field = "outcome"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise LogLineError(f"field '{field}' is not a number in [0, 1]")
-    return float(value)
-
-
 SOURCE_FIELDS = (("client",), ("metadata", "client"), ("metadata", "api_key_id"), ("metadata", "user"),
                  ("request", "user"))
 
@@ -135,9 +114,7 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
         raise LogLineError("field 'request' missing or not an object")
     if not isinstance(response, dict):
         raise LogLineError("field 'response' missing or not an object")
-    model = response.get("model") or request.get("model")
-    if not isinstance(model, str) or not model:
-        raise LogLineError("field 'response.model' / 'request.model' missing")
+    model = served_model(rec)
     usage = response.get("usage")
     if not isinstance(usage, dict):
         raise LogLineError("field 'response.usage' missing")
@@ -162,7 +139,7 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
         tier=rec.get("tier") if isinstance(rec.get("tier"), str) else None, text=prompt_text(request),
         completion=completion if isinstance(completion, str) else None,
         task=str(task) if task is not None else None, prompt_tokens=_count(usage, "prompt_tokens"),
-        completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e, outcome=_outcome(rec),
+        completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e, outcome=outcome_of(rec),
         source=_source(rec),
     )
 
@@ -170,35 +147,31 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
 def log_files(uri: str) -> list[UPath]:
     """The log files at `uri`: the file itself, or every *.jsonl / *.jsonl.gz under a folder (local
     path or fsspec URI), in name order."""
+    root = _existing(uri)
+    return [root] if root.is_file() else sorted(
+        (p for p in root.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")) and p.is_file()), key=str)
+
+
+def _existing(uri: str) -> UPath:
     root = UPath(uri)
-    if root.is_file():
-        return [root]
     if not root.exists():
         raise FileNotFoundError(f"traffic log location {uri} does not exist")
-    return sorted((p for p in root.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")) and p.is_file()),
-                  key=lambda p: str(p))
+    return root
 
 
 def read_traffic_logs(uri: str, quarantine: Quarantine, limit: int | None = None) -> Iterator[TrafficRequest]:
     """Every usable request in the logs at `uri`; unusable lines go to `quarantine` with the reason."""
     count = 0
-    for path in log_files(uri):
-        raw = path.read_bytes()
-        if path.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        for line_no, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            row_id = f"{path.name}:{line_no}"
-            try:
-                request = parse_line(strict_json(line), row_id)
-            except (LogLineError, LineError) as exc:
-                quarantine.add(row_id, str(exc), None)
-                continue
-            except Exception as exc:  # noqa: BLE001 - no line may stop the stage: an unforeseen one is quarantined
-                quarantine.add(row_id, f"unusable line: {type(exc).__name__}: {str(exc)[:200]}", None)
-                continue
-            yield request
-            count += 1
-            if limit is not None and count >= limit:
-                return
+    for row_id, line in log_lines(_existing(uri)):
+        try:
+            request = parse_line(strict_json(line), row_id)
+        except (LogLineError, LineError) as exc:
+            quarantine.add(row_id, str(exc), None)
+            continue
+        except Exception as exc:  # noqa: BLE001 - no line may stop the stage: an unforeseen one is quarantined
+            quarantine.add(row_id, f"unusable line: {type(exc).__name__}: {str(exc)[:200]}", None)
+            continue
+        yield request
+        count += 1
+        if limit is not None and count >= limit:
+            return

@@ -24,8 +24,15 @@ Rules (`ReleaseRules`, from the fleet file's `release` section): the challenger 
 when every required check passed and no metric the champion has regresses by more than its
 tolerance (default 0); a metric the champion has and the challenger lacks, or measures as NaN or
 infinite, counts as a regression unless the fleet lists it in `release.optional`. With no champion
-yet, only when it clears every configured floor (a NaN clears none). The
-decision, its reasons and both versions' metrics are written to the challenger's model-version
+yet, only when it clears every configured floor (a NaN clears none).
+
+With `release.replay` (`replay_verdict`), both bundles are also replayed on logged production
+traffic (`artifacts.replay`: requests with an outcome and the serving decision's propensity), and a
+challenger whose paired difference with the champion lies below −tolerance with its whole interval
+is held, even where the frozen set says it is better: the frozen set is last quarter's prompts, the
+log is what the fleet serves now. The replay's figures are recorded with the decision (`gate.replay`).
+
+The decision, its reasons and both versions' metrics are written to the challenger's model-version
 tags; the registered model's `routeforge.champion_history` tag lists the champions in order, which
 is what `rollback` walks back. A forced promotion records who asked and why.
 """
@@ -58,11 +65,12 @@ class ReleaseRules:
     floors: dict[str, float] = field(default_factory=dict)  # metric -> least acceptable (most, for errors)
     default_tolerance: float = 0.0
     optional: tuple[str, ...] = ()  # metrics (or `prefix/`) a challenger may lack or measure as NaN
+    replay: dict[str, Any] | None = None  # `core.config.fleet.ReplayGate` as a dict: judge on logged traffic too
 
     def to_json(self) -> str:
         return json.dumps({"tolerance": self.tolerance, "floors": self.floors,
-                           "default_tolerance": self.default_tolerance, "optional": list(self.optional)},
-                          sort_keys=True)
+                           "default_tolerance": self.default_tolerance, "optional": list(self.optional),
+                           "replay": self.replay}, sort_keys=True)
 
     def is_optional(self, metric: str) -> bool:
         return any(metric == o or (o.endswith("/") and metric.startswith(o)) for o in self.optional)
@@ -88,20 +96,27 @@ class Decision:
     champion_version: str | None = None
     forced_by: str | None = None
     force_reason: str | None = None
+    replay: dict[str, Any] | None = None  # the logged-traffic replay (`replay_verdict`), when the rules ask
 
     def tags(self, evaluation_sha: str | None) -> dict[str, str]:
         out = {"gate.decision": "promoted" if self.promote else "held",
                "gate.reasons": json.dumps(self.reasons), "gate.champion_version": str(self.champion_version),
                "gate.evaluation_set_sha256": str(evaluation_sha)}
+        if self.replay is not None:  # a tag value holds at most 5,000 characters in MLflow
+            out["gate.replay"] = json.dumps({k: self.replay.get(k) for k in (
+                "applied", "requests", "method", "difference", "logs", "note")})[:5000]
         if self.forced_by:
             out |= {"gate.forced_by": self.forced_by, "gate.force_reason": str(self.force_reason)}
         return out
 
     def scores(self) -> Iterator[tuple[str, str, float]]:
         """(side, metric, value) of every finite number either side scored on the frozen
-        evaluation set; side is `challenger` or `champion`."""
+        evaluation set, and the replay's estimates; side is `challenger`, `champion` or `replay`."""
         for side, values in (("challenger", self.challenger), ("champion", self.champion or {})):
             yield from ((side, k, float(v)) for k, v in values.items() if v is not None and math.isfinite(v))
+        difference = (self.replay or {}).get("difference")
+        if difference:
+            yield from (("replay", f"difference_{k}", float(difference[k])) for k in ("value", "low", "high"))
 
     def figures(self) -> dict[str, float]:
         """The scores as MLflow metrics (`gate.challenger.<metric>`, `gate.champion.<metric>`):
@@ -144,6 +159,30 @@ def decide(challenger: dict[str, float], champion: dict[str, float] | None, rule
     return Decision(promote=not reasons, reasons=reasons or ["no regression beyond tolerance"
                                                              if champion is not None else "clears every floor"],
                     challenger=challenger, champion=champion)
+
+
+def replay_verdict(spec: dict[str, Any], challenger, champion) -> tuple[str | None, dict[str, Any]]:
+    """(a reason to hold or None, the record) from replaying both loaded bundles on the logged
+    traffic `spec["logs"]` names (`core.config.fleet.ReplayGate`). Fewer usable requests than
+    `min_requests`: recorded, not applied (a thin log must not hold every release)."""
+    from routeforge.artifacts.replay import read_logged_decisions, replay
+    from upath import UPath
+
+    decisions = read_logged_decisions(UPath(spec["logs"]))
+    record: dict[str, Any] = {"logs": spec["logs"], "requests": len(decisions), "method": spec.get("method", "dr"),
+                              "skipped": dict(decisions.skipped), "applied": False}
+    if len(decisions) < spec.get("min_requests", 200):
+        record["note"] = (f"{len(decisions)} logged requests with an outcome and a propensity, fewer than "
+                          f"min_requests {spec.get('min_requests', 200)}: not applied")
+        return None, record
+    found = replay(challenger, decisions, spec.get("lam", 0.0), champion, record["method"], spec.get("level", 0.95))
+    record |= found.to_json() | {"applied": True, "logs": spec["logs"]}
+    diff, tolerance = found.difference, float(spec.get("tolerance", 0.0))
+    if diff.high < -tolerance:
+        return (f"logged traffic: worse than the champion by {-diff.value:.4g} "
+                f"({diff.method}, {diff.level:.0%} interval [{diff.low:.4g}, {diff.high:.4g}], "
+                f"{found.requests} requests, tolerance {tolerance:g})"), record
+    return None, record
 
 
 def _quality_columns(table) -> list[str]:
@@ -307,14 +346,12 @@ class Registry:
             raise ValueError(f"frozen evaluation set {spec['uri']}: sha256 differs from the pinned one")
         return local, spec["sha256"]
 
-    def metrics_of(self, version: str, evaluation: Path, public_key: Path | None, workdir: Path,
-                   allow_unsigned: bool = False) -> dict[str, float]:
-        import pyarrow.parquet as pq
+    def bundle(self, version: str, public_key: Path | None, workdir: Path, allow_unsigned: bool = False):
+        """Version `version`, downloaded under `workdir`, verified and loaded (`RouterBundle`)."""
         from routeforge.artifacts.loader import load_bundle
 
-        bundle = load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
-                             public_key=public_key, allow_unsigned=allow_unsigned)
-        return evaluate_bundle(bundle, pq.read_table(evaluation))
+        return load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
+                           public_key=public_key, allow_unsigned=allow_unsigned)
 
     def move_champion(self, version: str, decision: Decision, evaluation_sha: str | None) -> None:
         self.client.set_registered_model_alias(self.name, CHAMPION, version)
@@ -350,10 +387,12 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     champion = registry.champion_version()
     if champion == version:
         raise ValueError(f"version {version} of {registry.name!r} is already the champion")
+    import pyarrow.parquet as pq
     from routeforge.artifacts.loader import BundleVerificationError
 
+    table = pq.read_table(evaluation)
     try:
-        challenger_metrics = registry.metrics_of(version, evaluation, public_key, workdir, allow_unsigned)
+        challenger_bundle = registry.bundle(version, public_key, workdir, allow_unsigned)
     except BundleVerificationError as exc:
         # held and recorded, so the versions after it are still gated (an unsigned `add-model`
         # version made every later `bundle gate` abort on it)
@@ -361,10 +400,16 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
         decision.champion_version = champion
         registry.record(version, decision, sha)
         return decision
-    champion_metrics = (registry.metrics_of(champion, evaluation, public_key, workdir, allow_unsigned)
-                        if champion is not None else None)
-    decision = decide(challenger_metrics, champion_metrics, rules, tags.get(CHECKS_TAG) == "true")
+    champion_bundle = registry.bundle(champion, public_key, workdir, allow_unsigned) if champion is not None else None
+    decision = decide(evaluate_bundle(challenger_bundle, table),
+                      evaluate_bundle(champion_bundle, table) if champion_bundle is not None else None,
+                      rules, tags.get(CHECKS_TAG) == "true")
     decision.champion_version = champion
+    if rules.replay and champion_bundle is not None:
+        held, decision.replay = replay_verdict(rules.replay, challenger_bundle, champion_bundle)
+        if held:
+            decision.reasons = [r for r in decision.reasons if r != "no regression beyond tolerance"] + [held]
+            decision.promote = False
     if force and not decision.promote:
         decision.reasons = [f"forced over: {r}" for r in decision.reasons]
         decision.promote, decision.forced_by, decision.force_reason = True, getpass.getuser(), reason
@@ -392,4 +437,5 @@ def rollback(registry: Registry, reason: str | None = None) -> tuple[str, str]:
 
 def decision_summary(decision: Decision) -> dict[str, Any]:
     return {"promoted": decision.promote, "reasons": decision.reasons, "champion_version": decision.champion_version,
-            "challenger": decision.challenger, "champion": decision.champion, "forced_by": decision.forced_by}
+            "challenger": decision.challenger, "champion": decision.champion, "forced_by": decision.forced_by,
+            "replay": decision.replay}

@@ -60,6 +60,20 @@ class RegistrySettings(_Strict):
     ui_url: str | None = None
 
 
+class ReplayGate(_Strict):
+    """Judge each challenger on logged traffic too (`artifacts.replay`): the paired difference of its
+    estimated mean outcome and the champion's on the requests in `logs` that carry an outcome and
+    the serving decision's propensity. A challenger whose difference lies below −`tolerance` with
+    its whole interval is held, whatever the frozen evaluation set says."""
+
+    logs: str  # a traffic log file, or a folder of *.jsonl / *.jsonl.gz (local path or fsspec URI)
+    method: Literal["dr", "snips", "ips"] = "dr"  # doubly robust, self-normalised or plain inverse propensity
+    level: Literal[0.9, 0.95, 0.99] = 0.95  # the interval's confidence level
+    tolerance: float = Field(default=0.0, ge=0)  # how far below the champion the interval may reach before holding
+    min_requests: int = Field(default=200, ge=2)  # fewer usable logged requests: the replay is recorded, not applied
+    lam: float = Field(default=0.0, ge=0)  # the λ both bundles route with in the replay
+
+
 class ReleaseSettings(_Strict):
     """The release gate after each registration (`registry.release`): the challenger becomes
     `champion` only when no metric regresses beyond its tolerance against the champion on the frozen
@@ -74,6 +88,7 @@ class ReleaseSettings(_Strict):
     # metrics a challenger may lack (or measure as NaN) without being held; every other metric the
     # champion has must be there, finite and within its tolerance. An entry ending in `/` names a prefix
     optional: list[str] = Field(default_factory=list)
+    replay: ReplayGate | None = None  # also judge the challenger on logged traffic (off-policy)
 
     @model_validator(mode="after")
     def _non_negative(self) -> ReleaseSettings:

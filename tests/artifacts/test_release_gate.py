@@ -127,6 +127,67 @@ def test_worse_challenger_is_held_better_promoted_and_rollback_restores(world):
     assert back.exit_code == 0 and registry.champion_version() == first
 
 
+def _logged_traffic(path, table: pa.Table, seed: int = 0):
+    """Every prompt of the table served by a uniformly random model (propensity 1/3), its outcome the
+    table's quality for that model; and three lines a replay cannot use."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for row in table.to_pylist():
+        model = MODELS[rng.integers(3)]
+        lines.append(json.dumps({"request": {"model": "router", "prompt": row["text"]},
+                                 "response": {"model": model}, "outcome": row[f"quality/{model}"],
+                                 "routing": {"propensity": 1 / 3}}))
+    lines += ['{"request": {"prompt": "no propensity"}, "response": {"model": "m0"}, "outcome": 1}',
+              '{"request": {"prompt": "p"}, "response": {"model": "m0"}, "outcome": 1, "routing": {"propensity": 0}}',
+              "not json"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_challenger_the_logged_traffic_shows_worse_is_held(world):
+    """The frozen set lets it through (a tolerance that wide), the replay of logged traffic does not."""
+    registry, register, key, root = world
+    public = f"{key}.pub"
+    champion = registry.champion_version()
+    assert champion is not None  # the first test left one
+    logs = _logged_traffic(root / "traffic.jsonl", _routing_table())
+    worse = register(0.03, seed=5)
+    lenient = ReleaseRules(default_tolerance=1.0, floors={"router_quality": 0.5},
+                           replay={"logs": str(logs), "method": "dr", "level": 0.95, "tolerance": 0.0,
+                                   "min_requests": 200, "lam": 0.0})
+    decision = gate(registry, worse, public, root / "w5", lenient)
+    assert not decision.promote and registry.champion_version() == champion
+    assert len(decision.reasons) == 1 and decision.reasons[0].startswith("logged traffic: worse than the champion")
+    replayed = decision.replay
+    assert replayed["applied"] and replayed["requests"] == 480 and replayed["difference"]["high"] < 0
+    assert replayed["skipped"] == {"no propensity (field 'routing.propensity')": 1,
+                                   "field 'routing.propensity': 0 is not a probability in (0, 1]": 1,
+                                   "Expecting value: line 1 column 1 (char 0)": 1}
+    tags = registry.version_tags(worse)
+    assert tags["gate.decision"] == "held" and json.loads(tags["gate.replay"])["applied"] is True
+    # the same replay from the command line, against the champion
+    out = CliRunner().invoke(main, ["bundle", "replay", f"models:/gated-router/{worse}", "--logs", str(logs),
+                                    "--against", f"models:/gated-router/{champion}", "--public-key", public,
+                                    "--json", "--tracking-uri", registry.tracking_uri])
+    assert out.exit_code == 0, out.output
+    printed = json.loads(out.output)
+    assert printed["difference"]["value"] == pytest.approx(replayed["difference"]["value"])
+    assert set(printed["estimates"]) == {"ips", "snips", "dr"} and printed["requests"] == 480
+    # too few usable requests: recorded, not applied
+    thin = ReleaseRules(**{**lenient.__dict__, "replay": {**lenient.replay, "min_requests": 10_000}})
+    from routeforge.registry.release import replay_verdict
+
+    held, record = replay_verdict(thin.replay, registry.bundle(worse, public, root / "w6"),
+                                  registry.bundle(champion, public, root / "w6"))
+    assert held is None and not record["applied"] and "fewer than min_requests" in record["note"]
+    # what a serving router logs for the next replay: each choice's probability, here with ε = 0.3
+    serving = registry.bundle(champion, public, root / "w6")
+    routed = serving.route([f"A question about chess, number {i}" for i in range(20)], with_propensity=True,
+                           rng=np.random.default_rng(0), explore=0.3)
+    assert all(0.1 - 1e-12 <= p <= 0.8 + 1e-12 for p in routed.propensity)  # ε/3, or 1 − ε + ε/3
+    assert routed.log_fields(0) == {"propensity": float(routed.propensity[0]), "estimator": "knn_estimator"}
+
+
 def test_decide_names_failed_checks_floors_and_lower_is_better_metrics():
     rules = ReleaseRules(tolerance={"latency/t/tpot_mae_ms": 0.1}, floors={"router_quality": 0.6})
     first = decide({"router_quality": 0.55}, None, rules, checks_passed=True)

@@ -212,3 +212,30 @@ def test_one_source_flooding_thumbs_down_moves_the_best_models_share_within_the_
     assert flagged and all(model == "small" for _, model in flagged)
     assert share(replayed) == base  # flagged cells are not absorbed
     assert any("contradict training" in line and "not absorbed" in line for line in said)
+
+
+def test_thompson_choices_carry_the_propensity_a_replay_needs(router_without_large):
+    """`choose_embeddings` says how likely each Thompson choice was: the estimate agrees with how
+    often independent choices pick each model; a deterministic router logs 1, and ε-exploration
+    gives every model at least ε/m."""
+    router = copy.deepcopy(router_without_large)
+    x, y = synthetic(400, 21)
+    router.update_embeddings(x[:20], ["small"] * 10 + ["medium"] * 10, y[:20, 0].tolist()[:10] + y[10:20, 1].tolist())
+    xt = x[100:160]
+    choice = router.choose_embeddings(xt, rng=np.random.default_rng(0))
+    assert np.allclose(choice.probabilities.sum(axis=1), 1.0) and (choice.propensity > 0).all()
+    assert np.allclose(choice.propensity, choice.probabilities[np.arange(60), [MODELS.index(m) for m in choice.models]])
+    uncertain = (choice.probabilities.max(axis=1) < 0.95).mean()
+    assert uncertain > 0.1  # outcomes left some prompts undecided: Thompson sampling varies there
+    frequency = np.zeros((60, 2))
+    for seed in range(400):
+        picks = router.choose_embeddings(xt, rng=np.random.default_rng(seed + 1), draws=0).models
+        frequency[np.arange(60), [MODELS.index(m) for m in picks]] += 1 / 400
+    assert np.abs(frequency - choice.probabilities).mean() < 0.04
+    assert np.abs(frequency - choice.probabilities).max() < 0.25
+    fixed = copy.deepcopy(router_without_large).choose_embeddings(xt)
+    assert (fixed.propensity == 1.0).all()  # no outcomes learned, no rng: one choice per prompt
+    explored = router.choose_embeddings(xt, rng=np.random.default_rng(3), explore=0.2)
+    assert explored.probabilities.min() >= 0.1 - 1e-12  # ε/m with two models
+    with pytest.raises(ValueError, match="explore needs rng"):
+        router.choose_embeddings(xt, explore=0.2)

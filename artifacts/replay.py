@@ -1,0 +1,182 @@
+"""A challenger judged on the traffic the fleet really served, before it serves any (issue 52, item 2).
+
+The traffic log (`prompts/traffic_logs.py` documents a line) holds, per request, the prompt, the
+model that served it, what production said of the answer (`outcome`, in [0, 1]) and, where the
+serving router logged it, the probability it had of choosing that model (`routing.propensity`:
+`Router.choose(..., with_propensity=True)` or `RouterBundle.route(..., with_propensity=True)`).
+From those, `replay` estimates the mean outcome the challenger bundle would have had on the same
+requests (`artifacts.off_policy`: inverse propensity, self-normalised, and doubly robust with the
+challenger's own quality estimates), and, given a second bundle (the champion), the paired
+difference between them with its interval: what the release gate's `release.replay` holds on.
+
+The challenger routes as `RouterBundle.route` does at `lam` (deterministic: all its probability on
+the model it picks). A logged request whose served model the challenger does not have counts with
+weight 0 (it would never have served it), not as a skipped line: leaving such requests out would
+judge the challenger only where it could have agreed.
+
+Only lines with both an outcome and a propensity are usable; the others are counted by reason
+(`skipped`). The estimates are unbiased only if the propensities are the serving rule's true ones
+and positive wherever the challenger puts its choice: a deterministic champion logs propensity 1
+and supports no counterfactual (the challenger is then judged on the requests where it agrees);
+serve with Thompson sampling or ε-exploration (`explore=`) to give every model a chance.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from routeforge.artifacts.off_policy import METHODS, Estimate, difference, estimate
+from routeforge.artifacts.traffic_prompts import (
+    LogLineError,
+    log_lines,
+    outcome_of,
+    prompt_text,
+    propensity_of,
+    served_model,
+)
+
+
+@dataclass
+class LoggedDecisions:
+    """The usable lines of a traffic log: prompt, served model, propensity and outcome per request."""
+
+    texts: list[str] = field(default_factory=list)
+    served: list[str] = field(default_factory=list)
+    propensity: list[float] = field(default_factory=list)
+    outcome: list[float] = field(default_factory=list)
+    rows: list[str] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)  # reason -> lines
+    first_skipped: dict[str, str] = field(default_factory=dict)  # reason -> the first row id it hit
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def skip(self, row: str, reason: str) -> None:
+        self.skipped[reason] += 1
+        self.first_skipped.setdefault(reason, row)
+
+
+def read_logged_decisions(path: Path, limit: int = 1_000_000) -> LoggedDecisions:
+    """The requests of the log at `path` (a file, or a folder of *.jsonl / *.jsonl.gz) that carry an
+    outcome and a propensity, at most `limit`; every other line is counted by reason."""
+    out = LoggedDecisions()
+    for row, line in log_lines(path):
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("request"), dict):
+                raise LogLineError("field 'request' missing or not an object")
+            text, model = prompt_text(rec["request"]), served_model(rec)
+            outcome, propensity = outcome_of(rec), propensity_of(rec)
+        except (LogLineError, ValueError) as exc:
+            out.skip(row, str(exc))
+            continue
+        if outcome is None:
+            out.skip(row, "no outcome (field 'outcome')")
+        elif propensity is None:
+            out.skip(row, "no propensity (field 'routing.propensity')")
+        else:
+            out.texts.append(text)
+            out.served.append(model)
+            out.propensity.append(propensity)
+            out.outcome.append(outcome)
+            out.rows.append(row)
+            if len(out) >= limit:
+                break
+    return out
+
+
+@dataclass(frozen=True)
+class PolicyOnLog:
+    """One bundle's routing of the logged prompts over the log's action space."""
+
+    name: str
+    probabilities: np.ndarray  # (n, actions) one-hot on the bundle's choice
+    q_hat: np.ndarray  # (n, actions) its quality estimates (0 for a model it lacks)
+    agreement: float  # share of logged requests where it picks the served model
+
+
+def policy_on_log(bundle, decisions: LoggedDecisions, actions: list[str], lam: float = 0.0,
+                  name: str | None = None) -> PolicyOnLog:
+    """How `bundle` (a `RouterBundle`) routes the logged prompts, as probabilities and estimates
+    over `actions` (every model either side or the log names)."""
+    routing = bundle.route(decisions.texts, lam)
+    index = {m: j for j, m in enumerate(actions)}
+    n = len(decisions)
+    probabilities = np.zeros((n, len(actions)))
+    probabilities[np.arange(n), [index[m] for m in routing.choice]] = 1.0
+    quality = np.asarray(routing.prediction.quality, dtype=np.float64)
+    # an unknown estimate (NaN) counts as the model's mean estimate, else 0: DR needs a number
+    means = np.nan_to_num(np.nanmean(np.where(np.isfinite(quality), quality, np.nan), axis=0)) \
+        if np.isfinite(quality).any() else np.zeros(quality.shape[1])
+    q_hat = np.zeros((n, len(actions)))
+    for j, model in enumerate(routing.prediction.models):
+        q_hat[:, index[model]] = np.where(np.isfinite(quality[:, j]), quality[:, j], means[j])
+    agreement = float(np.mean([c == s for c, s in zip(routing.choice, decisions.served)])) if n else float("nan")
+    return PolicyOnLog(name or bundle.manifest.name, probabilities, q_hat, agreement)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """`replay`'s answer: the challenger's estimated mean outcome on the logged traffic by each
+    estimator, the logged policy's observed mean, and against a baseline bundle the paired
+    difference (challenger − baseline) by `method`."""
+
+    challenger: str
+    requests: int
+    estimates: dict[str, Estimate]
+    logged: Estimate  # the observed mean outcome of what was served
+    agreement: float
+    skipped: dict[str, int]
+    baseline: str | None = None
+    baseline_estimates: dict[str, Estimate] | None = None
+    baseline_agreement: float | None = None
+    difference: Estimate | None = None
+    method: str = "dr"
+
+    def to_json(self) -> dict[str, Any]:
+        def est(e: Estimate | None) -> dict[str, Any] | None:
+            return None if e is None else {"value": e.value, "low": e.low, "high": e.high, "n": e.n,
+                                           "effective_n": e.effective_n, "level": e.level, "method": e.method}
+        return {"challenger": self.challenger, "requests": self.requests, "method": self.method,
+                "estimates": {k: est(v) for k, v in self.estimates.items()}, "logged": est(self.logged),
+                "agreement": self.agreement, "skipped": dict(self.skipped), "baseline": self.baseline,
+                "baseline_estimates": ({k: est(v) for k, v in self.baseline_estimates.items()}
+                                       if self.baseline_estimates else None),
+                "baseline_agreement": self.baseline_agreement, "difference": est(self.difference)}
+
+
+def replay(challenger, decisions: LoggedDecisions, lam: float = 0.0, baseline=None, method: str = "dr",
+           level: float = 0.95) -> Replay:
+    """Estimate `challenger`'s (a `RouterBundle`) mean outcome on the logged requests and, with
+    `baseline` (another bundle, e.g. the champion), the paired difference by `method`."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: one of {', '.join(METHODS)}")
+    if len(decisions) < 2:
+        reasons = "; ".join(f"{n} × {r}" for r, n in decisions.skipped.most_common(3)) or "the log is empty"
+        raise ValueError(f"replay needs at least 2 logged requests with an outcome and a propensity, found "
+                         f"{len(decisions)} ({reasons})")
+    bundles = [challenger] + ([baseline] if baseline is not None else [])
+    actions = sorted({*decisions.served, *(m for b in bundles for m in b.models)})
+    index = {m: j for j, m in enumerate(actions)}
+    logged = np.array([index[m] for m in decisions.served])
+    propensity, outcome = np.asarray(decisions.propensity), np.asarray(decisions.outcome)
+    mine = policy_on_log(challenger, decisions, actions, lam)
+    estimates = estimate(logged, propensity, outcome, mine.probabilities, mine.q_hat, level)
+    observed = estimate(logged, np.ones(len(logged)), outcome, np.eye(len(actions))[logged], None, level)["ips"]
+    report = Replay(challenger.manifest.name, len(decisions), estimates,
+                    Estimate("logged", observed.value, observed.low, observed.high, observed.n, observed.n, level),
+                    mine.agreement, dict(decisions.skipped), method=method)
+    if baseline is None:
+        return report
+    theirs = policy_on_log(baseline, decisions, actions, lam)
+    return Replay(**{**report.__dict__, "baseline": baseline.manifest.name,
+                     "baseline_estimates": estimate(logged, propensity, outcome, theirs.probabilities, theirs.q_hat,
+                                                    level),
+                     "baseline_agreement": theirs.agreement,
+                     "difference": difference(logged, propensity, outcome, mine.probabilities, theirs.probabilities,
+                                              mine.q_hat, theirs.q_hat, method, level)})
