@@ -5,8 +5,8 @@ challenger, 3,000 logged requests per seed, a reward model with noise 0.05).
 
     .venv/bin/python -m benchmarks.off_policy_synthetic [--quick]
 
-Writes benchmarks/results/off_policy_synthetic/off_policy_synthetic.json. Not yet measured: a logged
-stream simulated from dcrouter's test labels (issue 52 asks for it).
+Writes benchmarks/results/off_policy_synthetic/off_policy_synthetic.json. On dcrouter's labels:
+`benchmarks/off_policy_dcrouter.py`.
 """
 
 from __future__ import annotations
