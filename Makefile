@@ -29,7 +29,7 @@ ifneq ($(wildcard $(VLLM_VENV)/bin/python),)
 export ROUTEFORGE_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
 endif
 
-.PHONY: install sandbox lock lock-check vllm-env demo test lint routerbench gpu-fleet benchmark validate ui mlflow-ui clean
+.PHONY: install sandbox lock lock-check vllm-env ts-runtime demo test lint routerbench gpu-fleet benchmark validate ui mlflow-ui clean
 
 $(INSTANCE): dagster.yaml
 	@mkdir -p $(DAGSTER_HOME)
@@ -77,6 +77,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 endif
 
 install: $(STAMP) sandbox
+
+# the TypeScript runtime (runtimes/typescript, docs/bundle-format.md): npm's lockfile, then tsc. Without
+# Node.js one line says so and its test skips. --ignore-scripts: onnxruntime-node's postinstall only
+# fetches GPU providers from NuGet (unreachable here); its CPU binaries are in the npm package itself.
+TS_DIR := runtimes/typescript
+TS_STAMP := $(TS_DIR)/dist/.built
+ts-runtime: $(TS_STAMP)  ## build the TypeScript runtime (needs Node.js and npm)
+$(TS_STAMP): $(TS_DIR)/package.json $(TS_DIR)/package-lock.json $(TS_DIR)/tsconfig.json $(wildcard $(TS_DIR)/src/*.ts)
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  cd $(TS_DIR) && npm ci --no-audit --no-fund --ignore-scripts && ./node_modules/.bin/tsc -p . && touch dist/.built; \
+	else echo "routeforge: Node.js/npm not installed: the TypeScript runtime's test skips (Debian: apt-get install nodejs npm)"; fi
 
 # bubblewrap: generated code (pass@1) runs only inside it unless a fleet opts in to the fallback
 # (scoring.code.isolation); installed with apt where this is root, else one line says what to install
@@ -130,7 +141,7 @@ routerbench: $(STAMP) $(INSTANCE)  ## the main job on RouterBench's public respo
 gpu-fleet: $(STAMP) $(INSTANCE)  ## the reference GPU fleet from published measurements (docs/gpu-fleet.md); no GPU needed
 	$(BIN)/python -m benchmarks.gpu_fleet
 
-test: $(STAMP) $(INSTANCE) $(VLLM_STAMP)  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
+test: $(STAMP) $(INSTANCE) $(VLLM_STAMP) ts-runtime  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
 	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 # The modules whose classes register kinds; imported on the first lookup (they stay lazy otherwise).
-RUNTIME_MODULES = ("knn", "router", "latency", "policy", "heuristics", "text_predictor", "sentence_encoder")
+RUNTIME_MODULES = ("knn", "router", "latency", "policy", "heuristics", "text_predictor", "sentence_encoder", "golden")
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,16 @@
 
 
 import hashlib
+import shutil
 import tempfile
 from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
+from routeforge.artifacts.golden import GOLDEN_PROMPTS, build_golden, check_golden
 from routeforge.artifacts.loader import BundleVerificationError, load_bundle
 from routeforge.artifacts.manifest import Fleet, ModelEntry, TierEntry
-from routeforge.artifacts.writer import sha256_file
+from routeforge.artifacts.writer import ComponentSource, sha256_file
 from routeforge.assets.release import write_evaluation_candidate
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.components import TrainedComponent, flatten
@@ -39,6 +41,19 @@ def fleet_entry(config: FleetConfig) -> Fleet:
     )
 
 
+def golden_component(store: ComponentStore, components: list, prompts: pa.Table) -> ComponentSource | None:
+    """The bundle's golden vectors (`artifacts.golden`) on the first `GOLDEN_PROMPTS` prompts of the
+    prompt set in id order, built from the components about to be registered; None without a router."""
+    folder = store.component_dir("golden_vectors")
+    shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    ordered = prompts.sort_by("prompt_id") if "prompt_id" in prompts.column_names else prompts
+    texts = ordered.column("text").to_pylist()[:GOLDEN_PROMPTS]
+    if not build_golden(components, texts, folder):
+        return None
+    return ComponentSource("golden_vectors", "golden_vectors", "json+safetensors", folder)
+
+
 def build_bundle_asset(trainers: tuple[str, ...]) -> dg.AssetsDefinition:
     """`router_bundle` over the fleet's trainers (`routeforge.assets.trainers.enabled_trainers`, in
     bundle order): every input is a `TrainedComponent` (a partitioned trainer's, such as the latency
@@ -52,8 +67,8 @@ def build_bundle_asset(trainers: tuple[str, ...]) -> dg.AssetsDefinition:
         ins={name: dg.AssetIn(name) for name in names},
         check_specs=[dg.AssetCheckSpec("registered_bundle_verifies", asset="router_bundle",
                                        description="The registered version downloads from MLflow, its manifest's "
-                                                   "signature, checksums and schema verify, and its latency "
-                                                   "heads reproduce.")],
+                                                   "signature, checksums and schema verify, its latency "
+                                                   "heads reproduce, and it reproduces its golden vectors.")],
         description="Versioned router bundle, logged to MLflow and registered under the configured alias.",
     )
     def router_bundle(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
@@ -69,6 +84,9 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
     config = fleet.config
     components = [c for t in trained for c in t.components]
     store.pull_trained(*trained)  # a no-op unless the store is remote and this machine lacks them
+    golden = golden_component(store, components, prompts)
+    if golden is not None:
+        components.append(golden)
     latency = [c for c in components if c.kind == "latency_heads"]
     metrics = {k: v for t in trained for k, v in t.metrics.items()}
     # the manifest names the evaluation set the release gate will judge it on: the frozen one, or
@@ -121,6 +139,10 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
             if passed and latency:
                 worst = max(loaded.latency(t).golden_max_abs_diff() for t in loaded.tiers_with_latency)
                 passed, detail = worst == 0.0, f"downloaded and verified; latency heads max |diff| {worst:g}"
+            if passed and loaded.has_kind("golden_vectors"):
+                problems = check_golden(loaded)
+                passed = not problems
+                detail += "; golden vectors reproduced" if passed else f"; golden vectors: {'; '.join(problems)}"
         except BundleVerificationError as exc:
             passed, detail = False, str(exc)
     yield dg.AssetCheckResult(check_name="registered_bundle_verifies", passed=passed,

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import dagster as dg
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from routeforge.artifacts.golden import check_golden
 from routeforge.artifacts.loader import load_bundle
 from routeforge.core.config import load_fleet
 from routeforge.pipelines.run import run_pipeline
@@ -532,6 +534,39 @@ def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     np.testing.assert_allclose(np.asarray(got["quality"]), here.quality, rtol=0, atol=1e-6)
     latency = bundle.latency(got["tier"]).predict([PROBE_STATE])
     assert got["tpot_s"] == float(latency["tpot"][0]) and got["ttft_s"] == float(latency["ttft"][0])
+
+
+TS_RUNTIME = REPO / "runtimes" / "typescript"
+
+
+def test_a_second_runtime_in_typescript_reproduces_the_demo_bundles_golden_vectors(demo, tmp_path):
+    """The bundle format (docs/bundle-format.md) read by runtimes/typescript on Node.js: the demo
+    bundle verifies there, and its token ids, embeddings, router estimates, every routing decision,
+    every latency prediction and every heuristic choice equal the golden vectors this runtime wrote."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed (Debian: apt-get install nodejs npm): the TypeScript runtime is not run")
+    if not (TS_RUNTIME / "dist" / "check_golden.js").is_file():
+        pytest.skip("the TypeScript runtime is not built: `make ts-runtime` (npm ci, tsc)")
+    folder = tmp_path / "bundle"
+    bundle = load_bundle(demo.out["uri"], folder, demo.tracking)
+    assert check_golden(bundle) == []  # this runtime reproduces them too
+    public = demo.config.storage_root / "keys" / "bundle-signing.key.pub"
+    run = subprocess.run([node, str(TS_RUNTIME / "dist" / "check_golden.js"), str(folder), "--public-key", str(public)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert report["problems"] == [] and report["prompts"] >= 200 and report["token_id_mismatches"] == 0
+    assert report["decisions"] >= 200 * 2 and report["decision_mismatches"] == 0
+    assert report["embedding_max_abs_diff"] <= 1e-5 and report["router_quality_max_abs_diff"] <= 1e-5
+    assert {p["component"] for p in report["latency"]} == {f"latency--{t}" for t in bundle.tiers_with_latency}
+    assert all(p["max_abs_diff"] <= 1e-5 for p in report["latency"])
+    assert len(report["heuristics"]) >= 5 and all(p["mismatches"] == 0 for p in report["heuristics"])
+    # a file changed after signing is refused there as here
+    (folder / "router" / "router.json").write_text((folder / "router" / "router.json").read_text() + " ")
+    tampered = subprocess.run([node, str(TS_RUNTIME / "dist" / "check_golden.js"), str(folder), "--public-key",
+                               str(public)], capture_output=True, text=True, timeout=300)
+    assert tampered.returncode == 1 and "router/router.json: sha256 mismatch" in tampered.stderr
 
 
 def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from typing import Any
 import click
 import numpy as np
 from routeforge.artifacts.cli import TRACKING_OPTION, signature_options
+from routeforge.artifacts.golden import refresh_golden
 
 
 class LabelFileError(ValueError):
@@ -188,6 +189,7 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
                 config["added_models"] = [{**a, "holdout": {k: v for k, v in a["holdout"].items() if k != "by_prompt"}}
                                           if "holdout" in a else a for a in router.meta["added_models"]]
             components.append(ComponentSource(c.name, c.kind, c.format, folder, dict(c.metrics), config))
+        refresh_golden(components)  # the router changed: so did what it decides for the golden prompts
         fleet = bundle.manifest.fleet
         fleet = Fleet(fleet.name, [*fleet.models, ModelEntry(model, engine, input_per_mtok, output_per_mtok)],
                       fleet.tiers)
