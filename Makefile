@@ -154,7 +154,8 @@ lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.import
 # benchmarks/results/ are only rewritten by a full run: `make benchmark QUICK=`. routerdc_finetune is
 # left out: it fine-tunes an encoder and is meant for a GPU (`python -m benchmarks.routerdc_finetune`), and so is
 # gpu_batch_profile (measured on a lent GPU, fitted here: its docstring), and so is fresh_clone_demo (it clones
-# the repository twice and installs each from nothing: `python3 -m benchmarks.fresh_clone_demo`)
+# the repository twice and installs each from nothing: `python3 -m benchmarks.fresh_clone_demo`), and so is
+# typescript_runtime (it reads make demo's bundle with the runtime make ts-runtime builds)
 BENCHMARKS := demo_run generation_engines quality_metrics cpu_batch_profile cpu_sweep splitwise_heads simulator \
 	routerbench_knn router_selection budget_targets off_policy_synthetic off_policy_dcrouter text_predictors predictor_packaging routebalance_frontier routebalance_signals \
 	rl_workload_aware routing_headroom rl_qos_graph rl_slot_distribution rl_throughput production_loopback vllm_cpu \

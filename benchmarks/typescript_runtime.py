@@ -3,7 +3,8 @@ per-decision time, and whether it reproduces the golden vectors (docs/bundle-for
 
 Each side runs in fresh processes, `--repeats` times (medians reported):
 - cold start: from the start of loading (signature and checksums verified) until the encoder's ONNX
-  session and the router are ready;
+  session and the router are ready, the runtime's modules already imported on both sides (Node
+  loads its `require`s before `main` runs);
 - per prompt: embedding one prompt at a time (the golden prompts, batch size 1, as a router service
   sees requests) and routing it at λ = 0;
 - per latency state and per heuristic case: the golden vectors' states and cases.
@@ -33,8 +34,9 @@ CHECK = REPO / "runtimes" / "typescript" / "dist" / "check_golden.js"
 PYTHON_SIDE = r'''
 import json, sys, time
 from pathlib import Path
-t0 = time.perf_counter()
+import onnxruntime, routeforge.artifacts.router, routeforge.artifacts.sentence_encoder  # as Node requires its modules
 from routeforge.artifacts.loader import load_bundle
+t0 = time.perf_counter()
 bundle = load_bundle(sys.argv[1], public_key=Path(sys.argv[2]))
 router = bundle.router()
 encoder = router.encoder
