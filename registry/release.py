@@ -168,7 +168,10 @@ def replay_verdict(spec: dict[str, Any], challenger, champion) -> tuple[str | No
     from routeforge.artifacts.replay import read_logged_decisions, replay
     from upath import UPath
 
-    decisions = read_logged_decisions(UPath(spec["logs"]))
+    logs = UPath(spec["logs"])
+    if not logs.exists():  # an empty replay would pass every challenger silently
+        raise ValueError(f"release.replay.logs: {spec['logs']} does not exist")
+    decisions = read_logged_decisions(logs)
     record: dict[str, Any] = {"logs": spec["logs"], "requests": len(decisions), "method": spec.get("method", "dr"),
                               "skipped": dict(decisions.skipped), "applied": False}
     if len(decisions) < spec.get("min_requests", 200):

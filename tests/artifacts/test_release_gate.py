@@ -180,6 +180,8 @@ def test_a_challenger_the_logged_traffic_shows_worse_is_held(world):
     held, record = replay_verdict(thin.replay, registry.bundle(worse, public, root / "w6"),
                                   registry.bundle(champion, public, root / "w6"))
     assert held is None and not record["applied"] and "fewer than min_requests" in record["note"]
+    with pytest.raises(ValueError, match="release.replay.logs: .*nowhere.jsonl does not exist"):
+        replay_verdict({**thin.replay, "logs": str(root / "nowhere.jsonl")}, None, None)
     # what a serving router logs for the next replay: each choice's probability, here with ε = 0.3
     serving = registry.bundle(champion, public, root / "w6")
     routed = serving.route([f"A question about chess, number {i}" for i in range(20)], with_propensity=True,
