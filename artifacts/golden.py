@@ -253,7 +253,7 @@ def check_golden(bundle, tolerance: float = 1e-5) -> list[str]:
                     for r in spec["recommendations"])
         if wrong:
             problems.append(f"{wrong} per-traffic recommendations differ")
-    for part in spec["heuristics"]:
+    for part in spec["heuristics"]:  # loaded afresh, not `bundle.component`: round-robin must start at 0
         policy = component_kind("routing_policy", {"policy_kind": "heuristic"}).load(
             bundle.root / part["component"])
         got = [policy.route(c["request"], c["instances"]) for c in part["cases"]]

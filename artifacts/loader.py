@@ -12,14 +12,16 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
 from routeforge.artifacts.registry import download_bundle, is_remote_uri, recorded_public_key
 from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem
 from routeforge.artifacts.writer import sha256_file
+
+if TYPE_CHECKING:  # numpy is imported where routing needs it: `bundle verify` stays light
+    import numpy as np
 
 SUPPORTED_MAJOR = MANIFEST_SCHEMA_VERSION.split(".")[0]
 PUBLIC_KEY_ENV = "ROUTEFORGE_PUBLIC_KEY"
@@ -233,6 +235,7 @@ class RouterBundle:
         With `rng` a router that has learned from outcomes routes by Thompson sampling, and with
         `explore` ε a share ε of prompts goes to a uniformly random model; `with_propensity` gives
         each choice's probability (`Routing.log_fields`, for the traffic log)."""
+        import numpy as np
         from routeforge.artifacts.router import PROPENSITY_DRAWS, explore_mix, one_hot
         from routeforge.artifacts.sentence_encoder import embed_for
 

@@ -100,6 +100,12 @@ def _effective(w: np.ndarray) -> float:
     return float(w.sum() ** 2 / max((w ** 2).sum(), 1e-300))
 
 
+def observed_mean(rewards, level: float = 0.95, method: str = "logged") -> Estimate:
+    """The mean of outcomes as they were served (the logging policy's own value), with its interval."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    return _normal(method, rewards, float(rewards.mean()), float(len(rewards)), level)
+
+
 def estimate(actions, propensities, rewards, target, q_hat=None, level: float = 0.95) -> dict[str, Estimate]:
     """IPS, SNIPS and (with `q_hat`) DR estimates of the challenger's mean outcome.
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.off_policy import METHODS, Estimate, difference, estimate
+from routeforge.artifacts.off_policy import METHODS, Estimate, difference, estimate, observed_mean
 from routeforge.artifacts.traffic_prompts import (
     LogLineError,
     log_lines,
@@ -94,14 +94,12 @@ def read_logged_decisions(path: Path, limit: int = 1_000_000) -> LoggedDecisions
 class PolicyOnLog:
     """One bundle's routing of the logged prompts over the log's action space."""
 
-    name: str
     probabilities: np.ndarray  # (n, actions) one-hot on the bundle's choice
     q_hat: np.ndarray  # (n, actions) its quality estimates (0 for a model it lacks)
     agreement: float  # share of logged requests where it picks the served model
 
 
-def policy_on_log(bundle, decisions: LoggedDecisions, actions: list[str], lam: float = 0.0,
-                  name: str | None = None) -> PolicyOnLog:
+def policy_on_log(bundle, decisions: LoggedDecisions, actions: list[str], lam: float = 0.0) -> PolicyOnLog:
     """How `bundle` (a `RouterBundle`) routes the logged prompts, as probabilities and estimates
     over `actions` (every model either side or the log names)."""
     routing = bundle.route(decisions.texts, lam)
@@ -111,13 +109,13 @@ def policy_on_log(bundle, decisions: LoggedDecisions, actions: list[str], lam: f
     probabilities[np.arange(n), [index[m] for m in routing.choice]] = 1.0
     quality = np.asarray(routing.prediction.quality, dtype=np.float64)
     # an unknown estimate (NaN) counts as the model's mean estimate, else 0: DR needs a number
-    means = np.nan_to_num(np.nanmean(np.where(np.isfinite(quality), quality, np.nan), axis=0)) \
-        if np.isfinite(quality).any() else np.zeros(quality.shape[1])
+    finite = np.isfinite(quality)
+    means = np.where(finite, quality, 0.0).sum(axis=0) / np.maximum(finite.sum(axis=0), 1)
     q_hat = np.zeros((n, len(actions)))
     for j, model in enumerate(routing.prediction.models):
         q_hat[:, index[model]] = np.where(np.isfinite(quality[:, j]), quality[:, j], means[j])
     agreement = float(np.mean([c == s for c, s in zip(routing.choice, decisions.served)])) if n else float("nan")
-    return PolicyOnLog(name or bundle.manifest.name, probabilities, q_hat, agreement)
+    return PolicyOnLog(probabilities, q_hat, agreement)
 
 
 @dataclass(frozen=True)
@@ -140,8 +138,7 @@ class Replay:
 
     def to_json(self) -> dict[str, Any]:
         def est(e: Estimate | None) -> dict[str, Any] | None:
-            return None if e is None else {"value": e.value, "low": e.low, "high": e.high, "n": e.n,
-                                           "effective_n": e.effective_n, "level": e.level, "method": e.method}
+            return None if e is None else asdict(e)
         return {"challenger": self.challenger, "requests": self.requests, "method": self.method,
                 "estimates": {k: est(v) for k, v in self.estimates.items()}, "logged": est(self.logged),
                 "agreement": self.agreement, "skipped": dict(self.skipped), "baseline": self.baseline,
@@ -167,16 +164,13 @@ def replay(challenger, decisions: LoggedDecisions, lam: float = 0.0, baseline=No
     propensity, outcome = np.asarray(decisions.propensity), np.asarray(decisions.outcome)
     mine = policy_on_log(challenger, decisions, actions, lam)
     estimates = estimate(logged, propensity, outcome, mine.probabilities, mine.q_hat, level)
-    observed = estimate(logged, np.ones(len(logged)), outcome, np.eye(len(actions))[logged], None, level)["ips"]
-    report = Replay(challenger.manifest.name, len(decisions), estimates,
-                    Estimate("logged", observed.value, observed.low, observed.high, observed.n, observed.n, level),
+    report = Replay(challenger.manifest.name, len(decisions), estimates, observed_mean(outcome, level),
                     mine.agreement, dict(decisions.skipped), method=method)
     if baseline is None:
         return report
     theirs = policy_on_log(baseline, decisions, actions, lam)
-    return Replay(**{**report.__dict__, "baseline": baseline.manifest.name,
-                     "baseline_estimates": estimate(logged, propensity, outcome, theirs.probabilities, theirs.q_hat,
-                                                    level),
-                     "baseline_agreement": theirs.agreement,
-                     "difference": difference(logged, propensity, outcome, mine.probabilities, theirs.probabilities,
-                                              mine.q_hat, theirs.q_hat, method, level)})
+    return replace(report, baseline=baseline.manifest.name,
+                   baseline_estimates=estimate(logged, propensity, outcome, theirs.probabilities, theirs.q_hat, level),
+                   baseline_agreement=theirs.agreement,
+                   difference=difference(logged, propensity, outcome, mine.probabilities, theirs.probabilities,
+                                         mine.q_hat, theirs.q_hat, method, level))

@@ -56,7 +56,7 @@ import json
 import unicodedata
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,17 +129,15 @@ PROPENSITY_DRAWS = 256  # posterior draws that estimate a Thompson choice's prop
 @dataclass(frozen=True)
 class Choice:
     """What a serving rule chose, and how likely it was to choose it: the propensity a traffic log
-    keeps (`"routing": {"propensity": ...}`) so that another router can later be judged on that
-    traffic (`artifacts.replay`). `probabilities` (prompts × models) is the rule's whole
-    distribution: one-hot for a deterministic router, a Monte-Carlo estimate for Thompson sampling
-    (the served draw and `PROPENSITY_DRAWS` more), mixed with uniform for ε-exploration."""
+    keeps (`"routing": {"propensity": ...}`; `RouterBundle.route` gives it as `Routing.log_fields`)
+    so that another router can later be judged on that traffic (`artifacts.replay`).
+    `probabilities` (prompts × models) is the rule's whole distribution: one-hot for a deterministic
+    router, a Monte-Carlo estimate for Thompson sampling (the served draw and `PROPENSITY_DRAWS`
+    more), mixed with uniform for ε-exploration."""
 
     models: list[str]
     propensity: np.ndarray  # (n,) probability of the model served
     probabilities: np.ndarray  # (n, m) over the router's models
-
-    def log_fields(self, i: int) -> dict[str, float]:
-        return {"propensity": float(self.propensity[i])}
 
 
 def explore_mix(served: np.ndarray, probabilities: np.ndarray, explore: float,
@@ -512,14 +510,10 @@ class Router:
         recall = self._recall_table(texts) if texts is not None else None
 
         def pick(shift: np.ndarray | None) -> np.ndarray:
-            prediction = trained if shift is None else RouterPrediction(
-                trained.models, self._shifted(trained, shift), trained.output_tokens, trained.cost,
-                trained.cluster, trained.guarded, trained.unseen)
+            quality = trained.quality if shift is None else self._shifted(trained, shift)
             if recall is not None:
-                prediction = RouterPrediction(prediction.models, np.where(recall[0], recall[1], prediction.quality),
-                                              prediction.output_tokens, prediction.cost, prediction.cluster,
-                                              prediction.guarded, prediction.unseen)
-            return prediction.best_index(lam)
+                quality = np.where(recall[0], recall[1], quality)
+            return replace(trained, quality=quality).best_index(lam)
 
         m = len(self.models)
         served = pick(self._online_shift(rng) if online else None)

@@ -97,13 +97,16 @@ def served_model(rec: dict[str, Any]) -> str:
     return model
 
 
-def log_lines(path: Path) -> Iterator[tuple[str, bytes]]:
-    """(row id `file:line`, line) of every non-blank line of a log file, or of every *.jsonl /
-    *.jsonl.gz under a folder, in name order (a `pathlib.Path` or anything with its API, e.g. a
-    `upath.UPath` on object storage)."""
-    files = [path] if path.is_file() else sorted(
+def log_paths(path: Path) -> list[Path]:
+    """The log file `path`, or every *.jsonl / *.jsonl.gz under the folder `path`, in name order (a
+    `pathlib.Path` or anything with its API, e.g. a `upath.UPath` on object storage)."""
+    return [path] if path.is_file() else sorted(
         (p for p in path.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")) and p.is_file()), key=str)
-    for file in files:
+
+
+def log_lines(path: Path) -> Iterator[tuple[str, bytes]]:
+    """(row id `file:line`, line) of every non-blank line of the logs at `path` (`log_paths`)."""
+    for file in log_paths(path):
         raw = file.read_bytes()
         if file.name.endswith(".gz"):
             raw = gzip.decompress(raw)

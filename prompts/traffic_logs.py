@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from routeforge.artifacts.traffic_prompts import LogLineError, log_lines, outcome_of, prompt_text, served_model
+from routeforge.artifacts.traffic_prompts import (
+    LogLineError,
+    log_lines,
+    log_paths,
+    outcome_of,
+    prompt_text,
+    served_model,
+)
 from routeforge.core.json_lines import LineError, strict_json
 from routeforge.core.storage import Quarantine
 from upath import UPath
@@ -147,9 +154,7 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
 def log_files(uri: str) -> list[UPath]:
     """The log files at `uri`: the file itself, or every *.jsonl / *.jsonl.gz under a folder (local
     path or fsspec URI), in name order."""
-    root = _existing(uri)
-    return [root] if root.is_file() else sorted(
-        (p for p in root.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")) and p.is_file()), key=str)
+    return log_paths(_existing(uri))
 
 
 def _existing(uri: str) -> UPath:
