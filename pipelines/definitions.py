@@ -82,32 +82,33 @@ def training_assets(config) -> list[str]:
             "router_bundle", *gate]
 
 
+JOB_DESCRIPTIONS = {
+    "build_prompts": "Read every configured prompt source into the prompt set.",
+    "generate_and_score": "Generate and score one model partition (backfill it to cover the fleet).",
+    "build_routing_table": "Join every model partition's responses and scores into the routing table.",
+    "train_and_register": "Rebuild the routing table, retrain predictors and register a new bundle version.",
+    "profile_tiers": "Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",
+}
+
+
+def job_selections(config) -> dict[str, tuple[str, ...]]:
+    """Each job of the fleet's code location and the assets it materializes: what the jobs are built
+    from and what `pipelines.stale.plan` plans over (one list, `FleetConfig.job_names` held to it by a test)."""
+    jobs = {"build_prompts": ("prompts",), "generate_and_score": ("responses", "quality"),
+            "build_routing_table": ("routing_table",), "train_and_register": tuple(training_assets(config))}
+    if profiled_tiers(config):
+        jobs["profile_tiers"] = ("tier_profiles", "latency_heads")
+    return jobs
+
+
 def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
     config = load_fleet(config_path)
     assets, resources = build_assets(config_path)
-    models = dg.StaticPartitionsDefinition(config.model_names)
-    generate = dg.define_asset_job(
-        "generate_and_score", selection=dg.AssetSelection.assets("responses", "quality"), partitions_def=models,
-        description="Generate and score one model partition (backfill it to cover the fleet).",
-    )
-    train = dg.define_asset_job(
-        "train_and_register",
-        selection=dg.AssetSelection.assets(*training_assets(config)),
-        description="Rebuild the routing table, retrain predictors and register a new bundle version.",
-    )
-    prompts_job = dg.define_asset_job("build_prompts", selection=dg.AssetSelection.assets("prompts"),
-                                      description="Read every configured prompt source into the prompt set.")
-    routing_job = dg.define_asset_job(
-        "build_routing_table", selection=dg.AssetSelection.assets("routing_table"),
-        description="Join every model partition's responses and scores into the routing table.",
-    )
-    jobs = [prompts_job, generate, routing_job, train]
-    if profiled_tiers(config):
-        jobs.append(dg.define_asset_job(
-            "profile_tiers", selection=dg.AssetSelection.assets("tier_profiles", "latency_heads"),
-            partitions_def=tier_partitions(config),
-            description="Measure one tier partition and retrain its latency heads (backfill to cover the fleet).",
-        ))
+    partitions = {"generate_and_score": dg.StaticPartitionsDefinition(config.model_names),
+                  "profile_tiers": tier_partitions(config) if profiled_tiers(config) else None}
+    jobs = [dg.define_asset_job(name, selection=dg.AssetSelection.assets(*names), partitions_def=partitions.get(name),
+                                description=JOB_DESCRIPTIONS[name])
+            for name, names in job_selections(config).items()]
     # `console` is Dagster's default; `progress` feeds `routeforge.pipelines.run`'s stage lines (used only
     # when a run's config names it, so runs from the UI log exactly as before)
     return dg.Definitions(assets=assets, resources=resources, jobs=jobs, executor=executor_for(config),
@@ -120,8 +121,8 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
 defs = build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))
 
 
-@dg.definitions
-def fleet_from_environment() -> dg.Definitions:
-    """The definitions of the fleet file $ROUTEFORGE_CONFIG names *now* (not at import, as `defs`):
-    what step processes and `dg.execute_job` reconstruct (pipelines/executors.py)."""
-    return build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))
+def job_from_environment(name: str) -> dg.JobDefinition:
+    """One job of the fleet $ROUTEFORGE_CONFIG names now: what `dg.build_reconstructable_job` rebuilds in
+    each step process of a multiprocess or Ray run (pipelines/executors.py)."""
+    return build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG))).get_job_def(name)
+

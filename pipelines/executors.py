@@ -2,7 +2,7 @@
 starts a job under it.
 
 `in_process` runs with `execute_in_process` (no step processes: the laptop default). The others run
-through `dg.execute_job` on a reconstructable job (`routeforge.pipelines.definitions:fleet_from_environment`,
+through `dg.execute_job` on a reconstructable job (`routeforge.pipelines.definitions:job_from_environment`,
 rebuilt in each step process from $ROUTEFORGE_CONFIG), so each step is its own process
 (`multiprocess`) or its own Ray job on a Ray cluster (`ray`, dagster-ray's executor). Steps then
 share nothing but the Dagster instance and the fleet's `storage_root`: IO-manager outputs and pushed
@@ -113,18 +113,16 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
                                                               run_config=run_config, asset_selection=asset_selection)
         attach_to_code_location(instance, result.run_id)
         return result
-    from dagster._core.definitions.reconstruct import ReconstructableRepository
-
     if instance.is_ephemeral:
         raise RuntimeError(f"execution.executor: {config.execution.executor} runs each step in its own process, "
                            "which needs a persistent Dagster instance: set $DAGSTER_HOME")
-    repository = ReconstructableRepository.for_module(DEFINITIONS_MODULE, "fleet_from_environment",
-                                                      working_directory=os.getcwd())
+    reconstructable = dg.build_reconstructable_job(DEFINITIONS_MODULE, "job_from_environment", (job,),
+                                                   reconstructor_working_directory=os.getcwd())
     run_tags = {**tags, **({"dagster/partition": partition} if partition else {})}
     # step processes rebuild the definitions from the same fleet file; set for this run only, so a
     # caller's later runs (or tests) never see another run's fleet
     with _environment(ROUTEFORGE_CONFIG=str(Path(config_path).resolve())), \
-            dg.execute_job(repository.get_reconstructable_job(job), instance=instance, tags=run_tags,
+            dg.execute_job(reconstructable, instance=instance, tags=run_tags,
                            run_config=run_config, asset_selection=asset_selection) as result:
         attach_to_code_location(instance, result.run_id)
         if not result.success:

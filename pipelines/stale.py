@@ -1,24 +1,37 @@
-"""Which assets of a job a run must materialize: those missing or stale, as Dagster judges them from
-the code and data versions on record (`pipelines/versions.py`), plus the ones re-read every run.
+"""Which assets of a job a run must materialize: those missing or stale, judged from the code and
+data versions Dagster records on each materialization (`pipelines/versions.py`), plus the ones re-read
+every run.
 
 `run_pipeline` asks `plan` before each of its steps and runs only what it names, so an unchanged
-re-run materializes nothing; the reasons it returns are Dagster's own stale causes, the same the
-UI shows on each asset. The resolver is Dagster's internal one (what its UI and
-`RunRequest(stale_assets_only=True)` use), hence the minor-version upper bound on dagster.
+re-run materializes nothing. The judgment reads only Dagster's public API (the asset specs of
+`Definitions`, `DagsterInstance.fetch_materializations`) and the provenance tags every materialization
+carries (`dagster/code_version`, `dagster/data_version`, `dagster/input_data_version/<input>`,
+`dagster/input_event_pointer/<input>`). It follows the rules of the stale status the UI shows on each
+asset, and says its causes in the UI's words ("has a new code version", "has a new dependency data
+version (quality)"); the demo's end-to-end test holds the two to the same verdict. Dagster's own
+resolver is internal (`dagster._core`), which pinned routeforge to one Dagster minor version.
 """
 
 from __future__ import annotations
 
+import graphlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
-from dagster._core.definitions.temporal_context import TemporalContext
-from dagster._time import get_current_datetime
 from routeforge.pipelines.versions import CONTENT_VERSIONED, always_reread
+
+# the provenance tags Dagster writes on every materialization of a versioned asset (documented in its
+# "Asset versioning and caching" guide, read back here)
+CODE_VERSION_TAG = "dagster/code_version"
+DATA_VERSION_TAG = "dagster/data_version"
+INPUT_DATA_VERSION_TAG = "dagster/input_data_version/"
+INPUT_EVENT_POINTER_TAG = "dagster/input_event_pointer/"
+# what Dagster records for an input that had no data version when the asset was materialized, and what
+# it then reads as its version while it still has none (not a change, as in Dagster's resolver)
+INITIAL = "INITIAL"
 
 
 @dataclass
@@ -32,18 +45,104 @@ class Plan:
         return bool(self.selection)
 
 
-def job_assets(defs: dg.Definitions, job: str) -> list[dg.AssetKey]:
-    """The job's assets in dependency order."""
-    graph = defs.resolve_asset_graph()
-    selected = set(defs.resolve_job_def(job).asset_layer.selected_asset_keys)
-    return [key for key in graph.toposorted_asset_keys if key in selected]
+class Versions:
+    """The asset graph of one `Definitions` (from its public asset specs) and the versions on record in
+    one instance, each record fetched once per plan."""
+
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
+        self.defs, self.instance = defs, instance
+        self.specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+        self._latest: dict[tuple[dg.AssetKey, str | None], dg.EventLogRecord | None] = {}
+
+    @cached_property
+    def order(self) -> list[dg.AssetKey]:
+        """Every asset, parents before children."""
+        graph = {key: {d.asset_key for d in spec.deps if d.asset_key in self.specs} for key, spec in self.specs.items()}
+        return list(graphlib.TopologicalSorter(graph).static_order())
+
+    def parents(self, key: dg.AssetKey) -> list[dg.AssetKey]:
+        return [d.asset_key for d in self.specs[key].deps if d.asset_key in self.specs]
+
+    def record(self, key: dg.AssetKey, partition: str | None, *, after: int | None = None,
+               before: int | None = None) -> dg.EventLogRecord | None:
+        """The newest materialization of the asset (partition), within storage ids (after, before)."""
+        cached = after is None and before is None
+        if cached and (key, partition) in self._latest:
+            return self._latest[(key, partition)]
+        found = self.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None,
+                                  after_storage_id=after, before_storage_id=before), limit=1).records
+        latest = found[0] if found else None
+        if cached:
+            self._latest[(key, partition)] = latest
+        return latest
+
+    def partitions_read(self, key: dg.AssetKey, partition: str | None, parent: dg.AssetKey) -> list[str | None]:
+        """The partitions of `parent` that the asset (partition) reads, by Dagster's default mapping:
+        an unpartitioned parent as a whole, the same partition of a parent partitioned alike, every
+        partition of a partitioned parent read by an unpartitioned asset."""
+        mine, theirs = self.specs[key].partitions_def, self.specs[parent].partitions_def
+        dep = next(d for d in self.specs[key].deps if d.asset_key == parent)
+        if theirs is None:
+            return [None]
+        if dep.partition_mapping is None and mine is None:
+            return list(theirs.get_partition_keys())
+        if dep.partition_mapping is None and mine == theirs:
+            return [partition]
+        raise ValueError(f"{key.to_user_string()} reads {parent.to_user_string()} through a partition mapping "
+                         "pipelines/stale.py does not follow (only Dagster's default mapping is planned)")
 
 
-def _resolver(defs: dg.Definitions, instance: dg.DagsterInstance) -> CachingStaleStatusResolver:
-    graph = defs.resolve_asset_graph()
-    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-                          instance=instance, asset_graph=graph)
-    return CachingStaleStatusResolver(instance=instance, asset_graph=graph, loading_context=view)
+def _tags(record: dg.EventLogRecord | None) -> dict[str, str]:
+    return dict(record.asset_materialization.tags or {}) if record is not None and record.asset_materialization else {}
+
+
+def _data_version(record: dg.EventLogRecord | None) -> str | None:
+    return _tags(record).get(DATA_VERSION_TAG) if record is not None else None
+
+
+def stale_causes(versions: Versions, key: dg.AssetKey, partition: str | None) -> list[str]:
+    """Why an asset (partition) materialized before no longer matches its code and inputs; empty when it
+    does. The rules of Dagster's stale status: a code version unlike the recorded one; an input the
+    record does not name, or names no more; an unpartitioned input whose current data version differs
+    from the recorded one; a partition of an input materialized again, after the one recorded, with
+    another data version."""
+    tags = _tags(versions.record(key, partition))
+    causes: list[str] = []
+    code_version = versions.specs[key].code_version
+    if code_version and CODE_VERSION_TAG in tags and tags[CODE_VERSION_TAG] != code_version:
+        causes.append("has a new code version")
+    parents = versions.parents(key)
+    recorded = {k.removeprefix(INPUT_DATA_VERSION_TAG) for k in tags if k.startswith(INPUT_DATA_VERSION_TAG)}
+    if recorded:
+        causes += [f"removed dependency on {name}" for name in sorted(recorded - {p.to_user_string() for p in parents})]
+    for parent in parents:
+        name = parent.to_user_string()
+        if recorded and name not in recorded:
+            causes.append(f"has a new dependency on {name}")
+            continue
+        if not recorded:  # a record without provenance: nothing to compare (Dagster falls back to timestamps)
+            continue
+        for part in versions.partitions_read(key, partition, parent):
+            if _input_changed(versions, tags, parent, part):
+                causes.append(f"has a new dependency data version ({name})")
+                break
+    return causes
+
+
+def _input_changed(versions: Versions, tags: dict[str, str], parent: dg.AssetKey, partition: str | None) -> bool:
+    name = parent.to_user_string()
+    if partition is None:
+        current = _data_version(versions.record(parent, None))
+        before = tags.get(INPUT_DATA_VERSION_TAG + name)
+        return not (before == INITIAL and current is None) and before != current
+    pointer = tags.get(INPUT_EVENT_POINTER_TAG + name, "")
+    cursor = int(pointer) if pointer.isdigit() else None
+    updated = versions.record(parent, partition, after=cursor)
+    if updated is None:
+        return False
+    previous = versions.record(parent, partition, before=cursor + 1 if cursor else None)
+    return _data_version(previous) != _data_version(updated)
 
 
 EXTENSIONS = {"parquet_io": ".parquet", "json_io": ".json"}  # pipelines/io_managers.py
@@ -75,24 +174,17 @@ def lost(defs: dg.Definitions, key: dg.AssetKey, partition: str | None, config) 
     return None
 
 
-def why(resolver: CachingStaleStatusResolver, key: dg.AssetKey, partition: str | None, config,
-        defs: dg.Definitions | None = None) -> str | None:
-    """Why the asset (partition) must be materialized, or None when it is up to date. With `defs`,
-    an asset up to date on record whose stored value is gone is due too (`lost`)."""
-    graph = resolver.asset_graph
-    partition = partition if graph.get(key).is_partitioned else None
-    name = key.to_user_string()
-    if always_reread(name, partition, config):
+def why(versions: Versions, key: dg.AssetKey, partition: str | None, config) -> str | None:
+    """Why the asset (partition) must be materialized, or None when it is up to date: re-read every
+    run, missing, stale (`stale_causes`), or up to date on record with its stored value gone (`lost`)."""
+    partition = partition if versions.specs[key].partitions_def is not None else None
+    if always_reread(key.to_user_string(), partition, config):
         return "re-reads its sources every run"
-    status = resolver.get_status(key, partition)
-    if status == StaleStatus.MISSING:
+    if versions.record(key, partition) is None:
         return "missing"
-    if status == StaleStatus.STALE:
-        causes = resolver.get_stale_causes(key, partition)
-        return "; ".join(sorted({_cause(c) for c in causes})) or "stale"
-    if defs is not None and (gone := lost(defs, key, partition, config)):
-        return gone
-    return None
+    if causes := stale_causes(versions, key, partition):
+        return "; ".join(sorted(set(causes)))
+    return lost(versions.defs, key, partition, config)
 
 
 def ungated(defs: dg.Definitions, instance: dg.DagsterInstance) -> str | None:
@@ -112,11 +204,6 @@ def ungated(defs: dg.Definitions, instance: dg.DagsterInstance) -> str | None:
     return None if gated else f"registry version {bundle['registry_version']} was never gated"
 
 
-def _cause(cause) -> str:
-    dep = f" ({cause.dependency.asset_key.to_user_string()})" if cause.dependency else ""
-    return f"{cause.reason}{dep}"
-
-
 def plan(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition: str | None, config,
          done: frozenset[str] = frozenset()) -> Plan:
     """The next run of `job` for `partition`: every asset that is missing or stale, and what reads
@@ -124,18 +211,20 @@ def plan(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition
     table, tier profiles) rebuilt in this run, and is not stale on its own, waits for the next run,
     to be judged by the data version that asset then carries (and so does what reads it). `done`:
     assets this step already materialized (not planned again)."""
-    keys = [k for k in job_assets(defs, job) if k.to_user_string() not in done]
-    resolver = _resolver(defs, instance)
-    reasons = {k.to_user_string(): r for k in keys if (r := why(resolver, k, partition, config, defs))}
+    from routeforge.pipelines.definitions import job_selections
+
+    versions = Versions(defs, instance)
+    selected = set(job_selections(config)[job])
+    keys = [k for k in versions.order if k.to_user_string() in selected and k.to_user_string() not in done]
+    reasons = {k.to_user_string(): r for k in keys if (r := why(versions, k, partition, config))}
     if "release_gate" in {k.to_user_string() for k in keys} and "release_gate" not in reasons:
         if pending := ungated(defs, instance):
             reasons["release_gate"] = pending
-    graph = defs.resolve_asset_graph()
     chosen: list[dg.AssetKey] = []
     waiting: set[dg.AssetKey] = set()
     for key in keys:  # dependency order: a parent is decided before its children
         name = key.to_user_string()
-        parents = graph.get(key).parent_keys
+        parents = set(versions.parents(key))
         if parents & waiting:
             waiting.add(key)
         elif name in reasons:

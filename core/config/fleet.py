@@ -355,12 +355,24 @@ def _expand_env(value: Any, where: str = "") -> Any:
 
 
 def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
-    """Read, validate and resolve a fleet file; raises ConfigError naming the bad field."""
+    """Read, validate and resolve a fleet file; raises ConfigError naming the bad field.
+
+    Parsed once per process: the driver, the definitions, every asset's `FleetResource` and the CLI ask
+    for the same file, and get the same (frozen) `FleetConfig` while the file and the environment its
+    `${VAR}`s read are unchanged."""
     path = Path(path).resolve()
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError as exc:
         raise ConfigError(f"fleet config {path} does not exist") from exc
+    return _parsed(path, text, tuple(sorted(os.environ.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: Path, text: str, _environment: tuple) -> FleetConfig:
+    """`load_fleet`'s work, keyed by what its result depends on (the file's text, the environment)."""
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
