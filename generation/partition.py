@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from routeforge.core.config import FleetConfig
+from routeforge.core.kinds import ENGINES
 from routeforge.core.schemas import RESPONSES
 from routeforge.core.storage import Quarantine, ShardCache, safe_name, to_table, write_parquet
 from routeforge.generation.engines import make_engine
@@ -65,7 +66,7 @@ def generate_partition(
     quarantine = Quarantine("responses", model)
     ident = identity(config, model)
     keys = [ident.key(p.text) for p in rows]
-    use_cache = spec.engine != "table_import"  # imported tables are re-read: they are the source
+    use_cache = ENGINES.entry(spec.engine).metadata.get("generates", True)  # imported tables are the source: re-read
     cache = ResponseCache(cache_folder(config, model))
     cached = cache.load() if use_cache else {}
     hits = sum(k in cached for k in keys)

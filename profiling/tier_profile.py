@@ -37,12 +37,14 @@ def safe_name(tier: str) -> str:
 
 def _model_dir(config: FleetConfig, model: str) -> Path:
     """The folder of a model this machine runs (`transformers` or `vllm` engine), for profiling it here."""
+    from routeforge.core.kinds import ENGINES
     from routeforge.core.model_sources import causal_lm_location
 
     spec = config.model(model)
-    if spec.engine not in ("transformers", "vllm"):
-        raise ValueError(f"model {model!r} ({spec.engine}): profiling it on this machine needs a "
-                         "transformers or vllm model")
+    if not ENGINES.entry(spec.engine).metadata.get("local_weights"):
+        local = [e.name for e in ENGINES.entries() if e.metadata.get("local_weights")]
+        raise ValueError(f"model {model!r} ({spec.engine}): profiling it on this machine needs a model whose "
+                         f"weights are here (engine {' or '.join(local)})")
     location, _ = causal_lm_location(spec.source, config.storage.mirror / "models")
     return Path(location)
 

@@ -19,7 +19,8 @@ from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
-from routeforge.core.config import REFERENCE_METRICS, FleetConfig, Templates
+from routeforge.core.config import FleetConfig, Templates
+from routeforge.core.config.scoring import metric_says
 from routeforge.core.json_lines import surrogate_field
 from routeforge.core.schemas import PROMPTS
 from routeforge.core.storage import Quarantine, to_table
@@ -83,7 +84,7 @@ def apply_task_template(ds, raw: RawPrompt) -> RawPrompt:
 def reference_required(config: FleetConfig, ds, task: str) -> bool:
     """The dataset's explicit setting, else whether the task's scoring metric compares with one."""
     explicit = getattr(ds, "reference_required", None)
-    return config.scoring.metric_for(task) in REFERENCE_METRICS if explicit is None else explicit
+    return metric_says(config.scoring.metric_for(task), "needs_reference") if explicit is None else explicit
 
 
 def assign_splits(rows: list[dict[str, Any]], test_fraction: float, seed: int) -> None:

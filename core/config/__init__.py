@@ -44,7 +44,6 @@ from routeforge.core.config.models import (  # noqa: F401
 from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings  # noqa: F401
 from routeforge.core.config.scoring import (  # noqa: F401
     JUDGE_RUBRIC,
-    REFERENCE_METRICS,
     CodeExecSettings,
     JudgeSettings,
     Metric,

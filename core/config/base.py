@@ -117,3 +117,29 @@ def _resolve_location(value: str | Path, info: ValidationInfo) -> str | Path:
 
 
 StorageLocation = Annotated[str | Path, AfterValidator(_resolve_location)]
+
+
+class OneOf:
+    """`Annotated[str, OneOf(REGISTRY)]`: a field whose value names a registered kind
+    (`artifacts.extensions.Registry`). Validation asks the registry (an unknown name says the close
+    one and every known one), and the JSON Schema's `enum` is the registry's names when the schema is
+    written, so a new module is the only change a new kind needs. `extra`: values the field takes
+    besides the registered names (`auto`)."""
+
+    def __init__(self, registry, extra: tuple[str, ...] = ()):
+        self.registry, self.extra = registry, extra
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema, handler):
+        out = handler(schema)
+        out["enum"] = [*self.extra, *self.registry.names()]
+        return out
+
+    def _check(self, value: str) -> str:
+        if value in self.extra or value in self.registry:
+            return value
+        raise ValueError(self.registry.unknown(value))

@@ -35,9 +35,10 @@ from routeforge.core.config.base import (
 from routeforge.core.config.datasets import RESPONSE_TABLE_KINDS, Dataset, PromptSettings, SplitSettings, Templates
 from routeforge.core.config.generation import GenerationSettings
 from routeforge.core.config.models import ModelSpec, Sampling
-from routeforge.core.config.scoring import ScoringSettings, code_isolation_warning
+from routeforge.core.config.scoring import ScoringSettings, code_isolation_warning, metric_says
 from routeforge.core.config.tiers import Hardware, ProfilingSettings, Tier
 from routeforge.core.config.training import TrainingSettings
+from routeforge.core.kinds import ENGINES
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.core.storage_root import StorageRoot
 
@@ -233,17 +234,20 @@ class FleetConfig(_Strict):
                         f"models.{i}.source.file: dataset {ds.name!r} ({ds.kind}) holds no responses; "
                         "name a response file"
                     )
-        if "table_correctness" in self.scoring.metrics and any(m.engine != "table_import" for m in self.models):
-            raise ValueError("scoring.metric: table_correctness needs every model to be table_import")
-        if "llm_judge" in self.scoring.metrics:
+        for metric in sorted(m for m in self.scoring.metrics if metric_says(m, "reads_table_labels")):
+            generating = [m.name for m in self.models if ENGINES.entry(m.engine).metadata.get("generates", True)]
+            if generating:
+                raise ValueError(f"scoring.metric: {metric} reads the labels of imported response tables, but "
+                                 f"{generating} generate (engine table_import for every model)")
+        if judged := sorted(m for m in self.scoring.metrics if metric_says(m, "needs_judge")):
             judge = self.scoring.judge
             if judge is None:
-                raise ValueError("scoring.judge: llm_judge is used but no judge model is configured")
+                raise ValueError(f"scoring.judge: {', '.join(judged)} is used but no judge model is configured")
             if judge.model.name in names:
                 raise ValueError(f"scoring.judge.model.name: {judge.model.name!r} is a candidate; the judge "
                                  "must be outside the candidate pool (002 §4.2)")
-            if judge.model.engine == "table_import":
-                raise ValueError("scoring.judge.model.engine: a judge must generate (not table_import)")
+            if not ENGINES.entry(judge.model.engine).metadata.get("generates", True):
+                raise ValueError(f"scoring.judge.model.engine: a judge must generate (not {judge.model.engine})")
         if "traffic" in self.training.routing_evaluation.workloads and self.routing_traffic_logs() is None:
             raise ValueError("training.routing_evaluation.traffic_logs: the 'traffic' workload needs traffic logs "
                              "(set traffic_logs, or add a traffic_log dataset)")
@@ -390,7 +394,8 @@ def _parsed(path: Path, text: str, _environment: tuple) -> FleetConfig:
         return FleetConfig.model_validate(expanded, context={CONFIG_DIR: path.parent})
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}{_did_you_mean(err)}"
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg'].removeprefix('Value error, ')}"
+            f"{_did_you_mean(err)}"
             for err in exc.errors()
         )
         raise ConfigError(f"fleet config {path}: {problems}") from exc

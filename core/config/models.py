@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
-from routeforge.core.config.base import ConfigPath, ModelRef, Name, _Strict
+from routeforge.core.config.base import ConfigPath, ModelRef, Name, OneOf, _Strict
+from routeforge.core.kinds import ENGINES
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 
@@ -150,9 +151,9 @@ class VllmOptions(_Strict):
 
 class ModelSpec(_Strict):
     name: Name  # the model's name in the fleet, the bundle and the routing decisions
-    # how responses are produced: `vllm`, `openai` (any OpenAI-compatible server), `transformers` (in-process) or
-    # `table_import`
-    engine: Literal["transformers", "vllm", "openai", "table_import"]
+    # how responses are produced: `vllm`, `openai` (any OpenAI-compatible server), `transformers` (in-process),
+    # `table_import`, or an engine a module registers (`core.kinds.ENGINES`)
+    engine: Annotated[str, OneOf(ENGINES)]
     source: ModelSource
     price: Price | None = None
     sampling: SamplingOverrides | None = None

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from routeforge.core.config.base import ConfigPath, ModelRef, _Strict
+from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, _Strict
 from routeforge.core.config.models import ModelSpec
+from routeforge.core.kinds import METRICS
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
-Metric = Literal["bertscore", "exact_match", "token_f1", "code_pass_at_1", "llm_judge", "table_correctness"]
-REFERENCE_METRICS = {"bertscore", "exact_match", "token_f1"}  # compare the response with a reference
+# a quality metric: a name registered in `core.kinds.METRICS` (one module each under scoring/metrics/)
+Metric = Annotated[str, OneOf(METRICS)]
+
+
+def metric_says(metric: str, what: str) -> bool:
+    """What the metric's module registered of it (`needs_reference`, `runs_code`, `needs_judge`,
+    `reads_table_labels`; scoring/metrics/base.py)."""
+    return bool(METRICS.entry(metric).metadata.get(what))
 
 
 class CodeExecSettings(_Strict):
@@ -32,11 +39,13 @@ def code_isolation_warning(scoring) -> str | None:
     without it): said by `config validate` and at the start of every pipeline run."""
     import shutil
 
-    if "code_pass_at_1" not in scoring.metrics or shutil.which("bwrap") is not None:
+    running = sorted(m for m in scoring.metrics if metric_says(m, "runs_code"))
+    if not running or shutil.which("bwrap") is not None:
         return None
     what = ("its code-task cells will be quarantined, not run" if scoring.code.isolation == "required"
             else "generated code will run OUTSIDE a sandbox (scoring.code.isolation: allow_fallback)")
-    return f"warning: scoring uses code_pass_at_1 and bubblewrap is not installed (Debian package `bubblewrap`): {what}"
+    return (f"warning: scoring uses {', '.join(running)} and bubblewrap is not installed (Debian package "
+            f"`bubblewrap`): {what}")
 
 
 JUDGE_RUBRIC = (

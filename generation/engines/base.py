@@ -12,6 +12,7 @@ import json
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -176,6 +177,12 @@ class BaseEngine:
         self.settings = config.generation
         self.sampling = config.sampling(spec.name)
         self.ident = identity(config, spec.name)
+
+    @classmethod
+    def create(cls, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
+        """The engine for one model; `cache_dir` is where an engine that keeps files (weights, a
+        server's logs) keeps them."""
+        return cls(spec, config)
 
     def cost(self, prompt_tokens: int, output_tokens: int) -> float | None:
         """USD from the fleet's per-token price; None when the model has none."""

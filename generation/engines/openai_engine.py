@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 from routeforge.core.config import FleetConfig, ModelSpec, OpenAISource, Sampling
+from routeforge.core.kinds import ENGINES
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, tpot
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
@@ -196,6 +197,8 @@ def auth_headers(source: OpenAISource) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+@ENGINES.register("openai",
+                  description="any OpenAI-compatible server over HTTP, streaming, with retries")
 class OpenAIEngine(BaseEngine):
     name = "openai"
 

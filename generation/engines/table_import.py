@@ -14,6 +14,7 @@ from importlib.metadata import version
 from typing import Any
 
 from routeforge.core.config import FleetConfig, ModelSpec, TableSource
+from routeforge.core.kinds import ENGINES
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow
 from routeforge.generation.token_counts import token_counter
@@ -26,6 +27,8 @@ from routeforge.prompts.response_tables import (
 from routeforge.prompts.score_tables import score_table_responses
 
 
+@ENGINES.register("table_import", generates=False,
+                  description="responses that already exist (RouterBench, RouteLLM, JSON-lines tables), re-read")
 class TableImportEngine(BaseEngine):
     name = "table_import"
 

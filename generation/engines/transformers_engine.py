@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from routeforge.core.config import FleetConfig, ModelSpec
+from routeforge.core.kinds import ENGINES
 from routeforge.core.model_sources import causal_lm_location
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
@@ -52,6 +53,8 @@ def _hooks():
     return StepClock, FrequencyPenalty
 
 
+@ENGINES.register("transformers", local_weights=True,
+                  description="in-process Hugging Face generation, batched, CPU or GPU")
 class TransformersEngine(BaseEngine):
     name = "transformers"
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from routeforge.core.config import FleetConfig, ModelSpec
+from routeforge.core.kinds import ENGINES
 from routeforge.core.model_sources import causal_lm_location
 from routeforge.core.storage import Quarantine
 from routeforge.core.vllm_env import kv_cache_bytes, on_cpu_build, vllm_python
@@ -102,6 +103,8 @@ class VllmWorker:
         self.close()
 
 
+@ENGINES.register("vllm", local_weights=True,
+                  description="vLLM offline batch inference (its CPU build here, the GPU path in production)")
 class VllmEngine(BaseEngine):
     name = "vllm"
 

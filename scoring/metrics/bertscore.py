@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pyarrow as pa
 from routeforge.core.config import ScoringSettings
+from routeforge.core.kinds import METRICS
 from routeforge.core.model_sources import resolve_pretrained
 from routeforge.core.storage import ShardCache
+from routeforge.scoring.metrics.base import score_row
 
 CACHE_SCHEMA = pa.schema([
     pa.field("cache_key", pa.string(), nullable=False),
@@ -106,3 +108,20 @@ def _device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@METRICS.register("bertscore", needs_reference=True)
+def score(items, quarantine, scorer):
+    """BERTScore F1 against the reference (rows name it `bertscore_f1`, with precision and recall in the
+    details); the encoder is built once per run."""
+    ready = []
+    for item in items:
+        if item["reference"]:
+            ready.append(item)
+        else:
+            quarantine.add(item["prompt_id"], "bertscore: prompt has no reference")
+    metric = scorer.shared("bertscore", lambda: BertScoreMetric(scorer.settings, scorer.cache_dir / "bertscore"))
+    scores = metric.score_prf([i["text"] for i in ready], [i["reference"] for i in ready])
+    details = json.loads(metric.details())
+    return [score_row(i, "bertscore_f1", f, {**details, "precision": p, "recall": r})
+            for i, (p, r, f) in zip(ready, scores)]

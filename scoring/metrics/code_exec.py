@@ -45,6 +45,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+from routeforge.core.kinds import METRICS
+from routeforge.scoring.metrics.base import Unscorable, score_row
 
 _HARNESS = r'''
 import os, sys
@@ -260,3 +264,48 @@ def run_many(programs: list[str], timeout_s: float = 10.0, memory_mb: int = 1024
     """Run programs concurrently (each in its own sandboxed process), results in input order."""
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
         return list(pool.map(lambda p: run_program(p, timeout_s, memory_mb), programs))
+
+
+def code_program(response: str, meta: dict[str, Any]) -> str:
+    """The program a response is run as: the response with the task's assertions, or HumanEval's prompt
+    prefix, the response and its check function."""
+    tests = meta.get("tests")
+    if isinstance(tests, list) and tests:
+        return assert_program(response, [str(t) for t in tests], setup=str(meta.get("test_setup") or ""))
+    if isinstance(tests, str) and tests.strip():
+        if "entry_point" not in meta or "program_prefix" not in meta:
+            raise Unscorable("code tests need an entry point and the prompt's code (reference_meta)")
+        return humaneval_program(meta["program_prefix"], response, tests, meta["entry_point"])
+    raise Unscorable("no tests for this code task (reference_meta.tests)")
+
+
+@METRICS.register("code_pass_at_1", runs_code=True)
+def score(items, quarantine, scorer):
+    """pass@1: each response run against its tests, inside bubblewrap (or, where the fleet allows it,
+    the fallback, said in the log)."""
+    c = scorer.settings.code
+    sandbox = sandbox_status()
+    scorer.stats["code_sandbox"] = sandbox
+    if sandbox != "bubblewrap":
+        if c.isolation == "required":  # refuse rather than run hostile code unconfined
+            reason = (f"code_pass_at_1: not run: {sandbox.removeprefix('fallback: ')}; generated code runs "
+                      "only inside bubblewrap (apt-get install bubblewrap), or set "
+                      "scoring.code.isolation: allow_fallback")
+            for item in items:
+                quarantine.add(item["prompt_id"], reason)
+            scorer.stats["code_cells_refused"] += len(items)
+            scorer.log(f"warning: {len(items)} code-task cells quarantined: {reason}")
+            return []
+        scorer.log(f"warning: generated code runs OUTSIDE bubblewrap ({sandbox}): scoring.code.isolation is "
+                   "allow_fallback (rlimits and an empty network namespace, as this user)")
+    ready, programs = [], []
+    for item in items:
+        try:
+            programs.append(code_program(item["text"], item["meta"]))
+            ready.append(item)
+        except Unscorable as exc:
+            quarantine.add(item["prompt_id"], f"code_pass_at_1: {exc}")
+    results = run_many(programs, c.timeout_s, c.memory_mb, c.workers)
+    return [score_row(i, "code_pass_at_1", float(res.passed),
+                      {"reason": res.reason, "wall_s": round(res.wall_s, 3), "sandbox": res.sandbox})
+            for i, res in zip(ready, results)]

@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 from routeforge.core.config import FleetConfig, JudgeSettings, Sampling
+from routeforge.core.kinds import METRICS
+from routeforge.scoring.metrics.base import score_row
 
 _SCORE = re.compile(r"(?:score|rating)\s*[:=]?\s*\**\s*(\d+(?:\.\d+)?)", re.I)
 _LEADING = re.compile(r"^\s*\**(\d+(?:\.\d+)?)\s*(?:/\s*\d+)?\**\s*$")
@@ -102,3 +104,21 @@ def run_judge(config: FleetConfig, items: list[dict[str, Any]], log=print) -> li
                 score, reason = weighted, "weighted by token probabilities"
         out.append((score, reason, answers[pid]))
     return out
+
+
+@METRICS.register("llm_judge", needs_judge=True)
+def score(items, quarantine, scorer):
+    """The fleet's judge model's score of each response (002 §4.2); a verdict without a score is
+    quarantined with the judge's answer."""
+    asks = [{"prompt_id": i["prompt_id"], "prompt": i["prompt"], "reference": i["reference"],
+             "response": i["text"]} for i in items]
+    verdicts = run_judge(scorer.config, asks, log=scorer.log)
+    rows = []
+    judge = scorer.settings.judge.model.name
+    for item, (value, reason, answer) in zip(items, verdicts):
+        if value is None:
+            quarantine.add(item["prompt_id"], f"llm_judge: {reason}", {"judge_answer": answer[:500]})
+            scorer.stats["judge_missing"] += 1
+        else:
+            rows.append(score_row(item, "llm_judge", value, {"judge": judge, "answer": answer[:200]}))
+    return rows

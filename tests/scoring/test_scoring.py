@@ -17,7 +17,8 @@ from routeforge.scoring.metrics.extraction import (
     normalize_number,
     token_f1,
 )
-from routeforge.scoring.quality import Scorer, exact_match
+from routeforge.scoring.metrics.exact_match import exact_match
+from routeforge.scoring.quality import Scorer
 
 
 def test_math_extraction_recovers_every_gsm8k_reference_answer(shared_data):

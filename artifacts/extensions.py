@@ -1,0 +1,132 @@
+"""One way to extend routeforge: a `Registry` per open set of kinds (generation engines, quality metrics,
+routing heuristics, …), filled by the modules that define them.
+
+A registry knows the package where its kind's modules live and imports every module in it the first
+time it is asked for a name (`discover`), so a new engine, metric or heuristic is one new module in
+that folder, with one decorator: no list to edit, no if-chain on its name, no schema to regenerate by
+hand (the fleet file's allowed values and `fleet.schema.json`'s enums are the registries' names).
+
+Modules outside routeforge register the same way: `$ROUTEFORGE_EXTENSIONS` names them (comma-separated
+module or package names, importable from `sys.path`), and each registry imports them with its own
+modules. A plugin may add to any kind; a name already taken by another object is an error naming
+both modules, never a silent override.
+
+The class lives in the runtime layer (`artifacts/`, importable alone) because the runtime's own open
+sets (heuristics, bundle components) are registries too; everything above reuses it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+EXTENSIONS_VARIABLE = "ROUTEFORGE_EXTENSIONS"
+
+
+class UnknownName(KeyError):
+    """A name no module of the kind registered; the message names the kind, the close name and every
+    known one."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; this one is a sentence
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered kind: its name, the object (a class or function), what the registering module
+    said of it, and where it came from."""
+
+    name: str
+    value: T
+    module: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+def extension_modules() -> list[str]:
+    """The modules and packages `$ROUTEFORGE_EXTENSIONS` names, in order."""
+    return [m.strip() for m in os.environ.get(EXTENSIONS_VARIABLE, "").split(",") if m.strip()]
+
+
+def _modules_in(package: str) -> Iterator[str]:
+    """`package` and, when it is a package, every module below it (sorted, so discovery is reproducible)."""
+    yield package
+    module = importlib.import_module(package)
+    if hasattr(module, "__path__"):
+        for info in sorted(pkgutil.walk_packages(module.__path__, prefix=f"{package}."), key=lambda i: i.name):
+            yield info.name
+
+
+class Registry(Generic[T]):
+    """Names → objects of one kind. `packages`: where routeforge keeps the kind's modules (each imported
+    once, on the first lookup); `$ROUTEFORGE_EXTENSIONS` adds modules from outside."""
+
+    def __init__(self, kind: str, packages: tuple[str, ...] = ()):
+        self.kind = kind
+        self.packages = packages
+        self._entries: dict[str, Entry[T]] = {}
+        self._discovered: tuple[str, ...] | None = None  # the extension modules discovery last saw
+
+    def register(self, name: str, **metadata: Any) -> Callable[[T], T]:
+        """Decorator: register the class or function under `name`, with `metadata` (what callers may
+        ask of the kind without importing it again: a description, the fields it needs, …)."""
+
+        def add(value: T) -> T:
+            module = getattr(value, "__module__", "?")
+            held = self._entries.get(name)
+            if held is not None and (held.module, getattr(held.value, "__qualname__", None)) != (
+                    module, getattr(value, "__qualname__", None)):
+                raise ValueError(f"{self.kind} {name!r} is registered twice: by {held.module} and by {module}")
+            self._entries[name] = Entry(name, value, module, dict(metadata))
+            return value
+
+        return add
+
+    def discover(self) -> None:
+        """Import every module of the kind's packages and of `$ROUTEFORGE_EXTENSIONS` (once; again when
+        that variable changes). A module that fails to import is an error naming it."""
+        extensions = tuple(extension_modules())
+        if self._discovered == extensions:
+            return
+        for package in (*self.packages, *extensions):
+            try:
+                for name in _modules_in(package):
+                    importlib.import_module(name)
+            except ImportError as exc:
+                where = f"${EXTENSIONS_VARIABLE}" if package in extensions else "routeforge"
+                raise ImportError(f"{self.kind} modules: {package} (from {where}) does not import: {exc}") from exc
+        self._discovered = extensions
+
+    def entry(self, name: str) -> Entry[T]:
+        self.discover()
+        if name not in self._entries:
+            raise UnknownName(self.unknown(name))
+        return self._entries[name]
+
+    def get(self, name: str) -> T:
+        """The object registered as `name`; an unknown name raises `UnknownName` with the close one."""
+        return self.entry(name).value
+
+    def names(self) -> list[str]:
+        self.discover()
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry[T]]:
+        self.discover()
+        return [self._entries[n] for n in sorted(self._entries)]
+
+    def __contains__(self, name: object) -> bool:
+        self.discover()
+        return name in self._entries
+
+    def unknown(self, name: str) -> str:
+        """"unknown <kind> 'x' (did you mean 'y'?); known: a, b, c"."""
+        known = self.names()
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(known)}"

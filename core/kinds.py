@@ -1,0 +1,17 @@
+"""The registries of the pipeline's open sets, declared at the lowest layer that the fleet file's schema
+can see, and filled by the modules of each kind's own folder (`artifacts/extensions.py`):
+
+- `ENGINES`: how responses are produced (`generation/engines/`, one module per engine);
+- `METRICS`: how a response is scored (`scoring/metrics/`, one module per metric).
+
+The runtime's registries live beside what they hold: `artifacts.heuristics.HEURISTICS`. A new kind is
+one new module with one `@<REGISTRY>.register(name, …)`; the config's allowed values, the schema's
+enums and every dispatch come from these registries.
+"""
+
+from __future__ import annotations
+
+from routeforge.artifacts.extensions import Registry
+
+ENGINES = Registry("engine", ("routeforge.generation.engines",))
+METRICS = Registry("quality metric", ("routeforge.scoring.metrics",))
