@@ -27,9 +27,13 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.components import register_component
+from routeforge.artifacts.extensions import Registry
 
-HEURISTICS = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only",
-              "route_balance")
+# name → decision function `(request, instances, parameters, state) -> instance index`; `state` is the
+# policy's own (round-robin's position). A new heuristic is a module with `@HEURISTICS.register(name)`,
+# here or named by $ROUTEFORGE_EXTENSIONS; the simulator runs it through the same function
+# (training.policies.simulator.baselines.RegisteredHeuristic).
+HEURISTICS = Registry("heuristic", ("routeforge.artifacts.heuristics",))
 
 
 def work_left_s(tpot_s: float, prefill_s_per_token: float, max_running: int, running_left_tokens,
@@ -111,13 +115,73 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return (x - x.min()) / span if span > 0 else np.zeros_like(x, dtype=float)
 
 
+def outstanding_of(instances: list[dict[str, Any]]) -> list[int]:
+    """Running + waiting requests per instance."""
+    return [len(i["running"]) + len(i["waiting"]) for i in instances]
+
+
+def free_of(instances: list[dict[str, Any]]) -> list[bool]:
+    """Whether a sequence slot is free and nothing waits, per instance."""
+    return [len(i["running"]) < i["max_running"] and not i["waiting"] for i in instances]
+
+
+def work_of(instances: list[dict[str, Any]]) -> list[float]:
+    """`work_left_s` of each instance, from the predicted lengths its telemetry carries."""
+    return [work_left_s(i["tpot_s"], i["prefill_s_per_token"], i["max_running"],
+                        [max(0.0, r["predicted_output_tokens"] - r["generated_tokens"]) for r in i["running"]],
+                        [r["prompt_tokens"] for r in i["waiting"]],
+                        [r["predicted_output_tokens"] for r in i["waiting"]]) for i in instances]
+
+
+@HEURISTICS.register("round_robin")
+def round_robin(request, instances, parameters, state) -> int:
+    state["next"] = state.get("next", 0) + 1
+    return (state["next"] - 1) % len(instances)
+
+
+@HEURISTICS.register("join_shortest_queue")
+def join_shortest_queue(request, instances, parameters, state) -> int:
+    return shortest_queue(outstanding_of(instances), parameters.get("among"))
+
+
+@HEURISTICS.register("quality_only")
+def quality_only(request, instances, parameters, state) -> int:
+    return best_quality(request.get("predicted_quality", [np.nan] * len(instances)), outstanding_of(instances))
+
+
+@HEURISTICS.register("least_work_left")
+def least_work_left(request, instances, parameters, state) -> int:
+    return least_work(work_of(instances))
+
+
+@HEURISTICS.register("earliest_available")
+def earliest_available(request, instances, parameters, state) -> int:
+    return earliest_start(free_of(instances), [i.get("busy_for_s", 0.0) for i in instances], work_of(instances))
+
+
+@HEURISTICS.register("route_balance")
+def route_balance(request, instances, parameters, state) -> int:
+    m = len(instances)
+    est = np.asarray(request["predicted_output_tokens"], dtype=float)
+    pending = [sum(max(0.0, r["predicted_output_tokens"] - r["generated_tokens"]) for r in i["running"])
+               + sum(r["predicted_output_tokens"] for r in i["waiting"]) for i in instances]
+    latency = route_balance_latency(est, pending, [len(i["running"]) for i in instances],
+                                    [i["tpot_s"] for i in instances],
+                                    [i["prefill_s_per_token"] * request["prompt_tokens"] for i in instances],
+                                    free_of(instances))
+    prices = parameters.get("price_per_token")
+    cost = np.asarray(prices) * (request["prompt_tokens"] + est) if prices else np.zeros(m)
+    return joint_choice(request.get("predicted_quality", [np.nan] * m), latency, cost,
+                        parameters.get("weights", (1 / 3, 1 / 3, 1 / 3)), parameters.get("quality_scale", "minmax"))
+
+
 @register_component("routing_policy", accepts=lambda config: config.get("policy_kind") == "heuristic")
 @dataclass
 class HeuristicPolicy:
     """A heuristic routing policy from its spec; `route(request, instances)` returns an instance index."""
 
     spec: dict[str, Any]
-    _next: int = field(default=0, repr=False)  # round-robin's position
+    state: dict[str, Any] = field(default_factory=dict, repr=False)  # the heuristic's own (round-robin's position)
 
     @classmethod
     def load(cls, folder: Path) -> HeuristicPolicy:
@@ -125,8 +189,10 @@ class HeuristicPolicy:
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> HeuristicPolicy:
-        if spec.get("kind") != "heuristic" or spec.get("heuristic") not in HEURISTICS:
-            raise ValueError(f"policy.json: heuristic must be one of {list(HEURISTICS)}, got {spec.get('heuristic')!r}")
+        if spec.get("kind") != "heuristic":
+            raise ValueError(f"policy.json: kind must be 'heuristic', got {spec.get('kind')!r}")
+        if spec.get("heuristic") not in HEURISTICS:
+            raise ValueError(f"policy.json: heuristic: {HEURISTICS.unknown(str(spec.get('heuristic')))}")
         return cls(spec)
 
     @property
@@ -141,35 +207,7 @@ class HeuristicPolicy:
         m = self.spec.get("instances", len(instances))
         if len(instances) != m:
             raise ValueError(f"{len(instances)} instances given, the policy was exported for {m}")
-        name, params = self.name, self.parameters
-        if name == "round_robin":
-            self._next += 1
-            return (self._next - 1) % m
-        outstanding = [len(i["running"]) + len(i["waiting"]) for i in instances]
-        if name == "join_shortest_queue":
-            return shortest_queue(outstanding, params.get("among"))
-        if name == "quality_only":
-            return best_quality(request.get("predicted_quality", [np.nan] * m), outstanding)
-        est = np.asarray(request["predicted_output_tokens"], dtype=float)
-        free = [len(i["running"]) < i["max_running"] and not i["waiting"] for i in instances]
-        if name == "route_balance":
-            pending = [sum(max(0.0, r["predicted_output_tokens"] - r["generated_tokens"]) for r in i["running"])
-                       + sum(r["predicted_output_tokens"] for r in i["waiting"]) for i in instances]
-            latency = route_balance_latency(est, pending, [len(i["running"]) for i in instances],
-                                            [i["tpot_s"] for i in instances],
-                                            [i["prefill_s_per_token"] * request["prompt_tokens"] for i in instances],
-                                            free)
-            prices = params.get("price_per_token")
-            cost = np.asarray(prices) * (request["prompt_tokens"] + est) if prices else np.zeros(m)
-            return joint_choice(request.get("predicted_quality", [np.nan] * m), latency, cost,
-                                params.get("weights", (1 / 3, 1 / 3, 1 / 3)), params.get("quality_scale", "minmax"))
-        work = [work_left_s(i["tpot_s"], i["prefill_s_per_token"], i["max_running"],
-                            [max(0.0, r["predicted_output_tokens"] - r["generated_tokens"]) for r in i["running"]],
-                            [r["prompt_tokens"] for r in i["waiting"]],
-                            [r["predicted_output_tokens"] for r in i["waiting"]]) for i in instances]
-        if name == "least_work_left":
-            return least_work(work)
-        return earliest_start(free, [i.get("busy_for_s", 0.0) for i in instances], work)  # earliest_available
+        return HEURISTICS.get(self.name)(request, instances, self.parameters, self.state)
 
 
 def heuristic_spec(name: str, instances: int, **parameters) -> dict[str, Any]:

@@ -192,7 +192,7 @@ def compare(setting: Setting, args) -> None:
         result.setdefault("onnx", {})[variant] = {k: spec[k] for k in ("onnx_max_abs_diff",
                                                                         "onnx_action_agreement")}
     for wname, workload in {"poisson": setting.poisson, "azure_trace_timestamps": setting.trace}.items():
-        table = setting.evaluate(learned | BASELINES, workload, wname)
+        table = setting.evaluate(learned | dict(BASELINES), workload, wname)
         for row in table.values():
             row["qos_vs_baseline_rl"] = row["qos_mean"][0] / table["sac_baseline"]["qos_mean"][0] - 1
         result["workloads"][wname] = table

@@ -84,14 +84,6 @@ ModelSource = Annotated[
     RandomInitSource | HubSource | OpenAISource | TableSource, Field(discriminator="kind")
 ]
 
-_ENGINE_SOURCES = {
-    "transformers": {"random_init", "hub"},
-    "vllm": {"random_init", "hub"},
-    "openai": {"openai"},
-    "table_import": {"table"},
-}
-
-
 class SamplingOverrides(_Strict):
     """Per-model changes to `generation.sampling`; unset fields keep the fleet default."""
 
@@ -162,9 +154,10 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _engine_matches_source(self) -> ModelSpec:
-        if self.source.kind not in _ENGINE_SOURCES[self.engine]:
+        takes = ENGINES.entry(self.engine).metadata.get("sources")  # what the engine's module registered
+        if takes is not None and self.source.kind not in takes:
             raise ValueError(
                 f"model {self.name!r}: engine {self.engine!r} cannot use a {self.source.kind!r} source "
-                f"(it takes {sorted(_ENGINE_SOURCES[self.engine])})"
+                f"(it takes {sorted(takes)})"
             )
         return self

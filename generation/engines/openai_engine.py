@@ -197,7 +197,7 @@ def auth_headers(source: OpenAISource) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-@ENGINES.register("openai",
+@ENGINES.register("openai", sources=("openai",),
                   description="any OpenAI-compatible server over HTTP, streaming, with retries")
 class OpenAIEngine(BaseEngine):
     name = "openai"

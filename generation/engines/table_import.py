@@ -27,7 +27,7 @@ from routeforge.prompts.response_tables import (
 from routeforge.prompts.score_tables import score_table_responses
 
 
-@ENGINES.register("table_import", generates=False,
+@ENGINES.register("table_import", sources=("table",), generates=False,
                   description="responses that already exist (RouterBench, RouteLLM, JSON-lines tables), re-read")
 class TableImportEngine(BaseEngine):
     name = "table_import"

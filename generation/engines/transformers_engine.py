@@ -53,10 +53,14 @@ def _hooks():
     return StepClock, FrequencyPenalty
 
 
-@ENGINES.register("transformers", local_weights=True,
+@ENGINES.register("transformers", sources=("random_init", "hub"), local_weights=True,
                   description="in-process Hugging Face generation, batched, CPU or GPU")
 class TransformersEngine(BaseEngine):
     name = "transformers"
+
+    @classmethod
+    def create(cls, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
+        return cls(spec, config, cache_dir)
 
     def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path, device: str | None = None):
         import torch

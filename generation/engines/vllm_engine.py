@@ -103,10 +103,14 @@ class VllmWorker:
         self.close()
 
 
-@ENGINES.register("vllm", local_weights=True,
+@ENGINES.register("vllm", sources=("random_init", "hub"), local_weights=True,
                   description="vLLM offline batch inference (its CPU build here, the GPU path in production)")
 class VllmEngine(BaseEngine):
     name = "vllm"
+
+    @classmethod
+    def create(cls, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
+        return cls(spec, config, cache_dir)
 
     def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
         super().__init__(spec, config)

@@ -10,6 +10,7 @@ back to the truth when a workload carries no predictions: the true-value ablatio
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -178,7 +179,41 @@ class RouteBalance:
         return out
 
 
-BASELINES = {
+@dataclass
+class RegisteredHeuristic(_PerRequest):
+    """A heuristic of `routeforge.artifacts.heuristics.HEURISTICS` that has no simulator class of its own
+    (one a module adds): each decision hands its registered function the telemetry a router service
+    would (the request's predicted lengths and qualities, each instance's slots, step time, running and
+    waiting requests), so the simulator measures exactly the function a bundle's spec runs."""
+
+    name: str = ""
+    parameters_: dict = field(default_factory=dict)
+    known: dict[int, Request] = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
+
+    def choose(self, request, cluster, now):
+        self.known[request.rid] = request
+        insts = cluster.instances
+
+        def est(i: Instance, job) -> float:
+            return self.known[job.rid].est_tokens(i.model) if job.rid in self.known else job.output_tokens
+
+        telemetry = [{"max_running": i.profile.max_running, "tpot_s": i.profile.nominal_tpot(i.context_tokens),
+                      "prefill_s_per_token": i.profile.prefill_s_per_token, "busy_for_s": max(i.clock - now, 0.0),
+                      "running": [{"predicted_output_tokens": est(i, j), "generated_tokens": i.generated(j)}
+                                  for j in i.running.values()],
+                      "waiting": [{"prompt_tokens": j.prompt_tokens, "predicted_output_tokens": est(i, j)}
+                                  for j in i.waiting]} for i in insts]
+        asked = {"prompt_tokens": request.prompt_tokens,
+                 "predicted_output_tokens": [request.est_tokens(i.model) for i in insts],
+                 "predicted_quality": [request.est_quality(i.model) for i in insts]}
+        return heuristics.HEURISTICS.get(self.name)(asked, telemetry, self.parameters_, self.state)
+
+    def parameters(self) -> dict:
+        return dict(self.parameters_)
+
+
+NATIVE = {
     "random": RandomPolicy,
     "round_robin": RoundRobin,
     "join_shortest_queue": JoinShortestQueue,
@@ -189,11 +224,34 @@ BASELINES = {
     "route_balance_absolute": partial(RouteBalance, quality_scale="absolute"),
 }
 
+
+class _Registered(Mapping):
+    """A mapping read from the heuristics registry at each use (a module named by $ROUTEFORGE_EXTENSIONS
+    later is seen): `build(names)` gives its items."""
+
+    def __init__(self, build):
+        self._build = build
+
+    def _items(self) -> dict:
+        return self._build(heuristics.HEURISTICS.names())
+
+    def __getitem__(self, name):
+        return self._items()[name]
+
+    def __iter__(self):
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+
+# every baseline: the simulator's own classes (fast, and equal to the runtime's functions: tests hold them
+# to it), and any other registered heuristic through its runtime function
+BASELINES = _Registered(lambda names: {**NATIVE, **{n: partial(RegisteredHeuristic, n) for n in names
+                                                    if n not in NATIVE}})
+
 # the baselines a bundle can carry as heuristic specs (`routeforge.artifacts.heuristics`): every deterministic one
-EXPORTABLE = {"round_robin": "round_robin", "join_shortest_queue": "join_shortest_queue",
-              "least_work_left": "least_work_left", "earliest_available": "earliest_available",
-              "quality_only": "quality_only", "route_balance": "route_balance",
-              "route_balance_absolute": "route_balance"}
+EXPORTABLE = _Registered(lambda names: {**{n: n for n in names}, "route_balance_absolute": "route_balance"})
 
 
 def heuristic_spec_of(name: str, instances: int) -> dict:
@@ -212,5 +270,6 @@ def from_spec(spec: dict):
         return RouteBalance(weights=tuple(params.get("weights", (1 / 3, 1 / 3, 1 / 3))),
                             price_per_token=tuple(prices) if prices else None,
                             quality_scale=params.get("quality_scale", "minmax"))
-    return {"round_robin": RoundRobin, "least_work_left": LeastWorkLeft, "earliest_available": EarliestAvailable,
-            "quality_only": QualityOnly}[policy.name]()
+    if policy.name in NATIVE:
+        return NATIVE[policy.name]()
+    return RegisteredHeuristic(policy.name, params)
