@@ -4,7 +4,7 @@ A bundle's manifest lists components with a `kind` (`knn_estimator`, `router`, `
 `routing_policy`, `length_predictor`, ...). Each runtime class declares the kind (or kinds) it
 serves with `@register_component`, next to its own `load(folder)` (and, where the runtime writes
 the format, `save`): `RouterBundle.component(name)` looks the kind up here, so adding a kind is one
-module with one decorator, plus its name in `RUNTIME_MODULES` so it is imported before a lookup.
+module of `artifacts/` with one decorator (`COMPONENTS`, a registry that finds the modules itself).
 
 Two classes may serve one kind where the component's config tells them apart: `accepts` is a
 predicate on that config (a heuristic routing policy is a JSON spec, a learned one an ONNX graph);
@@ -14,14 +14,12 @@ kind's default.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The modules whose classes register kinds; imported on the first lookup (they stay lazy otherwise).
-RUNTIME_MODULES = ("knn", "router", "latency", "policy", "heuristics", "text_predictor", "sentence_encoder", "golden")
+from routeforge.artifacts.extensions import Registry
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,8 @@ class ComponentKind:
         return self.cls.load(Path(folder))
 
 
-_REGISTRY: dict[str, list[ComponentKind]] = {}
+# "<kind>/<class>" → the class; each entry's metadata holds its `kind` and `accepts`
+COMPONENTS: Registry[type] = Registry("component kind", ("routeforge.artifacts",))
 
 
 def register_component(*kinds: str, accepts: Callable[[Mapping[str, Any]], bool] | None = None):
@@ -46,30 +45,28 @@ def register_component(*kinds: str, accepts: Callable[[Mapping[str, Any]], bool]
         if not callable(getattr(cls, "load", None)):
             raise TypeError(f"{cls.__name__} registers {kinds} but has no load(folder)")
         for kind in kinds:
-            entries = _REGISTRY.setdefault(kind, [])
-            entries[:] = [e for e in entries if e.cls.__qualname__ != cls.__qualname__]  # a reload replaces
-            entries.append(ComponentKind(kind, cls, accepts))
-            entries.sort(key=lambda e: e.accepts is None)  # predicates first, the default last
+            COMPONENTS.add(f"{kind}/{cls.__qualname__}", cls, cls.__module__, cls.__qualname__, kind=kind,
+                           accepts=accepts)
         cls.component_kinds = tuple(kinds)
         return cls
 
     return register
 
 
-def _import_runtime() -> None:
-    for name in RUNTIME_MODULES:
-        importlib.import_module(f"routeforge.artifacts.{name}")
+def _classes(kind: str | None = None) -> list[ComponentKind]:
+    """The registered classes (of one kind), predicates first and the default last, else in
+    registration order."""
+    found = [ComponentKind(e.metadata["kind"], e.value, e.metadata["accepts"]) for e in COMPONENTS.entries()]
+    return sorted((c for c in found if kind is None or c.kind == kind), key=lambda c: c.accepts is None)
 
 
 def registered_kinds() -> list[str]:
-    _import_runtime()
-    return sorted(_REGISTRY)
+    return sorted({c.kind for c in _classes()})
 
 
 def component_kind(kind: str, config: Mapping[str, Any] | None = None) -> ComponentKind:
     """The registered class for a component of `kind` with `config`; KeyError naming the known kinds."""
-    _import_runtime()
-    for entry in _REGISTRY.get(kind, []):
+    for entry in _classes(kind):
         if entry.accepts is None or entry.accepts(config or {}):
             return entry
-    raise KeyError(f"component kind {kind!r} has no runtime loader (known: {', '.join(sorted(_REGISTRY))})")
+    raise KeyError(f"component kind {kind!r} has no runtime loader (known: {', '.join(registered_kinds())})")

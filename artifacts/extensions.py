@@ -77,15 +77,23 @@ class Registry(Generic[T]):
         ask of the kind without importing it again: a description, the fields it needs, …)."""
 
         def add(value: T) -> T:
-            module = getattr(value, "__module__", "?")
-            held = self._entries.get(name)
-            if held is not None and (held.module, getattr(held.value, "__qualname__", None)) != (
-                    module, getattr(value, "__qualname__", None)):
-                raise ValueError(f"{self.kind} {name!r} is registered twice: by {held.module} and by {module}")
-            self._entries[name] = Entry(name, value, module, dict(metadata))
+            self.add(name, value, getattr(value, "__module__", "?"), getattr(value, "__qualname__", name), **metadata)
             return value
 
         return add
+
+    def add(self, name: str, value: T, module: str, qualname: str, **metadata: Any) -> None:
+        """Register `value` as `name`, defined by `qualname` in `module`: the same definition registered
+        again (a module re-imported) replaces itself; another one under a taken name is an error."""
+        held = self._entries.get(name)
+        if held is not None and (held.module, held.metadata.get("__qualname__")) != (module, qualname):
+            raise ValueError(f"{self.kind} {name!r} is registered twice: by {held.module} and by {module}")
+        self._entries[name] = Entry(name, value, module, {**metadata, "__qualname__": qualname})
+
+    def registered(self) -> list[Entry[T]]:
+        """What is registered so far, in registration order, without discovering (for a module's own
+        checks while it registers)."""
+        return list(self._entries.values())
 
     def discover(self) -> None:
         """Import every module of the kind's packages and of `$ROUTEFORGE_EXTENSIONS` (once; again when
@@ -117,8 +125,9 @@ class Registry(Generic[T]):
         return sorted(self._entries)
 
     def entries(self) -> list[Entry[T]]:
+        """Every entry, in registration order (discovery imports modules in sorted order)."""
         self.discover()
-        return [self._entries[n] for n in sorted(self._entries)]
+        return list(self._entries.values())
 
     def __contains__(self, name: object) -> bool:
         self.discover()

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.components import register_component
+from routeforge.artifacts.extensions import Registry
 from routeforge.artifacts.knn import TIE_EPS, WEIGHT_EPS, neighbour_weights
 from routeforge.artifacts.sentence_encoder import embed_for
 
@@ -197,16 +198,11 @@ def _gelu(z: np.ndarray) -> np.ndarray:
 
 
 MemberRule = Callable[[dict[str, Any], dict[str, np.ndarray], np.ndarray], np.ndarray]
-MEMBER_KINDS: dict[str, MemberRule] = {}
-
-
-def router_member(kind: str) -> Callable[[MemberRule], MemberRule]:
-    """Register the prediction rule of a member kind: (params, weights, embeddings) → (n, m) quality."""
-    def register(rule: MemberRule) -> MemberRule:
-        MEMBER_KINDS[kind] = rule
-        return rule
-
-    return register
+# member kind → its prediction rule: (params, weights, embeddings) → (n, m) quality. Its fitter, of the
+# same name, is in `training.predictors.router_family.MEMBER_FITTERS` (the training layer; a test holds
+# the two registries to the same names)
+MEMBER_KINDS: Registry[MemberRule] = Registry("router member kind", ("routeforge.artifacts.router",))
+router_member = MEMBER_KINDS.register
 
 
 # the KNN member compares every query with every key: queries go in blocks of at most this many
@@ -302,8 +298,8 @@ def _dc(params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.n
 def predict_member(kind: str, params: dict[str, Any], w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """One member's (n, m) quality estimate from L2-normalized embeddings `x`."""
     if kind not in MEMBER_KINDS:
-        raise ValueError(f"unknown router member kind {kind!r} (known: {', '.join(sorted(MEMBER_KINDS))})")
-    return MEMBER_KINDS[kind](params, w, x)
+        raise ValueError(MEMBER_KINDS.unknown(kind))
+    return MEMBER_KINDS.get(kind)(params, w, x)
 
 
 @register_component("router")

@@ -18,16 +18,16 @@ From this list, `pipelines/definitions.py` builds the enabled trainers' assets a
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+from routeforge.artifacts.extensions import Registry
 from routeforge.core.components import TrainedComponent
 
-# asset modules whose trainers register on import (imported before the list is read)
-TRAINER_MODULES = ("predictors", "router", "profiles", "policies")
+# every trainer, registered by its asset module (`@trainer`); the asset modules are found, not listed
+TRAINERS: Registry[Trainer] = Registry("trainer", ("routeforge.assets",))
 TRAIN_JOB, PROFILE_JOB = "train_and_register", "profile_tiers"
 
 
@@ -65,29 +65,24 @@ class Trainer:
         return self.summary_key or self.name
 
 
-_TRAINERS: dict[str, Trainer] = {}
-
-
-def register_trainer(trainer: Trainer) -> Trainer:
-    if any(t.rank == trainer.rank and t.name != trainer.name for t in _TRAINERS.values()):
+def register_trainer(trainer: Trainer, module: str) -> Trainer:
+    if any(e.value.rank == trainer.rank and e.name != trainer.name for e in TRAINERS.registered()):
         raise ValueError(f"trainer {trainer.name}: rank {trainer.rank} is taken")
-    _TRAINERS[trainer.name] = trainer
+    TRAINERS.add(trainer.name, trainer, module, trainer.name)
     return trainer
 
 
 def trainer(name: str, *, inputs: tuple[str, ...], rank: int, **options) -> Callable:
     """Decorator on an asset factory `build(config) -> AssetsDefinition`: registers it as a trainer."""
     def register(build: Callable[[Any], dg.AssetsDefinition]) -> Callable[[Any], dg.AssetsDefinition]:
-        register_trainer(Trainer(name, build, tuple(inputs), rank, **options))
+        register_trainer(Trainer(name, build, tuple(inputs), rank, **options), build.__module__)
         return build
 
     return register
 
 
 def all_trainers() -> list[Trainer]:
-    for module in TRAINER_MODULES:
-        importlib.import_module(f"routeforge.assets.{module}")
-    return sorted(_TRAINERS.values(), key=lambda t: t.rank)
+    return sorted((e.value for e in TRAINERS.entries()), key=lambda t: t.rank)
 
 
 def enabled_trainers(config, job: str | None = None, family: str | None = None) -> list[Trainer]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.extensions import Registry
 from routeforge.artifacts.router import predict_member
 
 
@@ -78,18 +79,11 @@ def _train_torch(net, x: np.ndarray, y: np.ndarray, epochs: int, weight_decay: f
 
 
 Fitter = Callable[[Candidate, np.ndarray, np.ndarray, int, "list[str] | np.ndarray | None"], dict[str, np.ndarray]]
-MEMBER_FITTERS: dict[str, Fitter] = {}
-
-
-def member_fitter(kind: str) -> Callable[[Fitter], Fitter]:
-    """Register how a member kind is fitted: (candidate, x, y, seed, tasks) → the weights its rule in
-    `routeforge.artifacts.router.MEMBER_KINDS` predicts with. A new kind is one fitter here and one
-    rule there (tests/training/predictors/test_router_family.py checks both lists agree)."""
-    def register(fit: Fitter) -> Fitter:
-        MEMBER_FITTERS[kind] = fit
-        return fit
-
-    return register
+# member kind → how it is fitted: (candidate, x, y, seed, tasks) → the weights its rule in
+# `routeforge.artifacts.router.MEMBER_KINDS` predicts with. A new kind is one fitter here and one rule
+# there, under the same name (tests/training/predictors/test_router_selection.py holds the names equal)
+MEMBER_FITTERS: Registry[Fitter] = Registry("estimator kind", ("routeforge.training.predictors.router_family",))
+member_fitter = MEMBER_FITTERS.register
 
 
 def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
@@ -97,8 +91,8 @@ def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
     """Fit one candidate; returns the member's weights (float32 arrays) for `predict_member`.
     `tasks` (one per row) are used by the kinds that group prompts (`task_mixture`)."""
     if cand.kind not in MEMBER_FITTERS:
-        raise ValueError(f"unknown estimator kind {cand.kind!r} (known: {', '.join(sorted(MEMBER_FITTERS))})")
-    return MEMBER_FITTERS[cand.kind](cand, x, y, seed, tasks)
+        raise ValueError(MEMBER_FITTERS.unknown(cand.kind))
+    return MEMBER_FITTERS.get(cand.kind)(cand, x, y, seed, tasks)
 
 
 @member_fitter("knn")
@@ -114,7 +108,11 @@ def _fit_knn(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) ->
     return {"keys": x.astype(np.float32), "labels": filled.astype(np.float32), "prior": prior.astype(np.float32)}
 
 
-@member_fitter("mlp")
+def _mlp_layers(weights: dict[str, np.ndarray]) -> dict[str, Any]:
+    return {"layers": sum(1 for k in weights if k.startswith("w"))}
+
+
+@member_fitter("mlp", params=_mlp_layers)
 def _fit_mlp(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     import torch
 
@@ -274,9 +272,8 @@ def _fit_task_mixture(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int,
 
 def member_params(cand: Candidate, weights: dict[str, np.ndarray]) -> dict[str, Any]:
     """The JSON parameters `predict_member` needs beside the arrays."""
-    if cand.kind == "mlp":
-        return {"layers": sum(1 for k in weights if k.startswith("w")), **cand.params}
-    return dict(cand.params)
+    extra = MEMBER_FITTERS.entry(cand.kind).metadata.get("params")  # what the fitter registered, if anything
+    return {**(extra(weights) if extra else {}), **cand.params}
 
 
 def fit_predict(cand: Candidate, x_fit: np.ndarray, y_fit: np.ndarray, x_pred: np.ndarray,

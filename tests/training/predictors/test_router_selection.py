@@ -365,6 +365,6 @@ def test_every_member_kind_has_a_fitter_and_a_runtime_rule():
     from routeforge.artifacts.router import MEMBER_KINDS
     from routeforge.training.predictors.router_family import MEMBER_FITTERS, Candidate, fit_candidate
 
-    assert set(MEMBER_FITTERS) == set(MEMBER_KINDS) == {"knn", "mlp", "mf", "dc", "task_mixture"}
+    assert set(MEMBER_FITTERS.names()) == set(MEMBER_KINDS.names()) == {"knn", "mlp", "mf", "dc", "task_mixture"}
     with pytest.raises(ValueError, match="unknown estimator kind 'spline'"):
         fit_candidate(Candidate("spline"), np.zeros((2, 3)), np.zeros((2, 2)))
