@@ -9,6 +9,7 @@ import dagster as dg
 import pyarrow as pa
 from routeforge.assets.metadata import clean, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource
+from routeforge.core.kinds import ENGINES
 from routeforge.core.progress import Counted
 from routeforge.generation.partition import generate_partition
 
@@ -61,7 +62,7 @@ def build_responses_asset(partitions: dg.PartitionsDefinition, op_tags: dict | N
                 "shards_written": result.shards_written,
                 "generate_s": result.generate_s,
                 "output_tokens_per_s": result.generated_output_tokens / result.generate_s
-                if result.generate_s > 0 and result.engine != "table_import" else None,
+                if result.generate_s > 0 and ENGINES.entry(result.engine).metadata.get("generates", True) else None,
                 "wall_s": time.perf_counter() - start,
                 "mean_ttft_s": _mean([r["ttft_s"] for r in rows]),
                 "mean_tpot_s": _mean([r["tpot_s"] for r in rows]),

@@ -2,7 +2,10 @@
 can see, and filled by the modules of each kind's own folder (`artifacts/extensions.py`):
 
 - `ENGINES`: how responses are produced (`generation/engines/`, one module per engine);
-- `METRICS`: how a response is scored (`scoring/metrics/`, one module per metric).
+- `METRICS`: how a response is scored (`scoring/metrics/`, one module per metric);
+- `DATASET_KINDS`: how a dataset of each `kind` is read (`prompts/`; each kind's settings are a model of
+  `core/config/datasets.py`, so a new kind also adds its settings there);
+- `READERS`: the built-in readers a `builtin` dataset names (`reader: gsm8k`; `prompts/builtin_readers.py`).
 
 The runtime's registries live beside what they hold: `artifacts.heuristics.HEURISTICS`. A new kind is
 one new module with one `@<REGISTRY>.register(name, …)`; the config's allowed values, the schema's
@@ -15,3 +18,5 @@ from routeforge.artifacts.extensions import Registry
 
 ENGINES = Registry("engine", ("routeforge.generation.engines",))
 METRICS = Registry("quality metric", ("routeforge.scoring.metrics",))
+DATASET_KINDS = Registry("dataset kind", ("routeforge.prompts",))
+READERS = Registry("built-in reader", ("routeforge.prompts.builtin_readers",))

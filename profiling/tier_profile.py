@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from routeforge.core.config import FleetConfig, OpenAISource, Tier
+from routeforge.core.kinds import ENGINES
 from routeforge.core.progress import Counted
 from routeforge.core.schemas import routing_column
 from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
@@ -37,7 +38,6 @@ def safe_name(tier: str) -> str:
 
 def _model_dir(config: FleetConfig, model: str) -> Path:
     """The folder of a model this machine runs (`transformers` or `vllm` engine), for profiling it here."""
-    from routeforge.core.kinds import ENGINES
     from routeforge.core.model_sources import causal_lm_location
 
     spec = config.model(model)
@@ -91,7 +91,6 @@ def _sweep_progress(tier: str, log: Log):
 
 
 def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log):
-    from routeforge.profiling.local_server import transformers_serve
     from transformers import AutoTokenizer
 
     profile = tier.profile
@@ -99,16 +98,8 @@ def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder:
     if profile.serve:
         model_dir = _model_dir(config, tier.model)
         prompts = sweep_prompts(config, tier, routing_table, AutoTokenizer.from_pretrained(model_dir))
-        if spec.engine == "vllm":  # vLLM's own server, in the vLLM environment
-            from routeforge.core.vllm_env import vllm_python
-            from routeforge.profiling.local_server import vllm_serve
-
-            o = spec.vllm
-            server = vllm_serve(model_dir, folder / "serve.log", vllm_python(o.python), dtype=o.dtype,
-                                max_model_len=o.max_model_len, gpu_memory_utilization=o.gpu_memory_utilization,
-                                enforce_eager=o.enforce_eager)
-        else:
-            server = transformers_serve(model_dir, folder / "serve.log")
+        # the engine's own OpenAI-compatible server (vLLM's in the vLLM environment, `transformers serve`)
+        server = ENGINES.get(spec.engine).local_server(spec, model_dir, folder / "serve.log")
         with server as url:
             return run_sweep(url, str(model_dir), prompts, config.profiling.sweep, tier.name, log=log,
                              progress=_sweep_progress(tier.name, log))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from routeforge.core.config import BuiltinDataset
+from routeforge.core.kinds import READERS
 from routeforge.core.storage import Quarantine
 from routeforge.prompts import templates as tt
 from routeforge.prompts.readers import (
@@ -52,6 +53,7 @@ _CODE_METRICS = {"code_eval"}
 _MC_METRICS = {"em_mc"}
 
 
+@READERS.register("llmrouter")
 def read_llmrouter(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """LLMRouter query JSONL: task_name, query, ground_truth, metric, choices, task_id."""
 
@@ -87,6 +89,7 @@ def read_llmrouter(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPr
     return convert_records(jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
+@READERS.register("gsm8k")
 def read_gsm8k(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     def make(row_id: str, rec: Any) -> RawPrompt:
         rec = as_object(rec)
@@ -100,6 +103,7 @@ def read_gsm8k(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt
     return convert_records(jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
+@READERS.register("humaneval")
 def read_humaneval(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     def make(row_id: str, rec: Any) -> RawPrompt:
         rec = as_object(rec)
@@ -120,6 +124,7 @@ def _sibling(path: Path, suffix: str) -> Path:
     return path.with_name(path.name.replace("_text.txt", suffix))
 
 
+@READERS.register("tweeteval_sentiment")
 def read_tweeteval_sentiment(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """TweetEval sentiment: `*_text.txt` (one tweet a line), `*_labels.txt`, the label mapping."""
     labels = _sibling(ds.path, "_labels.txt").read_text().split("\n")
@@ -181,6 +186,7 @@ def bio_entities(tokens: list[tuple[str, str]]) -> dict[str, list[str]]:
 _WNUT_KINDS = {"person": ("person",), "place": ("location",), "object": ("product", "creative-work")}
 
 
+@READERS.register("wnut17")
 def read_wnut17(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     for i, (line_no, tokens) in enumerate(conll_sentences(ds.path)):
         if ds.limit is not None and i >= ds.limit:
@@ -200,6 +206,7 @@ def read_wnut17(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPromp
         yield RawPrompt(ds.name, row_id, "entity_recognition", text, reference, meta)
 
 
+@READERS.register("arena_hard")
 def read_arena_hard(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """arena-hard questions: uid (the row id, which answer files join on), category, cluster, prompt."""
 
@@ -213,11 +220,3 @@ def read_arena_hard(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawP
     return convert_records(jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
-BUILTIN = {
-    "llmrouter": read_llmrouter,
-    "gsm8k": read_gsm8k,
-    "humaneval": read_humaneval,
-    "tweeteval_sentiment": read_tweeteval_sentiment,
-    "wnut17": read_wnut17,
-    "arena_hard": read_arena_hard,
-}

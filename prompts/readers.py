@@ -24,6 +24,7 @@ from routeforge.core.config import (
     TrafficLogDataset,
 )
 from routeforge.core.json_lines import LineError, strict_json
+from routeforge.core.kinds import DATASET_KINDS
 from routeforge.core.storage import Quarantine
 from routeforge.prompts.response_tables import read_routellm, read_routerbench
 from routeforge.prompts.score_tables import read_score_table, read_task_lookup
@@ -177,10 +178,14 @@ def as_object(rec: Any) -> dict[str, Any]:
     return rec
 
 
+@DATASET_KINDS.register("jsonl")
+@DATASET_KINDS.register("csv")
+@DATASET_KINDS.register("parquet")
 def read_file(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     return convert_records(_table_records(ds), ds.limit, quarantine, lambda row_id, rec: record_prompt(ds, rec, row_id))
 
 
+@DATASET_KINDS.register("hf")
 def read_hf(ds: HFDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     from datasets import load_dataset
 
@@ -195,6 +200,7 @@ def read_hf(ds: HFDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
             quarantine.add(row_id, str(exc), rec)
 
 
+@DATASET_KINDS.register("routerbench")
 def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     for row in read_routerbench(ds.files, ds.limit):
         try:
@@ -209,6 +215,7 @@ def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> 
         yield RawPrompt(ds.name, row.row_id, row.eval_name, text, None, meta, split=row.split)
 
 
+@DATASET_KINDS.register("score_table")
 def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """A row's task: its own task field, else its file's task (`file_tasks`), else the task lookup's
     for its exact text, else the dataset's `task`; `reference_meta.task_from` says which (row / file /
@@ -242,6 +249,7 @@ def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> I
                          f"{ds.text_field!r}")
 
 
+@DATASET_KINDS.register("routellm")
 def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     for row_id, prompt, _ in read_routellm(ds.path, ds.limit):
         if not prompt.strip():
@@ -250,6 +258,7 @@ def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterat
         yield RawPrompt(ds.name, row_id, ds.task, prompt, None, {})
 
 
+@DATASET_KINDS.register("traffic_log")
 def read_traffic_log_prompts(ds: TrafficLogDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     from routeforge.prompts.traffic_logs import read_traffic_logs
 
@@ -260,20 +269,5 @@ def read_traffic_log_prompts(ds: TrafficLogDataset, quarantine: Quarantine) -> I
 
 
 def read_dataset(ds, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    if ds.kind in ("jsonl", "csv", "parquet"):
-        return read_file(ds, quarantine)
-    if ds.kind == "hf":
-        return read_hf(ds, quarantine)
-    if ds.kind == "builtin":
-        from routeforge.prompts.builtin_readers import BUILTIN  # it imports this module's record helpers
-
-        return BUILTIN[ds.reader](ds, quarantine)
-    if ds.kind == "routerbench":
-        return read_routerbench_prompts(ds, quarantine)
-    if ds.kind == "routellm":
-        return read_routellm_prompts(ds, quarantine)
-    if ds.kind == "score_table":
-        return read_score_table_prompts(ds, quarantine)
-    if ds.kind == "traffic_log":
-        return read_traffic_log_prompts(ds, quarantine)
-    raise ValueError(f"dataset {ds.name!r}: unknown kind {ds.kind!r}")
+    """The dataset's rows, by the reader its kind registered (`core.kinds.DATASET_KINDS`)."""
+    return DATASET_KINDS.get(ds.kind)(ds, quarantine)

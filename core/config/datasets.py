@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from routeforge.core.config.base import ConfigPath, ModelRef, StoreUri, _Strict
+from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
+from routeforge.core.kinds import READERS
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 
@@ -64,7 +65,7 @@ class BuiltinDataset(_Strict):
     kind: Literal["builtin"]
     name: str  # the dataset's name: the prompts' source, and what a model's table source names
     # which known public format the file is in (prompts/builtin_readers.py)
-    reader: Literal["llmrouter", "gsm8k", "humaneval", "tweeteval_sentiment", "wnut17", "arena_hard"]
+    reader: Annotated[str, OneOf(READERS)]
     path: ConfigPath  # the file in that format (for `tweeteval_sentiment` the `*_text.txt`, with its labels beside it)
     templates: bool = True  # apply seed 001's task template where the reader has one
     seed: int = 0  # seed of the task templates' choices, so a rebuild gives the same text

@@ -184,6 +184,13 @@ class BaseEngine:
         server's logs) keeps them."""
         return cls(spec, config)
 
+    @classmethod
+    def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
+        """A context manager serving the model in `model_dir` over an OpenAI-compatible API on this
+        machine, yielding its base URL: what a QPS sweep measures (`profiling.tier_profile`). Only
+        engines whose weights are here (`local_weights`) have one."""
+        raise ValueError(f"engine {cls.name!r} serves no model on this machine")
+
     def cost(self, prompt_tokens: int, output_tokens: int) -> float | None:
         """USD from the fleet's per-token price; None when the model has none."""
         return self.spec.price.cost(prompt_tokens, output_tokens) if self.spec.price else None

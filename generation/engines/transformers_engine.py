@@ -62,6 +62,12 @@ class TransformersEngine(BaseEngine):
     def create(cls, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
         return cls(spec, config, cache_dir)
 
+    @classmethod
+    def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
+        from routeforge.profiling.local_server import transformers_serve
+
+        return transformers_serve(model_dir, log)
+
     def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path, device: str | None = None):
         import torch
         import transformers

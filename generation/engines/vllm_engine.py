@@ -112,6 +112,15 @@ class VllmEngine(BaseEngine):
     def create(cls, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
         return cls(spec, config, cache_dir)
 
+    @classmethod
+    def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
+        """vLLM's own server, in the vLLM environment."""
+        from routeforge.profiling.local_server import vllm_serve
+
+        o = spec.vllm
+        return vllm_serve(model_dir, log, vllm_python(o.python), dtype=o.dtype, max_model_len=o.max_model_len,
+                          gpu_memory_utilization=o.gpu_memory_utilization, enforce_eager=o.enforce_eager)
+
     def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path):
         super().__init__(spec, config)
         s, options = self.sampling, spec.vllm

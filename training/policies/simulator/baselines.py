@@ -80,6 +80,10 @@ class JoinShortestQueue(_PerRequest):
 
     among: tuple[int, ...] | None = None
 
+    @classmethod
+    def from_parameters(cls, params: dict) -> JoinShortestQueue:
+        return cls(among=tuple(params["among"]) if params.get("among") is not None else None)
+
     def choose(self, request, cluster, now):
         return heuristics.shortest_queue([outstanding(i) for i in cluster.instances], self.among)
 
@@ -146,6 +150,13 @@ class RouteBalance:
     price_per_token: tuple[float, ...] | None = None  # per instance; None: no cost term
     quality_scale: str = "minmax"  # 002's per-request min–max, or "absolute"
     known: dict[int, Request] = field(default_factory=dict)
+
+    @classmethod
+    def from_parameters(cls, params: dict) -> RouteBalance:
+        prices = params.get("price_per_token")
+        return cls(weights=tuple(params.get("weights", (1 / 3, 1 / 3, 1 / 3))),
+                   price_per_token=tuple(prices) if prices else None,
+                   quality_scale=params.get("quality_scale", "minmax"))
 
     def parameters(self) -> dict:
         return {"weights": list(self.weights), "quality_scale": self.quality_scale,
@@ -263,13 +274,8 @@ def from_spec(spec: dict):
     """The simulator policy that executes a bundle's heuristic spec (the CLI's `policies evaluate`)."""
     policy = heuristics.HeuristicPolicy.from_spec(spec)
     params = dict(policy.parameters)
-    if policy.name == "join_shortest_queue":
-        return JoinShortestQueue(among=tuple(params["among"]) if params.get("among") is not None else None)
-    if policy.name == "route_balance":
-        prices = params.get("price_per_token")
-        return RouteBalance(weights=tuple(params.get("weights", (1 / 3, 1 / 3, 1 / 3))),
-                            price_per_token=tuple(prices) if prices else None,
-                            quality_scale=params.get("quality_scale", "minmax"))
-    if policy.name in NATIVE:
-        return NATIVE[policy.name]()
-    return RegisteredHeuristic(policy.name, params)
+    native = NATIVE.get(policy.name)
+    if native is None:
+        return RegisteredHeuristic(policy.name, params)
+    from_parameters = getattr(native, "from_parameters", None)  # a class whose spec carries parameters
+    return from_parameters(params) if from_parameters else native()

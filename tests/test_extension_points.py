@@ -1,0 +1,88 @@
+"""The registries are the only lists of kinds (issue 51): no code branches on a registered engine,
+metric, reader or heuristic by name, and no hand-kept mapping is keyed by them; what a kind can do is
+the metadata its module registered. And Dagster is used through its public API only, but for the one
+private use written down in pipelines/executors.py."""
+import ast
+import re
+from pathlib import Path
+
+from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.router import MEMBER_KINDS
+from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, READERS
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling", "prompts", "registry", "scoring",
+            "training")
+# what a branch on a kind's name compares: the field that holds the name
+KIND_FIELDS = {"engine": ENGINES, "metric": METRICS, "reader": READERS, "heuristic": HEURISTICS}
+# mappings keyed by registered names that are not lists of kinds, with why
+ALLOWED_MAPPINGS = {
+    # the simulator's own classes for the built-in heuristics: faster than the runtime functions, and held
+    # equal to them (tests/extensions); every other heuristic runs through its registered function
+    ("training/policies/simulator/baselines.py", "NATIVE"),
+}
+
+
+def _sources():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), filename=str(path))
+
+
+def _field(node) -> str | None:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def _strings(node) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def test_no_code_branches_on_a_registered_kinds_name():
+    found = []
+    for path, tree in _sources():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            fields = {_field(s) for s in sides} & set(KIND_FIELDS)
+            for name in fields:
+                named = [v for s in sides for v in _strings(s) if v in KIND_FIELDS[name]]
+                if named:
+                    found.append(f"{path}:{node.lineno}: {name} compared with {named}")
+    assert not found, "branches on registered names (ask the registry's metadata instead):\n" + "\n".join(found)
+
+
+def test_no_hand_kept_mapping_of_registered_kinds():
+    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS]
+    found = []
+    for path, tree in _sources():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Dict):
+                continue
+            keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            target = _field(node.targets[0]) or "?"
+            for registry in registries:
+                if len(keys & set(registry.names())) >= 2 and (path, target) not in ALLOWED_MAPPINGS:
+                    found.append(f"{path}:{node.lineno}: {target} is keyed by {registry.kind} names")
+    assert not found, "mappings that list registered kinds by hand:\n" + "\n".join(found)
+
+
+def test_dagster_is_used_through_its_public_api():
+    """`dagster._…` is Dagster's internals. The one use left: recording the code location as a run's
+    origin (pipelines/executors.py), which the UI's timeline needs and no public API sets."""
+    private = re.compile(r"^\s*(from|import)\s+dagster\._", re.M)
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            hits = private.findall(path.read_text())
+            if hits:
+                found[path.relative_to(ROOT).as_posix()] = len(hits)
+    assert found == {"pipelines/executors.py": 4}, found
