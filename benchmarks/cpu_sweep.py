@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from routeforge.artifacts.latency import LatencyModel
 from routeforge.core.config import RandomInitSource, SweepSettings
 from routeforge.core.model_sources import build_random_init
-from routeforge.profiling.local_server import transformers_serve
+from routeforge.generation.local_server import transformers_serve
 from routeforge.profiling.plots import plot_sweep
 from routeforge.profiling.sweep import SweepPrompt, SweepResult, records_table, run_sweep
 from routeforge.profiling.sweep_heads import evaluate_rwt, sweep_data, sweep_rwt, train_sweep_heads

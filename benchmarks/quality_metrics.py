@@ -27,8 +27,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from routeforge.core.config import ScoringSettings
 from routeforge.scoring.metrics.bertscore import BertScoreMetric
 from routeforge.scoring.metrics.code_exec import humaneval_program, run_many
-from routeforge.scoring.metrics.extraction import extract_math, normalize_number
 from routeforge.scoring.metrics.exact_match import exact_match
+from routeforge.scoring.metrics.extraction import extract_math, normalize_number
 
 from benchmarks.common import DATA, results_dir
 from benchmarks.common import parser as bench_parser

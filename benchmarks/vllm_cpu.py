@@ -30,7 +30,7 @@ from routeforge.core.model_sources import build_random_init
 from routeforge.core.storage import Quarantine
 from routeforge.core.vllm_env import vllm_python
 from routeforge.generation.engines import make_engine, prompt_rows
-from routeforge.profiling.local_server import transformers_serve, vllm_serve
+from routeforge.generation.local_server import transformers_serve, vllm_serve
 from routeforge.prompts.sources import build_prompts
 
 from benchmarks.common import REPO, results_dir

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from routeforge.core.config import BuiltinDataset
-from routeforge.core.kinds import READERS
+from routeforge.core.kinds import DATASET_KINDS, READERS
 from routeforge.core.storage import Quarantine
 from routeforge.prompts import templates as tt
 from routeforge.prompts.readers import (
@@ -220,3 +220,9 @@ def read_arena_hard(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawP
     return convert_records(jsonl_records(ds.path), ds.limit, quarantine, make)
 
 
+
+
+@DATASET_KINDS.register("builtin")
+def read_builtin(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    """A `builtin` dataset: the known public format its `reader` names."""
+    return READERS.get(ds.reader)(ds, quarantine)

@@ -26,8 +26,14 @@ from routeforge.core.config import (
 from routeforge.core.json_lines import LineError, strict_json
 from routeforge.core.kinds import DATASET_KINDS
 from routeforge.core.storage import Quarantine
-from routeforge.prompts.response_tables import read_routellm, read_routerbench
-from routeforge.prompts.score_tables import read_score_table, read_task_lookup
+from routeforge.prompts.response_tables import (
+    ImportedResponse,
+    read_routellm,
+    read_routerbench,
+    routellm_responses,
+    routerbench_responses,
+)
+from routeforge.prompts.score_tables import read_score_table, read_task_lookup, score_table_responses
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,12 @@ def read_hf(ds: HFDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
             quarantine.add(row_id, str(exc), rec)
 
 
-@DATASET_KINDS.register("routerbench")
+def _routerbench_responses(ds, column: str) -> dict[str, ImportedResponse]:
+    """The responses of model column `column` in the dataset's table (`table_import` reads them)."""
+    return routerbench_responses(ds.files, column, ds.limit)
+
+
+@DATASET_KINDS.register("routerbench", responses=_routerbench_responses)
 def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     for row in read_routerbench(ds.files, ds.limit):
         try:
@@ -215,7 +226,13 @@ def read_routerbench_prompts(ds: RouterBenchDataset, quarantine: Quarantine) -> 
         yield RawPrompt(ds.name, row.row_id, row.eval_name, text, None, meta, split=row.split)
 
 
-@DATASET_KINDS.register("score_table")
+def _score_table_responses(ds, column: str) -> dict[str, ImportedResponse]:
+    """The responses of model column `column` in the dataset's table (`table_import` reads them)."""
+    return score_table_responses(ds.files, column, text_field=ds.text_field,
+                                 scores_field=ds.scores_field, limit=ds.limit)
+
+
+@DATASET_KINDS.register("score_table", responses=_score_table_responses)
 def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """A row's task: its own task field, else its file's task (`file_tasks`), else the task lookup's
     for its exact text, else the dataset's `task`; `reference_meta.task_from` says which (row / file /
@@ -249,7 +266,12 @@ def read_score_table_prompts(ds: ScoreTableDataset, quarantine: Quarantine) -> I
                          f"{ds.text_field!r}")
 
 
-@DATASET_KINDS.register("routellm")
+def _routellm_responses(ds, column: str) -> dict[str, ImportedResponse]:
+    """The responses of model column `column` in the dataset's table (`table_import` reads them)."""
+    return routellm_responses(ds.path, column, ds.limit)
+
+
+@DATASET_KINDS.register("routellm", responses=_routellm_responses)
 def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     for row_id, prompt, _ in read_routellm(ds.path, ds.limit):
         if not prompt.strip():

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from routeforge.profiling.local_server import free_port, stop_group, wait_healthy
+from routeforge.generation.local_server import free_port, stop_group, wait_healthy
 
 
 class Unavailable(RuntimeError):

@@ -17,8 +17,8 @@ import pytest
 from routeforge.artifacts.golden import check_golden
 from routeforge.artifacts.loader import load_bundle
 from routeforge.core.config import load_fleet
+from routeforge.generation.local_server import free_port, wait_healthy
 from routeforge.pipelines.run import run_pipeline
-from routeforge.profiling.local_server import free_port, wait_healthy
 
 from tests.conftest import CONFIGS, REPO
 from tests.services import child

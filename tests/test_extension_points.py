@@ -86,3 +86,15 @@ def test_dagster_is_used_through_its_public_api():
             if hits:
                 found[path.relative_to(ROOT).as_posix()] = len(hits)
     assert found == {"pipelines/executors.py": 4}, found
+
+
+def test_every_dataset_kind_of_the_fleet_file_has_a_registered_reader_and_no_other():
+    """A dataset kind's settings are a model of the fleet schema (core/config/datasets.py), its reading a
+    registered function: the two lists name the same kinds."""
+    from typing import get_args
+
+    from routeforge.core.config.datasets import Dataset
+
+    union, _ = get_args(Dataset)
+    kinds = {k for model in get_args(union) for k in get_args(model.model_fields["kind"].annotation)}
+    assert kinds == set(DATASET_KINDS.names())

@@ -12,7 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from routeforge.profiling.local_server import free_port, wait_healthy
+from routeforge.generation.local_server import free_port, wait_healthy
 
 from tests.conftest import REPO
 from tests.services import child

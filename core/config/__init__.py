@@ -14,7 +14,6 @@ from routeforge.core.config.base import (  # noqa: F401
     resolve_relative,
 )
 from routeforge.core.config.datasets import (  # noqa: F401
-    RESPONSE_TABLE_KINDS,
     BuiltinDataset,
     Dataset,
     FileDataset,

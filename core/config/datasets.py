@@ -164,7 +164,6 @@ Dataset = Annotated[
     | TrafficLogDataset,
     Field(discriminator="kind"),
 ]
-RESPONSE_TABLE_KINDS = ("routerbench", "routellm", "score_table")
 
 
 class Templates(_Strict):

@@ -32,13 +32,13 @@ from routeforge.core.config.base import (
     did_you_mean,
     reachable_models,
 )
-from routeforge.core.config.datasets import RESPONSE_TABLE_KINDS, Dataset, PromptSettings, SplitSettings, Templates
+from routeforge.core.config.datasets import Dataset, PromptSettings, SplitSettings, Templates
 from routeforge.core.config.generation import GenerationSettings
 from routeforge.core.config.models import ModelSpec, Sampling
 from routeforge.core.config.scoring import ScoringSettings, code_isolation_warning, metric_says
 from routeforge.core.config.tiers import Hardware, ProfilingSettings, Tier
 from routeforge.core.config.training import TrainingSettings
-from routeforge.core.kinds import ENGINES
+from routeforge.core.kinds import DATASET_KINDS, ENGINES
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.core.storage_root import StorageRoot
 
@@ -229,7 +229,7 @@ class FleetConfig(_Strict):
                 ds = datasets.get(model.source.dataset)
                 if ds is None:
                     raise ValueError(f"models.{i}.source.dataset: no dataset named {model.source.dataset!r}")
-                if ds.kind not in RESPONSE_TABLE_KINDS and model.source.file is None:
+                if not DATASET_KINDS.entry(ds.kind).metadata.get("responses") and model.source.file is None:
                     raise ValueError(
                         f"models.{i}.source.file: dataset {ds.name!r} ({ds.kind}) holds no responses; "
                         "name a response file"

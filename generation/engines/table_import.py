@@ -14,17 +14,14 @@ from importlib.metadata import version
 from typing import Any
 
 from routeforge.core.config import FleetConfig, ModelSpec, TableSource
-from routeforge.core.kinds import ENGINES
+from routeforge.core.kinds import DATASET_KINDS, ENGINES
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow
 from routeforge.generation.token_counts import token_counter
 from routeforge.prompts.response_tables import (
     ImportedResponse,
     jsonl_responses,
-    routellm_responses,
-    routerbench_responses,
 )
-from routeforge.prompts.score_tables import score_table_responses
 
 
 @ENGINES.register("table_import", sources=("table",), generates=False,
@@ -58,13 +55,9 @@ class TableImportEngine(BaseEngine):
                 model=self.column, label_field=src.label_field, cost_field=src.cost_field,
             )
             return found
-        if ds.kind == "routerbench":
-            return routerbench_responses(ds.files, self.column, ds.limit)
-        if ds.kind == "routellm":
-            return routellm_responses(ds.path, self.column, ds.limit)
-        if ds.kind == "score_table":
-            return score_table_responses(ds.files, self.column, text_field=ds.text_field,
-                                         scores_field=ds.scores_field, limit=ds.limit)
+        responses = DATASET_KINDS.entry(ds.kind).metadata.get("responses")  # what the kind's reader registered
+        if responses is not None:
+            return responses(ds, self.column)
         raise ValueError(f"model {self.spec.name!r}: dataset {ds.name!r} ({ds.kind}) holds no responses")
 
     def generate(

@@ -64,7 +64,7 @@ class TransformersEngine(BaseEngine):
 
     @classmethod
     def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
-        from routeforge.profiling.local_server import transformers_serve
+        from routeforge.generation.local_server import transformers_serve
 
         return transformers_serve(model_dir, log)
 

@@ -115,7 +115,7 @@ class VllmEngine(BaseEngine):
     @classmethod
     def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
         """vLLM's own server, in the vLLM environment."""
-        from routeforge.profiling.local_server import vllm_serve
+        from routeforge.generation.local_server import vllm_serve
 
         o = spec.vllm
         return vllm_serve(model_dir, log, vllm_python(o.python), dtype=o.dtype, max_model_len=o.max_model_len,

@@ -10,6 +10,7 @@ from routeforge.core.config import ScoringSettings, load_fleet
 from routeforge.core.storage import Quarantine
 from routeforge.prompts.sources import build_prompts
 from routeforge.scoring.metrics.bertscore import BertScoreMetric
+from routeforge.scoring.metrics.exact_match import exact_match
 from routeforge.scoring.metrics.extraction import (
     extract_choice,
     extract_label,
@@ -17,7 +18,6 @@ from routeforge.scoring.metrics.extraction import (
     normalize_number,
     token_f1,
 )
-from routeforge.scoring.metrics.exact_match import exact_match
 from routeforge.scoring.quality import Scorer
 
 

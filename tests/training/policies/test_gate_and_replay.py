@@ -398,7 +398,7 @@ def test_dispatch_against_a_vllm_servers_metrics(bundle, vllm_python, tmp_path):
     from routeforge.artifacts.dispatch import Dispatcher, LiveState
     from routeforge.core.config import RandomInitSource
     from routeforge.core.model_sources import build_random_init
-    from routeforge.profiling.local_server import vllm_serve
+    from routeforge.generation.local_server import vllm_serve
 
     from tests.conftest import VLLM_LLAMA
 
