@@ -64,6 +64,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     from routeforge.artifacts.knn import KnnEstimator
     from routeforge.core.schemas import routing_models
     from routeforge.training.policies.evaluation import evaluate_routing, read_traffic
+    from routeforge.training.policies.learned.base import LEARNED_POLICIES
     from routeforge.training.policies.packaging import export_heuristics, write_simulator
     from routeforge.training.policies.rl.export import export_policy
     from routeforge.training.policies.simulator.workloads import RequestPool, prompt_token_counts
@@ -96,7 +97,8 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                                            quarantine=quarantine, traffic=traffic)
         qpath = store.write_quarantine(quarantine)
         exports = {}
-        for name, (net, env) in trained.items():
+        for name, result in trained.items():
+            net, env, policy = result.network, result.env, LEARNED_POLICIES.get(name)
             obs, _ = env.reset(seed=settings.seed + 7)
             checks = [obs]
             discrete = hasattr(env.action_space, "n")
@@ -106,10 +108,8 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                 checks.append(obs)
                 if done:
                     break
-            output = "q_values" if name.startswith("ddqn") else "logits" if discrete else "bias"
             spec = export_policy(net, out_dir / "policies" / name, env.observation_spec(), env.action_spec(),
-                                 np.stack(checks), output=output,
-                                 act=settings.sac.act if output == "logits" else "greedy")
+                                 np.stack(checks), output=policy.output, act=policy.export_act(settings))
             exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
                              "onnx_action_agreement": spec["onnx_action_agreement"]}
         report["policies"] = exports

@@ -17,7 +17,6 @@ own setting (single-server instances, every request's age observed) is `benchmar
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,21 +26,18 @@ import numpy as np
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
+from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting, TrainedPolicy
 from routeforge.training.policies.load import LoadCalibration, calibrate_on
 from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED, mean_std, summarize
-from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv, qos
-from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
+from routeforge.training.policies.simulator.qos_graph_env import qos
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace, trace_window
-from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 # the papers' three, trained unless `policies` lists others; ppo_queue_bias when named
-PAPERS = ("ddqn_workload_guided", "sac_qos_han", "sac_qos_mlp")
-LEARNED = (*PAPERS, "ppo_queue_bias")
 METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
            "e2e_p99_offered_s", "e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s",
            "quality_mean", "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected",
@@ -170,10 +166,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     (for export). Trace rows that cannot be replayed go to `quarantine` (the caller writes it).
     With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
     "traffic", whatever `settings.workloads` lists."""
-    from routeforge.training.policies.rl.ddqn import train_ddqn
-    from routeforge.training.policies.rl.ppo import bias_policy, train_ppo
-    from routeforge.training.policies.rl.rollout import evaluation_seeds, greedy, run_episode, sampled
-    from routeforge.training.policies.rl.sac import train_sac
+    from routeforge.training.policies.rl.rollout import evaluation_seeds, run_episode
 
     out_dir.mkdir(parents=True, exist_ok=True)
     profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
@@ -194,11 +187,12 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 f"prompt mean {trace_prompt.mean():.0f}, output mean {trace_output.mean():.0f}")
     elif settings.lengths == "trace":
         raise ValueError("training.routing_evaluation.lengths: trace needs training.routing_evaluation.trace")
-    wanted = settings.policies or [*BASELINES, *PAPERS]
+    learned_names = LEARNED_POLICIES.names()
+    wanted = settings.policies or [*BASELINES, *(e.name for e in LEARNED_POLICIES.entries() if e.metadata["default"])]
     for name in wanted:
-        if name not in BASELINES and name not in LEARNED:
+        if name not in BASELINES and name not in learned_names:
             raise ValueError(f"training.routing_evaluation.policies: unknown policy {name!r} "
-                             f"(baselines {sorted(BASELINES)}, learned {list(LEARNED)})")
+                             f"(baselines {sorted(BASELINES)}, learned {learned_names})")
     estimate = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
                    for p, m in zip(profiles, models))
     n = settings.requests
@@ -227,33 +221,11 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     def train_workload(seed: int):
         return factories[seed % len(factories)](seed)
 
-    accuracy = pool.quality.mean(axis=0)[models]  # g_i of ppo_queue_bias: its model's mean true quality (004's)
-    envs = {"ddqn_workload_guided": lambda w: WorkloadAwareEnv(profiles, w, variant="guided", models=models,
-                                                                  observe_waiting=settings.ddqn.observe_waiting),
-            "sac_qos_han": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="han",
-                                                 pad=settings.queue_capacity),
-            "sac_qos_mlp": lambda w: QosGraphEnv(profiles, models, w, qos_limit, variant="baseline",
-                                                 pad=settings.queue_capacity),
-            "ppo_queue_bias": lambda w: QueueStateBiasEnv(profiles, models, accuracy, w,
-                                                          rate_scale_rps=capacity, slo_scale=settings.slo_scale,
-                                                          slot_s=settings.ppo_slot_s)}
-    trained, curves, trained_envs, pretrained, training = {}, {}, {}, {}, {}
-    for name in (p for p in wanted if p in LEARNED):
-        start = time.perf_counter()
-        env = envs[name](train_workload)
-        if name == "ddqn_workload_guided":
-            net, info = train_ddqn(env, settings.ddqn.model_copy(update={"seed": settings.seed}), log=log)
-        elif name == "ppo_queue_bias":
-            net, info = train_ppo(lambda: envs[name](train_workload),
-                                  settings.ppo.model_copy(update={"seed": settings.seed}), log=log)
-        else:
-            net, info = train_sac(env, settings.sac.model_copy(update={"seed": settings.seed}), log=log)
-        trained[name], curves[name], trained_envs[name] = net, info["curve"], env
-        pretrained[name] = info.get("pretrain", {})
-        budget = {"ddqn_workload_guided": settings.ddqn, "ppo_queue_bias": settings.ppo}.get(name, settings.sac)
-        training[name] = {"seconds": round(time.perf_counter() - start, 1), "budget": budget.model_dump(mode="json"),
-                          "episodes": len(info["curve"]), "kept_round": info.get("kept_round")}
-        log(f"{name}: trained in {training[name]['seconds']:.0f} s")
+    setting = Setting(profiles, models, qos_limit, pool.quality.mean(axis=0)[models], capacity, settings)
+    trained: dict[str, TrainedPolicy] = {}
+    for name in (p for p in wanted if p in learned_names):
+        trained[name] = LEARNED_POLICIES.get(name).train(setting, train_workload, log)
+        log(f"{name}: trained in {trained[name].seconds:.0f} s")
     rows = []
     stats: dict[tuple[str, float], dict[str, float]] = {}  # each evaluated traffic's online statistics
     episodes = Counted(log, "routing evaluation", len(workloads) * len(settings.loads) * len(wanted) * len(seeds),
@@ -266,11 +238,10 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             for name in wanted:
                 runs = []
                 for seed in seeds:
-                    if name in trained:  # SAC acts as it was trained, by sampling; the DDQN greedily
-                        sample = name.startswith("sac") and settings.sac.act == "sample"
-                        act = (bias_policy(trained[name]) if name == "ppo_queue_bias" else
-                               sampled(trained[name], seed) if sample else greedy(trained[name]))
-                        outcomes = run_episode(envs[name](workload), act, seed)
+                    if name in trained:  # each acts as its module says (SAC by sampling, the DDQN greedily)
+                        policy = LEARNED_POLICIES.get(name)
+                        act = policy.actor(trained[name].network, seed, settings)
+                        outcomes = run_episode(policy.environment(setting, workload), act, seed)
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
                     runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s,
@@ -288,8 +259,10 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                       f"E2E ≤ {settings.slo_scale:g} × the request's E2E alone on the idle instance it was sent to"),
               "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
               "seeds": seeds, "requests": n, "train_load": settings.train_load,
-              "trace_quarantined": len(quarantine), "rows": rows, "learning_curves": curves,
-              "pretrain": pretrained, "training": training}
+              "trace_quarantined": len(quarantine), "rows": rows,
+              "learning_curves": {n: t.curve for n, t in trained.items()},
+              "pretrain": {n: t.pretrain for n, t in trained.items()},
+              "training": {n: t.training() for n, t in trained.items()}}
     # one family: the other workloads are the unseen ones; several: every workload is judged on held-out windows
     trained_on = (families[0], settings.train_load) if len(families) == 1 else None
     report["gate"] = recommend(rows, learned=[p for p in wanted if p in trained],
@@ -314,7 +287,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             f"{report['transfer']['mean_gap']:.1%} of the best on average (worst {report['transfer']['max_gap']:.1%})")
     report["traffic_requests"] = len(traffic) if traffic is not None else None
     report["plots"] = [str(p) for p in plot_evaluation(report, out_dir)]
-    return report, {name: (trained[name], trained_envs[name]) for name in trained}
+    return report, trained
 
 
 def plot_evaluation(report: dict, out_dir: Path) -> list[Path]:

@@ -1,0 +1,90 @@
+"""What every learned routing policy provides (`LearnedPolicy`), what it is trained and judged with
+(`Setting`), and what training returns (`TrainedPolicy`).
+
+A new learned policy is one module in this folder (or named by $ROUTEFORGE_EXTENSIONS) that registers an
+instance: `LEARNED_POLICIES.register("name", default=…)(Policy())`. `default=True` puts it in the
+routing evaluation of a fleet that names no policies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from routeforge.artifacts.extensions import Registry
+
+LEARNED_POLICIES: Registry[LearnedPolicy] = Registry("learned policy", ("routeforge.training.policies.learned",))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The fleet as the simulator sees it, and the evaluation's settings (`training.routing_evaluation`)."""
+
+    profiles: list  # one InstanceProfile per instance
+    models: list[int]  # each instance's model
+    qos_limit: float  # 000's QoS latency per token
+    accuracy: np.ndarray  # each instance's model's mean true quality (004's g_i)
+    capacity_rps: float  # the sustainable Poisson rate of the fleet
+    evaluation: Any  # RoutingEvaluationSettings
+
+
+@dataclass
+class TrainedPolicy:
+    """A trained network with the environment it was trained in, and how training went."""
+
+    name: str
+    network: Any
+    env: Any
+    curve: list = field(default_factory=list)
+    pretrain: dict[str, Any] = field(default_factory=dict)
+    kept_round: Any = None
+    seconds: float = 0.0
+    budget: dict[str, Any] = field(default_factory=dict)
+
+    def training(self) -> dict[str, Any]:
+        """The report's `training` entry."""
+        return {"seconds": self.seconds, "budget": self.budget, "episodes": len(self.curve),
+                "kept_round": self.kept_round}
+
+
+class LearnedPolicy:
+    """One learned policy. `output`: the exported graph's output (`q_values`, `logits` or `bias`)."""
+
+    name: str = ""
+    output: str = "logits"
+
+    def settings(self, evaluation) -> Any:
+        """Its trainer's section of `training.routing_evaluation` (its budget)."""
+        raise NotImplementedError
+
+    def environment(self, setting: Setting, workload: Callable[[int], list]) -> Any:
+        """The simulator environment it acts in, over `workload(seed)` episodes."""
+        raise NotImplementedError
+
+    def fit(self, setting: Setting, workload: Callable[[int], list], log: Callable[[str], None]) -> tuple[Any, dict]:
+        """(network, the trainer's info: `curve`, `pretrain`, `kept_round`)."""
+        raise NotImplementedError
+
+    def actor(self, network, seed: int, evaluation) -> Callable[[np.ndarray], Any]:
+        """How the trained network acts in an evaluation episode."""
+        raise NotImplementedError
+
+    def export_act(self, evaluation) -> str:
+        """How a runtime should act on the exported graph's output (`greedy` or `sample`)."""
+        return "greedy"
+
+    def train(self, setting: Setting, workload: Callable[[int], list], log: Callable[[str], None]) -> TrainedPolicy:
+        start = time.perf_counter()
+        network, info = self.fit(setting, workload, log)
+        return TrainedPolicy(self.name, network, self.environment(setting, workload), info["curve"],
+                             info.get("pretrain", {}), info.get("kept_round"),
+                             round(time.perf_counter() - start, 1),
+                             self.settings(setting.evaluation).model_dump(mode="json"))
+
+
+def seeded(settings, evaluation):
+    """A trainer's settings with the evaluation's seed."""
+    return settings.model_copy(update={"seed": evaluation.seed})

@@ -1,0 +1,29 @@
+"""001's workload-guided double DQN: one instance per decision from the queue's state (paper 001)."""
+
+from __future__ import annotations
+
+from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
+from routeforge.training.policies.rl.ddqn import train_ddqn
+from routeforge.training.policies.rl.rollout import greedy
+from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+
+
+class DdqnWorkloadGuided(LearnedPolicy):
+    name, output = "ddqn_workload_guided", "q_values"
+
+    def settings(self, evaluation):
+        return evaluation.ddqn
+
+    def environment(self, setting, workload):
+        return WorkloadAwareEnv(setting.profiles, workload, variant="guided", models=setting.models,
+                                observe_waiting=setting.evaluation.ddqn.observe_waiting)
+
+    def fit(self, setting, workload, log):
+        return train_ddqn(self.environment(setting, workload), seeded(setting.evaluation.ddqn, setting.evaluation),
+                          log=log)
+
+    def actor(self, network, seed, evaluation):
+        return greedy(network)  # the DDQN acts greedily on its Q values
+
+
+LEARNED_POLICIES.register("ddqn_workload_guided", default=True)(DdqnWorkloadGuided())

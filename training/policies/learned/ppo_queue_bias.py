@@ -1,0 +1,30 @@
+"""004's PPO over a bias per instance for join-shortest-queue, observing what vLLM's /metrics show
+(paper 004): the one learned policy a live router can run (`artifacts.dispatch`)."""
+
+from __future__ import annotations
+
+from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
+from routeforge.training.policies.rl.ppo import bias_policy, train_ppo
+from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
+
+
+class PpoQueueBias(LearnedPolicy):
+    name, output = "ppo_queue_bias", "bias"
+
+    def settings(self, evaluation):
+        return evaluation.ppo
+
+    def environment(self, setting, workload):
+        e = setting.evaluation
+        return QueueStateBiasEnv(setting.profiles, setting.models, setting.accuracy, workload,
+                                 rate_scale_rps=setting.capacity_rps, slo_scale=e.slo_scale, slot_s=e.ppo_slot_s)
+
+    def fit(self, setting, workload, log):
+        settings = seeded(setting.evaluation.ppo, setting.evaluation)
+        return train_ppo(lambda: self.environment(setting, workload), settings, log=log)
+
+    def actor(self, network, seed, evaluation):
+        return bias_policy(network)
+
+
+LEARNED_POLICIES.register("ppo_queue_bias", default=False)(PpoQueueBias())
