@@ -118,11 +118,16 @@ def build_definitions(config_path: str | os.PathLike[str]) -> dg.Definitions:
                                    stale_assets_sensor(config)])
 
 
-defs = build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The code location's definitions, for the fleet $ROUTEFORGE_CONFIG names: built when Dagster loads
+    the location (the UI, the daemon, `dagster definitions validate`), never on import, so a process that
+    imports this module for one fleet does not build the demo's first."""
+    return build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG)))
 
 
 def job_from_environment(name: str) -> dg.JobDefinition:
     """One job of the fleet $ROUTEFORGE_CONFIG names now: what `dg.build_reconstructable_job` rebuilds in
     each step process of a multiprocess or Ray run (pipelines/executors.py)."""
-    return build_definitions(os.environ.get("ROUTEFORGE_CONFIG", str(DEFAULT_CONFIG))).get_job_def(name)
+    return defs().get_job_def(name)
 

@@ -13,14 +13,15 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_loading_definitions_imports_no_model_library():
-    out = _python(f"import sys, routeforge.pipelines.definitions as d; print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = _python(f"import sys, routeforge.pipelines.definitions as d; d.defs(); "
+                  f"print([m for m in {HEAVY!r} if m in sys.modules])")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
 def test_partitions_follow_the_fleet_file(shared_data):
     code = ("import routeforge.pipelines.definitions as d; "
-            "print(len(d.defs.resolve_assets_def('responses').partitions_def.get_partition_keys()))")
+            "print(len(d.defs().resolve_assets_def('responses').partitions_def.get_partition_keys()))")
     assert _python(code).stdout.strip() == "3"
     rb = _python(code, ROUTEFORGE_CONFIG=str(CONFIGS / "routerbench.yaml"), ROUTEFORGE_DATA=str(shared_data))
     assert rb.stdout.strip() == "11", rb.stderr
@@ -99,7 +100,7 @@ def test_cli_materializes_prompts_then_model_partitions(tmp_path, state_dir):
 
 
 def test_routing_evaluation_feeds_the_bundle_where_enabled(shared_data):
-    code = ("import routeforge.pipelines.definitions as d, dagster as dg; g = d.defs.resolve_asset_graph(); "
+    code = ("import routeforge.pipelines.definitions as d, dagster as dg; g = d.defs().resolve_asset_graph(); "
             "keys = {k.to_user_string() for k in g.get_all_asset_keys()}; "
             "print('routing_evaluation' in keys, "
             "'routing_evaluation' in keys and dg.AssetKey('routing_evaluation') in "
