@@ -129,5 +129,5 @@ def defs() -> dg.Definitions:
 def job_from_environment(name: str) -> dg.JobDefinition:
     """One job of the fleet $ROUTEFORGE_CONFIG names now: what `dg.build_reconstructable_job` rebuilds in
     each step process of a multiprocess or Ray run (pipelines/executors.py)."""
-    return defs().get_job_def(name)
+    return defs().resolve_job_def(name)
 

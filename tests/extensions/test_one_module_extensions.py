@@ -96,8 +96,8 @@ def test_a_toy_engine_metric_and_heuristic_each_one_module(plugin, config_copy, 
     config = load_fleet(path)
     defs = build_definitions(path)
     with dg.instance_for_test() as instance:
-        assert defs.get_job_def("build_prompts").execute_in_process(instance=instance).success
-        scored = defs.get_job_def("generate_and_score").execute_in_process(instance=instance, partition_key="echo")
+        assert defs.resolve_job_def("build_prompts").execute_in_process(instance=instance).success
+        scored = defs.resolve_job_def("generate_and_score").execute_in_process(instance=instance, partition_key="echo")
         assert scored.success
         responses = defs.load_asset_value("responses", instance=instance, partition_key="echo")
         quality = defs.load_asset_value("quality", instance=instance, partition_key="echo")
