@@ -37,19 +37,26 @@ READY_TIMEOUT_S = 900.0  # model load and KV-cache set-up of a worker
 CHUNK_TIMEOUT_S = 3600.0  # one chunk's generation
 
 
-def _die_with_parent() -> None:
-    """In the worker, before it runs: a process group of its own, and SIGTERM when the engine's
-    process dies (even by SIGKILL), on which the worker takes its whole group down (vLLM's
-    EngineCore and its workers are its children: left alone they outlived it, pinned to a core and
-    holding memory, and slowed every later test). Linux; elsewhere the worker still exits at the
-    end of its input, after the chunk in hand."""
-    import ctypes
+def _die_with_parent(parent: int):
+    """What the worker runs before its program: a process group of its own, and SIGTERM when the
+    engine's process `parent` dies (even by SIGKILL), on which the worker takes its whole group down
+    (vLLM's EngineCore and its workers are its children: left alone they outlived it, pinned to a
+    core and holding memory, and slowed every later test). An engine that died before the request
+    took effect sends no signal (prctl(2)), so the worker checks its parent right after and exits.
+    Linux; elsewhere the worker still exits at the end of its input, after the chunk in hand."""
 
-    os.setsid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    def setup() -> None:
+        import ctypes
+
+        os.setsid()
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the engine is already gone: start nothing
+            os._exit(1)
+
+    return setup
 
 
 class VllmWorker:
@@ -62,7 +69,8 @@ class VllmWorker:
         self.log = log
         with open(log, "ab") as err:
             self.proc = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, text=True, encoding="utf-8", preexec_fn=_die_with_parent)
+                                         stderr=err, text=True, encoding="utf-8",
+                                         preexec_fn=_die_with_parent(os.getpid()))
         reply = self.ask(setup, READY_TIMEOUT_S)
         if "error" in reply:
             self.close()

@@ -68,8 +68,24 @@ def _take_the_group_down(signum, frame) -> None:
     sys.exit(128 + signum)
 
 
+def _keep_the_group_handler() -> None:
+    """vLLM installs its own SIGTERM handler while it builds its engine; a SIGTERM that then arrives
+    (the engine's process died) ends this process by vLLM's handler, before its EngineCore is there to
+    be shut down, and the EngineCore outlived it (seen in CI). The worker's SIGTERM always means "the
+    engine is gone", so this process keeps `_take_the_group_down` and ignores a change of it."""
+    install, worker = signal.signal, os.getpid()
+
+    def guarded(signum, handler):
+        if signum == signal.SIGTERM and os.getpid() == worker:  # a forked child of vLLM's sets its own
+            return signal.getsignal(signal.SIGTERM)
+        return install(signum, handler)
+
+    install(signal.SIGTERM, _take_the_group_down)
+    signal.signal = guarded
+
+
 def main() -> int:
-    signal.signal(signal.SIGTERM, _take_the_group_down)
+    _keep_the_group_handler()
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # vLLM's (and its workers') prints go to stderr from here on
     sys.stdout = sys.stderr
