@@ -90,6 +90,13 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is registered twice: by {held.module} and by {module}")
         self._entries[name] = Entry(name, value, module, {**metadata, "__qualname__": qualname})
 
+    def state(self) -> tuple[dict[str, Entry[T]], tuple[str, ...] | None]:
+        """What the registry holds (for `restore`: a test that registers kinds of its own puts it back)."""
+        return dict(self._entries), self._discovered
+
+    def restore(self, state: tuple[dict[str, Entry[T]], tuple[str, ...] | None]) -> None:
+        self._entries, self._discovered = dict(state[0]), state[1]
+
     def registered(self) -> list[Entry[T]]:
         """What is registered so far, in registration order, without discovering (for a module's own
         checks while it registers)."""
