@@ -21,6 +21,7 @@ from functools import cached_property
 from pathlib import Path
 
 import dagster as dg
+from routeforge.pipelines.definitions import job_selections
 from routeforge.pipelines.versions import CONTENT_VERSIONED, always_reread
 
 # the provenance tags Dagster writes on every materialization of a versioned asset (documented in its
@@ -211,8 +212,6 @@ def plan(defs: dg.Definitions, instance: dg.DagsterInstance, job: str, partition
     table, tier profiles) rebuilt in this run, and is not stale on its own, waits for the next run,
     to be judged by the data version that asset then carries (and so does what reads it). `done`:
     assets this step already materialized (not planned again)."""
-    from routeforge.pipelines.definitions import job_selections
-
     versions = Versions(defs, instance)
     selected = set(job_selections(config)[job])
     keys = [k for k in versions.order if k.to_user_string() in selected and k.to_user_string() not in done]

@@ -9,6 +9,7 @@ routing evaluation of a fleet that names no policies.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,37 +51,40 @@ class TrainedPolicy:
                 "kept_round": self.kept_round}
 
 
-class LearnedPolicy:
+class LearnedPolicy(ABC):
     """One learned policy. `output`: the exported graph's output (`q_values`, `logits` or `bias`)."""
 
     name: str = ""
     output: str = "logits"
 
+    @abstractmethod
     def settings(self, evaluation) -> Any:
         """Its trainer's section of `training.routing_evaluation` (its budget)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def environment(self, setting: Setting, workload: Callable[[int], list]) -> Any:
         """The simulator environment it acts in, over `workload(seed)` episodes."""
-        raise NotImplementedError
 
-    def fit(self, setting: Setting, workload: Callable[[int], list], log: Callable[[str], None]) -> tuple[Any, dict]:
-        """(network, the trainer's info: `curve`, `pretrain`, `kept_round`)."""
-        raise NotImplementedError
+    @abstractmethod
+    def fit(self, setting: Setting, env, workload: Callable[[int], list],
+            log: Callable[[str], None]) -> tuple[Any, dict]:
+        """(network, the trainer's info: `curve`, `pretrain`, `kept_round`), trained in `env` (a trainer
+        that steps several copies builds them from `workload`)."""
 
+    @abstractmethod
     def actor(self, network, seed: int, evaluation) -> Callable[[np.ndarray], Any]:
         """How the trained network acts in an evaluation episode."""
-        raise NotImplementedError
 
     def export_act(self, evaluation) -> str:
         """How a runtime should act on the exported graph's output (`greedy` or `sample`)."""
         return "greedy"
 
     def train(self, setting: Setting, workload: Callable[[int], list], log: Callable[[str], None]) -> TrainedPolicy:
+        """Build its environment once, fit in it, and keep both with how training went."""
         start = time.perf_counter()
-        network, info = self.fit(setting, workload, log)
-        return TrainedPolicy(self.name, network, self.environment(setting, workload), info["curve"],
-                             info.get("pretrain", {}), info.get("kept_round"),
+        env = self.environment(setting, workload)
+        network, info = self.fit(setting, env, workload, log)
+        return TrainedPolicy(self.name, network, env, info["curve"], info.get("pretrain", {}), info.get("kept_round"),
                              round(time.perf_counter() - start, 1),
                              self.settings(setting.evaluation).model_dump(mode="json"))
 

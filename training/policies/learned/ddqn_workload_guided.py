@@ -18,9 +18,8 @@ class DdqnWorkloadGuided(LearnedPolicy):
         return WorkloadAwareEnv(setting.profiles, workload, variant="guided", models=setting.models,
                                 observe_waiting=setting.evaluation.ddqn.observe_waiting)
 
-    def fit(self, setting, workload, log):
-        return train_ddqn(self.environment(setting, workload), seeded(setting.evaluation.ddqn, setting.evaluation),
-                          log=log)
+    def fit(self, setting, env, workload, log):
+        return train_ddqn(env, seeded(setting.evaluation.ddqn, setting.evaluation), log=log)
 
     def actor(self, network, seed, evaluation):
         return greedy(network)  # the DDQN acts greedily on its Q values

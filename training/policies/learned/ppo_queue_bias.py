@@ -19,7 +19,7 @@ class PpoQueueBias(LearnedPolicy):
         return QueueStateBiasEnv(setting.profiles, setting.models, setting.accuracy, workload,
                                  rate_scale_rps=setting.capacity_rps, slo_scale=e.slo_scale, slot_s=e.ppo_slot_s)
 
-    def fit(self, setting, workload, log):
+    def fit(self, setting, env, workload, log):  # PPO steps fresh copies of its environment
         settings = seeded(setting.evaluation.ppo, setting.evaluation)
         return train_ppo(lambda: self.environment(setting, workload), settings, log=log)
 

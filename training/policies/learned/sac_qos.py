@@ -22,9 +22,8 @@ class SacQos(LearnedPolicy):
         return QosGraphEnv(setting.profiles, setting.models, workload, setting.qos_limit, variant=self.variant,
                            pad=setting.evaluation.queue_capacity)
 
-    def fit(self, setting, workload, log):
-        return train_sac(self.environment(setting, workload), seeded(setting.evaluation.sac, setting.evaluation),
-                         log=log)
+    def fit(self, setting, env, workload, log):
+        return train_sac(env, seeded(setting.evaluation.sac, setting.evaluation), log=log)
 
     def actor(self, network, seed, evaluation):
         # SAC acts as it was trained, by sampling (or greedily where the fleet says so)
