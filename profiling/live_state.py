@@ -149,20 +149,26 @@ class MetricsScraper:
     measures: polled from that loop (and through its connection pool) the scrapes queued behind the
     requests, so under load every request saw the state of the idle moment before its phase.
     The first failed or non-200 scrape switches it off for the sweep (`available` is False), so a
-    server without the endpoint costs one request, not one per poll."""
+    server without the endpoint costs one request, not one per poll.
 
-    def __init__(self, url: str, interval_s: float = 0.1):
-        self.url, self.interval_s = url, interval_s
+    Each scrape keeps the moment it was sent and the moment it landed: the server read its gauges
+    somewhere between the two. Under load a scrape can take seconds, and one filed under its landing
+    time alone would fall after the phase it measured (a CI run saw no scrape land inside a short,
+    saturated phase, and reported its gauges as NaN)."""
+
+    def __init__(self, url: str, interval_s: float = 0.1, timeout_s: float = 5.0):
+        self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
         self.available: bool | None = None
         self._latest: dict[str, float] = {}
         self._previous: tuple[float, dict[str, float]] | None = None
         self._rates: dict[str, float] = {}
-        self.history: list[tuple[float, dict[str, float]]] = []  # (perf_counter, gauges) of every scrape
+        # (sent, landed, gauges) of every scrape, perf_counter seconds
+        self.history: list[tuple[float, float, dict[str, float]]] = []
         self.failures = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _update(self, now: float, raw: dict[str, float]) -> None:
+    def _update(self, now: float, raw: dict[str, float], sent: float | None = None) -> None:
         latest = {}
         for feature, names in _GAUGES.items():
             values = [raw[n] for n in names if n in raw]
@@ -174,17 +180,18 @@ class MetricsScraper:
             self._rates = {f: (counters[f] - before[f]) / dt if dt > 0 else math.nan for f in counters}
         self._previous = (now, counters)
         self._latest = latest  # one reference swap: readers on other threads see old or new, whole
-        self.history.append((now, latest))
+        self.history.append((now if sent is None else sent, now, latest))
 
     def _poll(self) -> None:
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=self.timeout_s) as client:
             while not self._stop.is_set():
                 try:
+                    sent = time.perf_counter()
                     resp = client.get(self.url)
                     if resp.status_code != 200:
                         self.available = False
                         return
-                    self._update(time.perf_counter(), parse_metrics(resp.text))
+                    self._update(time.perf_counter(), parse_metrics(resp.text), sent=sent)
                     self.available = True
                 except (httpx.HTTPError, ValueError):
                     self.failures += 1
@@ -206,8 +213,16 @@ class MetricsScraper:
     def seen(self, start: float, end: float) -> dict[str, float]:
         """The largest value of each gauge over the scrapes between perf_counter `start` and `end`
         (NaN where none landed there)."""
-        window = [g for t, g in self.history if start <= t <= end]
+        window = [g for sent, landed, g in self.history if landed >= start and sent <= end]
         return {f: max((g[f] for g in window if not math.isnan(g[f])), default=math.nan) for f in _GAUGES}
+
+    def settle(self, end: float) -> None:
+        """Wait (at most one scrape's timeout and interval) for the scrape in flight at `end` to land,
+        so that `seen(start, end)` includes it."""
+        deadline = time.perf_counter() + self.timeout_s + self.interval_s + 0.5
+        while (self._thread is not None and self._thread.is_alive() and time.perf_counter() < deadline
+               and not any(sent >= end for sent, _, _ in reversed(self.history[-3:]))):
+            time.sleep(0.02)
 
     def snapshot(self) -> dict[str, float]:
         values = {f: self._latest.get(f, math.nan) for f in _GAUGES}

@@ -178,7 +178,9 @@ async def _sweep(base_url: str, model: str, prompts: Sequence[SweepPrompt], sett
         def observed(row: dict[str, Any], start: float) -> dict[str, Any]:
             """The phase's summary plus the largest server gauges any scrape saw during it."""
             if scraper.available:
-                row |= {f"{k}_max": v for k, v in scraper.seen(start, time.perf_counter()).items()}
+                end = time.perf_counter()
+                scraper.settle(end)
+                row |= {f"{k}_max": v for k, v in scraper.seen(start, end).items()}
             return row
 
         try:

@@ -75,3 +75,13 @@ def test_vllm_metrics_become_features_with_counter_rates():
     assert snap["server_running"] == 7.0 and snap["server_waiting"] == 3.0 and snap["server_kv_usage"] == 0.42
     assert snap["server_gen_tok_rate"] == pytest.approx(800.0) and snap["server_preemptions_per_s"] == 0.0
     assert math.isnan(snap["server_prompt_tok_rate"])  # not exported by this server
+
+
+def test_a_slow_scrape_counts_for_the_phase_it_was_in_flight_during():
+    """A scrape sent during a phase that lands after it still saw that phase's load (CI: a saturated
+    phase's only scrapes landed after it ended, and its gauges came out NaN)."""
+    scraper = MetricsScraper("http://unused/metrics")
+    scraper._update(12.0, parse_metrics(VLLM_METRICS % "1000.0"), sent=9.5)  # sent in [9, 10], landed after
+    scraper._update(20.0, parse_metrics(VLLM_METRICS % "1000.0"), sent=19.9)  # a later phase's
+    assert scraper.seen(9.0, 10.0)["server_running"] == 7.0
+    assert math.isnan(scraper.seen(13.0, 19.0)["server_running"])  # nothing in flight then: no gauge

@@ -45,8 +45,13 @@ def test_sweep_against_a_started_vllm_server_scrapes_its_metrics(config_copy, vl
     top = max(summary["rates"])
     at_top = [r for r in records if r["phase"] == "rate" and r["rate"] == top and r["error"] is None]
     top_phase = next(p for p in summary["phases"] if p["phase"] == "rate" and p["offered_rps"] == top)
-    # vLLM's own gauge, from the scrapes during the top rate: the engine's scheduler held requests
-    assert top_phase["server_running_max"] > 1, (lines, summary["phases"])
+    # vLLM's own gauges reach every phase's summary: a scrape in flight during the top rate counts for
+    # it (CI once saw none land inside it), and under load the engine's scheduler held several
+    # requests. Which load phase shows that depends on the machine's load (a busy 2-core runner can
+    # starve the API server until the engine runs one at a time at the top rate), so: any of them.
+    assert math.isfinite(top_phase["server_running_max"]), (lines, summary["phases"])
+    loaded = [p["server_running_max"] for p in summary["phases"] if p["phase"] in ("saturation", "rate")]
+    assert max(loaded) > 1, (lines, summary["phases"])
     # the server's counters moved under load: the generation-token rate the requests saw at dispatch
     # (NaN where no two scrapes had landed yet; Python's max() returns a leading NaN, so filter first)
     in_rates = [r for r in records if r["phase"] == "rate" and r["error"] is None]
