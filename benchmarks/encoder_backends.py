@@ -71,12 +71,13 @@ def router_agreement(backends: dict, quick: bool) -> dict:
     cache = Path(config.storage_root) / "cache" / "embeddings"
     os.environ["ROUTEFORGE_ENCODER_BACKEND"] = "torch"  # the router is trained as before this change
     x = encode_cached(texts, config.encoder, side, cache)
-    router, report = select_router(x[train], quality[train], models, settings,
-                                   {"ref": config.encoder, "truncation_side": side}, log=lambda _: None)
+    selection = select_router(x[train], quality[train], models, settings,
+                              {"ref": config.encoder, "truncation_side": side}, log=lambda _: None)
+    router = selection.router
     test_texts = [t for t, k in zip(texts, test) if k]
     reference = router.predict_embeddings(x[test]).best_index(0.0)
     y = quality[test]
-    out = {"chosen": report["chosen"], "test_prompts": len(test_texts)}
+    out = {"chosen": selection.chosen, "test_prompts": len(test_texts)}
     for name, encode in backends.items():
         picks = router.predict_embeddings(encode(test_texts, side)).best_index(0.0)
         out[name] = {"agreement": float(np.mean(picks == reference)),

@@ -55,22 +55,23 @@ def run(fleet: str, sizes: list[int], draws: int, quick: bool) -> dict:
     quiet = lambda _: None  # noqa: E731
 
     t0 = time.perf_counter()
-    full, full_report = select_router(x_tr, y_tr, models, settings, encoder, tasks=tasks_tr, log=quiet)
+    full_selection = select_router(x_tr, y_tr, models, settings, encoder, tasks=tasks_tr, log=quiet)
+    full = full_selection.router
     timings["full_selection_s"] = time.perf_counter() - t0
     full_points = routed_points(full.predict_embeddings(x_te).quality, y_te)
     means = np.nanmean(y_te, axis=0)
     out = {"fleet": fleet, "models": models, "train_prompts": int(train.sum()), "test_prompts": int(test.sum()),
-           "truncation_side": side, "full_retrain": {"chosen": full_report["chosen"], "test_points": full_points},
+           "truncation_side": side, "full_retrain": {"chosen": full_selection.chosen, "test_points": full_points},
            "best_single": {"model": models[int(np.nanargmax(means))], "test_points": float(100 * np.nanmax(means))},
            "oracle_points": float(100 * np.nanmean(np.nanmax(y_te, axis=1))), "sizes": sizes, "draws": draws,
            "per_model": {}}
-    print(f"{fleet}: full retrain {full_points:.2f} points ({full_report['chosen']}), best single "
+    print(f"{fleet}: full retrain {full_points:.2f} points ({full_selection.chosen}), best single "
           f"{out['best_single']['test_points']:.2f}", flush=True)
     for j, m in enumerate(models):
         others = [i for i in range(len(models)) if i != j]
         t0 = time.perf_counter()
-        base, _ = select_router(x_tr, y_tr[:, others], [models[i] for i in others], settings, encoder,
-                                tasks=tasks_tr, log=quiet)
+        base = select_router(x_tr, y_tr[:, others], [models[i] for i in others], settings, encoder,
+                             tasks=tasks_tr, log=quiet).router
         selected_s = time.perf_counter() - t0
         without = routed_points(base.predict_embeddings(x_te).quality, y_te[:, others])
         labelled = np.flatnonzero(np.isfinite(y_tr[:, j]))

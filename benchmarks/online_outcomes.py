@@ -87,13 +87,14 @@ def run(fleet: str, steps: int, seeds: int, batch: int, quick: bool) -> dict:
     cache = Path(config.storage_root) / "cache" / "embeddings"
     x = encode_cached(routing.column("text").to_pylist(), config.encoder, side, cache)
     t0 = time.perf_counter()
-    router, report = select_router(x[train], quality[train], models, settings,
-                                   {"ref": config.encoder, "truncation_side": side},
-                                   tasks=list(np.asarray(routing.column("task").to_pylist())[train]),
-                                   log=lambda _: None)
+    selection = select_router(x[train], quality[train], models, settings,
+                              {"ref": config.encoder, "truncation_side": side},
+                              tasks=list(np.asarray(routing.column("task").to_pylist())[train]),
+                              log=lambda _: None)
+    router = selection.router
     timings["selection_s"] = time.perf_counter() - t0
     out_dir = results_dir("online_outcomes")
-    out = {"fleet": fleet, "models": models, "chosen": report["chosen"], "test_prompts": int(test.sum()),
+    out = {"fleet": fleet, "models": models, "chosen": selection.chosen, "test_prompts": int(test.sum()),
            "steps": steps, "seeds": seeds, "batch": batch, "prior_strength": 20.0, "scenarios": {},
            "timings_s": timings, "quick": quick}
     shifted, failing = drifted(router, x[test], quality[test])

@@ -49,8 +49,8 @@ def leave_one_task_out(x, y, tasks_train, x_test, y_test, tasks_test, models, se
     for task in sorted(set(tasks_test)):
         keep = np.asarray(tasks_train) != task
         held = np.asarray(tasks_test) == task
-        router, _ = select_router(x[keep], y[keep], models, settings, encoder,
-                                  tasks=list(np.asarray(tasks_train)[keep]), log=lambda _: None)
+        router = select_router(x[keep], y[keep], models, settings, encoder,
+                               tasks=list(np.asarray(tasks_train)[keep]), log=lambda _: None).router
         result = evaluate(router, x_test[held], y_test[held])
         out[task] = {"prompts": int(held.sum()), "router": result["router"], "best_single": result["best_single"],
                      "best_single_model": result["best_single_model"], "lead": result["router"] - result["best_single"]}
@@ -65,7 +65,7 @@ def latencies(router: Router, x_train, y_train, models, encoder, texts, settings
 
     knn_only = RouterSelectionSettings(enabled=True, folds=2, knn_k=[10], knn_prior_strength=[10.0], mlp_hidden=[],
                                        mf_dim=[], ensemble_size=1, guard_clusters=settings.guard_clusters)
-    knn, _ = select_router(x_train, y_train, models, knn_only, encoder, log=lambda _: None)
+    knn = select_router(x_train, y_train, models, knn_only, encoder, log=lambda _: None).router
     runs: dict[str, list[dict]] = {"router": [], "knn_k10": []}
     for _ in range(rounds):
         runs["router"].append(batch_latency(router, texts, repeats=1))
@@ -121,8 +121,8 @@ def run(fleet: str, quick: bool) -> dict:
         report["leave_one_cluster_out_train"] = {}
         for c in sorted(set(train_clusters)):
             keep, held = folds != c, folds == c
-            sub, _ = select_router(x[train_rows][keep], quality[train_rows][keep], models, settings, encoder,
-                                   log=lambda _: None)
+            sub = select_router(x[train_rows][keep], quality[train_rows][keep], models, settings, encoder,
+                                log=lambda _: None).router
             r = evaluate(sub, x[train_rows][held], quality[train_rows][held])
             report["leave_one_cluster_out_train"][c] = {
                 "prompts": int(held.sum()), "router": r["router"], "best_single": r["best_single"],

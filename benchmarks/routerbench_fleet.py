@@ -48,10 +48,11 @@ def router_quality(routing: pa.Table, texts: list[str], config,
     views = {side: (encode_cached(train.column("text").to_pylist(), config.encoder, side, cache),
                     encode_cached(texts, config.encoder, side, cache)) for side in sides}
     models = routing_models(routing.schema)
-    router, report = fit_and_evaluate(views, matrix(train, "quality", models), None, None, models, settings,
-                                      {"ref": config.encoder}, tasks_train=train.column("task").to_pylist(),
-                                      log=lambda _: None)
-    quality = router.predict_embeddings(views[report["truncation_side"]][1]).quality
+    fit = fit_and_evaluate(views, matrix(train, "quality", models), None, None, models, settings,
+                           {"ref": config.encoder}, tasks_train=train.column("task").to_pylist(),
+                           log=lambda _: None)
+    router = fit.router
+    quality = router.predict_embeddings(views[fit.truncation_side][1]).quality
     timings["router_s"] = time.perf_counter() - t0
     return quality, router.models
 

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 from routeforge.artifacts.router import Router
 from routeforge.training.embeddings import TrainingEncoder
 from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
-from routeforge.training.predictors.router_selection import brier, score_at_argmax, select_router
+from routeforge.training.predictors.router_selection import (
+    CrossValidatedScores,
+    RouterSelection,
+    brier,
+    score_at_argmax,
+    select_router,
+)
 
 
 def gap_closed(router: float, best_single: float, oracle: float) -> float:
@@ -85,30 +92,50 @@ def batch_latency(router: Router, texts: list[str], batch: int = 64, repeats: in
     return {"batch": batch, "median_seconds": median, "per_prompt_ms": median / batch * 1e3}
 
 
+@dataclass
+class RouterFit:
+    """`fit_and_evaluate`'s result: the selection on the winning truncation side, each side's
+    cross-validated scores, and the one evaluation on the test split (None without test labels)."""
+
+    selection: RouterSelection
+    truncation_side: str
+    cv_by_truncation_side: dict[str, CrossValidatedScores]
+    test: dict[str, Any] | None = None
+
+    @property
+    def router(self) -> Router:
+        return self.selection.router
+
+    def report(self) -> dict[str, Any]:
+        """The JSON form of `router_selection.json` (the selection's, plus the sides and the test)."""
+        out = self.selection.report() | {
+            "truncation_side": self.truncation_side,
+            "cv_by_truncation_side": {side: asdict(cv) for side, cv in self.cv_by_truncation_side.items()}}
+        return out | ({"test": self.test} if self.test is not None else {})
+
+
 def fit_and_evaluate(x_train: np.ndarray | dict[str, tuple[np.ndarray, np.ndarray]], y_train: np.ndarray,
                      x_test: np.ndarray | None, y_test: np.ndarray | None, models: list[str], settings,
                      encoder: dict[str, Any], *, tasks_train: list[str] | None = None,
                      tasks_test: list[str] | None = None, cost_train: np.ndarray | None = None,
                      cost_test: np.ndarray | None = None, tokens_train: np.ndarray | None = None, seed: int = 0,
-                     log: Callable[[str], None] = print) -> tuple[Router, dict[str, Any]]:
+                     log: Callable[[str], None] = print) -> RouterFit:
     """Select on the training split (test untouched), then evaluate once on the test split.
 
     `x_train` may instead map encoder truncation sides to (train, test) embeddings: selection runs
     on each, the side with the higher cross-validated score wins (ties: the first), and only the
     winner sees the test split. `y_test` None: cross-validated numbers only."""
     views = x_train if isinstance(x_train, dict) else {encoder.get("truncation_side", "right"): (x_train, x_test)}
-    chosen: tuple[str, Router, dict[str, Any]] | None = None
+    chosen: tuple[str, RouterSelection] | None = None
     by_side = {}
     for side, (xs, _) in views.items():
-        router, report = select_router(xs, y_train, models, settings, {**encoder, "truncation_side": side},
-                                       tasks=tasks_train, cost=cost_train, output_tokens=tokens_train, seed=seed,
-                                       log=log)
-        by_side[side] = report["cv"]
-        if chosen is None or report["cv"]["router"] > chosen[2]["cv"]["router"]:
-            chosen = (side, router, report)
-    side, router, report = chosen
-    report["truncation_side"] = side
-    report["cv_by_truncation_side"] = by_side
+        selection = select_router(xs, y_train, models, settings, {**encoder, "truncation_side": side},
+                                  tasks=tasks_train, cost=cost_train, output_tokens=tokens_train, seed=seed, log=log)
+        by_side[side] = selection.cv
+        if chosen is None or selection.cv.router > chosen[1].cv.router:
+            chosen = (side, selection)
+    side, selection = chosen
+    test = None
     if y_test is not None and len(y_test):
-        report["test"] = evaluate(router, views[side][1], y_test, cost_test, tasks_test)
-    return router, report
+        test = evaluate(selection.router, views[side][1], y_test, cost_test, tasks_test)
+    return RouterFit(selection, side, by_side, test)

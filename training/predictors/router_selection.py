@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,37 @@ from routeforge.training.predictors.router_family import (
 )
 
 LogFn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CrossValidatedScores:
+    """Mean true quality of the models picked, out of fold on the training split (λ = 0)."""
+
+    best_single: float  # the one model best on average
+    oracle: float  # each prompt's best model: the ceiling
+    router_unguarded: float  # the chosen estimator's picks
+    router: float  # the same with the guard applied, as the runtime applies it
+
+
+@dataclass
+class RouterSelection:
+    """What `select_router` returns: the refitted router and how it was chosen.
+
+    The tables (`candidates`, `guard`, `unseen["leave_one_cluster_out"]`) stay rows of plain values:
+    they go to the JSON report and the plots as they are."""
+
+    router: Router
+    candidates: list[dict[str, Any]]  # one row per estimator: kind, params, cv_score, cv_brier
+    chosen: list[str]  # the estimator(s) refitted; several: their average
+    calibrated: bool  # isotonic maps kept (they lowered the out-of-fold Brier score, not routing)
+    cv: CrossValidatedScores
+    guard: list[dict[str, Any]]  # one row per cluster: routed by the estimator or by its training means
+    unseen: dict[str, Any]  # the rule for prompts far from every cluster, and the evidence for it
+
+    def report(self) -> dict[str, Any]:
+        """The JSON form written to `router_selection.json`."""
+        return {"candidates": self.candidates, "chosen": self.chosen, "calibrated": self.calibrated,
+                "cv": asdict(self.cv), "guard": self.guard, "unseen": self.unseen}
 
 
 def fold_ids(n: int, folds: int, seed: int) -> np.ndarray:
@@ -257,7 +289,7 @@ def unseen_rule(x: np.ndarray, y: np.ndarray, clusters: np.ndarray, centroids: n
 def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, encoder: dict[str, Any], *,
                   tasks: list[str] | None = None, cost: np.ndarray | None = None,
                   output_tokens: np.ndarray | None = None, seed: int = 0,
-                  log: LogFn = print) -> tuple[Router, dict[str, Any]]:
+                  log: LogFn = print) -> RouterSelection:
     """Cross-validate the family on the training split, refit the winner, add the guard.
 
     x: (n, d) L2-normalized embeddings; y: (n, m) quality labels (NaN where unknown); `cost` and
@@ -348,15 +380,9 @@ def select_router(x: np.ndarray, y: np.ndarray, models: list[str], settings, enc
                       "source": "tasks" if tasks is not None and len(set(tasks)) > 1 else "kmeans"},
             "calibration": "isotonic" if calibrated else None,
             "selection": {"folds": settings.folds, "seed": seed, "chosen": [c.name for c in chosen]}}
-    report = {
-        "candidates": table,
-        "chosen": [c.name for c in chosen],
-        "calibrated": calibrated,
-        "cv": {"best_single": float(np.nanmax(np.nanmean(y, axis=0))),
-               "oracle": float(np.nanmean(np.nanmax(y, axis=1))),
-               "router_unguarded": score_at_argmax(chosen_oof, y),
-               "router": score_at_argmax(chosen_oof, y, guarded_picks)},
-        "guard": guard_rows,
-        "unseen": unseen,
-    }
-    return Router(meta, weights), report
+    cv = CrossValidatedScores(best_single=float(np.nanmax(np.nanmean(y, axis=0))),
+                              oracle=float(np.nanmean(np.nanmax(y, axis=1))),
+                              router_unguarded=score_at_argmax(chosen_oof, y),
+                              router=score_at_argmax(chosen_oof, y, guarded_picks))
+    return RouterSelection(Router(meta, weights), candidates=table, chosen=[c.name for c in chosen],
+                           calibrated=calibrated, cv=cv, guard=guard_rows, unseen=unseen)

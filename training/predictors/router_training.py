@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +104,13 @@ def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, r
     cost, tokens = matrix(routing, "cost", models), matrix(routing, "output_tokens", models)
     has_test = bool(test_rows.any())
     start = time.perf_counter()
-    router, report = fit_and_evaluate(
+    fit = fit_and_evaluate(
         views, quality[train_rows], None, quality[test_rows] if has_test else None, models, settings,
         {"ref": encoder_ref}, tasks_train=list(tasks[train_rows]),
         tasks_test=list(tasks[test_rows]) if has_test else None, cost_train=cost[train_rows],
         cost_test=cost[test_rows] if has_test else None, tokens_train=tokens[train_rows], seed=seed, log=log)
-    x_test = views[report["truncation_side"]][1]
+    router, report = fit.router, fit.report()
+    x_test = views[fit.truncation_side][1]
     report["selection_seconds"] = time.perf_counter() - start
     if getattr(settings, "recall_known_prompts", False):
         router.add_recall([t for t, keep in zip(texts, train_rows) if keep], quality[train_rows])
@@ -126,7 +127,7 @@ def train_router(routing: pa.Table, encoder_ref: str, settings, out_dir: Path, r
                                   f"{title}: per cluster (test)"))
     path = report_dir / "router_selection.json"
     path.write_text(json.dumps(report, indent=2, default=float))
-    metrics = {f"cv/{k}": float(v) for k, v in report["cv"].items()}
+    metrics = {f"cv/{k}": float(v) for k, v in asdict(fit.selection.cv).items()}
     if has_test:
         metrics |= {f"test/{k}": float(v) for k, v in report["test"].items() if isinstance(v, float)}
         metrics |= {f"test/hull/{k}": float(v) for k, v in report["test"].get("hull", {}).items()}

@@ -23,7 +23,7 @@ def router_without_large():
     from routeforge.training.predictors.router_selection import select_router
 
     x, y = synthetic(900, 11)
-    router, _ = select_router(x, y[:, :2], MODELS[:2], SETTINGS, ENCODER, log=lambda _: None)
+    router = select_router(x, y[:, :2], MODELS[:2], SETTINGS, ENCODER, log=lambda _: None).router
     return router
 
 
@@ -124,8 +124,8 @@ def test_the_pipeline_replays_logged_outcomes_into_the_new_router(tmp_path):
     math = np.array([r["task"] == "math" for r in rows])
     y = np.column_stack([np.where(math, 0.2, 0.8), np.where(math, 0.9, 0.3)])  # "medium" is the math model
     x = encode(texts, ENCODER_PACKAGE_REF)
-    router, _ = select_router(x, y, ["small", "medium"], SETTINGS.model_copy(update={"guard_clusters": 2}),
-                              ENCODER, log=lambda _: None)
+    router = select_router(x, y, ["small", "medium"], SETTINGS.model_copy(update={"guard_clusters": 2}),
+                           ENCODER, log=lambda _: None).router
     # production says "medium" fails at math (thumbs-down; its training mean in the one guard cluster is
     # 0.4, so this is not beyond the contradiction threshold); one client
     # also repeats one thumbs-down line 50 times (counted once)

@@ -8,6 +8,8 @@ per-model rates, so only the cluster's best single model is worth anything there
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from routeforge.artifacts.router import Router
@@ -93,15 +95,16 @@ def test_missing_labels_are_skipped_not_learned_as_zero():
 
 def test_selection_picks_a_router_that_beats_the_best_single_model_and_guards_noise_clusters():
     x, y = synthetic(900, 4)
-    router, report = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
-    assert report["cv"]["router"] > report["cv"]["best_single"] + 0.1
-    assert {row["estimator"] for row in report["candidates"]} >= {"knn_k5_prior_strength0", "mf_dim4_epochs15"}
+    selection = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    router = selection.router
+    assert selection.cv.router > selection.cv.best_single + 0.1
+    assert {row["estimator"] for row in selection.candidates} >= {"knn_k5_prior_strength0", "mf_dim4_epochs15"}
     xt, yt, cluster = synthetic(400, 5, with_clusters=True)
     pred = router.predict_embeddings(xt)
     picks = pred.best_index(0.0)
     assert yt[np.arange(len(yt)), picks].mean() > yt.mean(0).max() + 0.1
     # the noise clusters go to their best single model ("large"), the structured ones are not guarded
-    guarded_names = {row["name"] for row in report["guard"] if row["routed_to_best"]}
+    guarded_names = {row["name"] for row in selection.guard if row["routed_to_best"]}
     noisy = cluster >= 2
     assert pred.guarded[noisy].mean() > 0.9 and pred.guarded[~noisy].mean() < 0.1
     assert len(guarded_names) == 2
@@ -112,7 +115,7 @@ def test_selection_picks_a_router_that_beats_the_best_single_model_and_guards_no
 @pytest.mark.parametrize("rule", ["best_overall", "nearest_cluster"])
 def test_prompts_of_an_unseen_task_go_where_the_unseen_rule_sends_them(rule):
     x, y = synthetic(900, 4)
-    router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    router = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None).router
     router.meta["guard"]["unseen_rule"] = rule
     far = np.random.default_rng(5).normal(size=(40, 32)) + np.random.default_rng(99).normal(size=32) * 6
     far = (far / np.linalg.norm(far, axis=1, keepdims=True)).astype(np.float32)
@@ -148,9 +151,10 @@ def four_tasks(neighbours_agree: bool, n: int = 60):
 @pytest.mark.parametrize("neighbours_agree, rule", [(True, "nearest_cluster"), (False, "best_overall")])
 def test_unseen_task_rule_is_chosen_by_leaving_each_training_task_out(neighbours_agree, rule):
     x, y, tasks, task = four_tasks(neighbours_agree)
-    router, report = select_router(x, y, MODELS, SETTINGS, ENCODER, tasks=tasks, log=lambda _: None)
-    assert report["unseen"]["rule"] == router.meta["guard"]["unseen_rule"] == rule
-    rows = report["unseen"]["leave_one_cluster_out"]
+    selection = select_router(x, y, MODELS, SETTINGS, ENCODER, tasks=tasks, log=lambda _: None)
+    router = selection.router
+    assert selection.unseen["rule"] == router.meta["guard"]["unseen_rule"] == rule
+    rows = selection.unseen["leave_one_cluster_out"]
     assert len(rows) == 4 and all(row[rule] >= min(row["best_overall"], row["nearest_cluster"]) for row in rows)
     # every prompt made unseen: each is routed by the chosen rule alone
     router.weights["guard/ood_threshold"] = np.asarray([2.0], dtype=np.float32)
@@ -174,10 +178,10 @@ def test_the_unseen_fallback_counts_each_training_task_once_not_each_row():
     table = np.array([[0.9, 0.3, 0.5], [0.1, 0.3, 0.8], [0.1, 0.3, 0.8], [0.1, 0.3, 0.8]])
     y = (rng.random((len(task), 3)) < table[task]).astype(float)
     assert MODELS[int(np.argmax(y.mean(0)))] == "small"
-    router, report = select_router(x, y, MODELS, SETTINGS, ENCODER, tasks=[f"t{t}" for t in task],
-                                   log=lambda _: None)
-    assert report["unseen"]["best_overall_model"] == "large"
-    assert report["unseen"]["best_overall_model_by_rows"] == "small"
+    selection = select_router(x, y, MODELS, SETTINGS, ENCODER, tasks=[f"t{t}" for t in task], log=lambda _: None)
+    router = selection.router
+    assert selection.unseen["best_overall_model"] == "large"
+    assert selection.unseen["best_overall_model_by_rows"] == "small"
     router.meta["guard"]["unseen_rule"] = "best_overall"
     router.weights["guard/ood_threshold"] = np.asarray([2.0], dtype=np.float32)
     assert set(router.predict_embeddings(x[:50]).best_model()) == {"large"}
@@ -189,7 +193,7 @@ def test_the_unseen_fallback_counts_each_training_task_once_not_each_row():
 def test_router_round_trips_through_safe_files(tmp_path):
     x, y = synthetic(300, 6)
     cost = np.tile([0.1, 1.0, 10.0], (len(x), 1))
-    router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, cost=cost, log=lambda _: None)
+    router = select_router(x, y, MODELS, SETTINGS, ENCODER, cost=cost, log=lambda _: None).router
     files = router.save(tmp_path / "router")
     assert sorted(p.name for p in files) == ["router.json", "weights.safetensors"]
     loaded = Router.load(tmp_path / "router")
@@ -257,13 +261,14 @@ def test_selection_never_reads_test_labels():
     x, y = synthetic(600, 9)
     xt, yt = synthetic(200, 10)
     shuffled = yt[np.random.default_rng(0).permutation(len(yt))]
-    r1, rep1 = fit_and_evaluate(x, y, xt, yt, MODELS, SETTINGS, ENCODER, log=lambda _: None)
-    r2, rep2 = fit_and_evaluate(x, y, xt, shuffled, MODELS, SETTINGS, ENCODER, log=lambda _: None)
-    assert rep1["chosen"] == rep2["chosen"] and r1.meta == r2.meta
+    fit1 = fit_and_evaluate(x, y, xt, yt, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    fit2 = fit_and_evaluate(x, y, xt, shuffled, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    rep1, rep2, r1, r2 = fit1.selection, fit2.selection, fit1.router, fit2.router
+    assert rep1.chosen == rep2.chosen and r1.meta == r2.meta
     assert r1.weights.keys() == r2.weights.keys()
     assert all(np.array_equal(r1.weights[k], r2.weights[k], equal_nan=True) for k in r1.weights)
-    assert rep1["candidates"] == rep2["candidates"] and rep1["guard"] == rep2["guard"]
-    assert rep1["test"]["router"] != rep2["test"]["router"]  # the test labels did reach the evaluation
+    assert rep1.candidates == rep2.candidates and rep1.guard == rep2.guard
+    assert fit1.test["router"] != fit2.test["router"]  # the test labels did reach the evaluation
 
 
 def test_folds_are_balanced_and_seeded():
@@ -306,11 +311,14 @@ def test_cross_validation_chooses_the_informative_embedding_view():
     noise /= np.linalg.norm(noise, axis=1, keepdims=True)
     noise_t = rng.normal(size=xt.shape).astype(np.float32)
     noise_t /= np.linalg.norm(noise_t, axis=1, keepdims=True)
-    router, report = fit_and_evaluate({"right": (noise, noise_t), "left": (x, xt)}, y, None, yt, MODELS, SETTINGS,
-                                      ENCODER, log=lambda _: None)
-    assert report["truncation_side"] == "left" and router.meta["encoder"]["truncation_side"] == "left"
-    assert report["cv_by_truncation_side"]["left"]["router"] > report["cv_by_truncation_side"]["right"]["router"]
-    assert report["test"]["router"] > report["test"]["best_single"]
+    fit = fit_and_evaluate({"right": (noise, noise_t), "left": (x, xt)}, y, None, yt, MODELS, SETTINGS,
+                           ENCODER, log=lambda _: None)
+    router = fit.router
+    assert fit.truncation_side == "left" and router.meta["encoder"]["truncation_side"] == "left"
+    assert fit.cv_by_truncation_side["left"].router > fit.cv_by_truncation_side["right"].router
+    assert fit.test["router"] > fit.test["best_single"]
+    written = json.loads(json.dumps(fit.report()))  # the JSON form the pipeline writes
+    assert written["truncation_side"] == "left" and written["cv"]["router"] == fit.selection.cv.router
 
 
 def test_isotonic_calibration_is_cross_fitted_and_served_as_knots(tmp_path):
@@ -332,11 +340,12 @@ def test_isotonic_calibration_is_cross_fitted_and_served_as_knots(tmp_path):
     assert brier(apply_maps(squashed, maps), y) < brier(squashed, y)
     # the runtime applies the same knots
     x, yy = synthetic(600, 13)
-    router, report = select_router(x, yy, MODELS, SETTINGS, ENCODER, log=lambda _: None)
-    assert any(r["kind"] == "calibration" for r in report["candidates"])
+    selection = select_router(x, yy, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    router = selection.router
+    assert any(r["kind"] == "calibration" for r in selection.candidates)
     router.save(tmp_path / "r")
     loaded = Router.load(tmp_path / "r")
-    assert (loaded.meta["calibration"] == "isotonic") == report["calibrated"] == ("calibration/x" in loaded.weights)
+    assert (loaded.meta["calibration"] == "isotonic") == selection.calibrated == ("calibration/x" in loaded.weights)
     assert np.array_equal(loaded.predict_embeddings(x[:20]).quality, router.predict_embeddings(x[:20]).quality)
 
 
@@ -344,7 +353,7 @@ def test_known_prompts_are_routed_by_their_observed_scores(tmp_path):
     from routeforge.artifacts.router import recall_weights
 
     x, y = synthetic(300, 6)
-    router, _ = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None)
+    router = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None).router
     texts = [f"prompt number {i}" for i in range(len(x))]
     y_known = y.copy()
     y_known[5] = [0.0, 1.0, np.nan]  # a model without a score for this prompt keeps its estimate
