@@ -2,7 +2,7 @@
 the profiled tiers; one table, plots and the exported policies, logged to MLflow."""
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import numpy as np
@@ -15,6 +15,9 @@ from routeforge.assets.trainers import profiled_tiers, trainer
 from routeforge.core.components import TrainedComponent
 from routeforge.core.storage import Quarantine
 from routeforge.training.embeddings import TrainingEncoder
+
+if TYPE_CHECKING:
+    from routeforge.training.policies.evaluation import RoutingEvaluation
 
 TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p95_s", "slo_attainment",
                  "quality_mean", "cost_usd_per_request", "dropped", "rejected")
@@ -37,10 +40,10 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
     return fits, index, names
 
 
-def training_curves(report: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+def training_curves(evaluation: "RoutingEvaluation") -> dict[str, list[tuple[int, float]]]:
     """Each learned policy's episode return and loss, stepped by environment steps (MLflow histories)."""
     curves: dict[str, list[tuple[int, float]]] = {}
-    for name, curve in report["learning_curves"].items():
+    for name, curve in ((n, t.curve) for n, t in evaluation.trained.items()):
         for key in ("return", "loss"):
             points = [(c["steps"], c[key]) for c in curve if c.get(key) is not None]
             if points:
@@ -93,11 +96,11 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         traffic = read_traffic(logs, quarantine) if logs else None
         if traffic is not None:
             context.log.info(f"replaying {len(traffic)} requests of the fleet's traffic logs ({logs})")
-        report, trained = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info,
-                                           quarantine=quarantine, traffic=traffic)
+        evaluation = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info,
+                                      quarantine=quarantine, traffic=traffic)
         qpath = store.write_quarantine(quarantine)
         exports = {}
-        for name, result in trained.items():
+        for name, result in evaluation.trained.items():
             net, env, policy = result.network, result.env, LEARNED_POLICIES.get(name)
             obs, _ = env.reset(seed=settings.seed + 7)
             checks = [obs]
@@ -112,29 +115,28 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                                  np.stack(checks), output=policy.output, act=policy.export_act(settings))
             exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
                              "onnx_action_agreement": spec["onnx_action_agreement"]}
-        report["policies"] = exports
-        gate = report["gate"]
-        heuristics = export_heuristics([r["policy"] for r in report["rows"]], len(fits), out_dir / "policies")
+        report, gate = evaluation.report() | {"policies": exports}, evaluation.gate
+        heuristics = export_heuristics([r["policy"] for r in evaluation.rows], len(fits), out_dir / "policies")
         simulator = write_simulator(out_dir / "simulator", tiers=tiers, models=models, instance_models=instance_models,
                                     fits=fits, settings=settings, report=report)
         path = out_dir / "routing_evaluation.json"
         path.write_text(strict_json.dumps(report, indent=2, default=float))  # an unbounded percentile: null
         store.push(out_dir)
-        metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in report["rows"]
+        metrics = {f"{r['policy']}/{r['workload']}/load_{r['load']:g}/{k}": r[k] for r in evaluation.rows
                    for k in ("goodput", "served_share", "e2e_mean_offered_s", "qos_mean", "e2e_mean_s", "e2e_p95_s",
                              "quality_mean", "slo_attainment")
                    if np.isfinite(r[k])}
-        mlflow.log_report(context, run_id, metrics=metrics, files=[path, simulator, *map(Path, report["plots"])],
-                          curves=training_curves(report), dataset=routing_table,
+        mlflow.log_report(context, run_id, metrics=metrics, files=[path, simulator, *map(Path, evaluation.plots)],
+                          curves=training_curves(evaluation), dataset=routing_table,
                           params={"chosen.recommended": gate["recommended"], "chosen.policies": sorted(exports),
                                   **{f"chosen.recommended.{w}": g["recommended"]
-                                     for w, g in report["gate_by_workload"].items()}})
+                                     for w, g in evaluation.gate_by_workload.items()}})
     context.log.info(f"logged the routing evaluation to MLflow run {run_id}")
-    table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in report["rows"]]
+    table = [{k: (round(r[k], 4) if isinstance(r[k], float) else r[k]) for k in TABLE_COLUMNS} for r in evaluation.rows]
 
     def simulated(name: str) -> dict[str, float]:
         """The policy's mean over every workload × load × seed of the evaluation (the release gate's)."""
-        rows = [r for r in report["rows"] if r["policy"] == name]
+        rows = [r for r in evaluation.rows if r["policy"] == name]
         out = {}
         for key, label in (("qos_mean", "simulator_qos"), ("e2e_mean_s", "simulator_e2e_mean_s")):
             values = [r[key] for r in rows if np.isfinite(r[key])]
@@ -161,25 +163,25 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
                 "objective": gate["objective"], "evaluation_mlflow_run_id": run_id,
                 # where traffic looks like one workload (the fleet's own, "traffic", when its logs were replayed)
                 "recommended_by_workload": {w: f"policy--{g['recommended']}"
-                                            for w, g in report["gate_by_workload"].items()}}))
+                                            for w, g in evaluation.gate_by_workload.items()}}))
     return dg.Output(
-        TrainedComponent(components, details={"path": str(path), "mlflow_run_id": run_id, "rows": report["rows"],
+        TrainedComponent(components, details={"path": str(path), "mlflow_run_id": run_id, "rows": evaluation.rows,
                                               "policies": exports, "gate": gate}),
         metadata={"mlflow_run": mlflow.run_link(run_id), "report": dg.MetadataValue.path(str(path)),
                   "table": markdown_table(table),
-                  "clipped_fits": dg.MetadataValue.json(report["clipped_fits"]),
+                  "clipped_fits": dg.MetadataValue.json(evaluation.clipped_fits),
                   "teachers": dg.MetadataValue.json(report["pretrain"]),
                   "policies": dg.MetadataValue.json(exports),
                   "recommended_policy": gate["recommended"],
                   "recommendation": gate["reason"],
                   "recommended_by_workload": markdown_table(
                       [{"workload": w, "recommended": g["recommended"], "kind": g["kind"]}
-                       for w, g in report["gate_by_workload"].items()]),
+                       for w, g in evaluation.gate_by_workload.items()]),
                   **quarantine_metadata(quarantine, qpath),
                   # headline numbers per policy and baseline, for the Plots tab's trends across runs
-                  **clean({f"{name}/{label}": value for name in sorted({r["policy"] for r in report["rows"]})
+                  **clean({f"{name}/{label}": value for name in sorted({r["policy"] for r in evaluation.rows})
                            for label, value in simulated(name).items()}),
-                  **plot_entries(report["plots"])},
+                  **plot_entries(evaluation.plots)},
     )
 
 

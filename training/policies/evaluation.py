@@ -18,7 +18,7 @@ own setting (single-server instances, every request's age observed) is `benchmar
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -157,13 +157,58 @@ def score(outcomes: list[Outcome], prices: np.ndarray, qos_limit_s: float, slo_e
     return out
 
 
+@dataclass
+class RoutingEvaluation:
+    """What `evaluate_routing` returns. The tables (`rows`, the gates, `recommendations`) stay rows of
+    plain values: they are written as they are to `routing_evaluation.json` (`report()`), read by the
+    plots, the simulator file and the bundle's recommendation component."""
+
+    rows: list[dict[str, Any]]  # one per policy × workload × load: mean and std over seeds of each metric
+    gate: dict[str, Any]  # `gate.recommend` over every workload: the recommended policy and why
+    gate_by_workload: dict[str, dict[str, Any]]  # the same, one workload at a time
+    recommendations: list[dict[str, Any]]  # per evaluated traffic: its online statistics and best policies
+    transfer: dict[str, Any]  # how those recommendations hold on a workload left out
+    trained: dict[str, TrainedPolicy] = field(repr=False)  # the learned policies, for export
+    capacity_rps: float = 0.0  # the rate Poisson arrivals sustain on the fleet
+    load_calibration: dict[str, LoadCalibration] = field(default_factory=dict)  # per workload
+    train_workloads: list[str] = field(default_factory=list)
+    train_load: float = 0.0
+    slo: str = ""
+    clipped_fits: list[str] = field(default_factory=list)  # fitted terms floored (noise-sized, negative)
+    qos_latency_per_token_s: float = 0.0
+    seeds: list[int] = field(default_factory=list)  # the evaluation's (never a training seed)
+    requests: int = 0  # per episode
+    trace_quarantined: int = 0
+    traffic_requests: int | None = None  # the fleet's own logs replayed, when it has them
+    plots: list[str] = field(default_factory=list)
+
+    @property
+    def recommended(self) -> str:
+        return self.gate["recommended"]
+
+    def report(self) -> dict[str, Any]:
+        """The JSON form (`routing_evaluation.json`; its keys in the order the file has always had)."""
+        return {"capacity_rps": self.capacity_rps, "train_workloads": self.train_workloads,
+                "load_calibration": {k: c.to_dict() for k, c in self.load_calibration.items()},
+                "slo": self.slo, "clipped_fits": self.clipped_fits,
+                "qos_latency_per_token_s": self.qos_latency_per_token_s, "seeds": self.seeds,
+                "requests": self.requests, "train_load": self.train_load,
+                "trace_quarantined": self.trace_quarantined, "rows": self.rows,
+                "learning_curves": {n: t.curve for n, t in self.trained.items()},
+                "pretrain": {n: t.pretrain for n, t in self.trained.items()},
+                "training": {n: t.training() for n, t in self.trained.items()},
+                "gate": self.gate, "gate_by_workload": self.gate_by_workload,
+                "recommendations": self.recommendations, "transfer": self.transfer,
+                "traffic_requests": self.traffic_requests, "plots": self.plots}
+
+
 def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
                      out_dir: Path, log: Callable[[str], None] = print, quarantine: Quarantine | None = None,
-                     traffic: Traffic | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                     traffic: Traffic | None = None) -> RoutingEvaluation:
     """Train the learned policies, run every policy × workload × load × seed, write plots; returns
-    the report (rows of mean ± std per metric, learning curves, plot paths, the gate over every
-    workload and per workload) and the trained networks with the environment each was trained in
-    (for export). Trace rows that cannot be replayed go to `quarantine` (the caller writes it).
+    the rows of mean ± std per metric, the gate over every workload and per workload, the
+    recommendation table, plot paths, and the trained networks with the environment each was
+    trained in (for export). Trace rows that cannot be replayed go to `quarantine` (the caller writes it).
     With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
     "traffic", whatever `settings.workloads` lists."""
     from routeforge.training.policies.rl.rollout import evaluation_seeds, run_episode
@@ -253,50 +298,45 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 for metric in dict.fromkeys([settings.objective, "served_share"]):  # the gate pairs seeds
                     row[f"{metric}_by_seed"] = [r.get(metric, float("nan")) for r in runs]
                 rows.append(row)
-    report = {"capacity_rps": capacity, "train_workloads": families,
-              "load_calibration": {k: c.to_dict() for k, c in calibrations.items()},
-              "slo": (f"E2E ≤ {settings.slo_e2e_s:g} s" if settings.slo_e2e_s is not None else
-                      f"E2E ≤ {settings.slo_scale:g} × the request's E2E alone on the idle instance it was sent to"),
-              "clipped_fits": clipped, "qos_latency_per_token_s": qos_limit,
-              "seeds": seeds, "requests": n, "train_load": settings.train_load,
-              "trace_quarantined": len(quarantine), "rows": rows,
-              "learning_curves": {n: t.curve for n, t in trained.items()},
-              "pretrain": {n: t.pretrain for n, t in trained.items()},
-              "training": {n: t.training() for n, t in trained.items()}}
+    learned = [p for p in wanted if p in trained]
+    heuristics = [p for p in wanted if p in EXPORTABLE]
     # one family: the other workloads are the unseen ones; several: every workload is judged on held-out windows
     trained_on = (families[0], settings.train_load) if len(families) == 1 else None
-    report["gate"] = recommend(rows, learned=[p for p in wanted if p in trained],
-                               heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
-                               trained_on=trained_on)
-    log(f"routing gate: recommends {report['gate']['recommended']} ({report['gate']['reason']})")
+    gate = recommend(rows, learned=learned, heuristics=heuristics, objective=settings.objective, trained_on=trained_on)
+    log(f"routing gate: recommends {gate['recommended']} ({gate['reason']})")
     # and per workload: the policy to deploy where traffic looks like that workload (the fleet's own
     # traffic included, when its logs are replayed)
-    report["gate_by_workload"] = {}
+    by_workload = {}
     for kind in workloads:
-        gate = recommend([r for r in rows if r["workload"] == kind], learned=[p for p in wanted if p in trained],
-                         heuristics=[p for p in wanted if p in EXPORTABLE], objective=settings.objective,
-                         trained_on=trained_on)
-        report["gate_by_workload"][kind] = {k: gate[k] for k in ("recommended", "kind", "reason", "margin", "noise")}
-        log(f"routing gate on {kind}: {gate['recommended']}")
+        one = recommend([r for r in rows if r["workload"] == kind], learned=learned, heuristics=heuristics,
+                        objective=settings.objective, trained_on=trained_on)
+        by_workload[kind] = {k: one[k] for k in ("recommended", "kind", "reason", "margin", "noise")}
+        log(f"routing gate on {kind}: {one['recommended']}")
     # per traffic: which carried policy to use, by what a router can count online (artifacts.recommendation)
-    carried = [p for p in wanted if p in trained or p in EXPORTABLE]
-    report["recommendations"] = recommendation_table(rows, stats, carried)
-    report["transfer"] = transfer(rows, report["recommendations"], settings.objective)
-    if report["transfer"]["mean_gap"] is not None:
+    recommendations = recommendation_table(rows, stats, [p for p in wanted if p in trained or p in EXPORTABLE])
+    held_out = transfer(rows, recommendations, settings.objective)
+    if held_out["mean_gap"] is not None:
         log(f"recommendation by traffic, each workload left out: {settings.objective} within "
-            f"{report['transfer']['mean_gap']:.1%} of the best on average (worst {report['transfer']['max_gap']:.1%})")
-    report["traffic_requests"] = len(traffic) if traffic is not None else None
-    report["plots"] = [str(p) for p in plot_evaluation(report, out_dir)]
-    return report, trained
+            f"{held_out['mean_gap']:.1%} of the best on average (worst {held_out['max_gap']:.1%})")
+    evaluation = RoutingEvaluation(
+        rows=rows, gate=gate, gate_by_workload=by_workload, recommendations=recommendations, transfer=held_out,
+        trained=trained, capacity_rps=capacity, load_calibration=calibrations, train_workloads=families,
+        train_load=settings.train_load,
+        slo=(f"E2E ≤ {settings.slo_e2e_s:g} s" if settings.slo_e2e_s is not None else
+             f"E2E ≤ {settings.slo_scale:g} × the request's E2E alone on the idle instance it was sent to"),
+        clipped_fits=clipped, qos_latency_per_token_s=qos_limit, seeds=seeds, requests=n,
+        trace_quarantined=len(quarantine), traffic_requests=len(traffic) if traffic is not None else None)
+    evaluation.plots = [str(p) for p in plot_evaluation(evaluation, out_dir)]
+    return evaluation
 
 
-def plot_evaluation(report: dict, out_dir: Path) -> list[Path]:
+def plot_evaluation(evaluation: RoutingEvaluation, out_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = report["rows"]
+    rows = evaluation.rows
     workloads = sorted({r["workload"] for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     paths = []
@@ -332,9 +372,9 @@ def plot_evaluation(report: dict, out_dir: Path) -> list[Path]:
     paths.append(out_dir / "metrics_by_load.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
-    if report["learning_curves"]:
+    if evaluation.trained:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, curve in report["learning_curves"].items():
+        for name, curve in ((n, t.curve) for n, t in evaluation.trained.items()):
             ax.plot([c["steps"] for c in curve], [c["return"] for c in curve], "-o", ms=3, label=name)
         ax.set(xlabel="environment steps", ylabel="episode return", title="learning curves")
         ax.legend(fontsize=7)

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from routeforge.artifacts import strict_json
 from routeforge.core.config import DdqnSettings, RoutingEvaluationSettings, SacSettings
 from routeforge.training.policies.evaluation import evaluate_routing, workload_factory
 from routeforge.training.policies.simulator.workloads import RequestPool
@@ -28,8 +29,10 @@ def test_every_policy_workload_load_and_seed(tmp_path):
                                          policies=["round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"],
                                          train_workloads=["poisson", "square_wave"])
     prices = np.array([[0.1, 0.2], [1.0, 2.0]])
-    report, trained = evaluate_routing(_pool(), FITS, [0, 1], prices, settings, tmp_path, log=lambda m: None)
-    assert len(report["rows"]) == 2 * 2 * 4 and set(trained) == {"ddqn_workload_guided", "sac_qos_han"}
+    evaluation = evaluate_routing(_pool(), FITS, [0, 1], prices, settings, tmp_path, log=lambda m: None)
+    report = json.loads(strict_json.dumps(evaluation.report(), default=float))  # what the asset writes
+    assert len(evaluation.rows) == 2 * 2 * 4 and set(evaluation.trained) == {"ddqn_workload_guided", "sac_qos_han"}
+    assert evaluation.recommended == report["gate"]["recommended"] and len(report["rows"]) == len(evaluation.rows)
     for row in report["rows"]:
         assert 0 <= row["qos_mean"] <= 1 and row["e2e_mean_s"] > 0 and row["e2e_mean_s_std"] >= 0
         assert row["cost_usd_per_request"] > 0 and row["dropped"] + row["rejected"] <= 40
@@ -87,8 +90,8 @@ def test_the_fleets_traffic_logs_are_replayed_as_a_workload_with_a_recommendatio
     settings = RoutingEvaluationSettings(enabled=True, loads=[0.7], workloads=["poisson"], requests=40, seeds=2,
                                          queue_capacity=4, policies=["round_robin", "join_shortest_queue",
                                                                      "least_work_left"])
-    report, _ = evaluate_routing(_pool(), FITS, [0, 1], np.zeros((2, 2)), settings, tmp_path, log=lambda m: None,
-                                 traffic=traffic)
+    report = evaluate_routing(_pool(), FITS, [0, 1], np.zeros((2, 2)), settings, tmp_path, log=lambda m: None,
+                              traffic=traffic).report()
     assert {r["workload"] for r in report["rows"]} == {"poisson", "traffic"} and report["traffic_requests"] == 120
     # the replayed requests are the log's: its long prompts, not the pool's (at most 400 tokens)
     replay = workload_factory("traffic", _pool(), 5.0, 40, None, traffic)(0)
