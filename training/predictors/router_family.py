@@ -81,7 +81,9 @@ def _train_torch(net, x: np.ndarray, y: np.ndarray, epochs: int, weight_decay: f
 Fitter = Callable[[Candidate, np.ndarray, np.ndarray, int, "list[str] | np.ndarray | None"], dict[str, np.ndarray]]
 # member kind → how it is fitted: (candidate, x, y, seed, tasks) → the weights its rule in
 # `routeforge.artifacts.router.MEMBER_KINDS` predicts with. A new kind is one fitter here and one rule
-# there, under the same name (tests/training/predictors/test_router_selection.py holds the names equal)
+# there, under the same name (tests/training/predictors/test_router_selection.py holds the names equal).
+# Metadata: `grid(settings)`, the parameter sets cross-validation tries (`candidates`; none: the kind
+# is fitted only when a caller names it), and `params(weights)`, what the member's spec adds.
 MEMBER_FITTERS: Registry[Fitter] = Registry("estimator kind", ("routeforge.training.predictors.router_family",))
 member_fitter = MEMBER_FITTERS.register
 
@@ -95,7 +97,12 @@ def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
     return MEMBER_FITTERS.get(cand.kind)(cand, x, y, seed, tasks)
 
 
-@member_fitter("knn")
+def _knn_grid(settings) -> list[dict[str, Any]]:
+    budget = {"max_keys": settings.knn_max_keys} if settings.knn_max_keys is not None else {}
+    return [{"k": k, "prior_strength": a, **budget} for k in settings.knn_k for a in settings.knn_prior_strength]
+
+
+@member_fitter("knn", grid=_knn_grid)
 def _fit_knn(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     """Every training prompt a key, or a seeded uniform sample of `max_keys` of them (the prior from
     every label): the runtime compares each request with every key, so keys bound its time, the
@@ -112,7 +119,9 @@ def _mlp_layers(weights: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"layers": sum(1 for k in weights if k.startswith("w"))}
 
 
-@member_fitter("mlp", params=_mlp_layers)
+@member_fitter("mlp", params=_mlp_layers,
+               grid=lambda s: [{"hidden": h, "weight_decay": s.mlp_weight_decay, "epochs": s.mlp_epochs}
+                               for h in s.mlp_hidden])
 def _fit_mlp(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     import torch
 
@@ -129,7 +138,7 @@ def _fit_mlp(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) ->
                                (f"b{i}", lin.bias.detach().numpy().astype(np.float32)))}
 
 
-@member_fitter("mf")
+@member_fitter("mf", grid=lambda s: [{"dim": r, "epochs": s.mf_epochs} for r in s.mf_dim])
 def _fit_mf(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     import torch
 
@@ -156,7 +165,8 @@ def _fit_mf(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> 
             "model_bias": net.model_bias.detach().numpy().astype(np.float32)}
 
 
-@member_fitter("dc")
+@member_fitter("dc", grid=lambda s: [{"dim": r, "epochs": s.dc_epochs, "clusters": s.guard_clusters}
+                                     for r in s.dc_dim])
 def _fit_dc(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     import torch
 
@@ -164,7 +174,7 @@ def _fit_dc(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> 
     return _fit_dual_contrastive(cand, x, y, seed)
 
 
-@member_fitter("task_mixture")
+@member_fitter("task_mixture", grid=lambda s: [{"C": c, "clusters": s.guard_clusters} for c in s.mixture_c])
 def _fit_mixture(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     return _fit_task_mixture(cand, x, y, seed, tasks)
 
@@ -283,14 +293,6 @@ def fit_predict(cand: Candidate, x_fit: np.ndarray, y_fit: np.ndarray, x_pred: n
 
 
 def candidates(settings) -> list[Candidate]:
-    """The grid named by `RouterSelectionSettings`."""
-    budget = {"max_keys": settings.knn_max_keys} if settings.knn_max_keys is not None else {}
-    out = [Candidate("knn", {"k": k, "prior_strength": a, **budget})
-           for k in settings.knn_k for a in settings.knn_prior_strength]
-    out += [Candidate("mlp", {"hidden": h, "weight_decay": settings.mlp_weight_decay, "epochs": settings.mlp_epochs})
-            for h in settings.mlp_hidden]
-    out += [Candidate("mf", {"dim": r, "epochs": settings.mf_epochs}) for r in settings.mf_dim]
-    out += [Candidate("dc", {"dim": r, "epochs": settings.dc_epochs, "clusters": settings.guard_clusters})
-            for r in settings.dc_dim]
-    out += [Candidate("task_mixture", {"C": c, "clusters": settings.guard_clusters}) for c in settings.mixture_c]
-    return out
+    """The grid named by `RouterSelectionSettings`: each registered kind's `grid`, in registration order."""
+    return [Candidate(entry.name, params) for entry in MEMBER_FITTERS.entries()
+            for params in entry.metadata.get("grid", lambda _: [])(settings)]
