@@ -69,7 +69,6 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     from routeforge.training.policies.evaluation import evaluate_routing, read_traffic
     from routeforge.training.policies.learned.base import LEARNED_POLICIES
     from routeforge.training.policies.packaging import export_heuristics, write_simulator
-    from routeforge.training.policies.rl.export import export_policy
     from routeforge.training.policies.simulator.workloads import RequestPool, prompt_token_counts
 
     config = fleet.config
@@ -101,18 +100,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         qpath = store.write_quarantine(quarantine)
         exports = {}
         for name, result in evaluation.trained.items():
-            net, env, policy = result.network, result.env, LEARNED_POLICIES.get(name)
-            obs, _ = env.reset(seed=settings.seed + 7)
-            checks = [obs]
-            discrete = hasattr(env.action_space, "n")
-            for step in range(32):  # observations of a filling cluster too
-                obs, _, done, _, _ = env.step(step % env.action_space.n if discrete
-                                              else np.zeros(env.action_space.shape, dtype=np.float32))
-                checks.append(obs)
-                if done:
-                    break
-            spec = export_policy(net, out_dir / "policies" / name, env.observation_spec(), env.action_spec(),
-                                 np.stack(checks), output=policy.output, act=policy.export_act(settings))
+            spec = LEARNED_POLICIES.get(name).export(result, out_dir / "policies" / name, settings, settings.seed + 7)
             exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
                              "onnx_action_agreement": spec["onnx_action_agreement"]}
         report, gate = evaluation.report() | {"policies": exports}, evaluation.gate

@@ -171,15 +171,16 @@ def compare(setting: Setting, args) -> None:
     learned = {}
     for variant in ("han", "baseline"):
         env = setting.env(variant, lambda s: setting.poisson(s, args.episode))
-        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=args.learn_every,
-                                               n_envs=args.n_envs, teacher=args.teacher,
-                                               paired_baseline=args.paired_baseline,
-                                               target_entropy_weight=args.target_entropy_weight,
-                                               bc_floor=args.bc_floor, clone_steps=args.clone_steps,
-                                               demo_episodes=args.demo_episodes,
-                                               teacher_choice=args.teacher_choice,
-                                               keep_best_round=args.keep_best_round))
-        result["training"][variant] = info
+        info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=args.learn_every,
+                                          n_envs=args.n_envs, teacher=args.teacher,
+                                          paired_baseline=args.paired_baseline,
+                                          target_entropy_weight=args.target_entropy_weight,
+                                          bc_floor=args.bc_floor, clone_steps=args.clone_steps,
+                                          demo_episodes=args.demo_episodes,
+                                          teacher_choice=args.teacher_choice,
+                                          keep_best_round=args.keep_best_round))
+        net = info.network
+        result["training"][variant] = info.summary()
         learned[f"sac_{variant}"] = (variant, lambda seed, net=net: greedy(net))
         learned[f"sac_{variant}_sampled"] = (variant, lambda seed, net=net: sampled(net, seed))
         obs, _ = env.reset(seed=SEEDS[0])
@@ -220,12 +221,13 @@ def ablation(setting: Setting, args) -> None:
         pool = setting.pool.ablated(quality=quality, length=length)
         env = setting.env(variant, lambda s, pool=pool: setting.poisson(s, args.episode, pool))
         t0 = time.perf_counter()
-        net, info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher))
+        info = train_sac(env, SacSettings(total_steps=args.steps, learn_every=2, teacher=args.teacher))
+        net = info.network
         policies = {"sac_sampled": (variant, lambda seed, net=net: sampled(net, seed))}
         policies |= {b: BASELINES[b] for b in SIGNAL_BASELINES}
         table = setting.evaluate(policies, lambda s, pool=pool: setting.poisson(s, pool=pool), name)
         result["signals"][name] = {"quality": quality, "length": length, "train_s": time.perf_counter() - t0,
-                                   "curve": info["curve"], "policies": table}
+                                   "curve": info.curve, "policies": table}
     if "PS+TL" in result["signals"]:
         base = result["signals"]["PS+TL"]["policies"]["sac_sampled"]["qos_mean"][0]
         for entry in result["signals"].values():

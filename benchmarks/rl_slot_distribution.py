@@ -118,12 +118,13 @@ def main() -> None:
           f"slot {slot:.1f} s, requirement {requirement:.1f} s, bursty {180 / k:.2f} req/s, "
           f"normal {10 / k:.3f} req/s", flush=True)
     env = make_env()
-    net, info = train_ppo(make_env, PpoSettings(total_steps=args.steps, n_envs=args.n_envs,
-                                                subprocess=args.subprocess, teacher=args.teacher,
-                                                pretrain_steps=args.pretrain_steps,
-                                                keep_best_round=args.keep_best_round,
-                                                validation_episodes=args.validation_episodes,
-                                                paired_baseline=args.paired_baseline))
+    info = train_ppo(make_env, PpoSettings(total_steps=args.steps, n_envs=args.n_envs,
+                                           subprocess=args.subprocess, teacher=args.teacher,
+                                           pretrain_steps=args.pretrain_steps,
+                                           keep_best_round=args.keep_best_round,
+                                           validation_episodes=args.validation_episodes,
+                                           paired_baseline=args.paired_baseline))
+    net = info.network
     obs, _ = env.reset(seed=SEEDS[0])
     checks = [obs]
     for _ in range(40):  # observations from a busy cluster too
@@ -157,7 +158,7 @@ def main() -> None:
     result = {"fleet": {"heavy": [HEAVY, TIERS[HEAVY]], "light": [LIGHT, TIERS[LIGHT]]}, "instances": instance_models,
               "dispatch": args.dispatch,
               "accuracy_g": g, "service_s": service, "capacity_rps": capacity, "stretch_k": k, "slot_s": slot,
-              "requirement_p98_s": requirement, "buffer": BUFFER, "timings": timings, "training": info,
+              "requirement_p98_s": requirement, "buffer": BUFFER, "timings": timings, "training": info.summary(),
               "onnx": {key: spec[key] for key in ("onnx_max_abs_diff", "onnx_action_agreement")},
               "best_fixed_split": {key: fixed[key] for key in ("shares", "return", "grid")}, "workloads": {}}
     for wname, workload in {"switched_poisson": eval_spp, "poisson_same_mean": poisson,

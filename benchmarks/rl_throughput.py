@@ -163,9 +163,9 @@ def training_decisions_per_second(copies: int, episodes: int) -> dict:
 
     env, _ = workload_aware()
     start = time.perf_counter()
-    _, info = train_ddqn(env, DdqnSettings(episodes=episodes, n_envs=copies, teacher=None), log=lambda _: None)
+    info = train_ddqn(env, DdqnSettings(episodes=episodes, n_envs=copies, teacher=None), log=lambda _: None)
     elapsed = time.perf_counter() - start
-    decisions = max(c["steps"] for c in info["curve"])
+    decisions = max(c["steps"] for c in info.curve)
     return {"copies": copies, "episodes": episodes, "decisions": decisions, "seconds": round(elapsed, 1),
             "decisions_per_s": round(decisions / elapsed, 1)}
 

@@ -117,18 +117,19 @@ def main() -> None:
         env = WorkloadAwareEnv([profile] * 4, poisson, variant=variant, reward=args.reward,
                                wait_action=not args.no_wait, observe_waiting=args.observe_waiting)
         start = time.perf_counter()
-        net, info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network,
-                                                 teacher=args.teacher, n_envs=args.n_envs,
-                                                 margin_floor=args.margin_floor,
-                                                 keep_best_round=args.keep_best_round,
-                                                 pretrain_steps=args.pretrain_steps,
-                                                 teacher_choice=args.teacher_choice,
-                                                 observe_waiting=args.observe_waiting,
-                                                 demo_episodes=args.demo_episodes,
-                                                 learn_every=args.learn_every))
-        info["train_seconds"] = time.perf_counter() - start
-        info["decisions"] = max((c["steps"] for c in info["curve"]), default=0)  # 0: cloned only
-        result["training"][variant] = info
+        info = train_ddqn(env, DdqnSettings(episodes=args.episodes, network=args.network,
+                                            teacher=args.teacher, n_envs=args.n_envs,
+                                            margin_floor=args.margin_floor,
+                                            keep_best_round=args.keep_best_round,
+                                            pretrain_steps=args.pretrain_steps,
+                                            teacher_choice=args.teacher_choice,
+                                            observe_waiting=args.observe_waiting,
+                                            demo_episodes=args.demo_episodes,
+                                            learn_every=args.learn_every))
+        net = info.network
+        result["training"][variant] = info.summary() | {
+            "train_seconds": time.perf_counter() - start,
+            "decisions": max((c["steps"] for c in info.curve), default=0)}  # 0: cloned only
         policies[f"ddqn_{variant}"] = (lambda n: (lambda env: greedy(n)))(net)
         if variant == "guided":
             obs, _ = env.reset(seed=SEEDS[0])

@@ -74,9 +74,10 @@ def test_qos_graph_env_drop_action_and_baseline_variant():
 @pytest.mark.parametrize("variant", ["han", "baseline"])
 def test_sac_smoke_trains_exports_and_serves(tmp_path, variant):
     env = _qos_graph_env(variant=variant, n=60)
-    net, info = train_sac(env, SacSettings(total_steps=160, warmup_steps=64, batch_size=16, learn_every=4, teacher=None),
-                          log=lambda m: None)
-    assert info["curve"] and info["curve"][-1]["steps"] == 160
+    info = train_sac(env, SacSettings(total_steps=160, warmup_steps=64, batch_size=16, learn_every=4, teacher=None),
+                     log=lambda m: None)
+    net = info.network
+    assert info.curve and info.curve[-1]["steps"] == 160
     obs, _ = env.reset(seed=4)
     checks = [obs]
     for a in (1, 2, 3, 1, 2, 3, 1):
@@ -150,9 +151,10 @@ def _export_after_busy_slots(net, env, tmp_path, output: str):
 
 def test_ppo_smoke_trains_exports_and_beats_nothing_silently(tmp_path):
     env = _slot_env(max_slots=16, n=300)
-    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
-                          PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2), log=lambda m: None)
-    assert info["curve"] and info["curve"][-1]["slots"] == 16
+    info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
+                     PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2), log=lambda m: None)
+    net = info.network
+    assert info.curve and info.curve[-1]["slots"] == 16
     spec, checks, policy = _export_after_busy_slots(net, env, tmp_path, "probabilities")
     assert spec["onnx_max_abs_diff"] < 1e-5
     probs = policy.act(checks[-1])
@@ -193,11 +195,11 @@ def test_unseeded_resets_draw_new_reproducible_episodes(make):
 
 
 def test_ppo_steps_copies_in_worker_processes():
-    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
-                          PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=1, n_envs=2,
-                                      subprocess=True), log=lambda m: None)
-    assert len(info["curve"]) == 8 and {c["slots"] for c in info["curve"]} == {16}
-    assert len({round(c["return"], 6) for c in info["curve"]}) > 1  # each episode has its own arrivals
+    info = train_ppo(lambda: _slot_env(max_slots=16, n=300),
+                     PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=1, n_envs=2,
+                                 subprocess=True), log=lambda m: None)
+    assert len(info.curve) == 8 and {c["slots"] for c in info.curve} == {16}
+    assert len({round(c["return"], 6) for c in info.curve}) > 1  # each episode has its own arrivals
     with pytest.raises(ValueError, match="n_steps"):
         train_ppo(lambda: _slot_env(max_slots=16), PpoSettings(total_steps=64, n_steps=63, n_envs=2),
                   log=lambda m: None)
@@ -224,14 +226,15 @@ def test_ppo_starts_from_the_best_fixed_split_and_keeps_its_best_rollout():
 
     settings = PpoSettings(total_steps=192, n_steps=64, batch_size=32, n_epochs=2, teacher="fixed_split",
                            teacher_resolution=4, demo_episodes=2, pretrain_steps=300, keep_best_round=True)
-    net, info = train_ppo(lambda: _slot_env(max_slots=16, n=300), settings, log=lambda m: None)
-    pre = info["pretrain"]
+    info = train_ppo(lambda: _slot_env(max_slots=16, n=300), settings, log=lambda m: None)
+    net = info.network
+    pre = info.pretrain
     assert len(pre["grid"]) == 5 and pre["teacher_return"] == max(row["return"] for row in pre["grid"])
     assert pre["max_action_error"] < 0.05
     # every weight set judged once: the clone, and after each of the three updates
-    assert [v["steps"] for v in info["validation"]] == [0, 64, 128, 192]
-    assert info["validation"][0]["first_episode"] is None
-    scores = [v["validation_score"] for v in info["validation"]]
+    assert [v["steps"] for v in info.validation] == [0, 64, 128, 192]
+    assert info.validation[0]["first_episode"] is None
+    scores = [v["validation_score"] for v in info.validation]
     judge = _slot_env(max_slots=16, n=300)
     replayed = np.mean([episode_return(judge, distribution_policy(net), s)
                         for s in validation_seeds(settings.seed, settings.validation_episodes)])
@@ -271,8 +274,9 @@ def test_ppo_over_queue_biases_starts_at_jsq_exports_and_dispatches(tmp_path):
 
     settings = PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2, teacher="shortest_queue",
                            demo_episodes=1, pretrain_steps=300, keep_best_round=True)
-    net, info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
-    assert info["pretrain"]["teacher"] == "shortest_queue" and info["pretrain"]["max_action_error"] < 0.05
+    info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
+    net = info.network
+    assert info.pretrain["teacher"] == "shortest_queue" and info.pretrain["max_action_error"] < 0.05
     spec, checks, policy = _export_after_busy_slots(net, _biased_env(), tmp_path, "bias")
     assert spec["onnx_max_abs_diff"] < 1e-5 and spec["action"]["kind"] == "queue_bias"
     biases = policy.act(checks[-1])
@@ -317,16 +321,16 @@ def test_paired_baseline_subtracts_the_teachers_reward_on_the_same_arrivals():
 def test_ppo_trains_on_the_paired_reward_and_is_judged_on_the_plain_return():
     settings = PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=1, teacher="shortest_queue",
                            demo_episodes=1, pretrain_steps=300, keep_best_round=True, paired_baseline=True)
-    net, info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
-    assert info["curve_return"] == "less the teacher's on the same arrivals" and len(info["curve"]) == 8
+    info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
+    assert info.curve_return == "less the teacher's on the same arrivals" and len(info.curve) == 8
     # the clone routes as its teacher: its paired return would be 0, its validation score is the plain return
     from routeforge.training.policies.rl.rollout import validation_seeds
     from routeforge.training.policies.rl.teacher import episode_return
 
-    assert info["pretrain"]["max_action_error"] < 0.25  # rounds to zero biases
+    assert info.pretrain["max_action_error"] < 0.25  # rounds to zero biases
     plain = np.mean([episode_return(_biased_env(max_slots=16, n=300), lambda _obs: np.zeros(4), s)
                      for s in validation_seeds(settings.seed, settings.validation_episodes)])
-    assert plain != 0.0 and info["validation"][0]["validation_score"] == pytest.approx(plain)
+    assert plain != 0.0 and info.validation[0]["validation_score"] == pytest.approx(plain)
 
 
 def test_sac_pairs_its_reward_with_a_heuristic_teacher_on_the_same_arrivals():
@@ -343,8 +347,8 @@ def test_sac_pairs_its_reward_with_a_heuristic_teacher_on_the_same_arrivals():
     assert jsq_return != 0.0 and sum(teacher_rewards(paired, lambda _obs: 0, seed=3)) == pytest.approx(-jsq_return)
     settings = SacSettings(total_steps=80, warmup_steps=0, learn_every=8, batch_size=16, teacher="join_shortest_queue",
                            demo_episodes=1, pretrain_steps=10, keep_best_round=True, paired_baseline=True)
-    net, info = train_sac(_qos_graph_env(), settings, log=lambda m: None)
-    assert info["curve_return"] == "less the teacher's on the same arrivals" and info["curve"]
-    assert info["validation"][0]["metric"] == "qos"
+    info = train_sac(_qos_graph_env(), settings, log=lambda m: None)
+    assert info.curve_return == "less the teacher's on the same arrivals" and info.curve
+    assert info.validation[0]["metric"] == "qos"
     with pytest.raises(ValueError, match="paired_baseline needs a teacher"):
         train_sac(_qos_graph_env(), SacSettings(total_steps=16, teacher=None, paired_baseline=True), log=lambda m: None)

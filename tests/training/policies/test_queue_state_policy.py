@@ -85,8 +85,9 @@ def test_ppo_trains_exports_and_the_dispatcher_runs_it_from_live_counts(tmp_path
     instance 0 has fewer requests."""
     settings = PpoSettings(total_steps=64, n_steps=32, batch_size=16, n_epochs=2, teacher="shortest_queue",
                            demo_episodes=1, pretrain_steps=50, keep_best_round=True, validation_episodes=1)
-    net, info = train_ppo(_env, settings, log=lambda line: None)
-    assert info["pretrain"]["max_action_error"] < 0.5 and info["curve"]
+    info = train_ppo(_env, settings, log=lambda line: None)
+    net = info.network
+    assert info.pretrain["max_action_error"] < 0.5 and info.curve
     env = _env()
     obs, _ = env.reset(seed=1)
     checks = [obs] + [env.step(np.zeros(2, dtype=np.float32))[0] for _ in range(4)]

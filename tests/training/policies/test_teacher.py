@@ -65,14 +65,14 @@ def test_pretrained_policy_imitates_its_teacher_before_rl(trainer):
     env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
     if trainer == "ddqn":
         env.set_episode = lambda k: None  # the DQN trainer sets 001's guidance per episode
-        net, info = train_ddqn(env, DdqnSettings(episodes=1, teacher="join_shortest_queue", demo_episodes=3,
-                                                 pretrain_steps=400, batch_size=64), log=lambda _: None)
+        info = train_ddqn(env, DdqnSettings(episodes=1, teacher="join_shortest_queue", demo_episodes=3,
+                                            pretrain_steps=400, batch_size=64), log=lambda _: None)
     else:
-        net, info = train_sac(env, SacSettings(total_steps=150, teacher="join_shortest_queue", demo_episodes=3,
-                                               pretrain_steps=400), log=lambda _: None)
-    assert info["pretrain"]["teacher"] == "join_shortest_queue" and info["pretrain"]["demonstrations"] >= 450
-    assert info["pretrain"]["agreement_with_teacher"] > 0.6
-    assert info["curve"] and info["curve"][0]["steps"] > 0
+        info = train_sac(env, SacSettings(total_steps=150, teacher="join_shortest_queue", demo_episodes=3,
+                                          pretrain_steps=400), log=lambda _: None)
+    assert info.pretrain["teacher"] == "join_shortest_queue" and info.pretrain["demonstrations"] >= 450
+    assert info.pretrain["agreement_with_teacher"] > 0.6
+    assert info.curve and info.curve[0]["steps"] > 0
 
 
 def test_sac_steps_environment_copies_together_within_its_budget():
@@ -80,9 +80,9 @@ def test_sac_steps_environment_copies_together_within_its_budget():
 
     profiles, workload = _setting(n=40, rate=60.0)
     env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
-    _, info = train_sac(env, SacSettings(total_steps=100, n_envs=4, teacher=None, warmup_steps=20, batch_size=16),
-                        log=lambda _: None)
-    curve = info["curve"]
+    info = train_sac(env, SacSettings(total_steps=100, n_envs=4, teacher=None, warmup_steps=20, batch_size=16),
+                     log=lambda _: None)
+    curve = info.curve
     assert [c["episode"] for c in curve] == list(range(len(curve))) and len(curve) % 4 == 0
     assert max(c["steps"] for c in curve) == 100  # the last round is cut at the budget
     assert curve[-1]["loss"] is not None
@@ -97,10 +97,10 @@ def test_margin_pull_decays_to_its_floor_and_stays():
     env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
     weights = {}
     for floor in (0.0, 0.3):
-        _, info = train_ddqn(env, DdqnSettings(episodes=4, teacher="join_shortest_queue", demo_episodes=1,
-                                               pretrain_steps=10, batch_size=16, margin_decay=0.5,
-                                               margin_floor=floor), log=lambda _: None)
-        weights[floor] = [row["margin_weight"] for row in info["curve"]]
+        info = train_ddqn(env, DdqnSettings(episodes=4, teacher="join_shortest_queue", demo_episodes=1,
+                                            pretrain_steps=10, batch_size=16, margin_decay=0.5,
+                                            margin_floor=floor), log=lambda _: None)
+        weights[floor] = [row["margin_weight"] for row in info.curve]
     assert weights[0.0] == pytest.approx([1.0, 0.5, 0.25, 0.125])
     assert weights[0.3] == pytest.approx([1.0, 0.5, 0.3, 0.3])
 
@@ -115,16 +115,18 @@ def test_keep_best_round_returns_the_weights_of_the_best_training_round():
     profiles, workload = _setting(n=40, rate=60.0)
     base = dict(teacher="join_shortest_queue", demo_episodes=1, pretrain_steps=10, batch_size=16, n_envs=2)
     env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
-    net, info = train_ddqn(env, DdqnSettings(episodes=8, keep_best_round=True, **base), log=lambda _: None)
-    rounds = [v["validation_score"] for v in info["validation"]]
-    kept = info["kept_round"]
+    info = train_ddqn(env, DdqnSettings(episodes=8, keep_best_round=True, **base), log=lambda _: None)
+    net = info.network
+    rounds = [v["validation_score"] for v in info.validation]
+    kept = info.kept_round
     # the pretrained weights are the first candidate: RL has to beat its own start to be kept
-    assert [v["first_episode"] for v in info["validation"]] == [None, 0, 2, 4, 6]
-    assert kept == info["validation"][int(np.argmax(rounds))]
+    assert [v["first_episode"] for v in info.validation] == [None, 0, 2, 4, 6]
+    assert kept == info.validation[int(np.argmax(rounds))]
     assert kept["first_episode"] is not None and kept["first_episode"] < 6  # on these seeds: a middle round
     assert not set(validation_seeds(0, 2)) & {training_seed(0, k) for k in range(10**4)}
     env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
-    stopped, _ = train_ddqn(env, DdqnSettings(episodes=kept["first_episode"] + 2, **base), log=lambda _: None)
+    run = train_ddqn(env, DdqnSettings(episodes=kept["first_episode"] + 2, **base), log=lambda _: None)
+    stopped = run.network
     for name, value in stopped.state_dict().items():
         assert torch.equal(value, net.state_dict()[name]), name
 
@@ -153,11 +155,13 @@ def test_teacher_can_be_judged_by_the_return_of_the_students_clone():
 
     base = dict(episodes=1, teacher="auto", demo_episodes=1, pretrain_steps=20, batch_size=16)
     small = WorkloadAwareEnv(profiles, _setting(n=40, rate=60.0)[1], variant="aware", models=[0, 1, 2])
-    judged, info = train_ddqn(small, DdqnSettings(teacher_choice="clone", **base), log=lambda _: None)
-    assert set(info["pretrain"]["teacher_returns"]) == set(TEACHERS)
-    chosen = info["pretrain"]["teacher"]
+    info = train_ddqn(small, DdqnSettings(teacher_choice="clone", **base), log=lambda _: None)
+    judged = info.network
+    assert set(info.pretrain["teacher_returns"]) == set(TEACHERS)
+    chosen = info.pretrain["teacher"]
     # the trainer's own draws are those of a run told the chosen teacher outright
-    fixed, _ = train_ddqn(small, DdqnSettings(**{**base, "teacher": chosen}), log=lambda _: None)
+    run = train_ddqn(small, DdqnSettings(**{**base, "teacher": chosen}), log=lambda _: None)
+    fixed = run.network
     for name, value in fixed.state_dict().items():
         assert torch.equal(value, judged.state_dict()[name]), name
 
@@ -172,9 +176,9 @@ def test_sac_actor_alone_can_be_cloned_before_the_joint_pretraining():
     agreement = {}
     for clone_steps in (0, 400):
         env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
-        _, info = train_sac(env, SacSettings(total_steps=20, teacher="join_shortest_queue", demo_episodes=3,
-                                             pretrain_steps=0, clone_steps=clone_steps), log=lambda _: None)
-        agreement[clone_steps] = info["pretrain"]["agreement_with_teacher"]
+        info = train_sac(env, SacSettings(total_steps=20, teacher="join_shortest_queue", demo_episodes=3,
+                                          pretrain_steps=0, clone_steps=clone_steps), log=lambda _: None)
+        agreement[clone_steps] = info.pretrain["agreement_with_teacher"]
     assert agreement[400] > 0.6 and agreement[400] > agreement[0] + 0.2
 
 
@@ -191,12 +195,13 @@ def test_sac_keep_best_round_returns_the_actor_that_delivered_the_best_validatio
     env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="han", pad=4)
     settings = SacSettings(total_steps=180, teacher="join_shortest_queue", demo_episodes=1, pretrain_steps=5,
                            clone_steps=50, keep_best_round=True, batch_size=16, hidden=16, heads=2)
-    actor, info = train_sac(env, settings, log=lambda _: None)
-    firsts = [v["first_episode"] for v in info["validation"]]
+    info = train_sac(env, settings, log=lambda _: None)
+    actor = info.network
+    firsts = [v["first_episode"] for v in info.validation]
     assert firsts[0] is None and firsts[1:] == sorted(firsts[1:]) and len(firsts) >= 3
-    assert {v["metric"] for v in info["validation"]} == {"qos"}
-    scores = [v["validation_score"] for v in info["validation"]]
-    assert info["kept_round"] == info["validation"][int(np.argmax(scores))]
+    assert {v["metric"] for v in info.validation} == {"qos"}
+    scores = [v["validation_score"] for v in info.validation]
+    assert info.kept_round == info.validation[int(np.argmax(scores))]
     judge = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="han", pad=4)
     replayed = np.mean([episode_return(judge, sampled(actor, settings.seed), s, "qos")
                         for s in validation_seeds(settings.seed, settings.validation_episodes)])

@@ -59,9 +59,10 @@ def test_in_system_reward_sums_to_the_total_e2e():
 
 def test_ddqn_smoke_trains_exports_and_serves(tmp_path):
     env = WorkloadAwareEnv([PROFILE] * 4, _workload(n=60), variant="guided")
-    net, info = train_ddqn(env, DdqnSettings(episodes=2, batch_size=32, warmup_steps=50, eps_decay_steps=100, teacher=None),
-                           log=lambda m: None)
-    assert len(info["curve"]) == 2 and info["curve"][1]["guidance"] == pytest.approx(np.exp(-0.5))
+    info = train_ddqn(env, DdqnSettings(episodes=2, batch_size=32, warmup_steps=50, eps_decay_steps=100, teacher=None),
+                      log=lambda m: None)
+    net = info.network
+    assert len(info.curve) == 2 and info.curve[1]["guidance"] == pytest.approx(np.exp(-0.5))
     obs, _ = env.reset(seed=5)
     spec = export_policy(net, tmp_path / "policy", env.observation_spec(),
                          env.action_spec(), np.stack([obs, obs * 0.5]))
@@ -78,9 +79,9 @@ def test_ddqn_steps_environment_copies_together():
     """n_envs copies play consecutive episodes together; each episode is played whole, with its own
     guidance weight, and the curve counts every decision once."""
     env = WorkloadAwareEnv([PROFILE] * 4, _workload(n=40), variant="guided")
-    _, info = train_ddqn(env, DdqnSettings(episodes=5, n_envs=3, batch_size=32, warmup_steps=50, eps_decay_steps=100,
-                                           teacher=None), log=lambda m: None)
-    curve = info["curve"]
+    info = train_ddqn(env, DdqnSettings(episodes=5, n_envs=3, batch_size=32, warmup_steps=50, eps_decay_steps=100,
+                                        teacher=None), log=lambda m: None)
+    curve = info.curve
     assert sorted(c["episode"] for c in curve) == [0, 1, 2, 3, 4]
     assert all(c["guidance"] == pytest.approx(np.exp(-0.5 * c["episode"])) for c in curve)
     assert len({c["steps"] for c in curve}) == 5 and max(c["steps"] for c in curve) >= 5 * 40

@@ -12,10 +12,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from routeforge.artifacts.extensions import Registry
+from routeforge.training.policies.rl.rollout import TrainerRun
 
 LEARNED_POLICIES: Registry[LearnedPolicy] = Registry("learned policy", ("routeforge.training.policies.learned",))
 
@@ -67,9 +69,9 @@ class LearnedPolicy(ABC):
 
     @abstractmethod
     def fit(self, setting: Setting, env, workload: Callable[[int], list],
-            log: Callable[[str], None]) -> tuple[Any, dict]:
-        """(network, the trainer's info: `curve`, `pretrain`, `kept_round`), trained in `env` (a trainer
-        that steps several copies builds them from `workload`)."""
+            log: Callable[[str], None]) -> TrainerRun:
+        """Its trainer's run (network, curve, pretraining, kept round), trained in `env` (a trainer that
+        steps several copies builds them from `workload`)."""
 
     @abstractmethod
     def actor(self, network, seed: int, evaluation) -> Callable[[np.ndarray], Any]:
@@ -79,12 +81,31 @@ class LearnedPolicy(ABC):
         """How a runtime should act on the exported graph's output (`greedy` or `sample`)."""
         return "greedy"
 
+    def export(self, trained: TrainedPolicy, folder: Path, evaluation, seed: int) -> dict[str, Any]:
+        """Write its ONNX graph and spec to `folder` (`artifacts.policy.RoutingPolicy` loads them) and
+        check ONNX Runtime against PyTorch on observations of an episode of the environment it was
+        trained in (`seed`), the cluster filling as it goes. Returns the spec with that parity."""
+        from routeforge.training.policies.rl.export import export_policy
+
+        env = trained.env
+        obs, _ = env.reset(seed=seed)
+        checks = [obs]
+        discrete = hasattr(env.action_space, "n")
+        for step in range(32):
+            obs, _, done, _, _ = env.step(step % env.action_space.n if discrete
+                                          else np.zeros(env.action_space.shape, dtype=np.float32))
+            checks.append(obs)
+            if done:
+                break
+        return export_policy(trained.network, folder, env.observation_spec(), env.action_spec(), np.stack(checks),
+                             output=self.output, act=self.export_act(evaluation))
+
     def train(self, setting: Setting, workload: Callable[[int], list], log: Callable[[str], None]) -> TrainedPolicy:
         """Build its environment once, fit in it, and keep both with how training went."""
         start = time.perf_counter()
         env = self.environment(setting, workload)
-        network, info = self.fit(setting, env, workload, log)
-        return TrainedPolicy(self.name, network, env, info["curve"], info.get("pretrain", {}), info.get("kept_round"),
+        run = self.fit(setting, env, workload, log)
+        return TrainedPolicy(self.name, run.network, env, run.curve, run.pretrain, run.kept_round,
                              round(time.perf_counter() - start, 1),
                              self.settings(setting.evaluation).model_dump(mode="json"))
 

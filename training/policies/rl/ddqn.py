@@ -31,9 +31,10 @@ from collections.abc import Callable
 import numpy as np
 from routeforge.core.config.policies import DdqnSettings  # noqa: F401 - re-exported for callers
 from routeforge.core.progress import format_count
+from routeforge.training.policies.rl.rollout import TrainerRun
 
 
-def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
+def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> TrainerRun:
     """Returns the trained Q network (obs → Q values) and the learning curve per episode."""
     import torch
     from routeforge.training.policies.rl.networks import PerInstanceQ, mlp
@@ -159,10 +160,11 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                          f"({round_label(ks)}: return {returns}, {steps} steps so far, ε {eps:.2f}, {learning})"))
         if best is not None:
             best.offer(net, log, first, steps)
-    info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain}
+    run = TrainerRun(net, settings.model_dump(), curve, pretrain)
     if best is not None:
-        best.restore(net, info, log)
-    return net.eval(), info
+        best.restore(net, run, log)
+    net.eval()
+    return run
 
 
 def large_margin(q, expert, margin: float):

@@ -26,10 +26,11 @@ from collections.abc import Callable
 import numpy as np
 from routeforge.core.config.policies import PpoSettings  # noqa: F401 - re-exported for callers
 from routeforge.core.progress import format_count
+from routeforge.training.policies.rl.rollout import TrainerRun
 
 
 def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
-              log: Callable[[str], None] = print) -> tuple[object, dict]:
+              log: Callable[[str], None] = print) -> TrainerRun:
     """Returns the network that maps an observation to the action the environment takes (the routing
     distribution, or the biases where the environment dispatches by biased shortest queue;
     `mean_actor`) and the learning curve (return, length and wall time of every training episode)."""
@@ -121,13 +122,14 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
                     callback=[Curve(), Rounds()] if best is not None else Curve())
     finally:
         venv.close()  # stops the worker processes
-    info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
-            "curve_return": "less the teacher's on the same arrivals" if settings.paired_baseline else "return",
-            "train_seconds": time.perf_counter() - start}
+    run = TrainerRun(None, settings.model_dump(), curve, pretrain,
+                     curve_return="less the teacher's on the same arrivals" if settings.paired_baseline else "return",
+                     train_seconds=time.perf_counter() - start)
     if best is not None:
         best.offer(model.policy, log, len(curve), int(model.num_timesteps))
-        best.restore(model.policy, info, log)
-    return mean_actor(model.policy, output), info
+        best.restore(model.policy, run, log)
+    run.network = mean_actor(model.policy, output)
+    return run
 
 
 def clone_mean(policy, observations: np.ndarray, logits: np.ndarray, steps: int, learning_rate: float,

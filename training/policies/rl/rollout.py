@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -118,6 +120,26 @@ def transitions(rows: list[tuple], n_actions: int, reward_scale: float = 1.0):
     }, batch_size=[len(rows)])
 
 
+@dataclass
+class TrainerRun:
+    """What an RL trainer returns (`train_ddqn`, `train_sac`, `train_ppo`)."""
+
+    network: Any  # the trained network, in eval mode (PPO: its mean actor)
+    settings: dict[str, Any]  # the trainer's settings, as run
+    curve: list[dict[str, Any]]  # one point per episode: return, steps, loss where there is one
+    pretrain: dict[str, Any] = field(default_factory=dict)  # cloning from the teacher; empty without one
+    curve_return: str = "return"  # what the curve's return is (paired baseline: less the teacher's)
+    train_seconds: float | None = None
+    kept_round: dict[str, Any] | None = None  # `keep_best_round`: the round whose weights were kept
+    validation: list[dict[str, Any]] = field(default_factory=list)  # every round's validation score
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the network: what a benchmark's JSON keeps of the run."""
+        return {"settings": self.settings, "curve": self.curve, "pretrain": self.pretrain,
+                "curve_return": self.curve_return, "train_seconds": self.train_seconds,
+                "kept_round": self.kept_round, "validation": self.validation}
+
+
 class BestRound:
     """`keep_best_round`: the trainer offers its weights after pretraining and after every round of
     episodes; the ones whose policy (`policy(net)`, the way the trainer's policy routes) scores the
@@ -150,12 +172,12 @@ class BestRound:
         if best:
             self.kept, self._weights = self.validation[-1], copy.deepcopy(net.state_dict())
 
-    def restore(self, net, info: dict, log: Callable[[str], None]) -> None:
-        """Load the kept weights into `net`; record them and every round's validation in `info`."""
+    def restore(self, net, run: TrainerRun, log: Callable[[str], None]) -> None:
+        """Load the kept weights into `net`; record them and every round's validation in `run`."""
         if self.kept is None:
             return
         net.load_state_dict(self._weights)
-        info["kept_round"], info["validation"] = self.kept, self.validation
+        run.kept_round, run.validation = self.kept, self.validation
         where = ("the pretrained weights" if self.kept["first_episode"] is None
                  else f"the weights after episodes from {self.kept['first_episode']}")
         log(f"kept {where} (validation {self.kept['metric']} {self.kept['validation_score']:.1f}, "

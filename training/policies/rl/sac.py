@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 from routeforge.core.config.policies import SacSettings  # noqa: F401 - re-exported for callers
 from routeforge.core.progress import format_count
+from routeforge.training.policies.rl.rollout import TrainerRun
 
 
 def networks(env, settings: SacSettings):
@@ -39,7 +40,7 @@ def networks(env, settings: SacSettings):
     return mlp(spec["size"], n_actions, (settings.hidden,) * 2), mlp(spec["size"], n_actions, (settings.hidden,) * 2)
 
 
-def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) -> tuple[object, dict]:
+def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) -> TrainerRun:
     """Returns the actor's logits network (obs → action logits) and the learning curve per episode."""
     import torch
     from routeforge.training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher
@@ -163,9 +164,10 @@ def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) ->
         if best is not None:
             best.offer(actor_net, log, episode, steps)
         episode += len(envs)
-    info = {"settings": settings.model_dump(), "curve": curve, "pretrain": pretrain,
-            "curve_return": "less the teacher's on the same arrivals" if settings.paired_baseline else "return",
-            "train_seconds": time.perf_counter() - start}
+    run = TrainerRun(actor_net, settings.model_dump(), curve, pretrain,
+                     curve_return="less the teacher's on the same arrivals" if settings.paired_baseline else "return",
+                     train_seconds=time.perf_counter() - start)
     if best is not None:
-        best.restore(actor_net, info, log)
-    return actor_net.eval(), info
+        best.restore(actor_net, run, log)
+    actor_net.eval()
+    return run
