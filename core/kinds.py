@@ -4,8 +4,10 @@ can see, and filled by the modules of each kind's own folder (`artifacts/extensi
 - `ENGINES`: how responses are produced (`generation/engines/`, one module per engine);
 - `METRICS`: how a response is scored (`scoring/metrics/`, one module per metric);
 - `DATASET_KINDS`: how a dataset of each `kind` is read (`prompts/`; each kind's settings are a model of
-  `core/config/datasets.py`, so a new kind also adds its settings there);
-- `READERS`: the built-in readers a `builtin` dataset names (`reader: gsm8k`; `prompts/builtin_readers.py`).
+  `core/config/datasets.py`, so a new kind also adds its settings there, answering for itself what
+  `config validate` asks: `local_files`, `maps_columns`, `task_source`);
+- `READERS`: the built-in readers a `builtin` dataset names (`reader: gsm8k`; `prompts/builtin_readers.py`);
+  `task_column` where the file's rows name their task (`config validate` reads the tasks from it).
 
 The runtime's registries live beside what they hold: `artifacts.heuristics.HEURISTICS`. A new kind is
 one new module with one `@<REGISTRY>.register(name, …)`; the config's allowed values, the schema's

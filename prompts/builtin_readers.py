@@ -53,7 +53,7 @@ _CODE_METRICS = {"code_eval"}
 _MC_METRICS = {"em_mc"}
 
 
-@READERS.register("llmrouter")
+@READERS.register("llmrouter", task_column="task_name")  # its rows name their task (config validate reads it)
 def read_llmrouter(ds: BuiltinDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
     """LLMRouter query JSONL: task_name, query, ground_truth, metric, choices, task_id."""
 

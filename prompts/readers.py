@@ -138,28 +138,29 @@ def _has_surrogates(text: str) -> bool:
     return any("\udc80" <= c <= "\udcff" for c in text)
 
 
-def _table_records(ds: FileDataset) -> Iterator[tuple[str, Any]]:
-    if ds.kind == "jsonl":
-        yield from jsonl_records(ds.path)
-    elif ds.kind == "csv":
-        csv.field_size_limit(sys.maxsize)
-        # surrogateescape keeps undecodable bytes visible per row instead of failing the file
-        with open(ds.path, encoding="utf-8", errors="surrogateescape", newline="") as f:
-            reader = csv.DictReader(f)
-            for rec in reader:
-                row_id = f"{ds.path.name}:{reader.line_num}"
-                if None in rec:
-                    cells = len(rec) - 1 + len(rec[None])
-                    yield row_id, RowError(f"CSV row has {cells} cells, header has {len(rec) - 1}")
-                elif any(isinstance(v, str) and _has_surrogates(v) for v in rec.values()):
-                    yield row_id, RowError("invalid UTF-8 in a cell")
-                else:
-                    yield row_id, {k: (v if v != "" else None) for k, v in rec.items()}
-    else:
-        import pyarrow.parquet as pq
+def csv_records(path: Path) -> Iterator[tuple[str, Any]]:
+    """A CSV file's rows by header; a row with more cells than the header, or with undecodable bytes, is
+    a RowError (quarantined with its line), never the end of the file."""
+    csv.field_size_limit(sys.maxsize)
+    # surrogateescape keeps undecodable bytes visible per row instead of failing the file
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        reader = csv.DictReader(f)
+        for rec in reader:
+            row_id = f"{path.name}:{reader.line_num}"
+            if None in rec:
+                cells = len(rec) - 1 + len(rec[None])
+                yield row_id, RowError(f"CSV row has {cells} cells, header has {len(rec) - 1}")
+            elif any(isinstance(v, str) and _has_surrogates(v) for v in rec.values()):
+                yield row_id, RowError("invalid UTF-8 in a cell")
+            else:
+                yield row_id, {k: (v if v != "" else None) for k, v in rec.items()}
 
-        for i, rec in enumerate(pq.read_table(ds.path).to_pylist()):
-            yield f"{ds.path.name}:{i}", rec
+
+def parquet_records(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    for i, rec in enumerate(pq.read_table(path).to_pylist()):
+        yield f"{path.name}:{i}", rec
 
 
 def convert_records(records: Iterator[tuple[str, Any]], limit: int | None, quarantine: Quarantine,
@@ -184,11 +185,23 @@ def as_object(rec: Any) -> dict[str, Any]:
     return rec
 
 
+def _file_prompts(ds: FileDataset, quarantine: Quarantine, records: Iterator[tuple[str, Any]]) -> Iterator[RawPrompt]:
+    return convert_records(records, ds.limit, quarantine, lambda row_id, rec: record_prompt(ds, rec, row_id))
+
+
 @DATASET_KINDS.register("jsonl")
+def read_jsonl(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    return _file_prompts(ds, quarantine, jsonl_records(ds.path))
+
+
 @DATASET_KINDS.register("csv")
+def read_csv(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    return _file_prompts(ds, quarantine, csv_records(Path(ds.path)))
+
+
 @DATASET_KINDS.register("parquet")
-def read_file(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    return convert_records(_table_records(ds), ds.limit, quarantine, lambda row_id, rec: record_prompt(ds, rec, row_id))
+def read_parquet(ds: FileDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
+    return _file_prompts(ds, quarantine, parquet_records(Path(ds.path)))
 
 
 @DATASET_KINDS.register("hf")

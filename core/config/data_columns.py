@@ -21,9 +21,6 @@ from routeforge.core.config.base import did_you_mean
 
 SAMPLE_ROWS = 200  # rows read for a JSON-lines or JSON file's columns
 MAX_TASK_ROWS = 1_000_000  # rows read for the tasks of a file; a larger file's tasks are not checked
-# built-in readers whose rows take their task from a column of the file (prompts/builtin_readers.py);
-# the others' tasks are fixed by the reader and known when the prompt set is built
-BUILTIN_TASK_COLUMNS = {"llmrouter": "task_name"}
 
 
 def _open_csv(path: Path):
@@ -123,21 +120,13 @@ def _mapped(ds) -> list[tuple[str, str]]:
     return fields
 
 
-def _files(ds) -> list[Path]:
-    if ds.kind in ("jsonl", "csv", "parquet", "builtin"):
-        return [Path(ds.path)]
-    if ds.kind == "score_table":
-        return [Path(p) for paths in ds.files.values() for p in paths]
-    return []
-
-
 def column_problems(fleet) -> list[str]:
     """One line per mapped column missing from a file the dataset reads."""
     problems = []
     for i, ds in enumerate(fleet.datasets):
-        if ds.kind == "builtin":
-            continue  # a built-in reader maps its own columns
-        for path in _files(ds):
+        if not ds.maps_columns:
+            continue  # e.g. a built-in reader maps its own columns
+        for path in ds.local_files():
             columns = columns_of(path)
             if columns is None:
                 continue
@@ -158,29 +147,18 @@ def known_tasks(fleet) -> tuple[set[str], list[str]]:
     tasks: set[str] = set()
     unknown: list[str] = []
     for ds in fleet.datasets:
-        field = getattr(ds, "task_field", None)
-        if ds.kind in ("jsonl", "csv", "parquet", "hf") and getattr(ds, "task", None):
-            tasks.add(ds.task)  # a fixed task
-            continue
-        if ds.kind in ("jsonl", "csv", "parquet"):
-            pass
-        elif ds.kind == "builtin" and ds.reader in BUILTIN_TASK_COLUMNS:
-            field = BUILTIN_TASK_COLUMNS[ds.reader]
-        elif ds.kind == "score_table":
-            tasks |= set(ds.file_tasks.values()) | {ds.task or ds.name}
-            if ds.task_field is None and ds.task_lookup is None:
-                continue
-            if ds.task_lookup is not None:
-                unknown.append(ds.name)  # the lookup's tasks are read at run time
-                continue
-        else:
+        source = ds.task_source()
+        tasks |= source.fixed
+        if not source.knowable:
             unknown.append(ds.name)
             continue
-        for path in _files(ds):
+        if source.column is None:
+            continue
+        for path in ds.local_files():
             if columns_of(path) is None or path.stat().st_size > 512 << 20:
                 unknown.append(ds.name)
                 continue
-            tasks |= _tasks(_stamp(path), field)
+            tasks |= _tasks(_stamp(path), source.column)
     return tasks, unknown
 
 

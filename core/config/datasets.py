@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
@@ -10,7 +11,31 @@ from routeforge.core.kinds import READERS
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 
 
-class _PromptFields(_Strict):
+class TaskSource(NamedTuple):
+    """Where `config validate` learns a dataset's tasks before a run: tasks fixed by the fleet file, the
+    column of its files that names each row's task (None: none to read), and whether the files can
+    tell at all (False: only a run can, e.g. a hub dataset or a traffic log's metadata)."""
+
+    fixed: frozenset[str] = frozenset()
+    column: str | None = None
+    knowable: bool = False
+
+
+class _DatasetKind(_Strict):
+    """What validation asks of every dataset kind, each answering for itself (no branch on its name):
+    the local files it reads, whether its column fields map those files' columns, and its tasks."""
+
+    def local_files(self) -> list[Path]:
+        """The local files it reads that `config validate` can open (none: nothing to check before a run)."""
+        return []
+
+    maps_columns: ClassVar[bool] = False  # its *_field settings name columns of `local_files()` (a built-in reader maps its own)
+
+    def task_source(self) -> TaskSource:
+        return TaskSource()
+
+
+class _PromptFields(_DatasetKind):
     """Where a row's fields are; `meta_fields` are copied into `reference_meta` (choices, tests…)."""
 
     text_field: str = "prompt"  # the column holding each row's prompt text
@@ -35,6 +60,15 @@ class FileDataset(_PromptFields):
     name: str  # the dataset's name: the prompts' source, and what a model's table source names
     path: ConfigPath  # the JSON-lines, CSV or Parquet file (relative to the fleet file's folder)
 
+    maps_columns: ClassVar[bool] = True
+
+    def local_files(self) -> list[Path]:
+        return [Path(self.path)]
+
+    def task_source(self) -> TaskSource:
+        return TaskSource(frozenset({self.task}), None, True) if self.task else TaskSource(column=self.task_field,
+                                                                                            knowable=True)
+
 
 class HFDataset(_PromptFields):
     """A dataset read through `datasets.load_dataset` (hub id, or a builder such as `json` with
@@ -53,8 +87,11 @@ class HFDataset(_PromptFields):
     text_field: str = "question"  # the column holding each row's prompt text
     reference_field: str | None = "answer"  # the column holding each row's reference answer (None: no references)
 
+    def task_source(self) -> TaskSource:
+        return TaskSource(frozenset({self.task}), None, True) if self.task else TaskSource()
 
-class BuiltinDataset(_Strict):
+
+class BuiltinDataset(_DatasetKind):
     """A known public prompt file turned into prompts with references and reference metadata.
 
     `path` is the file (for `tweeteval_sentiment`: the `*_text.txt` file, with `*_labels.txt` and
@@ -72,8 +109,15 @@ class BuiltinDataset(_Strict):
     reference_required: bool | None = None  # refuse rows without a reference (None: as the scoring metric needs)
     limit: int | None = Field(default=None, gt=0)
 
+    def local_files(self) -> list[Path]:
+        return [Path(self.path)]
 
-class RouterBenchDataset(_Strict):
+    def task_source(self) -> TaskSource:
+        column = READERS.entry(self.reader).metadata.get("task_column")  # a reader whose rows name their task
+        return TaskSource(column=column, knowable=column is not None)
+
+
+class RouterBenchDataset(_DatasetKind):
     """RouterBench-style wide CSVs: one row per prompt, per-model correctness, response and cost."""
 
     kind: Literal["routerbench"]
@@ -82,7 +126,7 @@ class RouterBenchDataset(_Strict):
     limit: int | None = Field(default=None, gt=0)
 
 
-class RouteLLMDataset(_Strict):
+class RouteLLMDataset(_DatasetKind):
     """RouteLLM response CSV: `prompt`, a True/False column per model and `<model>_response`."""
 
     kind: Literal["routellm"]
@@ -102,7 +146,7 @@ class TaskLookup(_Strict):
     task_field: str = "task_name"  # the field holding the task
 
 
-class ScoreTableDataset(_Strict):
+class ScoreTableDataset(_DatasetKind):
     """Per-model quality scores without responses (LLMRouter's dcrouter files, RouterDC's format):
     JSON (a list of objects), JSON-lines or Parquet rows with a prompt text and a `{model: score}`
     mapping, scores in [0, 1]. Models read it with `engine: table_import` and
@@ -128,6 +172,17 @@ class ScoreTableDataset(_Strict):
     models: list[str] | None = None
     limit: int | None = Field(default=None, gt=0)
 
+    maps_columns: ClassVar[bool] = True
+
+    def local_files(self) -> list[Path]:
+        return [Path(p) for paths in self.files.values() for p in paths]
+
+    def task_source(self) -> TaskSource:
+        named = frozenset(self.file_tasks.values()) | {self.task or self.name}
+        if self.task_lookup is not None:  # the lookup's tasks are read at run time
+            return TaskSource(named, None, False)
+        return TaskSource(named, self.task_field, True)
+
     @model_validator(mode="after")
     def _file_tasks_name_listed_files(self) -> ScoreTableDataset:
         names = [p.name for paths in self.files.values() for p in paths]
@@ -141,7 +196,7 @@ class ScoreTableDataset(_Strict):
         return self
 
 
-class TrafficLogDataset(_Strict):
+class TrafficLogDataset(_DatasetKind):
     """Production request logs (`prompts.traffic_logs`): OpenAI-format request/response JSON-lines,
     one file, or every *.jsonl / *.jsonl.gz under a folder or fsspec URI. Each request's prompt
     becomes a prompt; its task is the line's `metadata.task`, else `task`. Logs carry no reference
