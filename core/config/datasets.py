@@ -29,7 +29,8 @@ class _DatasetKind(_Strict):
         """The local files it reads that `config validate` can open (none: nothing to check before a run)."""
         return []
 
-    maps_columns: ClassVar[bool] = False  # its *_field settings name columns of `local_files()` (a built-in reader maps its own)
+    # its *_field settings name columns of `local_files()` (a built-in reader maps its own)
+    maps_columns: ClassVar[bool] = False
 
     def task_source(self) -> TaskSource:
         return TaskSource()

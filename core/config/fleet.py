@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
+from routeforge.artifacts.extensions import EXTENSIONS_VARIABLE
 from routeforge.artifacts.state_folder import STATE_ENV, state_root
 from routeforge.core.config.base import (
     CONFIG_DIR,
@@ -362,19 +363,22 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
     """Read, validate and resolve a fleet file; raises ConfigError naming the bad field.
 
     Parsed once per process: the driver, the definitions, every asset's `FleetResource` and the CLI ask
-    for the same file, and get the same (frozen) `FleetConfig` while the file and the environment its
-    `${VAR}`s read are unchanged."""
+    for the same file, and get the same (frozen) `FleetConfig` while what the parse reads is unchanged:
+    the file, the variables its `${VAR}`s name, the extensions that register kinds, and the working
+    directory (the state folder's default). Not the whole environment: Dagster sets `DAGSTER_HOME`
+    around a run, and a parse keyed by it was made again inside the run."""
     path = Path(path).resolve()
     try:
         text = path.read_text()
     except FileNotFoundError as exc:
         raise ConfigError(f"fleet config {path} does not exist") from exc
-    return _parsed(path, text, tuple(sorted(os.environ.items())))
+    names = sorted({m.group(1) for m in _ENV_PATTERN.finditer(text)} | {STATE_ENV, EXTENSIONS_VARIABLE})
+    return _parsed(path, text, (tuple((n, os.environ.get(n)) for n in names), os.getcwd()))
 
 
 @functools.lru_cache(maxsize=16)
-def _parsed(path: Path, text: str, _environment: tuple) -> FleetConfig:
-    """`load_fleet`'s work, keyed by what its result depends on (the file's text, the environment)."""
+def _parsed(path: Path, text: str, _reads: tuple) -> FleetConfig:
+    """`load_fleet`'s work, keyed by what its result depends on (`load_fleet` says what)."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
