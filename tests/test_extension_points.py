@@ -102,3 +102,15 @@ def test_every_dataset_kind_of_the_fleet_file_has_a_registered_reader_and_no_oth
     union, _ = get_args(Dataset)
     kinds = {k for model in get_args(union) for k in get_args(model.model_fields["kind"].annotation)}
     assert kinds == set(DATASET_KINDS.names())
+
+
+def test_the_teachers_the_fleet_file_may_name_are_the_trainers_candidates_and_simulator_baselines():
+    """The RL trainers' teacher candidates are a curated, ordered subset of the heuristics (simplest
+    first), not a list of kinds; the fleet file's choices must stay that subset and each must run in
+    the simulator."""
+    from routeforge.core.config.policies import TeacherName
+    from routeforge.training.policies.rl.teacher import TEACHERS
+    from routeforge.training.policies.simulator.baselines import BASELINES
+
+    assert set(get_args(TeacherName)) - {"auto"} == set(TEACHERS)
+    assert set(TEACHERS) <= set(BASELINES)
