@@ -43,7 +43,8 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
 def training_curves(evaluation: "RoutingEvaluation") -> dict[str, list[tuple[int, float]]]:
     """Each learned policy's episode return and loss, stepped by environment steps (MLflow histories)."""
     curves: dict[str, list[tuple[int, float]]] = {}
-    for name, curve in ((n, t.curve) for n, t in evaluation.trained.items()):
+    for name, trained in evaluation.trained.items():
+        curve = trained.run.curve
         for key in ("return", "loss"):
             points = [(c["steps"], c[key]) for c in curve if c.get(key) is not None]
             if points:

@@ -211,8 +211,8 @@ class MetricsScraper:
             self._thread.join(timeout=10)
 
     def seen(self, start: float, end: float) -> dict[str, float]:
-        """The largest value of each gauge over the scrapes between perf_counter `start` and `end`
-        (NaN where none landed there)."""
+        """The largest value of each gauge over the scrapes in flight at some moment between
+        perf_counter `start` and `end` (NaN where there were none)."""
         window = [g for sent, landed, g in self.history if landed >= start and sent <= end]
         return {f: max((g[f] for g in window if not math.isnan(g[f])), default=math.nan) for f in _GAUGES}
 
@@ -221,7 +221,7 @@ class MetricsScraper:
         so that `seen(start, end)` includes it."""
         deadline = time.perf_counter() + self.timeout_s + self.interval_s + 0.5
         while (self._thread is not None and self._thread.is_alive() and time.perf_counter() < deadline
-               and not any(sent >= end for sent, _, _ in reversed(self.history[-3:]))):
+               and not (self.history and self.history[-1][0] >= end)):  # scrapes land in the order sent
             time.sleep(0.02)
 
     def snapshot(self) -> dict[str, float]:

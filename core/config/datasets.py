@@ -25,12 +25,12 @@ class _DatasetKind(_Strict):
     """What validation asks of every dataset kind, each answering for itself (no branch on its name):
     the local files it reads, whether its column fields map those files' columns, and its tasks."""
 
+    # its *_field settings name columns of `local_files()` (a built-in reader maps its own)
+    maps_columns: ClassVar[bool] = False
+
     def local_files(self) -> list[Path]:
         """The local files it reads that `config validate` can open (none: nothing to check before a run)."""
         return []
-
-    # its *_field settings name columns of `local_files()` (a built-in reader maps its own)
-    maps_columns: ClassVar[bool] = False
 
     def task_source(self) -> TaskSource:
         return TaskSource()
@@ -53,6 +53,11 @@ class _PromptFields(_DatasetKind):
     template_seed: int = 0  # seed of the task templates' choices
     limit: int | None = Field(default=None, gt=0)  # read at most this many rows
 
+    def task_source(self) -> TaskSource:
+        if self.task:
+            return TaskSource(frozenset({self.task}), None, True)
+        return TaskSource(column=self.task_field, knowable=bool(self.local_files()))
+
 
 class FileDataset(_PromptFields):
     """A local JSON-lines, CSV or Parquet file with field mapping."""
@@ -65,10 +70,6 @@ class FileDataset(_PromptFields):
 
     def local_files(self) -> list[Path]:
         return [Path(self.path)]
-
-    def task_source(self) -> TaskSource:
-        return TaskSource(frozenset({self.task}), None, True) if self.task else TaskSource(column=self.task_field,
-                                                                                            knowable=True)
 
 
 class HFDataset(_PromptFields):
@@ -87,9 +88,6 @@ class HFDataset(_PromptFields):
     revision: str | None = None
     text_field: str = "question"  # the column holding each row's prompt text
     reference_field: str | None = "answer"  # the column holding each row's reference answer (None: no references)
-
-    def task_source(self) -> TaskSource:
-        return TaskSource(frozenset({self.task}), None, True) if self.task else TaskSource()
 
 
 class BuiltinDataset(_DatasetKind):

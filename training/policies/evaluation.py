@@ -169,18 +169,18 @@ class RoutingEvaluation:
     recommendations: list[dict[str, Any]]  # per evaluated traffic: its online statistics and best policies
     transfer: dict[str, Any]  # how those recommendations hold on a workload left out
     trained: dict[str, TrainedPolicy] = field(repr=False)  # the learned policies, for export
-    capacity_rps: float = 0.0  # the rate Poisson arrivals sustain on the fleet
-    load_calibration: dict[str, LoadCalibration] = field(default_factory=dict)  # per workload
-    train_workloads: list[str] = field(default_factory=list)
-    train_load: float = 0.0
-    slo: str = ""
-    clipped_fits: list[str] = field(default_factory=list)  # fitted terms floored (noise-sized, negative)
-    qos_latency_per_token_s: float = 0.0
-    seeds: list[int] = field(default_factory=list)  # the evaluation's (never a training seed)
-    requests: int = 0  # per episode
-    trace_quarantined: int = 0
-    traffic_requests: int | None = None  # the fleet's own logs replayed, when it has them
-    plots: list[str] = field(default_factory=list)
+    capacity_rps: float  # the rate Poisson arrivals sustain on the fleet
+    load_calibration: dict[str, LoadCalibration]  # per workload
+    train_workloads: list[str]
+    train_load: float
+    slo: str
+    clipped_fits: list[str]  # fitted terms floored (noise-sized, negative)
+    qos_latency_per_token_s: float
+    seeds: list[int]  # the evaluation's (never a training seed)
+    requests: int  # per episode
+    trace_quarantined: int
+    traffic_requests: int | None  # the fleet's own logs replayed, when it has them
+    plots: list[str] = field(default_factory=list)  # written last, from the rest
 
     @property
     def recommended(self) -> str:
@@ -194,8 +194,8 @@ class RoutingEvaluation:
                 "qos_latency_per_token_s": self.qos_latency_per_token_s, "seeds": self.seeds,
                 "requests": self.requests, "train_load": self.train_load,
                 "trace_quarantined": self.trace_quarantined, "rows": self.rows,
-                "learning_curves": {n: t.curve for n, t in self.trained.items()},
-                "pretrain": {n: t.pretrain for n, t in self.trained.items()},
+                "learning_curves": {n: t.run.curve for n, t in self.trained.items()},
+                "pretrain": {n: t.run.pretrain for n, t in self.trained.items()},
                 "training": {n: t.training() for n, t in self.trained.items()},
                 "gate": self.gate, "gate_by_workload": self.gate_by_workload,
                 "recommendations": self.recommendations, "transfer": self.transfer,
@@ -285,7 +285,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 for seed in seeds:
                     if name in trained:  # each acts as its module says (SAC by sampling, the DDQN greedily)
                         policy = LEARNED_POLICIES.get(name)
-                        act = policy.actor(trained[name].network, seed, settings)
+                        act = policy.actor(trained[name].run.network, seed, settings)
                         outcomes = run_episode(policy.environment(setting, workload), act, seed)
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
@@ -374,7 +374,8 @@ def plot_evaluation(evaluation: RoutingEvaluation, out_dir: Path) -> list[Path]:
     plt.close(fig)
     if evaluation.trained:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name, curve in ((n, t.curve) for n, t in evaluation.trained.items()):
+        for name, trained in evaluation.trained.items():
+            curve = trained.run.curve
             ax.plot([c["steps"] for c in curve], [c["return"] for c in curve], "-o", ms=3, label=name)
         ax.set(xlabel="environment steps", ylabel="episode return", title="learning curves")
         ax.legend(fontsize=7)

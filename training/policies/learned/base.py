@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +36,19 @@ class Setting:
 
 @dataclass
 class TrainedPolicy:
-    """A trained network with the environment it was trained in, and how training went."""
+    """A learned policy's trainer run (its network, curve, pretraining), with the environment it was
+    trained in and what training cost."""
 
     name: str
-    network: Any
+    run: TrainerRun
     env: Any
-    curve: list = field(default_factory=list)
-    pretrain: dict[str, Any] = field(default_factory=dict)
-    kept_round: Any = None
-    seconds: float = 0.0
-    budget: dict[str, Any] = field(default_factory=dict)
+    seconds: float
+    budget: dict[str, Any]  # its trainer's settings section, as run
 
     def training(self) -> dict[str, Any]:
         """The report's `training` entry."""
-        return {"seconds": self.seconds, "budget": self.budget, "episodes": len(self.curve),
-                "kept_round": self.kept_round}
+        return {"seconds": self.seconds, "budget": self.budget, "episodes": len(self.run.curve),
+                "kept_round": self.run.kept_round}
 
 
 class LearnedPolicy(ABC):
@@ -97,7 +95,7 @@ class LearnedPolicy(ABC):
             checks.append(obs)
             if done:
                 break
-        return export_policy(trained.network, folder, env.observation_spec(), env.action_spec(), np.stack(checks),
+        return export_policy(trained.run.network, folder, env.observation_spec(), env.action_spec(), np.stack(checks),
                              output=self.output, act=self.export_act(evaluation))
 
     def train(self, setting: Setting, workload: Callable[[int], list], log: Callable[[str], None]) -> TrainedPolicy:
@@ -105,8 +103,7 @@ class LearnedPolicy(ABC):
         start = time.perf_counter()
         env = self.environment(setting, workload)
         run = self.fit(setting, env, workload, log)
-        return TrainedPolicy(self.name, run.network, env, run.curve, run.pretrain, run.kept_round,
-                             round(time.perf_counter() - start, 1),
+        return TrainedPolicy(self.name, run, env, round(time.perf_counter() - start, 1),
                              self.settings(setting.evaluation).model_dump(mode="json"))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -135,9 +135,7 @@ class TrainerRun:
 
     def summary(self) -> dict[str, Any]:
         """Everything but the network: what a benchmark's JSON keeps of the run."""
-        return {"settings": self.settings, "curve": self.curve, "pretrain": self.pretrain,
-                "curve_return": self.curve_return, "train_seconds": self.train_seconds,
-                "kept_round": self.kept_round, "validation": self.validation}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "network"}
 
 
 class BestRound:
