@@ -145,9 +145,11 @@ test: $(STAMP) $(INSTANCE) $(VLLM_STAMP) ts-runtime  ## unit and end-to-end test
 	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
-lint: $(STAMP)  ## ruff, and the layer contracts of pyproject.toml ([tool.importlinter])
+lint: $(STAMP)  ## ruff, the layer contracts of pyproject.toml ([tool.importlinter]), and the extension-point rules
 	$(BIN)/ruff check pipelines assets training profiling core prompts generation scoring artifacts registry src tools tests benchmarks
 	$(BIN)/python -m tools.package_view lint  # the contracts, on the installed layout
+	@# no branch on a registered kind's name, no hand-kept list of kinds, no `dagster._` import anywhere
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_extension_points.py
 
 # every benchmark in dependency order (the simulator replays the CPU sweep's records);
 # `make benchmark` runs the smoke sizes into .state/benchmarks-quick, so the quoted results in

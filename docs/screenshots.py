@@ -64,8 +64,6 @@ def main() -> int:
         # Dagster: the job's page lists the runs `make demo` launched
         page.open(f"http://127.0.0.1:{DAGSTER_PORT}/locations/routeforge/jobs/{args.job}/runs", "Success")
         page.screenshot(IMAGES / "dagster_job_runs.png")
-        page.open(f"http://127.0.0.1:{DAGSTER_PORT}/overview/timeline", args.job)
-        page.screenshot(IMAGES / "dagster_timeline.png")
 
         # MLflow: the newest pipeline run (a parent run) with its child runs expanded
         import mlflow

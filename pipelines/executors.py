@@ -22,41 +22,23 @@ from routeforge.core.config import FleetConfig
 
 DEFINITIONS_MODULE = "routeforge.pipelines.definitions"
 # the code location's name in workspace.yaml (the UI, the daemon, deploy/): runs launched here carry
-# it, as runs the UI launches do, so they appear on their job's page, the Jobs list and the timeline
+# it, as runs the UI launches do, so they appear on their job's page and in the Jobs list
 CODE_LOCATION = "routeforge"
 REPOSITORY = "__repository__"  # what Dagster names the one repository of a `Definitions` object
+# the run tag a job's page and the Jobs list filter runs by (`<repository>@<location>`; the leading dot
+# hides it from the run's tag list). Dagster writes it for runs it launches through a code location (UI,
+# schedules, sensors), never for `execute_in_process` / `execute_job`, and exports no name for it: a tag
+# the UI reads, written as data, as the provenance tags of pipelines/stale.py are read
+REPOSITORY_TAG = ".dagster/repository"
 
 
 def code_location_tags() -> dict[str, str]:
-    """The run tag the UI filters a job's runs by (`<repository>@<location>`): Dagster writes it for
-    runs launched through a code location, never for `execute_in_process` / `execute_job`."""
-    from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+    """The tag that lists a run launched here on its job's page, as the UI's own launches are.
 
-    return {REPOSITORY_LABEL_TAG: f"{REPOSITORY}@{CODE_LOCATION}"}
-
-
-def attach_to_code_location(instance: dg.DagsterInstance, run_id: str) -> None:
-    """Record the code location as the origin of a run launched here, as `dagster run
-    migrate-repository` does (`replace_job_origin`): the UI's Overview timeline places a run by its
-    origin, which `execute_in_process` / `execute_job` leave empty. The origin is the workspace's
-    (workspace.yaml: module `routeforge.pipelines.definitions`, location `routeforge`)."""
-    from dagster._core.remote_origin import (
-        ManagedGrpcPythonEnvCodeLocationOrigin,
-        RemoteJobOrigin,
-        RemoteRepositoryOrigin,
-    )
-    from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
-    run = instance.get_run_by_id(run_id)
-    storage = getattr(instance.run_storage, "_storage", instance.run_storage)
-    storage = getattr(storage, "run_storage", storage)
-    if run is None or not isinstance(storage, SqlRunStorage):
-        return  # an in-memory instance has no UI to show it in
-    location = ManagedGrpcPythonEnvCodeLocationOrigin(
-        LoadableTargetOrigin(executable_path=sys.executable, module_name=DEFINITIONS_MODULE,
-                             working_directory=os.getcwd()), location_name=CODE_LOCATION)
-    storage.replace_job_origin(run, RemoteJobOrigin(RemoteRepositoryOrigin(location, REPOSITORY), run.job_name))
+    What it does not give: a code-location *origin*, which only Dagster's internals set for a run not
+    launched through a code location. The Overview timeline places runs by origin, so it shows the
+    runs the UI, schedules and the automation sensor launch, not the driver's (docs/capabilities.md)."""
+    return {REPOSITORY_TAG: f"{REPOSITORY}@{CODE_LOCATION}"}
 
 
 def executor_for(config: FleetConfig) -> dg.ExecutorDefinition:
@@ -109,10 +91,8 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
     """Run one job of the code location (only `asset_selection` of its assets, when given) under the
     fleet's executor; returns Dagster's result."""
     if config.execution.executor == "in_process":
-        result = defs.resolve_job_def(job).execute_in_process(partition_key=partition, instance=instance, tags=tags,
-                                                              run_config=run_config, asset_selection=asset_selection)
-        attach_to_code_location(instance, result.run_id)
-        return result
+        return defs.resolve_job_def(job).execute_in_process(partition_key=partition, instance=instance, tags=tags,
+                                                            run_config=run_config, asset_selection=asset_selection)
     if instance.is_ephemeral:
         raise RuntimeError(f"execution.executor: {config.execution.executor} runs each step in its own process, "
                            "which needs a persistent Dagster instance: set $DAGSTER_HOME")
@@ -124,7 +104,6 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
     with _environment(ROUTEFORGE_CONFIG=str(Path(config_path).resolve())), \
             dg.execute_job(reconstructable, instance=instance, tags=run_tags,
                            run_config=run_config, asset_selection=asset_selection) as result:
-        attach_to_code_location(instance, result.run_id)
         if not result.success:
             failures = [e.message for e in result.all_events if e.is_failure]
             raise RuntimeError(f"{job}: run {result.run_id} failed: {failures[-1] if failures else 'see Dagster'}")

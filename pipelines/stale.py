@@ -8,8 +8,9 @@ re-run materializes nothing. The judgment reads only Dagster's public API (the a
 carries (`dagster/code_version`, `dagster/data_version`, `dagster/input_data_version/<input>`,
 `dagster/input_event_pointer/<input>`). It follows the rules of the stale status the UI shows on each
 asset, and says its causes in the UI's words ("has a new code version", "has a new dependency data
-version (quality)"); the demo's end-to-end test holds the two to the same verdict. Dagster's own
-resolver is internal (`dagster._core`), which pinned routeforge to one Dagster minor version.
+version (quality)"); the demo's end-to-end test holds the two to the same verdict, and
+`benchmarks/stale_equivalence.py` to the UI's over random histories. Dagster's own resolver is internal
+(`dagster._core`), which would pin routeforge to one Dagster minor version.
 """
 
 from __future__ import annotations
