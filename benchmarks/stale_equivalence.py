@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import dagster as dg
@@ -32,6 +31,7 @@ from routeforge.pipelines.stale import Versions, stale_causes
 
 from benchmarks.common import REPO, parser, results_dir
 from benchmarks.stale_graph import LETTERS, graph
+from tools.graphql import graphql_caller
 
 LOCATION = "benchmarks.stale_graph"  # a module code location is named after its module
 NODES = ("{ assetNodes { assetKey { path } opVersion %s } }")
@@ -53,17 +53,7 @@ def webserver(home: Path, state_file: Path):
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(process, f"{url}/server_info", log, timeout_s=180)
-
-        def graphql(query: str) -> dict:
-            request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=120) as response:
-                answer = json.loads(response.read())
-            if answer.get("errors"):
-                raise RuntimeError(f"GraphQL: {answer['errors'][0].get('message')}")
-            return answer["data"]
-
-        yield graphql
+        yield graphql_caller(url, timeout_s=120)
     finally:
         process.terminate()
         try:

@@ -6,16 +6,15 @@ reaches the instance; the operators' webserver, started the same way without the
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
-import urllib.request
 from pathlib import Path
 
 from routeforge.generation.local_server import free_port, wait_healthy
 
 from tests.conftest import REPO
 from tests.services import child
+from tools.graphql import graphql_caller
 
 LAUNCH = ('mutation { launchRun(executionParams: {selector: {repositoryLocationName: '
           '"routeforge.pipelines.definitions", repositoryName: "__repository__", jobName: "build_prompts"}, '
@@ -40,15 +39,7 @@ def webserver(folder: Path, *flags: str, dagster_home: Path | None = None, works
     with child(command, log, env=env, cwd=REPO if workspace else folder) as process:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(process, f"{url}/server_info", log, timeout_s=180)
-
-        def graphql(query: str) -> dict:
-            request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read())["data"]
-
-        graphql.url = url  # the UI's own address, for a browser
-        yield graphql
+        yield graphql_caller(url)
 
 
 def test_the_viewers_webserver_is_read_only(tmp_path):
