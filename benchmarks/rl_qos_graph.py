@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from routeforge.training.policies.learned.sac_qos.training import SacSettings, train_sac
 from routeforge.training.policies.rl.export import export_policy
 from routeforge.training.policies.rl.rollout import greedy, run_episode, sampled
-from routeforge.training.policies.rl.sac import SacSettings, train_sac
 from routeforge.training.policies.simulator.baselines import BASELINES
 from routeforge.training.policies.simulator.cluster import Cluster
 from routeforge.training.policies.simulator.metrics import mean_std

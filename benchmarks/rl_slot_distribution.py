@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from routeforge.training.policies.learned.ppo_queue_bias.training import PpoSettings, env_policy, train_ppo
 from routeforge.training.policies.rl.export import export_policy
-from routeforge.training.policies.rl.ppo import PpoSettings, env_policy, train_ppo
 from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.rl.slot_teacher import best_fixed_split
 from routeforge.training.policies.simulator.baselines import JoinShortestQueue, RandomPolicy, RoundRobin

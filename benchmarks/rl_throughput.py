@@ -36,8 +36,8 @@ from functools import partial
 
 import numpy as np
 import torch
+from routeforge.training.policies.learned.sac_qos.training import SacSettings, networks
 from routeforge.training.policies.rl.networks import mlp
-from routeforge.training.policies.rl.sac import SacSettings, networks
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
 from routeforge.training.policies.simulator.traces import read_trace
@@ -159,7 +159,7 @@ def batched_decisions_per_second(build, copies: int, seconds: float) -> dict:
 
 
 def training_decisions_per_second(copies: int, episodes: int) -> dict:
-    from routeforge.training.policies.rl.ddqn import DdqnSettings, train_ddqn
+    from routeforge.training.policies.learned.ddqn_workload_guided.training import DdqnSettings, train_ddqn
 
     env, _ = workload_aware()
     start = time.perf_counter()

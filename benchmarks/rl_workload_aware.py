@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 from routeforge.profiling.batch_fits import fit_tier, import_splitwise
-from routeforge.training.policies.rl.ddqn import DdqnSettings, train_ddqn
+from routeforge.training.policies.learned.ddqn_workload_guided.training import DdqnSettings, train_ddqn
 from routeforge.training.policies.rl.export import export_policy
 from routeforge.training.policies.rl.rollout import greedy, run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES

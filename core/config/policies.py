@@ -61,7 +61,7 @@ class DdqnSettings(_FromTeacher):
     target_tau: float = 0.005  # Polyak factor of the target network's soft update per gradient step
     reward_scale: float = 0.01  # +60 per completion makes Q values of thousands: learn on a smaller scale
     # "mlp": 001's obs-64-64-actions; "per_instance": one Q head shared by every instance
-    # (networks.PerInstanceQ), for environments whose observation is global + per-instance rows
+    # (ddqn_workload_guided/model.py), for environments whose observation is global + per-instance rows
     network: Literal["mlp", "per_instance"] = "mlp"
     # with a teacher: behaviour cloning on its demonstrations (TD + DQfD's large-margin loss), then
     # the margin loss during RL, weighted max(margin_floor, margin_weight · margin_decay^episode);

@@ -4,10 +4,10 @@ define them, smoke-training, ONNX export and the runtime observation builders.""
 import numpy as np
 import pytest
 from routeforge.artifacts.policy import RoutingPolicy
+from routeforge.training.policies.learned.ppo_queue_bias.training import PpoSettings, distribution_policy, train_ppo
+from routeforge.training.policies.learned.sac_qos.training import SacSettings, train_sac
 from routeforge.training.policies.rl.export import export_policy
-from routeforge.training.policies.rl.ppo import PpoSettings, distribution_policy, train_ppo
 from routeforge.training.policies.rl.rollout import greedy, run_episode
-from routeforge.training.policies.rl.sac import SacSettings, train_sac
 from routeforge.training.policies.simulator.baselines import JoinShortestQueue
 from routeforge.training.policies.simulator.cluster import Cluster
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -270,7 +270,7 @@ def test_zero_biases_route_exactly_as_join_shortest_queue(engine):
 
 def test_ppo_over_queue_biases_starts_at_jsq_exports_and_dispatches(tmp_path):
     from routeforge.artifacts.heuristics import queue_biases, shortest_queue
-    from routeforge.training.policies.rl.ppo import bias_policy
+    from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy
 
     settings = PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2, teacher="shortest_queue",
                            demo_episodes=1, pretrain_steps=300, keep_best_round=True)

@@ -13,9 +13,9 @@ from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
 from routeforge.artifacts.policy import RoutingPolicy, observation_queue_state
 from routeforge.artifacts.writer import ComponentSource, write_bundle
 from routeforge.core.config.policies import PpoSettings
+from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy, train_ppo
 from routeforge.training.policies.packaging import export_heuristics, write_simulator
 from routeforge.training.policies.rl.export import export_policy
-from routeforge.training.policies.rl.ppo import bias_policy, train_ppo
 from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES
 from routeforge.training.policies.simulator.cluster import Cluster

@@ -58,8 +58,8 @@ def test_pretrained_policy_imitates_its_teacher_before_rl(trainer):
     """With a teacher, the trainers report how often the pretrained network picks the teacher's
     action; on 000's baseline features (every expert's running and waiting counts) JSQ is
     readable from the observation, so a short pretraining imitates it closely."""
-    from routeforge.training.policies.rl.ddqn import train_ddqn
-    from routeforge.training.policies.rl.sac import train_sac
+    from routeforge.training.policies.learned.ddqn_workload_guided.training import train_ddqn
+    from routeforge.training.policies.learned.sac_qos.training import train_sac
 
     profiles, workload = _setting(n=150, rate=60.0)
     env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
@@ -76,7 +76,7 @@ def test_pretrained_policy_imitates_its_teacher_before_rl(trainer):
 
 
 def test_sac_steps_environment_copies_together_within_its_budget():
-    from routeforge.training.policies.rl.sac import train_sac
+    from routeforge.training.policies.learned.sac_qos.training import train_sac
 
     profiles, workload = _setting(n=40, rate=60.0)
     env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="baseline", pad=4)
@@ -91,7 +91,7 @@ def test_sac_steps_environment_copies_together_within_its_budget():
 def test_margin_pull_decays_to_its_floor_and_stays():
     """The teacher's large-margin pull decays per episode but never below `margin_floor` (DQfD keeps
     it for the whole run); without a floor it fades toward zero."""
-    from routeforge.training.policies.rl.ddqn import train_ddqn
+    from routeforge.training.policies.learned.ddqn_workload_guided.training import train_ddqn
 
     profiles, workload = _setting(n=40, rate=60.0)
     env = WorkloadAwareEnv(profiles, workload, variant="aware", models=[0, 1, 2])
@@ -110,7 +110,7 @@ def test_keep_best_round_returns_the_weights_of_the_best_training_round():
     greedy policy earned the highest validation return: the same weights as a run stopped right
     after that round, and the validation episodes play on seeds no training episode used."""
     import torch
-    from routeforge.training.policies.rl.ddqn import train_ddqn
+    from routeforge.training.policies.learned.ddqn_workload_guided.training import train_ddqn
 
     profiles, workload = _setting(n=40, rate=60.0)
     base = dict(teacher="join_shortest_queue", demo_episodes=1, pretrain_steps=10, batch_size=16, n_envs=2)
@@ -137,7 +137,7 @@ def test_teacher_can_be_judged_by_the_return_of_the_students_clone():
     trainer judges every candidate that way with `teacher_choice: clone`, leaving its own training
     untouched."""
     import torch
-    from routeforge.training.policies.rl.ddqn import train_ddqn
+    from routeforge.training.policies.learned.ddqn_workload_guided.training import train_ddqn
     from routeforge.training.policies.rl.networks import mlp
     from routeforge.training.policies.rl.teacher import Student, clone_return, teacher_return
 
@@ -170,7 +170,7 @@ def test_sac_actor_alone_can_be_cloned_before_the_joint_pretraining():
     """`clone_steps` trains the actor alone by cross-entropy on the teacher's demonstrations: with
     no joint update at all it already imitates JSQ on 000's baseline features, where an untrained
     actor does not."""
-    from routeforge.training.policies.rl.sac import train_sac
+    from routeforge.training.policies.learned.sac_qos.training import train_sac
 
     profiles, workload = _setting(n=150, rate=60.0)
     agreement = {}
@@ -187,8 +187,8 @@ def test_sac_keep_best_round_returns_the_actor_that_delivered_the_best_validatio
     judged on the validation seeds by the QoS they deliver (the environment's objective, not the
     shaped reward), routing as `act` says (sampled here), and the actor returned delivers exactly
     the kept candidate's QoS when replayed on those seeds."""
+    from routeforge.training.policies.learned.sac_qos.training import train_sac
     from routeforge.training.policies.rl.rollout import sampled
-    from routeforge.training.policies.rl.sac import train_sac
     from routeforge.training.policies.rl.teacher import episode_return
 
     profiles, workload = _setting(n=60, rate=60.0)

@@ -1,6 +1,6 @@
-"""The learned routing policies, one module each: what a policy is trained on (its simulator
-environment), how (its trainer and that trainer's settings section of the fleet file), how it acts
-when evaluated, and what its exported ONNX graph outputs. `base.LEARNED_POLICIES` finds them; the
-routing evaluation (`training.policies.evaluation`) and the export (`assets/policies.py`) ask it,
-never a policy's name.
+"""The learned routing policies, one folder each: `<policy>/policy.py` says what the policy is trained
+on (its simulator environment), how (its trainer and that trainer's settings section of the fleet
+file), how it acts when evaluated, and what its exported ONNX graph outputs; `training.py` is its
+trainer and `model.py` its own network. `base.LEARNED_POLICIES` finds them; the routing evaluation
+(`training.policies.evaluation`) and the export (`assets/policies.py`) ask it, never a policy's name.
 """

@@ -37,7 +37,8 @@ from routeforge.training.policies.rl.rollout import TrainerRun
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> TrainerRun:
     """Returns the trained Q network (obs → Q values) and the learning curve per episode."""
     import torch
-    from routeforge.training.policies.rl.networks import PerInstanceQ, mlp
+    from routeforge.training.policies.learned.ddqn_workload_guided.model import PerInstanceQ
+    from routeforge.training.policies.rl.networks import mlp
     from routeforge.training.policies.rl.rollout import (
         BestRound,
         greedy,

@@ -1,6 +1,6 @@
 """000's discrete SAC over `QosGraphEnv` with TorchRL's `DiscreteSACLoss` (two Q networks, soft-updated
 targets, learned temperature): the actor and the critics read the state through a HAN
-(`networks.HanHead`) or, for 000's baseline RL, an MLP over the expert-level features.
+(`model.HanHead`) or, for 000's baseline RL, an MLP over the expert-level features.
 
 With a teacher (`SacSettings.teacher`, `training.policies.rl.teacher`) the actor starts as the best
 heuristic: the teacher's demonstrations fill the replay buffer, `pretrain_steps` updates fit the
@@ -31,7 +31,8 @@ from routeforge.training.policies.rl.rollout import TrainerRun
 
 def networks(env, settings: SacSettings):
     """(actor logits network, Q network) for the environment's variant."""
-    from routeforge.training.policies.rl.networks import HanHead, mlp
+    from routeforge.training.policies.learned.sac_qos.model import HanHead
+    from routeforge.training.policies.rl.networks import mlp
 
     spec, n_actions = env.observation_spec(), env.action_space.n
     if spec["variant"] == "han":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
-from routeforge.training.policies.rl.ddqn import train_ddqn
+from routeforge.training.policies.learned.ddqn_workload_guided.training import train_ddqn
 from routeforge.training.policies.rl.rollout import greedy
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 

@@ -4,8 +4,8 @@ ablation (`sac_qos_mlp`), both trained against a paired heuristic baseline (pape
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
+from routeforge.training.policies.learned.sac_qos.training import train_sac
 from routeforge.training.policies.rl.rollout import greedy, sampled
-from routeforge.training.policies.rl.sac import train_sac
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 
 

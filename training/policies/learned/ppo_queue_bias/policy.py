@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
-from routeforge.training.policies.rl.ppo import bias_policy, train_ppo
+from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy, train_ppo
 from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
 
 
