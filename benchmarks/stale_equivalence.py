@@ -34,7 +34,7 @@ from benchmarks.stale_graph import LETTERS, graph
 from tools.graphql import graphql_caller
 
 LOCATION = "benchmarks.stale_graph"  # a module code location is named after its module
-NODES = ("{ assetNodes { assetKey { path } opVersion %s } }")
+NODES = "{ assetNodes { assetKey { path } opVersion } }"
 VERDICT = ('p%d: assetNodeOrError(assetKey: {path: ["%s"]}) { ... on AssetNode { staleStatus%s '
            'staleCauses%s { key { path } partitionKey reason } } }')
 DEPENDENCY = "has a new dependency data version ("
@@ -66,7 +66,7 @@ def reload(graphql, code: dict[str, str]) -> None:
     """Reload the code location and wait (bounded) until it serves the code versions just written."""
     graphql(f'mutation {{ reloadRepositoryLocation(repositoryLocationName: "{LOCATION}") {{ __typename }} }}')
     for _ in range(120):
-        nodes = graphql(NODES % "")["assetNodes"]
+        nodes = graphql(NODES)["assetNodes"]
         if {n["assetKey"]["path"][0]: n["opVersion"] for n in nodes if n["opVersion"]} == code:
             return
         time.sleep(0.5)
