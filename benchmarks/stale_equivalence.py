@@ -30,7 +30,7 @@ from routeforge.generation.local_server import free_port, wait_healthy
 from routeforge.pipelines.stale import Versions, stale_causes
 
 from benchmarks.common import REPO, parser, results_dir
-from benchmarks.stale_graph import LETTERS, graph
+from benchmarks.stale_graph import INITIAL, LETTERS, graph
 from tools.graphql import graphql_caller
 
 LOCATION = "benchmarks.stale_graph"  # a module code location is named after its module
@@ -114,8 +114,7 @@ def ancestors(versions: Versions, name: str) -> set[str]:
     return found
 
 
-def ours(instance, assets, key: str, partition: str | None):
-    versions = Versions(dg.Definitions(assets=assets), instance)
+def ours(versions: Versions, key: str, partition: str | None):
     if versions.record(dg.AssetKey(key), partition) is None:
         return "missing"
     return sorted(set(stale_causes(versions, dg.AssetKey(key), partition)))
@@ -128,7 +127,7 @@ def main() -> int:
     checks, differ, start = 0, [], time.perf_counter()
     for seq in range(sequences):
         rng = random.Random(seq)
-        values, code = {"a": "1", "b": "1"}, {"a": "1", "b": "1", "c": "1"}
+        values, code = dict(INITIAL["values"]), dict(INITIAL["code"])
         with tempfile.TemporaryDirectory(prefix="routeforge-stale-") as folder:
             home, state_file = Path(folder) / "dagster_home", Path(folder) / "graph.json"
             home.mkdir()
@@ -148,12 +147,13 @@ def main() -> int:
                         partition = rng.choice(LETTERS.get_partition_keys()) if move == "b" else None
                         dg.materialize(assets, instance=instance, selection=move, partition_key=partition,
                                        raise_on_error=False)
-                    assets = graph(values, code)
+                    # one view of the records per step: every verdict of the step reads the same history
+                    versions = Versions(dg.Definitions(assets=graph(values, code)), instance)
                     dagster = theirs(graphql, keys)
                     for (key, partition), verdict in zip(keys, dagster):
                         checks += 1
-                        mine = ours(instance, assets, key, partition)
-                        if not agree(Versions(dg.Definitions(assets=assets), instance), key, mine, verdict):
+                        mine = ours(versions, key, partition)
+                        if not agree(versions, key, mine, verdict):
                             differ.append({"sequence": seq, "step": step, "asset": key, "partition": partition,
                                            "ours": mine, "dagster": verdict})
         print(f"sequence {seq + 1}/{sequences}: {checks} verdicts so far, {len(differ)} differ", flush=True)

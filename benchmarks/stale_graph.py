@@ -12,6 +12,7 @@ import os
 import dagster as dg
 
 LETTERS = dg.StaticPartitionsDefinition(["x", "y", "z"])
+INITIAL = {"values": {"a": "1", "b": "1"}, "code": {"a": "1", "b": "1", "c": "1"}}  # where a sequence starts
 
 
 def graph(values: dict[str, str], code: dict[str, str]) -> list:
@@ -37,8 +38,7 @@ def graph(values: dict[str, str], code: dict[str, str]) -> list:
 
 def _from_file() -> dg.Definitions:
     path = os.environ.get("ROUTEFORGE_STALE_GRAPH")
-    state = json.loads(open(path).read()) if path else {"values": {"a": "1", "b": "1"},
-                                                         "code": {"a": "1", "b": "1", "c": "1"}}
+    state = json.loads(open(path).read()) if path else INITIAL
     return dg.Definitions(assets=graph(state["values"], state["code"]))
 
 
