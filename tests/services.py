@@ -241,24 +241,30 @@ def ray_cluster(folder: Path, num_cpus: int = 2) -> Iterator[str]:
 
 # -- the fleet these deployments run ---------------------------------------------------------------
 
+# the router's model selection narrowed to one candidate per member and one truncation side, to keep a
+# pipeline test in minutes (the shipped grid is benchmarks/router_selection.py's business; choosing the
+# truncation side by CV has its own test in tests/training/predictors/test_router_selection.py)
+TEST_ROUTER_SELECTION = {"enabled": True, "folds": 3, "knn_k": [10], "knn_prior_strength": [10.0], "mlp_hidden": [0],
+                         "mlp_epochs": 10, "mf_dim": [16], "mf_epochs": 10, "guard_bootstrap": 200}
+
+
 def routerbench_fleet(folder: Path, shared_data: Path, storage_root: str, tracking_uri: str,
-                      artifact_location: str | None = None) -> Path:
+                      artifact_location: str | None = None, limit: int | None = None) -> Path:
     """configs/routerbench.yaml with its state on `storage_root` and its registry at `tracking_uri`
-    (artifacts: `artifact_location`, or the tracking server's choice)."""
+    (artifacts: `artifact_location`, or the tracking server's choice); `limit`: the first this many
+    rows of each RouterBench table (embedding the prompts is most of a run's time on a CPU)."""
     raw = yaml.safe_load((Path(__file__).resolve().parent.parent / "configs" / "routerbench.yaml").read_text())
     raw["storage_root"] = storage_root
     for dataset in raw["datasets"]:
         dataset["files"] = {split: [f.replace("${ROUTEFORGE_DATA:-../../shared/data}", str(shared_data)) for f in files]
                             for split, files in dataset["files"].items()}
+        if limit is not None:
+            dataset["limit"] = limit
     raw["registry"] = {**raw["registry"], "tracking_uri": tracking_uri}
     raw["registry"].pop("artifact_location", None)
     if artifact_location:
         raw["registry"]["artifact_location"] = artifact_location
-    # every stage runs; the router's model selection is narrowed to keep the test in minutes (the
-    # shipped grid is benchmarks/router_selection.py's business, not this deployment test's)
-    raw["training"]["router"] = {"enabled": True, "folds": 3, "knn_k": [10], "knn_prior_strength": [10.0],
-                                 "mlp_hidden": [0], "mlp_epochs": 10, "mf_dim": [16], "mf_epochs": 10,
-                                 "guard_bootstrap": 200}
+    raw["training"]["router"] = TEST_ROUTER_SELECTION  # every stage runs, the router's selection narrowed
     path = folder / "routerbench-production.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
