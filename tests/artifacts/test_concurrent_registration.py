@@ -134,12 +134,20 @@ def _gone(client, model: str) -> bool:
 @pytest.mark.timeout(120)
 def test_two_holders_take_turns_and_the_second_says_who_it_waits_for(mlflow_server):
     client = MlflowClient(mlflow_server)
-    spans, said = [], []
+    spans, said, waiting = [], [], threading.Event()
+
+    def heard(line: str) -> None:
+        said.append(line)
+        if line.startswith("waiting for"):
+            waiting.set()
 
     def hold(name: str) -> None:
-        with release_lease(MlflowClient(mlflow_server), "turns", poll_s=0.1, timeout_s=60, log=said.append):
+        with release_lease(MlflowClient(mlflow_server), "turns", poll_s=0.1, timeout_s=60, log=heard):
             start = time.monotonic()
-            time.sleep(0.6)
+            # the first holder stays until the other says it waits: a fixed 0.6 s hold let a slow
+            # machine's second thread arrive after the first had left, and nothing was said
+            waiting.wait(timeout=30)
+            time.sleep(0.2)
             spans.append((start, time.monotonic()))
 
     threads = [threading.Thread(target=hold, args=(n,)) for n in ("a", "b")]
