@@ -62,16 +62,17 @@ $(UV): | $(BIN)/python
 	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
 
 # Bytecode is compiled at install (uv's --compile-bytecode, compileall for the project's own folders): uv
-# installs no .pyc by default, and where $$PYTHONDONTWRITEBYTECODE is set (this machine's images set it)
+# installs no .pyc by default, and where $PYTHONDONTWRITEBYTECODE is set (this machine's images set it)
 # none is ever written, so every process compiled torch, Dagster and MLflow from source again (import
-# torch 6.4 s instead of 3.3 s); the test suite, which starts hundreds of processes, ran twice as long
+# torch 6.4 s instead of 3.1 s), and the test suite starts hundreds of processes
 PROJECT_DIRS := pipelines assets training profiling core prompts generation scoring artifacts registry src tools tests benchmarks
+COMPILE_PROJECT = $(BIN)/python -m compileall -q -j 0 $(PROJECT_DIRS)
 ifeq ($(INSTALLER),uv)
 # the lock is the whole environment: --no-deps installs exactly its pins, the project last
 $(STAMP): pyproject.toml requirements/dev.lock | $(UV)
 	$(UV) pip install -q --compile-bytecode --python $(BIN)/python --no-deps --require-hashes -r requirements/dev.lock
 	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
-	$(BIN)/python -m compileall -q -j 0 $(PROJECT_DIRS) >/dev/null
+	$(COMPILE_PROJECT)
 	touch $@
 else
 # Pinned CPU torch goes in first: an unpinned torch would pull several GB of CUDA wheels.
@@ -79,7 +80,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION)
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m compileall -q -j 0 $(PROJECT_DIRS) >/dev/null
+	$(COMPILE_PROJECT)
 	touch $@
 endif
 

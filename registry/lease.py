@@ -85,6 +85,13 @@ def _already_exists(error: Exception) -> bool:
     return getattr(error, "error_code", None) == "RESOURCE_ALREADY_EXISTS" or "already exists" in str(error)
 
 
+def _given_back_meanwhile(error: Exception) -> bool:
+    """A create that met the holder's lease, which the holder then gave back: on a unique-constraint
+    conflict MLflow's SQL store looks the existing model up again, and answers RESOURCE_DOES_NOT_EXIST
+    when it is gone by then. The lease is free: try again (a CI run's waiting thread died of this)."""
+    return getattr(error, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"
+
+
 @contextmanager
 def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_after_s: float = 1800.0,
                   poll_s: float = 1.0, log: Callable[[str], None] = print) -> Iterator[None]:
@@ -105,6 +112,8 @@ def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_af
                 "deleted when it is done (registry/lease.py). Not a model."))
             break
         except MlflowException as error:
+            if _given_back_meanwhile(error):
+                continue
             if not _already_exists(error):
                 raise
         found = _holder(client, name)

@@ -118,6 +118,19 @@ def test_only_a_lost_dataset_insert_race_is_retried():
     assert not _dataset_insert_raced(ValueError("UNIQUE constraint failed: datasets.name"))
 
 
+def test_a_lease_given_back_while_the_server_checked_a_create_is_taken_not_raised():
+    """What a CI run's waiting thread died of: its create met the holder's lease, the holder gave it
+    back, and the server's own look-up of the existing model answered RESOURCE_DOES_NOT_EXIST."""
+    from mlflow.exceptions import RestException
+    from routeforge.registry.lease import _already_exists, _given_back_meanwhile
+
+    gone = RestException({"error_code": "RESOURCE_DOES_NOT_EXIST",
+                          "message": "Registered Model with name=turns.release-lease not found"})
+    taken = RestException({"error_code": "RESOURCE_ALREADY_EXISTS", "message": "Registered Model (name=x) already exists."})
+    assert _given_back_meanwhile(gone) and not _given_back_meanwhile(taken) and _already_exists(taken)
+    assert not _given_back_meanwhile(RestException({"error_code": "PERMISSION_DENIED", "message": "no"}))
+
+
 def _plant(client, model: str, holder: ProcessIdentity, since: float) -> None:
     client.create_registered_model(lease_name(model), tags={HOLDER_TAG: json.dumps(
         {"host": holder.host, "pid": holder.pid, "started": holder.started, "since": since})})
