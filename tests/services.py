@@ -239,6 +239,19 @@ def ray_cluster(folder: Path, num_cpus: int = 2) -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def ray_job_outcome(client, submission_id: str, timeout_s: float = 120) -> str:
+    """The job's terminal status, waited for (bounded): a step's Dagster events reach the instance
+    before its Ray driver has exited, so a run can be SUCCESS while its jobs still read RUNNING."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not (status := client.get_job_status(submission_id)).is_terminal():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Ray job {submission_id} still {status} after {timeout_s:.0f} s")
+        time.sleep(1)
+    return str(status)
+
+
 # -- the fleet these deployments run ---------------------------------------------------------------
 
 # the router's model selection narrowed to one candidate per member and one truncation side, to keep a

@@ -14,7 +14,7 @@ from routeforge.core.config import load_fleet
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import execute
 
-from tests.services import Unavailable, postgres, ray_cluster, routerbench_fleet, s3_server
+from tests.services import Unavailable, postgres, ray_cluster, ray_job_outcome, routerbench_fleet, s3_server
 from tests.test_production_loopback import s3_keys
 
 pytestmark = pytest.mark.e2e
@@ -71,11 +71,12 @@ def test_steps_run_in_their_own_processes_with_state_on_s3(stores, shared_data, 
             if executor == "ray":
                 assert all("Ray job" in e.message for e in starts)
         if executor == "ray":
-            from ray.job_submission import JobStatus, JobSubmissionClient
+            from ray.job_submission import JobSubmissionClient
 
-            jobs = JobSubmissionClient(raw["execution"]["ray_address"]).list_jobs()
-            steps = [j for j in jobs if (j.submission_id or "").startswith("dagster-step-")]
-            assert len(steps) == 3 and all(j.status == JobStatus.SUCCEEDED for j in steps)
+            client = JobSubmissionClient(raw["execution"]["ray_address"])
+            steps = [j.submission_id for j in client.list_jobs() if (j.submission_id or "").startswith("dagster-step-")]
+            assert len(steps) == 3
+            assert {job: ray_job_outcome(client, job) for job in steps} == dict.fromkeys(steps, "SUCCEEDED")
     names = {k.removeprefix(f"{executor}/") for k in s3_keys(stores, "routeforge", f"{executor}/")}
     safe = model.replace("/", "_")
     assert "assets/prompts.parquet" in names

@@ -42,9 +42,9 @@ def test_a_step_running_as_a_ray_job_fans_its_embedding_out_to_the_cluster(tmp_p
     import sys
     import time
 
-    from ray.job_submission import JobStatus, JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient
 
-    from tests.services import Unavailable, ray_cluster
+    from tests.services import Unavailable, ray_cluster, ray_job_outcome
 
     script = tmp_path / "step.py"
     script.write_text(
@@ -71,11 +71,9 @@ def test_a_step_running_as_a_ray_job_fans_its_embedding_out_to_the_cluster(tmp_p
                     if "No available agent" not in str(exc) or time.monotonic() > deadline:
                         raise
                     time.sleep(2)
-            while client.get_job_status(job) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
-                assert time.monotonic() < deadline, "the Ray job did not finish in 5 minutes"
-                time.sleep(2)
+            outcome = ray_job_outcome(client, job, timeout_s=300)
             logs = client.get_job_logs(job)
-            assert client.get_job_status(job) == JobStatus.SUCCEEDED, logs[-3000:]
+            assert outcome == "SUCCEEDED", logs[-3000:]
     except Unavailable as exc:
         pytest.skip(str(exc))
     import json
