@@ -87,7 +87,8 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
         registry.client.set_model_version_tag(registry.name, version, CHECKS_TAG, "false" if failed else "true")
         registry.client.set_model_version_tag(registry.name, version, RULES_TAG, rules.to_json())
         evaluation = registry.evaluation_set(candidate, run_id=router_bundle["mlflow_run_id"])
-        decision = gate(registry, version, mlflow.public_key_path(), Path(tmp), rules, evaluation=evaluation)
+        decision = gate(registry, version, mlflow.public_key_path(), Path(tmp), rules, evaluation=evaluation,
+                        log=context.log.info)
         sha = evaluation[1]
     if failed:
         decision.reasons.append(f"failed checks: {', '.join(failed)}")

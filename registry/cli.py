@@ -17,6 +17,11 @@ from routeforge.registry.lease import release_lock
 from routeforge.registry.release import gate
 
 
+def _progress(line: str) -> None:
+    """The gate's stage lines, on stderr: stdout keeps the one verdict line per version."""
+    click.echo(line, err=True)
+
+
 def _registry(name: str, tracking_uri: str | None):
     from routeforge.registry.release import Registry
 
@@ -51,7 +56,7 @@ def promote(name: str, version: str | None, public_key: Path | None, allow_unsig
         with release_lock(registry.tracking_uri, name), \
                 tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
             decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason,
-                            allow_unsigned=allow_unsigned)
+                            allow_unsigned=allow_unsigned, log=_progress)
     except (ValueError, BundleVerificationError) as exc:
         click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
@@ -102,7 +107,7 @@ def gate_command(name: str, version: str | None, public_key: Path | None, allow_
         if registry.gated(v):
             raise click.UsageError(f"version {v} of {name} was gated already; use `bundle promote` to re-judge it")
         with release_lock(registry.tracking_uri, name), tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
-            decision = gate(registry, v, public_key, Path(tmp), allow_unsigned=allow_unsigned)
+            decision = gate(registry, v, public_key, Path(tmp), allow_unsigned=allow_unsigned, log=_progress)
         held |= not decision.promote
         verdict = "promoted to champion" if decision.promote else "held (stays challenger)"
         click.echo(f"{name} version {v}: {verdict}; " + "; ".join(decision.reasons))

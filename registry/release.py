@@ -39,10 +39,12 @@ is what `rollback` walks back. A forced promotion records who asked and why.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,11 +379,13 @@ class Registry:
 
 def gate(registry: Registry, version: str, public_key: Path | None, workdir: Path, rules: ReleaseRules | None = None,
          force: bool = False, reason: str | None = None, evaluation: tuple[Path, str] | None = None,
-         allow_unsigned: bool = False) -> Decision:
+         allow_unsigned: bool = False, log: Callable[[str], None] | None = None) -> Decision:
     """Compare `version` with the current champion on the frozen evaluation set (`evaluation`, the
     (path, sha256) `Registry.evaluation_set` gave, or fetched here) and move the alias when the rules
     (the version's own recorded rules unless `rules` is given) allow it, or when forced with a
-    reason. Records the decision either way."""
+    reason. Records the decision either way. `log` gets a line per stage with its time: fetching,
+    verifying and evaluating two bundles can take minutes, which a gate should not spend silently."""
+    timed = _stage_timer(log)
     if force and not (reason and reason.strip()):
         raise ValueError("--force needs --reason: a forced promotion records who asked and why")
     tags = registry.version_tags(version)
@@ -395,7 +399,8 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
 
     table = pq.read_table(evaluation)
     try:
-        challenger_bundle = registry.bundle(version, public_key, workdir, allow_unsigned)
+        with timed(f"version {version}: fetched and verified"):
+            challenger_bundle = registry.bundle(version, public_key, workdir, allow_unsigned)
     except BundleVerificationError as exc:
         # held and recorded, so the versions after it are still gated (an unsigned `add-model`
         # version made every later `bundle gate` abort on it)
@@ -403,13 +408,21 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
         decision.champion_version = champion
         registry.record(version, decision, sha)
         return decision
-    champion_bundle = registry.bundle(champion, public_key, workdir, allow_unsigned) if champion is not None else None
-    decision = decide(evaluate_bundle(challenger_bundle, table),
-                      evaluate_bundle(champion_bundle, table) if champion_bundle is not None else None,
-                      rules, tags.get(CHECKS_TAG) == "true")
+    champion_bundle = None
+    if champion is not None:
+        with timed(f"champion version {champion}: fetched and verified"):
+            champion_bundle = registry.bundle(champion, public_key, workdir, allow_unsigned)
+    with timed(f"version {version}: evaluated on {table.num_rows} frozen rows"):
+        challenger_metrics = evaluate_bundle(challenger_bundle, table)
+    champion_metrics = None
+    if champion_bundle is not None:
+        with timed(f"champion version {champion}: evaluated on {table.num_rows} frozen rows"):
+            champion_metrics = evaluate_bundle(champion_bundle, table)
+    decision = decide(challenger_metrics, champion_metrics, rules, tags.get(CHECKS_TAG) == "true")
     decision.champion_version = champion
     if rules.replay and champion_bundle is not None:
-        held, decision.replay = replay_verdict(rules.replay, challenger_bundle, champion_bundle)
+        with timed("both versions replayed on the logged traffic"):
+            held, decision.replay = replay_verdict(rules.replay, challenger_bundle, champion_bundle)
         if held:
             decision.reasons = [r for r in decision.reasons if r != "no regression beyond tolerance"] + [held]
             decision.promote = False
@@ -421,6 +434,17 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     else:
         registry.record(version, decision, sha)
     return decision
+
+
+def _stage_timer(log: Callable[[str], None] | None):
+    """A context manager factory: `with timed("what"):` logs "gate: what in 1.2 s" when the block ends."""
+    @contextlib.contextmanager
+    def timed(what: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        if log is not None:
+            log(f"gate: {what} in {time.perf_counter() - start:.1f} s")
+    return timed
 
 
 def rollback(registry: Registry, reason: str | None = None) -> tuple[str, str]:

@@ -88,8 +88,15 @@ def test_worse_challenger_is_held_better_promoted_and_rollback_restores(world):
     assert decision.promote and decision.reasons == ["clears every floor"] and registry.champion_version() == first
 
     worse = register(0.03, seed=2)  # a router that saw a tenth as much: most topics unseen
-    decision = gate(registry, worse, public, root / "w2")
+    stages = []
+    decision = gate(registry, worse, public, root / "w2", log=stages.append)
     assert not decision.promote and registry.champion_version() == first
+    # each stage says what it did and how long it took: fetching, verifying and evaluating two bundles
+    rows = pq.read_table(registry.evaluation_set()[0]).num_rows
+    assert [s.rsplit(" in ", 1)[0] for s in stages] == [
+        f"gate: version {worse}: fetched and verified", f"gate: champion version {first}: fetched and verified",
+        f"gate: version {worse}: evaluated on {rows} frozen rows",
+        f"gate: champion version {first}: evaluated on {rows} frozen rows"], stages
     tags = registry.version_tags(worse)
     assert tags["gate.decision"] == "held" and "router_quality regressed" in tags["gate.reasons"]
     # the figures are metrics (of the version's logged model and its run), not JSON in a tag
@@ -117,6 +124,7 @@ def test_worse_challenger_is_held_better_promoted_and_rollback_restores(world):
     held = runner.invoke(main, ["bundle", "promote", "gated-router", "--version", worse, "--public-key", public,
                                 "--tracking-uri", registry.tracking_uri])
     assert held.exit_code == 1 and "held" in held.output and "router_quality regressed" in held.output
+    assert f"gate: champion version {first}: fetched and verified in " in held.stderr
     forced = runner.invoke(main, ["bundle", "promote", "gated-router", "--version", worse, "--force", "--reason",
                                   "incident 42: known-good fallback", "--tracking-uri", registry.tracking_uri])
     assert forced.exit_code == 0, forced.output
