@@ -385,7 +385,6 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     (the version's own recorded rules unless `rules` is given) allow it, or when forced with a
     reason. Records the decision either way. `log` gets a line per stage with its time: fetching,
     verifying and evaluating two bundles can take minutes, which a gate should not spend silently."""
-    timed = _stage_timer(log)
     if force and not (reason and reason.strip()):
         raise ValueError("--force needs --reason: a forced promotion records who asked and why")
     tags = registry.version_tags(version)
@@ -399,7 +398,7 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
 
     table = pq.read_table(evaluation)
     try:
-        with timed(f"version {version}: fetched and verified"):
+        with _timed(log, f"version {version}: fetched and verified"):
             challenger_bundle = registry.bundle(version, public_key, workdir, allow_unsigned)
     except BundleVerificationError as exc:
         # held and recorded, so the versions after it are still gated (an unsigned `add-model`
@@ -410,18 +409,18 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
         return decision
     champion_bundle = None
     if champion is not None:
-        with timed(f"champion version {champion}: fetched and verified"):
+        with _timed(log, f"champion version {champion}: fetched and verified"):
             champion_bundle = registry.bundle(champion, public_key, workdir, allow_unsigned)
-    with timed(f"version {version}: evaluated on {table.num_rows} frozen rows"):
+    with _timed(log, f"version {version}: evaluated on {table.num_rows} frozen rows"):
         challenger_metrics = evaluate_bundle(challenger_bundle, table)
     champion_metrics = None
     if champion_bundle is not None:
-        with timed(f"champion version {champion}: evaluated on {table.num_rows} frozen rows"):
+        with _timed(log, f"champion version {champion}: evaluated on {table.num_rows} frozen rows"):
             champion_metrics = evaluate_bundle(champion_bundle, table)
     decision = decide(challenger_metrics, champion_metrics, rules, tags.get(CHECKS_TAG) == "true")
     decision.champion_version = champion
     if rules.replay and champion_bundle is not None:
-        with timed("both versions replayed on the logged traffic"):
+        with _timed(log, "both versions replayed on the logged traffic"):
             held, decision.replay = replay_verdict(rules.replay, challenger_bundle, champion_bundle)
         if held:
             decision.reasons = [r for r in decision.reasons if r != "no regression beyond tolerance"] + [held]
@@ -436,15 +435,13 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     return decision
 
 
-def _stage_timer(log: Callable[[str], None] | None):
-    """A context manager factory: `with timed("what"):` logs "gate: what in 1.2 s" when the block ends."""
-    @contextlib.contextmanager
-    def timed(what: str) -> Iterator[None]:
-        start = time.perf_counter()
-        yield
-        if log is not None:
-            log(f"gate: {what} in {time.perf_counter() - start:.1f} s")
-    return timed
+@contextlib.contextmanager
+def _timed(log: Callable[[str], None] | None, what: str) -> Iterator[None]:
+    """Logs "gate: <what> in 1.2 s" when the block ends (not when it raises: the error says enough)."""
+    start = time.perf_counter()
+    yield
+    if log is not None:
+        log(f"gate: {what} in {time.perf_counter() - start:.1f} s")
 
 
 def rollback(registry: Registry, reason: str | None = None) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from routeforge.artifacts.golden import check_golden
 from routeforge.artifacts.loader import load_bundle
 from routeforge.core.config import load_fleet
 from routeforge.generation.local_server import free_port, wait_healthy
+from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.run import run_pipeline
 
 from tests.conftest import CONFIGS, REPO
@@ -310,22 +311,17 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     # content is the same and nothing new is registered; the ungated version is gated now
     with dg.instance_for_test() as instance:
         again = run_pipeline(CONFIGS / "demo.yaml", instance)
-        assert again["unchanged"] and again["registry_version"] == "1"
-        assert again["bundle_version"] == out["bundle_version"]
-        assert again["release"]["promoted"] and again["release"]["reasons"] == ["clears every floor"]
-        assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
-        assert client.get_model_version(name, "1").tags["gate.decision"] == "promoted"
-        assert EVALUATION_TAG in client.get_registered_model(name).tags
-        # once gated, the gate has nothing to do: materialized again on its own (the asset page's
-        # Materialize button), it says so and leaves the registry as it was
-        from routeforge.pipelines.definitions import build_definitions
-
+        # once gated, the gate has nothing to do: materialized again on its own in this instance (the
+        # asset page's Materialize button), it says so and leaves the registry as it was
         regate = build_definitions(CONFIGS / "demo.yaml").resolve_job_def("train_and_register").execute_in_process(
             instance=instance, asset_selection=[dg.AssetKey("release_gate")])
+    assert again["unchanged"] and again["registry_version"] == "1" and again["bundle_version"] == out["bundle_version"]
+    assert again["release"]["promoted"] and again["release"]["reasons"] == ["clears every floor"]
+    assert EVALUATION_TAG in client.get_registered_model(name).tags
     decision = regate.output_for_node("release_gate")
     assert decision["unchanged"] and not decision["promoted"] and decision["reasons"] == ["nothing new was registered"]
-    assert client.get_model_version(name, "1").tags["gate.decision"] == "promoted"
     assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
+    assert client.get_model_version(name, "1").tags["gate.decision"] == "promoted"
 
 
 def test_the_demo_assets_carry_owners_column_schemas_and_checks_after_their_materializations(demo):
@@ -339,8 +335,6 @@ def test_the_demo_assets_carry_owners_column_schemas_and_checks_after_their_mate
     assert meta["dagster/row_count"].value == meta["rows"].value > 0
     prompts = instance.fetch_materializations(dg.AssetKey("prompts"), limit=1).records[0].asset_materialization
     assert [c.name for c in prompts.metadata["dagster/column_schema"].schema.columns][:2] == ["prompt_id", "source"]
-
-    from routeforge.pipelines.definitions import build_definitions
 
     graph = build_definitions(CONFIGS / "demo.yaml").resolve_asset_graph()
     owners = {key.to_user_string(): graph.get(key).owners for key in graph.get_all_asset_keys()}
@@ -413,7 +407,6 @@ def test_an_unchanged_rerun_of_the_demo_runs_no_training_step(demo):
     assert [r.job_name for r in new_runs] == ["build_prompts"]  # no other job was even started
     assert again["unchanged"] and again["registry_version"] == demo.out["registry_version"]
     assert again["bundle_version"] == demo.out["bundle_version"]
-    from routeforge.pipelines.definitions import build_definitions
     from routeforge.pipelines.stale import plan
 
     defs = build_definitions(CONFIGS / "demo.yaml")
@@ -436,7 +429,6 @@ def test_a_stage_file_lost_from_the_storage_root_is_rebuilt_not_a_crash(demo):
     """Dagster's records say every asset is up to date, but files are gone from the storage root: the
     planner names each as due, with why (it used to say "nothing to run" and the next reader
     crashed with FileNotFoundError), and a run rebuilds the lost table without retraining anything."""
-    from routeforge.pipelines.definitions import build_definitions
     from routeforge.pipelines.stale import plan
 
     assets = demo.config.storage_root / "assets"
