@@ -16,6 +16,9 @@ so the exported spec decides exactly as the policy the evaluation measured.
   `running` requests as {predicted_output_tokens, generated_tokens} and its `waiting` requests as
   {prompt_tokens, predicted_output_tokens}; optionally `busy_for_s`, the time until its engine step
   in flight ends (earliest-available's start time on an instance with a free slot; default 0).
+
+The prefix-aware routers people deploy (llm-d, Dynamo, SGLang: `routeforge.artifacts.deployed_routers`)
+also read the request's prompt block ids and each instance's cache and KV state; that module says which.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from routeforge.artifacts.extensions import Registry
 # policy's own (round-robin's position). A new heuristic is a module with `@HEURISTICS.register(name)`,
 # here or named by $ROUTEFORGE_EXTENSIONS; the simulator runs it through the same function
 # (training.policies.simulator.baselines.RegisteredHeuristic).
-HEURISTICS = Registry("heuristic", ("routeforge.artifacts.heuristics",))
+HEURISTICS = Registry("heuristic", ("routeforge.artifacts.heuristics", "routeforge.artifacts.deployed_routers"))
 
 
 def work_left_s(tpot_s: float, prefill_s_per_token: float, max_running: int, running_left_tokens,

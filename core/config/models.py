@@ -141,6 +141,17 @@ class VllmOptions(_Strict):
     enable_prefix_caching: bool = True  # reuse the KV cache of shared prompt prefixes
 
 
+class ModelArchitecture(_Strict):
+    """What sizes a model's weights and KV cache (its config.json), for the simulator's per-instance
+    KV capacity (profiling.kv_capacity)."""
+
+    params_b: float = Field(gt=0, le=10_000, description="parameters, in billions")
+    layers: int = Field(ge=1, le=1000, description="transformer layers that keep a KV cache")
+    kv_heads: int = Field(ge=1, le=1024, description="key/value heads per layer (num_key_value_heads)")
+    head_dim: int = Field(ge=1, le=4096, description="dimension of one attention head")
+    dtype_bytes: float = Field(default=2.0, gt=0, le=8, description="bytes per weight and KV element (bf16: 2)")
+
+
 class ModelSpec(_Strict):
     name: Name  # the model's name in the fleet, the bundle and the routing decisions
     # how responses are produced: `vllm`, `openai` (any OpenAI-compatible server), `transformers` (in-process),
@@ -151,6 +162,8 @@ class ModelSpec(_Strict):
     sampling: SamplingOverrides | None = None
     chat_template: bool = False  # wrap the prompt in the model's (or server's) chat template
     vllm: VllmOptions = VllmOptions()
+    # layers, KV heads, head size and parameters: with each tier's hardware memory, the instance's KV capacity
+    architecture: ModelArchitecture | None = None
 
     @model_validator(mode="after")
     def _engine_matches_source(self) -> ModelSpec:

@@ -14,6 +14,9 @@ class Hardware(_Strict):
     count: int = Field(default=1, ge=1)  # accelerators per instance
     # price of one instance per hour, in US dollars (cost per request in the simulator)
     hourly_usd: float | None = Field(default=None, ge=0)
+    # memory per accelerator in GiB (default: the driver-reported size of a known accelerator,
+    # profiling.kv_capacity.ACCELERATOR_MEMORY_GIB); with the model's architecture it sizes each instance's KV cache
+    memory_gib: float | None = Field(default=None, gt=0, le=4096)
 
 
 class TierProfile(_Strict):
@@ -67,6 +70,11 @@ class Tier(_Strict):
     # policies see each; they share the tier's profile and latency heads
     instances: int = Field(default=1, ge=1, le=256)
     profile: TierProfile | None = None
+    # the share of accelerator memory the engine may use (vLLM's gpu_memory_utilization): with the
+    # hardware's memory and the model's architecture it gives the instance's KV capacity in the simulator
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    # sequences the engine batches at once (vLLM's max_num_seqs); None: the routing evaluation's queue_capacity
+    max_num_seqs: int | None = Field(default=None, ge=1, le=4096)
 
     @property
     def name(self) -> str:

@@ -29,7 +29,7 @@ from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting, TrainedPolicy
 from routeforge.training.policies.load import LoadCalibration, calibrate_on
 from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
-from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE
+from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, default_baselines
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED, mean_std, summarize
@@ -233,7 +233,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     elif settings.lengths == "trace":
         raise ValueError("training.routing_evaluation.lengths: trace needs training.routing_evaluation.trace")
     learned_names = LEARNED_POLICIES.names()
-    wanted = settings.policies or [*BASELINES, *(e.name for e in LEARNED_POLICIES.entries() if e.metadata["default"])]
+    wanted = settings.policies or [*default_baselines(), *(e.name for e in LEARNED_POLICIES.entries()
+                                                          if e.metadata["default"])]
     for name in wanted:
         if name not in BASELINES and name not in learned_names:
             raise ValueError(f"training.routing_evaluation.policies: unknown policy {name!r} "

@@ -21,7 +21,7 @@ from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, rank_policies
 from routeforge.training.policies.load import calibrate_on
 from routeforge.training.policies.packaging import read_simulator
 from routeforge.training.policies.rl.rollout import run_episode
-from routeforge.training.policies.simulator.baselines import BASELINES, from_spec
+from routeforge.training.policies.simulator.baselines import BASELINES, default_baselines, from_spec
 from routeforge.training.policies.simulator.cluster import Cluster, Request
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, mean_std
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
@@ -95,7 +95,7 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
     recommended = bundle.recommended_policy
     carried = {c.config.get("policy"): c for c in bundle.manifest.components if c.kind == "routing_policy"}
     plan = [(name, c.name, c.config.get("policy_kind") != "heuristic") for name, c in carried.items()]
-    plan += [(name, None, False) for name in BASELINES if name not in carried]
+    plan += [(name, None, False) for name in default_baselines() if name not in carried]
     rows = []
     for name, ref, learned in plan:
         runs = []

@@ -14,7 +14,8 @@ from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
 from routeforge.artifacts.writer import ComponentSource, write_bundle
 from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.packaging import export_heuristics, write_simulator
-from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, RandomPolicy, heuristic_spec_of
+from routeforge.training.policies.simulator.baselines import (BASELINES, EXPORTABLE, RandomPolicy, heuristic_spec_of,
+                                                               router_telemetry)
 from routeforge.training.policies.simulator.cluster import Cluster
 from routeforge.training.policies.simulator.instance import InstanceProfile
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
@@ -62,21 +63,6 @@ def test_gate_recommends_a_learned_policy_only_beyond_the_seed_noise():
         recommend(rows, ["ddqn"], ["join_shortest_queue"], objective="e2e_mean_ms")
 
 
-def _telemetry(cluster: Cluster, request, known: dict, now: float) -> tuple[dict, list[dict]]:
-    """What a router service knows, in the runtime heuristics' form."""
-    insts = cluster.instances
-    req = {"prompt_tokens": request.prompt_tokens,
-           "predicted_output_tokens": [request.est_tokens(i.model) for i in insts],
-           "predicted_quality": [request.est_quality(i.model) for i in insts]}
-    out = [{"max_running": i.profile.max_running, "tpot_s": i.profile.nominal_tpot(i.context_tokens),
-            "prefill_s_per_token": i.profile.prefill_s_per_token, "busy_for_s": max(i.clock - now, 0.0),
-            "running": [{"predicted_output_tokens": known[j.rid].est_tokens(i.model), "generated_tokens": i.generated(j)}
-                        for j in i.running.values()],
-            "waiting": [{"prompt_tokens": j.prompt_tokens, "predicted_output_tokens": known[j.rid].est_tokens(i.model)}
-                        for j in i.waiting]} for i in insts]
-    return req, out
-
-
 def test_exported_heuristics_decide_as_the_simulated_baselines():
     """At every decision of a busy run, each exported spec run by the runtime picks the instance the
     simulator's baseline picks (round-robin's counter aside)."""
@@ -96,7 +82,7 @@ def test_exported_heuristics_decide_as_the_simulated_baselines():
 
         def choose(self, request, cluster, now):
             self.known[request.rid] = request
-            req, insts = _telemetry(cluster, request, self.known, now)
+            req, insts = router_telemetry(cluster, request, self.known, now)
             for name in names:
                 sim = BASELINES[name]()
                 sim.known = dict(self.known) if hasattr(sim, "known") else None

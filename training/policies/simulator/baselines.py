@@ -190,6 +190,35 @@ class RouteBalance:
         return out
 
 
+def router_telemetry(cluster: Cluster, request: Request, known: dict[int, Request],
+                     now: float) -> tuple[dict, list[dict]]:
+    """What a router service knows at `now`, in the runtime heuristics' form (`routeforge.artifacts.
+    heuristics`, `routeforge.artifacts.deployed_routers`): the request's predicted lengths and
+    qualities and its prompt block ids, and per instance its slots, step time, running and waiting
+    requests (their lengths as predicted where `known` has them), KV use as vLLM's /metrics show it
+    and the prompt's cached blocks as KV events show them."""
+    insts = cluster.instances
+
+    def est(i: Instance, job) -> float:
+        return known[job.rid].est_tokens(i.model) if job.rid in known else job.output_tokens
+
+    hashes = request.hash_ids if cluster.block_tokens else ()
+    telemetry = [{"max_running": i.profile.max_running, "tpot_s": i.profile.nominal_tpot(i.context_tokens),
+                  "prefill_s_per_token": i.profile.prefill_s_per_token, "busy_for_s": max(i.clock - now, 0.0),
+                  "running": [{"predicted_output_tokens": est(i, j), "generated_tokens": i.generated(j)}
+                              for j in i.running.values()],
+                  "waiting": [{"prompt_tokens": j.prompt_tokens, "predicted_output_tokens": est(i, j)}
+                              for j in i.waiting],
+                  "kv_utilization": i.kv_utilization(), "kv_capacity_tokens": i.profile.kv_capacity_tokens,
+                  "active_tokens": i.context_tokens + sum(j.prompt_tokens for j in i.waiting),
+                  "cached_prefix_blocks": i.cached_prefix_blocks(hashes)} for i in insts]
+    asked = {"prompt_tokens": request.prompt_tokens,
+             "predicted_output_tokens": [request.est_tokens(i.model) for i in insts],
+             "predicted_quality": [request.est_quality(i.model) for i in insts],
+             "hash_ids": list(hashes), "block_tokens": cluster.block_tokens or 0}
+    return asked, telemetry
+
+
 @dataclass
 class RegisteredHeuristic(_PerRequest):
     """A heuristic of `routeforge.artifacts.heuristics.HEURISTICS` that has no simulator class of its own
@@ -204,20 +233,7 @@ class RegisteredHeuristic(_PerRequest):
 
     def choose(self, request, cluster, now):
         self.known[request.rid] = request
-        insts = cluster.instances
-
-        def est(i: Instance, job) -> float:
-            return self.known[job.rid].est_tokens(i.model) if job.rid in self.known else job.output_tokens
-
-        telemetry = [{"max_running": i.profile.max_running, "tpot_s": i.profile.nominal_tpot(i.context_tokens),
-                      "prefill_s_per_token": i.profile.prefill_s_per_token, "busy_for_s": max(i.clock - now, 0.0),
-                      "running": [{"predicted_output_tokens": est(i, j), "generated_tokens": i.generated(j)}
-                                  for j in i.running.values()],
-                      "waiting": [{"prompt_tokens": j.prompt_tokens, "predicted_output_tokens": est(i, j)}
-                                  for j in i.waiting]} for i in insts]
-        asked = {"prompt_tokens": request.prompt_tokens,
-                 "predicted_output_tokens": [request.est_tokens(i.model) for i in insts],
-                 "predicted_quality": [request.est_quality(i.model) for i in insts]}
+        asked, telemetry = router_telemetry(cluster, request, self.known, now)
         return heuristics.HEURISTICS.get(self.name)(asked, telemetry, self.parameters_, self.state)
 
     def parameters(self) -> dict:
@@ -260,6 +276,14 @@ class _Registered(Mapping):
 # to it), and any other registered heuristic through its runtime function
 BASELINES = _Registered(lambda names: {**NATIVE, **{n: partial(RegisteredHeuristic, n) for n in names
                                                     if n not in NATIVE}})
+
+def default_baselines() -> list[str]:
+    """The baselines an evaluation runs when its fleet file names none: every one but the heuristics
+    registered with `default=False` (the deployed routers, until the TypeScript runtime decides as
+    they do; a fleet file that names them gets them)."""
+    return [n for n in BASELINES if n not in heuristics.HEURISTICS
+            or heuristics.HEURISTICS.entry(n).metadata.get("default", True)]
+
 
 # the baselines a bundle can carry as heuristic specs (`routeforge.artifacts.heuristics`): every deterministic one
 EXPORTABLE = _Registered(lambda names: {**{n: n for n in names}, "route_balance_absolute": "route_balance"})

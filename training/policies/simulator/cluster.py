@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from routeforge.artifacts.prefix_index import BlockLru
 from routeforge.training.policies.simulator.instance import Instance, InstanceProfile, Job
 
 WAIT, DROP = None, -1
@@ -31,6 +32,7 @@ class Request:
     task: str = ""
     predicted_tokens: np.ndarray | None = None  # the predictor's estimate per model (None: truth)
     predicted_quality: np.ndarray | None = None
+    hash_ids: tuple[int, ...] = ()  # the prompt's block ids (a Mooncake-format trace's); empty: none known
 
     def est_tokens(self, model: int) -> float:
         return float((self.output_tokens if self.predicted_tokens is None else self.predicted_tokens)[model])
@@ -72,11 +74,21 @@ class Outcome:
 
 
 class Cluster:
+    """`block_tokens`: give every instance a prefix cache of blocks of that many tokens, holding at
+    most its KV capacity (`Instance.cache`); None: no prefix caching (requests' block ids unused)."""
+
     def __init__(self, profiles: list[InstanceProfile], models: list[int] | None = None,
-                 names: list[str] | None = None):
+                 names: list[str] | None = None, block_tokens: int | None = None):
         models = models or [0] * len(profiles)
         names = names or [f"i{i}" for i in range(len(profiles))]
         self.instances = [Instance(n, p, m) for n, p, m in zip(names, profiles, models)]
+        if block_tokens is not None:
+            if not block_tokens >= 1:
+                raise ValueError(f"Cluster: block_tokens must be at least 1, got {block_tokens!r}")
+            for inst in self.instances:
+                inst.cache = BlockLru(max(1, inst.profile.kv_capacity_tokens // block_tokens))
+                inst.block_tokens = block_tokens
+        self.block_tokens = block_tokens
         self.now = 0.0
 
     def advance(self, t: float) -> None:
@@ -133,7 +145,7 @@ class Cluster:
         if choice == DROP:
             return Outcome(req, DROP, None, now, "dropped by the policy")
         inst = self.instances[choice]
-        job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now)
+        job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now, hash_ids=req.hash_ids)
         outcome = Outcome(req, choice, job, now, model=inst.model)
         if not inst.enqueue(job, now):
             outcome.reason = job.rejected

@@ -13,6 +13,14 @@ decode step would exceed the capacity, the most recently admitted request is pre
 recomputed later (vLLM's default): it returns to the head of the queue and its next prefill covers
 its prompt and the tokens it had generated. A request larger than the whole cache is rejected.
 
+Prefix caching (when the cluster gives the instance a block cache, `Instance.cache`): a request that
+carries its prompt's block ids (`Job.hash_ids`, e.g. from a Mooncake-format trace) prefills only the
+tokens after the leading run of blocks the instance already holds (at least one token, as vLLM
+always computes the last), and its blocks then become the most recently used. The cache holds at
+most the instance's KV capacity in blocks and evicts least-recently-used first. Simplification: the
+memory check still counts every running request's whole context (shared blocks are not
+deduplicated), so a shared prefix saves prefill time but not batch room.
+
 A router that looks at an instance between two of its steps sees it as of its latest committed
 step: a step in flight at dispatch time has already been applied (at most one step early).
 """
@@ -24,6 +32,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from routeforge.artifacts.prefix_index import BlockLru
 # the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
 FIT_FLOORS = {"prefill_intercept_s": 0.0, "prefill_grad_s_per_token": 1e-7, "decode_w_s": 1e-7,
               "decode_h_s_per_token": 0.0}
@@ -103,6 +112,8 @@ class Job:
     finished: float | None = None
     preemptions: int = 0
     rejected: str | None = None
+    hash_ids: tuple[int, ...] = ()  # the prompt's block ids (empty: it shares nothing known)
+    cached_tokens: int = 0  # prompt tokens its first prefill took from the prefix cache
 
 
 @dataclass
@@ -119,6 +130,12 @@ class Instance:
     start_sum: int = 0  # Σ start_counter of running jobs: context = prompt_sum + n · counter − start_sum
     done: list = field(default_factory=list)
     busy_s: float = 0.0
+    cache: BlockLru | None = None  # the prefix cache (None: no prefix caching)
+    block_tokens: int = 0  # tokens per cached block
+
+    def cached_prefix_blocks(self, hash_ids) -> int:
+        """How many leading blocks of a prompt this instance holds now (what KV events tell a router)."""
+        return self.cache.match(hash_ids) if self.cache is not None and hash_ids else 0
 
     # ---- state a router may read
     @property
@@ -184,6 +201,12 @@ class Instance:
         while self.waiting and self._fits(self.waiting[0]):
             job = self.waiting.popleft()
             tokens = job.prompt_tokens + job.generated  # a preempted job recomputes what it had generated
+            if self.cache is not None and job.hash_ids:
+                cached = min(self.cache.match(job.hash_ids) * self.block_tokens, job.prompt_tokens - 1)
+                if not job.preemptions:
+                    job.cached_tokens = cached
+                tokens -= cached
+                self.cache.insert(job.hash_ids)
             prefill += tokens
             job.start_counter = self.counter - job.generated
             job.admitted = self.clock

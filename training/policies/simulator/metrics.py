@@ -7,9 +7,10 @@ their SLO), and latencies over offered requests (`*_offered_s`), in which a requ
 missed its SLO: +inf in the percentiles, and in the mean the window's censoring value (the largest
 of its SLOs and of its served E2E latencies: never cheaper than any request that was served).
 
-The SLO of a request, unless an absolute one is given: its E2E within `slo_scale` × what it would
-take alone on the idle instance that served it (`InstanceProfile.unloaded_e2e`), so the SLO
-measures what queueing and batching with others cost it, on whichever tier it was sent to.
+The SLO of a request is an `Slo` (training.policies.simulator.slo): absolute bounds, or a bound from
+the request's own token counts on a fixed reference. The older arguments (`slo_e2e_s`, `slo_tpot_s`,
+`slo_scale`) still mean what they did: without an absolute E2E bound, `slo_scale` × what the
+request would take alone on the idle instance that served it (the instance-relative rule).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from routeforge.training.policies.simulator.cluster import Outcome
 from routeforge.training.policies.simulator.instance import BUFFER_FULL, OUTGREW, TOO_LARGE
+from routeforge.training.policies.simulator.slo import Slo, legacy_slo
 
 DEFAULT_SLO_SCALE = 5.0  # × the unloaded E2E on the serving instance
 # why a request was not served → its count's metric
@@ -34,22 +36,17 @@ def _offered_pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q, method="inverted_cdf")) if x.size else float("nan")
 
 
-def request_slo_e2e(outcome: Outcome, profiles, slo_scale: float) -> float:
-    """`slo_scale` × the request's unloaded E2E on the instance it was sent to (NaN when it never
-    reached one)."""
-    if outcome.instance < 0 or profiles is None:
-        return float("nan")
-    tokens = outcome.job.output_tokens if outcome.job is not None else float(outcome.request.output_tokens[0])
-    return slo_scale * profiles[outcome.instance].unloaded_e2e(outcome.request.prompt_tokens, tokens)
-
-
 def summarize(outcomes: list[Outcome], slo_e2e_s: float | None = None, slo_tpot_s: float | None = None,
               accuracy: list[float] | None = None, profiles=None,
-              slo_scale: float = DEFAULT_SLO_SCALE) -> dict[str, float]:
+              slo_scale: float = DEFAULT_SLO_SCALE, slo: Slo | None = None,
+              models: list[int] | None = None) -> dict[str, float]:
     """Latency statistics over served requests and over offered ones; SLO attainment, goodput and
     quality over *all* requests (a dropped or rejected request misses its SLO and earns no quality).
-    `profiles` (the instances' `InstanceProfile`s) give each request its default SLO; `accuracy`
-    per instance weights on-time completions for 004's accuracy-weighted goodput."""
+    `slo` says what each request must meet; without it the older arguments apply (absolute E2E/TPOT,
+    else `slo_scale` × the unloaded E2E on the instance that served it, from `profiles`). `profiles`
+    and `models` (each instance's model index) give relative bounds; `accuracy` per instance weights
+    on-time completions for 004's accuracy-weighted goodput. `prefix_hit_rate`: the share of served
+    requests' prompt tokens taken from a prefix cache."""
     n = len(outcomes)
     served = [o for o in outcomes if o.served]
     e2e = np.array([o.e2e for o in served])
@@ -78,31 +75,32 @@ def summarize(outcomes: list[Outcome], slo_e2e_s: float | None = None, slo_tpot_
             key = NOT_SERVED.get(o.reason or "")
             if key is not None:
                 out[key] += 1.0
-    # each request's E2E SLO: the absolute one given, else slo_scale × its unloaded E2E where it was sent
-    slo = np.array([slo_e2e_s if slo_e2e_s is not None else request_slo_e2e(o, profiles, slo_scale)
-                    for o in outcomes], dtype=float)
+    # each request's SLO (`slo`, else the one the older arguments mean) and whether it was met
+    if slo is None:
+        slo = legacy_slo(slo_e2e_s, slo_tpot_s, slo_scale, profiles is not None)
     offered = np.array([o.e2e if o.served else np.inf for o in outcomes], dtype=float)
+    bounds = slo.e2e_bounds(outcomes, profiles, models) if slo is not None else np.full(n, np.nan)
     if n:
-        censor = float(np.nanmax(np.concatenate([e2e, slo[np.isfinite(slo)], [0.0]])))
+        censor = float(np.nanmax(np.concatenate([e2e, bounds[np.isfinite(bounds)], [0.0]])))
         out["e2e_mean_offered_s"] = float(np.where(np.isfinite(offered), offered, censor).mean())
         out["e2e_p50_offered_s"] = _offered_pct(offered, 50)
         out["e2e_p95_offered_s"] = _offered_pct(offered, 95)
         out["e2e_p99_offered_s"] = _offered_pct(offered, 99)
-    on_time = np.array([o.served and (slo_e2e_s is None or o.e2e <= slo_e2e_s)
-                        and (slo_tpot_s is None or np.isnan(o.tpot) or o.tpot <= slo_tpot_s) for o in outcomes])
-    if slo_e2e_s is not None or slo_tpot_s is not None:
+        ttft_offered = np.array([o.ttft if o.served else np.inf for o in outcomes], dtype=float)
+        out["ttft_p95_offered_s"] = _offered_pct(ttft_offered, 95)
+        out["ttft_p99_offered_s"] = _offered_pct(ttft_offered, 99)
+    on_time = slo.met(outcomes, profiles, models) if slo is not None else np.zeros(n, dtype=bool)
+    if slo is not None and slo.absolute:
         out["slo_attainment"] = float(on_time.mean()) if n else float("nan")
-    # goodput: finished within the SLO (the given one, else the default from the instance), of all offered
-    within = np.array([o.served and np.isfinite(s) and o.e2e <= s for o, s in zip(outcomes, slo)])
-    if slo_e2e_s is None and profiles is None:
-        out["goodput"] = out["slo_attainment"] if "slo_attainment" in out else float("nan")
-    else:
-        tpot_ok = np.array([slo_tpot_s is None or np.isnan(o.tpot) or o.tpot <= slo_tpot_s for o in outcomes])
-        out["goodput"] = float((within & tpot_ok).mean()) if n else float("nan")
+    # goodput: finished within its SLO, of all offered requests
+    out["goodput"] = float(on_time.mean()) if n and slo is not None else float("nan")
+    if slo is not None:
         # RouteBalance's trade in one number: the quality delivered within the SLO, per offered request
-        on_slo = within & tpot_ok
-        out["quality_goodput"] = (float(np.nanmean(np.where(on_slo, quality, 0.0)))
+        out["quality_goodput"] = (float(np.nanmean(np.where(on_time, quality, 0.0)))
                                   if n and np.isfinite(quality).any() else float("nan"))
+    cached = sum(o.job.cached_tokens for o in served)
+    prompt = sum(o.request.prompt_tokens for o in served)
+    out["prefix_hit_rate"] = cached / prompt if prompt else 0.0
     if accuracy is not None:
         out["accuracy_weighted_goodput_rps"] = (
             sum(accuracy[o.instance] for o, ok in zip(outcomes, on_time) if ok) / span if span > 0 else float("nan"))

@@ -2,7 +2,10 @@
 
 Azure's LLM inference traces (`TIMESTAMP`, `ContextTokens`, `GeneratedTokens`, wall-clock
 timestamps) are the default mapping; any other log names its columns and the unit of its
-timestamps (`TraceColumns`). A row that cannot be replayed (not JSON, invalid UTF-8, a missing or
+timestamps (`TraceColumns`). Mooncake's format (`MOONCAKE`: JSON lines of `timestamp` in ms,
+`input_length`, `output_length` and `hash_ids`, the ids of the prompt's fixed-size blocks, equal ids
+meaning the same prefix up to and including that block) also carries what a KV cache can reuse;
+`read_block_trace` reads it with the hashes. A row that cannot be replayed (not JSON, invalid UTF-8, a missing or
 non-finite timestamp, a timestamp earlier than the row before, a token count that is not a positive
 integer) goes to the quarantine with its row and column named, and the read goes on: one bad line in a
 day's trace must not stop an evaluation. Without a quarantine (`strict`), the first such row raises
@@ -43,6 +46,8 @@ class TraceColumns:
     prompt_tokens: str = "ContextTokens"
     output_tokens: str = "GeneratedTokens"
     format: str | None = None
+    hash_ids: str | None = None  # a column of prompt block ids (Mooncake's `hash_ids`); None: no sharing known
+    block_tokens: int | None = None  # tokens per hashed block (Mooncake: 512); needed with `hash_ids`
 
     def file_format(self, path: Path) -> str:
         if self.format is not None:
@@ -52,6 +57,33 @@ class TraceColumns:
 
 
 AZURE = TraceColumns()
+MOONCAKE = TraceColumns(timestamp="timestamp", timestamp_unit="ms", prompt_tokens="input_length",
+                        output_tokens="output_length", format="jsonl", hash_ids="hash_ids", block_tokens=512)
+
+
+@dataclass(frozen=True)
+class BlockTrace:
+    """A trace's usable rows as columns: arrival offsets (s) from the first request, token counts,
+    and each prompt's block ids (empty tuples where the trace has none: nothing is shared)."""
+
+    times: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    hash_ids: list[tuple[int, ...]]
+    block_tokens: int | None
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def repeated_block_share(self) -> float:
+        """The share of all prompt blocks whose id appeared in an earlier request (the most a
+        cache of unbounded size, shared by every instance, could reuse)."""
+        seen, repeated, total = set(), 0, 0
+        for ids in self.hash_ids:
+            repeated += sum(i in seen for i in ids)
+            total += len(ids)
+            seen.update(ids)
+        return repeated / total if total else 0.0
 
 
 def _rows(path: Path, columns: TraceColumns) -> Iterator[tuple[int, dict | TraceError]]:
@@ -143,15 +175,40 @@ def _tokens(path: Path, number: int, column: str, value) -> int:
     return int(count)
 
 
+def _block_ids(path: Path, number: int, columns: TraceColumns, value, prompt_tokens: int) -> tuple[int, ...]:
+    """A row's prompt block ids: a list of non-negative integers, no more than the prompt's blocks."""
+    column = columns.hash_ids
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                              for i in value):
+        raise TraceError(f"{path}: row {number}, column {column!r}: a list of non-negative integer block ids "
+                         f"is expected, got {str(value)[:80]!r}")
+    most = -(-prompt_tokens // columns.block_tokens)
+    if len(value) > most:
+        raise TraceError(f"{path}: row {number}, column {column!r}: {len(value)} block ids for {prompt_tokens} "
+                         f"prompt tokens (at most {most} blocks of {columns.block_tokens})")
+    return tuple(value)
+
+
 def read_trace(path: str | Path, limit: int | None = None, columns: TraceColumns = AZURE,
                quarantine: Quarantine | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival offsets in s from the first request, prompt tokens, output tokens) of a trace's
     usable rows. Unusable rows go to `quarantine` (row id `<file name>:<row>`, the reason naming the
     column); without one, the first unusable row raises TraceError. `limit` counts usable rows."""
+    trace = read_block_trace(path, limit, columns, quarantine)
+    return trace.times, trace.prompt_tokens, trace.output_tokens
+
+
+def read_block_trace(path: str | Path, limit: int | None = None, columns: TraceColumns = MOONCAKE,
+                     quarantine: Quarantine | None = None) -> BlockTrace:
+    """`read_trace`'s rows with their prompt block ids (`columns.hash_ids`; Mooncake's by default).
+    A row whose ids are not a list of non-negative integers, or more than its prompt's blocks, is
+    unusable like any other bad row."""
     if columns.timestamp_unit not in ("datetime", *SECONDS_PER_UNIT):
         raise ValueError(f"timestamp_unit {columns.timestamp_unit!r}: expected datetime, s, ms or us")
+    if columns.hash_ids is not None and not (columns.block_tokens or 0) >= 1:
+        raise ValueError(f"trace columns: hash_ids {columns.hash_ids!r} needs block_tokens, the tokens per block")
     path = Path(path)
-    times, prompt, output = [], [], []
+    times, prompt, output, hashes = [], [], [], []
     for number, row in _rows(path, columns):
         try:
             if isinstance(row, TraceError):
@@ -163,6 +220,8 @@ def read_trace(path: str | Path, limit: int | None = None, columns: TraceColumns
                                  f"(earlier than the row before); sort the trace by time")
             counts = (_tokens(path, number, columns.prompt_tokens, _field(path, number, row, columns.prompt_tokens)),
                       _tokens(path, number, columns.output_tokens, _field(path, number, row, columns.output_tokens)))
+            ids = (() if columns.hash_ids is None else
+                   _block_ids(path, number, columns, _field(path, number, row, columns.hash_ids), counts[0]))
         except TraceError as exc:
             if quarantine is None:
                 raise
@@ -172,13 +231,15 @@ def read_trace(path: str | Path, limit: int | None = None, columns: TraceColumns
         times.append(t)
         prompt.append(counts[0])
         output.append(counts[1])
+        hashes.append(ids)
         if limit and len(times) >= limit:
             break
     if not times:
         raise TraceError(f"{path}: no usable rows" + (f" ({len(quarantine)} quarantined: "
                                                        f"{next(iter(quarantine.reasons()))})" if quarantine else ""))
     t = np.array(times)
-    return t - t[0], np.array(prompt), np.array(output)
+    return BlockTrace(t - t[0], np.array(prompt), np.array(output), hashes,
+                      columns.block_tokens if columns.hash_ids is not None else None)
 
 
 def trace_window(times: np.ndarray, n: int, rate: float, seed: int) -> tuple[int, np.ndarray]:

@@ -1,0 +1,152 @@
+"""The routers people deploy today, as registered heuristics: llm-d's scheduler, NVIDIA Dynamo's KV
+router and SGLang's cache-aware policy, written from their public documentation (defaults below).
+
+Why here: a bundle's recommendation means little unless it is measured against what a user would
+deploy instead. Each is a decision function of `routeforge.artifacts.heuristics.HEURISTICS`, so the
+simulator runs exactly the function a router service runs (`RegisteredHeuristic`), and a bundle can
+carry one as its recommended policy.
+
+Registered with `default=False`: an evaluation runs them when its fleet file names them
+(`routing_evaluation.policies`), not by default, until the TypeScript runtime (runtimes/typescript),
+which must reproduce every decision a bundle carries, implements them.
+
+What they read, besides the telemetry every heuristic gets (heuristics' module docstring):
+- request: `hash_ids`, the ids of its prompt's blocks (vLLM's prefix-caching hashes; Mooncake's
+  `hash_ids`), and `block_tokens`, the tokens per block; without them nothing is shared;
+- each instance, optionally: `cached_prefix_blocks` (its leading blocks of this prompt held in its
+  KV cache, as KV events report them: llm-d's precise prefix scorer, Dynamo's default),
+  `kv_utilization` (0-1, vLLM's `kv_cache_usage_perc`), `active_tokens` (tokens of its running and
+  waiting requests), `kv_capacity_tokens`. Where `cached_prefix_blocks` is missing the router keeps
+  its own approximate index of the blocks it sent where (`state["prefix_index"]`, a
+  `routeforge.artifacts.prefix_index.PrefixIndex`), as SGLang's router always does and llm-d's
+  approximate scorer and Dynamo without KV events do.
+
+Documented defaults used:
+- llm-d (inference scheduler, its inference-scheduling guide): prefix-cache scorer weight 3,
+  KV-cache-utilisation scorer weight 2, queue scorer weight 2, max-score picker. Scores in [0, 1]:
+  prefix = matched blocks / prompt blocks; KV = 1 − utilisation; queue = (max − q) / (max − min)
+  over the candidates' waiting queues (1 when all are equal).
+- Dynamo (KV router): cost = overlap_score_weight × prefill blocks + decode blocks, weight 1.0;
+  prefill blocks = (prompt tokens − cached blocks × block size) / block size; decode blocks = the
+  worker's active blocks + the request's; lowest cost wins at temperature 0 (the default), softmax
+  over the normalised costs otherwise.
+- SGLang (model gateway, cache_aware): when the load is imbalanced (max − min outstanding requests
+  > balance_abs_threshold 64 and max > balance_rel_threshold 1.5 × min) the least loaded; else the
+  instance with the longest prefix match when its match rate exceeds cache_threshold 0.3; else the
+  instance whose tree holds the fewest blocks. The tree is always the router's own approximation.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.prefix_index import PrefixIndex
+
+LLM_D_WEIGHTS = {"prefix": 3.0, "kv_utilization": 2.0, "queue": 2.0}
+DYNAMO = {"overlap_score_weight": 1.0, "temperature": 0.0}
+SGLANG = {"cache_threshold": 0.3, "balance_abs_threshold": 64, "balance_rel_threshold": 1.5}
+INDEX_BLOCKS = 1 << 20  # an approximate index's blocks per instance where the KV capacity is not told
+
+
+def _blocks(request: dict[str, Any]) -> tuple[list[int], int]:
+    ids = list(request.get("hash_ids") or ())
+    return ids, int(request.get("block_tokens") or 0)
+
+
+def _index(state: dict, instances: list[dict[str, Any]], block_tokens: int) -> PrefixIndex:
+    """The router's own index of the blocks it sent where, sized by each instance's KV capacity."""
+    if "prefix_index" not in state:
+        state["prefix_index"] = PrefixIndex([
+            max(1, int(i["kv_capacity_tokens"]) // block_tokens) if i.get("kv_capacity_tokens") and block_tokens
+            else INDEX_BLOCKS for i in instances])
+    return state["prefix_index"]
+
+
+def prefix_overlaps(request, instances, state, precise: bool = True) -> list[int]:
+    """Each instance's leading blocks of the prompt: from KV events where told and `precise`, else
+    from the router's own index."""
+    ids, block_tokens = _blocks(request)
+    if not ids:
+        return [0] * len(instances)
+    told = [i.get("cached_prefix_blocks") for i in instances]
+    if precise and all(t is not None for t in told):
+        return [int(t) for t in told]
+    return _index(state, instances, block_tokens).overlaps(ids)
+
+
+def remember(request, instances, state, choice: int) -> int:
+    """Record the prompt's blocks as sent to `choice` in the router's own index; returns `choice`."""
+    ids, block_tokens = _blocks(request)
+    if ids:
+        _index(state, instances, block_tokens).record(choice, ids)
+    return choice
+
+
+def _queue_scores(waiting: list[int]) -> list[float]:
+    low, high = min(waiting), max(waiting)
+    return [1.0 if high == low else (high - q) / (high - low) for q in waiting]
+
+
+@HEURISTICS.register("llm_d", default=False)
+def llm_d(request, instances, parameters, state) -> int:
+    """llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores."""
+    weights = {**LLM_D_WEIGHTS, **parameters.get("weights", {})}
+    ids, _ = _blocks(request)
+    overlaps = prefix_overlaps(request, instances, state)
+    prefix = [o / len(ids) if ids else 0.0 for o in overlaps]
+    kv = [1.0 - min(1.0, max(0.0, float(i.get("kv_utilization", 0.0)))) for i in instances]
+    queue = _queue_scores([len(i["waiting"]) for i in instances])
+    score = [weights["prefix"] * p + weights["kv_utilization"] * k + weights["queue"] * q
+             for p, k, q in zip(prefix, kv, queue)]
+    return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
+
+
+def _active_tokens(instance: dict[str, Any]) -> float:
+    if instance.get("active_tokens") is not None:
+        return float(instance["active_tokens"])
+    return float(sum(r["prompt_tokens"] for r in instance["waiting"]))
+
+
+@HEURISTICS.register("dynamo_kv", default=False)
+def dynamo_kv(request, instances, parameters, state) -> int:
+    """Dynamo's KV router: the lowest overlap_score_weight × prefill blocks + decode blocks."""
+    settings = {**DYNAMO, **parameters}
+    ids, block_tokens = _blocks(request)
+    block = block_tokens or 16  # vLLM's default block size when the request names none
+    prompt = float(request["prompt_tokens"])
+    overlaps = prefix_overlaps(request, instances, state)
+    cost = [settings["overlap_score_weight"] * max(0.0, prompt - o * block) / block
+            + (_active_tokens(i) + prompt) / block for o, i in zip(overlaps, instances)]
+    temperature = float(settings["temperature"])
+    if temperature <= 0:
+        choice = min(range(len(cost)), key=lambda i: (cost[i], i))
+    else:  # softmax over the costs normalised to [0, 1], lower cost more likely
+        top = max(cost) or 1.0
+        logits = [-(c / top) / temperature for c in cost]
+        peak = max(logits)
+        weights = [math.exp(x - peak) for x in logits]
+        rng = state.setdefault("rng", random.Random(int(settings.get("seed", 0))))
+        choice = rng.choices(range(len(cost)), weights=weights)[0]
+    return remember(request, instances, state, choice)
+
+
+@HEURISTICS.register("sglang_cache_aware", default=False)
+def sglang_cache_aware(request, instances, parameters, state) -> int:
+    """SGLang's cache-aware policy over its own approximate prefix tree."""
+    settings = {**SGLANG, **parameters}
+    load = [len(i["running"]) + len(i["waiting"]) for i in instances]
+    low, high = min(load), max(load)
+    if high - low > settings["balance_abs_threshold"] and high > settings["balance_rel_threshold"] * low:
+        return remember(request, instances, state, load.index(low))
+    ids, block_tokens = _blocks(request)
+    if not ids:
+        return load.index(low)
+    overlaps = prefix_overlaps(request, instances, state, precise=False)
+    best = max(range(len(instances)), key=lambda i: (overlaps[i], -load[i], -i))
+    if overlaps[best] / len(ids) > settings["cache_threshold"]:
+        return remember(request, instances, state, best)
+    sizes = _index(state, instances, block_tokens).sizes()
+    return remember(request, instances, state, min(range(len(instances)), key=lambda i: (sizes[i], load[i], i)))

@@ -1,0 +1,79 @@
+"""Which prompt blocks a serving instance holds in its KV cache, as an LRU set of block ids.
+
+A prompt is a sequence of fixed-size token blocks, each named by an id that stands for the block
+*and everything before it* (vLLM's prefix-caching block hashes, Mooncake's `hash_ids`). An engine
+reuses only a leading run of cached blocks, so what a request can skip is `match(ids)`: the
+number of its first blocks present, stopping at the first absent one.
+
+Two users, one structure:
+- the simulator's per-instance cache (`training.policies.simulator.instance`): blocks enter when a
+  request is prefilled and leave least-recently-used first once the instance's KV capacity in blocks
+  is full (vLLM keeps freed blocks cached until their memory is needed, and evicts LRU);
+- a router's approximate index of what it has itself sent where (SGLang's router, llm-d's approximate
+  prefix scorer, Dynamo without KV events): the router cannot see evictions, so it bounds each
+  instance's entry by the same capacity and forgets the oldest.
+
+Plain Python (no NumPy): the runtime imports it alone.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+
+class BlockLru:
+    """An LRU set of at most `capacity_blocks` block ids."""
+
+    __slots__ = ("capacity_blocks", "_blocks")
+
+    def __init__(self, capacity_blocks: int):
+        if not capacity_blocks >= 1:
+            raise ValueError(f"BlockLru: capacity_blocks must be at least 1, got {capacity_blocks!r}")
+        self.capacity_blocks = int(capacity_blocks)
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._blocks
+
+    def match(self, ids: Sequence[int]) -> int:
+        """How many of `ids`' leading blocks are held (the run a prefill can skip); no recency change."""
+        n = 0
+        for block in ids:
+            if block not in self._blocks:
+                break
+            n += 1
+        return n
+
+    def insert(self, ids: Iterable[int]) -> None:
+        """Hold `ids` as the most recently used, evicting the least recently used past the capacity."""
+        blocks = self._blocks
+        for block in ids:
+            if block in blocks:
+                blocks.move_to_end(block)
+            else:
+                blocks[block] = None
+        while len(blocks) > self.capacity_blocks:
+            blocks.popitem(last=False)
+
+
+class PrefixIndex:
+    """A router's approximate view of every instance's cache: per instance, the blocks of the
+    requests it sent there (`record`), bounded LRU as `BlockLru`. `overlaps(ids)` gives each
+    instance's leading match, which the prefix-aware heuristics read as `cached_prefix_blocks`."""
+
+    def __init__(self, capacity_blocks: Sequence[int]):
+        self.instances = [BlockLru(c) for c in capacity_blocks]
+
+    def overlaps(self, ids: Sequence[int]) -> list[int]:
+        return [cache.match(ids) for cache in self.instances]
+
+    def record(self, instance: int, ids: Sequence[int]) -> None:
+        self.instances[instance].insert(ids)
+
+    def sizes(self) -> list[int]:
+        """Blocks held per instance (SGLang routes a cache miss to the instance holding the fewest)."""
+        return [len(cache) for cache in self.instances]

@@ -1,0 +1,148 @@
+"""KV-cache-aware routing on the reference GPU fleet (issue 60): the routers people deploy (llm-d's
+scheduler, Dynamo's KV router, SGLang's cache-aware policy) beside the load-aware heuristics, on
+Mooncake's trace (block hashes: 64% of prompt blocks repeat an earlier one) and, as the control
+where nothing is shared, the same windows with their hashes dropped.
+
+    python -m benchmarks.kv_routing [--requests 600] [--seeds 3] [--loads 0.5 0.8 0.95] [--quick]
+
+The fleet: configs/gpu_fleet.yaml's 12 instances, each tier's step model fitted to its
+LLM-Inference-Bench rows, each instance's KV capacity from its hardware and its model's
+architecture (profiling.kv_capacity), a prefix cache of the trace's 512-token blocks per instance.
+Every request is judged by an SLO of its own, the same wherever it goes (training.policies.simulator.
+slo): E2E within 5 × its E2E alone on the idle instance that would serve it fastest. `--load X` is X
+× the fleet's saturation throughput: the completions per second of join-shortest-queue when the
+whole window arrives at once (every instance's batch as full as its KV cache allows).
+The trace carries no per-model quality, so quality-driven policies are not run here.
+Writes benchmarks/results/kv_routing/<name>.json and prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import DATA, REPO, parser, results_dir
+
+POLICIES = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "llm_d", "dynamo_kv",
+            "sglang_cache_aware")
+DEPLOYED = ("llm_d", "dynamo_kv", "sglang_cache_aware")
+SHOWN = ("goodput", "served_share", "ttft_mean_s", "ttft_p95_offered_s", "tpot_mean_s", "e2e_mean_offered_s",
+         "e2e_p95_offered_s", "prefix_hit_rate")
+
+
+def reference_fleet(config_path: Path, queue_capacity: int = 64):
+    """(instance profiles, model index per instance, tier name per instance, KV capacity per tier)."""
+    from routeforge.core.config.fleet import load_fleet
+    from routeforge.profiling.coarse_priors import continuous_batching_fit, read_llm_inference_bench
+    from routeforge.profiling.kv_capacity import tier_kv_capacity
+    from routeforge.training.policies.simulator.instance import InstanceProfile
+
+    config = load_fleet(config_path)
+    rows = read_llm_inference_bench(config.tiers[0].profile.file)
+    models = config.model_names
+    profiles, index, names, capacities = [], [], [], {}
+    for tier in config.tiers:
+        capacity = tier_kv_capacity(config, tier)
+        if capacity is None:
+            raise SystemExit(f"{config_path}: tier {tier.name} has no architecture or hardware memory")
+        capacities[tier.name] = capacity.to_dict()
+        profile = InstanceProfile.from_fit(continuous_batching_fit(tier.profile.key, rows[tier.profile.key]),
+                                           max_running=tier.max_num_seqs or queue_capacity, buffer=queue_capacity,
+                                           kv_capacity_tokens=capacity.tokens)
+        profiles += [profile] * tier.instances
+        index += [models.index(tier.model)] * tier.instances
+        names += [tier.name] * tier.instances
+    return profiles, index, names, capacities
+
+
+def window(trace, n: int, rate: float, seed: int, n_models: int, shared: bool = True):
+    """Seed's window of n consecutive trace requests (conversation order kept), rescaled to `rate`."""
+    from routeforge.training.policies.simulator.cluster import Request
+    from routeforge.training.policies.simulator.traces import trace_window
+
+    start, offsets = trace_window(trace.times, n, rate, seed)
+    return [Request(k, float(t), int(trace.prompt_tokens[start + k]),
+                    np.full(n_models, int(trace.output_tokens[start + k])), np.full(n_models, np.nan),
+                    hash_ids=trace.hash_ids[start + k] if shared else ())
+            for k, t in enumerate(offsets)]
+
+
+def run(profiles, models, requests, policy: str, block_tokens: int):
+    from routeforge.training.policies.simulator.baselines import BASELINES
+    from routeforge.training.policies.simulator.cluster import Cluster
+
+    return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, BASELINES[policy]())
+
+
+def saturation_rps(profiles, models, trace, n: int, seeds: int, n_models: int, block_tokens: int) -> float:
+    """Completions per second of join-shortest-queue with each window arriving within one second."""
+    rates = []
+    for seed in range(seeds):
+        outcomes = run(profiles, models, window(trace, n, n, seed, n_models), "join_shortest_queue", block_tokens)
+        served = [o for o in outcomes if o.served]
+        rates.append(len(served) / max(o.job.finished for o in served))
+    return float(np.mean(rates))
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--config", type=Path, default=REPO / "configs" / "gpu_fleet.yaml")
+    p.add_argument("--trace", type=Path, default=DATA / "traces" / "mooncake_synthetic_trace.jsonl")
+    p.add_argument("--requests", type=int, default=600)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--loads", type=float, nargs="+", default=[0.5, 0.8, 0.95])
+    p.add_argument("--slo-scale", type=float, default=5.0)
+    p.add_argument("--name", default="gpu_fleet_mooncake")
+    args = p.parse_args()
+    if args.quick:
+        args.requests, args.seeds, args.loads = 200, 2, [0.8]
+
+    from routeforge.training.policies.simulator.metrics import mean_std, summarize
+    from routeforge.training.policies.simulator.slo import Slo
+    from routeforge.training.policies.simulator.traces import MOONCAKE, read_block_trace
+
+    started = time.perf_counter()
+    profiles, models, names, capacities = reference_fleet(args.config)
+    n_models = max(models) + 1
+    trace = read_block_trace(args.trace, columns=MOONCAKE)
+    block = trace.block_tokens
+    slo = Slo(scale=args.slo_scale, reference="fastest")
+    relative = Slo(scale=args.slo_scale, reference="serving")
+    saturation = saturation_rps(profiles, models, trace, args.requests, args.seeds, n_models, block)
+    print(f"{len(profiles)} instances; saturation {saturation:.2f} req/s (JSQ, whole window at once); "
+          f"SLO: {slo.describe()}", flush=True)
+    rows = []
+    for shared in (True, False):
+        for load in args.loads:
+            for policy in POLICIES:
+                runs, wall = [], 0.0
+                for seed in range(args.seeds):
+                    requests = window(trace, args.requests, load * saturation, seed, n_models, shared)
+                    t0 = time.perf_counter()
+                    outcomes = run(profiles, models, requests, policy, block)
+                    wall += time.perf_counter() - t0
+                    summary = summarize(outcomes, slo=slo, profiles=profiles, models=models)
+                    summary["goodput_instance_relative"] = summarize(outcomes, slo=relative, profiles=profiles,
+                                                                     models=models)["goodput"]
+                    runs.append(summary)
+                stats = mean_std(runs, (*SHOWN, "goodput_instance_relative"))
+                rows.append({"trace": "mooncake" if shared else "mooncake, hashes dropped", "load": load,
+                             "policy": policy, "sim_seconds": wall, **stats})
+                print(f"{rows[-1]['trace']:<26} load {load:<4g} {policy:<20} "
+                      + "  ".join(f"{k} {stats[k][0]:.4g}" for k in SHOWN), flush=True)
+    report = {"config": str(args.config.relative_to(REPO)), "trace": args.trace.name, "requests": args.requests,
+              "seeds": args.seeds, "loads": args.loads, "slo": slo.describe(), "saturation_rps": saturation,
+              "load_definition": "× JSQ's completions per second with the whole window arriving within 1 s",
+              "instances": names, "kv_capacity": capacities, "block_tokens": block,
+              "repeated_block_share": trace.repeated_block_share(), "rows": rows,
+              "wall_seconds": time.perf_counter() - started}
+    out = results_dir("kv_routing") / f"{args.name}{'_quick' if args.quick else ''}.json"
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out} in {report['wall_seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Issue 60's simulator physics and judge: SLOs that belong to the request, KV capacity from the
+hardware, prefix-cache reuse from Mooncake-format traces, and the deployed routers' documented choices."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
+from routeforge.artifacts.prefix_index import BlockLru, PrefixIndex
+from routeforge.core.config.fleet import load_fleet
+from routeforge.core.storage import Quarantine
+from routeforge.profiling.kv_capacity import KvCapacityError, kv_capacity, tier_kv_capacity
+from routeforge.training.policies.simulator.baselines import BASELINES, default_baselines
+from routeforge.training.policies.simulator.cluster import Cluster, Outcome, Request
+from routeforge.training.policies.simulator.instance import InstanceProfile, Job
+from routeforge.training.policies.simulator.metrics import summarize
+from routeforge.training.policies.simulator.slo import Slo
+from routeforge.training.policies.simulator.traces import MOONCAKE, read_block_trace
+
+from tests.conftest import CONFIGS
+
+FAST = InstanceProfile(0.0, 1e-4, 0.01, 0.0, max_running=8, kv_capacity_tokens=100_000)
+SLOW = InstanceProfile(0.0, 4e-4, 0.04, 0.0, max_running=8, kv_capacity_tokens=100_000)
+
+
+def _request(rid=0, prompt=1000, out=50, hashes=()):
+    return Request(rid, 0.0, prompt, np.array([out, out]), np.array([0.5, 0.5]), hash_ids=tuple(hashes))
+
+
+def test_the_same_request_has_the_same_slo_on_any_instance():
+    req = _request()
+    slo = Slo(scale=5.0, reference="fastest")
+    on_fast = Outcome(req, 0, Job(0, 1000, 50, 0.0), 0.0, model=0)
+    on_slow = Outcome(req, 1, Job(0, 1000, 50, 0.0), 0.0, model=1)
+    bounds = slo.e2e_bounds([on_fast, on_slow], [FAST, SLOW], models=[0, 1])
+    assert bounds[0] == bounds[1] == pytest.approx(5.0 * FAST.unloaded_e2e(1000, 50))
+    # the instance-relative rule, kept as a named option, is what moved with the router's choice
+    relative = Slo(scale=5.0, reference="serving").e2e_bounds([on_fast, on_slow], [FAST, SLOW], models=[0, 1])
+    assert relative[1] > relative[0]
+    # served on the slow instance in 6 × the fast one's unloaded time (within 5 × its own): late under the
+    # request's own SLO, on time under the instance-relative rule
+    on_slow.job.first_token, on_slow.job.finished = 0.4, 6 * FAST.unloaded_e2e(1000, 50)
+    assert not slo.met([on_slow], [FAST, SLOW], models=[0, 1])[0]
+    assert Slo(scale=5.0, reference="serving").met([on_slow], [FAST, SLOW], models=[0, 1])[0]
+    assert "fastest" in slo.describe() and "instance-relative" in Slo(scale=5, reference="serving").describe()
+
+
+def test_a_service_class_judges_ttft_and_tpot_and_counts_every_offered_request():
+    reqs = [_request(k) for k in range(4)]
+    outcomes = Cluster([FAST]).run(reqs, BASELINES["round_robin"]())
+    strict, loose = Slo(ttft_s=1e-6), Slo(ttft_s=60.0, tpot_s=1.0)
+    assert summarize(outcomes, slo=strict)["goodput"] == 0.0
+    summary = summarize(outcomes, slo=loose)
+    assert summary["goodput"] == summary["slo_attainment"] == 1.0
+    with pytest.raises(ValueError, match="slo.tpot_s"):
+        Slo(tpot_s=float("nan"))
+
+
+def test_kv_capacity_comes_from_the_hardware_and_the_model_in_the_fleet_file(shared_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_DATA", str(shared_data))
+    monkeypatch.setenv("ROUTEFORGE_STATE", str(tmp_path))
+    config = load_fleet(CONFIGS / "gpu_fleet.yaml")
+    by_tier = {t.name: tier_kv_capacity(config, t) for t in config.tiers}
+    llama_h100, llama_a100 = by_tier["llama-3.1-8b-instruct@h100"], by_tier["llama-3.1-8b-instruct@a100"]
+    # Llama-3-8B: 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 bytes per token
+    assert llama_h100.kv_bytes_per_token == llama_a100.kv_bytes_per_token == 131_072
+    assert llama_h100.tokens > 2 * llama_a100.tokens  # 80 GB against 40 GB, the same 16 GB of weights
+    assert 150_000 < llama_a100.tokens < 200_000
+    # the 70B on four H100s, weights split across them
+    assert by_tier["llama3-chatqa-1.5-70b@h100x4-tp4"].accelerators == 4
+    with pytest.raises(KvCapacityError, match="tier big@a100: 70B parameters"):
+        kv_capacity("big@a100", 1, 40.0, 0.9, 70.0, 80, 8, 128)
+
+
+def test_a_request_whose_blocks_are_cached_prefills_only_the_rest():
+    block = 100
+    first, again = _request(0, 1000, 2, range(10)), _request(1, 1000, 2, range(10))
+    again.arrival = 10.0
+    outcomes = Cluster([FAST], block_tokens=block).run([first, again], BASELINES["round_robin"]())
+    cold, warm = outcomes[0].ttft, outcomes[1].ttft
+    assert outcomes[0].job.cached_tokens == 0 and outcomes[1].job.cached_tokens == 999  # the last token is computed
+    assert cold == pytest.approx(FAST.prefill_s_per_token * 1000)
+    assert warm == pytest.approx(FAST.prefill_s_per_token * 1)
+    # the same arrivals with no cache, or without block ids, share nothing
+    plain = Cluster([FAST]).run([_request(0, 1000, 2, range(10)), _request(1, 1000, 2, range(10))],
+                                BASELINES["round_robin"]())
+    assert [o.job.cached_tokens for o in plain] == [0, 0]
+    summary = summarize(outcomes, slo=Slo(scale=5.0), profiles=[FAST])
+    assert summary["prefix_hit_rate"] == pytest.approx(999 / 2000)
+
+
+def test_the_block_cache_evicts_least_recently_used_within_its_capacity():
+    cache = BlockLru(3)
+    cache.insert([1, 2, 3])
+    assert cache.match([1, 2, 3, 4]) == 3
+    cache.insert([1, 9])  # 1 used again, 9 new: 2 (least recent) goes
+    assert len(cache) == 3 and cache.match([1, 2]) == 1 and 9 in cache
+    with pytest.raises(ValueError, match="capacity_blocks"):
+        BlockLru(0)
+
+
+def test_the_mooncake_trace_is_read_with_its_hashes_and_bad_rows_are_quarantined(shared_data, tmp_path):
+    trace = read_block_trace(shared_data / "traces" / "mooncake_synthetic_trace.jsonl", limit=200)
+    assert len(trace) == 200 and trace.block_tokens == 512
+    assert all(len(ids) == -(-p // 512) for ids, p in zip(trace.hash_ids, trace.prompt_tokens))
+    assert 0 < trace.repeated_block_share() < 1
+    bad = tmp_path / "t.jsonl"
+    rows = [{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]},
+            {"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [0, 1, 2]},
+            {"timestamp": 9, "input_length": 600, "output_length": 3, "hash_ids": ["a"]},
+            {"timestamp": 12, "input_length": 600, "output_length": 3, "hash_ids": [0, 7]}]
+    bad.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    quarantine = Quarantine("trace")
+    read = read_block_trace(bad, columns=MOONCAKE, quarantine=quarantine)
+    assert read.hash_ids == [(0, 1), (0, 7)] and list(read.times) == [0.0, 0.012]
+    reasons = list(quarantine.reasons())
+    assert any("3 block ids for 600 prompt tokens" in r for r in reasons)
+    assert any("non-negative integer block ids" in r for r in reasons)
+
+
+def _instance(waiting=0, running=0, kv=0.0, cached=None, active=0):
+    return {"max_running": 8, "tpot_s": 0.01, "prefill_s_per_token": 1e-4,
+            "running": [{"predicted_output_tokens": 10, "generated_tokens": 1}] * running,
+            "waiting": [{"prompt_tokens": 100, "predicted_output_tokens": 10}] * waiting,
+            "kv_utilization": kv, "cached_prefix_blocks": cached, "active_tokens": active,
+            "kv_capacity_tokens": 100_000}
+
+
+def _route(name, request, instances, **parameters):
+    return HeuristicPolicy.from_spec(heuristic_spec(name, len(instances), **parameters)).route(request, instances)
+
+
+def test_llm_d_weighs_prefix_kv_and_queue_scores_with_its_default_weights():
+    request = {"prompt_tokens": 400, "hash_ids": [1, 2, 3, 4], "block_tokens": 100}
+    # a full prefix hit beats an empty queue and an empty cache elsewhere: 3·1 + 2·0.6 + 2·0 = 4.2 > 0 + 2 + 2
+    hit = [_instance(waiting=2, kv=0.4, cached=4), _instance(waiting=0, kv=0.0, cached=0)]
+    assert _route("llm_d", request, hit) == 0
+    half = [_instance(waiting=2, kv=0.6, cached=2), _instance(waiting=0, kv=0.0, cached=0)]
+    assert _route("llm_d", request, half) == 1  # 1.5 + 0.8 + 0 < 0 + 2 + 2
+    assert _route("llm_d", request, half, weights={"prefix": 10.0}) == 0
+
+
+def test_dynamo_routes_to_the_lowest_prefill_plus_decode_block_cost():
+    request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
+    # cached 8 of 10 blocks but 900 active tokens: 2 + (900 + 1000) / 100 = 21 against 10 + 10 = 20
+    insts = [_instance(cached=8, active=900), _instance(cached=0, active=0)]
+    assert _route("dynamo_kv", request, insts) == 1
+    insts = [_instance(cached=8, active=700), _instance(cached=0, active=0)]  # 2 + 17 = 19 < 20
+    assert _route("dynamo_kv", request, insts) == 0
+    assert _route("dynamo_kv", request, insts, overlap_score_weight=0.0) == 1  # pure load balance
+
+
+def test_sglang_follows_its_own_tree_above_the_threshold_and_balances_when_imbalanced():
+    spec = heuristic_spec("sglang_cache_aware", 2)
+    policy = HeuristicPolicy.from_spec(spec)
+    request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
+    # the first time: no match anywhere, the smallest tree (both empty: the less loaded, then the first)
+    assert policy.route(request, [_instance(waiting=1), _instance()]) == 1
+    # again: a full match on instance 1 in its own tree (KV events are not read)
+    assert policy.route(request, [_instance(cached=10), _instance(waiting=3, cached=0)]) == 1
+    # imbalance past both thresholds (100 − 10 > 64 and 100 > 1.5 × 10): the least loaded
+    assert policy.route(request, [_instance(waiting=10), _instance(waiting=100)]) == 0
+    # below the cache threshold (3 of 10 blocks = 0.3, not above it): the smaller tree
+    other = {"prompt_tokens": 1000, "hash_ids": [0, 1, 2, 77, 78, 79, 80, 81, 82, 83], "block_tokens": 100}
+    assert policy.route(other, [_instance(), _instance()]) == 0
+    assert isinstance(policy.state["prefix_index"], PrefixIndex)
+
+
+def test_deployed_routers_are_registered_and_evaluated_when_named():
+    for name in ("llm_d", "dynamo_kv", "sglang_cache_aware"):
+        assert name in HEURISTICS and name in BASELINES and name not in default_baselines()
+    assert "join_shortest_queue" in default_baselines() and "route_balance_absolute" in default_baselines()
+
+
+def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
+    """Two instances, requests of two conversations alternating: a prefix-aware router keeps each
+    conversation on one instance, round-robin splits them."""
+    convo = [tuple(range(100 * c, 100 * c + 8)) for c in (1, 2)]
+    reqs = [Request(k, 0.5 * k, 800, np.array([4]), np.array([np.nan]), hash_ids=convo[(k // 2) % 2])
+            for k in range(40)]
+    rates = {}
+    for name in ("round_robin", "llm_d", "dynamo_kv", "sglang_cache_aware"):
+        outcomes = Cluster([FAST, FAST], block_tokens=100).run(reqs, BASELINES[name]())
+        rates[name] = summarize(outcomes, slo=Slo(scale=5.0), profiles=[FAST, FAST])["prefix_hit_rate"]
+    assert all(rates[n] > 0.9 for n in ("llm_d", "dynamo_kv", "sglang_cache_aware")), rates
