@@ -166,7 +166,7 @@ lint: $(STAMP)  ## ruff, the layer contracts of pyproject.toml ([tool.importlint
 # gpu_batch_profile (measured on a lent GPU, fitted here: its docstring), and so is fresh_clone_demo (it clones
 # the repository twice and installs each from nothing: `python3 -m benchmarks.fresh_clone_demo`), and so is
 # typescript_runtime (it reads make demo's bundle with the runtime make ts-runtime builds)
-BENCHMARKS := demo_run generation_engines quality_metrics cpu_batch_profile cpu_sweep splitwise_heads simulator \
+BENCHMARKS := demo_run generation_engines quality_metrics cpu_batch_profile cpu_sweep splitwise_heads simulator kv_routing \
 	routerbench_knn router_selection budget_targets off_policy_synthetic off_policy_dcrouter text_predictors predictor_packaging routebalance_frontier routebalance_signals \
 	rl_workload_aware routing_headroom rl_qos_graph rl_slot_distribution rl_throughput production_loopback vllm_cpu \
 	new_model online_outcomes within_task_stacking encoder_backends retrain_cost scale ray_parallel bundle_delivery

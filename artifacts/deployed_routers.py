@@ -48,7 +48,7 @@ from routeforge.artifacts.prefix_index import PrefixIndex
 LLM_D_WEIGHTS = {"prefix": 3.0, "kv_utilization": 2.0, "queue": 2.0}
 DYNAMO = {"overlap_score_weight": 1.0, "temperature": 0.0}
 SGLANG = {"cache_threshold": 0.3, "balance_abs_threshold": 64, "balance_rel_threshold": 1.5}
-INDEX_BLOCKS = 1 << 20  # an approximate index's blocks per instance where the KV capacity is not told
+INDEX_BLOCKS = 1 << 20  # an approximate index's blocks per instance where no KV capacity bounds it
 
 
 def _blocks(request: dict[str, Any]) -> tuple[list[int], int]:
@@ -56,32 +56,36 @@ def _blocks(request: dict[str, Any]) -> tuple[list[int], int]:
     return ids, int(request.get("block_tokens") or 0)
 
 
-def _index(state: dict, instances: list[dict[str, Any]], block_tokens: int) -> PrefixIndex:
-    """The router's own index of the blocks it sent where, sized by each instance's KV capacity."""
+def _index(state: dict, instances: list[dict[str, Any]], block_tokens: int, per_instance_kv: bool = True
+           ) -> PrefixIndex:
+    """The router's own index of the blocks it sent where: per instance, as many blocks as its KV cache
+    holds (llm-d's approximate scorer sizes its LRU per server so), or `INDEX_BLOCKS` each where not
+    `per_instance_kv` (SGLang bounds its tree by one global size, not by each server's memory)."""
     if "prefix_index" not in state:
         state["prefix_index"] = PrefixIndex([
-            max(1, int(i["kv_capacity_tokens"]) // block_tokens) if i.get("kv_capacity_tokens") and block_tokens
-            else INDEX_BLOCKS for i in instances])
+            max(1, int(i["kv_capacity_tokens"]) // block_tokens)
+            if per_instance_kv and i.get("kv_capacity_tokens") and block_tokens else INDEX_BLOCKS
+            for i in instances])
     return state["prefix_index"]
 
 
 def prefix_overlaps(request, instances, state, precise: bool = True) -> list[int]:
     """Each instance's leading blocks of the prompt: from KV events where told and `precise`, else
-    from the router's own index."""
+    from the router's own index (per-instance KV-sized where `precise`, SGLang's global bound else)."""
     ids, block_tokens = _blocks(request)
     if not ids:
         return [0] * len(instances)
     told = [i.get("cached_prefix_blocks") for i in instances]
     if precise and all(t is not None for t in told):
         return [int(t) for t in told]
-    return _index(state, instances, block_tokens).overlaps(ids)
+    return _index(state, instances, block_tokens, per_instance_kv=precise).overlaps(ids)
 
 
-def remember(request, instances, state, choice: int) -> int:
+def remember(request, instances, state, choice: int, precise: bool = True) -> int:
     """Record the prompt's blocks as sent to `choice` in the router's own index; returns `choice`."""
     ids, block_tokens = _blocks(request)
     if ids:
-        _index(state, instances, block_tokens).record(choice, ids)
+        _index(state, instances, block_tokens, per_instance_kv=precise).record(choice, ids)
     return choice
 
 
@@ -140,13 +144,14 @@ def sglang_cache_aware(request, instances, parameters, state) -> int:
     load = [len(i["running"]) + len(i["waiting"]) for i in instances]
     low, high = min(load), max(load)
     if high - low > settings["balance_abs_threshold"] and high > settings["balance_rel_threshold"] * low:
-        return remember(request, instances, state, load.index(low))
+        return remember(request, instances, state, load.index(low), precise=False)
     ids, block_tokens = _blocks(request)
     if not ids:
         return load.index(low)
     overlaps = prefix_overlaps(request, instances, state, precise=False)
     best = max(range(len(instances)), key=lambda i: (overlaps[i], -load[i], -i))
     if overlaps[best] / len(ids) > settings["cache_threshold"]:
-        return remember(request, instances, state, best)
-    sizes = _index(state, instances, block_tokens).sizes()
-    return remember(request, instances, state, min(range(len(instances)), key=lambda i: (sizes[i], load[i], i)))
+        return remember(request, instances, state, best, precise=False)
+    sizes = _index(state, instances, block_tokens, per_instance_kv=False).sizes()
+    return remember(request, instances, state, min(range(len(instances)), key=lambda i: (sizes[i], load[i], i)),
+                    precise=False)

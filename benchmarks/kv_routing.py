@@ -3,7 +3,8 @@ scheduler, Dynamo's KV router, SGLang's cache-aware policy) beside the load-awar
 Mooncake's trace (block hashes: 64% of prompt blocks repeat an earlier one) and, as the control
 where nothing is shared, the same windows with their hashes dropped.
 
-    python -m benchmarks.kv_routing [--requests 600] [--seeds 3] [--loads 0.5 0.8 0.95] [--quick]
+    python -m benchmarks.kv_routing [--requests 1500] [--seeds 2] [--loads 0.5 0.8 0.95] [--quick]
+    python -m benchmarks.kv_routing --pool llama-3.1-8b-instruct   # one model's replicas on mixed GPUs
 
 The fleet: configs/gpu_fleet.yaml's 12 instances, each tier's step model fitted to its
 LLM-Inference-Bench rows, each instance's KV capacity from its hardware and its model's
@@ -33,8 +34,9 @@ SHOWN = ("goodput", "served_share", "ttft_mean_s", "ttft_p95_offered_s", "tpot_m
          "e2e_p95_offered_s", "prefix_hit_rate")
 
 
-def reference_fleet(config_path: Path, queue_capacity: int = 64):
-    """(instance profiles, model index per instance, tier name per instance, KV capacity per tier)."""
+def reference_fleet(config_path: Path, queue_capacity: int = 64, pool: str | None = None):
+    """(instance profiles, model index per instance, tier name per instance, KV capacity per tier);
+    `pool`: only that model's tiers (replicas of one model, as llm-d, Dynamo and SGLang route)."""
     from routeforge.core.config.fleet import load_fleet
     from routeforge.profiling.coarse_priors import continuous_batching_fit, read_llm_inference_bench
     from routeforge.profiling.kv_capacity import tier_kv_capacity
@@ -45,6 +47,8 @@ def reference_fleet(config_path: Path, queue_capacity: int = 64):
     models = config.model_names
     profiles, index, names, capacities = [], [], [], {}
     for tier in config.tiers:
+        if pool is not None and tier.model != pool:
+            continue
         capacity = tier_kv_capacity(config, tier)
         if capacity is None:
             raise SystemExit(f"{config_path}: tier {tier.name} has no architecture or hardware memory")
@@ -91,11 +95,13 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--config", type=Path, default=REPO / "configs" / "gpu_fleet.yaml")
     p.add_argument("--trace", type=Path, default=DATA / "traces" / "mooncake_synthetic_trace.jsonl")
-    p.add_argument("--requests", type=int, default=600)
-    p.add_argument("--seeds", type=int, default=3)
+    # windows of consecutive requests: a first block's reuses are a median 225 requests apart in this trace
+    p.add_argument("--requests", type=int, default=1500)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--pool", default=None, help="only this model's tiers (its replicas on mixed GPUs)")
     p.add_argument("--loads", type=float, nargs="+", default=[0.5, 0.8, 0.95])
     p.add_argument("--slo-scale", type=float, default=5.0)
-    p.add_argument("--name", default="gpu_fleet_mooncake")
+    p.add_argument("--name", default=None, help="the result file's name (default: from the fleet and pool)")
     args = p.parse_args()
     if args.quick:
         args.requests, args.seeds, args.loads = 200, 2, [0.8]
@@ -105,7 +111,7 @@ def main() -> None:
     from routeforge.training.policies.simulator.traces import MOONCAKE, read_block_trace
 
     started = time.perf_counter()
-    profiles, models, names, capacities = reference_fleet(args.config)
+    profiles, models, names, capacities = reference_fleet(args.config, pool=args.pool)
     n_models = max(models) + 1
     trace = read_block_trace(args.trace, columns=MOONCAKE)
     block = trace.block_tokens
@@ -133,13 +139,15 @@ def main() -> None:
                              "policy": policy, "sim_seconds": wall, **stats})
                 print(f"{rows[-1]['trace']:<26} load {load:<4g} {policy:<20} "
                       + "  ".join(f"{k} {stats[k][0]:.4g}" for k in SHOWN), flush=True)
-    report = {"config": str(args.config.relative_to(REPO)), "trace": args.trace.name, "requests": args.requests,
-              "seeds": args.seeds, "loads": args.loads, "slo": slo.describe(), "saturation_rps": saturation,
+    report = {"config": str(args.config.relative_to(REPO)), "pool": args.pool, "trace": args.trace.name,
+              "requests": args.requests, "seeds": args.seeds, "loads": args.loads, "slo": slo.describe(),
+              "saturation_rps": saturation,
               "load_definition": "× JSQ's completions per second with the whole window arriving within 1 s",
               "instances": names, "kv_capacity": capacities, "block_tokens": block,
               "repeated_block_share": trace.repeated_block_share(), "rows": rows,
               "wall_seconds": time.perf_counter() - started}
-    out = results_dir("kv_routing") / f"{args.name}{'_quick' if args.quick else ''}.json"
+    name = args.name or f"gpu_fleet_{args.pool or 'all'}_mooncake"
+    out = results_dir("kv_routing") / f"{name}{'_quick' if args.quick else ''}.json"
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out} in {report['wall_seconds']:.0f} s")
 

@@ -14,8 +14,14 @@ from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
 from routeforge.artifacts.writer import ComponentSource, write_bundle
 from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.packaging import export_heuristics, write_simulator
-from routeforge.training.policies.simulator.baselines import (BASELINES, EXPORTABLE, RandomPolicy, heuristic_spec_of,
-                                                               router_telemetry)
+from routeforge.training.policies.simulator.baselines import (
+    BASELINES,
+    EXPORTABLE,
+    RandomPolicy,
+    default_baselines,
+    heuristic_spec_of,
+    router_telemetry,
+)
 from routeforge.training.policies.simulator.cluster import Cluster
 from routeforge.training.policies.simulator.instance import InstanceProfile
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
@@ -169,10 +175,11 @@ def test_policies_evaluate_replays_a_trace_with_other_column_names(bundle, tmp_p
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))  # strict
     rows = {r["policy"]: r for r in report["rows"]}
-    # the bundle's three policies, then every baseline it does not carry
+    # the bundle's three policies, then every default baseline it does not carry
     assert {n: r["source"] for n, r in rows.items() if r["source"] == "bundle"} == {
         "ddqn_workload_guided": "bundle", "join_shortest_queue": "bundle", "route_balance": "bundle"}
-    assert set(BASELINES) - {"join_shortest_queue", "route_balance"} <= {n for n, r in rows.items() if r["source"] == "baseline"}
+    assert set(default_baselines()) - {"join_shortest_queue", "route_balance"} == {
+        n for n, r in rows.items() if r["source"] == "baseline"}
     assert [n for n, r in rows.items() if r["recommended"]] == ["join_shortest_queue"]
     assert report["requests"] == 50 and report["rate_rps"] == pytest.approx(0.8 * report["capacity_rps"])
     for row in rows.values():

@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from routeforge.artifacts.prefix_index import BlockLru
+
 # the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
 FIT_FLOORS = {"prefill_intercept_s": 0.0, "prefill_grad_s_per_token": 1e-7, "decode_w_s": 1e-7,
               "decode_h_s_per_token": 0.0}

@@ -70,9 +70,11 @@ class Slo:
             raise ValueError(f"SLO '{self.describe()}' needs the instances' profiles")
         models = list(models) if models is not None else [0] * len(profiles)
         if self.reference == "serving":
-            return np.array([self.scale * profiles[o.instance].unloaded_e2e(
-                o.request.prompt_tokens, o.job.output_tokens if o.job is not None else float(o.request.output_tokens[0]))
-                if o.instance >= 0 else np.nan for o in outcomes], dtype=float)
+            def served_tokens(o) -> float:
+                return o.job.output_tokens if o.job is not None else float(o.request.output_tokens[0])
+
+            return np.array([self.scale * profiles[o.instance].unloaded_e2e(o.request.prompt_tokens, served_tokens(o))
+                             if o.instance >= 0 else np.nan for o in outcomes], dtype=float)
         return np.array([self.scale * min(p.unloaded_e2e(o.request.prompt_tokens, float(o.request.output_tokens[m]))
                                           for p, m in zip(profiles, models)) for o in outcomes], dtype=float)
 
