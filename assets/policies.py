@@ -24,20 +24,31 @@ TABLE_COLUMNS = ("policy", "workload", "load", "qos_mean", "e2e_mean_s", "e2e_p9
 
 
 def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: list[str]):
-    """(fits, model index per instance, tier names): `tier.instances` instances of each tier whose
-    profile has a prefill/decode fit (measured batches, or published rows fitted to the step model)."""
-    fits, index, names = [], [], []
+    """(fits, model index per instance, tier names, limits): `tier.instances` instances of each tier
+    whose profile has a prefill/decode fit (measured batches, or published rows fitted to the step
+    model); each instance's limits are its KV capacity from its hardware and model
+    (`profiling.kv_capacity`, where the fleet file gives both) and its tier's `max_num_seqs`."""
+    from routeforge.profiling.kv_capacity import KvCapacityError, tier_kv_capacity
+
+    fits, index, names, limits = [], [], [], []
     for tier in config.tiers:
         summary = tier_profiles.get(tier.name) or {}
         fit = summary.get("fit") or summary.get("simulator_fit")
         if fit is not None:
+            try:
+                capacity = tier_kv_capacity(config, tier)
+            except KvCapacityError as exc:
+                raise dg.Failure(str(exc)) from None
+            limit = {k: v for k, v in (("kv_capacity_tokens", capacity.tokens if capacity else None),
+                                       ("max_running", tier.max_num_seqs)) if v is not None}
             fits += [fit] * tier.instances
             index += [models.index(tier.model)] * tier.instances
             names += [tier.name] * tier.instances
+            limits += [limit] * tier.instances
     if not fits:
         raise dg.Failure("routing_evaluation needs at least one tier profile with a prefill/decode fit "
                          "(profile kind batch, splitwise or llm_inference_bench)")
-    return fits, index, names
+    return fits, index, names, limits
 
 
 def training_curves(evaluation: "RoutingEvaluation") -> dict[str, list[tuple[int, float]]]:
@@ -75,7 +86,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
     config = fleet.config
     settings = config.training.routing_evaluation
     models = routing_models(routing_table.schema)
-    fits, instance_models, tiers = simulated_fleet(config, tier_profiles, models)
+    fits, instance_models, tiers, limits = simulated_fleet(config, tier_profiles, models)
     test = routing_table.filter(pa.compute.equal(routing_table.column("split"), "test"))
     texts = test.column("text").to_pylist()
     knn = KnnEstimator.load(store.pull(knn_estimator.folder))
@@ -97,7 +108,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         if traffic is not None:
             context.log.info(f"replaying {len(traffic)} requests of the fleet's traffic logs ({logs})")
         evaluation = evaluate_routing(pool, fits, instance_models, prices, settings, out_dir, log=context.log.info,
-                                      quarantine=quarantine, traffic=traffic)
+                                      quarantine=quarantine, traffic=traffic, limits=limits)
         qpath = store.write_quarantine(quarantine)
         exports = {}
         for name, result in evaluation.trained.items():
@@ -107,7 +118,7 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
         report, gate = evaluation.report() | {"policies": exports}, evaluation.gate
         heuristics = export_heuristics([r["policy"] for r in evaluation.rows], len(fits), out_dir / "policies")
         simulator = write_simulator(out_dir / "simulator", tiers=tiers, models=models, instance_models=instance_models,
-                                    fits=fits, settings=settings, report=report)
+                                    fits=fits, settings=settings, report=report, limits=limits)
         path = out_dir / "routing_evaluation.json"
         path.write_text(strict_json.dumps(report, indent=2, default=float))  # an unbounded percentile: null
         store.push(out_dir)

@@ -11,8 +11,9 @@ LLM-Inference-Bench rows, each instance's KV capacity from its hardware and its 
 architecture (profiling.kv_capacity), a prefix cache of the trace's 512-token blocks per instance.
 Every request is judged by an SLO of its own, the same wherever it goes (training.policies.simulator.
 slo): E2E within 5 × its E2E alone on the idle instance that would serve it fastest. `--load X` is X
-× the fleet's saturation throughput: the completions per second of join-shortest-queue when the
-whole window arrives at once (every instance's batch as full as its KV cache allows).
+× the fleet's throughput at saturation, as the pipeline measures it (`training.policies.load`: the
+whole window offered at once, held at the router while every buffer is full, completions per second
+between the 10th and 90th percentile completion times).
 The trace carries no per-model quality, so quality-driven policies are not run here.
 Writes benchmarks/results/kv_routing/<name>.json and prints the table.
 """
@@ -82,13 +83,13 @@ def run(profiles, models, requests, policy: str, block_tokens: int):
 
 
 def saturation_rps(profiles, models, trace, n: int, seeds: int, n_models: int, block_tokens: int) -> float:
-    """Completions per second of join-shortest-queue with each window arriving within one second."""
-    rates = []
-    for seed in range(seeds):
-        outcomes = run(profiles, models, window(trace, n, n, seed, n_models), "join_shortest_queue", block_tokens)
-        served = [o for o in outcomes if o.served]
-        rates.append(len(served) / max(o.job.finished for o in served))
-    return float(np.mean(rates))
+    """The fleet's throughput at saturation on these windows, as the pipeline's `load_basis: saturation`
+    measures it (`training.policies.load.calibrate_on`)."""
+    from routeforge.training.policies.load import calibrate_on
+
+    calibration = calibrate_on(profiles, models, lambda rate, seed: window(trace, n, rate, seed, n_models),
+                               float("nan"), list(range(seeds)), None, "saturation", block_tokens=block_tokens)
+    return calibration.rate_rps
 
 
 def main() -> None:
@@ -118,7 +119,7 @@ def main() -> None:
     slo = Slo(scale=args.slo_scale, reference="fastest")
     relative = Slo(scale=args.slo_scale, reference="serving")
     saturation = saturation_rps(profiles, models, trace, args.requests, args.seeds, n_models, block)
-    print(f"{len(profiles)} instances; saturation {saturation:.2f} req/s (JSQ, whole window at once); "
+    print(f"{len(profiles)} instances; throughput at saturation {saturation:.2f} req/s; "
           f"SLO: {slo.describe()}", flush=True)
     rows = []
     for shared in (True, False):
@@ -142,7 +143,7 @@ def main() -> None:
     report = {"config": str(args.config.relative_to(REPO)), "pool": args.pool, "trace": args.trace.name,
               "requests": args.requests, "seeds": args.seeds, "loads": args.loads, "slo": slo.describe(),
               "saturation_rps": saturation,
-              "load_definition": "× JSQ's completions per second with the whole window arriving within 1 s",
+              "load_definition": "× the throughput at saturation (training.policies.load, basis saturation)",
               "instances": names, "kv_capacity": capacities, "block_tokens": block,
               "repeated_block_share": trace.repeated_block_share(), "rows": rows,
               "wall_seconds": time.perf_counter() - started}

@@ -174,13 +174,21 @@ class RoutingEvaluationSettings(_Strict):
                                    demo_episodes=2, pretrain_steps=300, keep_best_round=True, validation_episodes=2)
     ppo_slot_s: float = Field(0.5, gt=0, description="seconds between two decisions of ppo_queue_bias's biases")
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
-    # absolute SLOs (s); unset, a request's SLO is slo_scale × its E2E alone on the idle instance it was
-    # sent to (training.policies.simulator.metrics)
-    slo_e2e_s: float | None = Field(None, gt=0)
-    # an absolute time-per-output-token SLO in seconds (None: from slo_scale)
-    slo_tpot_s: float | None = Field(None, gt=0)
-    # unset absolute SLOs: a request's SLO is this many times its latency alone on an idle instance
-    slo_scale: float = Field(5.0, ge=1.0, le=1000.0)
+    # Each request's SLO, fixed before the router chooses (training.policies.simulator.slo): the absolute
+    # bounds given, and without slo_e2e_s, E2E within slo_scale × its E2E alone on the idle instance
+    # slo_reference names: `fastest` (the one that would serve it fastest: the same bound wherever it goes)
+    # or `serving` (the one it was sent to: the instance-relative rule, which moves with the router's choice)
+    slo_e2e_s: float | None = Field(None, gt=0, le=86_400, description="an absolute E2E bound in seconds")
+    slo_tpot_s: float | None = Field(None, gt=0, le=3_600, description="an absolute time-per-output-token bound (s)")
+    slo_ttft_s: float | None = Field(None, gt=0, le=86_400, description="an absolute time-to-first-token bound (s)")
+    slo_scale: float = Field(5.0, ge=1.0, le=1000.0,
+                             description="without slo_e2e_s: E2E within this × the request's unloaded E2E")
+    slo_reference: Literal["fastest", "serving"] = Field(
+        "fastest", description="the idle instance slo_scale is relative to: fastest for the request, or serving")
+    # what `loads` are shares of: `saturation`, the completions per second of the better of join-shortest-
+    # queue and least-work-left with each window offered at once (so 0.8 is a busy fleet); `slo`, the
+    # highest rate at which it still serves 99% and finishes 90% within their SLO (the former default)
+    load_basis: Literal["saturation", "slo"] = "saturation"
     # the routing gate's objective: the bundle recommends the policy best on it (a learned policy only
     # when it beats the best heuristic by more than the seed noise; training.policies.gate). Every
     # offered request counts in goodput, qos_mean, slo_attainment and the *_offered_s latencies; the

@@ -18,6 +18,7 @@ from routeforge.artifacts.cli import TRACKING_OPTION, signature_options
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, OBJECTIVE_NAMES
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED
+from routeforge.training.policies.simulator.slo import slo_of
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
 
 # (metric, column label, digits): every offered request counts in the first five; "served" latencies
@@ -40,8 +41,11 @@ def policies() -> None:
 @click.option("--trace", "trace", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="CSV or JSON-lines request log (Azure's columns unless mapped below).")
 @click.option("--load", default=0.8, show_default=True, type=click.FloatRange(min=0, max=10, min_open=True),
-              help="Mean arrival rate as a share of the rate the simulated fleet sustains on this trace (found by "
-                   "search: the best of join-shortest-queue and least-work-left serves 99% of requests there).")
+              help="Mean arrival rate as a share of the fleet's throughput at saturation on this trace (the better "
+                   "of join-shortest-queue and least-work-left with each window offered at once); --load-basis slo: "
+                   "of the highest rate at which 99% are served and 90% meet their SLO.")
+@click.option("--load-basis", type=click.Choice(["saturation", "slo"]), default="saturation", show_default=True,
+              help="What --load is a share of.")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Windows of the trace replayed per policy (mean ± std over them).")
 @click.option("--requests", default=1000, show_default=True, type=click.IntRange(min=2),
@@ -57,9 +61,14 @@ def policies() -> None:
               help="Absolute E2E SLO in seconds (default: --slo-scale × each request's unloaded E2E).")
 @click.option("--slo-tpot", type=click.FloatRange(min=0, max=3_600, min_open=True), default=None,
               help="TPOT SLO in seconds.")
+@click.option("--slo-ttft", type=click.FloatRange(min=0, max=86_400, min_open=True), default=None,
+              help="TTFT SLO in seconds.")
 @click.option("--slo-scale", type=click.FloatRange(min=1, max=1000), default=DEFAULT_SLO_SCALE, show_default=True,
               help="Without --slo-e2e, a request meets its SLO when its E2E is within this multiple of its E2E "
-                   "alone on the idle instance it was sent to.")
+                   "alone on the idle instance --slo-reference names.")
+@click.option("--slo-reference", type=click.Choice(["fastest", "serving"]), default="fastest", show_default=True,
+              help="fastest: the idle instance that would serve the request fastest (the same bound wherever it "
+                   "goes); serving: the one it was sent to (instance-relative, moves with the router's choice).")
 @click.option("--objective", type=click.Choice(sorted(OBJECTIVE_NAMES)), default=DEFAULT_OBJECTIVE, show_default=True,
               help="Rank every policy by this on the trace (mean over windows, paired-window noise) and say "
                    "which to deploy and whether the bundle's recommendation holds. Every offered request counts: "
@@ -71,7 +80,8 @@ def policies() -> None:
 @signature_options
 def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: int, timestamp: str,
              timestamp_unit: str, prompt_tokens: str, output_tokens: str, fmt: str | None,
-             slo_e2e: float | None, slo_tpot: float | None, slo_scale: float, objective: str | None, as_json: bool,
+             slo_e2e: float | None, slo_tpot: float | None, slo_ttft: float | None, slo_scale: float,
+             slo_reference: str, load_basis: str, objective: str | None, as_json: bool,
              tracking_uri: str | None,
              public_key: Path | None = None, allow_unsigned: bool = False) -> None:
     """Simulate every policy in BUNDLE (a folder or models:/<name>@<alias>) and every baseline on
@@ -79,8 +89,8 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     from routeforge.artifacts.loader import load_bundle
     from routeforge.training.policies.replay import evaluate_bundle
 
-    if objective in ("slo", "slo_attainment") and slo_e2e is None and slo_tpot is None:
-        raise click.UsageError("--objective slo: give the SLO with --slo-e2e and/or --slo-tpot")
+    if objective in ("slo", "slo_attainment") and slo_e2e is None and slo_tpot is None and slo_ttft is None:
+        raise click.UsageError("--objective slo: give the SLO with --slo-e2e, --slo-tpot and/or --slo-ttft")
     if objective in ("quality", "quality_mean"):
         raise click.UsageError("--objective quality: a trace carries no quality labels (use qos, or the pipeline's "
                                "routing evaluation, which has them)")
@@ -97,16 +107,17 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     bundle = load_bundle(bundle_ref, tracking_uri=tracking_uri, public_key=public_key,
                          allow_unsigned=allow_unsigned)
     report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests,
-                             slo_e2e_s=slo_e2e, slo_tpot_s=slo_tpot, slo_scale=slo_scale,
-                             log=lambda line: click.echo(line, err=True), objective=objective)
+                             slo=slo_of(slo_e2e, slo_tpot, slo_ttft, slo_scale, slo_reference),
+                             log=lambda line: click.echo(line, err=True), objective=objective, load_basis=load_basis)
     report["trace"] = str(trace)
     if as_json:  # strict JSON: a metric without a value (no SLO given, no quality labels) is null
         click.echo(strict_json.dumps(report, indent=2, default=float))
         return
     calibration = report["load_calibration"]
+    basis = "it serves at saturation" if load_basis == "saturation" else "it sustains within the SLO"
     click.echo(f"{report['bundle']} ({report['bundle_version']}): {len(report['instances'])} simulated instances, "
                f"{report['requests']} requests × {seeds} windows of {trace.name} at {load:g} of the "
-               f"{report['capacity_rps']:.3g} req/s the fleet sustains on it ({report['rate_rps']:.3g} req/s; "
+               f"{report['capacity_rps']:.3g} req/s {basis} ({report['rate_rps']:.3g} req/s; "
                f"the mean-token estimate was {calibration['mean_token_estimate_rps']:.3g}); "
                f"L = {report['qos_latency_per_token_s']:.3g} s/token")
     click.echo(f"SLO: {report['slo']}")

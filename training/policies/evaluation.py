@@ -32,8 +32,9 @@ from routeforge.training.policies.recommendation import recommendation_table, tr
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, default_baselines
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
-from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED, mean_std, summarize
+from routeforge.training.policies.simulator.metrics import NOT_SERVED, mean_std, summarize
 from routeforge.training.policies.simulator.qos_graph_env import qos
+from routeforge.training.policies.simulator.slo import Slo, settings_slo
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace, trace_window
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
@@ -44,14 +45,19 @@ METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "
            *NOT_SERVED.values())
 
 
-def fleet_profiles(fits: list[dict], queue_capacity: int,
-                   kv_capacity_tokens: int) -> tuple[list[InstanceProfile], list[str]]:
+def fleet_profiles(fits: list[dict], queue_capacity: int, kv_capacity_tokens: int,
+                   limits: list[dict] | None = None) -> tuple[list[InstanceProfile], list[str]]:
     """Instance profiles from the tiers' fits, and a note for every fitted term `from_fit` floored
-    (a tiny CPU model's prefill gradient is noise-sized and can fit negative)."""
+    (a tiny CPU model's prefill gradient is noise-sized and can fit negative). `limits`: per instance,
+    its own `kv_capacity_tokens` and `max_running` where the fleet file gives them (its hardware and
+    model: `profiling.kv_capacity`; its tier's max_num_seqs), else the evaluation's."""
     clipped = [f"instance {i}: {key} {value:.3g} clipped to {FIT_FLOORS[key]:g}"
                for i, fit in enumerate(fits) for key, value in InstanceProfile.floored_terms(fit).items()]
-    profiles = [InstanceProfile.from_fit(fit, max_running=queue_capacity, buffer=queue_capacity,
-                                         kv_capacity_tokens=kv_capacity_tokens) for fit in fits]
+    limits = limits or [{}] * len(fits)
+    profiles = [InstanceProfile.from_fit(fit, max_running=limit.get("max_running") or queue_capacity,
+                                         buffer=queue_capacity,
+                                         kv_capacity_tokens=limit.get("kv_capacity_tokens") or kv_capacity_tokens)
+                for fit, limit in zip(fits, limits)]
     return profiles, clipped
 
 
@@ -143,11 +149,12 @@ def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: n
     return lambda seed: pool.requests(arrivals(kind, n, rate=rate, seed=seed), seed=seed)
 
 
-def score(outcomes: list[Outcome], prices: np.ndarray, qos_limit_s: float, slo_e2e_s: float | None,
-          slo_tpot_s: float | None, profiles=None, slo_scale: float = DEFAULT_SLO_SCALE) -> dict[str, float]:
-    """`summarize` (with each request's default SLO from `profiles`) plus 000's average QoS and the
-    cost per request (input + output tokens at the chosen model's price; 0 for requests not served)."""
-    out = summarize(outcomes, slo_e2e_s=slo_e2e_s, slo_tpot_s=slo_tpot_s, profiles=profiles, slo_scale=slo_scale)
+def score(outcomes: list[Outcome], prices: np.ndarray, qos_limit_s: float, slo: Slo, profiles,
+          models: list[int]) -> dict[str, float]:
+    """`summarize` (each request judged by `slo`, relative bounds from `profiles` and each instance's
+    model in `models`) plus 000's average QoS and the cost per request (input + output tokens at the
+    chosen model's price; 0 for requests not served)."""
+    out = summarize(outcomes, slo=slo, profiles=profiles, models=models)
     out["qos_mean"] = float(np.mean([qos(o.job, o.request, o.model, qos_limit_s) if o.job is not None else 0.0
                                      for o in outcomes]))
     cost = [(o.request.prompt_tokens * prices[o.model, 0] + o.job.output_tokens * prices[o.model, 1]) / 1e6
@@ -204,17 +211,19 @@ class RoutingEvaluation:
 
 def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
                      out_dir: Path, log: Callable[[str], None] = print, quarantine: Quarantine | None = None,
-                     traffic: Traffic | None = None) -> RoutingEvaluation:
+                     traffic: Traffic | None = None, limits: list[dict] | None = None) -> RoutingEvaluation:
     """Train the learned policies, run every policy × workload × load × seed, write plots; returns
     the rows of mean ± std per metric, the gate over every workload and per workload, the
     recommendation table, plot paths, and the trained networks with the environment each was
     trained in (for export). Trace rows that cannot be replayed go to `quarantine` (the caller writes it).
     With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
-    "traffic", whatever `settings.workloads` lists."""
+    "traffic", whatever `settings.workloads` lists. `limits`: per instance, the KV capacity and batch
+    limit the fleet file gives (`fleet_profiles`)."""
     from routeforge.training.policies.rl.rollout import evaluation_seeds, run_episode
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens)
+    profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens, limits)
+    slo = settings_slo(settings)
     for note in clipped:
         log(f"warning: {note}")
     qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
@@ -250,8 +259,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         """The rate this workload's arrivals sustain on the fleet (`training.policies.load`)."""
         return calibrate_on(profiles, models, lambda rate, seed: workload_factory(kind, pool, rate, n, times,
                                                                                   traffic)(seed),
-                            estimate, seeds, settings.slo_e2e_s, settings.slo_tpot_s, settings.slo_scale,
-                            log=lambda line: log(f"{kind}: {line}"))
+                            estimate, seeds, slo, settings.load_basis, log=lambda line: log(f"{kind}: {line}"))
 
     calibrations = {kind: calibrate(kind) for kind in dict.fromkeys(["poisson", *workloads])}
     capacity = calibrations["poisson"].rate_rps
@@ -290,8 +298,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         outcomes = run_episode(policy.environment(setting, workload), act, seed)
                     else:
                         outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
-                    runs.append(score(outcomes, prices, qos_limit, settings.slo_e2e_s, settings.slo_tpot_s,
-                                      profiles, settings.slo_scale))
+                    runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))
                     episodes.advance(detail=f"({kind} at {load:.0%} load, {name})")
                 row = {"policy": name, "workload": kind, "load": load}
                 for metric, (mean, std) in mean_std(runs, METRICS).items():
@@ -323,8 +330,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         rows=rows, gate=gate, gate_by_workload=by_workload, recommendations=recommendations, transfer=held_out,
         trained=trained, capacity_rps=capacity, load_calibration=calibrations, train_workloads=families,
         train_load=settings.train_load,
-        slo=(f"E2E ≤ {settings.slo_e2e_s:g} s" if settings.slo_e2e_s is not None else
-             f"E2E ≤ {settings.slo_scale:g} × the request's E2E alone on the idle instance it was sent to"),
+        slo=slo.describe(),
         clipped_fits=clipped, qos_latency_per_token_s=qos_limit, seeds=seeds, requests=n,
         trace_quarantined=len(quarantine), traffic_requests=len(traffic) if traffic is not None else None)
     evaluation.plots = [str(p) for p in plot_evaluation(evaluation, out_dir)]

@@ -202,11 +202,13 @@ def rank_policies(rows: list[dict], objective: str, recommended: str | None = No
             return gap, None
         return gap, max(float(diff.std(ddof=1)), noise_floor(metric, float(best[metric])))
 
+    # "serves less" against the policy that served the most, as `served_first` groups them
+    top = max(ranked, key=lambda r: r.get("served_share", 0.0))
     table = []
     for i, r in enumerate(ranked):
         gap, noise = gap_and_noise(r) if i else (0.0, None)
-        serves_less = (metric in LATENCY and "served_share" in r and "served_share" in best
-                       and best["served_share"] - r["served_share"] > _served_noise(best, r))
+        serves_less = (metric in LATENCY and "served_share" in r and "served_share" in top
+                       and top["served_share"] - r["served_share"] > _served_noise(top, r))
         finite = np.isfinite(gap)
         table.append({"rank": i + 1, "policy": r["policy"], "value": float(r[metric]),
                       "std": float(r.get(f"{metric}_std", float("nan"))), "gap_to_best": gap,

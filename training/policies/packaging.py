@@ -27,12 +27,15 @@ def export_heuristics(policies: list[str], instances: int, out_dir: Path) -> dic
 
 
 def write_simulator(folder: Path, *, tiers: list[str], models: list[str], instance_models: list[int],
-                    fits: list[dict], settings, report: dict[str, Any]) -> Path:
-    """`simulator.json`: the instances (tier, model, latency fit), the queue limits, the QoS
-    requirement, and the gate's recommendation with every policy's numbers."""
+                    fits: list[dict], settings, report: dict[str, Any], limits: list[dict] | None = None) -> Path:
+    """`simulator.json`: the instances (tier, model, latency fit, and where the fleet file sets them
+    its own KV capacity and batch limit), the queue limits, the QoS requirement, and the gate's
+    recommendation with every policy's numbers."""
     folder.mkdir(parents=True, exist_ok=True)
-    spec = {"instances": [{"tier": t, "model": models[m], "model_index": m, "fit": f}
-                          for t, m, f in zip(tiers, instance_models, fits)],
+    limits = limits or [{}] * len(fits)
+    instances = [{"tier": t, "model": models[m], "model_index": m, "fit": f, **({"limits": lim} if lim else {})}
+                 for t, m, f, lim in zip(tiers, instance_models, fits, limits)]
+    spec = {"instances": instances,
             "models": models, "queue_capacity": settings.queue_capacity,
             "kv_capacity_tokens": settings.kv_capacity_tokens,
             "qos_latency_per_token_s": report["qos_latency_per_token_s"], "capacity_rps": report["capacity_rps"],

@@ -23,10 +23,11 @@ from routeforge.training.policies.packaging import read_simulator
 from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES, default_baselines, from_spec
 from routeforge.training.policies.simulator.cluster import Cluster, Request
-from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, mean_std
+from routeforge.training.policies.simulator.metrics import mean_std
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 from routeforge.training.policies.simulator.queue_state_env import VARIANT as QUEUE_STATE
 from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
+from routeforge.training.policies.simulator.slo import Slo, slo_of
 from routeforge.training.policies.simulator.traces import trace_window
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
@@ -66,27 +67,30 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
 
 
 def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, load: float = 0.8,
-                    seeds: int = 3, requests: int = 1000, slo_e2e_s: float | None = None,
-                    slo_tpot_s: float | None = None, log: Callable[[str], None] = lambda _: None,
-                    objective: str | None = DEFAULT_OBJECTIVE, slo_scale: float = DEFAULT_SLO_SCALE) -> dict[str, Any]:
+                    seeds: int = 3, requests: int = 1000, slo: Slo | None = None,
+                    log: Callable[[str], None] = lambda _: None, objective: str | None = DEFAULT_OBJECTIVE,
+                    load_basis: str = "saturation") -> dict[str, Any]:
     """Rows of mean ± std per policy over `seeds` windows of the trace (see the module doc), each
     with its per-window values; with `objective`, the policies ranked by it and the verdict for this
     trace (`gate.rank_policies`: which to deploy, and whether the bundle's recommendation holds).
-    `load` is a share of the rate the simulated fleet sustains on this trace (`training.policies.load`)."""
+    `slo` judges each request (default: E2E within 5 × its unloaded E2E on the fastest instance for
+    it); `load` is a share of the fleet's throughput at saturation on this trace, or with
+    `load_basis="slo"` of the rate at which the SLO still holds (`training.policies.load`)."""
+    slo = slo if slo is not None else slo_of()
     component = next((c for c in bundle.manifest.components if c.kind == "routing_simulator"), None)
     if component is None:
         raise ValueError(f"bundle {bundle.manifest.name} has no routing_simulator component: it was trained "
                          f"without training.routing_evaluation (or before policies were packaged)")
     sim = read_simulator(bundle.root / component.name)
     profiles, _ = fleet_profiles([i["fit"] for i in sim["instances"]], sim["queue_capacity"],
-                                 sim["kv_capacity_tokens"])
+                                 sim["kv_capacity_tokens"], [i.get("limits", {}) for i in sim["instances"]])
     models = [i["model_index"] for i in sim["instances"]]
     n_models = len(sim["models"])
     estimate = sum(p.capacity_rps(float(prompt.mean()), float(output.mean())) for p in profiles)
 
     calibration = calibrate_on(profiles, models,
                                lambda rate, seed: trace_windows(times, prompt, output, requests, rate, n_models)(seed),
-                               estimate, list(range(seeds)), slo_e2e_s, slo_tpot_s, slo_scale, log=log)
+                               estimate, list(range(seeds)), slo, load_basis, log=log)
     capacity = calibration.rate_rps
     rate = load * capacity
     workload = trace_windows(times, prompt, output, requests, rate, n_models)
@@ -105,7 +109,7 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
             else:
                 policy = from_spec(bundle.routing_policy(ref).spec) if ref is not None else BASELINES[name]()
                 outcomes = Cluster(profiles, models=models).run(workload(seed), policy)
-            runs.append(score(outcomes, prices, qos_limit, slo_e2e_s, slo_tpot_s, profiles, slo_scale))
+            runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))
         row = {"policy": name, "source": "baseline" if ref is None else "bundle",
                "recommended": ref is not None and ref == recommended}
         for metric, (mean, std) in mean_std(runs, METRICS).items():
@@ -113,12 +117,9 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
             row[f"{metric}_by_seed"] = [r.get(metric, float("nan")) for r in runs]  # paired: same windows
         rows.append(row)
         log(f"{name}: {seeds} windows replayed")
-    slo = (f"E2E ≤ {slo_e2e_s:g} s" if slo_e2e_s is not None
-           else f"E2E ≤ {slo_scale:g} × the request's E2E alone on the idle instance it was sent to")
-    if slo_tpot_s is not None:
-        slo += f", TPOT ≤ {slo_tpot_s:g} s"
     return {"bundle": bundle.manifest.name, "bundle_version": bundle.manifest.version, "load": load,
-            "rate_rps": rate, "capacity_rps": capacity, "load_calibration": calibration.to_dict(), "slo": slo,
+            "rate_rps": rate, "capacity_rps": capacity, "load_calibration": calibration.to_dict(),
+            "slo": slo.describe(),
             "requests": min(requests, len(times)), "seeds": seeds,
             "instances": [{k: i[k] for k in ("tier", "model")} for i in sim["instances"]],
             "qos_latency_per_token_s": qos_limit, "recommended": recommended,

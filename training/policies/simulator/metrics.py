@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 from routeforge.training.policies.simulator.cluster import Outcome
 from routeforge.training.policies.simulator.instance import BUFFER_FULL, OUTGREW, TOO_LARGE
+from routeforge.training.policies.simulator.slo import DEFAULT_SCALE as DEFAULT_SLO_SCALE
 from routeforge.training.policies.simulator.slo import Slo, legacy_slo
 
-DEFAULT_SLO_SCALE = 5.0  # × the unloaded E2E on the serving instance
 # why a request was not served → its count's metric
 NOT_SERVED = {BUFFER_FULL: "rejected_buffer_full", TOO_LARGE: "rejected_too_large", OUTGREW: "rejected_outgrew",
               "dropped by the policy": "dropped_by_policy", "timed out in the router queue": "dropped_timed_out"}

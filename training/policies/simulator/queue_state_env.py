@@ -8,7 +8,8 @@ instances, which no vLLM server exposes, and its batch-size-1 instances are not 
 the instances are the fleet's own continuous-batching ones (batch limit, buffer, KV cache, as the
 evaluation simulates them), the observation is the one `Dispatcher` builds from live `/metrics`
 (`routeforge.artifacts.policy.observation_queue_state`), and a request is late past its own SLO
-(`slo_scale` × its E2E alone on the idle instance it went to: the evaluation's goodput). The
+(`slo_scale` × its E2E alone on the idle instance `slo_reference` names: the one that would serve it
+fastest, the same wherever it goes, or the one it went to; the evaluation's goodput). The
 reward keeps 004's shape, r = −late − α·rejected + β·Σ_i g_i·ν_i (ν_i: completions within their SLO
 at instance i, g_i its model's mean quality), so quality counts beside latency as in RouteBalance.
 PPO trains it from join-shortest-queue (`PpoSettings.teacher: shortest_queue`).
@@ -30,7 +31,8 @@ class QueueStateBiasEnv(SlotDistributionEnv):
 
     def __init__(self, profiles: list[InstanceProfile], models: list[int], accuracy: list[float], workload,
                  rate_scale_rps: float, slo_scale: float = 5.0, slot_s: float = 0.5, alpha: float = 1.0,
-                 beta: float = 1.0, max_slots: int | None = None, bias_bound: float = 8.0):
+                 beta: float = 1.0, max_slots: int | None = None, bias_bound: float = 8.0,
+                 slo_reference: str = "serving"):
         """`rate_scale_rps`: what the arrival-rate feature is divided by (the fleet's sustainable rate);
         `bias_bound`: biases are clipped to ±this many requests."""
         if not (rate_scale_rps > 0 and slo_scale >= 1 and slot_s > 0 and bias_bound > 0):
@@ -40,6 +42,7 @@ class QueueStateBiasEnv(SlotDistributionEnv):
                          beta=beta, max_slots=max_slots, engine="batching", dispatch="biased_shortest_queue")
         self.profiles = list(profiles)  # the fleet's instances as they are, not 004's single servers
         self.rate_scale_rps, self.slo_scale = float(rate_scale_rps), float(slo_scale)
+        self.slo_reference = slo_reference
         self._last_rate = 0.0  # arrivals per second of the slot just routed
         self.observation_space = gym.spaces.Box(0.0, np.inf, shape=(3 * self.m + 1,), dtype=np.float32)
         self.action_space = gym.spaces.Box(-bias_bound, bias_bound, shape=(self.m,), dtype=np.float32)
@@ -65,8 +68,12 @@ class QueueStateBiasEnv(SlotDistributionEnv):
         return super()._route_biased(first, last, bias)
 
     def _limit(self, i: int, j: int) -> float:
-        """Arrival i's own SLO at instance j: `slo_scale` × its E2E alone there (the evaluation's)."""
+        """Arrival i's SLO at instance j: `slo_scale` × its E2E alone on the fastest idle instance for it,
+        or (`slo_reference="serving"`) on j itself (the evaluation's)."""
         req = self.request(i)
+        if self.slo_reference == "fastest":
+            return self.slo_scale * min(p.unloaded_e2e(req.prompt_tokens, float(req.output_tokens[m]))
+                                        for p, m in zip(self.profiles, self.models))
         tokens = float(req.output_tokens[self.models[j]])
         return self.slo_scale * self.profiles[j].unloaded_e2e(req.prompt_tokens, tokens)
 

@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 
 Reference = Literal["fastest", "serving"]
+DEFAULT_SCALE = 5.0  # × the request's unloaded E2E
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,21 @@ class Slo:
                 and (self.ttft_s is None or o.ttft <= self.ttft_s) \
                 and (self.tpot_s is None or np.isnan(tpot) or tpot <= self.tpot_s)
         return out
+
+
+def slo_of(e2e_s: float | None = None, tpot_s: float | None = None, ttft_s: float | None = None,
+           scale: float = DEFAULT_SCALE, reference: Reference = "fastest") -> Slo:
+    """The SLO a fleet file (`routing_evaluation.slo_*`) or a command's flags name: the absolute
+    bounds given, and without an absolute E2E bound, E2E within `scale` × the request's unloaded
+    E2E on `reference`."""
+    return Slo(ttft_s=ttft_s, tpot_s=tpot_s, e2e_s=e2e_s, scale=None if e2e_s is not None else scale,
+               reference=reference)
+
+
+def settings_slo(settings) -> Slo:
+    """The SLO of a `RoutingEvaluationSettings`."""
+    return slo_of(settings.slo_e2e_s, settings.slo_tpot_s, settings.slo_ttft_s, settings.slo_scale,
+                  settings.slo_reference)
 
 
 def legacy_slo(e2e_s: float | None, tpot_s: float | None, scale: float, with_profiles: bool) -> Slo | None:
