@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MAX_BYTES = 4 << 30
 MANIFEST_FILE = "manifest.json"
+DIGEST = re.compile(r"[0-9a-f]{12,64}")  # a manifest's content digest: the only name an entry may have
 
 
 def cache_root() -> Path:
@@ -66,22 +70,49 @@ class BundleCache:
         return self.root / "registry" / store / name.replace("/", "_") / version
 
     def lookup(self, tracking_uri: str, name: str, version: str) -> Path | None:
-        """The cached folder of a registry version, touched as used; None when not cached."""
+        """The cached folder of a registry version, touched as used; None when not cached, or when the
+        index entry does not name a digest (a poisoned entry is ignored: nothing outside
+        `by-digest/` is ever returned). A read-only cache is read as it is."""
         index = self._index(tracking_uri, name, version)
-        if not index.is_file():
+        if not index.is_file() or index.is_symlink():
             return None
-        folder = self.root / "by-digest" / index.read_text().strip()
-        if not (folder / MANIFEST_FILE).is_file():
+        try:
+            digest = index.read_text()[:200].strip()
+        except (OSError, UnicodeDecodeError):
             return None
-        os.utime(folder)  # least recently used is what prune removes first
+        if not DIGEST.fullmatch(digest):
+            print(f"routeforge: ignoring the bundle cache's entry {index}: {digest[:40]!r} is not a digest",
+                  file=sys.stderr)
+            return None
+        folder = self.root / "by-digest" / digest
+        if folder.is_symlink() or not (folder / MANIFEST_FILE).is_file():
+            return None
+        try:
+            os.utime(folder)  # least recently used is what prune removes first
+        except OSError:
+            pass  # a read-only cache (a pre-warmed one shipped in an image) is used as it is
         return folder
+
+    def writable(self) -> bool:
+        """Whether new entries can be written (a pre-warmed cache may be mounted read-only)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return False
+        return os.access(self.root, os.W_OK)
+
+    def _inside(self, folder: Path) -> bool:
+        """Whether `folder` is an entry of this cache (`by-digest/<digest>`, not through a link)."""
+        folder = Path(folder)
+        return (DIGEST.fullmatch(folder.name) is not None and not folder.is_symlink()
+                and os.path.realpath(folder.parent) == os.path.realpath(self.root / "by-digest"))
 
     def add(self, tracking_uri: str, name: str, version: str, downloaded: Path) -> Path:
         """Move a downloaded bundle folder into the cache under its digest; record the version; trim."""
         import json
 
         digest = json.loads((downloaded / MANIFEST_FILE).read_text())["version"]
-        if not digest or "/" in digest or digest.startswith("."):
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
             raise ValueError(f"{downloaded}: manifest version {digest!r} is not a digest")
         folder = self.root / "by-digest" / digest
         if folder.exists():
@@ -98,8 +129,11 @@ class BundleCache:
         return folder
 
     def forget(self, folder: Path) -> None:
-        """Remove an entry that failed verification (the next call downloads it again)."""
-        shutil.rmtree(folder, ignore_errors=True)
+        """Remove an entry that failed verification (the next call downloads it again). Only an entry
+        of this cache is ever removed; any other folder (a poisoned index entry's, a temporary
+        download) is left alone, and a read-only cache is left as it is."""
+        if self._inside(folder):
+            shutil.rmtree(folder, ignore_errors=True)
 
     def entries(self) -> list[Entry]:
         base = self.root / "by-digest"
@@ -135,7 +169,7 @@ class BundleCache:
         return removed
 
 
-def cached_download(uri: str, tracking_uri: str | None) -> Path:
+def cached_download(uri: str, tracking_uri: str | None, public_key=None) -> Path:
     """A `models:/<name>@<alias>` or `models:/<name>/<version>` bundle through the cache: the alias
     resolved to its version (over REST where the server is HTTP, `registry_rest`), that version's
     bundle downloaded once."""
@@ -159,9 +193,14 @@ def cached_download(uri: str, tracking_uri: str | None) -> Path:
     found = cache.lookup(store, name, version)
     if found is not None:
         return found
+    if not cache.writable():  # a read-only cache: this version goes to a temporary folder, uncached
+        print(f"routeforge: the bundle cache {cache.root} is read-only and lacks {name} version {version}: "
+              "downloading it to a temporary folder", file=sys.stderr)
+        return download_bundle(f"models:/{name}/{version}", Path(tempfile.mkdtemp(prefix="routeforge-bundle-")),
+                               tracking_uri, public_key)
     scratch = cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}"
     try:
-        download_bundle(f"models:/{name}/{version}", scratch, tracking_uri)
+        download_bundle(f"models:/{name}/{version}", scratch, tracking_uri, public_key)
         return cache.add(store, name, version, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

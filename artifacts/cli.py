@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -12,12 +13,11 @@ import click
 from routeforge.artifacts import strict_json
 from routeforge.artifacts.loader import (
     BundleVerificationError,
-    fetch,
+    fetch_verified,
     load_bundle,
     read_manifest,
     resolve_key,
     trusted_key,
-    verify_bundle,
 )
 from routeforge.artifacts.registry import (
     DEFAULT_TIMEOUT_S,
@@ -112,6 +112,25 @@ class _OneLineErrors(_PluginGroup):
             ctx.exit(1)
 
 
+class Finite(click.ParamType):
+    """A finite number within [low, high]: NaN and ±inf are refused (a NaN budget once read as no
+    budget and was reported as met)."""
+
+    name = "number"
+
+    def __init__(self, low: float = -math.inf, high: float = math.inf):
+        self.low, self.high = low, high
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or not self.low <= number <= self.high:
+            self.fail(f"{value!r} is not a finite number in [{self.low:g}, {self.high:g}]", param, ctx)
+        return number
+
+
 @click.group(cls=_OneLineErrors)
 @click.version_option(package_name="routeforge", message="routeforge %(version)s")
 @click.option("--debug", is_flag=True, envvar="ROUTEFORGE_DEBUG", help="Show the traceback of an error.")
@@ -174,7 +193,13 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
     offending files or the reason the signature is refused (no trusted key is a refusal too)."""
     try:
         key = resolve_key(ref, public_key, tracking_uri)
-        manifest = verify_bundle(fetch(ref, tracking_uri=tracking_uri), key, allow_unsigned)
+        _, manifest = fetch_verified(ref, None, tracking_uri, key, allow_unsigned)
+        if key is not None and str(ref).startswith("models:/"):  # MLmodel and the environment files too
+            from routeforge.artifacts.model_record import verify_model_record
+
+            problem = verify_model_record(ref, key, manifest, tracking_uri)
+            if problem is not None:
+                raise BundleVerificationError(f"registered model {ref} refused: {problem}")
     except BundleVerificationError as exc:
         if as_json:
             click.echo(strict_json.dumps({"ok": False, "ref": ref, "error": str(exc)}))
@@ -189,6 +214,8 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
         return
     signed = (f"; signature by {source} valid" if key is not None
               else " (signature NOT checked: --insecure-skip-signature)")
+    if key is not None and str(ref).startswith("models:/"):
+        signed += "; MLmodel and environment files match the signed model record"
     click.echo(f"OK: {manifest.name} version {manifest.version}, {n} files verified{signed}")
 
 
@@ -220,12 +247,13 @@ def _basis(prediction, i: int) -> str:
 @bundle.command()
 @click.argument("ref")
 @click.argument("prompts", nargs=-1, required=True)
-@click.option("--lam", default=0.0, show_default=True, help="cost weight λ in quality − λ·cost")
-@click.option("--budget-per-1k", type=float, default=None,
+@click.option("--lam", type=Finite(0.0, 1e12), default=0.0, show_default=True,
+              help="cost weight λ in quality − λ·cost")
+@click.option("--budget-per-1k", type=Finite(0.0, 1e12), default=None,
               help="Instead of --lam: the most cost per 1,000 requests (the router's calibration table picks λ).")
 @click.option("--max-share", "max_shares", multiple=True, metavar="MODEL=SHARE",
               help="Instead of --lam: the most share of traffic MODEL may take (repeat it).")
-@click.option("--min-quality", type=float, default=None, help="Instead of --lam: the least expected quality.")
+@click.option("--min-quality", type=Finite(), default=None, help="Instead of --lam: the least expected quality.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per prompt (unknown numbers are null).")
 @signature_options
 @_TRACKING
@@ -237,10 +265,11 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, budget_per_1k: float
     target (--budget-per-1k, --max-share, --min-quality) picks λ and says what to expect of it."""
     from routeforge.artifacts.budget import TargetUnreachable
 
+    shares = _numbers(max_shares, "--max-share", 0.0, 1.0) or None  # argument errors before any store is read
     loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
     try:
-        routing = loaded.route(list(prompts), lam, budget_per_1k=budget_per_1k,
-                               max_share=_numbers(max_shares, "--max-share") or None, min_quality=min_quality)
+        routing = loaded.route(list(prompts), lam, budget_per_1k=budget_per_1k, max_share=shares,
+                               min_quality=min_quality)
     except (TargetUnreachable, KeyError, ValueError) as exc:
         raise click.ClickException(str(exc).strip('"')) from None
     pred, choice, estimator = routing.prediction, routing.choice, routing.estimator
@@ -263,8 +292,8 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, budget_per_1k: float
             click.echo(f"  {m:<24} " + ", ".join(cells))
 
 
-def _numbers(pairs: tuple[str, ...], what: str) -> dict[str, float]:
-    """`name=value` pairs as numbers; one line naming the pair that is not one."""
+def _numbers(pairs: tuple[str, ...], what: str, low: float = -math.inf, high: float = math.inf) -> dict[str, float]:
+    """`name=value` pairs as finite numbers in [low, high]; one line naming the pair that is not one."""
     out = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -274,6 +303,9 @@ def _numbers(pairs: tuple[str, ...], what: str) -> dict[str, float]:
             raise click.BadParameter(f"{pair!r}: expected name=number", param_hint=what) from None
         if not sep or not name.strip():
             raise click.BadParameter(f"{pair!r}: expected name=number", param_hint=what)
+        if not math.isfinite(out[name.strip()]) or not low <= out[name.strip()] <= high:
+            raise click.BadParameter(f"{pair!r}: the number must be finite and in [{low:g}, {high:g}]",
+                                     param_hint=what)
     return out
 
 
@@ -386,7 +418,7 @@ def calibrate(ref: str, logs: Path | None, as_json: bool, public_key: Path | Non
               help="A traffic log (JSON lines, or a folder of them) whose requests carry an outcome and the serving "
                    "decision's propensity (`routing.propensity`).")
 @click.option("--against", default=None, help="A second bundle (e.g. models:/<name>@champion): the paired difference.")
-@click.option("--lam", default=0.0, show_default=True, help="The λ both bundles route with.")
+@click.option("--lam", type=Finite(0.0, 1e12), default=0.0, show_default=True, help="The λ both bundles route with.")
 @click.option("--method", type=click.Choice(["dr", "snips", "ips"]), default="dr", show_default=True,
               help="The estimator of the difference.")
 @click.option("--level", type=click.Choice(["0.9", "0.95", "0.99"]), default="0.95", show_default=True,

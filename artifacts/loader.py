@@ -2,12 +2,20 @@
 
 Nothing is returned before the manifest validates against the JSON Schema, its schema version is
 one this loader reads, and every listed file matches its sha256 (no file missing, none unlisted).
+
+Verify first, from the bytes verified (`verified_manifest`): `manifest.json` and `manifest.sig` are
+each read once, as plain files (no link, no special file: `artifacts.plain_files`); the signature is
+checked on those bytes before anything else is done with the bundle, and the manifest is parsed from
+the same bytes. Every component name is a plain name and every file path stays inside its
+component's folder. A component is hashed again when it is first loaded (`RouterBundle.component`),
+so a file changed after verification is refused, not used.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -16,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
+from routeforge.artifacts.plain_files import NotPlainFile, odd_entries, read_plain, sha256_plain
 from routeforge.artifacts.registry import download_bundle, is_remote_uri, recorded_public_key
-from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem
-from routeforge.artifacts.writer import sha256_file
+from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem_of
 
 if TYPE_CHECKING:  # numpy is imported where routing needs it: `bundle verify` stays light
     import numpy as np
@@ -34,21 +42,47 @@ class BundleVerificationError(Exception):
     """The bundle is not what its manifest says; the message names every offending file."""
 
 
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files; no real one comes near this
+MAX_SIGNATURE_BYTES = 4096
+COMPONENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+=-]*")
+
+
 def _schema() -> dict:
     return json.loads(resources.files("routeforge.artifacts").joinpath("manifest.schema.json").read_text())
 
 
 def read_manifest(root: Path) -> Manifest:
+    """The manifest of the bundle at `root`, read once as a plain file and validated (no signature
+    check: `verified_manifest` for that)."""
+    return parse_manifest(_manifest_bytes(Path(root)), Path(root) / MANIFEST_FILE)
+
+
+def _manifest_bytes(root: Path) -> bytes:
+    path = root / MANIFEST_FILE
+    try:
+        return read_plain(path, MAX_MANIFEST_BYTES)
+    except NotPlainFile as exc:
+        if not root.exists():
+            raise BundleVerificationError(f"{root}: no such folder") from None
+        if not (root / MANIFEST_FILE).exists() and not (root / MANIFEST_FILE).is_symlink():
+            raise BundleVerificationError(f"{root}: no {MANIFEST_FILE}; not a routeforge bundle") from None
+        raise BundleVerificationError(str(exc)) from None
+
+
+def parse_manifest(data: bytes, path: Path) -> Manifest:
+    """A manifest from its bytes: JSON, a schema version this loader reads, the JSON Schema."""
     import jsonschema
 
-    path = Path(root) / MANIFEST_FILE
-    if not path.exists():
-        raise BundleVerificationError(f"{root}: no {MANIFEST_FILE}; not a routeforge bundle")
     try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BundleVerificationError(f"{path}: not valid JSON ({exc})") from exc
-    version = str(raw.get("schema_version", "?"))
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BundleVerificationError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise BundleVerificationError(f"{path}: a JSON object is expected")
+    version = raw.get("schema_version")
+    if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
+        raise BundleVerificationError(f"{path}: schema_version {version!r} is not a version this loader reads "
+                                      f"({SUPPORTED_MAJOR}.x)")
     if version.split(".")[0] != SUPPORTED_MAJOR:
         raise BundleVerificationError(
             f"{path}: schema_version {version} is not readable by this loader (reads {SUPPORTED_MAJOR}.x)"
@@ -59,6 +93,55 @@ def read_manifest(root: Path) -> Manifest:
         where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
         raise BundleVerificationError(f"{path}: field {where}: {exc.message}") from exc
     return Manifest.from_dict(raw)
+
+
+def confinement_problems(manifest: Manifest) -> list[str]:
+    """Every component name that is not a plain name, and every file path that could leave its
+    component's folder (absolute, `..`, or outside `<component>/`)."""
+    problems = []
+    for component in manifest.components:
+        name = component.name
+        if not COMPONENT_NAME.fullmatch(name) or name in (".", ".."):
+            problems.append(f"component {name!r}: not a plain name (letters, digits and _ . @ + = -)")
+            continue
+        for entry in component.files:
+            why = _unsafe_path(entry.path)
+            if why is None and PurePosixPath(entry.path).parts[0] != name:
+                why = f"outside its component's folder {name}/"
+            if why is not None:
+                problems.append(f"{entry.path}: {why}")
+    return problems
+
+
+def verified_manifest(root: Path, public_key: Path | str | bytes | None = None,
+                      allow_unsigned: bool = False) -> Manifest:
+    """The bundle's manifest, from one read of `manifest.json`, after its signature was checked on
+    those very bytes (one read of `manifest.sig`) and every path it names was found confined. Nothing
+    else of the bundle is opened, linked or removed before this returns."""
+    root = Path(root)
+    data = _manifest_bytes(root)
+    key = trusted_key(public_key)
+    if key is None and not allow_unsigned:
+        raise BundleVerificationError(f"bundle at {root} refused: {NO_KEY}")
+    if key is None:
+        print(f"routeforge: WARNING: the signature of the bundle at {root} was NOT verified "
+              "(allow_unsigned / --insecure-skip-signature)", file=sys.stderr)
+    else:
+        try:
+            signature = read_plain(root / SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
+        except NotPlainFile as exc:
+            signature = None if "missing" in str(exc) else b"<" + str(exc).encode() + b">"
+        try:
+            problem = signature_problem_of(data, signature, key)
+        except ValueError as exc:
+            raise BundleVerificationError(f"public key: {exc}") from exc
+        if problem is not None:
+            raise BundleVerificationError(f"bundle at {root} refused: {problem}")
+    manifest = parse_manifest(data, root / MANIFEST_FILE)
+    unsafe = confinement_problems(manifest)
+    if unsafe:
+        raise BundleVerificationError(f"bundle at {root} refused: " + "; ".join(unsafe))
+    return manifest
 
 
 def _unsafe_path(rel: str) -> str | None:
@@ -81,65 +164,62 @@ def trusted_key(public_key: Path | str | bytes | None) -> Path | bytes | None:
 def verify_bundle(root: Path, public_key: Path | str | bytes | None = None, allow_unsigned: bool = False) -> Manifest:
     """Check the signature and every checksum; raise naming each problem.
 
-    Refused before any file is read: a manifest path that could leave the bundle folder (absolute,
-    `..`), and any symbolic link inside the bundle (it could point anywhere). The manifest must carry
-    a valid Ed25519 signature by the trusted key's owner (`public_key`, a PEM path or PEM bytes, else
-    $ROUTEFORGE_PUBLIC_KEY): an unsigned bundle, one signed by another key and one whose files and
-    checksums were rewritten together are refused, naming the reason. Without a trusted key the
-    bundle is refused too, unless the caller opts out with `allow_unsigned=True`, which is said on
-    standard error (a signature proves who made the bundle; checksums alone only that it is whole)."""
+    First `verified_manifest`: the manifest and its signature read once each, the signature checked
+    on those bytes by the trusted key's owner (`public_key`, a PEM path or PEM bytes, else
+    $ROUTEFORGE_PUBLIC_KEY), every component name plain and every path confined to its component's
+    folder. An unsigned bundle, one signed by another key and one whose files and checksums were
+    rewritten together are refused, naming the reason. Without a trusted key the bundle is refused
+    too, unless the caller opts out with `allow_unsigned=True`, which is said on standard error (a
+    signature proves who made the bundle; checksums alone only that it is whole). Then the folder
+    holds plain files and folders only (no symbolic link, device, pipe or socket), each listed file
+    hashed through the descriptor that was checked, and nothing unlisted."""
     root = Path(root)
-    manifest = read_manifest(root)
-    key = trusted_key(public_key)
-    if key is None and not allow_unsigned:
-        raise BundleVerificationError(f"bundle at {root} refused: {NO_KEY}")
-    present = sorted(root.rglob("*"))
-    unsafe = [f"{e.path}: {why}" for c in manifest.components for e in c.files
-              if (why := _unsafe_path(e.path)) is not None]
-    unsafe += [f"{p.relative_to(root).as_posix()}: a symbolic link (bundles hold plain files only)"
-               for p in present if p.is_symlink()]
-    if unsafe:
-        raise BundleVerificationError(f"bundle at {root} refused: " + "; ".join(unsafe))
-    if key is None:
-        print(f"routeforge: WARNING: the signature of the bundle at {root} was NOT verified "
-              "(allow_unsigned / --insecure-skip-signature)", file=sys.stderr)
-    else:
-        try:
-            problem = signature_problem(root, key)
-        except ValueError as exc:
-            raise BundleVerificationError(f"public key: {exc}") from exc
-        if problem is not None:
-            raise BundleVerificationError(f"bundle at {root} refused: {problem}")
+    manifest = verified_manifest(root, public_key, allow_unsigned)
+    odd = odd_entries(root)
+    if odd:
+        raise BundleVerificationError(f"bundle at {root} refused: " + "; ".join(odd))
     problems = []
     listed = set()
     for comp in manifest.components:
-        for entry in comp.files:
-            listed.add(entry.path)
-            path = root / entry.path
-            if not path.is_file():
-                problems.append(f"{entry.path}: missing")
-            elif path.stat().st_size != entry.bytes or sha256_file(path) != entry.sha256:
-                problems.append(f"{entry.path}: sha256 mismatch")
-    for path in present:
-        rel = path.relative_to(root).as_posix()
-        if path.is_file() and rel not in (MANIFEST_FILE, SIGNATURE_FILE) and rel not in listed:
-            problems.append(f"{rel}: not listed in the manifest")
+        problems += component_problems(root, comp)
+        listed.update(entry.path for entry in comp.files)
+    for folder, _, files in os.walk(root):
+        for name in files:
+            rel = (Path(folder) / name).relative_to(root).as_posix()
+            if rel not in (MANIFEST_FILE, SIGNATURE_FILE) and rel not in listed:
+                problems.append(f"{rel}: not listed in the manifest")
     if problems:
         raise BundleVerificationError(f"bundle at {root} failed verification: " + "; ".join(problems))
     return manifest
 
 
-def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
+def component_problems(root: Path, component) -> list[str]:
+    """Each file of `component` under `root` that is missing, not a plain file, or not what the
+    manifest says (size and sha256, read through one descriptor)."""
+    problems = []
+    for entry in component.files:
+        try:
+            size, digest = sha256_plain(Path(root) / entry.path)
+        except NotPlainFile as exc:
+            problems.append(f"{entry.path}: {'missing' if 'missing' in str(exc) else str(exc).split(': ', 1)[-1]}")
+            continue
+        if size != entry.bytes or digest != entry.sha256:
+            problems.append(f"{entry.path}: sha256 mismatch")
+    return problems
+
+
+def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None, public_key=None) -> Path:
     """A local folder for `ref`: a folder as it is; a `models:/` URI without `dst` through the local
     bundle cache (`artifacts.bundle_cache`: a registry version is downloaded once); any other MLflow
-    URI, or one with `dst`, downloaded there (a fresh temporary folder without `dst`)."""
+    URI, or one with `dst`, downloaded there (a fresh temporary folder without `dst`). With
+    `public_key`, a download's signature is checked before its shared components are fetched."""
     if not is_remote_uri(ref):
         return Path(ref)
     if dst is None and ref.startswith("models:/"):
         from routeforge.artifacts.bundle_cache import cached_download
 
-        return cached_download(ref, tracking_uri)
-    return download_bundle(ref, dst, tracking_uri)
+        return cached_download(ref, tracking_uri, public_key)
+    return download_bundle(ref, dst, tracking_uri, public_key)
 
 
 @dataclass(frozen=True)
@@ -179,6 +259,10 @@ class RouterBundle:
         A router or KNN estimator gets the bundle's sentence encoder attached."""
         if name not in self._loaded:
             entry = self.manifest.component(name)
+            changed = component_problems(self.root, entry)  # hashed again as it is read: changed since?
+            if changed:
+                raise BundleVerificationError(f"component {name} of the bundle at {self.root} changed after it "
+                                              "was verified: " + "; ".join(changed))
             loaded = component_kind(entry.kind, entry.config).load(self.root / entry.name)
             if hasattr(loaded, "encoder") and loaded.encoder is None and self.has_kind("sentence_encoder"):
                 loaded.encoder = self.sentence_encoder()
@@ -235,10 +319,19 @@ class RouterBundle:
         With `rng` a router that has learned from outcomes routes by Thompson sampling, and with
         `explore` ε a share ε of prompts goes to a uniformly random model; `with_propensity` gives
         each choice's probability (`Routing.log_fields`, for the traffic log)."""
+        import math
+
         import numpy as np
         from routeforge.artifacts.router import PROPENSITY_DRAWS, explore_mix, one_hot
         from routeforge.artifacts.sentence_encoder import embed_for
 
+        shares = (max_share or {}).items()
+        for what, value in (("lam", lam), ("budget_per_1k", budget_per_1k), ("min_quality", min_quality),
+                            ("explore", explore), *((f"max_share[{m}]", v) for m, v in shares)):
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise ValueError(f"{what}: {value!r} is not a finite number")
+        if lam < 0 or (budget_per_1k is not None and budget_per_1k < 0) or any(not 0 <= v <= 1 for _, v in shares):
+            raise ValueError("lam and budget_per_1k must not be negative, and each max_share is a share in [0, 1]")
         setting = None
         if budget_per_1k is not None or max_share is not None or min_quality is not None:
             setting = self.budget_setting(budget_per_1k=budget_per_1k, max_share=max_share, min_quality=min_quality)
@@ -361,19 +454,26 @@ def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | No
     before returning (`verify_bundle`). For a `models:/` URI with no key given or in
     $ROUTEFORGE_PUBLIC_KEY, the public key the registry recorded for that model is trusted
     (`routeforge.artifacts.registry.recorded_public_key`; only the pipeline's writer account can set it)."""
-    root = fetch(str(ref), dst, tracking_uri)
     key = resolve_key(ref, public_key, tracking_uri)
+    root, manifest = fetch_verified(ref, dst, tracking_uri, key, allow_unsigned)
+    return RouterBundle(root=root, manifest=manifest)
+
+
+def fetch_verified(ref: str | Path, dst: Path | None, tracking_uri: str | None, key,
+                   allow_unsigned: bool = False) -> tuple[Path, Manifest]:
+    """`fetch` then `verify_bundle`; a cached copy of a `models:/` bundle that fails is dropped from the
+    cache and downloaded once more before the failure stands (a damaged entry never fails forever)."""
+    root = fetch(str(ref), dst, tracking_uri, key)
     try:
-        manifest = verify_bundle(root, key, allow_unsigned)
+        return root, verify_bundle(root, key, allow_unsigned)
     except BundleVerificationError:
         if dst is not None or not str(ref).startswith("models:/"):  # only a cached copy is fetched again
             raise
         from routeforge.artifacts.bundle_cache import BundleCache
 
         BundleCache().forget(root)  # a cached copy damaged since: downloaded again, then verified again
-        root = fetch(str(ref), None, tracking_uri)
-        manifest = verify_bundle(root, key, allow_unsigned)
-    return RouterBundle(root=root, manifest=manifest)
+        root = fetch(str(ref), None, tracking_uri, key)
+        return root, verify_bundle(root, key, allow_unsigned)
 
 
 def resolve_key(ref: str | Path, public_key: Path | str | bytes | None = None,

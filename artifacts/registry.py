@@ -114,7 +114,7 @@ def download_artifacts(uri: str, dst: Path | None = None) -> Path:
             os.environ.pop(PROXIED_DOWNLOAD, None)
 
 
-def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None) -> Path:
+def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None, public_key=None) -> Path:
     """Download the bundle of `models:/name@alias` (or runs:/…) into `dst` (a fresh temp folder by
     default; an existing `dst` must be empty or an earlier download, which is replaced) and return
     `dst`, which then holds the bundle's files (the MLflow model's other files, MLmodel and the
@@ -131,7 +131,7 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=dst.parent) as tmp:
         inner = bundle_folder(download_artifacts(uri, Path(tmp)))
-        with_shared_components(inner)
+        with_shared_components(inner, public_key=public_key)
         if dst.exists():  # empty, or an earlier download: replaced only once the new one is complete
             shutil.rmtree(dst)
         shutil.move(str(inner), str(dst))
@@ -170,12 +170,14 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     raise ValueError(f"{uri}: no manifest.json in the registered model's artifacts")
 
 
-def with_shared_components(inner: Path, in_place: bool = True) -> Path:
+def with_shared_components(inner: Path, in_place: bool = True, public_key=None) -> Path:
     """A complete bundle folder for a downloaded one whose version references components by digest
     (`artifacts.shared_components`; each fetched once into the bundle cache): `inner` itself,
     completed, when `in_place` (a download of our own), else a folder assembled in the cache (a
     model folder that may be the registry's store). A version that holds all its files is returned
-    as it is."""
+    as it is. With `public_key`, the manifest's signature is checked on the bytes read before any
+    component is fetched or linked (`loader.verified_manifest`); without, its paths are still
+    confined first and the caller's `load_bundle` checks the signature of the result."""
     import sys
 
     from routeforge.artifacts import shared_components
@@ -184,11 +186,16 @@ def with_shared_components(inner: Path, in_place: bool = True) -> Path:
     refs = shared_components.read_refs(inner.parent)
     if not refs:
         return inner
+    manifest = None
+    if public_key is not None:
+        from routeforge.artifacts.loader import verified_manifest
+
+        manifest = verified_manifest(inner, public_key)
     log = lambda line: print(f"routeforge: {line}", file=sys.stderr)  # noqa: E731
     if in_place:
-        shared_components.fill(inner, refs, cache_root(), log)
+        shared_components.fill(inner, refs, cache_root(), log, manifest)
         return inner
-    return shared_components.assemble(inner, refs, cache_root(), log)
+    return shared_components.assemble(inner, refs, cache_root(), log, manifest)
 
 
 # where a registered MLflow model keeps the bundle folder: its loader-module data (`data/artifacts/`,

@@ -62,11 +62,18 @@ def read_refs(model_data: Path) -> dict | None:
 
 def link_files(paths, src_root: Path, dst_root: Path) -> None:
     """Hard-link (else copy, where the file system cannot link) each of `paths`, relative to
-    `src_root`, to the same relative path under `dst_root`: no second copy of a component on disk."""
+    `src_root`, to the same relative path under `dst_root`: no second copy of a component on disk.
+    A path that is not relative and inside, or whose folder resolves outside `dst_root` (through a
+    link in a folder someone else wrote), is refused before anything is removed or written."""
+    base = os.path.realpath(dst_root)
     for rel in paths:
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ValueError(f"{rel}: not a path inside the bundle; nothing was linked")
         target = Path(dst_root) / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
+        if os.path.commonpath([base, os.path.realpath(target.parent)]) != base:
+            raise ValueError(f"{rel}: its folder leads outside {dst_root} (a symbolic link); nothing was linked")
+        if target.is_symlink() or target.exists():
             target.unlink()
         try:
             os.link(Path(src_root) / rel, target)
@@ -119,14 +126,19 @@ def seed(bundle_dir: Path, cache_root: Path) -> None:
         _place(scratch, cached, component)
 
 
-def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None) -> Path:
+def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None, manifest: Manifest | None = None) -> Path:
     """A complete bundle folder for a model folder that references components (what MLflow's pyfunc
     loader hands over; it may be the registry's own store, so nothing is written into it): the
-    bundle's files and its components linked into `<cache root>/by-digest/<version>/`."""
+    bundle's files and its components linked into `<cache root>/by-digest/<version>/`. `manifest`:
+    the bundle's, already verified by the caller (else read, and its paths checked, here)."""
     from routeforge.artifacts.loader import read_manifest
 
-    version = read_manifest(Path(model_bundle)).version
-    if not version or "/" in version or version.startswith("."):
+    manifest = manifest or read_manifest(Path(model_bundle))
+    _confined(manifest, model_bundle)
+    from routeforge.artifacts.bundle_cache import DIGEST
+
+    version = manifest.version
+    if not isinstance(version, str) or not DIGEST.fullmatch(version):
         raise ValueError(f"{model_bundle}: manifest version {version!r} is not a digest")
     folder = Path(cache_root) / "by-digest" / version
     if (folder / "manifest.json").is_file():  # assembled before; the caller's load verifies every file
@@ -135,7 +147,7 @@ def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None) -> Path
     scratch = Path(cache_root) / "scratch" / f"bundle-{os.getpid()}-{time.monotonic_ns()}"
     try:
         _link_tree(Path(model_bundle), scratch)
-        fill(scratch, refs, cache_root, log)
+        fill(scratch, refs, cache_root, log, manifest)
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
             scratch.rename(folder)
@@ -146,15 +158,27 @@ def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None) -> Path
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None) -> list[str]:
+def _confined(manifest: Manifest, where: Path) -> None:
+    """Refuse a manifest naming a component or file outside the bundle before any file is touched."""
+    from routeforge.artifacts.loader import confinement_problems
+
+    problems = confinement_problems(manifest)
+    if problems:
+        raise ValueError(f"bundle at {where} refused before any file was linked: " + "; ".join(problems))
+
+
+def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None, manifest: Manifest | None = None) -> list[str]:
     """Put each referenced component's files into `bundle_dir`, from the local cache when it holds
     them, else downloaded from the store (checked against the manifest, then cached). Returns the
     names of the components that were downloaded. Raises naming the component whose files the store
-    lacks or that do not match the manifest."""
+    lacks or that do not match the manifest. `manifest`: the bundle's, already verified by the caller
+    (`loader.verified_manifest`: its signature checked on the bytes read); else it is read here. Either
+    way every path it names is checked to stay inside the bundle before any file is linked."""
     from routeforge.artifacts.loader import read_manifest
     from routeforge.artifacts.registry import download_artifacts
 
-    manifest = read_manifest(Path(bundle_dir))
+    manifest = manifest or read_manifest(Path(bundle_dir))
+    _confined(manifest, bundle_dir)
     store = str(refs["store"]).rstrip("/")
     fetched = []
     for name, digest in sorted(refs["components"].items()):

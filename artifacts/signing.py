@@ -101,26 +101,43 @@ def sign_bundle(root: Path, private_key: Path) -> str:
     return kid
 
 
+SIGNATURE_BYTES = 64  # an Ed25519 signature
+
+
 def signature_problem(root: Path, public_key: Path | bytes) -> str | None:
     """Why `root` does not carry a valid signature by `public_key`'s owner, or None when it does."""
-    from cryptography.exceptions import InvalidSignature
-
-    key = load_public_key(public_key)
     path = Path(root) / SIGNATURE_FILE
     if not path.is_file():
         return f"unsigned: no {SIGNATURE_FILE} (a signed bundle was required)"
+    return signature_problem_of((Path(root) / MANIFEST_FILE).read_bytes(), path.read_bytes(), public_key)
+
+
+def signature_problem_of(manifest: bytes, signature_doc: bytes | None, public_key: Path | bytes) -> str | None:
+    """Why `signature_doc` (the bytes of `manifest.sig`; None: there is none) is not a valid signature
+    of exactly these `manifest` bytes by `public_key`'s owner, or None when it is. The caller reads
+    each file once and parses the manifest from the same bytes it checked here."""
+    from cryptography.exceptions import InvalidSignature
+
+    key = load_public_key(public_key)
+    if signature_doc is None:
+        return f"unsigned: no {SIGNATURE_FILE} (a signed bundle was required)"
     try:
-        doc = json.loads(path.read_text())
-        algorithm, kid, signature = doc["algorithm"], doc["key_id"], base64.b64decode(doc["signature"], validate=True)
+        doc = json.loads(signature_doc)
+        algorithm, kid, text = doc["algorithm"], doc["key_id"], doc["signature"]
+        if not isinstance(text, str):
+            raise TypeError("signature is not a string")
+        signature = base64.b64decode(text, validate=True)
     except (ValueError, KeyError, TypeError) as exc:
         return f"{SIGNATURE_FILE}: malformed ({exc})"
+    if len(signature) != SIGNATURE_BYTES or base64.b64encode(signature).decode() != text:
+        return f"{SIGNATURE_FILE}: malformed (an Ed25519 signature is {SIGNATURE_BYTES} bytes in canonical base64)"
     if algorithm != ALGORITHM:
         return f"{SIGNATURE_FILE}: algorithm {algorithm!r}, expected {ALGORITHM!r}"
     expected = key_id(key)
     if kid != expected:
         return f"signed by another key (key id {kid}, expected {expected})"
     try:
-        key.verify(signature, (Path(root) / MANIFEST_FILE).read_bytes())
+        key.verify(signature, manifest)
     except InvalidSignature:
         return f"bad signature: {MANIFEST_FILE} was changed after it was signed by key {kid}"
     return None

@@ -97,7 +97,7 @@ def publish_bundle(
             if signing_key is not None:
                 tags["signing_key_id"] = run_tags["routeforge.signing_key_id"] = sign_bundle(staging_dir, signing_key)
             mlflow.set_tags(run_tags)
-            registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags)
+            registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags, signing_key=signing_key)
             if signing_key is not None:  # what `load_bundle("models:/…")` trusts when given no key
                 mlflow.MlflowClient().set_registered_model_tag(name, PUBLIC_KEY_TAG, public_key_pem(signing_key))
         if context is not None:

@@ -59,9 +59,8 @@ class BundleModel:
 
 
 def _load_pyfunc(data_path: str) -> BundleModel:
-    import shutil
-
-    from routeforge.artifacts.loader import BundleVerificationError, load_bundle
+    from routeforge.artifacts.bundle_cache import BundleCache
+    from routeforge.artifacts.loader import BundleVerificationError, load_bundle, trusted_key
     from routeforge.artifacts.registry import bundle_folder, with_shared_components
     from routeforge.registry.mlflow_model import skip_signature
 
@@ -69,12 +68,13 @@ def _load_pyfunc(data_path: str) -> BundleModel:
     model_dir = next((p for p in (data, *data.parents) if (p / "MLmodel").is_file()), data)
     check_no_code(model_dir)
     inner = bundle_folder(model_dir)
-    folder = with_shared_components(inner, in_place=False)
+    key = None if skip_signature() else trusted_key(None)  # checked before any component is linked
+    folder = with_shared_components(inner, in_place=False, public_key=key)
     try:
         return BundleModel(load_bundle(str(folder), allow_unsigned=skip_signature()))
     except BundleVerificationError:
         if folder == inner:
             raise
-        shutil.rmtree(folder, ignore_errors=True)  # a cached assembly damaged since: assembled again, verified again
-        folder = with_shared_components(inner, in_place=False)
+        BundleCache().forget(folder)  # a cached assembly damaged since: assembled again, verified again
+        folder = with_shared_components(inner, in_place=False, public_key=key)
         return BundleModel(load_bundle(str(folder), allow_unsigned=skip_signature()))

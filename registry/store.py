@@ -76,10 +76,13 @@ def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | Non
 
 
 def register_bundle(
-    bundle_dir: Path, run_id: str, model_name: str, alias: str, tags: dict[str, str] | None = None
+    bundle_dir: Path, run_id: str, model_name: str, alias: str, tags: dict[str, str] | None = None,
+    signing_key: Path | None = None,
 ) -> RegisteredBundle:
     """Log `bundle_dir` into run `run_id` (the active run) as a pyfunc MLflow model
-    (`routeforge.registry.mlflow_model`) and register it as a new version under `alias`."""
+    (`routeforge.registry.mlflow_model`) and register it as a new version under `alias`. With
+    `signing_key`, the version's files outside the bundle (MLmodel, the environment files) are signed
+    as a record bound to its name and number (`artifacts.model_record`) before the alias moves."""
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -98,6 +101,11 @@ def register_bundle(
             raise
     mv = client.create_model_version(model_name, source=info.model_uri, run_id=run_id, tags=tags or {},
                                      model_id=info.model_id)
+    if signing_key is not None:
+        from routeforge.artifacts.loader import read_manifest
+        from routeforge.artifacts.model_record import sign_registered
+
+        sign_registered(model_name, str(mv.version), read_manifest(Path(bundle_dir)), signing_key)
     client.set_registered_model_alias(model_name, alias, mv.version)
     return RegisteredBundle(model_name, str(mv.version), alias, run_id)
 

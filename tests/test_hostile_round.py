@@ -83,3 +83,246 @@ def test_a_registered_model_name_is_a_plain_name(config_copy):
                                          "model_name": "../../other-team/router"})
     with pytest.raises(ConfigError, match="registry.model_name"):
         load_fleet(path)
+
+
+# ---- issue 61: what a router service loads is exactly what was signed. Each test below failed before
+# ---- the change that it names, and passes after it.
+
+def _signed_bundle(tmp_path, files: dict[str, bytes] | None = None, name: str = "knn_estimator"):
+    """A signed bundle with one component (`files` relative to its folder), and its public key."""
+    from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
+    from routeforge.artifacts.signing import generate_key_pair, sign_bundle
+    from routeforge.artifacts.writer import ComponentSource, write_bundle
+
+    source = tmp_path / "src" / name
+    for rel, data in (files or {"index.bin": bytes(range(256)) * 4, "policy.json": b'{"k": 3}'}).items():
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_bytes(data)
+    fleet = Fleet(name="t", models=[ModelEntry(name="a", engine="transformers", input_per_mtok=1.0,
+                                               output_per_mtok=2.0)])
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [ComponentSource(name=name, kind="knn_estimator", format="test",
+                                                         folder=source, metrics={})], Lineage(), "test")
+    private = tmp_path / "keys" / "k"
+    public = generate_key_pair(private)
+    sign_bundle(root, private)
+    return root, public, private
+
+
+def _resign(root, private, edit) -> None:
+    """Edit the manifest (as a dict) and sign it again with the signing key: a bundle its owner signed."""
+    from routeforge.artifacts.signing import sign_bundle
+
+    raw = json.loads((root / "manifest.json").read_text())
+    edit(raw)
+    (root / "manifest.json").write_text(json.dumps(raw, indent=2))
+    sign_bundle(root, private)
+
+
+def test_the_manifest_is_read_once_and_parsed_from_the_bytes_whose_signature_was_checked(tmp_path, monkeypatch):
+    """Got through: `verify_bundle` parsed manifest.json, then read it again to check the signature;
+    a swap between the two reads returned an unsigned manifest (87 of 286 loads in 50 s)."""
+    from routeforge.artifacts import loader
+
+    root, public, _ = _signed_bundle(tmp_path)
+    reads = []
+    real = loader.read_plain
+
+    def counting(path, limit):
+        reads.append(path.name)
+        return real(path, limit)
+
+    monkeypatch.setattr(loader, "read_plain", counting)
+    loader.verify_bundle(root, public)
+    assert reads.count("manifest.json") == 1 and reads.count("manifest.sig") == 1
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda raw: raw["components"][0].update(name="../../x"), "not a plain name"),
+    (lambda raw: raw["components"][0]["files"][0].update(path="/etc/hostname"), "absolute"),
+    (lambda raw: raw["components"][0]["files"][0].update(path="other/index.bin"), "outside its component"),
+])
+def test_a_signed_manifest_naming_paths_outside_the_bundle_is_refused(tmp_path, edit, message):
+    """Got through: a component *named* `../../x` loaded files outside the bundle in both runtimes.
+    Even signed by the owner's key, such a manifest is refused before any file is read."""
+    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+
+    root, public, private = _signed_bundle(tmp_path)
+    _resign(root, private, edit)
+    with pytest.raises(BundleVerificationError, match=message):
+        verify_bundle(root, public)
+
+
+def test_filling_shared_components_deletes_nothing_outside_the_bundle(tmp_path):
+    """Got through: `shared_components.fill()` acted on the paths of a manifest it had not verified and
+    `link_files` removed what was at each path first: a component listing an absolute path deleted
+    that file during `bundle verify`."""
+    import hashlib
+
+    from routeforge.artifacts import shared_components
+    from routeforge.artifacts.manifest import Component
+
+    victim = tmp_path / "victim.pem"
+    victim.write_bytes(b"a public key with a predictable hash")
+    root, _, private = _signed_bundle(tmp_path)
+    digest = hashlib.sha256(victim.read_bytes()).hexdigest()
+
+    def point_at_victim(raw):
+        raw["components"][0]["files"] = [{"path": str(victim), "sha256": digest, "bytes": victim.stat().st_size}]
+
+    _resign(root, private, point_at_victim)
+    component = Component.from_dict(json.loads((root / "manifest.json").read_text())["components"][0])
+    refs = {"format": 1, "store": str(tmp_path / "store"),
+            "components": {component.name: shared_components.component_digest(component)}}
+    with pytest.raises(ValueError, match="refused before any file was linked"):
+        shared_components.fill(root, refs, tmp_path / "cache")
+    with pytest.raises(ValueError, match="not a path inside the bundle"):
+        shared_components.link_files([str(victim)], tmp_path / "src", root)
+    assert victim.read_bytes() == b"a public key with a predictable hash"
+
+
+def test_a_link_in_a_component_folder_cannot_lead_a_link_outside(tmp_path):
+    from routeforge.artifacts import shared_components
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "index.bin").write_bytes(b"keep me")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "comp").symlink_to(outside, target_is_directory=True)
+    (tmp_path / "src" / "comp").mkdir(parents=True)
+    (tmp_path / "src" / "comp" / "index.bin").write_bytes(b"new")
+    with pytest.raises(ValueError, match="leads outside"):
+        shared_components.link_files(["comp/index.bin"], tmp_path / "src", dst)
+    assert (outside / "index.bin").read_bytes() == b"keep me"
+
+
+@pytest.mark.parametrize("attack", ["manifest link", "component folder link", "fifo"])
+def test_links_and_special_files_in_a_bundle_are_refused(tmp_path, attack):
+    """Held for a linked file already; now also a linked manifest.json, a linked component folder and
+    a named pipe (which blocked a read forever)."""
+    import os
+    import shutil
+
+    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+
+    root, public, _ = _signed_bundle(tmp_path)
+    if attack == "manifest link":
+        (tmp_path / "real.json").write_bytes((root / "manifest.json").read_bytes())
+        (root / "manifest.json").unlink()
+        (root / "manifest.json").symlink_to(tmp_path / "real.json")
+        expected = "not a plain file"
+    elif attack == "component folder link":
+        shutil.move(str(root / "knn_estimator"), str(tmp_path / "elsewhere"))
+        (root / "knn_estimator").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+        expected = "a symbolic link"
+    else:
+        os.mkfifo(root / "knn_estimator" / "pipe")
+        expected = "special file"
+    with pytest.raises(BundleVerificationError, match=expected):
+        verify_bundle(root, public)
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda doc: doc.update(signature=doc["signature"] + "AAAA"), "malformed"),  # trailing base64
+    (lambda doc: doc.update(signature=doc["signature"].rstrip("=")), "malformed"),
+    (lambda doc: doc.update(signature=7), "malformed"),
+])
+def test_a_signature_with_trailing_or_non_canonical_base64_is_refused(tmp_path, tamper, message):
+    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+
+    root, public, _ = _signed_bundle(tmp_path)
+    doc = json.loads((root / "manifest.sig").read_text())
+    tamper(doc)
+    (root / "manifest.sig").write_text(json.dumps(doc))
+    with pytest.raises(BundleVerificationError, match=message):
+        verify_bundle(root, public)
+
+
+@pytest.mark.parametrize("version", ["abc", None, "1", "1.0.0", 1.0])
+def test_a_signed_schema_version_that_is_not_a_version_is_refused(tmp_path, version):
+    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+
+    root, public, private = _signed_bundle(tmp_path)
+    _resign(root, private, lambda raw: raw.update(schema_version=version) if version is not None
+            else raw.pop("schema_version"))
+    with pytest.raises(BundleVerificationError, match="schema_version"):
+        verify_bundle(root, public)
+
+
+def test_a_component_changed_after_verification_is_refused_when_it_is_loaded(tmp_path):
+    """Got through: components load lazily after verification and were never checked again; a cached
+    `policy.json` edited after `load_bundle` changed the routing policy served."""
+    from routeforge.artifacts.loader import BundleVerificationError, load_bundle
+
+    root, public, _ = _signed_bundle(tmp_path)
+    bundle = load_bundle(root, public_key=public)
+    (root / "knn_estimator" / "policy.json").write_bytes(b'{"k": 999}')
+    with pytest.raises(BundleVerificationError, match="changed after it was verified"):
+        bundle.component("knn_estimator")
+
+
+def test_a_poisoned_cache_index_is_ignored_and_nothing_outside_the_cache_is_removed(tmp_path):
+    """Got through: an index entry naming any folder with a manifest.json got that folder rmtree'd
+    when its verification failed."""
+    from routeforge.artifacts.bundle_cache import BundleCache
+
+    victim = tmp_path / "precious"
+    victim.mkdir()
+    (victim / "manifest.json").write_text("{}")
+    cache = BundleCache(tmp_path / "cache")
+    index = cache._index("sqlite:///x.db", "m", "1")
+    index.parent.mkdir(parents=True)
+    index.write_text("../../../precious")
+    assert cache.lookup("sqlite:///x.db", "m", "1") is None
+    cache.forget(victim)
+    cache.forget(tmp_path / "cache" / "by-digest" / ".." / ".." / "precious")
+    assert (victim / "manifest.json").is_file()
+
+
+def test_a_read_only_cache_is_read_as_it_is(tmp_path, monkeypatch):
+    """Got through: a read-only cache (a pre-warmed one shipped in a container image) failed every load
+    with `Read-only file system` (touching the entry it had just found)."""
+    import errno
+    import os
+
+    from routeforge.artifacts.bundle_cache import BundleCache
+
+    cache = BundleCache(tmp_path / "cache")
+    entry = tmp_path / "cache" / "by-digest" / ("a" * 64)
+    entry.mkdir(parents=True)
+    (entry / "manifest.json").write_text("{}")
+    index = cache._index("sqlite:///x.db", "m", "1")
+    index.parent.mkdir(parents=True)
+    index.write_text("a" * 64)
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "utime", read_only)
+    assert cache.lookup("sqlite:///x.db", "m", "1") == entry
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    assert not cache.writable()
+
+
+@pytest.mark.parametrize("flag", [["--budget-per-1k", "nan"], ["--lam", "nan"], ["--lam", "-1e308"],
+                                  ["--max-share", "a=nan"], ["--min-quality", "nan"], ["--max-share", "a=2"]])
+def test_non_finite_budgets_shares_qualities_and_lambdas_are_refused_naming_the_flag(tmp_path, flag):
+    """Got through: `--budget-per-1k nan` read as no budget and reported as met; `--max-share m=nan`,
+    `--min-quality nan`, `--lam nan` and `-1e308` were accepted and routed."""
+    from click.testing import CliRunner
+    from routeforge.artifacts.cli import main
+
+    result = CliRunner().invoke(main, ["bundle", "predict", str(tmp_path / "no-bundle"), "hi", *flag])
+    assert result.exit_code == 2 and flag[0] in result.output, result.output
+
+
+def test_route_refuses_non_finite_numbers_from_python_callers(tmp_path):
+    from routeforge.artifacts.loader import RouterBundle, read_manifest
+
+    root, _, _ = _signed_bundle(tmp_path)
+    bundle = RouterBundle(root, read_manifest(root))
+    for kwargs in ({"lam": float("nan")}, {"lam": -1.0}, {"budget_per_1k": float("inf")},
+                   {"max_share": {"a": float("nan")}}, {"min_quality": float("nan")}):
+        with pytest.raises(ValueError, match="finite|negative"):
+            bundle.route(["hi"], **kwargs)

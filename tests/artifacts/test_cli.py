@@ -31,8 +31,14 @@ def test_errors_are_one_line_without_a_traceback(runner, args):
     result = runner.invoke(main, args)
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "no manifest.json" in lines[0]
+    # a folder that does not exist is said to be missing, not to lack a manifest
+    assert len(lines) == 1 and lines[0] == "error: /nonexistent/bundle: no such folder"
     assert "Traceback" not in result.output
+
+
+def test_a_folder_without_a_manifest_says_so(runner, tmp_path):
+    result = runner.invoke(main, ["bundle", "inspect", str(tmp_path)])
+    assert result.exit_code == 1 and result.output.strip() == f"error: {tmp_path}: no manifest.json; not a routeforge bundle"
 
 
 def test_a_registry_reference_without_a_tracking_uri_says_what_to_do(runner, tmp_path, monkeypatch):
@@ -53,7 +59,7 @@ def test_inside_a_checkout_the_local_store_is_the_default(tmp_path, monkeypatch)
 
 def test_debug_shows_the_traceback(runner):
     result = runner.invoke(main, ["--debug", "bundle", "inspect", "/nonexistent/bundle"])
-    assert result.exit_code == 1 and result.exception is not None and "no manifest.json" in str(result.exception)
+    assert result.exit_code == 1 and result.exception is not None and "no such folder" in str(result.exception)
 
 
 def test_usage_errors_exit_2(runner):

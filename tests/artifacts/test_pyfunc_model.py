@@ -53,3 +53,55 @@ def test_code_added_to_a_registered_model_is_refused_not_run(logged, tmp_path, w
     with pytest.raises(UnsignedCode, match="refusing to load it"):
         mlflow.pyfunc.load_model(str(logged))
     assert not marker.exists()
+
+
+def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_record(tmp_path, component, fleet,
+                                                                                   monkeypatch):
+    """Issue 61, item 1. Got through before: with `MLmodel` edited to name another loader module or a
+    code path, `bundle verify models:/…` printed "signature … valid" while `mlflow.pyfunc.load_model`
+    would run the attacker's code. Now the version's files outside the bundle are signed as a record
+    bound to its name and number, and verify refuses an edited file, a record copied from another
+    version, and a version without one."""
+    from click.testing import CliRunner
+    from mlflow import MlflowClient
+    from routeforge.artifacts.cli import main
+    from routeforge.artifacts.model_record import MODEL_RECORD_TAG
+    from routeforge.registry.store import register_bundle
+
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [component], Lineage(), "test")
+    key = tmp_path / "keys" / "signing.key"
+    public = generate_key_pair(key)
+    sign_bundle(root, key)
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    experiment = mlflow.create_experiment("records", artifact_location=(tmp_path / "artifacts").as_uri())
+    versions = []
+    for _ in range(2):
+        with mlflow.start_run(experiment_id=experiment) as run:
+            versions.append(register_bundle(root, run.info.run_id, "router", "champion", signing_key=key).version)
+
+    def verify(ref: str):
+        return CliRunner().invoke(main, ["bundle", "verify", ref, "--public-key", str(public)])
+
+    ok = verify("models:/router/1")
+    assert ok.exit_code == 0 and "match the signed model record" in ok.output, ok.output
+    client = MlflowClient()
+    model_id = client.get_model_version("router", "1").source.removeprefix("models:/")  # the logged model
+    mlmodel = Path(mlflow.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "MLmodel"
+    meta = yaml.safe_load(mlmodel.read_text())
+    meta["flavors"]["python_function"]["loader_module"] = "mlflow.pyfunc.model"
+    meta["flavors"]["python_function"]["model_code_path"] = "code/evil.py"
+    mlmodel.write_text(yaml.safe_dump(meta))
+    edited = verify("models:/router/1")
+    assert edited.exit_code == 1 and "MLmodel: changed since it was signed" in edited.output, edited.output
+    # version 2's record put on version 1 (both hold the same bundle): bound to its own number
+    client.set_model_version_tag("router", "1", MODEL_RECORD_TAG,
+                                 client.get_model_version("router", versions[1]).tags[MODEL_RECORD_TAG])
+    copied = verify("models:/router/1")
+    assert copied.exit_code == 1 and "copied from another version" in copied.output, copied.output
+    client.delete_model_version_tag("router", versions[1], MODEL_RECORD_TAG)
+    bare = verify(f"models:/router/{versions[1]}")
+    assert bare.exit_code == 1 and "no signed model record" in bare.output, bare.output

@@ -1,0 +1,71 @@
+"""Reads that refuse anything but a plain file inside the bundle: no symbolic link (followed or in the
+path), no device, pipe or socket.
+
+Why: a bundle folder can come from a store or a cache someone else can write to. Checking a path
+with `is_symlink()` and then opening it leaves a window in which it can be swapped for a link, and
+a pipe or a device blocks or streams forever. Here the file is opened with `O_NOFOLLOW`, checked
+with `fstat` on that same descriptor, and read (or hashed) through it, so what was checked is what
+is read. Plain Python, no third-party import: the runtime imports it alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class NotPlainFile(OSError):
+    """A path that is a link, a special file, or missing; the message says which."""
+
+
+def _open(path: Path) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise NotPlainFile(f"{path}: missing") from None
+    except OSError as exc:  # ELOOP: the last component is a symbolic link
+        raise NotPlainFile(f"{path}: not a plain file ({exc.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a special file (device, pipe or socket)"
+        raise NotPlainFile(f"{path}: {kind}, not a plain file")
+    return fd
+
+
+def read_plain(path: Path, limit: int) -> bytes:
+    """The bytes of a plain file, read once through one descriptor; at most `limit` bytes."""
+    with os.fdopen(_open(Path(path)), "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise NotPlainFile(f"{path}: larger than {limit:,} bytes")
+    return data
+
+
+def sha256_plain(path: Path) -> tuple[int, str]:
+    """(size, sha256) of a plain file, read through one descriptor."""
+    digest, size = hashlib.sha256(), 0
+    with os.fdopen(_open(Path(path)), "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def odd_entries(root: Path) -> list[str]:
+    """Every entry under `root` that is neither a plain file nor a folder (links included, never
+    followed), as paths relative to `root`."""
+    out = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in (*dirs, *files):
+            path = Path(folder) / name
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                out.append(f"{path.relative_to(root).as_posix()}: a symbolic link")
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                out.append(f"{path.relative_to(root).as_posix()}: a special file (device, pipe or socket)")
+    return out
