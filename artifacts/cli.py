@@ -219,6 +219,68 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
     click.echo(f"OK: {manifest.name} version {manifest.version}, {n} files verified{signed}")
 
 
+@main.command()
+@click.argument("ref")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the scoring server binds.")
+@click.option("--port", default=5001, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--dst", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the verified copy of the model is kept (default: a new temporary folder).")
+@click.option("--check-only", is_flag=True,
+              help="Download and verify, print the verified copy and the server command, start nothing.")
+@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              envvar="ROUTEFORGE_PUBLIC_KEY",
+              help="Ed25519 public key (PEM) the bundle must be signed by (default: the key the registry recorded).")
+@_TRACKING
+def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, public_key: Path | None,
+          tracking_uri: str | None) -> None:
+    """Serve a registered bundle (models:/<name>@<alias>) with MLflow's scoring server, from a copy
+    verified before MLflow reads any of it: the whole version downloaded once, its bundle's signature
+    and files checked, and its MLmodel and environment files checked against the signed model record;
+    then `mlflow models serve` on that local copy only. There is no way to skip the signature here."""
+    import subprocess
+    import tempfile
+
+    from routeforge.artifacts.loader import NO_KEY, verify_bundle
+    from routeforge.artifacts.model_record import verify_model_record
+    from routeforge.artifacts.registry import (
+        _use_tracking,
+        bundle_folder,
+        download_artifacts,
+        registered_version,
+        with_shared_components,
+    )
+
+    if not ref.startswith("models:/"):
+        raise click.UsageError("serve takes a models:/ reference; for a bundle folder, load it with load_bundle")
+    key = resolve_key(ref, public_key, tracking_uri)
+    if key is None:
+        raise click.ClickException(f"{ref} refused: {NO_KEY.split(', or opt out')[0]}")
+    _use_tracking(ref, tracking_uri)
+    name, version = registered_version(ref)
+    folder = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-serve-"))
+    local = download_artifacts(f"models:/{name}/{version}", folder / "model")
+    try:
+        manifest = verify_bundle(with_shared_components(bundle_folder(local), in_place=False, public_key=key), key)
+        problem = verify_model_record(f"models:/{name}/{version}", key, manifest, tracking_uri, local=local)
+    except (BundleVerificationError, ValueError) as exc:
+        raise click.ClickException(f"{ref} refused: {exc}") from None
+    if problem is not None:
+        raise click.ClickException(f"{ref} refused: {problem}")
+    key_file = folder / "bundle-signing.key.pub"
+    key_file.write_bytes(key if isinstance(key, bytes) else Path(key).read_bytes())
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(local), "--env-manager", "local",
+               "-h", host, "-p", str(port)]
+    click.echo(f"verified {name} version {version} (content digest {manifest.version}) in {local}", err=True)
+    if check_only:
+        click.echo(" ".join(command))
+        return
+    # the pyfunc loader checks the bundle again; MLflow starts `uvicorn` by name, found beside this interpreter
+    # even when its environment is not activated
+    env = {**os.environ, "ROUTEFORGE_PUBLIC_KEY": str(key_file),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    sys.exit(subprocess.call(command, env=env))
+
+
 @bundle.command()
 @click.argument("ref")
 @click.argument("dst", type=click.Path(file_okay=False, path_type=Path))

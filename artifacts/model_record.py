@@ -119,9 +119,12 @@ def model_files(uri: str, listed: set[str]) -> tuple[dict[str, bytes], str | Non
     return files, bundle_folder
 
 
-def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None = None) -> str | None:
+def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None = None,
+                        local: Path | None = None) -> str | None:
     """Why the registered model `ref` (`models:/…`) holds files its signed record does not vouch for,
-    or None when every file outside its bundle is the one signed for that name and version."""
+    or None when every file outside its bundle is the one signed for that name and version. With
+    `local`, a complete download of that version is checked instead of the store (what `serve` hands
+    MLflow: the very files verified)."""
     from mlflow import MlflowClient
     from routeforge.artifacts.registry import _use_tracking, registered_version
 
@@ -129,8 +132,38 @@ def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None
     name, version = registered_version(ref)
     tag = MlflowClient().get_model_version(name, version).tags.get(MODEL_RECORD_TAG)
     listed = {f.path for c in manifest.components for f in c.files}
-    files, _ = model_files(f"models:/{name}/{version}", listed)
+    files = local_model_files(local, listed) if local is not None else model_files(f"models:/{name}/{version}",
+                                                                                    listed)[0]
+    meta = files.get(DOWNLOAD_META)
+    if local is not None and meta is not None and _meta_names(meta) == (name, str(version)):
+        files.pop(DOWNLOAD_META)  # written by MLflow's download of this very version, not stored
     return record_problem(tag, files, name, str(version), manifest.version, public_key)
+
+
+DOWNLOAD_META = "registered_model_meta"  # what `mlflow.artifacts.download_artifacts("models:/…")` adds
+
+
+def _meta_names(data: bytes) -> tuple[str, str] | None:
+    import yaml
+
+    try:
+        meta = yaml.safe_load(data)
+        return str(meta["model_name"]), str(meta["model_version"])
+    except (yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def local_model_files(folder: Path, listed: set[str]) -> dict[str, bytes]:
+    """`model_files` of a downloaded model folder; a link or special file in it is an error."""
+    from routeforge.artifacts.plain_files import odd_entries
+
+    odd = odd_entries(folder)
+    if odd:
+        raise ModelRecordError(f"{folder}: " + "; ".join(odd))
+    paths = [p.relative_to(folder).as_posix() for p in sorted(Path(folder).rglob("*")) if p.is_file()]
+    bundle_folder = next((str(PurePosixPath(p).parent) for p in paths if PurePosixPath(p).name == "manifest.json"
+                          and str(PurePosixPath(p).parent.parent) in BUNDLE_PARENTS), None)
+    return {p: (Path(folder) / p).read_bytes() for p in paths if not _bundle_file(p, bundle_folder, listed)}
 
 
 def sign_registered(name: str, version: str, manifest, private_key: Path) -> None:

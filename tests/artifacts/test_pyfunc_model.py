@@ -105,3 +105,65 @@ def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_reco
     client.delete_model_version_tag("router", versions[1], MODEL_RECORD_TAG)
     bare = verify(f"models:/router/{versions[1]}")
     assert bare.exit_code == 1 and "no signed model record" in bare.output, bare.output
+
+
+def test_serve_verifies_a_downloaded_copy_and_serves_only_that(tmp_path, component, fleet, monkeypatch):
+    """Issue 61, item 1: the safe path to serve is one command. `routeforge serve models:/…` downloads the
+    version once, verifies that copy (bundle and model record) and hands MLflow the copy; an edited
+    MLmodel in the store is refused before any server starts. The server itself answers on loopback."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from click.testing import CliRunner
+    from mlflow import MlflowClient
+    from routeforge.artifacts.cli import main
+    from routeforge.registry.store import register_bundle
+
+    from tests.conftest import free_port
+    from tests.services import stop
+
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [component], Lineage(), "test")
+    key = tmp_path / "keys" / "signing.key"
+    public = generate_key_pair(key)
+    sign_bundle(root, key)
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    experiment = mlflow.create_experiment("serve", artifact_location=(tmp_path / "artifacts").as_uri())
+    with mlflow.start_run(experiment_id=experiment) as run:
+        register_bundle(root, run.info.run_id, "router", "champion", signing_key=key)
+    port = free_port()
+    checked = CliRunner().invoke(main, ["serve", "models:/router@champion", "--check-only", "--port", str(port),
+                                        "--public-key", str(public), "--dst", str(tmp_path / "served")])
+    assert checked.exit_code == 0, checked.output
+    command = checked.stdout.strip().split(" ")
+    assert command[1:5] == ["-m", "mlflow", "models", "serve"] and str(tmp_path / "served") in command[6]
+    server = subprocess.Popen([sys.executable, "-m", "routeforge.artifacts.cli", "serve", "models:/router@champion",
+                               "--port", str(port), "--public-key", str(public), "--dst", str(tmp_path / "live")],
+                              env={**__import__("os").environ, "MLFLOW_TRACKING_URI": tracking},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert server.poll() is None, server.stderr.read().decode()[-3000:]
+        # the scoring server answers /ping once it has loaded the model (this bundle's stand-in component
+        # cannot route; the demo e2e routes through the pyfunc model)
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=60).status == 200
+    finally:
+        stop(server)
+    model_id = MlflowClient().get_model_version("router", "1").source.removeprefix("models:/")
+    mlmodel = Path(mlflow.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "MLmodel"
+    mlmodel.write_text(mlmodel.read_text().replace("routeforge.registry.pyfunc_loader", "mlflow.pyfunc.model"))
+    refused = CliRunner().invoke(main, ["serve", "models:/router@champion", "--check-only",
+                                        "--public-key", str(public), "--dst", str(tmp_path / "again")])
+    assert refused.exit_code == 1 and "MLmodel: changed since it was signed" in refused.output, refused.output
