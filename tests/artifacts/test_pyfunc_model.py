@@ -30,6 +30,36 @@ def logged(tmp_path, component, fleet, monkeypatch):
     return Path(mlflow.artifacts.download_artifacts(info.model_uri, dst_path=str(tmp_path / "download")))
 
 
+
+@pytest.fixture
+def registry(tmp_path, component, fleet, monkeypatch):
+    """A signed bundle, its keys, and a local store to register it in: `register()` adds a version
+    (its model record signed) under `router@champion`; returns (register, public key, tracking URI)."""
+    from routeforge.registry.store import register_bundle
+
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [component], Lineage(), "test")
+    key = tmp_path / "keys" / "signing.key"
+    public = generate_key_pair(key)
+    sign_bundle(root, key)
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(tracking)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    experiment = mlflow.create_experiment("records", artifact_location=(tmp_path / "artifacts").as_uri())
+
+    def register() -> str:
+        with mlflow.start_run(experiment_id=experiment) as run:
+            return register_bundle(root, run.info.run_id, "router", "champion", signing_key=key).version
+
+    return register, public, tracking
+
+
+def _stored_mlmodel(version: str) -> Path:
+    """The MLmodel file of a registered version, where the local artifact store keeps it."""
+    model_id = mlflow.MlflowClient().get_model_version("router", version).source.removeprefix("models:/")
+    return Path(mlflow.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "MLmodel"
+
 def test_the_logged_model_holds_data_only_and_loads_through_the_installed_loader(logged):
     files = [p for p in logged.rglob("*") if p.is_file()]
     assert not [p for p in files if p.suffix in (".py", ".pyc", ".pkl", ".pickle")]
@@ -55,8 +85,7 @@ def test_code_added_to_a_registered_model_is_refused_not_run(logged, tmp_path, w
     assert not marker.exists()
 
 
-def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_record(tmp_path, component, fleet,
-                                                                                   monkeypatch):
+def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_record(registry):
     """Issue 61, item 1. Got through before: with `MLmodel` edited to name another loader module or a
     code path, `bundle verify models:/…` printed "signature … valid" while `mlflow.pyfunc.load_model`
     would run the attacker's code. Now the version's files outside the bundle are signed as a record
@@ -66,22 +95,9 @@ def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_reco
     from mlflow import MlflowClient
     from routeforge.artifacts.cli import main
     from routeforge.artifacts.model_record import MODEL_RECORD_TAG
-    from routeforge.registry.store import register_bundle
 
-    root = tmp_path / "bundle"
-    write_bundle(root, "router", fleet, [component], Lineage(), "test")
-    key = tmp_path / "keys" / "signing.key"
-    public = generate_key_pair(key)
-    sign_bundle(root, key)
-    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow.set_tracking_uri(tracking)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
-    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
-    experiment = mlflow.create_experiment("records", artifact_location=(tmp_path / "artifacts").as_uri())
-    versions = []
-    for _ in range(2):
-        with mlflow.start_run(experiment_id=experiment) as run:
-            versions.append(register_bundle(root, run.info.run_id, "router", "champion", signing_key=key).version)
+    register, public, _ = registry
+    versions = [register(), register()]
 
     def verify(ref: str):
         return CliRunner().invoke(main, ["bundle", "verify", ref, "--public-key", str(public)])
@@ -89,8 +105,7 @@ def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_reco
     ok = verify("models:/router/1")
     assert ok.exit_code == 0 and "match the signed model record" in ok.output, ok.output
     client = MlflowClient()
-    model_id = client.get_model_version("router", "1").source.removeprefix("models:/")  # the logged model
-    mlmodel = Path(mlflow.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "MLmodel"
+    mlmodel = _stored_mlmodel("1")
     meta = yaml.safe_load(mlmodel.read_text())
     meta["flavors"]["python_function"]["loader_module"] = "mlflow.pyfunc.model"
     meta["flavors"]["python_function"]["model_code_path"] = "code/evil.py"
@@ -107,7 +122,7 @@ def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_reco
     assert bare.exit_code == 1 and "no signed model record" in bare.output, bare.output
 
 
-def test_serve_verifies_a_downloaded_copy_and_serves_only_that(tmp_path, component, fleet, monkeypatch):
+def test_serve_verifies_a_downloaded_copy_and_serves_only_that(tmp_path, registry):
     """Issue 61, item 1: the safe path to serve is one command. `routeforge serve models:/…` downloads the
     version once, verifies that copy (bundle and model record) and hands MLflow the copy; an edited
     MLmodel in the store is refused before any server starts. The server itself answers on loopback."""
@@ -118,25 +133,13 @@ def test_serve_verifies_a_downloaded_copy_and_serves_only_that(tmp_path, compone
     import urllib.request
 
     from click.testing import CliRunner
-    from mlflow import MlflowClient
     from routeforge.artifacts.cli import main
-    from routeforge.registry.store import register_bundle
 
     from tests.conftest import free_port
     from tests.services import stop
 
-    root = tmp_path / "bundle"
-    write_bundle(root, "router", fleet, [component], Lineage(), "test")
-    key = tmp_path / "keys" / "signing.key"
-    public = generate_key_pair(key)
-    sign_bundle(root, key)
-    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow.set_tracking_uri(tracking)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
-    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
-    experiment = mlflow.create_experiment("serve", artifact_location=(tmp_path / "artifacts").as_uri())
-    with mlflow.start_run(experiment_id=experiment) as run:
-        register_bundle(root, run.info.run_id, "router", "champion", signing_key=key)
+    register, public, tracking = registry
+    register()
     port = free_port()
     checked = CliRunner().invoke(main, ["serve", "models:/router@champion", "--check-only", "--port", str(port),
                                         "--public-key", str(public), "--dst", str(tmp_path / "served")])
@@ -161,8 +164,7 @@ def test_serve_verifies_a_downloaded_copy_and_serves_only_that(tmp_path, compone
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=60).status == 200
     finally:
         stop(server)
-    model_id = MlflowClient().get_model_version("router", "1").source.removeprefix("models:/")
-    mlmodel = Path(mlflow.get_logged_model(model_id).artifact_location.removeprefix("file://")) / "MLmodel"
+    mlmodel = _stored_mlmodel("1")
     mlmodel.write_text(mlmodel.read_text().replace("routeforge.registry.pyfunc_loader", "mlflow.pyfunc.model"))
     refused = CliRunner().invoke(main, ["serve", "models:/router@champion", "--check-only",
                                         "--public-key", str(public), "--dst", str(tmp_path / "again")])
