@@ -112,6 +112,14 @@ class _OneLineErrors(_PluginGroup):
             ctx.exit(1)
 
 
+def _estimate_flags(e) -> str:
+    """What an off-policy estimate's guards did, said after it (`artifacts.off_policy`)."""
+    flags = [f"{e.below_floor} lines below the propensity floor not used"] if e.below_floor else []
+    flags += ["thin: the interval is the outcome range"] if e.thin else []
+    flags += ["OUTSIDE the outcome range"] if e.outside_range else []
+    return f"  ({'; '.join(flags)})" if flags else ""
+
+
 class Finite(click.ParamType):
     """A finite number within [low, high]: NaN and ±inf are refused (a NaN budget once read as no
     budget and was reported as met)."""
@@ -516,11 +524,12 @@ def replay(ref: str, logs: Path, against: str | None, lam: float, method: str, l
             continue
         click.echo(f"{side}: agrees with the served model on {agreement:.1%} of requests")
         for e in estimates.values():
-            click.echo(f"  {e.method:>5}: {e.value:.4f} [{e.low:.4f}, {e.high:.4f}]  effective n {e.effective_n:.0f}")
+            click.echo(f"  {e.method:>5}: {e.value:.4f} [{e.low:.4f}, {e.high:.4f}]  effective n {e.effective_n:.0f}"
+                       + _estimate_flags(e))
     if found.difference is not None:
         d = found.difference
         click.echo(f"difference ({found.challenger} − {found.baseline}, {d.method}): {d.value:+.4f} "
-                   f"[{d.low:+.4f}, {d.high:+.4f}] at {d.level:.0%}")
+                   f"[{d.low:+.4f}, {d.high:+.4f}] at {d.level:.0%}" + _estimate_flags(d))
 
 
 @main.group()

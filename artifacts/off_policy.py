@@ -15,6 +15,14 @@ choosing it, p_i = π0(a_i | x_i) (its propensity), and the outcome r_i. A chall
 Intervals are normal, from the per-request terms (SNIPS by the delta method), as in the off-policy
 evaluation literature (Dudík et al., 2011; Swaminathan and Joachims, 2015). NumPy only: a router
 service can replay its own logs.
+
+One logged line must not be able to steer an estimate:
+- a line whose propensity is below `PROPENSITY_FLOOR` (10⁻³, under the least a routeforge router
+  logs: one of its 256 posterior draws, 1/256) is not used; the estimate counts it (`below_floor`);
+- below `MIN_EFFECTIVE` effective requests the interval widens to the whole outcome range (`thin`):
+  two identical lines no longer give a zero-width interval;
+- an estimate outside the range of the outcomes it was made from (IPS above 1 on outcomes in
+  [0, 1]) is flagged (`outside_range`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 Z = {0.9: 1.6448536269514722, 0.95: 1.959963984540054, 0.99: 2.5758293035489004}
+PROPENSITY_FLOOR = 1e-3
+MIN_EFFECTIVE = 10.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,9 @@ class Estimate:
     n: int
     effective_n: float  # (Σw)² / Σw²: how many logged requests the weights leave in effect
     level: float = 0.95
+    below_floor: int = 0  # logged lines not used: their propensity was below PROPENSITY_FLOOR
+    thin: bool = False  # fewer than MIN_EFFECTIVE effective requests: the interval is the outcome range
+    outside_range: bool = False  # the value lies outside the range of the outcomes it was made from
 
     def covers(self, truth: float) -> bool:
         return self.low <= truth <= self.high
@@ -61,7 +74,30 @@ def _arrays(actions, propensities, rewards, target):
     rewards = np.asarray(rewards, dtype=np.float64)
     target = np.asarray(target, dtype=np.float64)
     _check(actions, propensities, rewards, target)
+    if not np.isfinite(rewards).all():
+        raise ValueError(f"request {int(np.flatnonzero(~np.isfinite(rewards))[0])}: the outcome is not finite")
     return actions, propensities, rewards, target
+
+
+def _floored(propensities: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the lines at or above the propensity floor, how many are below it)."""
+    keep = propensities >= PROPENSITY_FLOOR
+    if not keep.any():
+        raise ValueError(f"every logged line's propensity is below the floor {PROPENSITY_FLOOR:g}: nothing to "
+                         "estimate from")
+    return keep, int((~keep).sum())
+
+
+def _guarded(estimate: Estimate, low: float, high: float, below: int) -> Estimate:
+    """`estimate` with the lines below the floor counted, its interval widened to [low, high] when its
+    effective sample is thin, and flagged when its value lies outside [low, high]."""
+    from dataclasses import replace
+
+    thin = not estimate.effective_n >= MIN_EFFECTIVE
+    return replace(estimate, below_floor=below, thin=thin,
+                   low=min(low, estimate.value) if thin else estimate.low,
+                   high=max(high, estimate.value) if thin else estimate.high,
+                   outside_range=not low - 1e-12 <= estimate.value <= high + 1e-12)
 
 
 def _terms(method: str, actions: np.ndarray, propensities: np.ndarray, rewards: np.ndarray, target: np.ndarray,
@@ -112,10 +148,14 @@ def estimate(actions, propensities, rewards, target, q_hat=None, level: float = 
     actions: (n,) logged model indices; propensities: (n,) π0(a_i|x_i); rewards: (n,) outcomes;
     target: (n, m) π1(·|x_i); q_hat: (n, m) the challenger's estimated outcome per model."""
     actions, propensities, rewards, target = _arrays(actions, propensities, rewards, target)
+    keep, below = _floored(propensities)
+    actions, propensities, rewards, target = actions[keep], propensities[keep], rewards[keep], target[keep]
+    q_hat = None if q_hat is None else np.asarray(q_hat, dtype=np.float64)[keep]
+    low, high = float(rewards.min()), float(rewards.max())
     out = {}
     for method in METHODS if q_hat is not None else METHODS[:2]:
         terms, value, w = _terms(method, actions, propensities, rewards, target, q_hat)
-        out[method] = _normal(method, terms, value, _effective(w), level)
+        out[method] = _guarded(_normal(method, terms, value, _effective(w), level), low, high, below)
     return out
 
 
@@ -127,6 +167,12 @@ def difference(actions, propensities, rewards, target, baseline, q_hat=None, q_b
     actions, propensities, rewards, target = _arrays(actions, propensities, rewards, target)
     baseline = np.asarray(baseline, dtype=np.float64)
     _check(actions, propensities, rewards, baseline)
+    keep, below = _floored(propensities)
+    actions, propensities, rewards, target, baseline = (actions[keep], propensities[keep], rewards[keep],
+                                                        target[keep], baseline[keep])
+    q_hat = None if q_hat is None else np.asarray(q_hat, dtype=np.float64)[keep]
+    q_baseline = None if q_baseline is None else np.asarray(q_baseline, dtype=np.float64)[keep]
     terms, value, w = _terms(method, actions, propensities, rewards, target, q_hat)
     base_terms, base_value, _ = _terms(method, actions, propensities, rewards, baseline, q_baseline)
-    return _normal(method, terms - base_terms, value - base_value, _effective(w), level)
+    span = float(rewards.max() - rewards.min())
+    return _guarded(_normal(method, terms - base_terms, value - base_value, _effective(w), level), -span, span, below)

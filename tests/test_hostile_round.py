@@ -326,3 +326,42 @@ def test_route_refuses_non_finite_numbers_from_python_callers(tmp_path):
                    {"max_share": {"a": float("nan")}}, {"min_quality": float("nan")}):
         with pytest.raises(ValueError, match="finite|negative"):
             bundle.route(["hi"], **kwargs)
+
+
+def test_one_logged_line_cannot_steer_an_off_policy_estimate():
+    """Got through: one line with propensity 1e-300 made the DR estimate 1.5e298 with an unbounded
+    interval, so the release gate's replay check could never hold a worse challenger."""
+    import numpy as np
+    from routeforge.artifacts.off_policy import PROPENSITY_FLOOR, difference, estimate
+
+    rng = np.random.default_rng(0)
+    n, m = 400, 3
+    actions = rng.integers(0, m, n)
+    propensities = np.full(n, 1 / m)
+    rewards = rng.random(n)
+    target = np.eye(m)[rng.integers(0, m, n)]
+    q_hat = np.full((n, m), 0.5)
+    propensities[7], rewards[7], target[7] = 1e-300, 1.0, np.eye(m)[actions[7]]
+    found = estimate(actions, propensities, rewards, target, q_hat)
+    assert all(e.below_floor == 1 and 0 <= e.value <= 1 and np.isfinite(e.high) for e in found.values())
+    paired = difference(actions, propensities, rewards, target, np.eye(m)[actions], q_hat, q_hat)
+    assert paired.below_floor == 1 and abs(paired.value) <= 1 and PROPENSITY_FLOOR == 1e-3
+
+
+def test_two_identical_lines_give_the_outcome_range_not_a_zero_width_interval():
+    """Got through: two identical lines gave a zero-width interval from an effective sample of 0."""
+    import numpy as np
+    from routeforge.artifacts.off_policy import estimate
+
+    found = estimate([0, 0], [0.5, 0.5], [0.2, 0.9], np.array([[0.0, 1.0], [0.0, 1.0]]))
+    assert all(e.thin and e.high - e.low >= 0.7 - 1e-9 for e in found.values())
+
+
+def test_an_ips_estimate_above_the_outcome_range_is_flagged():
+    """Got through: IPS above 1 on outcomes in [0, 1] passed silently."""
+    import numpy as np
+    from routeforge.artifacts.off_policy import estimate
+
+    n = 50
+    found = estimate(np.zeros(n, dtype=int), np.full(n, 0.2), np.ones(n), np.tile([1.0, 0.0], (n, 1)))
+    assert found["ips"].value > 1 and found["ips"].outside_range and not found["snips"].outside_range
