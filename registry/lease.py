@@ -9,7 +9,12 @@ every machine sharing the server sees, so the lease is kept in the registry itse
 `create_registered_model` is the one write MLflow makes atomic (its name is unique), so creating
 `<model>.release-lease` is taking the lease and deleting it is giving it back. The lease names its
 holder (host, pid, the pid's start time): a holder that died on this host is taken over at once,
-one on another host after `stale_after_s`.
+one on another host once its lease is stale.
+
+A lease cannot be held forever: its holder renews `since` every `RENEW_EVERY_S` while it works, and
+a lease is stale when `since` is older than `stale_after_s` (default 5 minutes), not a finite
+number, or later than now by more than `MAX_CLOCK_SKEW_S` (a `since` in the future never aged). A
+stale lease is taken over, and that is said.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +30,23 @@ from dataclasses import dataclass
 
 LEASE_SUFFIX = ".release-lease"
 HOLDER_TAG = "routeforge.lease_holder"
+RENEW_EVERY_S = 60.0  # how often a holder says it is still at work
+STALE_AFTER_S = 300.0  # a lease not renewed for this long is stale (five renewals missed)
+MAX_CLOCK_SKEW_S = 60.0  # a `since` further than this in the future is not trusted
+
+
+def stale_reason(since: float, stale_after_s: float, now: float | None = None) -> str | None:
+    """Why a lease taken or renewed at `since` is stale, or None while it is current."""
+    import math
+
+    now = time.time() if now is None else now
+    if not isinstance(since, (int, float)) or not math.isfinite(since):
+        return f"gave a start time, {since!r}, that is not a time"
+    if since > now + MAX_CLOCK_SKEW_S:
+        return f"gave a start time {since - now:.0f} s in the future"
+    if now - since > stale_after_s:
+        return f"has not renewed it for {now - since:.0f} s"
+    return None
 
 
 def _start_time(pid: int) -> float | None:
@@ -78,7 +101,7 @@ def _holder(client, name: str) -> tuple[ProcessIdentity, float] | None:
         spec = json.loads(tags[HOLDER_TAG])
         return ProcessIdentity(spec["host"], int(spec["pid"]), float(spec["started"])), float(spec["since"])
     except (KeyError, ValueError, TypeError):
-        return ProcessIdentity("?", -1, 0.0), 0.0  # a lease without a readable holder is stale
+        return ProcessIdentity("?", -1, 0.0), float("nan")  # a lease without a readable holder is stale
 
 
 def _already_exists(error: Exception) -> bool:
@@ -93,13 +116,15 @@ def _given_back_meanwhile(error: Exception) -> bool:
 
 
 @contextmanager
-def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_after_s: float = 1800.0,
-                  poll_s: float = 1.0, log: Callable[[str], None] = print) -> Iterator[None]:
-    """Hold `<model_name>.release-lease` in `client`'s registry for the duration of the block.
+def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_after_s: float = STALE_AFTER_S,
+                  poll_s: float = 1.0, log: Callable[[str], None] = print,
+                  renew_every_s: float = RENEW_EVERY_S) -> Iterator[None]:
+    """Hold `<model_name>.release-lease` in `client`'s registry for the duration of the block,
+    renewing it every `renew_every_s`.
 
     Waits (polling, at most `timeout_s`, saying once who holds it) while another live process
-    holds it; takes over a lease whose holder died on this host or that is older than
-    `stale_after_s`, saying so. Raises `LeaseTimeout` naming the holder when the wait runs out."""
+    holds it; takes over a lease whose holder died on this host or that is stale (`stale_reason`),
+    saying so. Raises `LeaseTimeout` naming the holder when the wait runs out."""
     from mlflow.exceptions import MlflowException
 
     name, me = lease_name(model_name), ProcessIdentity.current()
@@ -120,8 +145,9 @@ def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_af
         if found is None:
             continue
         other, since = found
-        if other.alive() is False or time.time() - since > stale_after_s:
-            why = "died" if other.alive() is False else f"has held it for {time.time() - since:.0f} s"
+        stale = stale_reason(since, stale_after_s)
+        if other.alive() is False or stale is not None:
+            why = "died" if other.alive() is False else stale
             log(f"release lease of {model_name}: its holder ({other.describe()}) {why}; taking it over")
             _delete(client, name)
             continue
@@ -132,9 +158,22 @@ def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_af
             log(f"waiting for the release lease of {model_name}, held by {other.describe()}")
             said = True
         time.sleep(poll_s)
+    stop = threading.Event()
+
+    def renew() -> None:  # says the holder is still at work, so a live holder's lease never goes stale
+        while not stop.wait(renew_every_s):
+            try:
+                client.set_registered_model_tag(name, HOLDER_TAG, json.dumps({**holder, "since": time.time()}))
+            except Exception as exc:  # noqa: BLE001 - a missed renewal only ages the lease
+                log(f"release lease of {model_name}: could not renew it ({type(exc).__name__}: {exc})")
+
+    renewer = threading.Thread(target=renew, name="release-lease-renewal", daemon=True)
+    renewer.start()
     try:
         yield
     finally:
+        stop.set()
+        renewer.join(timeout=10)
         _delete(client, name)
 
 

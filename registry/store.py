@@ -5,6 +5,10 @@ Importing mlflow is deferred to the calls.
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,11 +47,31 @@ def registry_lock(tracking_uri: str, timeout_s: float = 600.0) -> Iterator[None]
     if path is None:
         yield
         return
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock", timeout=timeout_s):
+    holder_file = Path(f"{path}.lock.holder")
+    lock = FileLock(f"{path}.lock")
+    try:
+        lock.acquire(timeout=timeout_s)
+    except Timeout:
+        raise TimeoutError(f"{path}.lock: still held after {timeout_s:.0f} s by {_lock_holder(holder_file)}") from None
+    try:
+        # who holds it, for the message of a process that waits too long (the OS frees the lock itself when
+        # its holder dies, so this file never makes a lock stale)
+        holder_file.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}))
         yield
+    finally:
+        lock.release()
+
+
+def _lock_holder(holder_file: Path) -> str:
+    """Who holds a SQLite store's lock, as its holder wrote it, or why that cannot be told."""
+    try:
+        spec = json.loads(holder_file.read_text())
+        return f"pid {int(spec['pid'])} on {spec['host']} (since {time.ctime(float(spec['since']))})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "a process that did not say who it is (a routeforge older than this one, or another tool)"
 
 
 # MLflow 3's UI opens an experiment in its GenAI (traces) view unless the experiment says otherwise:

@@ -195,10 +195,68 @@ def test_a_dead_holder_is_taken_over_and_a_live_one_elsewhere_times_out_naming_i
     assert not _gone(client, "elsewhere")  # a timed-out waiter leaves the holder's lease alone
     with release_lease(client, "elsewhere", stale_after_s=0.0, poll_s=0.1, timeout_s=5, log=said.append):
         pass  # older than stale_after_s: taken over
-    assert said[-1].startswith("release lease of elsewhere: its holder (pid 4242 on another-host) has held it for")
+    assert said[-1].startswith("release lease of elsewhere: its holder (pid 4242 on another-host) has not renewed it for")
     assert _gone(client, "elsewhere")
     # a lease whose holder tag is not ours to read (hand-made, or written by something else): stale
     client.create_registered_model(lease_name("garbled"), tags={HOLDER_TAG: "{not json"})
     with release_lease(client, "garbled", poll_s=0.1, timeout_s=5, log=said.append):
         pass
-    assert said[-1].startswith("release lease of garbled: its holder (pid -1 on ?) has held it for")
+    assert said[-1] == (
+        "release lease of garbled: its holder (pid -1 on ?) gave a start time, nan, that is not a time; taking it over")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("since, why", [(time.time() + 10**6, "in the future"), (float("nan"), "not a time")])
+def test_a_lease_whose_start_is_in_the_future_or_not_a_time_is_stale(mlflow_server, since, why):
+    """Issue 61, item 6. Got through: a lease naming another host with a `since` in the future (or
+    NaN) never went stale, so every gate and promote blocked 600 s and failed, run after run."""
+    client = MlflowClient(mlflow_server)
+    model = f"skewed-{abs(hash(str(since))) % 10**6}"
+    _plant(client, model, ProcessIdentity("another-host", 4242, 1.0), since)
+    said = []
+    with release_lease(client, model, poll_s=0.1, timeout_s=5, log=said.append):
+        pass
+    assert why in said[-1] and "taking it over" in said[-1]
+
+
+@pytest.mark.timeout(120)
+def test_a_holder_renews_its_lease_while_it_works(mlflow_server):
+    client = MlflowClient(mlflow_server)
+    with release_lease(client, "renewed", poll_s=0.1, timeout_s=5, renew_every_s=0.2):
+        first = json.loads(client.get_registered_model(lease_name("renewed")).tags[HOLDER_TAG])["since"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            now = json.loads(client.get_registered_model(lease_name("renewed")).tags[HOLDER_TAG])["since"]
+            if now > first:
+                break
+        assert now > first
+    assert _gone(client, "renewed")
+
+
+def test_the_sqlite_lock_says_who_holds_it(tmp_path):
+    """Issue 61, item 6: a process holding the SQLite store's lock blocked others 600 s, and the error
+    did not say who held it."""
+    import os
+    import socket
+
+    from routeforge.registry.store import registry_lock
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with registry_lock(uri):
+            held.set()
+            done.wait(timeout=30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(timeout=30)
+        with pytest.raises(TimeoutError, match=f"still held after 0 s by pid {os.getpid()} on {socket.gethostname()}"):
+            with registry_lock(uri, timeout_s=0.3):
+                pytest.fail("entered a lock another holds")
+    finally:
+        done.set()
+        holder.join(timeout=30)
