@@ -365,3 +365,86 @@ def test_an_ips_estimate_above_the_outcome_range_is_flagged():
     n = 50
     found = estimate(np.zeros(n, dtype=int), np.full(n, 0.2), np.ones(n), np.tile([1.0, 0.0], (n, 1)))
     assert found["ips"].value > 1 and found["ips"].outside_range and not found["snips"].outside_range
+
+
+# ---- issue 61, item 4: the same hostile bundles, refused by both runtimes (artifacts/loader.py and
+# ---- runtimes/typescript/src/bundle.ts)
+
+def _tamper_signature(edit):
+    def apply(root, private):
+        doc = json.loads((root / "manifest.sig").read_text())
+        edit(doc)
+        (root / "manifest.sig").write_text(json.dumps(doc))
+    return apply
+
+
+def _manifest_link(root, private):
+    (root.parent / "real.json").write_bytes((root / "manifest.json").read_bytes())
+    (root / "manifest.json").unlink()
+    (root / "manifest.json").symlink_to(root.parent / "real.json")
+
+
+def _component_link(root, private):
+    import shutil
+
+    shutil.move(str(root / "knn_estimator"), str(root.parent / "elsewhere"))
+    (root / "knn_estimator").symlink_to(root.parent / "elsewhere", target_is_directory=True)
+
+
+def _fifo(root, private):
+    import os
+
+    os.mkfifo(root / "knn_estimator" / "pipe")
+
+
+HOSTILE_BUNDLES = {
+    "a linked manifest.json": _manifest_link,
+    "a linked component folder": _component_link,
+    "a named pipe": _fifo,
+    "trailing base64 in the signature": _tamper_signature(lambda d: d.update(signature=d["signature"] + "AAAA")),
+    "non-canonical base64": _tamper_signature(lambda d: d.update(signature=d["signature"].rstrip("="))),
+    "schema_version abc": lambda root, private: _resign(root, private, lambda r: r.update(schema_version="abc")),
+    "no schema_version": lambda root, private: _resign(root, private, lambda r: r.pop("schema_version")),
+    "schema_version 2.0": lambda root, private: _resign(root, private, lambda r: r.update(schema_version="2.0")),
+    "a component named ../../x": lambda root, private: _resign(
+        root, private, lambda r: r["components"][0].update(name="../../x")),
+    "an absolute file path": lambda root, private: _resign(
+        root, private, lambda r: r["components"][0]["files"][0].update(path="/etc/hostname")),
+    "a file outside its component": lambda root, private: _resign(
+        root, private, lambda r: r["components"][0]["files"][0].update(path="other/index.bin")),
+    "a changed file": lambda root, private: (root / "knn_estimator" / "index.bin").write_bytes(b"changed"),
+}
+
+
+def _typescript_verdict(root, public) -> tuple[bool, str]:
+    """(accepted, what the TypeScript runtime said) for the bundle at `root`."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    runtime = Path(__file__).resolve().parent.parent / "runtimes" / "typescript" / "dist" / "bundle.js"
+    node = shutil.which("node")
+    if node is None or not runtime.is_file():
+        pytest.skip("the TypeScript runtime is not built (Node.js and `make ts-runtime`): its half is not run")
+    script = ("const {Bundle} = require(process.argv[1]); const fs = require('fs');"
+              "try { Bundle.open(process.argv[2], fs.readFileSync(process.argv[3], 'utf8')); console.log('OK'); }"
+              "catch (e) { console.log('REFUSED ' + e.message); }")
+    run = subprocess.run([node, "-e", script, str(runtime), str(root), str(public)], capture_output=True, text=True,
+                         timeout=60)
+    return run.stdout.startswith("OK"), run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_BUNDLES))
+def test_both_runtimes_refuse_the_same_hostile_bundles(tmp_path, case):
+    """Got through the TypeScript runtime: a linked component folder and a linked manifest.json, a
+    signature with trailing base64, a signed schema_version of "abc" or none, and (both runtimes)
+    files outside the bundle through a component named `../../x`."""
+    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+
+    root, public, private = _signed_bundle(tmp_path)
+    assert _typescript_verdict(root, public)[0]  # the untouched bundle loads there
+    HOSTILE_BUNDLES[case](root, private)
+    with pytest.raises(BundleVerificationError):
+        verify_bundle(root, public)
+    accepted, said = _typescript_verdict(root, public)
+    assert not accepted and said.startswith("REFUSED"), said
