@@ -21,6 +21,7 @@ from routeforge.core.config import load_fleet
 from routeforge.generation.local_server import free_port, wait_healthy
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.run import run_pipeline
+from routeforge.training.policies.simulator.baselines import EXPORTABLE
 
 from tests.conftest import CONFIGS, REPO
 from tests.services import TEST_ROUTER_SELECTION, child
@@ -240,8 +241,9 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert bundle.recommended_policy == f"policy--{gate['recommended']}"
     assert bundle.routing_recommendation["recommendation"] == gate["reason"]
     recommended = bundle.routing_policy()
+    # a heuristic runs under its exported name (route_balance_absolute is route_balance with absolute quality)
     assert (recommended.name if gate["kind"] == "heuristic" else recommended.spec["output"]) in (
-        gate["recommended"], "q_values", "logits")
+        EXPORTABLE.get(gate["recommended"], gate["recommended"]), "q_values", "logits")
     assert bundle.manifest.component(bundle.recommended_policy).config["recommended"] is True
     # per traffic: the best carried policy for traffic like this; one decision per request from live states
     assert bundle.recommended_policy_for({"arrival_cv": 1.0, "load": 0.5})["policy"] in bundle.routing_policies
