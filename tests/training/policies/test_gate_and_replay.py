@@ -251,7 +251,7 @@ def test_policies_evaluate_names_the_bad_row_and_column(tmp_path, content, expec
     lines = result.stderr.strip().splitlines()
     assert expected in lines[0]
     assert len(lines) == 1 and str(trace) in lines[0] if "no column" in expected else (
-        len(lines) == 2 and "no manifest.json" in lines[1])
+        len(lines) == 2 and "no such folder" in lines[1])
 
 
 class _DropsEveryFourth:
