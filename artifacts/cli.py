@@ -505,7 +505,7 @@ def replay(ref: str, logs: Path, against: str | None, lam: float, method: str, l
 
     load = lambda r: load_bundle(r, tracking_uri=tracking_uri, public_key=public_key,  # noqa: E731
                                  allow_unsigned=allow_unsigned)
-    decisions = read_logged_decisions(logs)
+    decisions = read_logged_decisions(logs, progress=lambda n: click.echo(f"{n:,} log lines read", err=True))
     try:
         found = replay_log(load(ref), decisions, lam, load(against) if against else None, method, float(level))
     except ValueError as exc:

@@ -23,15 +23,18 @@ serve with Thompson sampling or ε-exploration (`explore=`) to give every model 
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts import traffic_prompts
+from routeforge.artifacts.json_lines import LineError, strict_json
 from routeforge.artifacts.off_policy import METHODS, Estimate, difference, estimate, observed_mean
 from routeforge.artifacts.traffic_prompts import (
+    LineTooLong,
     LogLineError,
     log_lines,
     outcome_of,
@@ -61,18 +64,36 @@ class LoggedDecisions:
         self.first_skipped.setdefault(reason, row)
 
 
-def read_logged_decisions(path: Path, limit: int = 1_000_000) -> LoggedDecisions:
+def read_logged_decisions(path: Path, limit: int = 1_000_000, progress=None,
+                          every: int = 100_000) -> LoggedDecisions:
     """The requests of the log at `path` (a file, or a folder of *.jsonl / *.jsonl.gz) that carry an
-    outcome and a propensity, at most `limit`; every other line is counted by reason."""
+    outcome and a propensity, at most `limit`; every other line is counted by reason.
+
+    Lines are read as the pipeline reads them (`artifacts.json_lines.strict_json`: invalid UTF-8,
+    NaN, a nesting bomb or a lone surrogate is one skipped line, never the end of the replay), as a
+    stream with bounded memory per line (`traffic_prompts.MAX_LINE_BYTES`); a line repeated exactly
+    counts once (10^6 copies of one request are one request, not a million-fold weight); `progress`
+    is called with the lines read every `every` lines."""
     out = LoggedDecisions()
-    for row, line in log_lines(path):
+    seen: set[bytes] = set()
+    for number, (row, line) in enumerate(log_lines(path), start=1):
+        if progress is not None and number % every == 0:
+            progress(number)
+        if isinstance(line, LineTooLong):
+            out.skip(row, f"longer than {traffic_prompts.MAX_LINE_BYTES:,} bytes")
+            continue
+        digest = hashlib.blake2b(line, digest_size=16).digest()
+        if digest in seen:
+            out.skip(row, "a repeat of an earlier line (counted once)")
+            continue
+        seen.add(digest)
         try:
-            rec = json.loads(line)
+            rec = strict_json(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("request"), dict):
                 raise LogLineError("field 'request' missing or not an object")
             text, model = prompt_text(rec["request"]), served_model(rec)
             outcome, propensity = outcome_of(rec), propensity_of(rec)
-        except (LogLineError, ValueError) as exc:
+        except (LogLineError, LineError, ValueError) as exc:
             out.skip(row, str(exc))
             continue
         if outcome is None:

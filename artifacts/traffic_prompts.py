@@ -7,7 +7,6 @@ Standard library only: a router service has neither pyarrow nor fsspec."""
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,24 +103,46 @@ def log_paths(path: Path) -> list[Path]:
         (p for p in path.rglob("*") if p.name.endswith((".jsonl", ".jsonl.gz")) and p.is_file()), key=str)
 
 
+MAX_LINE_BYTES = 4 << 20  # no logged request comes near 4 MB; a longer line is refused, never held whole
+
+
+class LineTooLong(bytes):
+    """What `log_lines` yields in place of a line longer than `MAX_LINE_BYTES` (its first bytes only):
+    readers refuse it with `json`'s error path (it is not a complete JSON document) or by its type."""
+
+
 def log_lines(path: Path) -> Iterator[tuple[str, bytes]]:
-    """(row id `file:line`, line) of every non-blank line of the logs at `path` (`log_paths`)."""
+    """(row id `file:line`, line) of every non-blank line of the logs at `path` (`log_paths`), read as a
+    stream: memory per line is bounded by `MAX_LINE_BYTES`, a longer line yielded as `LineTooLong`."""
     for file in log_paths(path):
-        raw = file.read_bytes()
-        if file.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        for number, line in enumerate(raw.splitlines(), start=1):
-            if line.strip():
-                yield f"{file.name}:{number}", line
+        with file.open("rb") as handle:
+            stream = gzip.open(handle) if file.name.endswith(".gz") else handle
+            number = 0
+            while True:
+                line = stream.readline(MAX_LINE_BYTES + 1)
+                if not line:
+                    break
+                number += 1
+                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                    while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
+                        pass  # the rest of the overlong line, skipped without keeping it
+                    yield f"{file.name}:{number}", LineTooLong(line[:256])
+                    continue
+                if line.strip():
+                    yield f"{file.name}:{number}", line.rstrip(b"\r\n")
 
 
 def logged_prompts(path: Path, limit: int = 100_000) -> list[str]:
     """The prompts of the requests in a local log file, or in every *.jsonl / *.jsonl.gz under a
     folder (name order), at most `limit`; lines that hold no usable request are skipped."""
+    from routeforge.artifacts.json_lines import strict_json
+
     out: list[str] = []
     for _, line in log_lines(Path(path)):
-        try:
-            record = json.loads(line)
+        if isinstance(line, LineTooLong):
+            continue
+        try:  # strict: a nesting bomb or a lone surrogate is one skipped line, as in the pipeline's reader
+            record = strict_json(line)
             out.append(prompt_text(record["request"]))
         except (ValueError, KeyError, TypeError, AttributeError):
             continue

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from routeforge.artifacts import traffic_prompts
 from routeforge.artifacts.traffic_prompts import (
+    LineTooLong,
     LogLineError,
     log_lines,
     log_paths,
@@ -168,6 +170,9 @@ def read_traffic_logs(uri: str, quarantine: Quarantine, limit: int | None = None
     """Every usable request in the logs at `uri`; unusable lines go to `quarantine` with the reason."""
     count = 0
     for row_id, line in log_lines(_existing(uri)):
+        if isinstance(line, LineTooLong):
+            quarantine.add(row_id, f"longer than {traffic_prompts.MAX_LINE_BYTES:,} bytes", None)
+            continue
         try:
             request = parse_line(strict_json(line), row_id)
         except (LogLineError, LineError) as exc:

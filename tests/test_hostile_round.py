@@ -448,3 +448,29 @@ def test_both_runtimes_refuse_the_same_hostile_bundles(tmp_path, case):
         verify_bundle(root, public)
     accepted, said = _typescript_verdict(root, public)
     assert not accepted and said.startswith("REFUSED"), said
+
+
+def test_replay_reads_logs_as_the_pipeline_does_and_one_line_cannot_stop_or_flood_it(tmp_path, monkeypatch):
+    """Got through: one nested-JSON bomb or lone surrogate aborted `bundle replay` and `bundle
+    calibrate` (the pipeline's reader quarantines the same line); 10^6 copies of one request weighed
+    10^6 times with no progress shown; one 50 MB line was held whole (7.5 GB)."""
+    from routeforge.artifacts import traffic_prompts
+    from routeforge.artifacts.replay import read_logged_decisions
+    from routeforge.artifacts.traffic_prompts import logged_prompts
+
+    good = {"timestamp": 1, "request": {"prompt": "hi"}, "outcome": 1, "routing": {"propensity": 0.5},
+            "response": {"model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}
+    lines = [json.dumps(good)] * 5 + ["[" * 2000 + "]" * 2000, '{"request": {"prompt": "\\ud800"}}',
+                                      json.dumps({**good, "request": {"prompt": "x" * 5000}}),
+                                      json.dumps({**good, "request": {"prompt": "other"}})]
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(traffic_prompts, "MAX_LINE_BYTES", 4096)
+    seen = []
+    found = read_logged_decisions(log, progress=seen.append, every=2)
+    assert found.texts == ["hi", "other"]  # the repeats count once
+    reasons = " | ".join(found.skipped)
+    assert found.skipped["a repeat of an earlier line (counted once)"] == 4
+    assert "nested too deeply" in reasons and "lone surrogate" in reasons and "longer than 4,096 bytes" in reasons
+    assert seen == [2, 4, 6, 8]
+    assert logged_prompts(log) == ["hi"] * 5 + ["other"]  # calibrate's reader skips the same lines

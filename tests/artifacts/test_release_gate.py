@@ -170,7 +170,7 @@ def test_a_challenger_the_logged_traffic_shows_worse_is_held(world):
     assert replayed["applied"] and replayed["requests"] == 480 and replayed["difference"]["high"] < 0
     assert replayed["skipped"] == {"no propensity (field 'routing.propensity')": 1,
                                    "field 'routing.propensity': 0 is not a probability in (0, 1]": 1,
-                                   "Expecting value: line 1 column 1 (char 0)": 1}
+                                   "invalid JSON: Expecting value at column 1": 1}
     tags = registry.version_tags(worse)
     assert tags["gate.decision"] == "held" and json.loads(tags["gate.replay"])["applied"] is True
     # the same replay from the command line, against the champion
