@@ -248,8 +248,8 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
     import subprocess
     import tempfile
 
-    from routeforge.artifacts.loader import NO_KEY, verify_bundle
-    from routeforge.artifacts.model_record import verify_model_record
+    from routeforge.artifacts.loader import listed_paths, verify_bundle
+    from routeforge.artifacts.model_record import local_model_files, version_record_problem
     from routeforge.artifacts.registry import (
         _use_tracking,
         bundle_folder,
@@ -262,14 +262,16 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
         raise click.UsageError("serve takes a models:/ reference; for a bundle folder, load it with load_bundle")
     key = resolve_key(ref, public_key, tracking_uri)
     if key is None:
-        raise click.ClickException(f"{ref} refused: {NO_KEY.split(', or opt out')[0]}")
+        raise click.ClickException(f"{ref} refused: no trusted public key to check its signature with: pass "
+                                   "--public-key, set $ROUTEFORGE_PUBLIC_KEY, or use a registry that records its key")
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
     folder = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-serve-"))
     local = download_artifacts(f"models:/{name}/{version}", folder / "model")
     try:
         manifest = verify_bundle(with_shared_components(bundle_folder(local), in_place=False, public_key=key), key)
-        problem = verify_model_record(f"models:/{name}/{version}", key, manifest, tracking_uri, local=local)
+        files = local_model_files(local, listed_paths(manifest), name, version)  # the very files MLflow gets
+        problem = version_record_problem(name, version, key, manifest, files)
     except (BundleVerificationError, ValueError) as exc:
         raise click.ClickException(f"{ref} refused: {exc}") from None
     if problem is not None:

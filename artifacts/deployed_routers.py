@@ -58,9 +58,10 @@ def _blocks(request: dict[str, Any]) -> tuple[list[int], int]:
 
 def _index(state: dict, instances: list[dict[str, Any]], block_tokens: int, per_instance_kv: bool = True
            ) -> PrefixIndex:
-    """The router's own index of the blocks it sent where: per instance, as many blocks as its KV cache
-    holds (llm-d's approximate scorer sizes its LRU per server so), or `INDEX_BLOCKS` each where not
-    `per_instance_kv` (SGLang bounds its tree by one global size, not by each server's memory)."""
+    """The router's own index of the blocks it sent where, made on first use: per instance, as many
+    blocks as its KV cache holds (llm-d's approximate scorer sizes its LRU per server so), or
+    `INDEX_BLOCKS` each where not `per_instance_kv` (SGLang bounds its tree by one global size, not by
+    each server's memory, and makes its index first)."""
     if "prefix_index" not in state:
         state["prefix_index"] = PrefixIndex([
             max(1, int(i["kv_capacity_tokens"]) // block_tokens)
@@ -71,21 +72,21 @@ def _index(state: dict, instances: list[dict[str, Any]], block_tokens: int, per_
 
 def prefix_overlaps(request, instances, state, precise: bool = True) -> list[int]:
     """Each instance's leading blocks of the prompt: from KV events where told and `precise`, else
-    from the router's own index (per-instance KV-sized where `precise`, SGLang's global bound else)."""
+    from the router's own index."""
     ids, block_tokens = _blocks(request)
     if not ids:
         return [0] * len(instances)
     told = [i.get("cached_prefix_blocks") for i in instances]
     if precise and all(t is not None for t in told):
         return [int(t) for t in told]
-    return _index(state, instances, block_tokens, per_instance_kv=precise).overlaps(ids)
+    return _index(state, instances, block_tokens).overlaps(ids)
 
 
-def remember(request, instances, state, choice: int, precise: bool = True) -> int:
+def remember(request, instances, state, choice: int) -> int:
     """Record the prompt's blocks as sent to `choice` in the router's own index; returns `choice`."""
     ids, block_tokens = _blocks(request)
     if ids:
-        _index(state, instances, block_tokens, per_instance_kv=precise).record(choice, ids)
+        _index(state, instances, block_tokens).record(choice, ids)
     return choice
 
 
@@ -141,17 +142,17 @@ def dynamo_kv(request, instances, parameters, state) -> int:
 def sglang_cache_aware(request, instances, parameters, state) -> int:
     """SGLang's cache-aware policy over its own approximate prefix tree."""
     settings = {**SGLANG, **parameters}
+    ids, block_tokens = _blocks(request)
+    tree = _index(state, instances, block_tokens, per_instance_kv=False)  # its own, globally bounded
     load = [len(i["running"]) + len(i["waiting"]) for i in instances]
     low, high = min(load), max(load)
     if high - low > settings["balance_abs_threshold"] and high > settings["balance_rel_threshold"] * low:
-        return remember(request, instances, state, load.index(low), precise=False)
-    ids, block_tokens = _blocks(request)
+        return remember(request, instances, state, load.index(low))
     if not ids:
         return load.index(low)
     overlaps = prefix_overlaps(request, instances, state, precise=False)
     best = max(range(len(instances)), key=lambda i: (overlaps[i], -load[i], -i))
     if overlaps[best] / len(ids) > settings["cache_threshold"]:
-        return remember(request, instances, state, best, precise=False)
-    sizes = _index(state, instances, block_tokens, per_instance_kv=False).sizes()
-    return remember(request, instances, state, min(range(len(instances)), key=lambda i: (sizes[i], load[i], i)),
-                    precise=False)
+        return remember(request, instances, state, best)
+    sizes = tree.sizes()
+    return remember(request, instances, state, min(range(len(instances)), key=lambda i: (sizes[i], load[i], i)))

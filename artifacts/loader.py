@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
-from routeforge.artifacts.plain_files import NotPlainFile, odd_entries, read_plain, sha256_plain
+from routeforge.artifacts.plain_files import NotPlainFile, read_plain, sha256_plain, walk_plain
 from routeforge.artifacts.registry import download_bundle, is_remote_uri, recorded_public_key
 from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem_of
 
@@ -64,7 +64,7 @@ def _manifest_bytes(root: Path) -> bytes:
     except NotPlainFile as exc:
         if not root.exists():
             raise BundleVerificationError(f"{root}: no such folder") from None
-        if not (root / MANIFEST_FILE).exists() and not (root / MANIFEST_FILE).is_symlink():
+        if exc.missing:
             raise BundleVerificationError(f"{root}: no {MANIFEST_FILE}; not a routeforge bundle") from None
         raise BundleVerificationError(str(exc)) from None
 
@@ -130,7 +130,9 @@ def verified_manifest(root: Path, public_key: Path | str | bytes | None = None,
         try:
             signature = read_plain(root / SIGNATURE_FILE, MAX_SIGNATURE_BYTES)
         except NotPlainFile as exc:
-            signature = None if "missing" in str(exc) else b"<" + str(exc).encode() + b">"
+            if not exc.missing:
+                raise BundleVerificationError(f"bundle at {root} refused: {exc}") from None
+            signature = None  # said by signature_problem_of: unsigned
         try:
             problem = signature_problem_of(data, signature, key)
         except ValueError as exc:
@@ -175,22 +177,21 @@ def verify_bundle(root: Path, public_key: Path | str | bytes | None = None, allo
     hashed through the descriptor that was checked, and nothing unlisted."""
     root = Path(root)
     manifest = verified_manifest(root, public_key, allow_unsigned)
-    odd = odd_entries(root)
+    present, odd = walk_plain(root)
     if odd:
         raise BundleVerificationError(f"bundle at {root} refused: " + "; ".join(odd))
-    problems = []
-    listed = set()
-    for comp in manifest.components:
-        problems += component_problems(root, comp)
-        listed.update(entry.path for entry in comp.files)
-    for folder, _, files in os.walk(root):
-        for name in files:
-            rel = (Path(folder) / name).relative_to(root).as_posix()
-            if rel not in (MANIFEST_FILE, SIGNATURE_FILE) and rel not in listed:
-                problems.append(f"{rel}: not listed in the manifest")
+    problems = [p for comp in manifest.components for p in component_problems(root, comp)]
+    listed = listed_paths(manifest)
+    problems += [f"{rel}: not listed in the manifest" for rel in present
+                 if rel not in (MANIFEST_FILE, SIGNATURE_FILE) and rel not in listed]
     if problems:
         raise BundleVerificationError(f"bundle at {root} failed verification: " + "; ".join(problems))
     return manifest
+
+
+def listed_paths(manifest: Manifest) -> set[str]:
+    """Every file path the manifest lists (its components' files)."""
+    return {entry.path for component in manifest.components for entry in component.files}
 
 
 def component_problems(root: Path, component) -> list[str]:
@@ -201,7 +202,7 @@ def component_problems(root: Path, component) -> list[str]:
         try:
             size, digest = sha256_plain(Path(root) / entry.path)
         except NotPlainFile as exc:
-            problems.append(f"{entry.path}: {'missing' if 'missing' in str(exc) else str(exc).split(': ', 1)[-1]}")
+            problems.append(f"{entry.path}: {exc.reason}")
             continue
         if size != entry.bytes or digest != entry.sha256:
             problems.append(f"{entry.path}: sha256 mismatch")

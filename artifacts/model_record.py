@@ -25,19 +25,24 @@ from pathlib import Path, PurePosixPath
 
 MODEL_RECORD_TAG = "routeforge.model_record"
 RECORD_FORMAT = 1
-BUNDLE_PARENTS = ("data/artifacts", "artifacts")  # where a model keeps its bundle folder (artifacts.registry)
+DOWNLOAD_META = "registered_model_meta"  # what `mlflow.artifacts.download_artifacts("models:/…")` adds
 
 
 class ModelRecordError(ValueError):
     """A registered model whose files are not the ones its record signs; the message says which."""
 
 
-def _bundle_file(path: str, bundle_folder: str | None, listed: set[str]) -> bool:
-    """Whether a model artifact path is a file of the bundle (covered by its manifest)."""
-    if bundle_folder is None:
-        return False
-    prefix = f"{bundle_folder}/"
-    return path.startswith(prefix) and path[len(prefix):] in listed
+def _outside_bundle(paths: list[str], listed: set[str]) -> list[str]:
+    """The model paths that are not files of its bundle (those the bundle's manifest covers): the
+    bundle folder is `<data folder>/<folder>/` holding `manifest.json` (`registry.MODEL_DATA_FOLDERS`)."""
+    from routeforge.artifacts.registry import MODEL_DATA_FOLDERS
+
+    folder = next((str(PurePosixPath(p).parent) for p in paths if PurePosixPath(p).name == "manifest.json"
+                   and str(PurePosixPath(p).parent.parent) in MODEL_DATA_FOLDERS), None)
+    if folder is None:
+        return list(paths)
+    prefix = f"{folder}/"
+    return [p for p in paths if not (p.startswith(prefix) and p[len(prefix):] in listed)]
 
 
 def record_of(files: dict[str, bytes], model: str, version: str, bundle_digest: str) -> bytes:
@@ -49,14 +54,9 @@ def record_of(files: dict[str, bytes], model: str, version: str, bundle_digest: 
 
 def sign_record(record: bytes, private_key: Path) -> str:
     """The tag value: the record and its Ed25519 signature in `manifest.sig`'s format."""
-    import base64
+    from routeforge.artifacts.signing import sign_bytes
 
-    from routeforge.artifacts.signing import ALGORITHM, _load_private, key_id
-
-    key = _load_private(private_key)
-    signature = {"algorithm": ALGORITHM, "key_id": key_id(key.public_key()),
-                 "signature": base64.b64encode(key.sign(record)).decode()}
-    return json.dumps({"record": record.decode(), "signature": json.dumps(signature)})
+    return json.dumps({"record": record.decode(), "signature": sign_bytes(record, private_key)[0]})
 
 
 def record_problem(tag: str | None, files: dict[str, bytes], model: str, version: str, bundle_digest: str,
@@ -91,9 +91,9 @@ def record_problem(tag: str | None, files: dict[str, bytes], model: str, version
     return "; ".join(problems) or None
 
 
-def model_files(uri: str, listed: set[str]) -> tuple[dict[str, bytes], str | None]:
+def model_files(uri: str, listed: set[str]) -> dict[str, bytes]:
     """The contents of every file of the registered model at `uri` (`models:/name/version`) outside its
-    bundle's listed files, and the bundle folder's path in the model (None: not found)."""
+    bundle's listed files, from the store."""
     import tempfile
 
     import mlflow
@@ -105,73 +105,62 @@ def model_files(uri: str, listed: set[str]) -> tuple[dict[str, bytes], str | Non
         for info in mlflow.artifacts.list_artifacts(artifact_uri=f"{uri}/{base}" if base else uri):
             path = info.path if not base or info.path.startswith(base) else f"{base}/{info.path}"
             (folders if info.is_dir else paths).append(path)
-    bundle_folder = next((str(PurePosixPath(p).parent) for p in paths
-                          if PurePosixPath(p).name == "manifest.json"
-                          and str(PurePosixPath(p).parent.parent) in BUNDLE_PARENTS), None)
     files = {}
     with tempfile.TemporaryDirectory(prefix="routeforge-model-files-") as tmp:
-        for path in sorted(paths):
-            if _bundle_file(path, bundle_folder, listed):
-                continue
+        for path in sorted(_outside_bundle(paths, listed)):
             local = download_artifacts(f"{uri}/{path}", Path(tmp) / "f" / path.replace("/", "__"))
             local = local if local.is_file() else next(p for p in local.rglob("*") if p.is_file())
             files[path] = local.read_bytes()
-    return files, bundle_folder
+    return files
 
 
-def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None = None,
-                        local: Path | None = None) -> str | None:
-    """Why the registered model `ref` (`models:/…`) holds files its signed record does not vouch for,
-    or None when every file outside its bundle is the one signed for that name and version. With
-    `local`, a complete download of that version is checked instead of the store (what `serve` hands
-    MLflow: the very files verified)."""
+def local_model_files(folder: Path, listed: set[str], name: str, version: str) -> dict[str, bytes]:
+    """`model_files` of a downloaded copy of version `version` of `name`; a link or special file in it
+    is an error, and the `registered_model_meta` MLflow's download writes is left out when it names
+    exactly that version (it is not stored, so no record can sign it)."""
+    import yaml
+    from routeforge.artifacts.plain_files import walk_plain
+
+    paths, odd = walk_plain(Path(folder))
+    if odd:
+        raise ModelRecordError(f"{folder}: " + "; ".join(odd))
+    files = {p: (Path(folder) / p).read_bytes() for p in _outside_bundle(paths, listed)}
+    if DOWNLOAD_META in files:
+        try:
+            meta = yaml.safe_load(files[DOWNLOAD_META])
+            if (str(meta["model_name"]), str(meta["model_version"])) == (name, str(version)):
+                del files[DOWNLOAD_META]
+        except (yaml.YAMLError, KeyError, TypeError):
+            pass  # kept: not MLflow's, so the record must sign it
+    return files
+
+
+def version_record_problem(name: str, version: str, public_key, manifest, files: dict[str, bytes]) -> str | None:
+    """Why `files` (a version's files outside its bundle) are not the ones its signed record vouches for."""
     from mlflow import MlflowClient
+
+    tag = MlflowClient().get_model_version(name, version).tags.get(MODEL_RECORD_TAG)
+    return record_problem(tag, files, name, str(version), manifest.version, public_key)
+
+
+def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None = None) -> str | None:
+    """Why the registered model `ref` (`models:/…`) holds files in the store its signed record does not
+    vouch for, or None when every file outside its bundle is the one signed for that name and version."""
+    from routeforge.artifacts.loader import listed_paths
     from routeforge.artifacts.registry import _use_tracking, registered_version
 
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
-    tag = MlflowClient().get_model_version(name, version).tags.get(MODEL_RECORD_TAG)
-    listed = {f.path for c in manifest.components for f in c.files}
-    files = local_model_files(local, listed) if local is not None else model_files(f"models:/{name}/{version}",
-                                                                                    listed)[0]
-    meta = files.get(DOWNLOAD_META)
-    if local is not None and meta is not None and _meta_names(meta) == (name, str(version)):
-        files.pop(DOWNLOAD_META)  # written by MLflow's download of this very version, not stored
-    return record_problem(tag, files, name, str(version), manifest.version, public_key)
-
-
-DOWNLOAD_META = "registered_model_meta"  # what `mlflow.artifacts.download_artifacts("models:/…")` adds
-
-
-def _meta_names(data: bytes) -> tuple[str, str] | None:
-    import yaml
-
-    try:
-        meta = yaml.safe_load(data)
-        return str(meta["model_name"]), str(meta["model_version"])
-    except (yaml.YAMLError, KeyError, TypeError):
-        return None
-
-
-def local_model_files(folder: Path, listed: set[str]) -> dict[str, bytes]:
-    """`model_files` of a downloaded model folder; a link or special file in it is an error."""
-    from routeforge.artifacts.plain_files import odd_entries
-
-    odd = odd_entries(folder)
-    if odd:
-        raise ModelRecordError(f"{folder}: " + "; ".join(odd))
-    paths = [p.relative_to(folder).as_posix() for p in sorted(Path(folder).rglob("*")) if p.is_file()]
-    bundle_folder = next((str(PurePosixPath(p).parent) for p in paths if PurePosixPath(p).name == "manifest.json"
-                          and str(PurePosixPath(p).parent.parent) in BUNDLE_PARENTS), None)
-    return {p: (Path(folder) / p).read_bytes() for p in paths if not _bundle_file(p, bundle_folder, listed)}
+    files = model_files(f"models:/{name}/{version}", listed_paths(manifest))
+    return version_record_problem(name, version, public_key, manifest, files)
 
 
 def sign_registered(name: str, version: str, manifest, private_key: Path) -> None:
     """Sign the record of registered version `version` of `name` (its files as the store now holds
     them) and keep it on the version as `MODEL_RECORD_TAG`."""
     from mlflow import MlflowClient
+    from routeforge.artifacts.loader import listed_paths
 
-    listed = {f.path for c in manifest.components for f in c.files}
-    files, _ = model_files(f"models:/{name}/{version}", listed)
+    files = model_files(f"models:/{name}/{version}", listed_paths(manifest))
     value = sign_record(record_of(files, name, str(version), manifest.version), private_key)
     MlflowClient().set_model_version_tag(name, str(version), MODEL_RECORD_TAG, value)

@@ -19,21 +19,27 @@ NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class NotPlainFile(OSError):
-    """A path that is a link, a special file, or missing; the message says which."""
+    """A path that is a link, a special file, too large, or missing: `reason` says which, `missing`
+    whether there is nothing at all."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+        self.missing = reason == "missing"
 
 
 def _open(path: Path) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise NotPlainFile(f"{path}: missing") from None
+        raise NotPlainFile(path, "missing") from None
     except OSError as exc:  # ELOOP: the last component is a symbolic link
-        raise NotPlainFile(f"{path}: not a plain file ({exc.strerror})") from None
+        raise NotPlainFile(path, f"not a plain file ({exc.strerror})") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         kind = "a folder" if stat.S_ISDIR(mode) else "a special file (device, pipe or socket)"
-        raise NotPlainFile(f"{path}: {kind}, not a plain file")
+        raise NotPlainFile(path, f"{kind}, not a plain file")
     return fd
 
 
@@ -42,7 +48,7 @@ def read_plain(path: Path, limit: int) -> bytes:
     with os.fdopen(_open(Path(path)), "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise NotPlainFile(f"{path}: larger than {limit:,} bytes")
+        raise NotPlainFile(path, f"larger than {limit:,} bytes")
     return data
 
 
@@ -56,16 +62,20 @@ def sha256_plain(path: Path) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def odd_entries(root: Path) -> list[str]:
-    """Every entry under `root` that is neither a plain file nor a folder (links included, never
-    followed), as paths relative to `root`."""
-    out = []
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        for name in (*dirs, *files):
+def walk_plain(root: Path) -> tuple[list[str], list[str]]:
+    """One walk of `root`, links never followed: (every plain file, every entry that is neither a
+    plain file nor a folder, said as `<path>: a symbolic link` or `…: a special file`), as POSIX paths
+    relative to `root`, sorted."""
+    files, odd = [], []
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        for name in (*dirs, *names):
             path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
             mode = os.lstat(path).st_mode
             if stat.S_ISLNK(mode):
-                out.append(f"{path.relative_to(root).as_posix()}: a symbolic link")
-            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                out.append(f"{path.relative_to(root).as_posix()}: a special file (device, pipe or socket)")
-    return out
+                odd.append(f"{rel}: a symbolic link")
+            elif stat.S_ISREG(mode):
+                files.append(rel)
+            elif not stat.S_ISDIR(mode):
+                odd.append(f"{rel}: a special file (device, pipe or socket)")
+    return sorted(files), sorted(odd)

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts import traffic_prompts
 from routeforge.artifacts.json_lines import LineError, strict_json
 from routeforge.artifacts.off_policy import METHODS, Estimate, difference, estimate, observed_mean
 from routeforge.artifacts.traffic_prompts import (
@@ -80,7 +79,7 @@ def read_logged_decisions(path: Path, limit: int = 1_000_000, progress=None,
         if progress is not None and number % every == 0:
             progress(number)
         if isinstance(line, LineTooLong):
-            out.skip(row, f"longer than {traffic_prompts.MAX_LINE_BYTES:,} bytes")
+            out.skip(row, line.reason)
             continue
         digest = hashlib.blake2b(line, digest_size=16).digest()
         if digest in seen:

@@ -91,25 +91,23 @@ def key_id(public_key) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
+def sign_bytes(data: bytes, private_key: Path) -> tuple[str, str]:
+    """(the signature document of `data` in `manifest.sig`'s format, the key id): what a bundle's
+    manifest and a registered version's model record (`artifacts.model_record`) are signed with."""
+    key = _load_private(private_key)
+    kid = key_id(key.public_key())
+    doc = {"algorithm": ALGORITHM, "key_id": kid, "signature": base64.b64encode(key.sign(data)).decode()}
+    return json.dumps(doc, indent=2), kid
+
+
 def sign_bundle(root: Path, private_key: Path) -> str:
     """Sign `root`'s manifest with the key at `private_key`; writes `manifest.sig`, returns the key id."""
-    key = _load_private(private_key)
-    signature = key.sign((Path(root) / MANIFEST_FILE).read_bytes())
-    kid = key_id(key.public_key())
-    (Path(root) / SIGNATURE_FILE).write_text(json.dumps(
-        {"algorithm": ALGORITHM, "key_id": kid, "signature": base64.b64encode(signature).decode()}, indent=2))
+    doc, kid = sign_bytes((Path(root) / MANIFEST_FILE).read_bytes(), private_key)
+    (Path(root) / SIGNATURE_FILE).write_text(doc)
     return kid
 
 
 SIGNATURE_BYTES = 64  # an Ed25519 signature
-
-
-def signature_problem(root: Path, public_key: Path | bytes) -> str | None:
-    """Why `root` does not carry a valid signature by `public_key`'s owner, or None when it does."""
-    path = Path(root) / SIGNATURE_FILE
-    if not path.is_file():
-        return f"unsigned: no {SIGNATURE_FILE} (a signed bundle was required)"
-    return signature_problem_of((Path(root) / MANIFEST_FILE).read_bytes(), path.read_bytes(), public_key)
 
 
 def signature_problem_of(manifest: bytes, signature_doc: bytes | None, public_key: Path | bytes) -> str | None:

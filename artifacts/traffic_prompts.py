@@ -107,8 +107,12 @@ MAX_LINE_BYTES = 4 << 20  # no logged request comes near 4 MB; a longer line is 
 
 
 class LineTooLong(bytes):
-    """What `log_lines` yields in place of a line longer than `MAX_LINE_BYTES` (its first bytes only):
-    readers refuse it with `json`'s error path (it is not a complete JSON document) or by its type."""
+    """What `log_lines` yields in place of a line longer than `MAX_LINE_BYTES` (its first bytes only);
+    readers skip it by its type, saying `reason`."""
+
+    @property
+    def reason(self) -> str:
+        return f"longer than {MAX_LINE_BYTES:,} bytes"
 
 
 def log_lines(path: Path) -> Iterator[tuple[str, bytes]]:

@@ -57,10 +57,9 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: f
 
 
 def kv_capacity(tier: str, accelerators: int, memory_gib: float, gpu_memory_utilization: float,
-                params_b: float, layers: int, kv_heads: int, head_dim: int, dtype_bytes: float = 2.0,
-                weight_bytes_per_param: float | None = None) -> KvCapacity:
+                params_b: float, layers: int, kv_heads: int, head_dim: int, dtype_bytes: float = 2.0) -> KvCapacity:
     """The KV tokens of one instance of `tier` (its name only for the error)."""
-    weight = params_b * 1e9 * (weight_bytes_per_param if weight_bytes_per_param is not None else dtype_bytes)
+    weight = params_b * 1e9 * dtype_bytes
     free = accelerators * memory_gib * GIB * gpu_memory_utilization - weight
     per_token = kv_bytes_per_token(layers, kv_heads, head_dim, dtype_bytes)
     if free <= per_token:

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from routeforge.artifacts import traffic_prompts
 from routeforge.artifacts.traffic_prompts import (
     LineTooLong,
     LogLineError,
@@ -171,7 +170,7 @@ def read_traffic_logs(uri: str, quarantine: Quarantine, limit: int | None = None
     count = 0
     for row_id, line in log_lines(_existing(uri)):
         if isinstance(line, LineTooLong):
-            quarantine.add(row_id, f"longer than {traffic_prompts.MAX_LINE_BYTES:,} bytes", None)
+            quarantine.add(row_id, line.reason, None)
             continue
         try:
             request = parse_line(strict_json(line), row_id)

@@ -173,8 +173,7 @@ def calibrate_on(profiles, models: list[int], windows: Callable[[float, int], li
     if basis == "saturation":
         n = len(windows(1.0, seeds[0]))
         burst = float(max(n, 1))  # the whole window within about one second
-        best: tuple[float, float] | None = None
-        probes = []
+        best, probes = (0.0, 0.0), []  # (throughput, served share) of the better reference policy
         for policy in REFERENCE_POLICIES:
             rates, shares = [], []
             for seed in seeds:
@@ -183,8 +182,8 @@ def calibrate_on(profiles, models: list[int], windows: Callable[[float, int], li
                 rates.append(steady_throughput(outcomes))
                 shares.append(sum(o.served for o in outcomes) / len(outcomes))
             probes.append((burst, float(np.mean(shares)), float(np.mean(rates))))
-            best = max(best or (0.0, 0.0), (float(np.mean(rates)), float(np.mean(shares))))
-        if not best or not best[0] > 0:
+            best = max(best, (float(np.mean(rates)), float(np.mean(shares))))
+        if not best[0] > 0:
             raise ValueError("load calibration: no request was served even with the whole window offered at once "
                              "(a request larger than every KV cache rejects at any load)")
         log(f"load calibration: throughput at saturation {best[0]:.4g} req/s ({best[1]:.1%} of each window "

@@ -89,7 +89,7 @@ def summarize(outcomes: list[Outcome], slo_e2e_s: float | None = None, slo_tpot_
         ttft_offered = np.array([o.ttft if o.served else np.inf for o in outcomes], dtype=float)
         out["ttft_p95_offered_s"] = _offered_pct(ttft_offered, 95)
         out["ttft_p99_offered_s"] = _offered_pct(ttft_offered, 99)
-    on_time = slo.met(outcomes, profiles, models) if slo is not None else np.zeros(n, dtype=bool)
+    on_time = slo.met(outcomes, e2e=bounds) if slo is not None else np.zeros(n, dtype=bool)
     if slo is not None and slo.absolute:
         out["slo_attainment"] = float(on_time.mean()) if n else float("nan")
     # goodput: finished within its SLO, of all offered requests

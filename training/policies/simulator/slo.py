@@ -79,9 +79,11 @@ class Slo:
         return np.array([self.scale * min(p.unloaded_e2e(o.request.prompt_tokens, float(o.request.output_tokens[m]))
                                           for p, m in zip(profiles, models)) for o in outcomes], dtype=float)
 
-    def met(self, outcomes: Sequence, profiles=None, models: Sequence[int] | None = None) -> np.ndarray:
-        """Per request: served, and within every bound (TPOT is not judged on one-token outputs)."""
-        e2e = self.e2e_bounds(outcomes, profiles, models)
+    def met(self, outcomes: Sequence, profiles=None, models: Sequence[int] | None = None,
+            e2e: np.ndarray | None = None) -> np.ndarray:
+        """Per request: served, and within every bound (TPOT is not judged on one-token outputs).
+        `e2e`: the bounds `e2e_bounds` gave for these outcomes, when the caller has them already."""
+        e2e = self.e2e_bounds(outcomes, profiles, models) if e2e is None else e2e
         out = np.zeros(len(outcomes), dtype=bool)
         for k, o in enumerate(outcomes):
             if not o.served:
