@@ -40,7 +40,8 @@ cluster's training means, move the estimates by what production reports between 
 (`online/alpha`, `online/beta`); `choose(texts, rng=...)` routes by Thompson sampling. Given the
 source of each outcome (a client or key), a repeated line counts once and one source adds at most
 `MAX_SOURCE_WEIGHT` outcomes to a (cluster, model) cell per update, so ten thousand thumbs-down from
-one client move an estimate no further than ten do.
+one client move an estimate no further than ten do; all sources together add at most
+`MAX_CELL_WEIGHT` to a cell per update, so a thousand sources cannot do what one may not.
 
 Known prompts: a prompt whose text (NFC, whitespace collapsed) is one of the training prompts is routed
 by the scores observed for it (`recall/keys`: SHA-256 of the text, `recall/quality`), not by an
@@ -70,6 +71,9 @@ from routeforge.artifacts.sentence_encoder import embed_for
 # pseudo-observations, one source moves a cell's estimate by at most 10 / 30 of the gap between
 # its training mean and what it reports (a third), however many lines it sends
 MAX_SOURCE_WEIGHT = 10.0
+# outcomes all sources together may add to one cell per update: at most half of the gap (20 / 40),
+# however many sources there are (sources are cheap to invent where they are not authenticated)
+MAX_CELL_WEIGHT = 20.0
 
 
 def distinct_outcomes(sources: list[str], texts: list[str], models: list[str], outcomes) -> list[int]:
@@ -84,14 +88,23 @@ def distinct_outcomes(sources: list[str], texts: list[str], models: list[str], o
 
 
 def source_weights(sources: list[str], cluster: np.ndarray, models: list[str], use: np.ndarray,
-                   cap: float) -> np.ndarray:
+                   cap: float, cell_cap: float = MAX_CELL_WEIGHT) -> np.ndarray:
     """A weight per outcome such that each source's outcomes in one (cluster, model) cell add up to
-    at most `cap`: n outcomes of a source in a cell weigh min(1, cap / n) each."""
-    from collections import Counter
+    at most `cap` (n outcomes of a source in a cell weigh min(1, cap / n) each), and all sources'
+    outcomes in the cell to at most `cell_cap` (scaled down together where they add up to more)."""
+    from collections import defaultdict
 
-    cells = list(zip(sources, cluster.tolist(), models))
-    counts = Counter(cell for cell, take in zip(cells, use) if take)
-    return np.array([min(1.0, cap / counts[cell]) if counts[cell] else 1.0 for cell in cells])
+    per_source: dict[tuple, int] = defaultdict(int)
+    for key, take in zip(zip(sources, cluster.tolist(), models), use):
+        per_source[key] += bool(take)
+    weight = np.array([min(1.0, cap / per_source[key]) if per_source[key] else 1.0
+                       for key in zip(sources, cluster.tolist(), models)])
+    total: dict[tuple, float] = defaultdict(float)
+    cells = list(zip(cluster.tolist(), models))
+    for cell, w, take in zip(cells, weight, use):
+        total[cell] += w if take else 0.0
+    return np.array([w * min(1.0, cell_cap / total[cell]) if total[cell] else w
+                     for cell, w in zip(cells, weight)])
 
 
 @dataclass
@@ -435,19 +448,21 @@ class Router:
 
     def update(self, texts: list[str], models: list[str], outcomes, encoder=None,
                prior_strength: float = 20.0, sources: list[str] | None = None,
-               max_source_weight: float = MAX_SOURCE_WEIGHT) -> int:
+               max_source_weight: float = MAX_SOURCE_WEIGHT, max_cell_weight: float = MAX_CELL_WEIGHT) -> int:
         """Learn from production outcomes: prompt `texts[i]` was served by `models[i]` with outcome
         `outcomes[i]` in [0, 1] (NaN: unknown, skipped). Prompts far from every training cluster
         teach nothing (their cluster is a guess). With `sources` (the client or key that reported
         each outcome), a line repeated by one source counts once and each source weighs at most
-        `max_source_weight` outcomes per (cluster, model) in this call (`source_weights`). Returns
+        `max_source_weight` outcomes per (cluster, model) in this call, all sources together at most
+        `max_cell_weight` (`source_weights`). Returns
         how many outcomes were counted; `save` keeps the state, so the next bundle can start from it."""
         if sources is not None:
             keep = distinct_outcomes(sources, texts, models, outcomes)
             texts, models = [texts[i] for i in keep], [models[i] for i in keep]
             outcomes, sources = np.asarray(outcomes, dtype=float)[keep], [sources[i] for i in keep]
         return self.update_embeddings(embed_for(self, texts, encoder), models, outcomes, prior_strength,
-                                      sources=sources, max_source_weight=max_source_weight)
+                                      sources=sources, max_source_weight=max_source_weight,
+                                      max_cell_weight=max_cell_weight)
 
     def online_cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each embedded prompt's guard cluster, and whether it is near enough to one to learn from."""
@@ -456,6 +471,7 @@ class Router:
 
     def update_embeddings(self, x: np.ndarray, models: list[str], outcomes, prior_strength: float = 20.0,
                           sources: list[str] | None = None, max_source_weight: float = MAX_SOURCE_WEIGHT,
+                          max_cell_weight: float = MAX_CELL_WEIGHT,
                           use: np.ndarray | None = None) -> int:
         """`update` on embedded prompts; `use` (bool per outcome) leaves out the others, still
         checked (the pipeline's replay uses it for outcomes it flagged as contradicting training)."""
@@ -474,7 +490,7 @@ class Router:
         cluster, seen = self.online_cells(x)
         ok = known & seen & (np.ones(len(x), dtype=bool) if use is None else np.asarray(use, dtype=bool))
         weight = (np.ones(len(x)) if sources is None
-                  else source_weights(sources, cluster, models, ok, max_source_weight))
+                  else source_weights(sources, cluster, models, ok, max_source_weight, max_cell_weight))
         counted = 0
         for c, model, outcome, w, take in zip(cluster, models, outcomes, weight, ok):
             if take:

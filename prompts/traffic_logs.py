@@ -16,8 +16,11 @@ One JSON object per line (plain or .gz), OpenAI-format, as a gateway or proxy lo
      "routing":  {"propensity": 0.83}}              # optional: the probability the serving router had
                                                     # of choosing this model (`routeforge bundle replay`)
 
-Who reported an outcome (its source, so one client cannot outweigh the rest) is `client`, else
-`metadata.client`, `metadata.api_key_id` or `metadata.user`, else the request's OpenAI `user`.
+Who reported an outcome (its source, so one client cannot outweigh the rest) is the id the gateway
+authenticated, which it writes at `auth.client_id` (`SOURCE_FIELD`; `training.outcomes.source_field`
+names another). Fields a caller can set itself (`client`, `metadata.user`, the OpenAI `user`) are
+never a source: a line without the authenticated id counts with every other such line as the one
+source `UNAUTHENTICATED`, so inventing a new name per line buys no extra weight.
 
 A line that cannot be used goes to the quarantine with a reason naming the field, and the reader
 goes on. A request without `timing` is still a prompt; it is not a latency record.
@@ -45,6 +48,8 @@ from routeforge.core.storage import Quarantine
 from upath import UPath
 
 MAX_EPOCH_S = 1e11  # year 5138: beyond it a number is not an epoch-seconds time
+SOURCE_FIELD = "auth.client_id"  # where the gateway writes the caller it authenticated
+UNAUTHENTICATED = "(unauthenticated)"  # the one source of every line without that id
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class TrafficRequest:
     ttft_s: float | None
     e2e_s: float | None
     outcome: float | None = None  # what production said of the answer, in [0, 1] (`outcome_of`)
-    source: str | None = None  # who reported the outcome: a client or key id (`_source`), where logged
+    source: str = UNAUTHENTICATED  # who reported the outcome: the gateway's authenticated id (`_source`)
 
     @property
     def timed(self) -> bool:
@@ -99,22 +104,18 @@ def _seconds(timing: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-SOURCE_FIELDS = (("client",), ("metadata", "client"), ("metadata", "api_key_id"), ("metadata", "user"),
-                 ("request", "user"))
+def _source(rec: dict[str, Any], field: str) -> str:
+    """The authenticated id at the dotted path `field`, as text (at most 200 characters);
+    `UNAUTHENTICATED` when the line has none."""
+    value: Any = rec
+    for key in field.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+        return "auth:" + str(value)[:200]
+    return UNAUTHENTICATED
 
 
-def _source(rec: dict[str, Any]) -> str | None:
-    """The first of `SOURCE_FIELDS` the line has, as text (at most 200 characters); None when none."""
-    for path in SOURCE_FIELDS:
-        value: Any = rec
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
-            return str(value)[:200]
-    return None
-
-
-def parse_line(rec: Any, row_id: str) -> TrafficRequest:
+def parse_line(rec: Any, row_id: str, source_field: str = SOURCE_FIELD) -> TrafficRequest:
     if not isinstance(rec, dict):
         raise LogLineError("line is not a JSON object")
     request, response = rec.get("request"), rec.get("response")
@@ -148,7 +149,7 @@ def parse_line(rec: Any, row_id: str) -> TrafficRequest:
         completion=completion if isinstance(completion, str) else None,
         task=str(task) if task is not None else None, prompt_tokens=_count(usage, "prompt_tokens"),
         completion_tokens=_count(usage, "completion_tokens"), ttft_s=ttft, e2e_s=e2e, outcome=outcome_of(rec),
-        source=_source(rec),
+        source=_source(rec, source_field),
     )
 
 
@@ -165,15 +166,17 @@ def _existing(uri: str) -> UPath:
     return root
 
 
-def read_traffic_logs(uri: str, quarantine: Quarantine, limit: int | None = None) -> Iterator[TrafficRequest]:
-    """Every usable request in the logs at `uri`; unusable lines go to `quarantine` with the reason."""
+def read_traffic_logs(uri: str, quarantine: Quarantine, limit: int | None = None,
+                      source_field: str = SOURCE_FIELD) -> Iterator[TrafficRequest]:
+    """Every usable request in the logs at `uri`; unusable lines go to `quarantine` with the reason.
+    `source_field`: the dotted path of the id the gateway authenticated (`SOURCE_FIELD`)."""
     count = 0
     for row_id, line in log_lines(_existing(uri)):
         if isinstance(line, LineTooLong):
             quarantine.add(row_id, line.reason, None)
             continue
         try:
-            request = parse_line(strict_json(line), row_id)
+            request = parse_line(strict_json(line), row_id, source_field)
         except (LogLineError, LineError) as exc:
             quarantine.add(row_id, str(exc), None)
             continue

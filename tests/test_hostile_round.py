@@ -9,7 +9,7 @@ from routeforge.artifacts.dispatch import LiveState
 from routeforge.core.config.base import plain_name
 from routeforge.core.storage import Quarantine
 from routeforge.pipelines.recovery import HOST_TAG, PID_START_TAG, PID_TAG, process_alive, process_tags
-from routeforge.prompts.traffic_logs import parse_line, read_traffic_logs
+from routeforge.prompts.traffic_logs import UNAUTHENTICATED, parse_line, read_traffic_logs
 
 
 @pytest.mark.parametrize("pid, start", [("abc", "1.0"), ("12", "nan"), ("-1", "1.0"), (str(2**70), "1.0"),
@@ -49,14 +49,23 @@ def _line(**extra):
 
 
 @pytest.mark.parametrize("extra, source", [
-    ({"client": "x" * 10_000_000}, "x" * 200),  # a 10 MB client id is cut, not kept per line
-    ({"client": ["a", "b"]}, None),  # not an id: the log is the source
-    ({"client": True}, None),
-    ({"metadata": {"api_key_id": 42}}, "42"),
-    ({"request": {"prompt": "hi", "user": "end-user-7"}}, "end-user-7"),
+    ({"auth": {"client_id": "x" * 10_000_000}}, "auth:" + "x" * 200),  # a 10 MB id is cut, not kept per line
+    ({"auth": {"client_id": ["a", "b"]}}, UNAUTHENTICATED),  # not an id
+    ({"auth": {"client_id": True}}, UNAUTHENTICATED),
+    ({"auth": {"client_id": 42}}, "auth:42"),
+    # issue 61, item 7: fields the caller sets itself were sources, so 600 lines with 600 invented
+    # users each weighed as a client of their own; now they are all the one unauthenticated source
+    ({"client": "end-user-7"}, UNAUTHENTICATED),
+    ({"metadata": {"api_key_id": 42, "user": "u"}}, UNAUTHENTICATED),
+    ({"request": {"prompt": "hi", "user": "end-user-7"}}, UNAUTHENTICATED),
 ])
-def test_an_outcome_source_is_a_short_id_or_none(extra, source):
+def test_an_outcome_source_is_the_gateways_authenticated_id_or_the_one_unauthenticated_source(extra, source):
     assert parse_line(_line(**extra), "l:1").source == source
+
+
+def test_the_authenticated_source_field_is_the_fleets_to_name():
+    line = _line(gateway={"key": "team-a"}, auth={"client_id": "spoofed"})
+    assert parse_line(line, "l:1", source_field="gateway.key").source == "auth:team-a"
 
 
 def test_one_client_repeating_a_line_cannot_fill_the_quarantine_or_the_reader(tmp_path):

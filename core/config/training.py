@@ -208,8 +208,14 @@ class RoutingEvaluationSettings(_Strict):
 class OutcomeSettings(_Strict):
     """How logged production outcomes enter a retrained router (`training.predictors.outcomes`)."""
 
-    # outcomes one source (a client or key; else one log file) adds to a (cluster, model) cell at most
+    # the dotted path of the caller id the gateway authenticated and logged; lines without it are
+    # one source together (fields a caller sets itself, like the OpenAI `user`, are never a source)
+    source_field: str = Field(default="auth.client_id", pattern=r"^[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*$")
+    # outcomes one source (an authenticated client or key) adds to a (cluster, model) cell at most
     max_source_weight: float = Field(default=10.0, gt=0, le=1e6)
+    # outcomes all sources together add to a cell at most per retrain: with the prior's 20, a cell
+    # moves at most half of the gap to what production reports, however many sources report it
+    max_cell_weight: float = Field(default=20.0, gt=0, le=1e6)
     # a cell whose outcomes' mean differs from its training mean by more than this is flagged in the
     # run summary and not absorbed: a person looks before production overrides the labels that far
     contradiction_threshold: float = Field(default=0.5, gt=0, le=1)

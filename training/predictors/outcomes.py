@@ -17,7 +17,7 @@ import numpy as np
 from routeforge.artifacts.router import Router, distinct_outcomes, source_weights
 from routeforge.artifacts.sentence_encoder import embed_for
 from routeforge.core.storage import Quarantine
-from routeforge.prompts.traffic_logs import read_traffic_logs
+from routeforge.prompts.traffic_logs import UNAUTHENTICATED, read_traffic_logs
 
 
 def contradictions(router: Router, cluster: np.ndarray, models: list[str], outcomes: np.ndarray,
@@ -41,47 +41,52 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
     """Every logged outcome of the logs at `log_uris` into `router` (`Router.update_embeddings`,
     embedding with `encoder`); returns the counts for the report.
 
-    Hardened against one loud client: a line repeated verbatim by one source counts once; each
-    source (the line's client or key, else the log it came from) weighs at most
-    `settings.max_source_weight` outcomes per (cluster, model) cell; a cell whose outcomes contradict
+    Hardened against one loud client and against many invented ones: a line repeated verbatim by one
+    source counts once; each source (the id the gateway authenticated, at `settings.source_field`;
+    every line without one is the one source `UNAUTHENTICATED`) weighs at most
+    `settings.max_source_weight` outcomes per (cluster, model) cell, and all sources together at most
+    `settings.max_cell_weight`; a cell whose outcomes contradict
     its training mean by more than `settings.contradiction_threshold` is flagged and not absorbed."""
     from routeforge.core.config.training import OutcomeSettings
 
     settings = settings or OutcomeSettings()
     rows, foreign = [], 0
     for uri in log_uris:
-        for request in read_traffic_logs(uri, quarantine):
+        for request in read_traffic_logs(uri, quarantine, source_field=settings.source_field):
             if request.outcome is None:
                 continue
             if request.model not in router.models:
                 foreign += 1
                 continue
-            rows.append((request.source or f"log:{uri}", request.text, request.model, request.outcome))
+            rows.append((request.source, request.text, request.model, request.outcome))
     keep = distinct_outcomes(*zip(*rows)) if rows else []
     duplicates = len(rows) - len(keep)
     rows = [rows[i] for i in keep]
     out = {"logged_outcomes": len(rows) + duplicates + foreign, "counted": 0, "other_models": foreign,
            "unseen_task": 0, "duplicates": duplicates, "sources": len({r[0] for r in rows}),
-           "max_source_weight": settings.max_source_weight, "contradicting": [], "held_back": 0}
+           "max_source_weight": settings.max_source_weight, "max_cell_weight": settings.max_cell_weight,
+           "unauthenticated": sum(r[0] == UNAUTHENTICATED for r in rows), "contradicting": [], "held_back": 0}
     if rows:
         sources, texts, models, outcomes = (list(col) for col in zip(*rows))
         outcomes = np.asarray(outcomes, dtype=float)
         x = embed_for(router, texts, encoder)
         cluster, seen = router.online_cells(x)
-        weight = source_weights(sources, cluster, models, seen, settings.max_source_weight)
+        weight = source_weights(sources, cluster, models, seen, settings.max_source_weight, settings.max_cell_weight)
         flagged = contradictions(router, cluster, models, outcomes, weight, seen,
                                  settings.contradiction_threshold, settings.contradiction_min_weight)
         held = np.zeros(len(rows), dtype=bool)
         for cell in flagged:
             held |= (cluster == cell["cluster"]) & (np.asarray(models) == cell["model"])
         out["counted"] = router.update_embeddings(x, models, outcomes, sources=sources,
-                                                  max_source_weight=settings.max_source_weight, use=~held)
+                                                  max_source_weight=settings.max_source_weight,
+                                                  max_cell_weight=settings.max_cell_weight, use=~held)
         out["unseen_task"] = int((~seen).sum())
         out["contradicting"] = flagged
         out["held_back"] = int((held & seen).sum())
     if rows or foreign:
         log(f"router: learned from {out['counted']} production outcomes of {out['sources']} source(s) "
-            f"({duplicates} repeated lines counted once, {foreign} of models it does not route to, "
+            f"({out['unauthenticated']} without an authenticated id, counted as one source; "
+            f"{duplicates} repeated lines counted once, {foreign} of models it does not route to, "
             f"{out['unseen_task']} far from every training cluster)")
     for cell in out["contradicting"]:
         log(f"router: outcomes for {cell['model']} in cluster {cell['cluster']} contradict training "

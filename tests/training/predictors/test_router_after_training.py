@@ -129,10 +129,11 @@ def test_the_pipeline_replays_logged_outcomes_into_the_new_router(tmp_path):
     # production says "medium" fails at math (thumbs-down; its training mean in the one guard cluster is
     # 0.4, so this is not beyond the contradiction threshold); one client
     # also repeats one thumbs-down line 50 times (counted once)
-    lines = [{"timestamp": i, "request": {"prompt": t}, "outcome": {"thumbs_up": False}, "client": "team-a",
+    lines = [{"timestamp": i, "request": {"prompt": t}, "outcome": {"thumbs_up": False},
+              "auth": {"client_id": "team-a"},
               "response": {"model": "medium", "usage": {"prompt_tokens": 5, "completion_tokens": 5}}}
              for i, t in enumerate(np.asarray(texts)[math])]
-    spam = {**lines[0], "outcome": {"thumbs_up": False}, "client": "spammer"}
+    spam = {**lines[0], "outcome": {"thumbs_up": False}, "auth": {"client_id": "spammer"}}
     lines += [spam] * 50
     lines.append({**lines[0], "response": {**lines[0]["response"], "model": "retired"}})
     lines.append({**lines[0], "outcome": {"score": 3}})
@@ -212,6 +213,51 @@ def test_one_source_flooding_thumbs_down_moves_the_best_models_share_within_the_
     assert flagged and all(model == "small" for _, model in flagged)
     assert share(replayed) == base  # flagged cells are not absorbed
     assert any("contradict training" in line and "not absorbed" in line for line in said)
+
+
+def test_many_sources_together_move_a_cell_no_further_than_the_total_cap(router_without_large, tmp_path):
+    """Issue 61, item 7: 600 thumbs-up for the model training found worse in clusters 0-1, each line
+    naming a different `user`. Before, each invented user was a source of its own and the flood moved
+    a cell from 0.067 to 0.324; now lines without the gateway's authenticated id are one source
+    (a third of the gap at most), and 600 authenticated sources together still move a cell at most
+    half of the gap (`MAX_CELL_WEIGHT` against the prior's 20)."""
+    import json
+
+    from routeforge.artifacts.router import MAX_CELL_WEIGHT, MAX_SOURCE_WEIGHT
+    from routeforge.core.config.training import OutcomeSettings
+    from routeforge.core.storage import Quarantine
+    from routeforge.training.predictors.outcomes import replay_outcomes
+
+    flood, _, c_flood = synthetic(3000, 33, with_clusters=True)
+    flood = flood[c_flood < 2][:600]
+    n = len(flood)
+    prior = router_without_large._online_prior()
+    gap = 1.0 - prior  # thumbs-up: every cell is pulled toward 1
+
+    many = copy.deepcopy(router_without_large)
+    many.update_embeddings(flood, ["medium"] * n, np.ones(n), sources=[f"key-{i}" for i in range(n)])
+    shift = many._online_shift()
+    assert (shift <= MAX_CELL_WEIGHT / (20.0 + MAX_CELL_WEIGHT) * gap + 1e-9).all()
+    assert shift[:2, 1].max() > 0.3 * gap[:2, 1].max()  # the cap bounds the shift; it does not erase it
+
+    def replayed(auth: bool) -> tuple[np.ndarray, dict]:
+        lines = [{"timestamp": i, "request": {"prompt": f"p{i}", "user": f"user-{i}"}, "outcome": {"score": 0.45},
+                  **({"auth": {"client_id": f"key-{i}"}} if auth else {}),
+                  "response": {"model": "medium", "usage": {"prompt_tokens": 5, "completion_tokens": 5}}}
+                 for i in range(n)]
+        path = tmp_path / f"many-{auth}.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        router = copy.deepcopy(router_without_large)
+        online = replay_outcomes(router, [str(path)], _Lookup(flood), Quarantine("r"), log=lambda _: None,
+                                 settings=OutcomeSettings(contradiction_threshold=1.0))
+        return router._online_shift(), online
+
+    shift, online = replayed(auth=False)
+    assert online["sources"] == 1 and online["unauthenticated"] == n
+    assert (np.abs(shift) <= MAX_SOURCE_WEIGHT / (20.0 + MAX_SOURCE_WEIGHT) * np.abs(0.45 - prior) + 1e-9).all()
+    shift, online = replayed(auth=True)
+    assert online["sources"] == n and online["unauthenticated"] == 0
+    assert (np.abs(shift) <= MAX_CELL_WEIGHT / (20.0 + MAX_CELL_WEIGHT) * np.abs(0.45 - prior) + 1e-9).all()
 
 
 def test_thompson_choices_carry_the_propensity_a_replay_needs(router_without_large):
