@@ -14,6 +14,7 @@ under the fleet's `execution.executor` (one process or one Ray job per step; pip
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 import time
@@ -38,6 +39,10 @@ from routeforge.pipelines.stale import plan
 
 # a step runs at most this many times: what is stale, then what waited on a rebuilt content-versioned asset
 MAX_PHASES = 3
+# a failed run has this long to exit once its error is said; then every thread's stack goes to the
+# log file and the process ends (a thread a library left running, or an exit handler that waits on
+# a lock, once kept a failed run alive for 15 minutes)
+EXIT_GRACE_S = 10.0
 
 
 def stage_count(config) -> int:
@@ -135,6 +140,17 @@ def default_log_file(fleet: str, stamp: str) -> Path:
     return state_root() / "logs" / f"{fleet}-{stamp}.log"
 
 
+def exit_within(seconds: float, log_file: Path) -> None:
+    """Make sure a failed run ends: if the process is still alive `seconds` from now (a non-daemon
+    thread, an exit handler blocked on a lock), every thread's stack is appended to `log_file` and
+    the process exits with status 1 (`faulthandler`, which needs no lock and no thread of Python's)."""
+    dump = open(log_file, "a")  # kept open: faulthandler writes to its descriptor when the time comes
+    dump.write(f"\n(routeforge: if this process is still alive {seconds:.0f} s after the failure, the stacks "
+               "of its threads follow and it exits)\n")
+    dump.flush()
+    faulthandler.dump_traceback_later(seconds, exit=True, file=dump)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("config", nargs="?", default=os.environ.get("ROUTEFORGE_CONFIG", "configs/demo.yaml"))
@@ -153,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"routeforge: {error}", file=sys.stderr)
         return 2
     if args.verbose:
-        out = run_pipeline(args.config, wait_s=args.wait)
+        try:
+            out = run_pipeline(args.config, wait_s=args.wait)
+        except BaseException:  # the traceback is shown as Python shows it; the process still ends
+            faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True)
+            raise
         for label, seconds in out["timings_s"].items():
             print(f"  {label:<40} {seconds:8.1f}s")
     else:
@@ -171,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             with open(log_file, "a") as log:
                 traceback.print_exception(error, file=log)
             print(f"routeforge: failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-                  f" (traceback in {log_file})", file=sys.stderr)
+                  f" (traceback in {log_file})", file=sys.stderr, flush=True)
+            exit_within(EXIT_GRACE_S, log_file)
             return 1
     print(f"total {time.perf_counter() - start:.1f}s")
     print(f"tracking URI: {out['tracking_uri']}")
