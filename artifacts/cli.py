@@ -583,5 +583,27 @@ def generate(private_key: Path) -> None:
     click.echo(f"private key {private_key}\npublic key  {generate_key_pair(private_key)}")
 
 
+@keys.command()
+@click.argument("private_key", type=click.Path(path_type=Path))
+@click.option("--retire-public", "retire_public", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="a public key to keep trusting for the versions it signed (a lost key's, from a backup); repeatable")
+def rotate(private_key: Path, retire_public: tuple[Path, ...]) -> None:
+    """Replace the signing key at PRIVATE_KEY with a new pair. Its public key (and each --retire-public)
+    moves to retired/<key id>.pub beside it: versions signed by a retired key are still verified, each
+    with the key it names, so the release gate goes on; the old private key is deleted."""
+    from routeforge.artifacts.signing import rotate_key
+
+    if not private_key.exists() and not retire_public:
+        raise click.ClickException(f"no key at {private_key}: to go on after losing it, name its public half with "
+                                   "--retire-public (a backup, or the registered model's tag routeforge.public_key), "
+                                   "or make a fresh one with `routeforge keys generate`")
+    try:
+        retired, public = rotate_key(private_key, list(retire_public))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"retired key ids {', '.join(retired)} (kept in {public.parent / 'retired'})\n"
+               f"private key {private_key}\npublic key  {public}")
+
+
 if __name__ == "__main__":
     main()

@@ -139,3 +139,48 @@ def signature_problem_of(manifest: bytes, signature_doc: bytes | None, public_ke
     except InvalidSignature:
         return f"bad signature: {MANIFEST_FILE} was changed after it was signed by key {kid}"
     return None
+
+
+RETIRED_FOLDER = "retired"  # beside the public key: the public keys of rotated-out signing keys
+
+
+def trusted_keys(public_key: Path) -> dict[str, Path]:
+    """The public key at `public_key` and every retired one in `<its folder>/retired/*.pub`, by key
+    id. After a rotation, a version signed by the old key is verified with the old public key, the
+    one its signature names; the store only says which of these keys to use, never adds one."""
+    public_key = Path(public_key)
+    keys: dict[str, Path] = {}
+    for path in sorted((public_key.parent / RETIRED_FOLDER).glob("*.pub")) + [public_key]:
+        if path.is_file():
+            keys[key_id(load_public_key(path))] = path
+    return keys
+
+
+def key_for(public_key: Path | bytes | None, kid: str | None) -> Path | bytes | None:
+    """The trusted key to verify a version signed by key `kid` with: the retired one of that id when
+    there is one beside `public_key`, else `public_key` itself (which then names the mismatch)."""
+    if isinstance(public_key, (str, Path)) and kid:
+        return trusted_keys(Path(public_key)).get(kid, Path(public_key))
+    return public_key
+
+
+def rotate_key(private_key: Path, retire_public: list[Path] = ()) -> tuple[list[str], Path]:
+    """A new key pair at `private_key`, after moving the old public key (and each of `retire_public`,
+    say a lost key's public half from a backup) to `retired/<key id>.pub`, so the versions they
+    signed still verify. The old private key is deleted: a retired key must not sign again.
+    Returns (the retired key ids, the new public key's path)."""
+    private_key = Path(private_key)
+    folder = public_key_path(private_key).parent / RETIRED_FOLDER
+    retired = [Path(p) for p in retire_public]
+    if public_key_path(private_key).is_file():
+        retired.append(public_key_path(private_key))
+    ids = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in retired:
+        kid = key_id(load_public_key(path))
+        (folder / f"{kid}.pub").write_bytes(Path(path).read_bytes())
+        ids.append(kid)
+    if private_key.exists():
+        private_key.unlink()
+    public_key_path(private_key).unlink(missing_ok=True)
+    return ids, generate_key_pair(private_key)

@@ -36,6 +36,7 @@ from routeforge.pipelines.executors import code_location_tags, execute
 from routeforge.pipelines.instance import shared_instance
 from routeforge.pipelines.recovery import BlockedWatch, process_tags, recover
 from routeforge.pipelines.stale import plan
+from routeforge.registry.signing_check import SigningKeyMismatch, check_signing_key
 
 # a step runs at most this many times: what is stale, then what waited on a rebuilt content-versioned asset
 MAX_PHASES = 3
@@ -70,6 +71,8 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     say = console.print if console is not None else print
     # a run that died (SIGKILL, OOM) left its slots and runs held: released before anything waits on them
     recover(instance, config, log=lambda line: say(f"routeforge: {line}"))
+    # a key that is not the one the registry's versions carry is said now, not after training
+    check_signing_key(config.registry.tracking_uri, config.registry.model_name, config.signing_key_path()[0])
     for warning in config.warnings():
         say(f"routeforge: {warning}")
     timings: dict[str, float] = {}
@@ -187,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         except RunLocked as error:
             print(f"routeforge: {error}", file=sys.stderr)
             return 3
+        except SigningKeyMismatch as error:  # before any training: nothing to clean up
+            print(f"routeforge: {error}", file=sys.stderr)
+            return 2
         except Exception as error:  # one line on the terminal; the traceback is in the log file
             with open(log_file, "a") as log:
                 traceback.print_exception(error, file=log)

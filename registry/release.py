@@ -352,11 +352,15 @@ class Registry:
         return local, spec["sha256"]
 
     def bundle(self, version: str, public_key: Path | None, workdir: Path, allow_unsigned: bool = False):
-        """Version `version`, downloaded under `workdir`, verified and loaded (`RouterBundle`)."""
+        """Version `version`, downloaded under `workdir`, verified and loaded (`RouterBundle`), with
+        the trusted key of the id the version was signed with (`signing.key_for`: after a rotation,
+        the retired key beside `public_key`)."""
         from routeforge.artifacts.loader import load_bundle
+        from routeforge.artifacts.signing import key_for
 
+        key = key_for(public_key, self.version_tags(version).get("signing_key_id"))
         return load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
-                           public_key=public_key, allow_unsigned=allow_unsigned)
+                           public_key=key, allow_unsigned=allow_unsigned)
 
     def move_champion(self, version: str, decision: Decision, evaluation_sha: str | None) -> None:
         self.client.set_registered_model_alias(self.name, CHAMPION, version)
@@ -403,7 +407,9 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     except BundleVerificationError as exc:
         # held and recorded, so the versions after it are still gated (an unsigned `add-model`
         # version made every later `bundle gate` abort on it)
-        decision = Decision(promote=False, reasons=[f"does not verify: {exc}"], challenger={}, champion=None)
+        hint = ("; if the signing key was rotated, its old public key belongs in retired/ beside the trusted one "
+                "(`routeforge keys rotate --retire-public`)" if "signed by another key" in str(exc) else "")
+        decision = Decision(promote=False, reasons=[f"does not verify: {exc}{hint}"], challenger={}, champion=None)
         decision.champion_version = champion
         registry.record(version, decision, sha)
         return decision

@@ -65,3 +65,32 @@ def test_a_step_that_raises_ends_the_run_within_seconds_with_one_line(tmp_path, 
     text = log.read_text()
     assert "Converting a tensordict" in text and "left-running-by-the-step" not in first
     assert "Thread 0x" in text  # what was still running when the grace ran out, for whoever looks
+
+
+def test_a_run_whose_key_the_registry_does_not_know_stops_before_any_stage(tmp_path, shared_data):
+    """Issue 61, item 9: a registry whose champion was signed by a key this run does not hold (its
+    storage folder, keys/ with it, was lost) stops the run in one line before anything is built,
+    naming both keys and the fix, where it used to train and then fail at the gate."""
+    from mlflow import MlflowClient
+
+    state = tmp_path / "state"
+    uri = f"sqlite:///{state / 'mlflow.db'}"
+    state.mkdir()
+    client = MlflowClient(uri)
+    client.create_registered_model("lost-key-router")
+    version = client.create_model_version("lost-key-router", str(tmp_path), tags={"signing_key_id": "a2af00c0ffee0001"})
+    client.set_registered_model_alias("lost-key-router", "champion", version.version)
+    path = write_config(tmp_path, "demo", storage_root=str(state / "demo"),
+                        registry={"tracking_uri": uri, "artifact_location": str(state / "mlartifacts"),
+                                  "experiment": "lost", "model_name": "lost-key-router", "alias": "challenger"})
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster"), "ROUTEFORGE_STATE": str(state),
+           "ROUTEFORGE_DATA": str(shared_data), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    (tmp_path / "dagster").mkdir()
+    done = subprocess.run([sys.executable, "-m", "routeforge.pipelines.run", str(path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = done.stderr.strip()
+    assert "\n" not in line and "key id a2af00c0ffee0001" in line and "missing: a new key would be made" in line
+    assert "routeforge keys rotate" in line
+    assert not (state / "demo" / "assets").exists()  # nothing was built
+    assert not (state / "demo" / "keys" / "bundle-signing.key").exists()  # and no stray key made

@@ -3,6 +3,7 @@ regressing metric, a better one becomes champion, rollback restores the previous
 forced promotion needs a reason (issue 20, item 1)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -282,3 +283,44 @@ def test_a_wrong_alias_or_model_name_is_named_with_what_exists(world):
     aliases = runner.invoke(main, ["bundle", "inspect", "models:/gated-router@champoin",
                                    "--tracking-uri", registry.tracking_uri]).output
     assert f"challenger → version {version}" in aliases
+
+
+def test_a_lost_key_is_said_before_training_and_after_a_rotation_the_gate_goes_on(world, tmp_path):
+    """Issue 61, item 9. Before: with the key folder gone, the next run made a new key, trained,
+    registered, and its gate failed ("signed by another key"), run after run. Now the run's check
+    names both keys and the fix; `routeforge keys rotate --retire-public` keeps the old public key in
+    retired/, and the gate verifies the champion with the key it was signed with."""
+    from routeforge.artifacts.signing import key_id, load_public_key
+    from routeforge.registry.signing_check import signing_key_problem
+
+    registry, register, key, root = world
+    champion = registry.champion_version() or register(1.0, seed=4)
+    if registry.champion_version() is None:
+        assert gate(registry, champion, f"{key}.pub", root / "w-first").promote
+    old_id = key_id(load_public_key(Path(f"{key}.pub")))
+    assert signing_key_problem(registry.tracking_uri, registry.name, key) is None
+
+    backup = tmp_path / "backup.pub"
+    backup.write_bytes(Path(f"{key}.pub").read_bytes())
+    key.unlink()
+    Path(f"{key}.pub").unlink()  # the storage folder is gone, its keys/ with it
+    problem = signing_key_problem(registry.tracking_uri, registry.name, key)
+    assert f"key id {old_id}" in problem and "missing: a new key would be made" in problem
+    assert "routeforge keys rotate" in problem and "--retire-public" in problem
+    generate_key_pair(key)  # what a run that did not check made
+    new_id = key_id(load_public_key(Path(f"{key}.pub")))
+    assert f"(key id {new_id})" in signing_key_problem(registry.tracking_uri, registry.name, key)
+
+    runner = CliRunner()
+    refused = runner.invoke(main, ["keys", "rotate", str(tmp_path / "none.key")])
+    assert refused.exit_code == 1 and "--retire-public" in refused.output
+    rotated = runner.invoke(main, ["keys", "rotate", str(key), "--retire-public", str(backup)])
+    assert rotated.exit_code == 0, rotated.output
+    assert old_id in rotated.output and new_id in rotated.output  # both retired: the unused new one too
+    assert (key.parent / "retired" / f"{old_id}.pub").is_file()
+    assert signing_key_problem(registry.tracking_uri, registry.name, key) is None
+
+    after = register(1.0, seed=5)  # signed by the key made by the rotation
+    decision = gate(registry, after, f"{key}.pub", root / "w-rotated")
+    assert not any("does not verify" in r for r in decision.reasons), decision.reasons
+    assert decision.champion_version == champion and decision.champion  # the champion was verified and scored
