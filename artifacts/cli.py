@@ -189,6 +189,11 @@ def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
                        f"by {comp.config.get('objective', 'its objective')} ({comp.config.get('recommendation', '')}); "
                        "per traffic: `routeforge bundle policy`")
     click.echo(f"lineage: {json.dumps(manifest.to_dict()['lineage'], sort_keys=True)}")
+    isolation = manifest.provenance.code_isolation
+    click.echo("provenance (signed): code labels " + {
+        "required": "from sandboxed code only (scoring.code.isolation: required)",
+        "allow_fallback": "may come from code run unconfined (scoring.code.isolation: allow_fallback)",
+    }.get(isolation or "", "not said (a bundle from before schema 1.1)"))
 
 
 @bundle.command()

@@ -31,7 +31,7 @@ from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem_of
 if TYPE_CHECKING:  # numpy is imported where routing needs it: `bundle verify` stays light
     import numpy as np
 
-SUPPORTED_MAJOR = MANIFEST_SCHEMA_VERSION.split(".")[0]
+SUPPORTED_MAJOR, SUPPORTED_MINOR = MANIFEST_SCHEMA_VERSION.split(".")
 PUBLIC_KEY_ENV = "ROUTEFORGE_PUBLIC_KEY"
 NO_KEY = ("no trusted public key to check its signature with: pass public_key= (--public-key), set "
           f"${PUBLIC_KEY_ENV}, load it by models:/ URI from a registry that records its key, or opt out "
@@ -80,12 +80,15 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
     if not isinstance(raw, dict):
         raise BundleVerificationError(f"{path}: a JSON object is expected")
     version = raw.get("schema_version")
+    reads = f"{SUPPORTED_MAJOR}.0 to {MANIFEST_SCHEMA_VERSION}"
     if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
         raise BundleVerificationError(f"{path}: schema_version {version!r} is not a version this loader reads "
-                                      f"({SUPPORTED_MAJOR}.x)")
-    if version.split(".")[0] != SUPPORTED_MAJOR:
+                                      f"({reads})")
+    major, minor = version.split(".")
+    if major != SUPPORTED_MAJOR or int(minor) > int(SUPPORTED_MINOR):
+        # a newer minor may carry signed claims this loader cannot honour: upgrade, never ignore them
         raise BundleVerificationError(
-            f"{path}: schema_version {version} is not readable by this loader (reads {SUPPORTED_MAJOR}.x)"
+            f"{path}: schema_version {version} is not readable by this loader (reads {reads}; upgrade routeforge)"
         )
     try:
         jsonschema.validate(raw, _schema())

@@ -14,7 +14,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-MANIFEST_SCHEMA_VERSION = "1.0"
+# 1.1 added `provenance`. A loader reads its own major version up to its own minor: a newer minor
+# may carry signed claims it cannot honour, so it refuses it naming the version (`loader.parse_manifest`);
+# a 1.0-only loader refuses a 1.1 manifest at the schema, naming the field it does not know
+MANIFEST_SCHEMA_VERSION = "1.1"
 MANIFEST_FILE = "manifest.json"
 
 
@@ -75,6 +78,16 @@ class Lineage:
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Signed claims about how the bundle's training data was made, which a reader may require."""
+
+    # scoring.code.isolation when the labels were made: "required" (every pass@1 label came from
+    # code run in the sandbox, or the cell was quarantined), "allow_fallback" (some generated code may
+    # have run unconfined on the training machine); None: not said (a bundle from before 1.1)
+    code_isolation: str | None = None
+
+
+@dataclass(frozen=True)
 class Manifest:
     name: str
     version: str  # content-derived bundle version; the registry version is separate
@@ -83,6 +96,7 @@ class Manifest:
     fleet: Fleet
     components: list[Component]
     lineage: Lineage = field(default_factory=Lineage)
+    provenance: Provenance = field(default_factory=Provenance)
     schema_version: str = MANIFEST_SCHEMA_VERSION
 
     @classmethod
@@ -90,7 +104,7 @@ class Manifest:
         """From a dict that validated against the schema (`routeforge.artifacts.loader.read_manifest`)."""
         return cls(raw["name"], raw["version"], raw["created_at"], raw["code_version"], Fleet.from_dict(raw["fleet"]),
                    [Component.from_dict(c) for c in raw["components"]], Lineage(**raw.get("lineage", {})),
-                   raw.get("schema_version", MANIFEST_SCHEMA_VERSION))
+                   Provenance(**raw.get("provenance", {})), raw.get("schema_version", MANIFEST_SCHEMA_VERSION))
 
     def to_dict(self) -> dict[str, Any]:
         raw = dataclasses.asdict(self)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from routeforge.artifacts.manifest import MANIFEST_FILE, Component, FileEntry, Fleet, Lineage, Manifest
+from routeforge.artifacts.manifest import MANIFEST_FILE, Component, FileEntry, Fleet, Lineage, Manifest, Provenance
 
 
 def sha256_file(path: Path) -> str:
@@ -52,8 +54,11 @@ def write_bundle(
     components: list[ComponentSource],
     lineage: Lineage,
     code_version: str,
+    provenance: Provenance | None = None,
 ) -> Manifest:
-    """Write a fresh bundle at `target` (replaced if present) and return its manifest."""
+    """Write a fresh bundle at `target` (replaced if present) and return its manifest. Its content
+    version hashes the component files and the `provenance` claims (a bundle whose claims differ is
+    another bundle), not the timestamps, run ids or lineage."""
     target = Path(target)
     if target.exists():
         shutil.rmtree(target)
@@ -75,7 +80,10 @@ def write_bundle(
                 metrics=comp.metrics, config=comp.config,
             )
         )
-    content = hashlib.sha256("".join(f.sha256 for c in entries for f in c.files).encode()).hexdigest()
+    provenance = provenance or Provenance()
+    said = {k: v for k, v in dataclasses.asdict(provenance).items() if v is not None}
+    claims = json.dumps(said, sort_keys=True) if said else ""  # none said: the version of a 1.0 bundle
+    content = hashlib.sha256(("".join(f.sha256 for c in entries for f in c.files) + claims).encode()).hexdigest()
     manifest = Manifest(
         name=name,
         version=content[:12],
@@ -84,6 +92,7 @@ def write_bundle(
         fleet=fleet,
         components=entries,
         lineage=lineage,
+        provenance=provenance,
     )
     write_manifest(target, manifest)
     return manifest

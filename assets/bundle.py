@@ -10,7 +10,7 @@ import dagster as dg
 import pyarrow as pa
 from routeforge.artifacts.golden import GOLDEN_PROMPTS, build_golden, check_golden
 from routeforge.artifacts.loader import BundleVerificationError, load_bundle
-from routeforge.artifacts.manifest import Fleet, ModelEntry, TierEntry
+from routeforge.artifacts.manifest import Fleet, ModelEntry, Provenance, TierEntry
 from routeforge.artifacts.writer import ComponentSource, sha256_file
 from routeforge.assets.release import write_evaluation_candidate
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
@@ -104,7 +104,9 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
         params={"fleet": config.name, "models": ",".join(config.model_names), "encoder": config.encoder,
                 "knn_k": str(config.training.knn.k), "scoring_metric": config.scoring.metric,
                 "code_isolation": config.scoring.code.isolation},
-        # on the version router operators see: whether pass@1 labels may come from code run unconfined
+        # whether pass@1 labels may come from code run unconfined: signed in the manifest (what a
+        # reader may require), and a tag on the version for people browsing the registry
+        provenance=Provenance(code_isolation=config.scoring.code.isolation),
         version_tags={"routeforge.code_isolation": config.scoring.code.isolation},
         metrics=metrics,
         plots=[(t.plot_folder, p) for t in trained for p in t.plots],

@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from routeforge.artifacts.manifest import Fleet, Lineage, Manifest
+from routeforge.artifacts.manifest import Fleet, Lineage, Manifest, Provenance
 from routeforge.artifacts.registry import PUBLIC_KEY_TAG
 from routeforge.artifacts.signing import public_key_pem, sign_bundle
 from routeforge.artifacts.writer import ComponentSource, write_bundle, write_manifest
@@ -65,6 +65,7 @@ def publish_bundle(
     skip_unchanged: bool = True,
     context: RunContext | None = None,
     version_tags: dict[str, str] | None = None,
+    provenance: Provenance | None = None,
 ) -> tuple[RegisteredBundle, Manifest]:
     """Write the bundle inside a new MLflow run, sign its manifest with `signing_key` (Ed25519 PEM;
     `artifacts.signing`) and register it under `alias`; with a SQLite store, holding the store's
@@ -77,7 +78,8 @@ def publish_bundle(
         experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
         # the content version hashes the component files only (no timestamps, run ids or lineage):
         # equal to the newest version's, there is nothing new to register
-        draft = write_bundle(staging_dir, name, fleet, components, Lineage(input_hashes=input_hashes), code_version())
+        draft = write_bundle(staging_dir, name, fleet, components, Lineage(input_hashes=input_hashes), code_version(),
+                             provenance)
         latest = latest_version(name)
         if skip_unchanged and latest is not None and latest[1].get("bundle_version") == draft.version:
             return RegisteredBundle(name, latest[0], alias, latest[2], unchanged=True), draft

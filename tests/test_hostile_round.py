@@ -97,7 +97,7 @@ def test_a_registered_model_name_is_a_plain_name(config_copy):
 # ---- issue 61: what a router service loads is exactly what was signed. Each test below failed before
 # ---- the change that it names, and passes after it.
 
-def _signed_bundle(tmp_path, files: dict[str, bytes] | None = None, name: str = "knn_estimator"):
+def _signed_bundle(tmp_path, files: dict[str, bytes] | None = None, name: str = "knn_estimator", provenance=None):
     """A signed bundle with one component (`files` relative to its folder), and its public key."""
     from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
     from routeforge.artifacts.signing import generate_key_pair, sign_bundle
@@ -111,7 +111,8 @@ def _signed_bundle(tmp_path, files: dict[str, bytes] | None = None, name: str = 
                                                output_per_mtok=2.0)])
     root = tmp_path / "bundle"
     write_bundle(root, "router", fleet, [ComponentSource(name=name, kind="knn_estimator", format="test",
-                                                         folder=source, metrics={})], Lineage(), "test")
+                                                         folder=source, metrics={})], Lineage(), "test",
+                 provenance)
     private = tmp_path / "keys" / "k"
     public = generate_key_pair(private)
     sign_bundle(root, private)
@@ -257,6 +258,29 @@ def test_a_signed_schema_version_that_is_not_a_version_is_refused(tmp_path, vers
             else raw.pop("schema_version"))
     with pytest.raises(BundleVerificationError, match="schema_version"):
         verify_bundle(root, public)
+
+
+def test_the_code_isolation_setting_is_signed_inside_the_manifest(tmp_path):
+    """Issue 61, item 10. Before: whether pass@1 labels could come from code run unconfined was a tag
+    on the registry version, which anyone who can write the store can change. Now it is a claim in the
+    manifest (schema 1.1, `provenance`), covered by the signature; a 1.0-only loader refuses a 1.1
+    manifest at its schema, naming the field it does not know, and this loader refuses a newer minor."""
+    import jsonschema
+    from routeforge.artifacts.loader import BundleVerificationError, _schema, verify_bundle
+    from routeforge.artifacts.manifest import Provenance
+
+    root, public, private = _signed_bundle(tmp_path, provenance=Provenance(code_isolation="allow_fallback"))
+    manifest = verify_bundle(root, public)
+    assert manifest.schema_version == "1.1" and manifest.provenance.code_isolation == "allow_fallback"
+    raw = json.loads((root / "manifest.json").read_text())
+    raw["provenance"]["code_isolation"] = "required"  # claimed after signing: the signature says no
+    (root / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(BundleVerificationError, match="bad signature"):
+        verify_bundle(root, public)
+    older = _schema()
+    older = {**older, "properties": {k: v for k, v in older["properties"].items() if k != "provenance"}}
+    with pytest.raises(jsonschema.ValidationError, match="provenance"):
+        jsonschema.validate(raw, older)  # what a 1.0 loader (schema without `provenance`) does with it
 
 
 def test_a_component_changed_after_verification_is_refused_when_it_is_loaded(tmp_path):
@@ -415,6 +439,8 @@ HOSTILE_BUNDLES = {
     "schema_version abc": lambda root, private: _resign(root, private, lambda r: r.update(schema_version="abc")),
     "no schema_version": lambda root, private: _resign(root, private, lambda r: r.pop("schema_version")),
     "schema_version 2.0": lambda root, private: _resign(root, private, lambda r: r.update(schema_version="2.0")),
+    # a newer minor may carry signed claims a reader cannot honour (issue 61, item 10): refused, not ignored
+    "schema_version 1.2": lambda root, private: _resign(root, private, lambda r: r.update(schema_version="1.2")),
     "a component named ../../x": lambda root, private: _resign(
         root, private, lambda r: r["components"][0].update(name="../../x")),
     "an absolute file path": lambda root, private: _resign(

@@ -12,6 +12,8 @@ import { LatencyModel } from "./latency";
 import { Router } from "./router";
 
 export const MANIFEST_SCHEMA_VERSION = 1;
+// the newest minor this runtime reads: a newer one may carry signed claims it cannot honour (1.1 added `provenance`)
+export const MANIFEST_SCHEMA_MINOR = 1;
 const COMPONENT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.@+=-]*$/;
 
 /** The bytes of a plain file, read once through one descriptor opened without following a link. */
@@ -77,8 +79,10 @@ export class Bundle {
     }
     const manifest = JSON.parse(raw.toString("utf8"));
     const version = manifest.schema_version;
-    if (typeof version !== "string" || !/^\d+\.\d+$/.test(version) || parseInt(version, 10) !== MANIFEST_SCHEMA_VERSION) {
-      throw new Error(`manifest schema_version ${JSON.stringify(version)} is not one this runtime reads (${MANIFEST_SCHEMA_VERSION}.x)`);
+    if (typeof version !== "string" || !/^\d+\.\d+$/.test(version) || parseInt(version, 10) !== MANIFEST_SCHEMA_VERSION
+        || parseInt(version.split(".")[1], 10) > MANIFEST_SCHEMA_MINOR) {
+      throw new Error(`manifest schema_version ${JSON.stringify(version)} is not one this runtime reads `
+        + `(${MANIFEST_SCHEMA_VERSION}.0 to ${MANIFEST_SCHEMA_VERSION}.${MANIFEST_SCHEMA_MINOR}; upgrade the runtime)`);
     }
     const problems: string[] = [];
     for (const component of manifest.components) {
