@@ -148,11 +148,17 @@ def trusted_keys(public_key: Path) -> dict[str, Path]:
     """The public key at `public_key` and every retired one in `<its folder>/retired/*.pub`, by key
     id. After a rotation, a version signed by the old key is verified with the old public key, the
     one its signature names; the store only says which of these keys to use, never adds one."""
+    import sys
+
     public_key = Path(public_key)
     keys: dict[str, Path] = {}
-    for path in sorted((public_key.parent / RETIRED_FOLDER).glob("*.pub")) + [public_key]:
-        if path.is_file():
+    for path in sorted((public_key.parent / RETIRED_FOLDER).glob("*.pub")):
+        try:
             keys[key_id(load_public_key(path))] = path
+        except ValueError as exc:  # one stray file must not stop every verification: said, not trusted
+            print(f"routeforge: {exc}; not trusted", file=sys.stderr)
+    if public_key.is_file():
+        keys[key_id(load_public_key(public_key))] = public_key
     return keys
 
 

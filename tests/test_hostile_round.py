@@ -509,3 +509,45 @@ def test_replay_reads_logs_as_the_pipeline_does_and_one_line_cannot_stop_or_floo
     assert "nested too deeply" in reasons and "lone surrogate" in reasons and "longer than 4,096 bytes" in reasons
     assert seen == [2, 4, 6, 8]
     assert logged_prompts(log) == ["hi"] * 5 + ["other"]  # calibrate's reader skips the same lines
+
+
+# ---- issue 61, item 11: the surfaces this pass added (key rotation, the keyring, outcome sources)
+
+def test_a_stray_file_among_retired_keys_is_said_and_not_trusted(tmp_path, capsys):
+    from routeforge.artifacts.signing import generate_key_pair, key_for, rotate_key, trusted_keys
+
+    private = tmp_path / "keys" / "k"
+    generate_key_pair(private)
+    retired, public = rotate_key(private)
+    (public.parent / "retired" / "notes.pub").write_text("not a key")
+    keys = trusted_keys(public)
+    assert len(keys) == 2 and keys[retired[0]].name == f"{retired[0]}.pub" and public in keys.values()
+    assert "notes.pub: not a PEM public key" in capsys.readouterr().err
+    # a version tag naming a key id nobody trusts falls back to the current key, which then names the mismatch
+    assert key_for(public, "0123456789abcdef") == public
+
+
+def test_a_rotation_given_something_that_is_not_a_public_key_keeps_the_current_key(tmp_path):
+    from click.testing import CliRunner
+    from routeforge.artifacts.cli import main
+    from routeforge.artifacts.signing import generate_key_pair
+
+    private = tmp_path / "keys" / "k"
+    generate_key_pair(private)
+    before = private.read_bytes()
+    (tmp_path / "junk.pub").write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    result = CliRunner().invoke(main, ["keys", "rotate", str(private), "--retire-public", str(private)])
+    assert result.exit_code == 1 and "not a PEM public key" in result.output  # a private key is not retired
+    result = CliRunner().invoke(main, ["keys", "rotate", str(private), "--retire-public", str(tmp_path / "junk.pub")])
+    assert result.exit_code == 1 and "junk.pub" in result.output
+    assert private.read_bytes() == before  # nothing was deleted on the way to the error
+
+
+@pytest.mark.parametrize("field", ["../etc", "auth..id", "", "auth.", "a b"])
+def test_an_outcome_source_field_that_is_not_a_dotted_name_is_refused(field):
+    from pydantic import ValidationError
+    from routeforge.core.config.training import OutcomeSettings
+
+    assert OutcomeSettings(source_field="gateway.key-id").source_field == "gateway.key-id"
+    with pytest.raises(ValidationError, match="source_field"):
+        OutcomeSettings(source_field=field)
