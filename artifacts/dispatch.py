@@ -23,6 +23,13 @@ The other learned (ONNX) policies need the simulator's observation (every reques
 which live counts cannot build: where one is recommended, the dispatcher says so and takes the best
 heuristic the bundle carries, or `policy=` names one. The arrival rate a queue-state policy observes
 is counted from the dispatcher's own decisions over the policy's slot (or passed to `decide`).
+
+The deployed routers (`artifacts.deployed_routers`: llm-d, Dynamo, SGLang) run here as they run
+without KV events: from `/metrics` (KV usage, queue lengths) and the dispatcher's own approximate
+prefix index of what it sent where, kept in the policy's state across decisions. A prompt's blocks
+are `prompt_blocks`: chained hashes of its text in 64-character chunks, at most 256 (llm-d's
+approximate prefix scorer: `hashBlockSize` 64, `maxPrefixBlocksToMatch` 256); `decide` takes a
+serving engine's own block hashes instead where the caller has them.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.heuristics import HeuristicPolicy
+from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
 from routeforge.artifacts.policy import RoutingPolicy, observation_queue_state
 
 # vLLM's gauge names (V1, then V0 spellings)
@@ -44,6 +51,22 @@ RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 DEFAULT_OUTPUT_TOKENS = 128.0
+BLOCK_CHARS, MAX_BLOCKS = 64, 256  # llm-d's approximate prefix scorer's defaults
+
+
+def prompt_blocks(text: str, block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS) -> list[int]:
+    """The ids of `text`'s leading whole chunks of `block_chars` characters, each hashing the chunk
+    and the id before it (two prompts share an id only where they share everything up to it), as
+    63-bit integers; at most `max_blocks`. A partial last chunk is not a block, as in a KV cache."""
+    import hashlib
+
+    ids, previous = [], b""
+    for start in range(0, min(len(text) // block_chars, max_blocks) * block_chars, block_chars):
+        digest = hashlib.blake2b(previous + text[start:start + block_chars].encode("utf-8", "surrogatepass"),
+                                 digest_size=8).digest()
+        ids.append(int.from_bytes(digest, "big") >> 1)
+        previous = digest
+    return ids
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)")
 
 
@@ -124,6 +147,9 @@ class Dispatcher:
         self.models: list[str] = sim["models"]
         self.max_running = int(sim["queue_capacity"])
         self.kv_capacity = float(sim["kv_capacity_tokens"])
+        # each instance's own KV tokens where the fleet file gave its hardware (`profiling.kv_capacity`)
+        self.kv_tokens = np.array([float((i.get("limits") or {}).get("kv_capacity_tokens") or self.kv_capacity)
+                                   for i in self.instances])
         fits = [i["fit"] for i in self.instances]
         self.prefill_c = np.array([max(0.0, f["prefill_intercept_s"]) for f in fits])
         self.prefill_k = np.array([max(1e-7, f["prefill_grad_s_per_token"]) for f in fits])
@@ -143,6 +169,12 @@ class Dispatcher:
         if chosen is not None and not chosen.startswith("policy--"):
             chosen = f"policy--{chosen}"
         if chosen is not None and chosen not in carried:
+            if name is not None and chosen.removeprefix("policy--") in HEURISTICS:
+                # a registered heuristic the evaluation did not run (a deployed router, say): its
+                # documented defaults over this bundle's instances
+                self.notes = (f"{name} is not carried by the bundle: run with its registered defaults",)
+                return chosen.removeprefix("policy--"), HeuristicPolicy.from_spec(
+                    heuristic_spec(chosen.removeprefix("policy--"), len(self.instances)))
             raise KeyError(f"policy {chosen!r} is not in bundle {self.bundle.manifest.name} "
                            f"(it carries {sorted(carried)})")
         if chosen is not None and carried[chosen].config.get("policy_kind") != "heuristic":
@@ -171,7 +203,7 @@ class Dispatcher:
         the KV cache's content."""
         running = np.array([s.running for s in states])
         waiting = np.array([s.waiting for s in states])
-        context = np.array([s.kv_usage for s in states]) * self.kv_capacity
+        context = np.array([s.kv_usage for s in states]) * self.kv_tokens
         out = np.maximum(1.0, output_tokens)
         step = self.decode_w + self.decode_h * (context + prompt_tokens + out / 2)
         ahead = np.maximum(0.0, running + waiting + 1 - self.max_running)
@@ -188,9 +220,14 @@ class Dispatcher:
             est = float(tokens[i])
             running = [{"predicted_output_tokens": est, "generated_tokens": est / 2}] * int(round(s.running))
             waiting = [{"prompt_tokens": prompt_tokens, "predicted_output_tokens": est}] * int(round(s.waiting))
+            kv_tokens = float(self.kv_tokens[i])
             out.append({"max_running": self.max_running, "prefill_s_per_token": float(self.prefill_k[i]),
-                        "tpot_s": float(self.decode_w[i] + self.decode_h[i] * s.kv_usage * self.kv_capacity),
-                        "running": running, "waiting": waiting})
+                        "tpot_s": float(self.decode_w[i] + self.decode_h[i] * s.kv_usage * kv_tokens),
+                        "running": running, "waiting": waiting,
+                        # what the deployed routers read: vLLM's KV usage, and the tokens it holds for
+                        # running requests (Dynamo's active blocks), from the same gauge
+                        "kv_utilization": s.kv_usage, "kv_capacity_tokens": kv_tokens,
+                        "active_tokens": s.kv_usage * kv_tokens})
         return out
 
     def _queue_state_choice(self, states: Sequence[LiveState], arrivals_per_s: float | None) -> int:
@@ -209,10 +246,12 @@ class Dispatcher:
         return self.policy.dispatch(biases, [s.running + s.waiting for s in states])
 
     def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
-               output_tokens: Sequence[float], arrivals_per_s: float | None = None) -> Decision:
+               output_tokens: Sequence[float], arrivals_per_s: float | None = None,
+               hash_ids: Sequence[int] | None = None, block_tokens: int | None = None) -> Decision:
         """The decision for a request of `prompt_tokens` whose per-model estimates (the router's, in
         `self.models` order) are `quality` and `output_tokens` (NaN: unknown). `arrivals_per_s` is
-        read by a queue-state policy only (default: counted from the decisions of its last slot)."""
+        read by a queue-state policy only (default: counted from the decisions of its last slot);
+        `hash_ids` (its prompt's block ids, `block_tokens` tokens each) by the prefix-aware ones."""
         if len(states) != len(self.instances):
             raise ValueError(f"{len(states)} instance states given; the bundle's fleet has {len(self.instances)} "
                              f"instances ({', '.join(i['tier'] for i in self.instances)})")
@@ -229,6 +268,10 @@ class Dispatcher:
         per_instance_tokens = tokens[self.model_of]
         request = {"prompt_tokens": prompt_tokens, "predicted_output_tokens": per_instance_tokens.tolist(),
                    "predicted_quality": quality[self.model_of].tolist()}
+        if hash_ids:
+            if not (isinstance(block_tokens, (int, np.integer)) and block_tokens >= 1):
+                raise ValueError(f"block_tokens: the tokens per block of hash_ids, a positive count, got {block_tokens!r}")
+            request |= {"hash_ids": list(hash_ids), "block_tokens": int(block_tokens)}
         if isinstance(self.policy, RoutingPolicy):
             choice = self._queue_state_choice(states, arrivals_per_s)
         else:
@@ -241,12 +284,15 @@ class Dispatcher:
 
     def decide_prompt(self, prompt: str, states: Sequence[LiveState], prompt_tokens: int | None = None) -> Decision:
         """`decide` with the bundle's own estimates for `prompt` (its router, else its KNN estimator);
-        the prompt's tokens are counted with the bundle's sentence-encoder tokenizer unless given."""
+        the prompt's tokens are counted with the bundle's sentence-encoder tokenizer unless given;
+        its blocks are `prompt_blocks` of its text, each as many tokens as its share of the text."""
         prediction = self.bundle.route([prompt]).prediction
         order = [list(prediction.models).index(m) for m in self.models]
         if prompt_tokens is None:  # every token: the encoder's own calls truncate, and set it again
             tokenizer = self.bundle.sentence_encoder().tokenizer.tokenizer
             tokenizer.no_truncation()
             prompt_tokens = max(1, len(tokenizer.encode(prompt).ids))
+        blocks = prompt_blocks(prompt)
         return self.decide(states, prompt_tokens, np.asarray(prediction.quality)[0, order],
-                           np.asarray(prediction.output_tokens, dtype=float)[0, order])
+                           np.asarray(prediction.output_tokens, dtype=float)[0, order], hash_ids=blocks,
+                           block_tokens=max(1, round(prompt_tokens * BLOCK_CHARS / len(prompt))) if blocks else None)

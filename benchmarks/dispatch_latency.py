@@ -5,7 +5,8 @@
 Decisions arrive at `--rate` per second (open loop, paced), each for a prompt of dcrouter's test
 split and a random live state of every instance (requests running 0..max, waiting 0..20, KV-cache
 usage 0..1, as vLLM's `/metrics` would give them). Timed per decision: the router's estimates from
-the prompt's embedding plus `Dispatcher.decide` (policy, predicted TTFT/E2E, quality, cost); the
+the prompt's embedding, the prompt's block hashes (`prompt_blocks`, which the deployed routers match
+against their own prefix index) plus `Dispatcher.decide` (policy, predicted TTFT/E2E, quality, cost); the
 sentence encoder's time for the same prompt is timed apart and reported beside it, since a service
 may embed once for several uses. One thread: ONNX Runtime, BLAS and this process are pinned to one
 core (`os.sched_setaffinity`). Writes benchmarks/results/dispatch_latency/<bundle>.json.
@@ -37,7 +38,7 @@ def main() -> None:
     args = p.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    from routeforge.artifacts.dispatch import Dispatcher, LiveState
+    from routeforge.artifacts.dispatch import BLOCK_CHARS, Dispatcher, LiveState, prompt_blocks
     from routeforge.artifacts.loader import load_bundle
 
     bundle = load_bundle(args.bundle, allow_unsigned=args.allow_unsigned)
@@ -52,7 +53,7 @@ def main() -> None:
     order = [list(router.models).index(m) for m in dispatcher.models]
     for text in prompts[:5]:  # warm the sessions
         dispatcher.decide_prompt(text, [LiveState(0, 0)] * len(dispatcher.instances))
-    decide_ms, encode_ms, policies = [], [], {}
+    decide_ms, encode_ms, policies, instances_chosen = [], [], {}, {}
     start = time.perf_counter()
     for i in range(n):
         due = start + i / args.rate
@@ -67,12 +68,15 @@ def main() -> None:
         x = encoder.encode([text], truncation_side=side)
         t1 = time.perf_counter()
         prediction = router.predict_embeddings(x)
+        blocks = prompt_blocks(text)
         decision = dispatcher.decide(states, tokens, np.asarray(prediction.quality)[0, order],
-                                     np.asarray(prediction.output_tokens, dtype=float)[0, order])
+                                     np.asarray(prediction.output_tokens, dtype=float)[0, order], hash_ids=blocks,
+                                     block_tokens=max(1, round(tokens * BLOCK_CHARS / len(text))) if blocks else None)
         t2 = time.perf_counter()
         encode_ms.append((t1 - t0) * 1e3)
         decide_ms.append((t2 - t1) * 1e3)
         policies[decision.model] = policies.get(decision.model, 0) + 1
+        instances_chosen[decision.instance] = instances_chosen.get(decision.instance, 0) + 1
     wall = time.perf_counter() - start
 
     def pct(values, q):
@@ -83,7 +87,7 @@ def main() -> None:
               "rate_rps": args.rate, "decisions": n, "wall_s": round(wall, 2), "achieved_rps": round(n / wall, 2),
               "decision_ms": {"p50": pct(decide_ms, 50), "p99": pct(decide_ms, 99), "max": pct(decide_ms, 100)},
               "encoder_ms": {"p50": pct(encode_ms, 50), "p99": pct(encode_ms, 99)},
-              "models_chosen": policies, "cores": 1, "machine": platform.platform(),
+              "models_chosen": policies, "instances_chosen": dict(sorted(instances_chosen.items())), "cores": 1, "machine": platform.platform(),
               "targets_ms": {"p50": 2.0, "p99": 5.0}, "routebalance_ms": 32.0}
     suffix = f"-{dispatcher.policy_name}" if args.policy else ""
     out = results_dir("dispatch_latency") / f"{bundle.manifest.name}{suffix}.json"

@@ -117,8 +117,21 @@ def _learned_policy(folder, profiles, workload):
     export_policy(net, folder, env.observation_spec(), env.action_spec(), obs[None], output="q_values")
 
 
+DEPLOYED = ["llm_d", "dynamo_kv", "sglang_cache_aware"]
+
+
 @pytest.fixture
 def bundle(tmp_path):
+    return _bundle(tmp_path, ["join_shortest_queue", "route_balance", "random"])
+
+
+@pytest.fixture
+def deployed_bundle(tmp_path):
+    """`bundle` carrying the deployed routers too (JSQ still recommended)."""
+    return _bundle(tmp_path, ["join_shortest_queue", "route_balance", "random", *DEPLOYED])
+
+
+def _bundle(tmp_path, carried: list[str]):
     from routeforge.training.policies.evaluation import fleet_profiles
 
     settings = SimpleNamespace(queue_capacity=4, kv_capacity_tokens=50_000, train_load=0.9)
@@ -128,7 +141,7 @@ def bundle(tmp_path):
                        ["fast", "slow"])
     _learned_policy(tmp_path / "src" / "ddqn_workload_guided", profiles,
                     lambda seed: pool.requests(arrivals("poisson", 30, rate=3.0, seed=seed), seed=seed))
-    heuristics = export_heuristics(["join_shortest_queue", "route_balance", "random"], 2, tmp_path / "src")
+    heuristics = export_heuristics(carried, 2, tmp_path / "src")
     gate = {"recommended": "join_shortest_queue", "reason": "the learned policy loses", "objective": "qos_mean"}
     simulator = write_simulator(tmp_path / "src" / "simulator", tiers=["t-fast", "t-slow"], models=["fast", "slow"],
                                 instance_models=[0, 1], fits=FITS, settings=settings,
@@ -395,14 +408,47 @@ def test_dispatch_decides_one_request_from_live_instance_states(bundle):
         LiveState.from_vllm_metrics("process_cpu_seconds_total 3.0\n")
 
 
+def test_the_dispatcher_runs_the_deployed_routers_from_live_counts_and_its_own_prefix_index(deployed_bundle):
+    """Issue 60, item 4: llm-d, Dynamo and SGLang run in the `Dispatcher` as they run without KV
+    events: `/metrics` counts plus an index of what the dispatcher itself sent where. A prompt sent
+    again goes where its prefix now is; a new prompt goes by load; KV usage counts for llm-d."""
+    from routeforge.artifacts.dispatch import Dispatcher, LiveState, prompt_blocks
+
+    shared = "You are a careful assistant. Answer in one sentence. " * 6  # 318 characters: 4 blocks
+    first, second = prompt_blocks(shared + "What is 2+2?"), prompt_blocks(shared + "Name a colour.")
+    assert len(first) == 5 and first[:4] == second[:4] and first[4] != second[4]
+    assert prompt_blocks("x" * 63) == [] and len(prompt_blocks("x" * 64 * 300)) == 256
+    assert prompt_blocks("ab" * 64)[0] != prompt_blocks("ba" * 64)[0]
+    idle = [LiveState(1, 0, 0.1), LiveState(1, 0, 0.1)]
+    for name in DEPLOYED:
+        dispatcher = Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True), policy=name)
+        assert dispatcher.policy_name == name
+        def send(text, states, tokens):  # decide_prompt without a router: even estimates, the text's blocks
+            return dispatcher.decide(states, tokens, [0.5, 0.5], [20, 20], hash_ids=prompt_blocks(text),
+                                     block_tokens=16).instance
+
+        where = send(shared + "What is 2+2?", idle, 90)
+        again = send(shared + "Name a colour.", idle, 90)
+        assert again == where, name  # the shared prefix is cached where the first one went
+        # a prompt sharing nothing, with the instance that holds the prefix far busier: the other one
+        busy = [LiveState(30, 12, 0.9), LiveState(1, 0, 0.1)] if where == 0 else [LiveState(1, 0, 0.1),
+                                                                                      LiveState(30, 12, 0.9)]
+        assert send("z" * 200, busy, 50) == 1 - where, name
+    llm_d = Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True), policy="llm_d")
+    # equal queues, no prefix: the KV-utilisation scorer decides
+    assert llm_d.decide([LiveState(2, 0, 0.95), LiveState(2, 0, 0.2)], 50, [0.5, 0.5], [20, 20]).instance == 1
+    with pytest.raises(ValueError, match="block_tokens"):
+        llm_d.decide(idle, 50, [0.5, 0.5], [20, 20], hash_ids=[1, 2])
+
+
 @pytest.mark.timeout(900)
-def test_dispatch_against_a_vllm_servers_metrics(bundle, vllm_python, tmp_path):
+def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, tmp_path):
     """The dispatch call reads a real vLLM server's `/metrics` (its CPU build, on loopback) while
     requests run there, and sends the next request to the idle instance beside it."""
     import threading
 
     import requests as http
-    from routeforge.artifacts.dispatch import Dispatcher, LiveState
+    from routeforge.artifacts.dispatch import Dispatcher, LiveState, prompt_blocks
     from routeforge.core.config import RandomInitSource
     from routeforge.core.model_sources import build_random_init
     from routeforge.generation.local_server import vllm_serve
@@ -410,7 +456,7 @@ def test_dispatch_against_a_vllm_servers_metrics(bundle, vllm_python, tmp_path):
     from tests.conftest import VLLM_LLAMA
 
     model = build_random_init(RandomInitSource(**VLLM_LLAMA), tmp_path / "models")
-    dispatcher = Dispatcher(load_bundle(bundle, allow_unsigned=True))
+    dispatcher = Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True))
     with vllm_serve(model, tmp_path / "serve.log", vllm_python, dtype="float32", max_model_len=512,
                     gpu_memory_utilization=0.05, enforce_eager=True) as url:
         base = url.removesuffix("/v1")
@@ -433,7 +479,12 @@ def test_dispatch_against_a_vllm_servers_metrics(bundle, vllm_python, tmp_path):
                 break
             threading.Event().wait(0.1)
         decision = dispatcher.decide([busy, LiveState(0, 0)], 40, [0.5, 0.5], [64, 64])
+        # the deployed routers from the same scrape: no prefix is shared yet, so the load decides
+        deployed = {name: Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True), policy=name).decide(
+            [busy, LiveState(0, 0)], 40, [0.5, 0.5], [64, 64], hash_ids=prompt_blocks("hello " * 20), block_tokens=16)
+            for name in DEPLOYED}
         for t in threads:
             t.join(timeout=300)
     assert busy.running + busy.waiting >= 2 and 0 < busy.kv_usage <= 1
     assert decision.instance == 1 and decision.predicted_e2e_s > 0
+    assert {name: d.instance for name, d in deployed.items()} == {name: 1 for name in DEPLOYED}
