@@ -270,7 +270,8 @@ class Dispatcher:
                    "predicted_quality": quality[self.model_of].tolist()}
         if hash_ids:
             if not (isinstance(block_tokens, (int, np.integer)) and block_tokens >= 1):
-                raise ValueError(f"block_tokens: the tokens per block of hash_ids, a positive count, got {block_tokens!r}")
+                raise ValueError(f"block_tokens: the tokens per block of hash_ids, a positive count, "
+                                 f"got {block_tokens!r}")
             request |= {"hash_ids": list(hash_ids), "block_tokens": int(block_tokens)}
         if isinstance(self.policy, RoutingPolicy):
             choice = self._queue_state_choice(states, arrivals_per_s)

@@ -87,7 +87,8 @@ def main() -> None:
               "rate_rps": args.rate, "decisions": n, "wall_s": round(wall, 2), "achieved_rps": round(n / wall, 2),
               "decision_ms": {"p50": pct(decide_ms, 50), "p99": pct(decide_ms, 99), "max": pct(decide_ms, 100)},
               "encoder_ms": {"p50": pct(encode_ms, 50), "p99": pct(encode_ms, 99)},
-              "models_chosen": policies, "instances_chosen": dict(sorted(instances_chosen.items())), "cores": 1, "machine": platform.platform(),
+              "models_chosen": policies, "instances_chosen": dict(sorted(instances_chosen.items())), "cores": 1,
+              "machine": platform.platform(),
               "targets_ms": {"p50": 2.0, "p99": 5.0}, "routebalance_ms": 32.0}
     suffix = f"-{dispatcher.policy_name}" if args.policy else ""
     out = results_dir("dispatch_latency") / f"{bundle.manifest.name}{suffix}.json"
