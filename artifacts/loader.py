@@ -426,7 +426,7 @@ class RouterBundle:
 
     def recommended_policy_for(self, traffic_stats: dict[str, float], objective: str = "goodput") -> dict:
         """The policy the training run found best for traffic like `traffic_stats` (any of
-        `arrival_cv`, `prompt_mean`, `output_mean`, `load`) on `objective`: {policy, workload, load,
+        `arrival_cv`, `prompt_mean`, `output_mean`, `load`, `prefix_sharing`) on `objective`: {policy, workload, load,
         distance, used} (`artifacts.recommendation.recommend`). A bundle whose evaluation predates the
         per-traffic table raises, naming what it has."""
         from routeforge.artifacts.recommendation import recommend

@@ -13,7 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-STAT_KEYS = ("arrival_cv", "prompt_mean", "output_mean", "load")
+# prefix_sharing: the share of prompt blocks already sent earlier in the window (0 without block
+# hashes): where it is high, a cache-aware router wins; where 0, it may lose (docs/results.md)
+STAT_KEYS = ("arrival_cv", "prompt_mean", "output_mean", "load", "prefix_sharing")
 MIN_SPREAD = 0.1  # on the log1p scale: about 10%
 
 

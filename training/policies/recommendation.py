@@ -1,8 +1,9 @@
 """Which policy to use for which kind of traffic: the bundle's per-traffic recommendations.
 
 A router knows its traffic only by what it can count online: how bursty arrivals are (the
-coefficient of variation of the gaps between them), how long prompts and outputs run, and how busy
-the fleet is (the load). Every cell of the routing evaluation (a workload at a load) is one such
+coefficient of variation of the gaps between them), how long prompts and outputs run, how much of
+the prompts' blocks repeat earlier ones (prefix sharing, where the traffic carries block hashes),
+and how busy the fleet is (the load). Every cell of the routing evaluation (a workload at a load) is one such
 traffic; for each it records those statistics and, per objective, the best policy the bundle
 carries (`gate.rank_policies`: every offered request counted). The runtime
 (`artifacts.recommendation.recommend`) picks the nearest cell's policy for the statistics it sees.
@@ -32,7 +33,21 @@ def traffic_stats(requests: Sequence) -> dict[str, float]:
     output = np.array([float(np.nanmean(r.output_tokens)) for r in requests], dtype=float)
     return {"arrival_cv": float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else 0.0,
             "prompt_mean": float(prompt.mean()), "prompt_p90": float(np.percentile(prompt, 90)),
-            "output_mean": float(output.mean()), "output_p90": float(np.percentile(output, 90))}
+            "output_mean": float(output.mean()), "output_p90": float(np.percentile(output, 90)),
+            "prefix_sharing": prefix_sharing(requests)}
+
+
+def prefix_sharing(requests: Sequence) -> float:
+    """The share of the window's prompt blocks (`hash_ids`) already sent by an earlier request of
+    the window, in arrival order; 0 for traffic without block hashes (nothing known to be shared)."""
+    seen: set[int] = set()
+    blocks = repeated = 0
+    for request in sorted(requests, key=lambda r: r.arrival):
+        ids = getattr(request, "hash_ids", None) or ()
+        blocks += len(ids)
+        repeated += sum(1 for h in ids if h in seen)
+        seen.update(ids)
+    return repeated / blocks if blocks else 0.0
 
 
 def recommendation_table(rows: list[dict], stats: dict[tuple[str, float], dict[str, float]],

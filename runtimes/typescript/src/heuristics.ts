@@ -87,7 +87,7 @@ export class HeuristicPolicy {
   }
 }
 
-const STAT_KEYS = ["arrival_cv", "prompt_mean", "output_mean", "load"];
+const STAT_KEYS = ["arrival_cv", "prompt_mean", "output_mean", "load", "prefix_sharing"];
 const MIN_SPREAD = 0.1;
 const log1p = (v: number) => Math.log1p(Math.max(0, v));
 

@@ -147,6 +147,30 @@ def test_the_recommendation_by_traffic_picks_the_nearest_evaluated_traffic():
         recommend(table, {"burstiness": 2.0})
 
 
+def test_the_traffic_statistics_count_prefix_sharing_and_the_recommendation_keys_on_it():
+    """Issue 60, item 6: the share of prompt blocks an earlier request of the window already sent is
+    a statistic of the traffic (0 without hashes), and a bundle's table recommends by it: a
+    cache-aware router where prompts share prefixes, a load balancer where they do not."""
+    from routeforge.artifacts.recommendation import recommend
+    from routeforge.training.policies.recommendation import traffic_stats
+    from routeforge.training.policies.simulator.cluster import Request
+
+    def request(i, t, ids):
+        return Request(rid=i, arrival=t, prompt_tokens=16 * max(1, len(ids)), output_tokens=np.array([10.0]),
+                       quality=np.array([1.0]), hash_ids=tuple(ids))
+
+    shared = [request(0, 0.0, [1, 2, 3, 4]), request(1, 1.0, [1, 2, 3, 9]), request(2, 0.5, [1, 2, 7, 8])]
+    # in arrival order: 0 (4 new), 2 (1, 2 repeated), 1 (1, 2, 3 repeated): 5 of 12 blocks
+    assert traffic_stats(shared)["prefix_sharing"] == pytest.approx(5 / 12)
+    assert traffic_stats([request(0, 0.0, []), request(1, 1.0, [])])["prefix_sharing"] == 0.0
+    table = [{"workload": "trace", "stats": {"arrival_cv": 1.5, "load": 0.8, "prefix_sharing": 0.6},
+              "best": {"goodput": "llm_d"}},
+             {"workload": "trace", "stats": {"arrival_cv": 1.5, "load": 0.8, "prefix_sharing": 0.0},
+              "best": {"goodput": "earliest_available"}}]
+    assert recommend(table, {"arrival_cv": 1.4, "load": 0.8, "prefix_sharing": 0.5})["policy"] == "llm_d"
+    assert recommend(table, {"arrival_cv": 1.4, "load": 0.8, "prefix_sharing": 0.02})["policy"] == "earliest_available"
+
+
 def test_load_calibration_brackets_then_bisects_and_says_when_windows_cannot_load_the_fleet():
     from routeforge.training.policies.load import sustainable_rate
 
