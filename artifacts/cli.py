@@ -418,7 +418,8 @@ def latency(ref: str, tier: str | None, states: tuple[str, ...], as_json: bool, 
 @bundle.command()
 @click.argument("ref")
 @click.option("--traffic", "stats", multiple=True, metavar="NAME=VALUE",
-              help="A statistic of the traffic (arrival_cv, prompt_mean, output_mean, load, prefix_sharing); repeat it.")
+              help="A statistic of the traffic (arrival_cv, prompt_mean, output_mean, load, prefix_sharing); "
+                   "repeat it.")
 @click.option("--objective", default="goodput", show_default=True, help="The objective the choice is best on.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @signature_options
