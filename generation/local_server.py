@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -95,7 +95,7 @@ def transformers_serve(model_dir: Path, log: Path, device: str = "cpu", port: in
 def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "auto", max_model_len: int | None = None,
                gpu_memory_utilization: float = 0.9, enforce_eager: bool = False, port: int | None = None,
                timeout_s: float = 600, max_num_seqs: int = 16,
-               kv_cache_memory_bytes: int | None = None) -> Iterator[str]:
+               kv_cache_memory_bytes: int | None = None, extra_args: Sequence[str] = ()) -> Iterator[str]:
     """vLLM's OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`: the `vllm
     serve` console script fails under the CPU build's distribution name) for the model in
     `model_dir`, under `python` (the vLLM environment's interpreter; None: this one). Yields the base
@@ -115,6 +115,7 @@ def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "
         command += ["--max-model-len", str(max_model_len)]
     if enforce_eager:
         command.append("--enforce-eager")
+    command += list(extra_args)  # any other server flag (`--enable-prefix-caching`, `--block-size 16`)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,

@@ -458,7 +458,7 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
     model = build_random_init(RandomInitSource(**VLLM_LLAMA), tmp_path / "models")
     dispatcher = Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True))
     with vllm_serve(model, tmp_path / "serve.log", vllm_python, dtype="float32", max_model_len=512,
-                    gpu_memory_utilization=0.05, enforce_eager=True) as url:
+                    gpu_memory_utilization=0.05, enforce_eager=True, extra_args=["--enable-prefix-caching"]) as url:
         base = url.removesuffix("/v1")
         idle_text = http.get(f"{base}/metrics", timeout=30).text
         assert LiveState.from_vllm_metrics(idle_text).running == 0
@@ -485,6 +485,31 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
             for name in DEPLOYED}
         for t in threads:
             t.join(timeout=300)
+        check = _simulator_against(url, model, base)
     assert busy.running + busy.waiting >= 2 and 0 < busy.kv_usage <= 1
     assert decision.instance == 1 and decision.predicted_e2e_s > 0
     assert {name: d.instance for name, d in deployed.items()} == {name: 1 for name in DEPLOYED}
+    # the simulator, calibrated from this server's own batch profile, on the same 24 requests (a third
+    # of each prompt a block shared with others): both serve every one and find the same prefix hits
+    assert check["failed"] == 0 and check["simulated_served"] == check["compared"] == 24, check
+    assert check["measured_prefix_hit_rate"] > 0.15, check
+    assert abs(check["measured_prefix_hit_rate"] - check["simulated_prefix_hit_rate"]) < 0.1, check
+    assert all(np.isfinite(check[f"{k}_error"]) for k in ("ttft_mean", "ttft_p95", "e2e_mean", "e2e_p95"))
+
+
+def _simulator_against(url, model, base) -> dict:
+    """Issue 60, item 7's small version (benchmarks/simulator_vs_vllm.py is the whole one)."""
+    import requests as http
+    from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
+    from routeforge.training.policies.simulator.instance import InstanceProfile
+    from routeforge.training.policies.simulator.server_replay import ReplayRequest, replay_check, static_batches
+
+    vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
+    # blocks of 128 tokens: the CPU build's KV block, so a shared block is a cached one on both sides
+    rows = static_batches(url, str(model), [1, 4], [128, 384], 12, 128, vocab)
+    profile = InstanceProfile.from_fit(fit_tier([BatchMeasurement(**r) for r in rows]).to_dict(), max_running=16,
+                                       kv_capacity_tokens=512 * 16)
+    rng = np.random.default_rng(0)
+    requests = [ReplayRequest(0.25 * i, (10**6 + int(rng.integers(3)), 2 * i, 2 * i + 1), 12) for i in range(24)]
+    return replay_check(url, str(model), profile, requests, 128, vocab, salt=1,
+                        metrics=lambda: http.get(f"{base}/metrics", timeout=30).text)
