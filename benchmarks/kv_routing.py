@@ -5,6 +5,7 @@ where nothing is shared, the same windows with their hashes dropped.
 
     python -m benchmarks.kv_routing [--requests 1500] [--seeds 2] [--loads 0.5 0.8 0.95] [--quick]
     python -m benchmarks.kv_routing --pool llama-3.1-8b-instruct   # one model's replicas on mixed GPUs
+    python -m benchmarks.kv_routing --loads 0.8 --policies llm_d clairvoyant_ttft --no-control --name bound
 
 The fleet: configs/gpu_fleet.yaml's 12 instances, each tier's step model fitted to its
 LLM-Inference-Bench rows, each instance's KV capacity from its hardware and its model's
@@ -15,6 +16,12 @@ slo): E2E within 5 × its E2E alone on the idle instance that would serve it fas
 whole window offered at once, held at the router while every buffer is full, completions per second
 between the 10th and 90th percentile completion times).
 The trace carries no per-model quality, so quality-driven policies are not run here.
+
+`clairvoyant_ttft` (not a policy any runtime could run; issue 60's reference for the TTFT target):
+for each request it copies every instance as it is (queue, batch, prefix cache), runs each copy to
+completion with and without the request, true output lengths known, and sends the request where
+its own TTFT plus the delay it adds to the first tokens of the requests waiting there is least. It
+is greedy (future arrivals unseen), so it is a reference point, not a bound.
 Writes benchmarks/results/kv_routing/<name>.json and prints the table.
 """
 
@@ -75,11 +82,55 @@ def window(trace, n: int, rate: float, seed: int, n_models: int, shared: bool = 
             for k, t in enumerate(offsets)]
 
 
+def first_tokens(inst, extra=None) -> dict[int, float]:
+    """When every job on a copy of `inst` (its prefix cache copied too) gets its first token if it
+    runs with no further arrivals, `extra` (a Job) enqueued last; rejected jobs: infinity."""
+    import copy
+    import dataclasses
+    import math
+    from collections import deque
+
+    twin = dataclasses.replace(inst, waiting=deque(dataclasses.replace(j) for j in inst.waiting),
+                               running={rid: dataclasses.replace(j) for rid, j in inst.running.items()},
+                               finishes=list(inst.finishes), done=[], cache=copy.deepcopy(inst.cache))
+    if extra is not None:
+        twin.enqueue(extra, extra.enqueued)
+    twin.advance(math.inf)
+    return {j.rid: (math.inf if j.rejected else j.first_token) for j in twin.done}
+
+
+class ClairvoyantTtft:
+    """The module docstring's `clairvoyant_ttft`: least own TTFT plus first-token delay caused."""
+
+    def __init__(self):
+        self._without: dict[int, dict[int, float]] = {}
+
+    def assign(self, queue, cluster, now: float) -> list[int]:
+        return [self._choose(req, cluster, now) for req in queue]
+
+    def _choose(self, req, cluster, now: float) -> int:
+        from routeforge.training.policies.simulator.instance import Job
+
+        costs = []
+        for i, inst in enumerate(cluster.instances):
+            base = self._without.get(i)
+            if base is None or any(rid not in base for rid in list(inst.running) + [j.rid for j in inst.waiting]):
+                base = self._without[i] = first_tokens(inst)
+            job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now, hash_ids=req.hash_ids)
+            with_req = first_tokens(inst, job)
+            waiting = {j.rid for j in inst.waiting}
+            costs.append(with_req[req.rid] - now + sum(with_req[rid] - base[rid] for rid in waiting))
+        choice = min(range(len(costs)), key=costs.__getitem__)
+        self._without.pop(choice, None)
+        return choice
+
+
 def run(profiles, models, requests, policy: str, block_tokens: int):
     from routeforge.training.policies.simulator.baselines import BASELINES
     from routeforge.training.policies.simulator.cluster import Cluster
 
-    return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, BASELINES[policy]())
+    router = ClairvoyantTtft() if policy == "clairvoyant_ttft" else BASELINES[policy]()
+    return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, router)
 
 
 def saturation_rps(profiles, models, trace, n: int, seeds: int, n_models: int, block_tokens: int) -> float:
@@ -103,6 +154,8 @@ def main() -> None:
     p.add_argument("--loads", type=float, nargs="+", default=[0.5, 0.8, 0.95])
     p.add_argument("--slo-scale", type=float, default=5.0)
     p.add_argument("--name", default=None, help="the result file's name (default: from the fleet and pool)")
+    p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=[*POLICIES, "clairvoyant_ttft"])
+    p.add_argument("--no-control", action="store_true", help="skip the windows with their hashes dropped")
     args = p.parse_args()
     if args.quick:
         args.requests, args.seeds, args.loads = 200, 2, [0.8]
@@ -122,9 +175,9 @@ def main() -> None:
     print(f"{len(profiles)} instances; throughput at saturation {saturation:.2f} req/s; "
           f"SLO: {slo.describe()}", flush=True)
     rows = []
-    for shared in (True, False):
+    for shared in (True,) if args.no_control else (True, False):
         for load in args.loads:
-            for policy in POLICIES:
+            for policy in args.policies:
                 runs, wall = [], 0.0
                 for seed in range(args.seeds):
                     requests = window(trace, args.requests, load * saturation, seed, n_models, shared)
