@@ -78,7 +78,7 @@ def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_
     """001's observation from telemetry. Each instance dict: max_running, kv_utilization, and the
     running requests as a list of {prompt_tokens, predicted_output_tokens, generated_tokens}, plus
     the current TPOT estimate `tpot_s` (and `waiting` for the baseline variant, or where the spec's
-    per-instance features list it)."""
+    per-instance features list it; `full`, whether its waiting queue is full, where they list that)."""
     obs = [router_queue / 10.0, prompt_tokens / 1000.0, float(predicted_output_tokens > spec["decode_split_tokens"])]
     if len(instances) != spec["instances"]:
         raise ValueError(f"{len(instances)} instances given, the policy was trained for {spec['instances']}")
@@ -96,6 +96,8 @@ def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_
                 1.0 - inst["kv_utilization"], (min(left) * inst["tpot_s"] / 10.0) if left else 0.0]
         if "waiting" in spec["per_instance"]:  # specs written before the option lack it
             obs.append(inst["waiting"] / scale)
+        if "full" in spec["per_instance"]:  # its waiting queue is full: a policy that masks it never sends there
+            obs.append(1.0 if inst.get("full") else 0.0)
     return np.asarray(obs, dtype=np.float32)
 
 

@@ -77,6 +77,10 @@ class DdqnSettings(_FromTeacher):
     # ones only, so a request queued behind a full batch is invisible and JSQ cannot be imitated);
     # false gives 001's 27 values
     observe_waiting: bool = True
+    # a departure from 001: each instance's row also says whether its waiting queue is full, and the
+    # network's Q value for routing there is masked (a request sent to a full queue is rejected: the
+    # unmasked DDQN rejected a fifth of the reference fleet's requests); exported in the ONNX graph
+    mask_full: bool = True
     # judged by the clone's return: in 001's setting RouteBalance's own return leads JSQ's, but
     # the network imitates it in a third of the states and JSQ in two thirds (docs/results.md)
     teacher_choice: Literal["return", "clone"] = "clone"

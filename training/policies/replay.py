@@ -62,7 +62,8 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
         return run_episode(env, policy.act, seed)
     env = WorkloadAwareEnv(profiles, workload, variant=obs_spec["variant"], models=models,
                            wait_action=policy.spec["action"]["n"] > obs_spec["instances"],
-                           observe_waiting="waiting" in obs_spec["per_instance"])
+                           observe_waiting="waiting" in obs_spec["per_instance"],
+                           observe_full="full" in obs_spec["per_instance"])
     return run_episode(env, policy.act, seed)
 
 

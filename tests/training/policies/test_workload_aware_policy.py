@@ -106,3 +106,40 @@ def test_observe_waiting_shows_each_instances_queue_and_old_specs_keep_their_siz
     plain = WorkloadAwareEnv([PROFILE] * 4, _workload(), variant="aware")
     old = observation_workload_aware(0, 100, 50.0, env.telemetry(), plain.observation_spec())
     assert old.shape == (27,)
+
+
+def test_the_ddqn_masks_full_instances_in_training_and_in_its_exported_graph(tmp_path):
+    """Issue 60, item 5 (a departure from 001): each instance's row says whether its waiting queue is
+    full, and the DDQN's Q value for routing there is masked. Before, on the reference fleet, the
+    DDQN sent a fifth of its requests to full queues; here, with buffers of 2 and traffic far above
+    what four instances serve, the masked policy rejects none for a full buffer, trained or exported."""
+    from routeforge.training.policies.learned.ddqn_workload_guided.model import MASKED_Q, MaskFull, full_flags
+    from routeforge.training.policies.rl.networks import mlp
+    from routeforge.training.policies.simulator.instance import BUFFER_FULL
+
+    small = InstanceProfile(prefill_intercept_s=0.01, prefill_s_per_token=1e-4, decode_w_s=0.02,
+                            decode_h_s_per_token=1e-5, max_running=2, kv_capacity_tokens=50_000, buffer=2)
+    env = WorkloadAwareEnv([small] * 4, _workload(n=80, rate=200.0), variant="guided", observe_waiting=True,
+                           observe_full=True)
+    spec = env.observation_spec()
+    flags = full_flags(spec)
+    assert spec["per_instance"][-1] == "full" and spec["size"] == 3 + 8 * 4 and flags == [3 + 7, 3 + 15, 3 + 23, 3 + 31]
+    net = MaskFull(mlp(spec["size"], 5, (16,)), flags)
+    obs = np.zeros(spec["size"], dtype=np.float32)
+    obs[flags[0]] = obs[flags[2]] = 1.0
+    import torch
+
+    q = net(torch.as_tensor(obs)).detach().numpy()
+    assert q[0] == q[2] == MASKED_Q and (q[[1, 3, 4]] > MASKED_Q).all()
+    info = train_ddqn(env, DdqnSettings(episodes=2, batch_size=32, warmup_steps=50, eps_decay_steps=100, teacher=None),
+                      log=lambda m: None)
+    trained = run_episode(env, greedy(info.network), seed=7)
+    assert not any(o.reason == BUFFER_FULL for o in trained)
+    export_policy(info.network, tmp_path / "policy", spec, env.action_spec(), np.stack([obs]))
+    policy = RoutingPolicy.load(tmp_path / "policy")
+    assert policy.act(obs) not in (0, 2)  # the mask is in the ONNX graph: any runtime keeps it
+    served = run_episode(env, policy.act, seed=8)
+    assert not any(o.reason == BUFFER_FULL for o in served)
+    # the same policy without the mask, on the same traffic, does send requests to full queues
+    unmasked = run_episode(env, greedy(info.network.net), seed=8)
+    assert any(o.reason == BUFFER_FULL for o in unmasked)

@@ -6,7 +6,9 @@ Observation (3 + 6·m; 27 for 4 instances), normalised as written in `observatio
 - per instance: running requests with short / long prompts, with short / long predicted outputs,
   free KV-cache share, and the estimated time until its earliest running request completes.
   With `observe_waiting` also its waiting requests (3 + 7·m): an addition to 001, whose
-  observation cannot tell an instance with a queue behind a full batch from one without.
+  observation cannot tell an instance with a queue behind a full batch from one without. With
+  `observe_full` also whether its waiting queue is full (a request sent there is rejected), which
+  the DDQN masks (`DdqnSettings.mask_full`, `ddqn_workload_guided.model.MaskFull`).
 The "baseline RL" variant sees only the queue length, the next prompt and each instance's running
 and waiting counts (3 + 2·m).
 
@@ -50,7 +52,7 @@ class WorkloadAwareEnv(gym.Env):
     def __init__(self, profiles: list[InstanceProfile], workload, variant: str = "guided",
                  decision_interval_s: float = 0.02, alpha: float = 0.5, epsilon_s: float = 0.1,
                  guidance_scale: float = 10.0, models: list[int] | None = None, reward: str = "completion",
-                 wait_action: bool = True, observe_waiting: bool = False):
+                 wait_action: bool = True, observe_waiting: bool = False, observe_full: bool = False):
         """`workload(seed) -> list[Request]` gives a fresh episode's requests; `models[i]` is instance
         i's model (an index into the requests' label arrays; default 0 everywhere).
         `observe_waiting` adds each instance's waiting requests to the aware / guided observation
@@ -66,7 +68,8 @@ class WorkloadAwareEnv(gym.Env):
         self.m = len(profiles)
         self.guidance = 1.0 if variant == "guided" else 0.0
         self.observe_waiting = observe_waiting and variant != "baseline"  # the baseline's has it already
-        size = 3 + (2 if variant == "baseline" else 6 + int(self.observe_waiting)) * self.m
+        self.observe_full = observe_full and variant != "baseline"
+        size = 3 + (2 if variant == "baseline" else 6 + int(self.observe_waiting) + int(self.observe_full)) * self.m
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
         self.wait_action = wait_action
         self.action_space = gym.spaces.Discrete(self.m + int(wait_action))  # m instances, then wait
@@ -76,7 +79,8 @@ class WorkloadAwareEnv(gym.Env):
     def observation_spec(self) -> dict:
         per = (["running", "waiting"] if self.variant == "baseline" else
                ["running_short_prompt", "running_long_prompt", "running_short_decode", "running_long_decode",
-                "free_kv_share", "earliest_completion_s"] + (["waiting"] if self.observe_waiting else []))
+                "free_kv_share", "earliest_completion_s"] + (["waiting"] if self.observe_waiting else [])
+               + (["full"] if self.observe_full else []))
         return {"size": int(self.observation_space.shape[0]), "variant": self.variant,
                 "global": ["router_queue / 10", "next_prompt_tokens / 1000", "next_decode_bucket"],
                 "per_instance": per, "instances": self.m,
@@ -160,6 +164,7 @@ class WorkloadAwareEnv(gym.Env):
                        for j in inst.running.values()]
             out.append({"max_running": inst.profile.max_running, "kv_utilization": inst.kv_utilization(),
                         "tpot_s": inst.profile.nominal_tpot(inst.context_tokens), "waiting": inst.n_waiting,
+                        "full": inst.profile.buffer is not None and inst.n_waiting >= inst.profile.buffer,
                         "running": running})
         return out
 

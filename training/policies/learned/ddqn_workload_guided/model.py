@@ -1,5 +1,6 @@
 """The DDQN's per-instance Q network (`DdqnSettings.network: per_instance`), for environments whose
-observation is global + per-instance rows: what is learned about one instance holds for all."""
+observation is global + per-instance rows: what is learned about one instance holds for all; and
+`MaskFull`, which keeps it from routing to an instance whose waiting queue is full."""
 
 from __future__ import annotations
 
@@ -28,3 +29,33 @@ class PerInstanceQ(nn.Module):
         if self.hold is not None:
             q = torch.cat([q, self.hold(torch.cat([glob, per.mean(1)], 1))], 1)
         return q[0] if squeeze else q
+
+
+MASKED_Q = -1e9  # the Q value of routing to a full instance: below any the network can learn
+
+
+class MaskFull(nn.Module):
+    """Q values of `net` with routing to each instance whose observation row says `full` set to
+    `MASKED_Q`, so the greedy action, the double-DQN target's argmax and the exported ONNX graph all
+    skip full instances (a departure from 001, whose DDQN learns to avoid them and, on the reference
+    fleet, sent a fifth of the requests to full queues). `full_index[i]`: where instance i's flag is
+    in the flat observation."""
+
+    def __init__(self, net: nn.Module, full_index: list[int]):
+        super().__init__()
+        self.net = net
+        self.register_buffer("full_index", torch.as_tensor(full_index, dtype=torch.long))
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        q = self.net(observation)
+        full = observation.index_select(-1, self.full_index) > 0.5
+        routes = torch.where(full, torch.full_like(full, MASKED_Q, dtype=q.dtype), q[..., :full.shape[-1]])
+        return torch.cat([routes, q[..., full.shape[-1]:]], -1)
+
+
+def full_flags(spec: dict) -> list[int] | None:
+    """Where each instance's `full` flag is in the flat observation of `spec` (None: not observed)."""
+    per = spec.get("per_instance")
+    if not isinstance(per, list) or "full" not in per:  # another environment, or one without the flag
+        return None
+    return [len(spec["global"]) + i * len(per) + per.index("full") for i in range(spec["instances"])]

@@ -16,7 +16,8 @@ class DdqnWorkloadGuided(LearnedPolicy):
 
     def environment(self, setting, workload):
         return WorkloadAwareEnv(setting.profiles, workload, variant="guided", models=setting.models,
-                                observe_waiting=setting.evaluation.ddqn.observe_waiting)
+                                observe_waiting=setting.evaluation.ddqn.observe_waiting,
+                                observe_full=setting.evaluation.ddqn.mask_full)
 
     def fit(self, setting, env, workload, log):
         return train_ddqn(env, seeded(setting.evaluation.ddqn, setting.evaluation), log=log)

@@ -37,7 +37,12 @@ from routeforge.training.policies.rl.rollout import TrainerRun
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> TrainerRun:
     """Returns the trained Q network (obs → Q values) and the learning curve per episode."""
     import torch
-    from routeforge.training.policies.learned.ddqn_workload_guided.model import PerInstanceQ
+    from routeforge.training.policies.learned.ddqn_workload_guided.model import (
+        MASKED_Q,
+        MaskFull,
+        PerInstanceQ,
+        full_flags,
+    )
     from routeforge.training.policies.rl.networks import mlp
     from routeforge.training.policies.rl.rollout import (
         BestRound,
@@ -65,7 +70,12 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
             return mlp(n_obs, n_actions, settings.hidden)
         raise ValueError(f"DdqnSettings.network: {settings.network!r} is not mlp or per_instance")
 
-    net = make_net()
+    flags = full_flags(env.observation_spec())
+
+    def masked_net():  # `DdqnSettings.mask_full`: the network never routes to a full instance
+        return make_net() if flags is None else MaskFull(make_net(), flags)
+
+    net = masked_net()
     actor = QValueActor(net, in_keys=["observation"], spec=OneHot(n_actions))
     loss = DQNLoss(actor, double_dqn=True, delay_value=True, action_space="one-hot", loss_function="smooth_l1")
     updater = SoftUpdate(loss, tau=settings.target_tau)
@@ -83,7 +93,7 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
         updater.step()
         return float(value.detach())
 
-    student = (Student(make_net, settings.demo_episodes, settings.pretrain_steps, settings.seed,
+    student = (Student(masked_net, settings.demo_episodes, settings.pretrain_steps, settings.seed,
                        settings.learning_rate, settings.batch_size)
                if settings.teacher_choice == "clone" else None)
     teacher, teacher_scores = resolve_teacher(env, settings.teacher, settings.seed, log, student)
@@ -132,8 +142,10 @@ def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) 
                 settings.eps_end, settings.eps_start - (settings.eps_start - settings.eps_end) * steps
                 / settings.eps_decay_steps)
             with torch.no_grad():
-                best = net(torch.as_tensor(observations)).argmax(1).tolist()
-            return [int(rng.integers(n_actions)) if rng.random() < eps else a for a in best]
+                q = net(torch.as_tensor(observations))
+            allowed = (q > MASKED_Q / 2).numpy()  # exploration, too, never routes to a full instance
+            return [int(rng.choice(np.flatnonzero(ok))) if rng.random() < eps else a
+                    for a, ok in zip(q.argmax(1).tolist(), allowed)]
 
         def after_step(rows) -> None:
             nonlocal steps, updates
