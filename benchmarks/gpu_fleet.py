@@ -143,7 +143,7 @@ def main() -> None:
     out = results_dir("gpu_fleet")
     if args.replay_only:
         result = json.loads((out / f"{name}.json").read_text())
-        report = json.loads((state / name / "reports" / "routing" / "routing_evaluation.json").read_text())
+        report = json.loads(_report(config, state).read_text())
         result |= {k: report.get(k) for k in ("train_workloads", "recommendations", "transfer")}
     else:
         result = _pipeline(config, state, env, name, out)
@@ -158,6 +158,13 @@ def main() -> None:
     print(f"gpu_fleet: results in {out / (name + '.json')}")
 
 
+def _report(config: Path, state: Path) -> Path:
+    """The routing evaluation's report under the fleet's storage root as the run resolved it in
+    `state` (not under the fleet's name: a copy of the file with another name keeps its root)."""
+    root = yaml.safe_load(config.read_text())["storage_root"].replace("${ROUTEFORGE_STATE}", str(state))
+    return Path(os.path.expandvars(root)) / "reports" / "routing" / "routing_evaluation.json"
+
+
 def _pipeline(config: Path, state: Path, env: dict, name: str, out: Path) -> dict:
     """The pipeline on the fleet, timed, and what its routing evaluation found."""
     start = time.perf_counter()
@@ -169,7 +176,7 @@ def _pipeline(config: Path, state: Path, env: dict, name: str, out: Path) -> dic
         raise SystemExit(f"the pipeline failed ({run.returncode}); log: {state / 'run.log'}\n{run.stderr[-3000:]}")
     timings = {line.split()[0]: float(line.split()[-1].rstrip("s")) for line in run.stdout.splitlines()
                if line.startswith("  ") and line.rstrip().endswith("s") and len(line.split()) == 2}
-    report_path = state / name / "reports" / "routing" / "routing_evaluation.json"
+    report_path = _report(config, state)
     report = json.loads(report_path.read_text())
     table = [{"policy": r["policy"], "workload": r["workload"], "load": r["load"],
               **{k: r.get(k) for k in SHOWN}, **{f"{k}_std": r.get(f"{k}_std") for k in SHOWN[:4]}}
