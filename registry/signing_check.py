@@ -52,8 +52,15 @@ def signing_key_problem(tracking_uri: str, model_name: str, private_key: Path) -
     key the registry's versions carry is neither that key nor one retired beside it), with the fix;
     None when it can."""
     import mlflow
+    from routeforge.registry.store import registry_lock, sqlite_file
 
-    found = signed_by(mlflow.MlflowClient(tracking_uri), model_name)
+    local = sqlite_file(tracking_uri)
+    if local is not None and not local.is_file():
+        return None  # no store yet, so no version to be gated against (and a check never makes one)
+    # MLflow migrates a SQLite store's tables on first open: under the lock registration takes, so a
+    # pipeline starting beside another that is creating the store does not race it
+    with registry_lock(tracking_uri):
+        found = signed_by(mlflow.MlflowClient(tracking_uri), model_name)
     if found is None:
         return None
     version, kid = found

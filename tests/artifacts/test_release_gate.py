@@ -294,7 +294,7 @@ def test_a_lost_key_is_said_before_training_and_after_a_rotation_the_gate_goes_o
     from routeforge.registry.signing_check import signing_key_problem
 
     registry, register, key, root = world
-    champion = registry.champion_version() or register(1.0, seed=4)
+    champion = registry.champion_version() or register(0.95, seed=4)
     if registry.champion_version() is None:
         assert gate(registry, champion, f"{key}.pub", root / "w-first").promote
     old_id = key_id(load_public_key(Path(f"{key}.pub")))
@@ -320,7 +320,7 @@ def test_a_lost_key_is_said_before_training_and_after_a_rotation_the_gate_goes_o
     assert (key.parent / "retired" / f"{old_id}.pub").is_file()
     assert signing_key_problem(registry.tracking_uri, registry.name, key) is None
 
-    after = register(1.0, seed=5)  # signed by the key made by the rotation
+    after = register(0.9, seed=5)  # content of its own, signed by the key made by the rotation
     decision = gate(registry, after, f"{key}.pub", root / "w-rotated")
     assert not any("does not verify" in r for r in decision.reasons), decision.reasons
     assert decision.champion_version == champion and decision.champion  # the champion was verified and scored
