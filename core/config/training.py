@@ -130,6 +130,17 @@ class TraceSettings(_Strict):
     timestamp_unit: Literal["datetime", "s", "ms", "us"] = "datetime"
     prompt_tokens: str = "ContextTokens"  # the column holding each request's prompt tokens
     output_tokens: str = "GeneratedTokens"  # the column holding each request's output tokens
+    # the column of each prompt's block ids (Mooncake's `hash_ids`): the `trace` workload then replays
+    # the trace's own token counts and shared prefixes, and the simulated instances cache blocks
+    hash_ids: str | None = None
+    block_tokens: int | None = Field(default=None, ge=1)  # tokens per hashed block (Mooncake's: 512)
+
+    @model_validator(mode="after")
+    def _blocks_have_a_size(self) -> TraceSettings:
+        if self.hash_ids is not None and self.block_tokens is None:
+            raise ValueError(f"hash_ids {self.hash_ids!r} needs block_tokens, the tokens per block "
+                             "(Mooncake's trace: 512)")
+        return self
 
 
 WorkloadKind = Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace", "traffic"]

@@ -35,12 +35,19 @@ from routeforge.training.policies.simulator.instance import FIT_FLOORS, Instance
 from routeforge.training.policies.simulator.metrics import NOT_SERVED, mean_std, summarize
 from routeforge.training.policies.simulator.qos_graph_env import qos
 from routeforge.training.policies.simulator.slo import Slo, settings_slo
-from routeforge.training.policies.simulator.traces import TraceColumns, read_trace, trace_window
+from routeforge.training.policies.simulator.traces import (
+    BlockTrace,
+    TraceColumns,
+    read_block_trace,
+    read_trace,
+    trace_window,
+)
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 
 # the papers' three, trained unless `policies` lists others; ppo_queue_bias when named
 METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
-           "e2e_p99_offered_s", "e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "tpot_mean_s",
+           "e2e_p99_offered_s", "e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s",
+           "ttft_p95_offered_s", "ttft_p99_offered_s", "tpot_mean_s", "prefix_hit_rate",
            "quality_mean", "qos_mean", "slo_attainment", "cost_usd_per_request", "served", "dropped", "rejected",
            *NOT_SERVED.values())
 
@@ -120,15 +127,37 @@ def traffic_workload(pool: RequestPool, traffic: Traffic, rate: float, n: int):
     return replay
 
 
+def block_trace_workload(pool: RequestPool, trace: BlockTrace, rate: float, n: int):
+    """seed → one window of a trace with block hashes (Mooncake's format): its arrivals (rescaled to
+    mean `rate`), its prompt and output token counts and its prompts' block ids, so the simulated
+    instances' prefix caches see what the trace shares; quality labels as `traffic_workload`'s."""
+    if len(trace.times) < n + 1:
+        raise ValueError(f"training.routing_evaluation.trace: {len(trace.times)} rows, fewer than requests = {n}")
+
+    window = traffic_workload(pool, Traffic(trace.times, trace.prompt_tokens, trace.output_tokens), rate, n)
+
+    def replay(seed: int):
+        start, _ = trace_window(trace.times, n, rate, seed)  # the window `window` replays
+        requests = list(window(seed))
+        for request, ids in zip(requests, trace.hash_ids[start:start + n]):
+            request.hash_ids = tuple(ids)
+        return requests
+
+    return replay
+
+
 def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: np.ndarray | None,
-                     traffic: Traffic | None = None):
+                     traffic: Traffic | None = None, blocks: BlockTrace | None = None):
     """seed → requests for one of the evaluation workloads at mean `rate`; `times` are the trace's
-    arrival offsets (read once by `read_trace`), `traffic` the fleet's own requests."""
+    arrival offsets (read once by `read_trace`), `traffic` the fleet's own requests, `blocks` the
+    trace with its block ids where it has them (the `trace` workload then replays it whole)."""
     if kind == "traffic":
         if traffic is None:
             raise ValueError("training.routing_evaluation: the 'traffic' workload needs traffic logs "
                              "(training.routing_evaluation.traffic_logs, or a traffic_log dataset)")
         return traffic_workload(pool, traffic, rate, n)
+    if kind == "trace" and blocks is not None:
+        return block_trace_workload(pool, blocks, rate, n)
     if kind == "trace":
         if times is None:
             raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace file")
@@ -229,9 +258,17 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
     trace = trace_source(settings.trace)
     times, quarantine = None, quarantine if quarantine is not None else Quarantine("routing_evaluation")
+    blocks, block_tokens = None, None
     use_trace_lengths = settings.lengths == "trace" or (settings.lengths == "auto" and not pool.has_lengths)
     if trace is not None and ("trace" in settings.workloads or use_trace_lengths):
-        times, trace_prompt, trace_output = read_trace(trace[0], columns=trace[1], quarantine=quarantine)
+        if trace[1].hash_ids is not None:  # Mooncake's format: token counts and shared prefixes too
+            blocks = read_block_trace(trace[0], columns=trace[1], quarantine=quarantine)
+            times, trace_prompt, trace_output = blocks.times, blocks.prompt_tokens, blocks.output_tokens
+            block_tokens = blocks.block_tokens
+            log(f"trace {trace[0].name}: {blocks.repeated_block_share():.0%} of prompt blocks repeat an earlier "
+                f"one; instances cache {block_tokens}-token blocks")
+        else:
+            times, trace_prompt, trace_output = read_trace(trace[0], columns=trace[1], quarantine=quarantine)
         if len(quarantine):
             log(f"warning: trace {trace[0].name}: {len(quarantine)} rows quarantined "
                 f"(first: {quarantine.rows[0]['row']}: {quarantine.rows[0]['reason']})")
@@ -258,8 +295,9 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     def calibrate(kind: str) -> LoadCalibration:
         """The rate this workload's arrivals sustain on the fleet (`training.policies.load`)."""
         return calibrate_on(profiles, models, lambda rate, seed: workload_factory(kind, pool, rate, n, times,
-                                                                                  traffic)(seed),
-                            estimate, seeds, slo, settings.load_basis, log=lambda line: log(f"{kind}: {line}"))
+                                                                                  traffic, blocks)(seed),
+                            estimate, seeds, slo, settings.load_basis, block_tokens=block_tokens,
+                            log=lambda line: log(f"{kind}: {line}"))
 
     calibrations = {kind: calibrate(kind) for kind in dict.fromkeys(["poisson", *workloads])}
     capacity = calibrations["poisson"].rate_rps
@@ -269,8 +307,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     for kind in families:
         if kind not in calibrations:
             calibrations[kind] = calibrate(kind)
-    factories = [workload_factory(kind, pool, settings.train_load * calibrations[kind].rate_rps, n, times, traffic)
-                 for kind in families]
+    factories = [workload_factory(kind, pool, settings.train_load * calibrations[kind].rate_rps, n, times, traffic,
+                                  blocks) for kind in families]
 
     def train_workload(seed: int):
         return factories[seed % len(factories)](seed)
@@ -286,7 +324,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                        "episodes")
     for kind in workloads:
         for load in settings.loads:
-            workload = workload_factory(kind, pool, load * calibrations[kind].rate_rps, n, times, traffic)
+            workload = workload_factory(kind, pool, load * calibrations[kind].rate_rps, n, times, traffic, blocks)
             windows = [traffic_stats(workload(seed)) for seed in seeds]
             stats[(kind, load)] = {k: float(np.mean([w[k] for w in windows])) for k in windows[0]}
             for name in wanted:
@@ -297,7 +335,10 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         act = policy.actor(trained[name].run.network, seed, settings)
                         outcomes = run_episode(policy.environment(setting, workload), act, seed)
                     else:
-                        outcomes = Cluster(profiles, models=models).run(workload(seed), BASELINES[name]())
+                        # a block trace's prefixes are cached by the baselines' instances; the learned
+                        # policies' environments do not model the cache yet (issue 60)
+                        outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(
+                            workload(seed), BASELINES[name]())
                     runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))
                     episodes.advance(detail=f"({kind} at {load:.0%} load, {name})")
                 row = {"policy": name, "workload": kind, "load": load}

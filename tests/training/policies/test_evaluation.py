@@ -182,3 +182,30 @@ def test_load_calibration_brackets_then_bisects_and_says_when_windows_cannot_loa
     assert not short.bounded and short.rate_rps == 5.0 and "too short to load the fleet" in lines[0]
     with pytest.raises(ValueError, match="rejects at any load"):
         sustainable_rate(lambda r: (0.5, 0.5), estimate_rps=5.0)
+
+
+def test_a_trace_with_block_hashes_is_replayed_whole_and_cached_by_the_simulated_instances(tmp_path, shared_data):
+    """Issue 60, item 3 in the pipeline: a Mooncake-format trace as the `trace` workload carries its
+    own token counts and block ids; the baselines' instances cache blocks, so a prefix-aware router
+    finds hits, and the traffic's prefix sharing is among the recommendation's statistics."""
+    from routeforge.core.config.training import TraceSettings
+
+    lines = (shared_data / "traces" / "mooncake_synthetic_trace.jsonl").read_text().splitlines()[:400]
+    (tmp_path / "mooncake.jsonl").write_text("\n".join(lines) + "\n")
+    trace = TraceSettings(path=tmp_path / "mooncake.jsonl", format="jsonl", timestamp="timestamp", timestamp_unit="ms",
+                          prompt_tokens="input_length", output_tokens="output_length", hash_ids="hash_ids",
+                          block_tokens=512)
+    with pytest.raises(ValueError, match="needs block_tokens"):
+        TraceSettings(path=tmp_path / "mooncake.jsonl", hash_ids="hash_ids")
+    settings = RoutingEvaluationSettings(enabled=True, loads=[0.8], workloads=["trace"], requests=150, seeds=2,
+                                         queue_capacity=8, trace=trace, policies=["join_shortest_queue", "llm_d"])
+    said = []
+    evaluation = evaluate_routing(_pool(), FITS, [0, 1], np.zeros((2, 2)), settings, tmp_path, log=said.append)
+    report = json.loads(strict_json.dumps(evaluation.report(), default=float))
+    rows = {r["policy"]: r for r in report["rows"]}
+    assert set(rows) == {"join_shortest_queue", "llm_d"}
+    assert rows["llm_d"]["prefix_hit_rate"] > 0 and rows["llm_d"]["prefix_hit_rate"] >= rows["join_shortest_queue"]["prefix_hit_rate"]
+    assert any("of prompt blocks repeat an earlier one" in line for line in said)
+    assert report["recommendations"][0]["stats"]["prefix_sharing"] > 0
+    with pytest.raises(ValueError, match="needs a trace file"):  # no trace at all: refused, as before
+        workload_factory("trace", _pool(), 5.0, 40, None, blocks=None)
