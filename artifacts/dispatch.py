@@ -52,6 +52,7 @@ WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 DEFAULT_OUTPUT_TOKENS = 128.0
 BLOCK_CHARS, MAX_BLOCKS = 64, 256  # llm-d's approximate prefix scorer's defaults
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)")
 
 
 def prompt_blocks(text: str, block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS) -> list[int]:
@@ -67,7 +68,6 @@ def prompt_blocks(text: str, block_chars: int = BLOCK_CHARS, max_blocks: int = M
         ids.append(int.from_bytes(digest, "big") >> 1)
         previous = digest
     return ids
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)")
 
 
 def parse_gauges(text: str, names: Sequence[str]) -> dict[str, float]:
@@ -146,9 +146,9 @@ class Dispatcher:
         self.instances = sim["instances"]
         self.models: list[str] = sim["models"]
         self.max_running = int(sim["queue_capacity"])
-        self.kv_capacity = float(sim["kv_capacity_tokens"])
-        # each instance's own KV tokens where the fleet file gave its hardware (`profiling.kv_capacity`)
-        self.kv_tokens = np.array([float((i.get("limits") or {}).get("kv_capacity_tokens") or self.kv_capacity)
+        # each instance's own KV tokens where the fleet file gave its hardware (`profiling.kv_capacity`),
+        # else the evaluation's one figure for all
+        self.kv_tokens = np.array([float((i.get("limits") or {}).get("kv_capacity_tokens") or sim["kv_capacity_tokens"])
                                    for i in self.instances])
         fits = [i["fit"] for i in self.instances]
         self.prefill_c = np.array([max(0.0, f["prefill_intercept_s"]) for f in fits])
@@ -169,12 +169,12 @@ class Dispatcher:
         if chosen is not None and not chosen.startswith("policy--"):
             chosen = f"policy--{chosen}"
         if chosen is not None and chosen not in carried:
-            if name is not None and chosen.removeprefix("policy--") in HEURISTICS:
+            heuristic = chosen.removeprefix("policy--")
+            if name is not None and heuristic in HEURISTICS:
                 # a registered heuristic the evaluation did not run (a deployed router, say): its
                 # documented defaults over this bundle's instances
                 self.notes = (f"{name} is not carried by the bundle: run with its registered defaults",)
-                return chosen.removeprefix("policy--"), HeuristicPolicy.from_spec(
-                    heuristic_spec(chosen.removeprefix("policy--"), len(self.instances)))
+                return heuristic, HeuristicPolicy.from_spec(heuristic_spec(heuristic, len(self.instances)))
             raise KeyError(f"policy {chosen!r} is not in bundle {self.bundle.manifest.name} "
                            f"(it carries {sorted(carried)})")
         if chosen is not None and carried[chosen].config.get("policy_kind") != "heuristic":

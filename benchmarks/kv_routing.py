@@ -17,7 +17,8 @@ whole window offered at once, held at the router while every buffer is full, com
 between the 10th and 90th percentile completion times).
 The trace carries no per-model quality, so quality-driven policies are not run here.
 
-`clairvoyant_ttft` (not a policy any runtime could run; issue 60's reference for the TTFT target):
+`clairvoyant_ttft` (`routing_headroom.ClairvoyantLookahead(at="first_token")`; not a policy any
+runtime could run; issue 60's reference for the TTFT target):
 for each request it copies every instance as it is (queue, batch, prefix cache), runs each copy to
 completion with and without the request, true output lengths known, and sends the request where
 its own TTFT plus the delay it adds to the first tokens of the requests waiting there is least. It
@@ -82,54 +83,13 @@ def window(trace, n: int, rate: float, seed: int, n_models: int, shared: bool = 
             for k, t in enumerate(offsets)]
 
 
-def first_tokens(inst, extra=None) -> dict[int, float]:
-    """When every job on a copy of `inst` (its prefix cache copied too) gets its first token if it
-    runs with no further arrivals, `extra` (a Job) enqueued last; rejected jobs: infinity."""
-    import copy
-    import dataclasses
-    import math
-    from collections import deque
-
-    twin = dataclasses.replace(inst, waiting=deque(dataclasses.replace(j) for j in inst.waiting),
-                               running={rid: dataclasses.replace(j) for rid, j in inst.running.items()},
-                               finishes=list(inst.finishes), done=[], cache=copy.deepcopy(inst.cache))
-    if extra is not None:
-        twin.enqueue(extra, extra.enqueued)
-    twin.advance(math.inf)
-    return {j.rid: (math.inf if j.rejected else j.first_token) for j in twin.done}
-
-
-class ClairvoyantTtft:
-    """The module docstring's `clairvoyant_ttft`: least own TTFT plus first-token delay caused."""
-
-    def __init__(self):
-        self._without: dict[int, dict[int, float]] = {}
-
-    def assign(self, queue, cluster, now: float) -> list[int]:
-        return [self._choose(req, cluster, now) for req in queue]
-
-    def _choose(self, req, cluster, now: float) -> int:
-        from routeforge.training.policies.simulator.instance import Job
-
-        costs = []
-        for i, inst in enumerate(cluster.instances):
-            base = self._without.get(i)
-            if base is None or any(rid not in base for rid in list(inst.running) + [j.rid for j in inst.waiting]):
-                base = self._without[i] = first_tokens(inst)
-            job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now, hash_ids=req.hash_ids)
-            with_req = first_tokens(inst, job)
-            waiting = {j.rid for j in inst.waiting}
-            costs.append(with_req[req.rid] - now + sum(with_req[rid] - base[rid] for rid in waiting))
-        choice = min(range(len(costs)), key=costs.__getitem__)
-        self._without.pop(choice, None)
-        return choice
-
-
 def run(profiles, models, requests, policy: str, block_tokens: int):
     from routeforge.training.policies.simulator.baselines import BASELINES
     from routeforge.training.policies.simulator.cluster import Cluster
 
-    router = ClairvoyantTtft() if policy == "clairvoyant_ttft" else BASELINES[policy]()
+    from benchmarks.routing_headroom import ClairvoyantLookahead
+
+    router = ClairvoyantLookahead(at="first_token") if policy == "clairvoyant_ttft" else BASELINES[policy]()
     return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, router)
 
 

@@ -24,6 +24,7 @@ import json
 import math
 import time
 from collections import deque
+from copy import deepcopy
 
 from routeforge.training.policies.simulator.baselines import BASELINES
 from routeforge.training.policies.simulator.cluster import Cluster
@@ -38,16 +39,17 @@ OUT = results_dir("routing_headroom")
 REJECTED_COST_S = 1e6  # a rejection costs more than any completion time
 
 
-def drained(inst: Instance, extra=None) -> dict[int, float]:
-    """Finish time of every job on (a copy of) `inst` when it runs with no further arrivals, `extra`
-    (a Job) enqueued first; rejected jobs get `REJECTED_COST_S`. The instance itself is untouched."""
+def drained(inst: Instance, extra=None, at: str = "finished") -> dict[int, float]:
+    """Finish time (or, with `at="first_token"`, first-token time) of every job on a copy of `inst`
+    (its prefix cache copied too) when it runs with no further arrivals, `extra` (a Job) enqueued
+    first; rejected jobs get `REJECTED_COST_S`. The instance itself is untouched."""
     copy = dataclasses.replace(inst, waiting=deque(dataclasses.replace(j) for j in inst.waiting),
                                running={rid: dataclasses.replace(j) for rid, j in inst.running.items()},
-                               finishes=list(inst.finishes), done=[])
+                               finishes=list(inst.finishes), done=[], cache=deepcopy(inst.cache))
     if extra is not None:
         copy.enqueue(extra, extra.enqueued)
     copy.advance(math.inf)
-    return {j.rid: (REJECTED_COST_S if j.rejected else j.finished) for j in copy.done}
+    return {j.rid: (REJECTED_COST_S if j.rejected else getattr(j, at)) for j in copy.done}
 
 
 def served_alone_e2e(profile, requests) -> float:
@@ -61,8 +63,11 @@ def served_alone_e2e(profile, requests) -> float:
 @dataclasses.dataclass
 class ClairvoyantLookahead:
     """Routes each request where it adds the least total completion time, by simulating each
-    instance to completion with and without it (true output lengths; see the module docstring)."""
+    instance to completion with and without it (true output lengths; see the module docstring).
+    `at="first_token"`: the least own TTFT plus first-token delay caused to the jobs there
+    (benchmarks/kv_routing.py's `clairvoyant_ttft`; a running job's first token is already out)."""
 
+    at: str = "finished"
     _without: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)
 
     def assign(self, queue, cluster: Cluster, now: float) -> list[int]:
@@ -75,9 +80,9 @@ class ClairvoyantLookahead:
             # stay valid until a request is routed to it
             base = self._without.get(i)
             if base is None or any(rid not in base for rid in list(inst.running) + [j.rid for j in inst.waiting]):
-                base = self._without[i] = drained(inst)
-            job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now)
-            with_req = drained(inst, job)
+                base = self._without[i] = drained(inst, at=self.at)
+            job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now, hash_ids=req.hash_ids)
+            with_req = drained(inst, job, at=self.at)
             # the jobs' delays, and the request's own completion time (it has no base entry)
             costs.append(sum(t - base.get(rid, now) for rid, t in with_req.items()))
         choice = min(range(len(costs)), key=costs.__getitem__)

@@ -23,6 +23,7 @@ benchmarks/results/simulator_vs_vllm/simulator_vs_vllm.json.
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import time
@@ -43,6 +44,12 @@ SHARED_PREFIXES, PREFIX_BLOCKS = 6, 6  # the `shared` variant: one of 6 common 6
 PREFIX_BASE = 1 << 40  # their block ids, apart from the trace's
 
 
+@functools.cache
+def _trace_rows() -> list[dict]:
+    """The Mooncake trace's rows, read once (every load and variant takes a window of them)."""
+    return [json.loads(line) for line in (DATA / "traces" / "mooncake_synthetic_trace.jsonl").read_text().splitlines()]
+
+
 def trace_requests(n: int, start: int, rate: float, shared: bool = False):
     """`n` consecutive rows of the Mooncake trace from `start`, arrivals rescaled to `rate` req/s.
     `shared`: each prompt first takes one of `SHARED_PREFIXES` common prefixes (seeded per row), as a
@@ -50,8 +57,7 @@ def trace_requests(n: int, start: int, rate: float, shared: bool = False):
     repeats only 2-7% of its blocks; the trace's reuse comes a median 225 requests later)."""
     from routeforge.training.policies.simulator.server_replay import ReplayRequest
 
-    rows = [json.loads(line) for line in (DATA / "traces" / "mooncake_synthetic_trace.jsonl").read_text().splitlines()]
-    window = rows[start:start + n]
+    window = _trace_rows()[start:start + n]
     t = np.array([r["timestamp"] for r in window], dtype=float) / 1000.0
     t = t - t[0]
     t = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate

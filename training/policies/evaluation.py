@@ -85,6 +85,7 @@ class Traffic:
     times: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    hash_ids: list | None = None  # each prompt's block ids (a block-hash trace's); None: nothing shared known
 
     def __len__(self) -> int:
         return len(self.times)
@@ -110,7 +111,8 @@ def traffic_workload(pool: RequestPool, traffic: Traffic, rate: float, n: int):
     trace workload) and its prompt and output token counts (the logged output length on every
     model: a log records one model's); each request takes the quality labels and predicted quality
     of a routing-table test prompt drawn at random, since a log has no per-model labels. Policies see
-    the logged output lengths as their length estimates."""
+    the logged output lengths as their length estimates. Where `traffic` has block ids (a block-hash
+    trace as the `trace` workload), each request carries its prompt's."""
     if len(traffic) < n + 1:
         raise ValueError(f"training.routing_evaluation.traffic_logs: {len(traffic)} requests, fewer than "
                          f"requests = {n} + 1")
@@ -122,24 +124,11 @@ def traffic_workload(pool: RequestPool, traffic: Traffic, rate: float, n: int):
                              np.repeat(traffic.output_tokens[start:start + n, None], len(pool.models), axis=1),
                              pool.quality[rows], [pool.tasks[r] for r in rows], pool.models, None,
                              None if pool.predicted_quality is None else np.asarray(pool.predicted_quality)[rows])
-        return window.requests(offsets, seed=seed, in_order=True)
-
-    return replay
-
-
-def block_trace_workload(pool: RequestPool, trace: BlockTrace, rate: float, n: int):
-    """seed → one window of a trace with block hashes (Mooncake's format): its arrivals (rescaled to
-    mean `rate`), its prompt and output token counts and its prompts' block ids, so the simulated
-    instances' prefix caches see what the trace shares; quality labels as `traffic_workload`'s."""
-    if len(trace.times) < n + 1:
-        raise ValueError(f"training.routing_evaluation.trace: {len(trace.times)} rows, fewer than requests = {n}")
-
-    window = traffic_workload(pool, Traffic(trace.times, trace.prompt_tokens, trace.output_tokens), rate, n)
-
-    def replay(seed: int):
-        start, _ = trace_window(trace.times, n, rate, seed)  # the window `window` replays
-        requests = list(window(seed))
-        for request, ids in zip(requests, trace.hash_ids[start:start + n]):
+        requests = window.requests(offsets, seed=seed, in_order=True)
+        if traffic.hash_ids is None:
+            return requests
+        requests = list(requests)
+        for request, ids in zip(requests, traffic.hash_ids[start:start + n]):
             request.hash_ids = tuple(ids)
         return requests
 
@@ -156,13 +145,14 @@ def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: n
             raise ValueError("training.routing_evaluation: the 'traffic' workload needs traffic logs "
                              "(training.routing_evaluation.traffic_logs, or a traffic_log dataset)")
         return traffic_workload(pool, traffic, rate, n)
-    if kind == "trace" and blocks is not None:
-        return block_trace_workload(pool, blocks, rate, n)
     if kind == "trace":
         if times is None:
             raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace file")
         if len(times) < n + 1:
             raise ValueError(f"training.routing_evaluation.trace: {len(times)} rows, fewer than requests = {n}")
+        if blocks is not None:  # a block-hash trace: its own token counts and shared prefixes, replayed whole
+            return traffic_workload(pool, Traffic(blocks.times, blocks.prompt_tokens, blocks.output_tokens,
+                                                  blocks.hash_ids), rate, n)
 
         def replay(seed: int):  # a window of real timestamps, rescaled to the mean rate
             return pool.requests(trace_window(times, n, rate, seed)[1], seed=seed)

@@ -140,9 +140,9 @@ def relative_errors(measured: Sequence[Measured], simulated: Sequence) -> dict[s
         real = np.array([getattr(m, f"{key}_s") for m, _ in pairs])
         sim = np.array([getattr(s, key) for _, s in pairs])
         for stat, fn in (("mean", np.mean), ("p95", lambda v: np.percentile(v, 95))):
-            out[f"measured_{key}_{stat}_s"] = float(fn(real))
-            out[f"simulated_{key}_{stat}_s"] = float(fn(sim))
-            out[f"{key}_{stat}_error"] = float(fn(sim) / fn(real) - 1.0)
+            measured, simulated = float(fn(real)), float(fn(sim))
+            out[f"measured_{key}_{stat}_s"], out[f"simulated_{key}_{stat}_s"] = measured, simulated
+            out[f"{key}_{stat}_error"] = simulated / measured - 1.0
     out["compared"] = len(pairs)
     return out
 
