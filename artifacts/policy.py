@@ -78,7 +78,10 @@ def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_
     """001's observation from telemetry. Each instance dict: max_running, kv_utilization, and the
     running requests as a list of {prompt_tokens, predicted_output_tokens, generated_tokens}, plus
     the current TPOT estimate `tpot_s` (and `waiting` for the baseline variant, or where the spec's
-    per-instance features list it; `full`, whether its waiting queue is full, where they list that)."""
+    per-instance features list it; `full`, whether its waiting queue is full, where they list that;
+    `prefix_overlap`, the share of this request's prompt blocks the instance caches as a leading run
+    (0 where unknown), and `predicted_quality`, this request's predicted quality on the instance's
+    model, where they list those)."""
     obs = [router_queue / 10.0, prompt_tokens / 1000.0, float(predicted_output_tokens > spec["decode_split_tokens"])]
     if len(instances) != spec["instances"]:
         raise ValueError(f"{len(instances)} instances given, the policy was trained for {spec['instances']}")
@@ -98,6 +101,10 @@ def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_
             obs.append(inst["waiting"] / scale)
         if "full" in spec["per_instance"]:  # its waiting queue is full: a policy that masks it never sends there
             obs.append(1.0 if inst.get("full") else 0.0)
+        if "prefix_overlap" in spec["per_instance"]:  # the share of the request's blocks it caches
+            obs.append(float(inst.get("prefix_overlap", 0.0)))
+        if "predicted_quality" in spec["per_instance"]:  # the request's quality on its model
+            obs.append(float(inst["predicted_quality"]))
     return np.asarray(obs, dtype=np.float32)
 
 

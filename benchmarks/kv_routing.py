@@ -6,6 +6,7 @@ where nothing is shared, the same windows with their hashes dropped.
     python -m benchmarks.kv_routing [--requests 1500] [--seeds 2] [--loads 0.5 0.8 0.95] [--quick]
     python -m benchmarks.kv_routing --pool llama-3.1-8b-instruct   # one model's replicas on mixed GPUs
     python -m benchmarks.kv_routing --loads 0.8 --policies llm_d clairvoyant_ttft --no-control --name bound
+    python -m benchmarks.kv_routing --loads 0.8 --no-control --learned --name learned
 
 The fleet: configs/gpu_fleet.yaml's 12 instances, each tier's step model fitted to its
 LLM-Inference-Bench rows, each instance's KV capacity from its hardware and its model's
@@ -23,6 +24,16 @@ for each request it copies every instance as it is (queue, batch, prefix cache),
 completion with and without the request, true output lengths known, and sends the request where
 its own TTFT plus the delay it adds to the first tokens of the requests waiting there is least. It
 is greedy (future arrivals unseen), so it is a reference point, not a bound.
+`--learned` also trains 001's DDQN (`ddqn_workload_guided`, the pipeline's own policy module) with
+the observation issue 60 adds: each instance's share of the request's prompt blocks in its prefix
+cache, its waiting queue and whether it is full (masked); its per-instance network (one Q function
+shared by every instance) and the latency it is charged is each request's TTFT (`latency_reward:
+first_token`). It trains at load 0.8 on windows drawn
+from the trace's rows after the evaluation windows' (held out: the evaluation windows are never
+seen), its teacher chosen among the load heuristics and the three deployed routers by its clone's
+return, its kept round by validation episodes of the training rows; it is then judged on the same
+evaluation windows as every other row. `llm_d (env)` is llm-d's scheduler acting through the same
+environment (its decision points every 20 ms), the control for what the environment alone changes.
 Writes benchmarks/results/kv_routing/<name>.json and prints the table.
 """
 
@@ -93,6 +104,48 @@ def run(profiles, models, requests, policy: str, block_tokens: int):
     return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, router)
 
 
+def train_learned(profiles, models, trace, n: int, rate: float, first_row: int, block_tokens: int, n_models: int,
+                  ddqn: dict, log):
+    """001's DDQN (the pipeline's `ddqn_workload_guided`) trained on windows of `n` requests that start
+    at or after `first_row` (rows the evaluation windows do not hold), rescaled to `rate`."""
+    from routeforge.core.config.training import RoutingEvaluationSettings
+    from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting
+    from routeforge.training.policies.simulator.cluster import Request
+
+    rows = len(trace.times) - first_row
+    if rows < n + 1:
+        raise SystemExit(f"--learned: {rows} trace rows after the evaluation windows' {first_row}; "
+                         f"training windows of {n} need more (fewer --requests or --seeds)")
+
+    def workload(seed: int):
+        start = first_row + (seed * 7919) % (rows - n)
+        t = trace.times[start:start + n] - trace.times[start]
+        offsets = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
+        return [Request(k, float(o), int(trace.prompt_tokens[start + k]),
+                        np.full(n_models, int(trace.output_tokens[start + k])), np.full(n_models, np.nan),
+                        hash_ids=trace.hash_ids[start + k]) for k, o in enumerate(offsets)]
+
+    settings = RoutingEvaluationSettings(enabled=True, ddqn=ddqn)
+    setting = Setting(profiles, models, float("nan"), np.zeros(len(profiles)), rate, settings, block_tokens)
+    policy = LEARNED_POLICIES.get("ddqn_workload_guided")
+    return policy, setting, policy.train(setting, workload, log)
+
+
+def run_learned(learned, policy: str, requests: list, seed: int):
+    """The trained DDQN, greedy, or (`llm_d (env)`) llm-d's scheduler, acting through the DDQN's
+    environment on `requests`."""
+    from routeforge.training.policies.rl.rollout import run_episode
+    from routeforge.training.policies.rl.teacher import teacher_action
+    from routeforge.training.policies.simulator.baselines import BASELINES
+
+    module, setting, trained = learned
+    env = module.environment(setting, lambda _seed: requests)
+    if policy == "llm_d (env)":
+        router = BASELINES["llm_d"]()
+        return run_episode(env, lambda _obs: teacher_action(env, router), seed)
+    return run_episode(env, module.actor(trained.run.network, seed, setting.evaluation), seed)
+
+
 def saturation_rps(profiles, models, trace, n: int, seeds: int, n_models: int, block_tokens: int) -> float:
     """The fleet's throughput at saturation on these windows, as the pipeline's `load_basis: saturation`
     measures it (`training.policies.load.calibrate_on`)."""
@@ -116,6 +169,10 @@ def main() -> None:
     p.add_argument("--name", default=None, help="the result file's name (default: from the fleet and pool)")
     p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=[*POLICIES, "clairvoyant_ttft"])
     p.add_argument("--no-control", action="store_true", help="skip the windows with their hashes dropped")
+    p.add_argument("--learned", action="store_true", help="also train and judge 001's DDQN with prefix overlap")
+    p.add_argument("--train-requests", type=int, default=500, help="requests per training window (--learned)")
+    p.add_argument("--episodes", type=int, default=6, help="the DDQN's RL episodes (--learned)")
+    p.add_argument("--teacher", default="auto", help="the DDQN's teacher (--learned; auto: by its clone's return)")
     args = p.parse_args()
     if args.quick:
         args.requests, args.seeds, args.loads = 200, 2, [0.8]
@@ -134,15 +191,24 @@ def main() -> None:
     saturation = saturation_rps(profiles, models, trace, args.requests, args.seeds, n_models, block)
     print(f"{len(profiles)} instances; throughput at saturation {saturation:.2f} req/s; "
           f"SLO: {slo.describe()}", flush=True)
-    rows = []
+    rows, learned = [], None
+    if args.learned:
+        ddqn = {"episodes": args.episodes, "demo_episodes": 2, "pretrain_steps": 1000, "keep_best_round": True,
+                "validation_episodes": 2, "network": "per_instance", "latency_reward": "first_token",
+                "teacher": args.teacher}
+        learned = train_learned(profiles, models, trace, args.train_requests, 0.8 * saturation,
+                                args.requests * args.seeds, block, n_models, ddqn, lambda line: print(line, flush=True))
+        print(f"ddqn_workload_guided: trained in {learned[2].seconds:.0f} s", flush=True)
     for shared in (True,) if args.no_control else (True, False):
         for load in args.loads:
-            for policy in args.policies:
+            extra = ["ddqn_workload_guided", "llm_d (env)"] if learned is not None and shared else []
+            for policy in [*args.policies, *extra]:
                 runs, wall = [], 0.0
                 for seed in range(args.seeds):
                     requests = window(trace, args.requests, load * saturation, seed, n_models, shared)
                     t0 = time.perf_counter()
-                    outcomes = run(profiles, models, requests, policy, block)
+                    outcomes = (run(profiles, models, requests, policy, block) if policy not in extra
+                                else run_learned(learned, policy, requests, seed))
                     wall += time.perf_counter() - t0
                     summary = summarize(outcomes, slo=slo, profiles=profiles, models=models)
                     summary["goodput_instance_relative"] = summarize(outcomes, slo=relative, profiles=profiles,
@@ -153,12 +219,19 @@ def main() -> None:
                              "policy": policy, "sim_seconds": wall, **stats})
                 print(f"{rows[-1]['trace']:<26} load {load:<4g} {policy:<20} "
                       + "  ".join(f"{k} {stats[k][0]:.4g}" for k in SHOWN), flush=True)
+    if learned is not None:
+        trained = learned[2]
+        report_learned = {"policy": "ddqn_workload_guided", "training": trained.training(),
+                          "observation": trained.env.observation_spec()["per_instance"],
+                          "pretrain": trained.run.pretrain, "kept_round": trained.run.kept_round,
+                          "train_rows_from": args.requests * args.seeds, "train_requests": args.train_requests}
     report = {"config": str(args.config.relative_to(REPO)), "pool": args.pool, "trace": args.trace.name,
               "requests": args.requests, "seeds": args.seeds, "loads": args.loads, "slo": slo.describe(),
               "saturation_rps": saturation,
               "load_definition": "× the throughput at saturation (training.policies.load, basis saturation)",
               "instances": names, "kv_capacity": capacities, "block_tokens": block,
               "repeated_block_share": trace.repeated_block_share(), "rows": rows,
+              "learned": report_learned if learned is not None else None,
               "wall_seconds": time.perf_counter() - started}
     name = args.name or f"gpu_fleet_{args.pool or 'all'}_mooncake"
     out = results_dir("kv_routing") / f"{name}{'_quick' if args.quick else ''}.json"

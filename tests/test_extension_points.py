@@ -107,8 +107,8 @@ def test_the_teachers_the_fleet_file_may_name_are_the_trainers_candidates_and_si
     first), not a list of kinds; the fleet file's choices must stay that subset and each must run in
     the simulator."""
     from routeforge.core.config.policies import TeacherName
-    from routeforge.training.policies.rl.teacher import TEACHERS
+    from routeforge.training.policies.rl.teacher import PREFIX_TEACHERS, TEACHERS
     from routeforge.training.policies.simulator.baselines import BASELINES
 
-    assert set(get_args(TeacherName)) - {"auto"} == set(TEACHERS)
-    assert set(TEACHERS) <= set(BASELINES)
+    assert set(get_args(TeacherName)) - {"auto"} == set(TEACHERS) | set(PREFIX_TEACHERS)
+    assert set(TEACHERS) | set(PREFIX_TEACHERS) <= set(BASELINES)

@@ -9,7 +9,7 @@ from pydantic import Field
 from routeforge.core.config.base import _Strict
 
 TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance",
-                      "route_balance_absolute"]
+                      "route_balance_absolute", "llm_d", "dynamo_kv", "sglang_cache_aware"]
 
 
 class _KeepBest(_Strict):
@@ -30,8 +30,9 @@ class _FromTeacher(_KeepBest):
     copies they step together."""
 
     # start from a heuristic (training.policies.rl.teacher): "auto" (the best of JSQ, earliest
-    # available, least work left and RouteBalance, 002's and unscaled, on training seeds), one of them,
-    # or None (from scratch)
+    # available, least work left and RouteBalance, 002's and unscaled, on training seeds; where the
+    # instances cache prompt blocks, llm-d's, Dynamo's and SGLang's routers too), one of them, or None
+    # (from scratch)
     teacher: TeacherName | None = "auto"
     demo_episodes: int = 4  # episodes of the teacher's decisions cloned before RL
     demo_noise: float = 0.1  # share of random actions while demonstrating (states off the teacher's path)
@@ -81,6 +82,17 @@ class DdqnSettings(_FromTeacher):
     # network's Q value for routing there is masked (a request sent to a full queue is rejected: the
     # unmasked DDQN rejected a fifth of the reference fleet's requests); exported in the ONNX graph
     mask_full: bool = True
+    # a departure from 001: each instance's row also shows the share of the request's prompt blocks it
+    # caches (only where the trace carries block ids, Mooncake's format, so instances cache blocks)
+    observe_prefix: bool = True
+    # a departure from 001: each instance's row also shows the request's predicted quality on the
+    # instance's model, so choosing the instance chooses the model (RouteBalance's joint decision, 002)
+    observe_quality: bool = False
+    # each completion also earns this weight × its true quality on the model that served it
+    quality_reward: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    # the latency each request is charged: its E2E at completion (001's, with +60 per completion), or
+    # its TTFT when its first token comes (what prefix-cache-aware routers are judged by)
+    latency_reward: Literal["completion", "first_token"] = "completion"
     # judged by the clone's return: in 001's setting RouteBalance's own return leads JSQ's, but
     # the network imitates it in a third of the states and JSQ in two thirds (docs/results.md)
     teacher_choice: Literal["return", "clone"] = "clone"

@@ -303,7 +303,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     def train_workload(seed: int):
         return factories[seed % len(factories)](seed)
 
-    setting = Setting(profiles, models, qos_limit, pool.quality.mean(axis=0)[models], capacity, settings)
+    setting = Setting(profiles, models, qos_limit, pool.quality.mean(axis=0)[models], capacity, settings,
+                      block_tokens)
     trained: dict[str, TrainedPolicy] = {}
     for name in (p for p in wanted if p in learned_names):
         trained[name] = LEARNED_POLICIES.get(name).train(setting, train_workload, log)
@@ -325,8 +326,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         act = policy.actor(trained[name].run.network, seed, settings)
                         outcomes = run_episode(policy.environment(setting, workload), act, seed)
                     else:
-                        # a block trace's prefixes are cached by the baselines' instances; the learned
-                        # policies' environments do not model the cache yet (issue 60)
+                        # a block trace's prefixes are cached by every instance, the learned policies'
+                        # environments' as the baselines' (`Setting.block_tokens`)
                         outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(
                             workload(seed), BASELINES[name]())
                     runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))

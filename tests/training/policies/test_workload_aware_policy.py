@@ -143,3 +143,77 @@ def test_the_ddqn_masks_full_instances_in_training_and_in_its_exported_graph(tmp
     # the same policy without the mask, on the same traffic, does send requests to full queues
     unmasked = run_episode(env, greedy(info.network.net), seed=8)
     assert any(o.reason == BUFFER_FULL for o in unmasked)
+
+
+def _block_requests(seed: int = 0):
+    """Two models, two instances: requests 0 and 1 share their first two 16-token blocks."""
+    from routeforge.training.policies.simulator.cluster import Request
+
+    def req(rid, t, blocks, quality):
+        return Request(rid, t, 16 * len(blocks), np.array([8, 8]), np.array(quality, dtype=float), hash_ids=blocks)
+
+    return [req(0, 0.0, (1, 2, 3, 4), [0.2, 0.9]), req(1, 5.0, (1, 2, 9, 10), [0.3, 0.7]),
+            req(2, 10.0, (7,), [0.5, 0.5])]
+
+
+def test_the_ddqn_observes_the_requests_cached_prefix_and_its_quality_on_each_instances_model():
+    """Issue 60, item 5: with a prefix cache in the environment each instance's row shows the share of
+    the next request's prompt blocks it holds as a leading run, and that request's predicted quality
+    on the instance's model; the runtime's observation builder gives the same vector from the same
+    telemetry, and a completion earns `quality_reward` × its true quality on the model that served it."""
+    env = WorkloadAwareEnv([PROFILE] * 2, _block_requests, variant="guided", models=[0, 1], observe_waiting=True,
+                           observe_full=True, block_tokens=16, observe_prefix=True, observe_quality=True,
+                           quality_reward=30.0)
+    spec = env.observation_spec()
+    assert spec["per_instance"][-2:] == ["prefix_overlap", "predicted_quality"] and spec["size"] == 3 + 10 * 2
+    obs, _ = env.reset(seed=0)
+    row = lambda o, i: o[3 + 10 * i: 3 + 10 * (i + 1)]  # noqa: E731
+    assert [row(obs, i)[-2] for i in (0, 1)] == [0.0, 0.0]  # nothing cached yet
+    assert [row(obs, i)[-1] for i in (0, 1)] == pytest.approx([0.2, 0.9])
+    rewards = []
+    while env.stepper.head() is not None and env.stepper.head().rid == 0:
+        obs, reward, *_ = env.step(1)  # request 0 to instance 1 (model 1): its blocks are cached there
+        rewards.append(reward)
+    seen = 0
+    while env.stepper.head() is not None and env.stepper.head().rid == 1:  # request 1 at the head
+        seen += 1
+        assert row(obs, 1)[-2] == pytest.approx(0.5) and row(obs, 0)[-2] == 0.0  # blocks 1, 2 of 1, 2, 9, 10
+        assert [row(obs, i)[-1] for i in (0, 1)] == pytest.approx([0.3, 0.7])
+        np.testing.assert_array_equal(obs, observation_workload_aware(
+            len(env.stepper.queue), 64, env._predicted_tokens(env.stepper.head()), env.telemetry(), spec))
+        obs, reward, *_ = env.step(1)
+        rewards.append(reward)
+    assert seen == 1
+    outcomes = {o.request.rid: o for o in env.stepper.results()}
+    assert outcomes[1].job.cached_tokens == 32  # it prefilled only the two blocks not cached
+    plain = WorkloadAwareEnv([PROFILE] * 2, _block_requests, variant="guided", models=[0, 1], block_tokens=16)
+    plain.reset(seed=0)
+    base = [plain.step(1)[1] for _ in range(len(rewards))]
+    completed = sum(o.served and o.job.finished <= env.stepper.t for o in outcomes.values())
+    assert completed and sum(rewards) - sum(base) == pytest.approx(30.0 * sum(
+        o.request.quality[o.model] for o in outcomes.values() if o.served and o.job.finished <= env.stepper.t))
+
+
+def test_the_deployed_routers_teach_only_where_instances_cache_prompt_blocks():
+    from routeforge.training.policies.rl.teacher import PREFIX_TEACHERS, TEACHERS, candidates_for
+
+    cached = WorkloadAwareEnv([PROFILE] * 2, _block_requests, models=[0, 1], block_tokens=16)
+    assert candidates_for(cached) == TEACHERS + PREFIX_TEACHERS
+    assert candidates_for(WorkloadAwareEnv([PROFILE] * 2, _block_requests, models=[0, 1])) == TEACHERS
+
+
+def test_the_first_token_reward_charges_each_served_requests_ttft_once():
+    """`reward="first_token"`: over an episode the latency charged is the sum of the served requests'
+    TTFTs (each paid once, when its first token comes), beside +60 per completion and the queue term."""
+    env = WorkloadAwareEnv([PROFILE] * 4, _workload(n=60, rate=40.0), variant="guided", reward="first_token",
+                           wait_action=False)
+    env.set_episode(10_000)  # the guidance term off
+    env.reset(seed=2)
+    total, done, queue = 0.0, False, 0.0
+    while not done:
+        _, reward, done, _, _ = env.step(int(env.stepper.head().rid % 4))
+        queue += len(env.stepper.queue)
+        total += reward
+    served = [o for o in env.results() if o.served]
+    assert len(served) == 60
+    assert total == pytest.approx(60.0 * len(served) - sum(o.ttft for o in served) - queue)

@@ -32,6 +32,7 @@ class Setting:
     accuracy: np.ndarray  # each instance's model's mean true quality (004's g_i)
     capacity_rps: float  # the sustainable Poisson rate of the fleet
     evaluation: Any  # RoutingEvaluationSettings
+    block_tokens: int | None = None  # the instances' prefix-cache block (a block-id trace's); None: no cache
 
 
 @dataclass

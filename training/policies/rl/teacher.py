@@ -28,6 +28,15 @@ from routeforge.training.policies.simulator.baselines import BASELINES
 
 # simplest first; RouteBalance with unscaled quality estimates is 000's best heuristic (docs/results.md)
 TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance", "route_balance_absolute")
+# the deployed routers teach too where instances cache prompt blocks (their prefix scorers have nothing to
+# read elsewhere, and each candidate costs a clone and three episodes)
+PREFIX_TEACHERS = ("llm_d", "dynamo_kv", "sglang_cache_aware")
+
+
+def candidates_for(env) -> tuple[str, ...]:
+    """The teachers `auto` chooses among in `env`: `TEACHERS`, and `PREFIX_TEACHERS` where its
+    instances cache prompt blocks."""
+    return TEACHERS + (PREFIX_TEACHERS if getattr(env, "block_tokens", None) else ())
 
 
 def pull_weight(weight: float, decay: float, episode: int, floor: float = 0.0) -> float:
@@ -199,7 +208,8 @@ def resolve_teacher(env, teacher: str | None, seed: int, log: Callable[[str], No
     if teacher is None:
         return None, {}
     if teacher == "auto":
-        return choose_teacher(env, seeds=tuple(seed * 1000 + 900 + i for i in range(3)), log=log, student=student)
-    if teacher not in TEACHERS:
-        raise ValueError(f"teacher {teacher!r}: expected auto or one of {list(TEACHERS)}")
+        return choose_teacher(env, candidates_for(env), seeds=tuple(seed * 1000 + 900 + i for i in range(3)), log=log,
+                              student=student)
+    if teacher not in TEACHERS + PREFIX_TEACHERS:
+        raise ValueError(f"teacher {teacher!r}: expected auto or one of {list(TEACHERS + PREFIX_TEACHERS)}")
     return teacher, {}

@@ -49,14 +49,17 @@ class QosGraphEnv(gym.Env):
     objective = "qos"
 
     def __init__(self, profiles: list[InstanceProfile], models: list[int], workload, requirement_s: float,
-                 variant: str = "han", pad: int = 5, max_decisions: int | None = None):
+                 variant: str = "han", pad: int = 5, max_decisions: int | None = None,
+                 block_tokens: int | None = None):
         """`workload(seed) -> list[Request]`; instances run at most `pad` requests with `pad` waiting,
-        so the observation shows every request an expert holds (000's queue capacity 5)."""
+        so the observation shows every request an expert holds (000's queue capacity 5);
+        `block_tokens`: instances cache prompt blocks of that many tokens (None: no prefix cache)."""
         if variant not in ("han", "baseline"):
             raise ValueError(f"variant must be han or baseline, got {variant!r}")
         self.profiles = [dataclasses.replace(p, max_running=pad, buffer=pad) for p in profiles]
         self.models, self.workload, self.requirement_s = list(models), workload, requirement_s
         self.variant, self.pad, self.max_decisions = variant, pad, max_decisions
+        self.block_tokens = block_tokens
         self.n = len(profiles)
         spec = self.observation_spec()
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(spec["size"],), dtype=np.float32)
@@ -87,7 +90,8 @@ class QosGraphEnv(gym.Env):
         super().reset(seed=seed)
         requests = self.workload(episode_seed(self.np_random, seed))
         self.known = {r.rid: r for r in requests}
-        self.stepper = Stepper(Cluster(self.profiles, models=self.models), requests, decision_interval_s=1.0,
+        self.stepper = Stepper(Cluster(self.profiles, models=self.models, block_tokens=self.block_tokens), requests,
+                               decision_interval_s=1.0,
                                max_queue_s=float("inf"))
         self.decisions = 0
         self.stepper.head()

@@ -32,14 +32,15 @@ class QueueStateBiasEnv(SlotDistributionEnv):
     def __init__(self, profiles: list[InstanceProfile], models: list[int], accuracy: list[float], workload,
                  rate_scale_rps: float, slo_scale: float = 5.0, slot_s: float = 0.5, alpha: float = 1.0,
                  beta: float = 1.0, max_slots: int | None = None, bias_bound: float = 8.0,
-                 slo_reference: str = "serving"):
+                 slo_reference: str = "serving", block_tokens: int | None = None):
         """`rate_scale_rps`: what the arrival-rate feature is divided by (the fleet's sustainable rate);
         `bias_bound`: biases are clipped to ±this many requests."""
         if not (rate_scale_rps > 0 and slo_scale >= 1 and slot_s > 0 and bias_bound > 0):
             raise ValueError("QueueStateBiasEnv: rate_scale_rps > 0, slo_scale >= 1, slot_s > 0 and bias_bound > 0 "
                              f"required, got {rate_scale_rps}, {slo_scale}, {slot_s}, {bias_bound}")
         super().__init__(profiles, models, accuracy, workload, requirement_s=1.0, slot_s=slot_s, alpha=alpha,
-                         beta=beta, max_slots=max_slots, engine="batching", dispatch="biased_shortest_queue")
+                         beta=beta, max_slots=max_slots, engine="batching", dispatch="biased_shortest_queue",
+                         block_tokens=block_tokens)
         self.profiles = list(profiles)  # the fleet's instances as they are, not 004's single servers
         self.rate_scale_rps, self.slo_scale = float(rate_scale_rps), float(slo_scale)
         self.slo_reference = slo_reference

@@ -56,7 +56,7 @@ class SlotDistributionEnv(gym.Env):
     def __init__(self, profiles: list[InstanceProfile], models: list[int], accuracy: list[float], workload,
                  requirement_s: float, slot_s: float = 1.0, buffer: int = 15, pad: int = 16,
                  alpha: float = 1.0, beta: float = 1.0, max_slots: int | None = None,
-                 engine: str = "single_server", dispatch: str = "sample"):
+                 engine: str = "single_server", dispatch: str = "sample", block_tokens: int | None = None):
         """`workload(seed) -> list[Request]`; `accuracy[i]` is g_i of instance i; `max_slots` truncates
         training episodes (None: run until every request has left); `engine`: "single_server"
         (closed form) or "batching" (`Instance`, the same dynamics stepped through); `dispatch`: "sample"
@@ -67,6 +67,7 @@ class SlotDistributionEnv(gym.Env):
         if engine not in ("single_server", "batching"):
             raise ValueError(f"SlotDistributionEnv: engine {engine!r} is not one of ['batching', 'single_server']")
         self.engine = engine
+        self.block_tokens = block_tokens  # the batching engine's prefix-cache block (None: no cache)
         if dispatch not in DISPATCH:
             raise ValueError(f"SlotDistributionEnv: dispatch {dispatch!r} is not one of {sorted(DISPATCH)}")
         self.dispatch = dispatch
@@ -123,7 +124,8 @@ class SlotDistributionEnv(gym.Env):
             self.fleet = SingleServerFleet(self.profiles, self.models, self._arrival_list, prompt.tolist(),
                                            [output[:, k].tolist() for k in range(output.shape[1])])
         else:
-            self.fleet = _BatchingFleet(self.profiles, self.models, [self.request(i) for i in range(len(order))])
+            self.fleet = _BatchingFleet(self.profiles, self.models, [self.request(i) for i in range(len(order))],
+                                        self.block_tokens)
         self.t, self.slots, self._next = 0.0, 0, 0
         self.rng = np.random.default_rng(seed)
         self.routed = np.zeros(self.m)  # requests sent to each instance (004's heavy scheduling ratio)
@@ -204,8 +206,9 @@ class _BatchingFleet:
     """`SingleServerFleet`'s interface over `Instance`s (`engine="batching"`): the general engine,
     stepped through, that the closed form is tested against."""
 
-    def __init__(self, profiles: list[InstanceProfile], models: list[int], requests: list[Request]):
-        self.cluster = Cluster(profiles, models=models)
+    def __init__(self, profiles: list[InstanceProfile], models: list[int], requests: list[Request],
+                 block_tokens: int | None = None):
+        self.cluster = Cluster(profiles, models=models, block_tokens=block_tokens)
         self.requests, self.position = requests, {r.rid: i for i, r in enumerate(requests)}
         self.outcomes: dict[int, Outcome] = {}
         self.reason: list[str | None] = [None] * len(requests)

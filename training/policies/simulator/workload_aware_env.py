@@ -9,6 +9,13 @@ Observation (3 + 6·m; 27 for 4 instances), normalised as written in `observatio
   observation cannot tell an instance with a queue behind a full batch from one without. With
   `observe_full` also whether its waiting queue is full (a request sent there is rejected), which
   the DDQN masks (`DdqnSettings.mask_full`, `ddqn_workload_guided.model.MaskFull`).
+  With `observe_prefix` also the share of the next request's prompt blocks the instance holds as a
+  leading run in its prefix cache (`prefix_overlap`; the environment's instances cache blocks of
+  `block_tokens` when given, as a Mooncake-format trace's requests carry block ids): what llm-d's,
+  Dynamo's and SGLang's routers score. With `observe_quality` also the next request's predicted
+  quality on the instance's model (`predicted_quality`): choosing the instance then chooses the
+  model with the request's own quality in view, as RouteBalance's joint decision does (002).
+  Both are departures from 001, whose instances serve one model and cache nothing.
 The "baseline RL" variant sees only the queue length, the next prompt and each instance's running
 and waiting counts (3 + 2·m).
 
@@ -25,6 +32,11 @@ KV capacity; s = `guidance_scale` (10, against the queue penalty's units); the g
 With `reward="in_system"` the E2E term is paid as it accrues, −∫ N(t) dt over each step (N: the
 requests in the router queue or on an instance), instead of in one lump at completion: the same
 total over an episode, with the cost of a decision arriving while the decision is still recent.
+With `reward="first_token"` the latency charged is each request's TTFT, paid when its first token
+comes, instead of its E2E: the objective of a prefix-cache-aware router (llm-d's and Dynamo's
+published gains are in TTFT).
+With `quality_reward` w > 0 each completion also earns w × its true quality on the model that
+served it (the simulator's label; quality goodput is what the evaluation reports beside goodput).
 `wait_action=False` removes the wait action (every request is routed on arrival): an ablation of
 what the wait action does to learning.
 """
@@ -52,13 +64,16 @@ class WorkloadAwareEnv(gym.Env):
     def __init__(self, profiles: list[InstanceProfile], workload, variant: str = "guided",
                  decision_interval_s: float = 0.02, alpha: float = 0.5, epsilon_s: float = 0.1,
                  guidance_scale: float = 10.0, models: list[int] | None = None, reward: str = "completion",
-                 wait_action: bool = True, observe_waiting: bool = False, observe_full: bool = False):
+                 wait_action: bool = True, observe_waiting: bool = False, observe_full: bool = False,
+                 block_tokens: int | None = None, observe_prefix: bool = False, observe_quality: bool = False,
+                 quality_reward: float = 0.0):
         """`workload(seed) -> list[Request]` gives a fresh episode's requests; `models[i]` is instance
         i's model (an index into the requests' label arrays; default 0 everywhere).
         `observe_waiting` adds each instance's waiting requests to the aware / guided observation
-        (001's shows running requests only, so a request queued behind a full batch is invisible)."""
-        if reward not in ("completion", "in_system"):
-            raise ValueError(f"reward must be completion or in_system, got {reward!r}")
+        (001's shows running requests only, so a request queued behind a full batch is invisible).
+        `block_tokens`: every instance caches prompt blocks of that many tokens (None: no prefix cache)."""
+        if reward not in ("completion", "in_system", "first_token"):
+            raise ValueError(f"reward must be completion, in_system or first_token, got {reward!r}")
         self.reward = reward
         if variant not in ("baseline", "aware", "guided"):
             raise ValueError(f"variant must be baseline, aware or guided, got {variant!r}")
@@ -69,18 +84,29 @@ class WorkloadAwareEnv(gym.Env):
         self.guidance = 1.0 if variant == "guided" else 0.0
         self.observe_waiting = observe_waiting and variant != "baseline"  # the baseline's has it already
         self.observe_full = observe_full and variant != "baseline"
-        size = 3 + (2 if variant == "baseline" else 6 + int(self.observe_waiting) + int(self.observe_full)) * self.m
+        self.observe_prefix = observe_prefix and variant != "baseline"
+        self.observe_quality = observe_quality and variant != "baseline"
+        if not (math.isfinite(quality_reward) and quality_reward >= 0):
+            raise ValueError(f"quality_reward must be a finite weight >= 0, got {quality_reward!r}")
+        self.block_tokens, self.quality_reward = block_tokens, float(quality_reward)
+        size = 3 + len(self._per_instance()) * self.m
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
         self.wait_action = wait_action
         self.action_space = gym.spaces.Discrete(self.m + int(wait_action))  # m instances, then wait
         self.stepper: Stepper | None = None
         self.known: dict[int, Request] = {}
 
+    def _per_instance(self) -> list[str]:
+        """The features of each instance's row, in order."""
+        if self.variant == "baseline":
+            return ["running", "waiting"]
+        return (["running_short_prompt", "running_long_prompt", "running_short_decode", "running_long_decode",
+                 "free_kv_share", "earliest_completion_s"] + (["waiting"] if self.observe_waiting else [])
+                + (["full"] if self.observe_full else []) + (["prefix_overlap"] if self.observe_prefix else [])
+                + (["predicted_quality"] if self.observe_quality else []))
+
     def observation_spec(self) -> dict:
-        per = (["running", "waiting"] if self.variant == "baseline" else
-               ["running_short_prompt", "running_long_prompt", "running_short_decode", "running_long_decode",
-                "free_kv_share", "earliest_completion_s"] + (["waiting"] if self.observe_waiting else [])
-               + (["full"] if self.observe_full else []))
+        per = self._per_instance()
         return {"size": int(self.observation_space.shape[0]), "variant": self.variant,
                 "global": ["router_queue / 10", "next_prompt_tokens / 1000", "next_decode_bucket"],
                 "per_instance": per, "instances": self.m,
@@ -103,8 +129,10 @@ class WorkloadAwareEnv(gym.Env):
         super().reset(seed=seed)
         requests = self.workload(episode_seed(self.np_random, seed))
         self.known = {r.rid: r for r in requests}
-        self.stepper = Stepper(Cluster(self.profiles, models=self.models), requests, self.dt)
+        self.stepper = Stepper(Cluster(self.profiles, models=self.models, block_tokens=self.block_tokens),
+                               requests, self.dt)
         self.active: dict[int, float] = {}  # rid -> arrival of the requests in the system
+        self._awaiting: dict = {}  # rid -> outcome of the routed requests still without a first token
         self._tracked = 0  # arrivals added to `active` so far
         self.stepper.head()
         return self._observe(), {}
@@ -113,13 +141,18 @@ class WorkloadAwareEnv(gym.Env):
         s = self.stepper
         choice = WAIT if action == self.m else int(action)
         penalty = self.guidance * self._mixing(choice) if choice is not WAIT else 0.0
-        t0 = s.t
+        t0, routed = s.t, s.head().rid
         done_jobs = s.act(choice)
         e2e = [j.finished - s.outcomes[j.rid].request.arrival for j in done_jobs if j.finished is not None]
         completed = len(e2e)
+        # the quality earned by this step's completions (a bonus, so it enters as a negative penalty)
+        penalty -= self.quality_reward * sum(self._true_quality(j) for j in done_jobs if j.finished is not None)
         if self.reward == "in_system":
             time_in_system = self._in_system(t0, done_jobs)
             reward = COMPLETION_REWARD * completed - time_in_system - len(s.queue) - penalty
+        elif self.reward == "first_token":
+            reward = (COMPLETION_REWARD * completed - self._first_tokens(None if choice is WAIT else routed)
+                      - len(s.queue) - penalty)
         else:
             reward = COMPLETION_REWARD * completed - sum(e2e) - len(s.queue) - penalty
         terminated = s.over
@@ -127,6 +160,24 @@ class WorkloadAwareEnv(gym.Env):
 
     def results(self) -> list:
         return self.stepper.results()
+
+    def _first_tokens(self, routed: int | None) -> float:
+        """The TTFTs of the requests whose first token came since the previous decision (`routed`, the
+        request just routed, included when its prefill already ran)."""
+        if routed is not None and self.stepper.outcomes[routed].job is not None:
+            self._awaiting[routed] = self.stepper.outcomes[routed]
+        total = 0.0
+        for rid in [r for r, o in self._awaiting.items() if o.job.first_token is not None or o.job.rejected]:
+            outcome = self._awaiting.pop(rid)
+            if outcome.job.first_token is not None:
+                total += outcome.job.first_token - outcome.request.arrival
+        return total
+
+    def _true_quality(self, job) -> float:
+        """The completed request's true quality on the model that served it (0 where unknown)."""
+        outcome = self.stepper.outcomes[job.rid]
+        q = float(outcome.request.quality[outcome.model])
+        return q if math.isfinite(q) else 0.0
 
     def _in_system(self, t0: float, done_jobs: list) -> float:
         """∫ N(t) dt over the step just taken: the request-seconds spent in the system (router queue
@@ -156,8 +207,11 @@ class WorkloadAwareEnv(gym.Env):
         return self.guidance_scale * (self.alpha * r_p + (1 - self.alpha) * r_d)
 
     def telemetry(self) -> list[dict]:
-        """What a router knows of each instance, in the form `artifacts.policy.observation_workload_aware` takes."""
+        """What a router knows of each instance, in the form `artifacts.policy.observation_workload_aware`
+        takes; `prefix_overlap` and `predicted_quality` are of the request at the head of the queue."""
         out = []
+        head = self.stepper.head()
+        blocks = head.hash_ids if head is not None else ()
         for inst in self.stepper.cluster.instances:
             running = [{"prompt_tokens": j.prompt_tokens, "generated_tokens": inst.generated(j),
                         "predicted_output_tokens": self.known[j.rid].est_tokens(inst.model)}
@@ -165,8 +219,15 @@ class WorkloadAwareEnv(gym.Env):
             out.append({"max_running": inst.profile.max_running, "kv_utilization": inst.kv_utilization(),
                         "tpot_s": inst.profile.nominal_tpot(inst.context_tokens), "waiting": inst.n_waiting,
                         "full": inst.profile.buffer is not None and inst.n_waiting >= inst.profile.buffer,
-                        "running": running})
+                        "running": running,
+                        "prefix_overlap": inst.cached_prefix_blocks(blocks) / len(blocks) if blocks else 0.0,
+                        "predicted_quality": self._predicted_quality(head, inst.model) if head is not None else 0.0})
         return out
+
+    @staticmethod
+    def _predicted_quality(req: Request, model: int) -> float:
+        q = req.est_quality(model)
+        return q if math.isfinite(q) else 0.0
 
     def _predicted_tokens(self, req: Request) -> float:
         """The next request's predicted output length: on the fleet's one model (001), or the mean

@@ -15,9 +15,13 @@ class DdqnWorkloadGuided(LearnedPolicy):
         return evaluation.ddqn
 
     def environment(self, setting, workload):
+        ddqn = setting.evaluation.ddqn
         return WorkloadAwareEnv(setting.profiles, workload, variant="guided", models=setting.models,
-                                observe_waiting=setting.evaluation.ddqn.observe_waiting,
-                                observe_full=setting.evaluation.ddqn.mask_full)
+                                observe_waiting=ddqn.observe_waiting, observe_full=ddqn.mask_full,
+                                block_tokens=setting.block_tokens,
+                                observe_prefix=ddqn.observe_prefix and setting.block_tokens is not None,
+                                observe_quality=ddqn.observe_quality, quality_reward=ddqn.quality_reward,
+                                reward=ddqn.latency_reward)
 
     def fit(self, setting, env, workload, log):
         return train_ddqn(env, seeded(setting.evaluation.ddqn, setting.evaluation), log=log)

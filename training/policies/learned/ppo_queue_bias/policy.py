@@ -18,7 +18,7 @@ class PpoQueueBias(LearnedPolicy):
         e = setting.evaluation
         return QueueStateBiasEnv(setting.profiles, setting.models, setting.accuracy, workload,
                                  rate_scale_rps=setting.capacity_rps, slo_scale=e.slo_scale, slot_s=e.ppo_slot_s,
-                                 slo_reference=e.slo_reference)
+                                 slo_reference=e.slo_reference, block_tokens=setting.block_tokens)
 
     def fit(self, setting, env, workload, log):  # PPO steps fresh copies of its environment
         settings = seeded(setting.evaluation.ppo, setting.evaluation)

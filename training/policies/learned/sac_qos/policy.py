@@ -20,7 +20,7 @@ class SacQos(LearnedPolicy):
 
     def environment(self, setting, workload):
         return QosGraphEnv(setting.profiles, setting.models, workload, setting.qos_limit, variant=self.variant,
-                           pad=setting.evaluation.queue_capacity)
+                           pad=setting.evaluation.queue_capacity, block_tokens=setting.block_tokens)
 
     def fit(self, setting, env, workload, log):
         return train_sac(env, seeded(setting.evaluation.sac, setting.evaluation), log=log)
