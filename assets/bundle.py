@@ -93,7 +93,8 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
     # this run's test split when this registration is the one that freezes it
     with registry_lock(mlflow.tracking_uri):
         pinned = Registry(mlflow.tracking_uri, mlflow.model_name).pinned_evaluation_sha()
-    evaluation_sha = pinned or sha256_file(write_evaluation_candidate(store, routing_table))
+    evaluation_sha = pinned or sha256_file(write_evaluation_candidate(store, routing_table, prompts,
+                                                                      config.scoring.metric_for))
     registered, manifest = mlflow.publish(
         fleet=fleet_entry(config),
         components=components,

@@ -9,6 +9,7 @@ table's test split, every model's true quality per prompt).
 import json
 import math
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -23,19 +24,29 @@ from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, Release
 from routeforge.registry.store import registry_lock
 
 
-def evaluation_table(routing_table: pa.Table) -> pa.Table:
-    """The test split as an evaluation set: `text`, `task`, `quality/<model>` per model."""
+def evaluation_table(routing_table: pa.Table, prompts: pa.Table | None = None,
+                     metric_for: Callable[[str], str] | None = None) -> pa.Table:
+    """The test split as an evaluation set: `text`, `task`, `quality/<model>` per model; with the
+    prompt set and the fleet's metric per task also each prompt's `reference`, `reference_meta` and
+    `metric`, which let `bundle add-model` score a new model's responses itself."""
     test = routing_table.filter(pc.equal(routing_table.column("split"), "test"))
     columns = {"text": test.column("text"), "task": test.column("task")}
     for model in routing_models(routing_table.schema):
         columns[f"quality/{model}"] = test.column(routing_column("quality", model))
+    if prompts is not None and metric_for is not None:
+        refs = {r["prompt_id"]: r for r in prompts.select(["prompt_id", "reference", "reference_meta"]).to_pylist()}
+        ids = test.column("prompt_id").to_pylist()
+        columns["reference"] = pa.array([refs.get(i, {}).get("reference") for i in ids], pa.string())
+        columns["reference_meta"] = pa.array([refs.get(i, {}).get("reference_meta") for i in ids], pa.string())
+        columns["metric"] = pa.array([metric_for(t) for t in test.column("task").to_pylist()], pa.string())
     return pa.table(columns)
 
 
-def write_evaluation_candidate(store: ComponentStore, routing_table: pa.Table) -> Path:
+def write_evaluation_candidate(store: ComponentStore, routing_table: pa.Table, prompts: pa.Table | None = None,
+                               metric_for: Callable[[str], str] | None = None) -> Path:
     """This run's evaluation set, which the first registration freezes (later ones use the pinned one)."""
     path = store.report_dir("release") / "evaluation_set.parquet"
-    pq.write_table(evaluation_table(routing_table), path)
+    pq.write_table(evaluation_table(routing_table, prompts, metric_for), path)
     store.push(path.parent)
     return path
 
@@ -61,7 +72,7 @@ def failed_checks(context: dg.AssetExecutionContext) -> list[str]:
                 "set (first version: when it clears the floors). Decision and reasons on the model version.",
 )
 def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
-                 mlflow: MlflowRegistry, router_bundle: dict, routing_table: pa.Table):
+                 mlflow: MlflowRegistry, router_bundle: dict, routing_table: pa.Table, prompts: pa.Table):
     registry = Registry(mlflow.tracking_uri, router_bundle["model_name"])
     version = router_bundle["registry_version"]
     if router_bundle.get("unchanged"):
@@ -78,9 +89,10 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
     config = fleet.config.release
     rules = ReleaseRules(tolerance=config.tolerance, floors=config.floors, default_tolerance=config.default_tolerance,
                          optional=tuple(config.optional),
-                         replay=config.replay.model_dump() if config.replay is not None else None)
+                         replay=config.replay.model_dump() if config.replay is not None else None,
+                         trust_added_labels=config.trust_added_labels)
     failed = failed_checks(context)
-    candidate = write_evaluation_candidate(store, routing_table)
+    candidate = write_evaluation_candidate(store, routing_table, prompts, fleet.config.scoring.metric_for)
     # one gate at a time per registered model, on a SQLite store or a server shared by several machines
     with release_lock(mlflow.tracking_uri, registry.name, log=context.log.info), \
             tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:

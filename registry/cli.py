@@ -120,7 +120,8 @@ def gate_command(name: str, version: str | None, public_key: Path | None, allow_
 @click.option("--reason", required=True, help="why the frozen set is replaced; recorded with who and when")
 @_TRACKING
 def freeze_evaluation(name: str, evaluation: Path, reason: str, tracking_uri: str | None) -> None:
-    """Replace NAME's frozen evaluation set with EVALUATION (parquet: text, task, quality/<model>):
+    """Replace NAME's frozen evaluation set with EVALUATION (parquet: text, task, quality/<model>;
+    with reference, reference_meta and metric, `bundle add-model` checks a new model's labels):
     every later gate compares versions on it. Recorded in the registered model's
     `routeforge.evaluation_set_history` tag."""
     import pyarrow.parquet as pq

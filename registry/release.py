@@ -68,11 +68,14 @@ class ReleaseRules:
     default_tolerance: float = 0.0
     optional: tuple[str, ...] = ()  # metrics (or `prefix/`) a challenger may lack or measure as NaN
     replay: dict[str, Any] | None = None  # `core.config.fleet.ReplayGate` as a dict: judge on logged traffic too
+    # credit an added model's own labels on evaluation prompts (`_unlabelled_scores`); rules recorded
+    # before this field existed read as false
+    trust_added_labels: bool = False
 
     def to_json(self) -> str:
         return json.dumps({"tolerance": self.tolerance, "floors": self.floors,
                            "default_tolerance": self.default_tolerance, "optional": list(self.optional),
-                           "replay": self.replay}, sort_keys=True)
+                           "replay": self.replay, "trust_added_labels": self.trust_added_labels}, sort_keys=True)
 
     def is_optional(self, metric: str) -> bool:
         return any(metric == o or (o.endswith("/") and metric.startswith(o)) for o in self.optional)
@@ -194,11 +197,15 @@ def _quality_columns(table) -> list[str]:
     return [c for c in table.column_names if c.startswith("quality/")]
 
 
-def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[str, int]) -> dict[int, float]:
+def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[str, int],
+                       trust_labels: bool = False) -> dict[int, float]:
     """The score of each prompt (by position) routed to a model the evaluation set has no column for
-    (one added after training, `routeforge bundle add-model`): the label given for that prompt and
-    held out of the fit, else the model's held-out labels' lower bound, else 0. Never skipped:
-    skipping them let labels crafted on the champion's worst prompts lift the measured quality."""
+    (one added after training, `routeforge bundle add-model`): routeforge's own score of the model's
+    response to that prompt where add-model scored one (`training.predictors.label_audit`), else 0;
+    with `trust_labels` (`ReleaseRules.trust_added_labels`) the label given for that prompt and held
+    out of the fit, else the held-out labels' lower bound. Never skipped: skipping them let labels
+    crafted on the champion's worst prompts lift the measured quality; and labels are not credited
+    by default because labels that lie consistently lie in the held-out part too."""
     from routeforge.artifacts.router import text_key
 
     unlabelled = [i for i, m in enumerate(chosen) if m not in index]
@@ -208,14 +215,21 @@ def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[
         if bundle.has_kind("router") else {}
     out = {}
     for i in unlabelled:
-        holdout = added.get(chosen[i], {})
-        label = holdout.get("by_prompt", {}).get(text_key(texts[i]).hex())
-        out[i] = float(label if label is not None else holdout.get("lower", 0.0))
+        holdout, key = added.get(chosen[i], {}), text_key(texts[i]).hex()
+        verified = holdout.get("verified", {}).get(key)
+        if verified is not None:
+            out[i] = float(verified)
+        elif trust_labels:
+            label = holdout.get("by_prompt", {}).get(key)
+            out[i] = float(label if label is not None else holdout.get("lower", 0.0))
+        else:
+            out[i] = 0.0
     return out
 
 
-def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
-    """Metrics of a loaded `RouterBundle` on an evaluation table (see the module docstring)."""
+def evaluate_bundle(bundle, evaluation, trust_added_labels: bool = False) -> dict[str, float]:
+    """Metrics of a loaded `RouterBundle` on an evaluation table (see the module docstring); an added
+    model's prompts score as `_unlabelled_scores` says."""
     models = [c.removeprefix("quality/") for c in _quality_columns(evaluation)]
     truth = np.column_stack([np.asarray(evaluation.column(f"quality/{m}").to_pylist(), dtype=float) for m in models])
     complete = ~np.isnan(truth).any(axis=1)
@@ -225,7 +239,7 @@ def evaluate_bundle(bundle, evaluation) -> dict[str, float]:
         raise ValueError("evaluation set: no prompt has a quality for every model")
     chosen = bundle.route(texts).choice
     index = {m: i for i, m in enumerate(models)}
-    unlabelled = _unlabelled_scores(bundle, texts, chosen, index)
+    unlabelled = _unlabelled_scores(bundle, texts, chosen, index, trust_added_labels)
     routed = np.array([unlabelled[i] if i in unlabelled else truth[i, index[m]] for i, m in enumerate(chosen)])
     out: dict[str, float] = {"router_quality": float(np.mean(routed))}
     best, oracle = float(truth.mean(axis=0).max()), float(truth.max(axis=1).mean())
@@ -418,11 +432,11 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
         with _timed(log, f"champion version {champion}: fetched and verified"):
             champion_bundle = registry.bundle(champion, public_key, workdir, allow_unsigned)
     with _timed(log, f"version {version}: evaluated on {table.num_rows} frozen rows"):
-        challenger_metrics = evaluate_bundle(challenger_bundle, table)
+        challenger_metrics = evaluate_bundle(challenger_bundle, table, rules.trust_added_labels)
     champion_metrics = None
     if champion_bundle is not None:
         with _timed(log, f"champion version {champion}: evaluated on {table.num_rows} frozen rows"):
-            champion_metrics = evaluate_bundle(champion_bundle, table)
+            champion_metrics = evaluate_bundle(champion_bundle, table, rules.trust_added_labels)
     decision = decide(challenger_metrics, champion_metrics, rules, tags.get(CHECKS_TAG) == "true")
     decision.champion_version = champion
     if rules.replay and champion_bundle is not None:

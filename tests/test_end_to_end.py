@@ -645,9 +645,12 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     it is best. Last in the module: it
     registers a challenger the tests above do not expect."""
     rows = [json.loads(line) for line in (CONFIGS / "data" / "demo_prompts.jsonl").read_text().splitlines()]
-    labels = tmp_path / "labels.csv"
-    labels.write_text("text,score,output_tokens\n" + "".join(
-        f"\"{r['prompt']}\",{1.0 if r['task'] == 'math' else 0.0},30\n" for r in rows))
+    # the math rows give the model's response (its reference, word for word): add-model scores those on
+    # evaluation prompts itself (issue 61), and the gate credits that score, not the label
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"text": r["prompt"], "score": 1.0 if r["task"] == "math" else 0.0,
+                                          "output_tokens": 30} | ({"response": r["reference"]} if r["task"] == "math"
+                                                                  else {})) + "\n" for r in rows))
     key = demo.config.storage_root / "keys" / "bundle-signing.key"
     store = Path(demo.config.registry.artifact_location)
     before = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
@@ -671,6 +674,14 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     assert (routed[math] == "tiny-math").any() and not (routed[~math] == "tiny-math").any()
     assert prediction.quality[math, -1].mean() > prediction.quality[~math, -1].mean() + 0.1
     assert out["added"]["holdout"]["labels"] > 0 and all(out["checks"].values())  # the pipeline's checks, passed
+    from routeforge.registry.release import Registry as _Registry
+
+    frozen = pq.read_table(_Registry(demo.tracking, demo.config.registry.model_name).evaluation_set()[0])
+    assert {"reference", "reference_meta", "metric"} <= set(frozen.column_names)
+    math_eval = sum(t == "math" for t in frozen.column("task").to_pylist())
+    audit = out["added"]["label_audit"]
+    assert audit["scored"] == math_eval and audit["metrics"] == ({"exact_match": math_eval} if math_eval else {})
+    assert audit["scored_mean"] in (None, 1.0) and "no response given" not in audit["unverified"]
     bad = tmp_path / "bad.csv"
     bad.write_text("text,score\nfine,0.5\nalso fine,7\n")
     refused = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "m", "--labels", str(bad),

@@ -91,6 +91,10 @@ class ReleaseSettings(_Strict):
     # champion has must be there, finite and within its tolerance. An entry ending in `/` names a prefix
     optional: list[str] = Field(default_factory=list)
     replay: ReplayGate | None = None  # also judge the challenger on logged traffic (off-policy)
+    # an evaluation prompt routed to a model added by `bundle add-model` scores routeforge's own score
+    # of the response the label file gave (`training.predictors.label_audit`), else 0; true credits
+    # the model's own labels there instead (labels that lie consistently then pass the gate)
+    trust_added_labels: bool = False
 
     @model_validator(mode="after")
     def _non_negative(self) -> ReleaseSettings:

@@ -16,7 +16,7 @@ Metric = Annotated[str, OneOf(METRICS)]
 
 def metric_says(metric: str, what: str) -> bool:
     """What the metric's module registered of it (`needs_reference`, `runs_code`, `needs_judge`,
-    `reads_table_labels`; scoring/metrics/base.py)."""
+    `reads_table_labels`, `self_contained`; scoring/metrics/base.py)."""
     return bool(METRICS.entry(metric).metadata.get(what))
 
 

@@ -13,8 +13,9 @@ partition's scoring shares (`scoring.quality.Scorer`): the fleet, its scoring se
 for the asset's metadata, and `shared(name, build)` for what is built once per run (encoders, a judge).
 What a module registers of its metric, read by the config and the stages without importing it again:
 `needs_reference` (prompt sources keep only prompts that have one, `prompts.sources`), `runs_code`
-(the sandbox warning), `needs_judge` (a judge model must be configured) and `reads_table_labels`
-(every model must import a response table).
+(the sandbox warning), `needs_judge` (a judge model must be configured), `reads_table_labels`
+(every model must import a response table) and `self_contained` (it scores from the response and the
+reference alone, with no scorer: `bundle add-model` runs it to check a new model's labels).
 """
 
 from __future__ import annotations

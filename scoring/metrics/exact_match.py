@@ -45,6 +45,6 @@ def exact_match(response: str, reference: str | None, meta: dict[str, Any]) -> t
     return float(squad_normalize(response) == squad_normalize(reference)), {"rule": "normalized_string"}
 
 
-@METRICS.register("exact_match", needs_reference=True)
+@METRICS.register("exact_match", needs_reference=True, self_contained=True)
 def score(items, quarantine, scorer):
     return each(items, quarantine, "exact_match", lambda i: exact_match(i["text"], i["reference"], i["meta"]))

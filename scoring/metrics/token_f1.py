@@ -28,7 +28,7 @@ def references(reference: str | None, meta: dict[str, Any]) -> list[str]:
     return [reference]
 
 
-@METRICS.register("token_f1", needs_reference=True)
+@METRICS.register("token_f1", needs_reference=True, self_contained=True)
 def score(items, quarantine, scorer):
     return each(items, quarantine, "token_f1",
                 lambda i: (best_token_f1(i["text"], references(i["reference"], i["meta"])), None))

@@ -35,6 +35,7 @@ class LabelFileError(ValueError):
 MAX_LABEL_FILE_BYTES = 64 * 2**20
 MAX_LABEL_ROWS = 50_000
 MAX_TEXT_CHARS = 20_000
+MAX_RESPONSE_CHARS = 100_000
 MIN_LABELS = 20  # `--min-labels`: fewer say too little about a model to route to it
 HOLDOUT_SHARE = 0.2  # of the labels not on evaluation prompts, held out of the fit for the gate
 
@@ -50,9 +51,10 @@ def _number(value: Any, where: str, field: str) -> float:
 
 def read_labels(path: Path, max_rows: int = MAX_LABEL_ROWS, max_text_chars: int = MAX_TEXT_CHARS,
                 max_bytes: int = MAX_LABEL_FILE_BYTES) -> list[dict[str, Any]]:
-    """Rows of `text` and `score` (0…1), optionally `output_tokens` and `cost`, from JSON-lines or
-    CSV; a row that cannot be used is an error naming its line and field. Sizes are bounded
-    (`max_bytes`, `max_rows`, `max_text_chars`) before anything large is held."""
+    """Rows of `text` and `score` (0…1), optionally `output_tokens`, `cost` and the model's `response`
+    (which lets routeforge check the score, `label_audit`), from JSON-lines or CSV; a row that
+    cannot be used is an error naming its line and field. Sizes are bounded (`max_bytes`,
+    `max_rows`, `max_text_chars`) before anything large is held."""
     size = path.stat().st_size
     if size > max_bytes:
         raise LabelFileError(f"{path}: {size / 2**20:.1f} MiB; label files are limited to {max_bytes / 2**20:.0f} MiB")
@@ -86,6 +88,14 @@ def read_labels(path: Path, max_rows: int = MAX_LABEL_ROWS, max_text_chars: int 
             raise LabelFileError(f"{where}: field 'text' is not valid Unicode (a lone surrogate at character "
                                  f"{exc.start})") from None
         out = {"text": text}
+        response = row.get("response")
+        if response not in (None, ""):
+            if not isinstance(response, str):
+                raise LabelFileError(f"{where}: field 'response' is not text: {type(response).__name__}")
+            if len(response) > MAX_RESPONSE_CHARS:
+                raise LabelFileError(f"{where}: field 'response' is {len(response)} characters; "
+                                     f"at most {MAX_RESPONSE_CHARS}")
+            out["response"] = response
         for field, required in (("score", True), ("output_tokens", False), ("cost", False)):
             value = row.get(field)
             if value in (None, ""):
@@ -117,17 +127,16 @@ def split_holdout(rows: list[dict[str, Any]], evaluation_keys: set[bytes],
     return fit, held
 
 
-def _evaluation_keys(tracking_uri: str, name: str) -> set[bytes]:
-    """Text keys of the registered model's frozen evaluation set (none before it has one)."""
+def _evaluation_set(tracking_uri: str, name: str):
+    """The registered model's frozen evaluation set (a pyarrow table; None before it has one)."""
     import pyarrow.parquet as pq
-    from routeforge.artifacts.router import text_key
     from routeforge.registry.release import Registry
 
     registry = Registry(tracking_uri, name)
     if registry.pinned_evaluation_sha() is None:
-        return set()
+        return None
     path, _ = registry.evaluation_set()
-    return {text_key(t) for t in pq.read_table(path, columns=["text"]).column("text").to_pylist()}
+    return pq.read_table(path)
 
 
 def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str, experiment: str,
@@ -155,7 +164,16 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
     rows = read_labels(labels)  # a bad file fails before anything is downloaded
     if len(rows) < min_labels:
         raise LabelFileError(f"{labels}: {len(rows)} labelled prompts; --min-labels asks for at least {min_labels}")
-    fit_rows, held_rows = split_holdout(rows, _evaluation_keys(tracking_uri, name))
+    from routeforge.artifacts.router import text_key
+    from routeforge.training.predictors.label_audit import audit_labels
+
+    evaluation = _evaluation_set(tracking_uri, name)
+    audit = audit_labels(rows, evaluation, model)
+    refused = audit.refusal(model)
+    if refused:
+        raise LabelFileError(f"{labels}: {refused}")
+    keys = set() if evaluation is None else {text_key(t) for t in evaluation.column("text").to_pylist()}
+    fit_rows, held_rows = split_holdout(rows, keys)
     if len(fit_rows) < 2:
         raise LabelFileError(f"{labels}: {len(fit_rows)} labels left to fit after holding out the "
                              f"{len(held_rows)} on evaluation prompts or drawn for the gate; add labels")
@@ -176,6 +194,8 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
                            output_tokens=float(np.mean(tokens)) if tokens else None,
                            cost=float(np.mean(costs)) if costs else None, texts=texts,
                            holdout=([r["text"] for r in held_rows], [r["score"] for r in held_rows]))
+        record["holdout"]["verified"] = audit.scored  # the gate credits these, not the labels
+        record["label_audit"] = audit.summary()
         components = []
         for c in bundle.manifest.components:
             folder = work / "components" / c.name
@@ -186,7 +206,8 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
                     f.unlink()
                 router.save(folder)
                 # the manifest names what was added; the held-out labels themselves stay in the router
-                config["added_models"] = [{**a, "holdout": {k: v for k, v in a["holdout"].items() if k != "by_prompt"}}
+                config["added_models"] = [{**a, "holdout": {k: v for k, v in a["holdout"].items()
+                                                            if k not in ("by_prompt", "verified")}}
                                           if "holdout" in a else a for a in router.meta["added_models"]]
             components.append(ComponentSource(c.name, c.kind, c.format, folder, dict(c.metrics), config))
         refresh_golden(components)  # the router changed: so did what it decides for the golden prompts

@@ -82,3 +82,65 @@ def test_labels_on_evaluation_prompts_are_held_out_and_scored_by_the_gate():
     assert 0 <= record["lower"] < record["mean"]
     assert holdout_record([], [])["lower"] == 0.0  # no held-out labels: nothing to credit
     assert np.isclose(holdout_record(["a", "b"], [1.0, 1.0])["lower"], 1.0)
+
+
+def _evaluation(n=12, references=True):
+    import pyarrow as pa
+
+    columns = {"text": [f"What is {i} + {i}?" for i in range(n)], "task": ["math"] * (n - 2) + ["chat"] * 2,
+               "quality/a": [0.5] * n}
+    if references:
+        columns |= {"reference": [f"{i} + {i} = {2 * i}. The answer is {2 * i}." for i in range(n)],
+                    "reference_meta": [json.dumps({"final_answer": 2 * i}) for i in range(n)], "metric": ["exact_match"] * (n - 2) + ["bertscore"] * 2}
+    return pa.table(columns)
+
+
+def test_labels_that_lie_consistently_are_caught_by_scoring_the_models_own_responses():
+    """Issue 61 (left from the round before): labels that claim more than the model's responses earn
+    everywhere, the held-out ones too, moved the router and passed the gate, which judged the model on
+    those labels. Now a label row may give the model's response; on evaluation prompts whose
+    reference the frozen set keeps, routeforge scores it with the prompt's metric, and a file whose
+    labels claim more than their responses earn is refused; honest labels pass."""
+    from routeforge.training.predictors.label_audit import audit_labels
+
+    evaluation = _evaluation()
+    wrong = [{"text": f"What is {i} + {i}?", "score": 1.0, "response": f"The answer is {2 * i + 1}."}
+             for i in range(10)]
+    audit = audit_labels(wrong, evaluation, "liar")
+    assert len(audit.scored) == 10 and set(audit.scored.values()) == {0.0}
+    refusal = audit.refusal("liar")
+    assert refusal and "claim a mean of 1.000 where the responses score 0.000" in refusal
+    honest = [{"text": f"What is {i} + {i}?", "score": float(i % 2 == 0),
+               "response": f"The answer is {2 * i if i % 2 == 0 else 0}."} for i in range(12)]
+    audit = audit_labels(honest, evaluation, "honest")
+    assert audit.refusal("honest") is None and audit.overclaim()[0] == 0.0
+    assert audit.unverified == {"its metric (bertscore) needs the pipeline's scorer": 2}
+    # a lie on fewer prompts than MIN_AUDITED refuses nothing, but earns no credit at the gate either
+    assert audit_labels(wrong[:4], evaluation, "liar").refusal("liar") is None
+    unchecked = audit_labels([{k: v for k, v in r.items() if k != "response"} for r in wrong], evaluation, "x")
+    assert unchecked.unverified == {"no response given": 10} and not unchecked.scored
+    frozen_before = audit_labels(wrong, _evaluation(references=False), "x")
+    assert frozen_before.unverified == {"the evaluation set was frozen without references": 10}
+
+
+def test_the_gate_credits_an_added_models_verified_scores_and_not_its_labels_unless_told():
+    from routeforge.registry.release import _unlabelled_scores
+
+    class Bundle:
+        def has_kind(self, kind):
+            return kind == "router"
+
+        def router(self):
+            holdout = {"by_prompt": {text_key("a").hex(): 1.0, text_key("b").hex(): 1.0}, "lower": 0.9,
+                       "verified": {text_key("a").hex(): 0.25}}
+            return type("R", (), {"meta": {"added_models": [{"name": "new", "holdout": holdout}]}})()
+
+    texts, chosen = ["a", "b", "c", "d"], ["new", "new", "new", "old"]
+    assert _unlabelled_scores(Bundle(), texts, chosen, {"old": 0}) == {0: 0.25, 1: 0.0, 2: 0.0}
+    assert _unlabelled_scores(Bundle(), texts, chosen, {"old": 0}, trust_labels=True) == {0: 0.25, 1: 1.0, 2: 0.9}
+
+
+def test_a_response_that_is_not_text_is_named(tmp_path):
+    labels = _jsonl(tmp_path / "l.jsonl", [{"text": "a", "score": 0.5, "response": 7}, {"text": "b", "score": 1}])
+    with pytest.raises(LabelFileError, match="l.jsonl:1: field 'response' is not text: int"):
+        read_labels(labels)
