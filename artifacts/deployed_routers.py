@@ -6,9 +6,10 @@ deploy instead. Each is a decision function of `routeforge.artifacts.heuristics.
 simulator runs exactly the function a router service runs (`RegisteredHeuristic`), and a bundle can
 carry one as its recommended policy.
 
-Registered with `default=False`: an evaluation runs them when its fleet file names them
-(`routing_evaluation.policies`), not by default, until the TypeScript runtime (runtimes/typescript),
-which must reproduce every decision a bundle carries, implements them.
+Registered like every default heuristic: an evaluation whose fleet file names no policies runs them,
+and a bundle may carry them. The TypeScript runtime (runtimes/typescript/src/deployed_routers.ts)
+makes the same decisions, except Dynamo's at a temperature above 0 (sampled with Python's own
+generator), which it refuses to load.
 
 What they read, besides the telemetry every heuristic gets (heuristics' module docstring):
 - request: `hash_ids`, the ids of its prompt's blocks (vLLM's prefix-caching hashes; Mooncake's
@@ -95,7 +96,7 @@ def _queue_scores(waiting: list[int]) -> list[float]:
     return [1.0 if high == low else (high - q) / (high - low) for q in waiting]
 
 
-@HEURISTICS.register("llm_d", default=False)
+@HEURISTICS.register("llm_d")
 def llm_d(request, instances, parameters, state) -> int:
     """llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores."""
     weights = {**LLM_D_WEIGHTS, **parameters.get("weights", {})}
@@ -115,7 +116,7 @@ def _active_tokens(instance: dict[str, Any]) -> float:
     return float(sum(r["prompt_tokens"] for r in instance["waiting"]))
 
 
-@HEURISTICS.register("dynamo_kv", default=False)
+@HEURISTICS.register("dynamo_kv")
 def dynamo_kv(request, instances, parameters, state) -> int:
     """Dynamo's KV router: the lowest overlap_score_weight × prefill blocks + decode blocks."""
     settings = {**DYNAMO, **parameters}
@@ -138,7 +139,7 @@ def dynamo_kv(request, instances, parameters, state) -> int:
     return remember(request, instances, state, choice)
 
 
-@HEURISTICS.register("sglang_cache_aware", default=False)
+@HEURISTICS.register("sglang_cache_aware")
 def sglang_cache_aware(request, instances, parameters, state) -> int:
     """SGLang's cache-aware policy over its own approximate prefix tree."""
     settings = {**SGLANG, **parameters}

@@ -83,11 +83,18 @@ def _states(spec: dict[str, Any], features: list[str], n: int, rng: np.random.Ge
 
 
 def _heuristic_cases(m: int, n: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """Random requests and telemetry, in sequence (a heuristic's state carries over): every request
+    also carries block ids, chains of four conversations that share prefixes, and every instance the
+    KV figures the deployed routers read; half the cases report each instance's cached blocks (KV
+    events), the rest leave the routers to their own index."""
     cases = []
     for _ in range(n):
+        conversation, length = int(rng.integers(0, 4)), int(rng.integers(1, 12))
         request = {"prompt_tokens": int(rng.integers(1, 2000)),
                    "predicted_output_tokens": [int(v) for v in rng.integers(1, 1000, m)],
-                   "predicted_quality": [round(float(v), 4) for v in rng.random(m)]}
+                   "predicted_quality": [round(float(v), 4) for v in rng.random(m)],
+                   "hash_ids": [conversation * 1000 + k for k in range(length)], "block_tokens": 16}
+        told = bool(rng.random() < 0.5)
         instances = []
         for _ in range(m):
             max_running = int(rng.integers(1, 9))
@@ -100,7 +107,10 @@ def _heuristic_cases(m: int, n: int, rng: np.random.Generator) -> list[dict[str,
             instances.append({"max_running": max_running, "tpot_s": round(float(rng.uniform(0.005, 0.08)), 5),
                               "prefill_s_per_token": round(float(rng.uniform(1e-5, 5e-4)), 7),
                               "busy_for_s": round(float(rng.uniform(0, 0.05)), 4), "running": running,
-                              "waiting": waiting})
+                              "waiting": waiting, "kv_utilization": round(float(rng.random()), 4),
+                              "kv_capacity_tokens": int(rng.integers(64, 4000)),
+                              "active_tokens": int(rng.integers(0, 3000)),
+                              **({"cached_prefix_blocks": int(rng.integers(0, length + 1))} if told else {})})
         cases.append({"request": request, "instances": instances})
     return cases
 

@@ -6,11 +6,15 @@
 import { readFileSync } from "fs";
 import { join } from "path";
 import { roundHalfEven } from "./numeric";
+import { DEPLOYED, DeployedState } from "./deployed_routers";
+import { BlockId } from "./prefix_index";
 
 export interface Request {
   prompt_tokens: number;
   predicted_output_tokens: number[];
   predicted_quality?: (number | null)[];
+  hash_ids?: BlockId[] | null; // the prompt's block ids (the deployed routers read them)
+  block_tokens?: number | null;
 }
 
 export interface Instance {
@@ -20,6 +24,10 @@ export interface Instance {
   busy_for_s?: number;
   running: { predicted_output_tokens: number; generated_tokens: number }[];
   waiting: { prompt_tokens: number; predicted_output_tokens: number }[];
+  kv_utilization?: number | null; // what the deployed routers read besides (deployed_routers.ts)
+  kv_capacity_tokens?: number | null;
+  active_tokens?: number | null;
+  cached_prefix_blocks?: number | null;
 }
 
 const argmin = (xs: number[]) => xs.reduce((best, v, i) => (v < xs[best] ? i : best), 0);
@@ -32,11 +40,17 @@ function unit(xs: number[]): number[] {
 
 export class HeuristicPolicy {
   private next = 0;
+  private state: DeployedState = {}; // a deployed router's own prefix index
 
   constructor(readonly spec: any) {
-    const known = ["round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only", "route_balance"];
+    const known = ["round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only", "route_balance",
+      ...Object.keys(DEPLOYED)];
     if (spec.kind !== "heuristic" || !known.includes(spec.heuristic)) {
       throw new Error(`policy.json: heuristic must be one of ${known.join(", ")}, got ${spec.heuristic}`);
+    }
+    if (spec.heuristic === "dynamo_kv" && Number(spec.parameters?.temperature ?? 0) > 0) {
+      throw new Error(`policy.json: dynamo_kv at temperature ${spec.parameters.temperature} samples with Python's generator; `
+        + "this runtime runs temperature 0 only");
     }
   }
 
@@ -49,6 +63,7 @@ export class HeuristicPolicy {
     if (instances.length !== m) throw new Error(`${instances.length} instances given, the policy was exported for ${m}`);
     const name: string = this.spec.heuristic, params = this.spec.parameters ?? {};
     if (name === "round_robin") return this.next++ % m;
+    if (name in DEPLOYED) return DEPLOYED[name](request, instances, params, this.state);
     const outstanding = instances.map((i) => i.running.length + i.waiting.length);
     if (name === "join_shortest_queue") {
       const among: number[] = params.among ?? outstanding.map((_, i) => i);

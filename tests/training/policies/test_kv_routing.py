@@ -168,9 +168,11 @@ def test_sglang_follows_its_own_tree_above_the_threshold_and_balances_when_imbal
     assert isinstance(policy.state["prefix_index"], PrefixIndex)
 
 
-def test_deployed_routers_are_registered_and_evaluated_when_named():
+def test_deployed_routers_are_registered_and_evaluated_by_default():
+    """Both runtimes make their decisions now (the TypeScript tests below), so they are evaluated and
+    carried like every default heuristic."""
     for name in ("llm_d", "dynamo_kv", "sglang_cache_aware"):
-        assert name in HEURISTICS and name in BASELINES and name not in default_baselines()
+        assert name in HEURISTICS and name in BASELINES and name in default_baselines()
     assert "join_shortest_queue" in default_baselines() and "route_balance_absolute" in default_baselines()
 
 
@@ -185,3 +187,60 @@ def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
         outcomes = Cluster([FAST, FAST], block_tokens=100).run(reqs, BASELINES[name]())
         rates[name] = summarize(outcomes, slo=Slo(scale=5.0), profiles=[FAST, FAST])["prefix_hit_rate"]
     assert all(rates[n] > 0.9 for n in ("llm_d", "dynamo_kv", "sglang_cache_aware")), rates
+
+
+@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware"])
+def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
+    """Issue 60, item 4: the TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the
+    same choice as the Python one on 300 random requests in sequence, its own prefix index carried
+    across them, through the cases a bundle's golden vectors draw (`artifacts.golden`)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from routeforge.artifacts.golden import _heuristic_cases
+
+    runtime = Path(__file__).resolve().parents[3] / "runtimes" / "typescript" / "dist" / "heuristics.js"
+    node = shutil.which("node")
+    if node is None or not runtime.is_file():
+        pytest.skip("the TypeScript runtime is not built (Node.js and `make ts-runtime`): its half is not run")
+    cases = _heuristic_cases(4, 300, np.random.default_rng(7))
+    # and SGLang's tie on an equal match: a request sent to instances 0 and 3 by the imbalance rule,
+    # then matched on both, goes to the less loaded of the two
+    request = {"prompt_tokens": 64, "predicted_output_tokens": [8] * 4, "hash_ids": [9001, 9002], "block_tokens": 16}
+    idle = {"max_running": 4, "tpot_s": 0.01, "prefill_s_per_token": 1e-4, "running": [], "waiting": []}
+    queued = lambda n: {**idle, "waiting": [{"prompt_tokens": 1, "predicted_output_tokens": 1}] * n}  # noqa: E731
+    cases += [{"request": request, "instances": [queued(10), queued(100), queued(100), queued(100)]},
+              {"request": request, "instances": [queued(100), queued(100), queued(100), queued(10)]},
+              {"request": request, "instances": [queued(5), queued(1), queued(1), queued(2)]}]
+    spec = heuristic_spec(name, 4)
+    python = HeuristicPolicy.from_spec(spec)
+    expected = [python.route(c["request"], c["instances"]) for c in cases]
+    assert len(set(expected)) > 1 and any("cached_prefix_blocks" not in c["instances"][0] for c in cases)
+    if name == "sglang_cache_aware":
+        assert expected[-3:] == [0, 3, 3]
+    script = ("const {HeuristicPolicy} = require(process.argv[1]); const fs = require('fs');"
+              "const input = JSON.parse(fs.readFileSync(0, 'utf8')); const policy = new HeuristicPolicy(input.spec);"
+              "console.log(JSON.stringify(input.cases.map((c) => policy.route(c.request, c.instances))));")
+    run = subprocess.run([node, "-e", script, str(runtime)], input=json.dumps({"spec": spec, "cases": cases}),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == expected
+
+
+def test_the_typescript_runtime_refuses_a_sampling_dynamo_policy():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    runtime = Path(__file__).resolve().parents[3] / "runtimes" / "typescript" / "dist" / "heuristics.js"
+    node = shutil.which("node")
+    if node is None or not runtime.is_file():
+        pytest.skip("the TypeScript runtime is not built (Node.js and `make ts-runtime`): its half is not run")
+    spec = heuristic_spec("dynamo_kv", 2, temperature=0.5)
+    script = ("const {HeuristicPolicy} = require(process.argv[1]);"
+              "try { new HeuristicPolicy(JSON.parse(process.argv[2])); console.log('OK'); }"
+              "catch (e) { console.log('REFUSED ' + e.message); }")
+    run = subprocess.run([node, "-e", script, str(runtime), json.dumps(spec)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.stdout.startswith("REFUSED") and "temperature 0 only" in run.stdout

@@ -279,8 +279,7 @@ BASELINES = _Registered(lambda names: {**NATIVE, **{n: partial(RegisteredHeurist
 
 def default_baselines() -> list[str]:
     """The baselines an evaluation runs when its fleet file names none: every one but the heuristics
-    registered with `default=False` (the deployed routers, until the TypeScript runtime decides as
-    they do; a fleet file that names them gets them)."""
+    registered with `default=False` (a fleet file that names them gets them)."""
     return [n for n in BASELINES if n not in heuristics.HEURISTICS
             or heuristics.HEURISTICS.entry(n).metadata.get("default", True)]
 

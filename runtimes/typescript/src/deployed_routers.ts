@@ -1,0 +1,121 @@
+/**
+ * The routers people deploy, as heuristic policies: llm-d's scheduler, Dynamo's KV router and SGLang's
+ * cache-aware policy, decision for decision as routeforge.artifacts.deployed_routers (its docstring
+ * has the sources and the defaults). Each keeps, in its policy's state, the approximate prefix index
+ * of what it sent where, used wherever the instances do not report `cached_prefix_blocks`.
+ * Dynamo at a temperature above 0 samples with Python's own generator, which this runtime does not
+ * reproduce: such a policy is refused when it is loaded.
+ */
+import { BlockId, PrefixIndex } from "./prefix_index";
+
+export interface BlockRequest {
+  prompt_tokens: number;
+  hash_ids?: BlockId[] | null;
+  block_tokens?: number | null;
+}
+
+export interface CacheInstance {
+  running: unknown[];
+  waiting: { prompt_tokens: number }[];
+  kv_utilization?: number | null;
+  kv_capacity_tokens?: number | null;
+  active_tokens?: number | null;
+  cached_prefix_blocks?: number | null;
+}
+
+export interface DeployedState {
+  prefixIndex?: PrefixIndex;
+}
+
+export const LLM_D_WEIGHTS = { prefix: 3.0, kv_utilization: 2.0, queue: 2.0 };
+export const DYNAMO = { overlap_score_weight: 1.0, temperature: 0.0 };
+export const SGLANG = { cache_threshold: 0.3, balance_abs_threshold: 64, balance_rel_threshold: 1.5 };
+const INDEX_BLOCKS = 1 << 20;
+
+function blocks(request: BlockRequest): [BlockId[], number] {
+  return [[...(request.hash_ids ?? [])], Math.trunc(request.block_tokens || 0)];
+}
+
+function index(state: DeployedState, instances: CacheInstance[], blockTokens: number, perInstanceKv = true): PrefixIndex {
+  if (!state.prefixIndex) {
+    state.prefixIndex = new PrefixIndex(instances.map((i) =>
+      perInstanceKv && i.kv_capacity_tokens && blockTokens
+        ? Math.max(1, Math.floor(Math.trunc(i.kv_capacity_tokens) / blockTokens)) : INDEX_BLOCKS));
+  }
+  return state.prefixIndex;
+}
+
+function overlaps(request: BlockRequest, instances: CacheInstance[], state: DeployedState, precise = true): number[] {
+  const [ids, blockTokens] = blocks(request);
+  if (!ids.length) return instances.map(() => 0);
+  const told = instances.map((i) => i.cached_prefix_blocks);
+  if (precise && told.every((t) => t !== undefined && t !== null)) return told.map((t) => Math.trunc(t as number));
+  return index(state, instances, blockTokens).overlaps(ids);
+}
+
+function remember(request: BlockRequest, instances: CacheInstance[], state: DeployedState, choice: number): number {
+  const [ids, blockTokens] = blocks(request);
+  if (ids.length) index(state, instances, blockTokens).record(choice, ids);
+  return choice;
+}
+
+/** llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores. */
+export function llmD(request: BlockRequest, instances: CacheInstance[], parameters: any, state: DeployedState): number {
+  const w = { ...LLM_D_WEIGHTS, ...(parameters.weights ?? {}) };
+  const [ids] = blocks(request);
+  const prefix = overlaps(request, instances, state).map((o) => (ids.length ? o / ids.length : 0.0));
+  const kv = instances.map((i) => 1.0 - Math.min(1.0, Math.max(0.0, i.kv_utilization ?? 0.0)));
+  const waiting = instances.map((i) => i.waiting.length);
+  const low = Math.min(...waiting), high = Math.max(...waiting);
+  const queue = waiting.map((q) => (high === low ? 1.0 : (high - q) / (high - low)));
+  const score = prefix.map((p, i) => w.prefix * p + w.kv_utilization * kv[i] + w.queue * queue[i]);
+  let best = 0;
+  score.forEach((s, i) => { if (s > score[best]) best = i; });
+  return remember(request, instances, state, best);
+}
+
+function activeTokens(instance: CacheInstance): number {
+  if (instance.active_tokens !== undefined && instance.active_tokens !== null) return instance.active_tokens;
+  return instance.waiting.reduce((s, r) => s + r.prompt_tokens, 0);
+}
+
+/** Dynamo's KV router at temperature 0: the lowest overlap_score_weight × prefill blocks + decode blocks. */
+export function dynamoKv(request: BlockRequest, instances: CacheInstance[], parameters: any, state: DeployedState): number {
+  const settings = { ...DYNAMO, ...parameters };
+  if (Number(settings.temperature) > 0) {
+    throw new Error(`dynamo_kv: temperature ${settings.temperature} samples with Python's generator; this runtime runs temperature 0 only`);
+  }
+  const [, blockTokens] = blocks(request);
+  const block = blockTokens || 16;
+  const prompt = request.prompt_tokens;
+  const cost = overlaps(request, instances, state).map((o, i) =>
+    settings.overlap_score_weight * Math.max(0.0, prompt - o * block) / block + (activeTokens(instances[i]) + prompt) / block);
+  let best = 0;
+  cost.forEach((c, i) => { if (c < cost[best]) best = i; });
+  return remember(request, instances, state, best);
+}
+
+/** SGLang's cache-aware policy over its own approximate prefix tree. */
+export function sglangCacheAware(request: BlockRequest, instances: CacheInstance[], parameters: any, state: DeployedState): number {
+  const settings = { ...SGLANG, ...parameters };
+  const [ids, blockTokens] = blocks(request);
+  const tree = index(state, instances, blockTokens, false); // its own, globally bounded
+  const load = instances.map((i) => i.running.length + i.waiting.length);
+  const low = Math.min(...load), high = Math.max(...load);
+  if (high - low > settings.balance_abs_threshold && high > settings.balance_rel_threshold * low) {
+    return remember(request, instances, state, load.indexOf(low));
+  }
+  if (!ids.length) return load.indexOf(low);
+  const o = overlaps(request, instances, state, false);
+  let best = 0;
+  o.forEach((v, i) => { if (v > o[best] || (v === o[best] && load[i] < load[best])) best = i; });
+  if (o[best] / ids.length > settings.cache_threshold) return remember(request, instances, state, best);
+  const sizes = tree.sizes();
+  let fewest = 0;
+  sizes.forEach((s, i) => { if (s < sizes[fewest] || (s === sizes[fewest] && load[i] < load[fewest])) fewest = i; });
+  return remember(request, instances, state, fewest);
+}
+
+export const DEPLOYED: Record<string, (r: any, i: any[], p: any, s: DeployedState) => number> = {
+  llm_d: llmD, dynamo_kv: dynamoKv, sglang_cache_aware: sglangCacheAware,
+};
