@@ -32,20 +32,36 @@ def config() -> None:
 
 
 @config.command()
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the resolved configuration as JSON.")
-def validate(file: Path, as_json: bool) -> None:
-    """Parse and validate FILE (paths resolved against its folder) and check that every input file it
-    names exists; one line naming the bad field(s) and exit 1 when it is invalid."""
-    fleet = load_checked(file)
-    if as_json:
-        click.echo(fleet.model_dump_json(indent=2))
-        return
-    profiled = sum(t.profile is not None for t in fleet.tiers)
-    click.echo(f"OK: {file}: fleet {fleet.name}, {len(fleet.model_names)} models, {len(fleet.tiers)} tiers "
-               f"({profiled} profiled), {len(fleet.datasets)} datasets, storage {fleet.storage_root}")
-    for warning in fleet.warnings():
-        click.echo(warning)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved configuration as JSON (one FILE).")
+def validate(files: tuple[Path, ...], as_json: bool) -> None:
+    """Parse and validate each FILE (paths resolved against its folder) and check the input files it
+    names: that they exist, hold rows, and have the columns, tasks and models the file maps. One
+    line per file (OK, or the bad fields); exit 1 when any is invalid."""
+    from routeforge.core.config.base import ConfigError
+
+    if as_json and len(files) != 1:
+        raise click.UsageError("--json prints one configuration: give one FILE")
+    failed = 0
+    for file in files:
+        try:
+            fleet = load_checked(file)
+        except ConfigError as exc:
+            if len(files) == 1:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            failed += 1
+            continue
+        if as_json:
+            click.echo(fleet.model_dump_json(indent=2))
+            return
+        profiled = sum(t.profile is not None for t in fleet.tiers)
+        click.echo(f"OK: {file}: fleet {fleet.name}, {len(fleet.model_names)} models, {len(fleet.tiers)} tiers "
+                   f"({profiled} profiled), {len(fleet.datasets)} datasets, storage {fleet.storage_root}")
+        for warning in fleet.warnings():
+            click.echo(warning)
+    if failed:
+        raise SystemExit(1)
 
 
 @config.command()

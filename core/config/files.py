@@ -60,18 +60,19 @@ def missing_files(model: BaseModel) -> list[str]:
 
 
 def load_checked(path) -> Any:
-    """`load_fleet(path)`, and ConfigError naming every referenced input that does not exist, every
-    mapped column its file lacks and every `per_task` key no dataset's files name
-    (`data_columns`)."""
+    """`load_fleet(path)`, and ConfigError naming every referenced input that does not exist or holds
+    no row, every score-table model named otherwise than the table names it (`data_rows`), every
+    mapped column its file lacks and every `per_task` key no dataset's files name (`data_columns`)."""
     from routeforge.core.config.base import ConfigError
     from routeforge.core.config.data_columns import column_problems, task_problems
+    from routeforge.core.config.data_rows import row_problems
     from routeforge.core.config.fleet import load_fleet
 
     config = load_fleet(path)
     missing = missing_files(config)
     if missing:
         raise ConfigError(f"fleet config {Path(path).resolve()}: {'; '.join(missing)}")
-    problems = column_problems(config) + task_problems(config)[0]
+    problems = row_problems(config)[0] + column_problems(config) + task_problems(config)[0]
     if problems:
         raise ConfigError(f"fleet config {Path(path).resolve()}: {'; '.join(problems)}")
     return config

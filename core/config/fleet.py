@@ -223,9 +223,11 @@ class FleetConfig(_Strict):
         hw = {h.name for h in self.hardware}
         for i, tier in enumerate(self.tiers):
             if tier.model not in names:
-                raise ValueError(f"tiers.{i}.model: unknown model {tier.model!r}")
+                raise ValueError(f"tiers.{i}.model: unknown model {tier.model!r}{did_you_mean(tier.model, names)} "
+                                 f"(models: {', '.join(names)})")
             if tier.hardware not in hw:
-                raise ValueError(f"tiers.{i}.hardware: unknown hardware {tier.hardware!r}")
+                raise ValueError(f"tiers.{i}.hardware: unknown hardware {tier.hardware!r}"
+                                 f"{did_you_mean(tier.hardware, hw)} (hardware: {', '.join(sorted(hw))})")
         datasets = {d.name: d for d in self.datasets}
         if len(datasets) != len(self.datasets):
             raise ValueError("datasets: names must be unique")
@@ -233,7 +235,8 @@ class FleetConfig(_Strict):
             if model.source.kind == "table":
                 ds = datasets.get(model.source.dataset)
                 if ds is None:
-                    raise ValueError(f"models.{i}.source.dataset: no dataset named {model.source.dataset!r}")
+                    raise ValueError(f"models.{i}.source.dataset: no dataset named {model.source.dataset!r}"
+                                     f"{did_you_mean(model.source.dataset, datasets)}")
                 if not DATASET_KINDS.entry(ds.kind).metadata.get("responses") and model.source.file is None:
                     raise ValueError(
                         f"models.{i}.source.file: dataset {ds.name!r} ({ds.kind}) holds no responses; "
@@ -273,8 +276,9 @@ class FleetConfig(_Strict):
         """What validates but will not do what a user likely means, or runs less safely than it may: said
         by `config validate` and at the start of every run. Generated code run without isolation
         (`code_isolation_warning`); a model without a tier, routed to by quality while the simulator,
-        the routing policies and the dispatch call know only the models that have instances; a
-        `per_task` key no file confirms where some dataset's tasks are known only at run time."""
+        the routing policies and the dispatch call know only the models that have instances; lines of
+        a data file the run will quarantine; a `per_task` key no file confirms where some dataset's
+        tasks are known only at run time."""
         out = [w for w in [code_isolation_warning(self.scoring)] if w]
         if self.tiers:
             served = {t.model for t in self.tiers}
@@ -283,6 +287,9 @@ class FleetConfig(_Strict):
                 out.append(f"warning: models {untiered} have no tier: the router may pick them, but the latency "
                            f"heads, the routing simulator, its policies and the dispatch call cover only "
                            f"{sorted(served)} (add a tier per model, or leave them out)")
+        from routeforge.core.config.data_rows import row_problems
+
+        out += row_problems(self)[1]  # lines the run will quarantine
         if self.scoring.per_task or self.templates.per_task:  # keys no file confirms (errors: `files.load_checked`)
             from routeforge.core.config.data_columns import task_problems
 
@@ -401,9 +408,10 @@ def _parsed(path: Path, text: str, _reads: tuple) -> FleetConfig:
     try:
         return FleetConfig.model_validate(expanded, context={CONFIG_DIR: path.parent})
     except ValidationError as exc:
+        # a whole-file check names its own field in its message: no location before it
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg'].removeprefix('Value error, ')}"
-            f"{_did_you_mean(err)}"
+            f"{'.'.join(str(p) for p in err['loc']) + ': ' if err['loc'] else ''}"
+            f"{err['msg'].removeprefix('Value error, ')}{_did_you_mean(err)}"
             for err in exc.errors()
         )
         raise ConfigError(f"fleet config {path}: {problems}") from exc

@@ -112,3 +112,19 @@ def test_the_schema_describes_fields_from_the_models_comments_and_docs():
     assert "Every offered request counts" in defs["RoutingEvaluationSettings"]["properties"]["objective"]["description"]
     assert schema["properties"]["scoring"]["description"].startswith("`metric` scores every task")
     assert defs["RoutingEvaluationSettings"]["properties"]["ppo_slot_s"]["description"].startswith("seconds between")
+
+
+def test_validate_takes_several_files_and_names_a_misspelt_cross_reference(tmp_path):
+    """Issue 62, item 2: `config validate configs/*.yaml` took one file; a misspelt tier model said
+    `<root>: tiers.1.model: unknown model` with no suggestion. Now each file gets its line, the exit
+    status says whether any failed, and the error suggests the model meant."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((CONFIGS / "demo.yaml").read_text().replace("{model: tiny-llama,", "{model: tiny-lama,", 1)
+                   .replace("path: data/", f"path: {CONFIGS}/data/"))
+    result = subprocess.run([sys.executable, "-m", "routeforge.artifacts.cli", "config", "validate",
+                             str(CONFIGS / "demo.yaml"), str(bad)], capture_output=True, text=True, timeout=120,
+                            cwd=REPO)
+    assert result.returncode == 1 and result.stdout.startswith(f"OK: {CONFIGS / 'demo.yaml'}")
+    assert result.stderr.strip().splitlines() == [
+        f"error: fleet config {bad}: tiers.1.model: unknown model 'tiny-lama' (did you mean 'tiny-llama'?) "
+        "(models: tiny-gpt2, tiny-llama, tiny-qwen2)"]
