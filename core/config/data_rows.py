@@ -108,7 +108,7 @@ def row_problems(fleet) -> tuple[list[str], list[str]]:
     for i, ds in enumerate(fleet.datasets):
         if not hasattr(ds, "local_files"):
             continue
-        scores_field = getattr(ds, "scores_field", None) if ds.kind == "score_table" else None
+        scores_field = getattr(ds, "scores_field", None)  # a score table's {model: score} mappings
         table_models: set[str] = set()
         for path in ds.local_files():
             found = file_rows(path, scores_field)
