@@ -63,7 +63,11 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int):
     env = WorkloadAwareEnv(profiles, workload, variant=obs_spec["variant"], models=models,
                            wait_action=policy.spec["action"]["n"] > obs_spec["instances"],
                            observe_waiting="waiting" in obs_spec["per_instance"],
-                           observe_full="full" in obs_spec["per_instance"])
+                           observe_full="full" in obs_spec["per_instance"],
+                           # a trace without block ids shares nothing (overlap 0); its requests carry no
+                           # quality labels (`trace_windows`: 1 on every model), which the policy then sees
+                           observe_prefix="prefix_overlap" in obs_spec["per_instance"],
+                           observe_quality="predicted_quality" in obs_spec["per_instance"])
     return run_episode(env, policy.act, seed)
 
 

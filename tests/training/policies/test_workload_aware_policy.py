@@ -217,3 +217,18 @@ def test_the_first_token_reward_charges_each_served_requests_ttft_once():
     served = [o for o in env.results() if o.served]
     assert len(served) == 60
     assert total == pytest.approx(60.0 * len(served) - sum(o.ttft for o in served) - queue)
+
+
+def test_a_bundles_ddqn_that_observes_prefix_and_quality_replays_in_the_environment_its_spec_names(tmp_path):
+    """`policies evaluate` rebuilt 001's environment from the spec's waiting and full flags only; a
+    DDQN observing prefix overlap and quality then failed (99 features for a policy of 111)."""
+    from routeforge.training.policies.replay import _learned_runner
+    from routeforge.training.policies.rl.networks import mlp
+
+    env = WorkloadAwareEnv([PROFILE] * 2, _block_requests, variant="guided", models=[0, 1], observe_waiting=True,
+                           observe_full=True, block_tokens=16, observe_prefix=True, observe_quality=True)
+    spec = env.observation_spec()
+    obs, _ = env.reset(seed=0)
+    export_policy(mlp(spec["size"], 3, (8,)), tmp_path / "policy", spec, env.action_spec(), np.stack([obs]))
+    outcomes = _learned_runner(RoutingPolicy.load(tmp_path / "policy"), [PROFILE] * 2, [0, 1], _block_requests, 3)
+    assert len(outcomes) == 3 and all(o.served for o in outcomes)
