@@ -1,6 +1,6 @@
 """Non-learned routing policies as parameterised specs a runtime executes: join-shortest-queue,
-least work left, earliest available, quality-only, RouteBalance's joint assignment (002) and
-round-robin.
+least work left, earliest available, quality-only, RouteBalance's joint assignment (002), the
+highest quality within the request's SLO, and round-robin.
 
 Why here: the routing gate (`training.policies.gate`) may recommend a heuristic over a learned
 policy, so a bundle must carry heuristics a router service can run with NumPy alone. The
@@ -176,6 +176,33 @@ def route_balance(request, instances, parameters, state) -> int:
     cost = np.asarray(prices) * (request["prompt_tokens"] + est) if prices else np.zeros(m)
     return joint_choice(request.get("predicted_quality", [np.nan] * m), latency, cost,
                         parameters.get("weights", (1 / 3, 1 / 3, 1 / 3)), parameters.get("quality_scale", "minmax"))
+
+
+QUALITY_WITHIN_SLO = {"slo_scale": 5.0}  # the routing evaluation's default SLO: 5 × E2E alone, fastest instance
+
+
+@HEURISTICS.register("quality_within_slo")
+def quality_within_slo(request, instances, parameters, state) -> int:
+    """The model and instance chosen together for quality goodput (late requests earn nothing): among
+    the instances where the request's predicted E2E meets its SLO, the one whose model has the
+    highest predicted quality (ties to the sooner, then the first); where none does, the soonest.
+    Predicted E2E on i: its start (earliest-available's: `busy_for_s` where a slot is free and nothing
+    waits, else its work left) + prefill + predicted length × its step time; the SLO: `slo_scale` ×
+    the least of (prefill + predicted length × step time) over the instances, the request's E2E alone
+    on the one that would serve it fastest, as the evaluation judges (the step times are the current
+    ones, so the bound is approximate)."""
+    scale = float(parameters.get("slo_scale", QUALITY_WITHIN_SLO["slo_scale"]))
+    est = request["predicted_output_tokens"]
+    work, free = work_of(instances), free_of(instances)
+    alone = [i["prefill_s_per_token"] * request["prompt_tokens"] + e * i["tpot_s"] for i, e in zip(instances, est)]
+    e2e = [(i.get("busy_for_s", 0.0) if f else w) + a for i, f, w, a in zip(instances, free, work, alone)]
+    bound = scale * min(alone)
+    quality = [0.0 if q is None or np.isnan(q) else float(q)
+               for q in request.get("predicted_quality", [np.nan] * len(instances))]
+    within = [k for k in range(len(instances)) if e2e[k] <= bound]
+    if not within:
+        return min(range(len(instances)), key=lambda k: (e2e[k], k))
+    return max(within, key=lambda k: (quality[k], -e2e[k], -k))
 
 
 @register_component("routing_policy", accepts=lambda config: config.get("policy_kind") == "heuristic")

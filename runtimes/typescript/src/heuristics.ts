@@ -44,7 +44,7 @@ export class HeuristicPolicy {
 
   constructor(readonly spec: any) {
     const known = ["round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only", "route_balance",
-      ...Object.keys(DEPLOYED)];
+      "quality_within_slo", ...Object.keys(DEPLOYED)];
     if (spec.kind !== "heuristic" || !known.includes(spec.heuristic)) {
       throw new Error(`policy.json: heuristic must be one of ${known.join(", ")}, got ${spec.heuristic}`);
     }
@@ -98,6 +98,16 @@ export class HeuristicPolicy {
       return remaining * inst.tpot_s + waiting;
     });
     if (name === "least_work_left") return argmin(work);
+    if (name === "quality_within_slo") {
+      const scale = params.slo_scale ?? 5.0;
+      const alone = instances.map((inst, i) => inst.prefill_s_per_token * request.prompt_tokens + est[i] * inst.tpot_s);
+      const e2e = instances.map((inst, i) => (free[i] ? inst.busy_for_s ?? 0 : work[i]) + alone[i]);
+      const bound = scale * Math.min(...alone);
+      const within = e2e.map((_, i) => i).filter((i) => e2e[i] <= bound);
+      if (!within.length) return argmin(e2e);
+      // the highest quality; ties to the sooner, then the first
+      return within.reduce((best, i) => (quality[i] > quality[best] || (quality[i] === quality[best] && e2e[i] < e2e[best]) ? i : best));
+    }
     return argmin(instances.map((inst, i) => (free[i] ? inst.busy_for_s ?? 0 : work[i])));
   }
 }

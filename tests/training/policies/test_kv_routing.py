@@ -189,11 +189,12 @@ def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
     assert all(rates[n] > 0.9 for n in ("llm_d", "dynamo_kv", "sglang_cache_aware")), rates
 
 
-@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware"])
+@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware", "quality_within_slo"])
 def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     """Issue 60, item 4: the TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the
     same choice as the Python one on 300 random requests in sequence, its own prefix index carried
-    across them, through the cases a bundle's golden vectors draw (`artifacts.golden`)."""
+    across them, through the cases a bundle's golden vectors draw (`artifacts.golden`); and the same
+    for the quality-within-SLO heuristic added beside them."""
     import shutil
     import subprocess
     from pathlib import Path
@@ -244,3 +245,25 @@ def test_the_typescript_runtime_refuses_a_sampling_dynamo_policy():
     run = subprocess.run([node, "-e", script, str(runtime), json.dumps(spec)], capture_output=True, text=True,
                          timeout=60)
     assert run.stdout.startswith("REFUSED") and "temperature 0 only" in run.stdout
+
+
+def test_quality_within_slo_takes_the_best_model_that_meets_the_requests_slo_else_the_soonest():
+    """Issue 60, item 5 (the joint choice, as a heuristic): the request's SLO is 5 × its E2E alone on
+    the instance that would serve it fastest; among the instances predicted to meet it, the best
+    model; where none is, the soonest."""
+    def inst(tpot, waiting=0):
+        return {"max_running": 1, "tpot_s": tpot, "prefill_s_per_token": 0.0, "busy_for_s": 0.0,
+                "running": [{"predicted_output_tokens": 100, "generated_tokens": 0}] * (1 if waiting else 0),
+                "waiting": [{"prompt_tokens": 10, "predicted_output_tokens": 100}] * waiting}
+
+    policy = HeuristicPolicy.from_spec(heuristic_spec("quality_within_slo", 3))
+    request = {"prompt_tokens": 10, "predicted_output_tokens": [100, 100, 100], "predicted_quality": [0.2, 0.9, 0.6]}
+    # alone: 1 s, 4 s, 2 s; the bound 5 s: all three meet it idle, the best model (instance 1) wins
+    assert policy.route(request, [inst(0.01), inst(0.04), inst(0.02)]) == 1
+    # instance 1 busy (100 tokens left at 0.04 s, then its 1 s wait share): 4 + 4 + 4 s > 5 s; instance 2 next
+    assert policy.route(request, [inst(0.01), inst(0.04, waiting=1), inst(0.02)]) == 2
+    # a tighter SLO (1.5 × 1 s): only instance 0 meets it
+    tight = HeuristicPolicy.from_spec(heuristic_spec("quality_within_slo", 3, slo_scale=1.5))
+    assert tight.route(request, [inst(0.01), inst(0.04), inst(0.02)]) == 0
+    # none meets it: the soonest
+    assert tight.route(request, [inst(0.01, waiting=1), inst(0.04, waiting=1), inst(0.02)]) == 2
