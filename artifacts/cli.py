@@ -229,7 +229,7 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
               else " (signature NOT checked: --insecure-skip-signature)")
     if key is not None and str(ref).startswith("models:/"):
         signed += "; MLmodel and environment files match the signed model record"
-    click.echo(f"OK: {manifest.name} version {manifest.version}, {n} files verified{signed}")
+    click.echo(f"OK: {manifest.name} content digest {manifest.version}, {n} files verified{signed}")
 
 
 @main.command()

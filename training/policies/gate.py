@@ -149,7 +149,8 @@ def recommend(rows: list[dict], learned: list[str], heuristics: list[str], objec
         return {**out, "recommended": best_l, "kind": "learned", "margin": margin, "noise": noise,
                 "reason": f"{versus}: the learned policy wins by more than the seed noise and holds on the "
                           f"unseen workloads"}
-    why = ("it loses" if margin <= 0 else "its lead is within the seed noise" if margin <= noise
+    why = ("it loses" if margin < 0 else "it ties" if margin == 0 else "its lead is within the seed noise"
+           if margin <= noise
            else f"it loses on the unseen workloads ({l_unseen:.4g} vs {h_unseen:.4g})")
     return {**out, "recommended": best_h, "kind": "heuristic", "margin": margin, "noise": noise,
             "reason": f"{versus}: {why}, so the best heuristic is recommended"}
