@@ -90,10 +90,15 @@ def registered_version(uri: str) -> tuple[str, str] | None:
             held = ", ".join(f"{a} → version {v}" for a, v in aliases.items()) or "none"
             raise ValueError(f"{uri}: model {name!r} has no alias {alias!r} (its aliases: {held})")
         return name, aliases[alias]
+    held = ", ".join(f"{a} → version {v}" for a, v in aliases.items()) or "none"
+    if version is None:  # `models:/name` alone names nothing to load
+        versions = sorted((int(v.version) for v in client.search_model_versions(f"name='{name}'")), reverse=True)
+        raise ValueError(f"{uri}: name an alias or a version: models:/{name}@<alias> or models:/{name}/<version> "
+                         f"(its aliases: {held}; versions: {', '.join(map(str, versions[:20])) or 'none'})")
     try:
         client.get_model_version(name, str(version))
     except MlflowException:
-        raise ValueError(f"{uri}: model {name!r} has no version {version}") from None
+        raise ValueError(f"{uri}: model {name!r} has no version {version} (its aliases: {held})") from None
     return name, str(version)
 
 

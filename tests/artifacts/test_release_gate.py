@@ -274,7 +274,10 @@ def test_a_wrong_alias_or_model_name_is_named_with_what_exists(world):
                                               "'champoin' (its aliases: "),
             ("models:/gated-routr@champion", "models:/gated-routr@champion: the registry has no model 'gated-routr' "
                                              "(it has ["),
-            ("models:/gated-router/999", "models:/gated-router/999: model 'gated-router' has no version 999")):
+            ("models:/gated-router/999", "models:/gated-router/999: model 'gated-router' has no version 999"),
+            # issue 62, item 3: no alias or version said "has no version None"
+            ("models:/gated-router", "models:/gated-router: name an alias or a version: models:/gated-router@<alias> "
+                                     "or models:/gated-router/<version> (its aliases: ")):
         for command in (["bundle", "inspect", uri], ["bundle", "verify", uri]):
             start = time.monotonic()
             out = runner.invoke(main, [*command, "--tracking-uri", registry.tracking_uri])
