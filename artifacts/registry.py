@@ -52,6 +52,7 @@ def check_reachable(tracking_uri: str | None) -> None:
 
 
 PROXIED_DOWNLOAD = "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD"
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def _use_tracking(uri: str, tracking_uri: str | None) -> None:
@@ -109,14 +110,16 @@ def download_artifacts(uri: str, dst: Path | None = None) -> Path:
     to opt in to those direct downloads."""
     import mlflow
 
-    forced = PROXIED_DOWNLOAD not in os.environ
-    if forced:
-        os.environ[PROXIED_DOWNLOAD] = "false"
+    # MLflow's own progress bar is off unless the caller set it: a router service loading a bundle, and
+    # every CLI command, printed it on each call (the CLI says what it fetched in one line)
+    defaults = {PROXIED_DOWNLOAD: "false", PROGRESS_BAR: "false"}
+    forced = [k for k in defaults if k not in os.environ]
+    os.environ.update({k: defaults[k] for k in forced})
     try:
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst) if dst else None))
     finally:
-        if forced:
-            os.environ.pop(PROXIED_DOWNLOAD, None)
+        for key in forced:
+            os.environ.pop(key, None)
 
 
 def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None, public_key=None) -> Path:

@@ -286,6 +286,18 @@ def test_a_wrong_alias_or_model_name_is_named_with_what_exists(world):
     aliases = runner.invoke(main, ["bundle", "inspect", "models:/gated-router@champoin",
                                    "--tracking-uri", registry.tracking_uri]).output
     assert f"challenger → version {version}" in aliases
+    # issue 62, item 5: a load prints no third-party progress bar (MLflow's drew one on every download)
+    import subprocess
+    import sys
+
+    load = ("import sys, tempfile; from routeforge.artifacts.loader import load_bundle; "
+            "load_bundle(sys.argv[1], tempfile.mkdtemp(), sys.argv[2], allow_unsigned=True)")
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if k != "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"}  # the CLI set it
+    fetched = subprocess.run([sys.executable, "-c", load, f"models:/gated-router/{version}", registry.tracking_uri],
+                             capture_output=True, text=True, timeout=120, env=clean)
+    assert fetched.returncode == 0 and "Downloading artifacts" not in fetched.stderr, fetched.stderr
 
 
 def test_a_lost_key_is_said_before_training_and_after_a_rotation_the_gate_goes_on(world, tmp_path):
