@@ -127,6 +127,28 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
+def quarantine_lines(root: Path, width: int = 120) -> list[str]:
+    """One line per stage (partitions together) whose quarantine file under a local storage root holds
+    rows: the count and the most frequent reasons, cut to `width` characters. What a run's console
+    summary shows, so a count is not only in the log file."""
+    import pyarrow.parquet as pq
+
+    folder = Path(root) / "quarantine"
+    if is_remote(root) or not folder.is_dir():
+        return []
+    counts: dict[str, dict[str, int]] = {}
+    for path in sorted(folder.rglob("*.parquet")):
+        stage = path.relative_to(folder).parts[0].removesuffix(".parquet")
+        for reason in pq.read_table(path, columns=["reason"]).column("reason").to_pylist():
+            counts.setdefault(stage, {})[reason] = counts.setdefault(stage, {}).get(reason, 0) + 1
+    lines = []
+    for stage, reasons in counts.items():
+        ordered = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        line = f"quarantined in {stage}: {sum(reasons.values())} ({', '.join(f'{n} {r}' for r, n in ordered)})"
+        lines.append(line if len(line) <= width else line[:width - 1] + "…")
+    return lines
+
+
 safe_name = _safe
 
 

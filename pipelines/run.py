@@ -30,6 +30,7 @@ from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
 from routeforge.core.config import ConfigError
 from routeforge.core.config.files import load_checked
 from routeforge.core.run_lock import RunLocked, storage_root_lock
+from routeforge.core.storage import quarantine_lines
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import code_location_tags, execute
@@ -214,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     if out["release"] is not None and not out["release"].get("unchanged"):  # "unchanged" too when the gate did not run
         verdict = "promoted to @champion" if out["release"]["promoted"] else "kept as challenger"
         print(f"release gate: version {out['registry_version']} {verdict}: {'; '.join(out['release']['reasons'])}")
+    for line in quarantine_lines(config.storage.path()):  # counts by reason, not only in the log file
+        print(line)
     return 0
 
 

@@ -142,3 +142,28 @@ def test_component_store_uses_the_mirror_and_writes_quarantine_to_the_root(remot
     quarantine.add("row-1", "empty text")
     written = store.write_quarantine(quarantine)
     assert str(written).startswith("memory://") and read_parquet(written).num_rows == 1
+
+
+def test_a_runs_console_summary_counts_quarantined_rows_by_stage_and_reason(tmp_path):
+    """Issue 62, item 6: quarantine counts reached only the log file. `quarantine_lines` gives the
+    console one line per stage (partitions together), most frequent reasons first, at most 120
+    characters; empty quarantine files (written to clear old rows) say nothing."""
+    from routeforge.core.storage import Quarantine, quarantine_lines
+
+    responses = Quarantine("responses", partition="tiny-gpt2")
+    for k in range(3):
+        responses.add(f"p{k}", "empty response")
+    responses.add("p9", "over the context")
+    responses.write(tmp_path)
+    other = Quarantine("responses", partition="tiny-llama")
+    other.add("p1", "empty response")
+    other.write(tmp_path)
+    Quarantine("prompts").write(tmp_path)
+    long = Quarantine("quality")
+    long.add("p1", "x" * 300)
+    long.write(tmp_path)
+    lines = quarantine_lines(tmp_path)
+    assert "quarantined in responses: 5 (4 empty response, 1 over the context)" in lines
+    assert not any("prompts" in line for line in lines)
+    assert all(len(line) <= 120 for line in lines) and any(line.endswith("…") for line in lines)
+    assert quarantine_lines(tmp_path / "nowhere") == []
