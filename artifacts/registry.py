@@ -64,7 +64,25 @@ def _use_tracking(uri: str, tracking_uri: str | None) -> None:
     if not tracking_uri:
         raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
     check_reachable(tracking_uri)
+    check_store_exists(uri, tracking_uri)
     mlflow.set_tracking_uri(tracking_uri)
+
+
+def check_store_exists(uri: str, tracking_uri: str) -> None:
+    """A SQLite registry that is not there is an error naming it: MLflow's client would create an empty
+    store at a mistyped path and then say the model does not exist. Every read calls this first."""
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
+        if not database.is_file():
+            raise ValueError(f"cannot resolve {uri}: no registry at {tracking_uri} ({database.resolve()} does not "
+                             "exist; a read never creates one: check the path, or pass --tracking-uri)")
+
+
+def mlflow_tracking_uri() -> str:
+    """The tracking URI MLflow is pointed at (what a `models:/` error names as the store searched)."""
+    import mlflow
+
+    return mlflow.get_tracking_uri()
 
 
 def registered_version(uri: str) -> tuple[str, str] | None:
@@ -84,7 +102,8 @@ def registered_version(uri: str) -> tuple[str, str] | None:
         model = client.get_registered_model(name)
     except MlflowException:
         names = sorted(m.name for m in client.search_registered_models(max_results=100))
-        raise ValueError(f"{uri}: the registry has no model {name!r} (it has {names or 'none'})") from None
+        raise ValueError(f"{uri}: the registry at {mlflow_tracking_uri()} has no model {name!r} "
+                         f"(it has {names or 'none'})") from None
     aliases = {a: str(v) for a, v in sorted(model.aliases.items())} if model.aliases else {}
     if alias is not None:
         if alias not in aliases:
@@ -237,6 +256,7 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     if not tracking_uri:
         return None
     check_reachable(tracking_uri)
+    check_store_exists(uri, tracking_uri)
     if registry_rest.is_http(tracking_uri):  # without importing MLflow (registry_rest)
         try:
             pem = registry_rest.registered_model(tracking_uri, name)["tags"].get(PUBLIC_KEY_TAG)

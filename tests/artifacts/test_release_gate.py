@@ -272,8 +272,8 @@ def test_a_wrong_alias_or_model_name_is_named_with_what_exists(world):
     for uri, expected in (
             ("models:/gated-router@champoin", "models:/gated-router@champoin: model 'gated-router' has no alias "
                                               "'champoin' (its aliases: "),
-            ("models:/gated-routr@champion", "models:/gated-routr@champion: the registry has no model 'gated-routr' "
-                                             "(it has ["),
+            ("models:/gated-routr@champion", f"models:/gated-routr@champion: the registry at {registry.tracking_uri} "
+                                             "has no model 'gated-routr' (it has ["),
             ("models:/gated-router/999", "models:/gated-router/999: model 'gated-router' has no version 999"),
             # issue 62, item 3: no alias or version said "has no version None"
             ("models:/gated-router", "models:/gated-router: name an alias or a version: models:/gated-router@<alias> "
@@ -339,3 +339,14 @@ def test_a_lost_key_is_said_before_training_and_after_a_rotation_the_gate_goes_o
     decision = gate(registry, after, f"{key}.pub", root / "w-rotated")
     assert not any("does not verify" in r for r in decision.reasons), decision.reasons
     assert decision.champion_version == champion and decision.champion  # the champion was verified and scored
+
+
+def test_a_mistyped_sqlite_registry_is_named_and_never_created(tmp_path):
+    """Issue 62, item 3: a mistyped `sqlite:///…` path silently created an empty store, then said the
+    model does not exist. Now every read names the path and creates nothing."""
+    missing = f"sqlite:///{tmp_path / 'state' / 'mlfow.db'}"
+    for command in (["bundle", "inspect", "models:/r@champion"], ["bundle", "verify", "models:/r@champion"],
+                    ["bundle", "predict", "models:/r@champion", "hello"]):
+        out = CliRunner().invoke(main, [*command, "--tracking-uri", missing])
+        assert out.exit_code == 1 and f"no registry at {missing}" in out.output, out.output
+    assert not (tmp_path / "state").exists()
