@@ -36,6 +36,17 @@ def instance_home() -> Path:
     return home
 
 
+def instance_note() -> str | None:
+    """A line for the start of a run whose instance is not the one `make ui` opens (`<state>/dagster`):
+    $DAGSTER_HOME set elsewhere sends the runs where the UI does not look."""
+    home = os.environ.get("DAGSTER_HOME")
+    ui = state_root() / "dagster"
+    if not home or Path(home).resolve() == ui.resolve():
+        return None
+    return (f"routeforge: runs are recorded in the Dagster instance at $DAGSTER_HOME ({home}), not {ui}, which "
+            f"`make ui` opens: unset DAGSTER_HOME, or run `make ui DAGSTER_HOME={home}`")
+
+
 def shared_instance() -> dg.DagsterInstance:
     """The instance at `instance_home()`: persistent, so the versions on record let a re-run skip
     what did not change (and `stale.lost` rebuilds what they claim but storage lost). Opened, and

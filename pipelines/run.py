@@ -34,7 +34,7 @@ from routeforge.core.storage import quarantine_lines
 from routeforge.pipelines.console import ProgressConsole, output_to_file, silence_progress_bars
 from routeforge.pipelines.definitions import build_definitions
 from routeforge.pipelines.executors import code_location_tags, execute
-from routeforge.pipelines.instance import shared_instance
+from routeforge.pipelines.instance import instance_note, shared_instance
 from routeforge.pipelines.recovery import BlockedWatch, process_tags, recover
 from routeforge.pipelines.stale import plan
 from routeforge.registry.signing_check import SigningKeyMismatch, check_signing_key
@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:  # one line, no traceback: the message names the file and field
         print(f"routeforge: {error}", file=sys.stderr)
         return 2
+    if note := instance_note():
+        print(note, flush=True)
     if args.verbose:
         try:
             out = run_pipeline(args.config, wait_s=args.wait)

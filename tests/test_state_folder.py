@@ -30,9 +30,18 @@ def test_the_driver_uses_the_instance_in_the_state_folder_with_the_checkouts_set
     # the rest of the state beside it
     assert cache_root() == tmp_path / "state" / "cache" / "bundles"
     assert default_log_file("demo", "x").parent == tmp_path / "state" / "logs"
-    # $DAGSTER_HOME, where set, wins (a deployment's instance)
+    # $DAGSTER_HOME, where set, wins (a deployment's instance); issue 62, item 4: a run then says where
+    # its runs go, since `make ui` opens the state folder's instance
+    from routeforge.pipelines.instance import instance_note
+
+    assert instance_note() is None
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "deployed"))
     assert instance_home() == tmp_path / "deployed"
+    note = instance_note()
+    assert note and str(tmp_path / "deployed") in note and str(tmp_path / "state" / "dagster") in note
+    assert f"make ui DAGSTER_HOME={tmp_path / 'deployed'}" in note
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "state" / "dagster"))
+    assert instance_note() is None
 
 
 def test_make_points_dagster_home_into_the_state_folder_and_copies_the_settings(tmp_path):
