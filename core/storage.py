@@ -128,18 +128,16 @@ def _safe(name: str) -> str:
 
 
 def quarantine_lines(root: Path, width: int = 120) -> list[str]:
-    """One line per stage (partitions together) whose quarantine file under a local storage root holds
+    """One line per stage (partitions together) whose quarantine file under a storage root holds
     rows: the count and the most frequent reasons, cut to `width` characters. What a run's console
     summary shows, so a count is not only in the log file."""
-    import pyarrow.parquet as pq
-
-    folder = Path(root) / "quarantine"
-    if is_remote(root) or not folder.is_dir():
+    folder = (root if is_remote(root) else Path(root)) / "quarantine"  # an object store's root too
+    if not folder.is_dir():
         return []
     counts: dict[str, dict[str, int]] = {}
-    for path in sorted(folder.rglob("*.parquet")):
-        stage = path.relative_to(folder).parts[0].removesuffix(".parquet")
-        for reason in pq.read_table(path, columns=["reason"]).column("reason").to_pylist():
+    for path in sorted(folder.rglob("*.parquet"), key=str):
+        stage = str(path)[len(str(folder)):].strip("/").split("/")[0].removesuffix(".parquet")
+        for reason in read_parquet(path).column("reason").to_pylist():
             counts.setdefault(stage, {})[reason] = counts.setdefault(stage, {}).get(reason, 0) + 1
     lines = []
     for stage, reasons in counts.items():

@@ -229,7 +229,8 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert {"plots/routing_evaluation/latency_percentiles.png", "plots/routing_evaluation/learning_curves.png"} <= plots
     learned = ["policy--ddqn_workload_guided", "policy--sac_qos_han", "policy--sac_qos_mlp"]
     heuristic = ["policy--earliest_available", "policy--join_shortest_queue", "policy--least_work_left",
-                 "policy--quality_only", "policy--round_robin", "policy--route_balance", "policy--route_balance_absolute"]
+                 "policy--quality_only", "policy--round_robin", "policy--route_balance", "policy--route_balance_absolute",
+                 "policy--quality_within_slo", "policy--llm_d", "policy--dynamo_kv", "policy--sglang_cache_aware"]
     assert sorted(bundle.routing_policies) == sorted(learned + heuristic)
     for name in learned:
         policy = bundle.routing_policy(name)
@@ -645,12 +646,19 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     it is best. Last in the module: it
     registers a challenger the tests above do not expect."""
     rows = [json.loads(line) for line in (CONFIGS / "data" / "demo_prompts.jsonl").read_text().splitlines()]
-    # the math rows give the model's response (its reference, word for word): add-model scores those on
-    # evaluation prompts itself (issue 61), and the gate credits that score, not the label
+    # and on the frozen evaluation set's math prompts (as the router sees them, templated) the model's
+    # response, its reference word for word: add-model scores those itself (issue 61), and the gate
+    # credits that score, not the label
+    from routeforge.registry.release import Registry as _Registry
+
+    frozen = pq.read_table(_Registry(demo.tracking, demo.config.registry.model_name).evaluation_set()[0])
+    assert {"reference", "reference_meta", "metric"} <= set(frozen.column_names)
+    math_eval = [r for r in frozen.select(["text", "task", "reference"]).to_pylist() if r["task"] == "math"]
     labels = tmp_path / "labels.jsonl"
     labels.write_text("".join(json.dumps({"text": r["prompt"], "score": 1.0 if r["task"] == "math" else 0.0,
-                                          "output_tokens": 30} | ({"response": r["reference"]} if r["task"] == "math"
-                                                                  else {})) + "\n" for r in rows))
+                                          "output_tokens": 30}) + "\n" for r in rows)
+                      + "".join(json.dumps({"text": r["text"], "score": 1.0, "output_tokens": 30,
+                                            "response": r["reference"]}) + "\n" for r in math_eval))
     key = demo.config.storage_root / "keys" / "bundle-signing.key"
     store = Path(demo.config.registry.artifact_location)
     before = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
@@ -660,7 +668,8 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     # fitted on some, the rest (those on evaluation prompts, and a fifth by hash) held out for the gate
-    assert out["registry_version"] == "2" and out["added"]["labels"] + out["added"]["holdout"]["labels"] == len(rows)
+    assert out["registry_version"] == "2" and \
+        out["added"]["labels"] + out["added"]["holdout"]["labels"] == len(rows) + len(math_eval)
     # issue 50: the new version shares the encoder and every component that did not change (by digest)
     added = sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) - before
     assert added <= 10e6, f"version 2 added {added / 1e6:.1f} MB to the registry"
@@ -674,14 +683,9 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     assert (routed[math] == "tiny-math").any() and not (routed[~math] == "tiny-math").any()
     assert prediction.quality[math, -1].mean() > prediction.quality[~math, -1].mean() + 0.1
     assert out["added"]["holdout"]["labels"] > 0 and all(out["checks"].values())  # the pipeline's checks, passed
-    from routeforge.registry.release import Registry as _Registry
-
-    frozen = pq.read_table(_Registry(demo.tracking, demo.config.registry.model_name).evaluation_set()[0])
-    assert {"reference", "reference_meta", "metric"} <= set(frozen.column_names)
-    math_eval = sum(t == "math" for t in frozen.column("task").to_pylist())
     audit = out["added"]["label_audit"]
-    assert audit["scored"] == math_eval and audit["metrics"] == ({"exact_match": math_eval} if math_eval else {})
-    assert audit["scored_mean"] in (None, 1.0) and "no response given" not in audit["unverified"]
+    assert audit["scored"] == len(math_eval) > 0 and audit["metrics"] == {"exact_match": len(math_eval)}
+    assert audit["scored_mean"] == 1.0 and audit["label_mean"] == 1.0
     bad = tmp_path / "bad.csv"
     bad.write_text("text,score\nfine,0.5\nalso fine,7\n")
     refused = _routeforge("bundle", "add-model", demo.config.registry.model_name, "--model", "m", "--labels", str(bad),
