@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from routeforge.core.config.base import did_you_mean
+from routeforge.core.config.data_columns import _stamp  # one file-version key for both caches
 
 MAX_ROWS_READ = 1_000_000  # lines read per file; a longer file's rest is not checked
 MAX_BYTES_READ = 512 << 20  # a larger file is not read here (the run reads it)
@@ -32,13 +33,6 @@ class FileRows:
     bad: int = 0  # lines that are not a JSON object
     first_bad: str = ""  # "line K: why" of the first
     score_models: frozenset[str] = field(default_factory=frozenset)  # keys of the score mappings read
-
-
-def _stamp(path: Path) -> tuple[str, int, int] | None:
-    if not path.is_file():
-        return None
-    info = path.stat()
-    return str(path), info.st_mtime_ns, info.st_size
 
 
 def file_rows(path: Path, scores_field: str | None = None) -> FileRows | None:
