@@ -153,9 +153,10 @@ test: $(STAMP) $(INSTANCE) $(VLLM_STAMP) ts-runtime  ## unit and end-to-end test
 	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
-lint: $(STAMP)  ## ruff, the layer contracts of pyproject.toml ([tool.importlinter]), and the extension-point rules
+lint: $(STAMP)  ## ruff, the layer contracts of pyproject.toml ([tool.importlinter]), the docs' references, and the extension-point rules
 	$(BIN)/ruff check $(PROJECT_DIRS)
 	$(BIN)/python -m tools.package_view lint  # the contracts, on the installed layout
+	$(BIN)/python -m tools.check_docs  # every code reference and link in README.md and docs/ resolves
 	@# no branch on a registered kind's name, no hand-kept list of kinds, no `dagster._` import anywhere
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_extension_points.py
 
