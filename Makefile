@@ -149,8 +149,13 @@ routerbench: $(STAMP) $(INSTANCE)  ## the main job on RouterBench's public respo
 gpu-fleet: $(STAMP) $(INSTANCE)  ## the reference GPU fleet from published measurements (docs/gpu-fleet.md); no GPU needed
 	$(BIN)/python -m benchmarks.gpu_fleet
 
+# Two pytest-xdist workers: much of the suite waits on servers and subprocesses, so two side by side
+# use both cores; a module's tests stay on one worker (its fixtures built once) and the pipeline-wide
+# modules start first (tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(INSTANCE) $(VLLM_STAMP) ts-runtime  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
-	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra \
+	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)  ## ruff, the layer contracts of pyproject.toml ([tool.importlinter]), the docs' references, and the extension-point rules

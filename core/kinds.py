@@ -6,6 +6,8 @@ can see, and filled by the modules of each kind's own folder (`artifacts/extensi
 - `DATASET_KINDS`: how a dataset of each `kind` is read (`prompts/`; each kind's settings are a model of
   `core/config/datasets.py`, so a new kind also adds its settings there, answering for itself what
   `config validate` asks: `local_files`, `maps_columns`, `task_source`);
+- `PROFILE_KINDS`: how a tier's latency is measured or imported (`profiling/profile_kinds/`, one module
+  per `tiers[].profile.kind`; `needs` and `exclusive` say which settings the kind requires or refuses);
 - `READERS`: the built-in readers a `builtin` dataset names (`reader: gsm8k`; `prompts/builtin_readers.py`);
   `task_column` where the file's rows name their task (`config validate` reads the tasks from it).
 
@@ -22,3 +24,4 @@ ENGINES = Registry("engine", ("routeforge.generation.engines",))
 METRICS = Registry("quality metric", ("routeforge.scoring.metrics",))
 DATASET_KINDS = Registry("dataset kind", ("routeforge.prompts",))
 READERS = Registry("built-in reader", ("routeforge.prompts.builtin_readers",))
+PROFILE_KINDS = Registry("tier profile kind", ("routeforge.profiling.profile_kinds",))

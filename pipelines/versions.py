@@ -87,12 +87,17 @@ def code_version(asset: str, module: str, dumped: dict) -> str:
 
 def always_reread(asset: str, partition: str | None, config) -> bool:
     """Assets whose inputs are outside Dagster's view (files that appear), re-read on every run:
-    the prompt set, and a tier profile built from traffic logs."""
+    the prompt set, and a tier profile whose kind reads inputs beside its settings (`key_inputs`:
+    a traffic log's files)."""
     if asset == "prompts":
         return True
     if asset == "tier_profiles" and partition is not None:
         tier = next((t for t in config.tiers if t.name == partition), None)
-        return tier is not None and tier.profile is not None and tier.profile.kind == "traffic_log"
+        if tier is None or tier.profile is None:
+            return False
+        from routeforge.core.kinds import PROFILE_KINDS
+
+        return PROFILE_KINDS.entry(tier.profile.kind).metadata.get("key_inputs") is not None
     return False
 
 

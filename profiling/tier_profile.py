@@ -1,6 +1,6 @@
 """Measure or import one tier's latency profile, then turn it into the tier's latency component.
 
-`measure_tier` runs the tier's configured profile (batch, sweep, splitwise, llm_inference_bench)
+`measure_tier` runs the tier's configured profile kind (`profiling/profile_kinds/`, one module each)
 and writes what was measured to a folder; `build_latency_component` trains the heads from it and
 writes the bundle component: `heads.json` + XGBoost JSON models (see `artifacts.latency`) and
 `rwt.json` with QLM's parameters and the request groups' μ_o, σ_o.
@@ -18,15 +18,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from routeforge.core.config import FleetConfig, OpenAISource, Tier
-from routeforge.core.kinds import ENGINES
+from routeforge.core.kinds import ENGINES, PROFILE_KINDS
 from routeforge.core.progress import Counted
 from routeforge.core.schemas import routing_column
-from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier, import_splitwise
-from routeforge.profiling.coarse_priors import coarse_prior, continuous_batching_fit, read_llm_inference_bench
+from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
 from routeforge.profiling.latency_heads import write_batch_heads
 from routeforge.profiling.plots import plot_batch_fit, plot_head_choice, plot_sweep
 from routeforge.profiling.rwt import RwtParams, routing_table_groups
-from routeforge.profiling.sweep import SweepPrompt, records_table, run_sweep
+from routeforge.profiling.sweep import SweepPrompt, run_sweep
 from routeforge.profiling.sweep_heads import sweep_rwt, train_sweep_heads
 
 Log = Callable[[str], None]
@@ -49,7 +48,7 @@ def _model_dir(config: FleetConfig, model: str) -> Path:
     return Path(location)
 
 
-def _measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMeasurement]:
+def measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMeasurement]:
     """Static batches in-process with transformers; for a `vllm` model, its weights under
     transformers' implementation (a controlled measurement of the model, not of vLLM's engine)."""
     import torch
@@ -66,6 +65,15 @@ def _measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMea
     step = max(1, total // 10)
     return profile_model(model, config.profiling.batch, max_positions=positions,
                          progress=lambda done, n: log(f"{tier.name}: {done}/{n} batches") if done % step == 0 else None)
+
+
+def write_batches(ms: list[BatchMeasurement], folder: Path, tier: str) -> dict[str, Any]:
+    """Static-batch measurements (measured or imported) to `batches.parquet`, with the tier's fit
+    and its plot: the summary fields of the `batch` and `splitwise` kinds."""
+    pq.write_table(pa.Table.from_pylist([asdict(m) for m in ms]), folder / "batches.parquet")
+    fit = fit_tier(ms)
+    return {"measurements": len(ms), "fit": fit.to_dict(),
+            "plot": str(plot_batch_fit(ms, fit, folder / "batch_fit.png", tier))}
 
 
 def sweep_prompts(config: FleetConfig, tier: Tier, routing_table: pa.Table, tokenizer) -> list[SweepPrompt]:
@@ -90,7 +98,7 @@ def _sweep_progress(tier: str, log: Log):
     return progress
 
 
-def _run_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log):
+def run_tier_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log):
     from transformers import AutoTokenizer
 
     profile = tier.profile
@@ -145,10 +153,9 @@ def profile_key(config: FleetConfig, tier: Tier) -> str:
     spec = {"tier": tier.model_dump(mode="json"), "model": config.model(tier.model).model_dump(mode="json"),
             "hardware": hardware.model_dump(mode="json") if hardware else None,
             "profiling": config.profiling.model_dump(mode="json")}
-    if tier.profile is not None and tier.profile.kind == "traffic_log":  # new logs: new measurements
-        from routeforge.prompts.traffic_logs import log_files
-
-        spec["logs"] = [(str(p), p.stat().st_size) for p in log_files(tier.profile.logs)]
+    key_inputs = PROFILE_KINDS.entry(tier.profile.kind).metadata.get("key_inputs") if tier.profile else None
+    if key_inputs is not None:  # a traffic log's files: new logs, new measurements
+        spec["logs"] = key_inputs(tier.profile)
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
@@ -168,47 +175,7 @@ def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folde
         raise ValueError(f"tier {tier.name}: no profile configured (tiers[].profile)")
     folder.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"tier": tier.name, "kind": profile.kind, "profile_key": profile_key(config, tier)}
-    if profile.kind in ("batch", "splitwise"):
-        if profile.kind == "batch":
-            ms = _measure_batches(config, tier, log)
-        else:
-            tiers = import_splitwise(profile.file)
-            if profile.key not in tiers:
-                raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file} "
-                                 f"(has {sorted(tiers)})")
-            ms = tiers[profile.key].measurements
-        pq.write_table(pa.Table.from_pylist([asdict(m) for m in ms]), folder / "batches.parquet")
-        fit = fit_tier(ms)
-        summary |= {"measurements": len(ms), "fit": fit.to_dict(),
-                    "plot": str(plot_batch_fit(ms, fit, folder / "batch_fit.png", tier.name))}
-    elif profile.kind == "traffic_log":
-        from routeforge.core.storage import Quarantine
-        from routeforge.profiling.traffic_records import replay
-        from routeforge.prompts.traffic_logs import read_traffic_logs
-
-        quarantine = Quarantine("tier_profiles", tier.name)
-        served = profile.served_model or tier.model
-        mine = [r for r in read_traffic_logs(profile.logs, quarantine)
-                if r.tier == tier.name or (r.tier is None and r.model == served)]
-        records = replay(mine, tier.name, config.profiling.sweep.window_s)
-        pq.write_table(records, folder / "sweep.parquet")
-        summary |= {"traffic": True, "requests": records.num_rows, "logged_requests": len(mine),
-                    "quarantined": len(quarantine), "quarantine_reasons": quarantine.reasons()}
-        log(f"{tier.name}: {records.num_rows} timed requests from the traffic logs ({len(quarantine)} lines "
-            "quarantined)")
-    elif profile.kind == "llm_inference_bench":
-        rows = read_llm_inference_bench(profile.file)
-        if profile.key not in rows:
-            raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file}")
-        summary |= {"prior": coarse_prior(profile.key, rows[profile.key]).to_dict(),
-                    "simulator_fit": continuous_batching_fit(profile.key, rows[profile.key])}
-    else:
-        result = _run_sweep(config, tier, routing_table, folder, log)
-        pq.write_table(records_table(result.records), folder / "sweep.parquet")
-        summary |= {"requests": len(result.records), "rates": result.rates, "saturation_rps": result.saturation_rps,
-                    "saturation_output_tok_s": result.saturation_tok_s, "phases": result.summary,
-                    "server_metrics_endpoint": result.metrics_available,
-                    "state_agreement": state_agreement(result.records)}
+    summary |= PROFILE_KINDS.get(profile.kind)(config, tier, routing_table, folder, log)
     (folder / "profile.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -4,22 +4,20 @@ the metadata its module registered. And Dagster is used through its public API o
 import ast
 import re
 import subprocess
-from pathlib import Path
 from typing import get_args
+from pathlib import Path
 
 from routeforge.artifacts.heuristics import HEURISTICS
 from routeforge.artifacts.router import MEMBER_KINDS
-from routeforge.core.config import TierProfile
-from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, READERS
+from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling", "prompts", "registry", "scoring",
             "training")
 # what a branch on a kind's name compares: the field that holds the name. `kind` names several open sets
-# (a dataset's, a tier profile's, a component's): a dataset kind's name that a tier profile kind shares
-# (`traffic_log`) is left to the profile's own branches
+# (a dataset's, a tier profile's, …): a comparison of any `kind` with any of their names is a branch
 KIND_FIELDS = {"engine": ENGINES, "metric": METRICS, "reader": READERS, "heuristic": HEURISTICS,
-               "kind": set(DATASET_KINDS.names()) - set(get_args(TierProfile.model_fields["kind"].annotation))}
+               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names()}}
 # mappings keyed by registered names that are not lists of kinds, with why
 ALLOWED_MAPPINGS = {
     # the simulator's own classes for the built-in heuristics: faster than the runtime functions, and held
@@ -66,7 +64,7 @@ def test_no_code_branches_on_a_registered_kinds_name():
 
 
 def test_no_hand_kept_mapping_of_registered_kinds():
-    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS]
+    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS]
     found = []
     for path, tree in _sources():
         for node in ast.walk(tree):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
-from routeforge.core.config.base import ConfigPath, Name, StoreUri, _Strict
+from routeforge.core.config.base import ConfigPath, Name, OneOf, StoreUri, _Strict
+from routeforge.core.kinds import PROFILE_KINDS
 
 
 class Hardware(_Strict):
@@ -38,8 +39,8 @@ class TierProfile(_Strict):
     """
 
     # how the tier's latency is measured or imported: `batch`, `sweep`, `splitwise`, `llm_inference_bench` or
-    # `traffic_log`
-    kind: Literal["batch", "sweep", "splitwise", "llm_inference_bench", "traffic_log"]
+    # `traffic_log` (the modules of profiling/profile_kinds/, and any `$ROUTEFORGE_EXTENSIONS` registers)
+    kind: Annotated[str, OneOf(PROFILE_KINDS)]
     # `sweep`: the OpenAI-compatible server to measure (default: the model's own, for an `openai` model)
     base_url: str | None = None
     served_model: str | None = None  # `sweep`: the name the server knows the model by (default: the model's)
@@ -50,12 +51,15 @@ class TierProfile(_Strict):
 
     @model_validator(mode="after")
     def _needs(self) -> TierProfile:
-        if self.kind == "traffic_log" and self.logs is None:
-            raise ValueError("profile: kind traffic_log needs `logs` (a file, folder or fsspec URI)")
-        if self.kind in ("splitwise", "llm_inference_bench") and (self.file is None or self.key is None):
-            raise ValueError(f"profile: kind {self.kind} needs `file` and `key`")
-        if self.kind == "sweep" and self.serve and self.base_url:
-            raise ValueError("profile: give either base_url or serve: true, not both")
+        """What the kind's module registered it needs (`needs`) and refuses together (`exclusive`)."""
+        metadata = PROFILE_KINDS.entry(self.kind).metadata
+        missing = [name for name in metadata.get("needs", ()) if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"profile: kind {self.kind} needs {' and '.join(f'`{m}`' for m in missing)}"
+                             + (" (a file, folder or fsspec URI)" if missing == ["logs"] else ""))
+        for first, second in metadata.get("exclusive", ()):
+            if getattr(self, first) and getattr(self, second):
+                raise ValueError(f"profile: give either `{first}` or `{second}`, not both")
         return self
 
 

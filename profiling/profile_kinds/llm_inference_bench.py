@@ -1,0 +1,18 @@
+"""`llm_inference_bench`: LLM-Inference-Bench's published static-batch vLLM rows; `key` is
+`<Model>@<Hardware>x<count>@<Framework>` in `file`. Gives a coarse prior for the heads and the
+continuous-batching step model the simulator runs (`coarse_priors.continuous_batching_fit`)."""
+
+from __future__ import annotations
+
+from routeforge.core.kinds import PROFILE_KINDS
+from routeforge.profiling.coarse_priors import coarse_prior, continuous_batching_fit, read_llm_inference_bench
+
+
+@PROFILE_KINDS.register("llm_inference_bench", needs=("file", "key"))
+def measure(config, tier, routing_table, folder, log) -> dict:
+    profile = tier.profile
+    rows = read_llm_inference_bench(profile.file)
+    if profile.key not in rows:
+        raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file}")
+    return {"prior": coarse_prior(profile.key, rows[profile.key]).to_dict(),
+            "simulator_fit": continuous_batching_fit(profile.key, rows[profile.key])}

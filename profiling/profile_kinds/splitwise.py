@@ -1,0 +1,17 @@
+"""`splitwise`: the published static-batch measurements of the splitwise traces' tiers; `key` is the
+tier's name in `file` (`llama2-70b@a100-80gb-tp4`). Fitted like measured static batches."""
+
+from __future__ import annotations
+
+from routeforge.core.kinds import PROFILE_KINDS
+from routeforge.profiling.batch_fits import import_splitwise
+from routeforge.profiling.tier_profile import write_batches
+
+
+@PROFILE_KINDS.register("splitwise", needs=("file", "key"))
+def measure(config, tier, routing_table, folder, log) -> dict:
+    profile = tier.profile
+    tiers = import_splitwise(profile.file)
+    if profile.key not in tiers:
+        raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file} (has {sorted(tiers)})")
+    return write_batches(tiers[profile.key].measurements, folder, tier.name)
