@@ -14,13 +14,44 @@ one a live router has from vLLM's `/metrics` (the PPO queue-bias policy of the f
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from routeforge.artifacts.components import register_component
+from routeforge.artifacts.extensions import Registry
 from routeforge.artifacts.heuristics import biased_shortest_queue, queue_biases
+
+# How a policy's network output becomes its action, by `policy.json`'s `action.kind`: each kind
+# registers `act(output, spec, rng) -> action`; `dispatches`: the action is per-instance biases that
+# `RoutingPolicy.dispatch` turns into one instance per request. A new kind is one registration here or
+# in a module `$ROUTEFORGE_EXTENSIONS` names (with its training environment's `action_spec`).
+ACTION_KINDS: Registry[Callable[[np.ndarray, dict, np.random.Generator | None], Any]] = Registry(
+    "policy action kind", ("routeforge.artifacts.policy",))
+
+
+@ACTION_KINDS.register("discrete")
+def _discrete(out: np.ndarray, spec: dict, rng: np.random.Generator | None) -> int:
+    """One of `n` actions: the argmax, or with `rng` a sample from softmax(logits) for a policy whose
+    output is logits (SAC)."""
+    if rng is not None and spec["output"] == "logits":
+        z = np.exp(out.astype(np.float64) - out.max())
+        return int(rng.choice(len(z), p=z / z.sum()))
+    return int(out.argmax())
+
+
+@ACTION_KINDS.register("simplex")
+def _simplex(out: np.ndarray, spec: dict, rng: np.random.Generator | None) -> np.ndarray:
+    """004's routing distribution over the instances, the network's (softmaxed) output itself."""
+    return out
+
+
+@ACTION_KINDS.register("queue_bias", dispatches=True)
+def _queue_bias(out: np.ndarray, spec: dict, rng: np.random.Generator | None) -> np.ndarray:
+    """A bias per instance, clipped and rounded to half requests as in training."""
+    return queue_biases(out, tuple(spec["action"].get("bounds", (-10.0, 10.0))))
 
 
 @register_component("routing_policy")
@@ -51,22 +82,20 @@ class RoutingPolicy:
         from softmax(logits) instead. `spec["act"]` says which the policy was evaluated with
         ("sample" or "greedy"; absent in bundles before it was recorded: sample for logits)."""
         out = self.scores(observation)[0]
-        kind = self.spec["action"].get("kind")
-        if kind == "simplex":
-            return out
-        if kind == "queue_bias":
-            return queue_biases(out, tuple(self.spec["action"].get("bounds", (-10.0, 10.0))))
-        if rng is not None and self.spec["output"] == "logits":
-            z = np.exp(out.astype(np.float64) - out.max())
-            return int(rng.choice(len(z), p=z / z.sum()))
-        return int(out.argmax())
+        return ACTION_KINDS.get(self.action_kind)(out, self.spec, rng)
+
+    @property
+    def action_kind(self) -> str:
+        """The action's kind in `ACTION_KINDS`; specs of discrete policies name none."""
+        return self.spec["action"].get("kind", "discrete")
 
     def dispatch(self, biases: np.ndarray, outstanding: list[int]) -> int:
         """For a `queue_bias` policy: the instance a request goes to, given the biases `act` returned
         for this slot and each instance's running + waiting requests now."""
-        if self.spec["action"].get("kind") != "queue_bias":
-            raise ValueError(f"dispatch needs a queue_bias policy; this one's action is "
-                             f"{self.spec['action'].get('kind')!r}")
+        if not ACTION_KINDS.entry(self.action_kind).metadata.get("dispatches"):
+            able = [e.name for e in ACTION_KINDS.entries() if e.metadata.get("dispatches")]
+            raise ValueError(f"dispatch needs a policy whose action is {' or '.join(able)}; this one's action is "
+                             f"{self.action_kind!r}")
         return biased_shortest_queue(outstanding, np.asarray(biases, dtype=np.float64).tolist())
 
     def action_meaning(self, action: int) -> str:

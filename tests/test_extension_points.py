@@ -8,6 +8,7 @@ from typing import get_args
 from pathlib import Path
 
 from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.policy import ACTION_KINDS
 from routeforge.artifacts.router import MEMBER_KINDS
 from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS
 
@@ -17,7 +18,7 @@ PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling
 # what a branch on a kind's name compares: the field that holds the name. `kind` names several open sets
 # (a dataset's, a tier profile's, …): a comparison of any `kind` with any of their names is a branch
 KIND_FIELDS = {"engine": ENGINES, "metric": METRICS, "reader": READERS, "heuristic": HEURISTICS,
-               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names()}}
+               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names(), *ACTION_KINDS.names()}}
 # mappings keyed by registered names that are not lists of kinds, with why
 ALLOWED_MAPPINGS = {
     # the simulator's own classes for the built-in heuristics: faster than the runtime functions, and held
@@ -64,7 +65,7 @@ def test_no_code_branches_on_a_registered_kinds_name():
 
 
 def test_no_hand_kept_mapping_of_registered_kinds():
-    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS]
+    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS, ACTION_KINDS]
     found = []
     for path, tree in _sources():
         for node in ast.walk(tree):
