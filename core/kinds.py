@@ -6,6 +6,8 @@ can see, and filled by the modules of each kind's own folder (`artifacts/extensi
 - `DATASET_KINDS`: how a dataset of each `kind` is read (`prompts/`; each kind's settings are a model of
   `core/config/datasets.py`, so a new kind also adds its settings there, answering for itself what
   `config validate` asks: `local_files`, `maps_columns`, `task_source`);
+- `SOURCE_KINDS`: where a model's weights or responses come from (`core/model_sources.py`; each kind's
+  settings are a model of `core/config/models.py`'s `ModelSource` union);
 - `PROFILE_KINDS`: how a tier's latency is measured or imported (`profiling/profile_kinds/`, one module
   per `tiers[].profile.kind`; `needs` and `exclusive` say which settings the kind requires or refuses);
 - `READERS`: the built-in readers a `builtin` dataset names (`reader: gsm8k`; `prompts/builtin_readers.py`);
@@ -24,4 +26,5 @@ ENGINES = Registry("engine", ("routeforge.generation.engines",))
 METRICS = Registry("quality metric", ("routeforge.scoring.metrics",))
 DATASET_KINDS = Registry("dataset kind", ("routeforge.prompts",))
 READERS = Registry("built-in reader", ("routeforge.prompts.builtin_readers",))
+SOURCE_KINDS = Registry("model source kind", ("routeforge.core.model_sources",))
 PROFILE_KINDS = Registry("tier profile kind", ("routeforge.profiling.profile_kinds",))

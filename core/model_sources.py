@@ -12,7 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
-from routeforge.core.config import HubSource, RandomInitSource
+from routeforge.core.config import HubSource, OpenAISource, RandomInitSource, TableSource
+from routeforge.core.kinds import SOURCE_KINDS
 from routeforge.core.pretrained import resolve_pretrained
 
 
@@ -72,7 +73,37 @@ def build_random_init(source: RandomInitSource, cache_dir: Path) -> Path:
 
 
 def causal_lm_location(source: RandomInitSource | HubSource, cache_dir: Path) -> tuple[str, str | None]:
-    """(from_pretrained argument, revision) for a generation model."""
-    if isinstance(source, RandomInitSource):
-        return str(build_random_init(source, cache_dir)), None
-    return resolve_pretrained(source.id), source.revision
+    """(from_pretrained argument, revision) for a generation model whose weights are on this machine."""
+    location = SOURCE_KINDS.entry(source.kind).metadata.get("location")
+    if location is None:
+        local = [e.name for e in SOURCE_KINDS.entries() if e.metadata.get("location")]
+        raise ValueError(f"a {source.kind!r} source has no weights on this machine (those that do: {', '.join(local)})")
+    return location(source, cache_dir)
+
+
+# Each model source kind (`models[].source.kind`) registers what identifies its responses in the
+# response cache besides the prompt: `identity(source, model_name) -> (model id, revision, imported)`,
+# `imported` naming the table for a source whose responses are a dataset's rows (else None). Metadata:
+# `location(source, cache_dir)` where its weights can be on this machine; `rows_of_dataset` where its
+# responses are rows of a dataset (`source.dataset`). Its settings are its model in
+# core/config/models.py's `ModelSource` union (a test holds the two lists equal).
+@SOURCE_KINDS.register("random_init", location=lambda source, cache_dir: (str(build_random_init(source, cache_dir)),
+                                                                          None))
+def _random_init(source: RandomInitSource, model: str) -> tuple[str, str | None, dict | None]:
+    return f"random_init:{source.architecture}", random_init_key(source), None
+
+
+@SOURCE_KINDS.register("hub", location=lambda source, cache_dir: (resolve_pretrained(source.id), source.revision))
+def _hub(source: HubSource, model: str) -> tuple[str, str | None, dict | None]:
+    return source.id, source.revision, None
+
+
+@SOURCE_KINDS.register("openai")
+def _openai(source: OpenAISource, model: str) -> tuple[str, str | None, dict | None]:
+    return source.model, source.revision, None
+
+
+@SOURCE_KINDS.register("table", rows_of_dataset=True)
+def _table(source: TableSource, model: str) -> tuple[str, str | None, dict | None]:
+    table = {"imported_from": source.dataset, "file": str(source.file) if source.file else None}
+    return source.column or model, None, table

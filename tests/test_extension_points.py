@@ -4,13 +4,13 @@ the metadata its module registered. And Dagster is used through its public API o
 import ast
 import re
 import subprocess
-from typing import get_args
 from pathlib import Path
+from typing import get_args
 
 from routeforge.artifacts.heuristics import HEURISTICS
 from routeforge.artifacts.policy import ACTION_KINDS
 from routeforge.artifacts.router import MEMBER_KINDS
-from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS
+from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS, SOURCE_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling", "prompts", "registry", "scoring",
@@ -18,7 +18,7 @@ PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling
 # what a branch on a kind's name compares: the field that holds the name. `kind` names several open sets
 # (a dataset's, a tier profile's, …): a comparison of any `kind` with any of their names is a branch
 KIND_FIELDS = {"engine": ENGINES, "metric": METRICS, "reader": READERS, "heuristic": HEURISTICS,
-               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names(), *ACTION_KINDS.names()}}
+               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names(), *ACTION_KINDS.names(), *SOURCE_KINDS.names()}}
 # mappings keyed by registered names that are not lists of kinds, with why
 ALLOWED_MAPPINGS = {
     # the simulator's own classes for the built-in heuristics: faster than the runtime functions, and held
@@ -65,7 +65,7 @@ def test_no_code_branches_on_a_registered_kinds_name():
 
 
 def test_no_hand_kept_mapping_of_registered_kinds():
-    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS, ACTION_KINDS]
+    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS, ACTION_KINDS, SOURCE_KINDS]
     found = []
     for path, tree in _sources():
         for node in ast.walk(tree):
@@ -111,3 +111,13 @@ def test_the_teachers_the_fleet_file_may_name_are_the_trainers_candidates_and_si
 
     assert set(get_args(TeacherName)) - {"auto"} == set(TEACHERS) | set(PREFIX_TEACHERS)
     assert set(TEACHERS) | set(PREFIX_TEACHERS) <= set(BASELINES)
+
+
+def test_every_model_source_kind_of_the_fleet_file_is_registered_and_no_other():
+    """A source kind is its settings model in the `ModelSource` union and its registration in
+    `core/model_sources.py` (identity in the response cache, where its weights are)."""
+    from routeforge.core.config.models import ModelSource
+
+    union = get_args(get_args(ModelSource)[0])
+    assert {get_args(m.model_fields["kind"].annotation)[0] for m in union} == set(SOURCE_KINDS.names())
+

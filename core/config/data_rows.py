@@ -20,6 +20,7 @@ from pathlib import Path
 
 from routeforge.core.config.base import did_you_mean
 from routeforge.core.config.data_columns import _stamp  # one file-version key for both caches
+from routeforge.core.kinds import SOURCE_KINDS
 
 MAX_ROWS_READ = 1_000_000  # lines read per file; a longer file's rest is not checked
 MAX_BYTES_READ = 512 << 20  # a larger file is not read here (the run reads it)
@@ -131,7 +132,8 @@ def _table_model_problems(fleet, i: int, ds, table_models: set[str]) -> list[str
                             f"name them would be quarantined (list every model the table scores, or drop `models`)")
     for j, model in enumerate(fleet.models):
         source = model.source
-        if source.kind != "table" or source.dataset != ds.name or getattr(source, "file", None) is not None:
+        if (not SOURCE_KINDS.entry(source.kind).metadata.get("rows_of_dataset") or source.dataset != ds.name
+                or getattr(source, "file", None) is not None):
             continue  # not this table's scores (a separate response file names its own models)
         key = getattr(source, "column", None) or model.name
         if key not in table_models:

@@ -39,7 +39,7 @@ from routeforge.core.config.models import ModelSpec, Sampling
 from routeforge.core.config.scoring import ScoringSettings, code_isolation_warning, metric_says
 from routeforge.core.config.tiers import Hardware, ProfilingSettings, Tier
 from routeforge.core.config.training import TrainingSettings
-from routeforge.core.kinds import DATASET_KINDS, ENGINES
+from routeforge.core.kinds import DATASET_KINDS, ENGINES, SOURCE_KINDS
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.core.storage_root import StorageRoot
 
@@ -232,7 +232,7 @@ class FleetConfig(_Strict):
         if len(datasets) != len(self.datasets):
             raise ValueError("datasets: names must be unique")
         for i, model in enumerate(self.models):
-            if model.source.kind == "table":
+            if SOURCE_KINDS.entry(model.source.kind).metadata.get("rows_of_dataset"):
                 ds = datasets.get(model.source.dataset)
                 if ds is None:
                     raise ValueError(f"models.{i}.source.dataset: no dataset named {model.source.dataset!r}"

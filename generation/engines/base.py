@@ -78,20 +78,12 @@ def sampling_record(sampling: Sampling, chat_template: bool) -> dict[str, Any]:
 
 def identity(config: FleetConfig, model: str) -> Identity:
     """The cache identity of `model`, from the config alone (no model load, no connection)."""
-    from routeforge.core.model_sources import random_init_key
+    from routeforge.core.kinds import SOURCE_KINDS
 
     spec = config.model(model)
-    source = spec.source
-    if source.kind == "random_init":
-        model_id, revision = f"random_init:{source.architecture}", random_init_key(source)
-    elif source.kind == "hub":
-        model_id, revision = source.id, source.revision
-    elif source.kind == "openai":
-        model_id, revision = source.model, source.revision
-    else:
-        file = str(source.file) if source.file else None
-        model_id, revision = source.column or spec.name, None
-        return Identity(spec.engine, model_id, revision, {"imported_from": source.dataset, "file": file})
+    model_id, revision, imported = SOURCE_KINDS.get(spec.source.kind)(spec.source, spec.name)
+    if imported is not None:  # responses read from a table: no sampling decided them here
+        return Identity(spec.engine, model_id, revision, imported)
     return Identity(spec.engine, model_id, revision, sampling_record(config.sampling(model), spec.chat_template))
 
 
