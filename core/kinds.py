@@ -8,6 +8,9 @@ can see, and filled by the modules of each kind's own folder (`artifacts/extensi
   `config validate` asks: `local_files`, `maps_columns`, `task_source`);
 - `SOURCE_KINDS`: where a model's weights or responses come from (`core/model_sources.py`; each kind's
   settings are a model of `core/config/models.py`'s `ModelSource` union);
+- `WORKLOADS`: when requests arrive: the arrival processes (`profiling/arrivals.py`, `arrivals=True`,
+  which a QPS sweep can also send by) and the workloads read from data (`training/policies/workload_kinds.py`:
+  `source` names the setting they read);
 - `PROFILE_KINDS`: how a tier's latency is measured or imported (`profiling/profile_kinds/`, one module
   per `tiers[].profile.kind`; `needs` and `exclusive` say which settings the kind requires or refuses);
 - `READERS`: the built-in readers a `builtin` dataset names (`reader: gsm8k`; `prompts/builtin_readers.py`);
@@ -27,4 +30,5 @@ METRICS = Registry("quality metric", ("routeforge.scoring.metrics",))
 DATASET_KINDS = Registry("dataset kind", ("routeforge.prompts",))
 READERS = Registry("built-in reader", ("routeforge.prompts.builtin_readers",))
 SOURCE_KINDS = Registry("model source kind", ("routeforge.core.model_sources",))
+WORKLOADS = Registry("workload kind", ("routeforge.profiling.arrivals", "routeforge.training.policies.workload_kinds"))
 PROFILE_KINDS = Registry("tier profile kind", ("routeforge.profiling.profile_kinds",))

@@ -10,7 +10,7 @@ from typing import get_args
 from routeforge.artifacts.heuristics import HEURISTICS
 from routeforge.artifacts.policy import ACTION_KINDS
 from routeforge.artifacts.router import MEMBER_KINDS
-from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS, SOURCE_KINDS
+from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS, SOURCE_KINDS, WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling", "prompts", "registry", "scoring",
@@ -18,7 +18,8 @@ PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling
 # what a branch on a kind's name compares: the field that holds the name. `kind` names several open sets
 # (a dataset's, a tier profile's, …): a comparison of any `kind` with any of their names is a branch
 KIND_FIELDS = {"engine": ENGINES, "metric": METRICS, "reader": READERS, "heuristic": HEURISTICS,
-               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names(), *ACTION_KINDS.names(), *SOURCE_KINDS.names()}}
+               "workloads": WORKLOADS, "workload": WORKLOADS, "arrival": WORKLOADS,
+               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names(), *ACTION_KINDS.names(), *SOURCE_KINDS.names(), *WORKLOADS.names()}}
 # mappings keyed by registered names that are not lists of kinds, with why
 ALLOWED_MAPPINGS = {
     # the simulator's own classes for the built-in heuristics: faster than the runtime functions, and held
@@ -65,7 +66,7 @@ def test_no_code_branches_on_a_registered_kinds_name():
 
 
 def test_no_hand_kept_mapping_of_registered_kinds():
-    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS, ACTION_KINDS, SOURCE_KINDS]
+    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS, ACTION_KINDS, SOURCE_KINDS, WORKLOADS]
     found = []
     for path, tree in _sources():
         for node in ast.walk(tree):

@@ -124,10 +124,11 @@ class OneOf:
     (`artifacts.extensions.Registry`). Validation asks the registry (an unknown name says the close
     one and every known one), and the JSON Schema's `enum` is the registry's names when the schema is
     written, so a new module is the only change a new kind needs. `extra`: values the field takes
-    besides the registered names (`auto`)."""
+    besides the registered names (`auto`). `where`: a metadata key the kind must have registered
+    true (a sweep's `arrival` takes only the workloads that are arrival processes)."""
 
-    def __init__(self, registry, extra: tuple[str, ...] = ()):
-        self.registry, self.extra = registry, extra
+    def __init__(self, registry, extra: tuple[str, ...] = (), where: str | None = None):
+        self.registry, self.extra, self.where = registry, extra, where
 
     def __get_pydantic_core_schema__(self, source, handler):
         from pydantic_core import core_schema
@@ -136,10 +137,17 @@ class OneOf:
 
     def __get_pydantic_json_schema__(self, schema, handler):
         out = handler(schema)
-        out["enum"] = [*self.extra, *self.registry.names()]
+        out["enum"] = [*self.extra, *self.allowed()]
         return out
 
+    def allowed(self) -> list[str]:
+        return [e.name for e in sorted(self.registry.entries(), key=lambda e: e.name)
+                if self.where is None or e.metadata.get(self.where)]
+
     def _check(self, value: str) -> str:
-        if value in self.extra or value in self.registry:
+        if value in self.extra or (value in self.registry and value in self.allowed()):
             return value
+        if value in self.registry:
+            raise ValueError(f"{self.registry.kind} {value!r} cannot be used here (these can: "
+                             f"{', '.join(self.allowed())})")
         raise ValueError(self.registry.unknown(value))

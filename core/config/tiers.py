@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from routeforge.core.config.base import ConfigPath, Name, OneOf, StoreUri, _Strict
-from routeforge.core.kinds import PROFILE_KINDS
+from routeforge.core.kinds import PROFILE_KINDS, WORKLOADS
 
 
 class Hardware(_Strict):
@@ -106,8 +106,9 @@ class SweepSettings(_Strict):
     each request cut at `request_timeout_s`; past saturation the client caps requests in flight at
     `max_in_flight` and records how long each waited for a slot."""
 
-    # arrival process of each rate: `poisson`, `gamma` (burstiness_cv) or `constant`
-    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    # arrival process of each rate: `poisson`, `gamma` (burstiness_cv), `constant`, `square_wave` or
+    # `switched_poisson` (profiling/arrivals.py)
+    arrival: Annotated[str, OneOf(WORKLOADS, where="arrivals")] = "poisson"
     burstiness_cv: float = Field(default=2.0, gt=0)  # gamma arrivals' coefficient of variation
     rates: list[PositiveFloat] | None = None  # None: saturation_fractions × the measured saturation
     # the swept rates as fractions of the measured saturation (where `rates` is unset)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
-from routeforge.core.config.base import ConfigPath, ModelRef, StoreUri, _Strict
+from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
 from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings
+from routeforge.core.kinds import WORKLOADS
 
 
 class KnnSettings(_Strict):
@@ -143,7 +144,8 @@ class TraceSettings(_Strict):
         return self
 
 
-WorkloadKind = Literal["poisson", "gamma", "square_wave", "switched_poisson", "trace", "traffic"]
+# an arrival process (profiling/arrivals.py) or a workload read from data (training/policies/workload_kinds.py)
+WorkloadKind = Annotated[str, OneOf(WORKLOADS)]
 
 
 class RoutingEvaluationSettings(_Strict):
@@ -211,8 +213,9 @@ class RoutingEvaluationSettings(_Strict):
 
     @model_validator(mode="after")
     def _trace_given(self):
-        if "trace" in self.workloads and not self.trace:
-            raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace CSV path")
+        for kind in self.workloads:
+            if WORKLOADS.entry(kind).metadata.get("source") == "trace" and not self.trace:
+                raise ValueError(f"training.routing_evaluation.trace: the {kind!r} workload needs a trace CSV path")
         return self
 
 

@@ -21,8 +21,10 @@ def test_arrivals_have_the_rate_and_burstiness_asked_for(kind, cv):
 def test_arrivals_reject_bad_arguments():
     with pytest.raises(ValueError, match="rate"):
         arrival_times("poisson", 0, 10)
-    with pytest.raises(ValueError, match="unknown arrival"):
+    with pytest.raises(KeyError, match="unknown workload kind 'uniform'.*known: constant, gamma, poisson"):
         arrival_times("uniform", 1, 10)
+    with pytest.raises(ValueError, match="'trace' is a workload read from data, not an arrival process"):
+        arrival_times("trace", 1, 10)
 
 
 def test_client_state_dead_reckons_the_servers_load():

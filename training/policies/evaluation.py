@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.core.kinds import WORKLOADS
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
@@ -140,31 +141,9 @@ def workload_factory(kind: str, pool: RequestPool, rate: float, n: int, times: n
     """seed → requests for one of the evaluation workloads at mean `rate`; `times` are the trace's
     arrival offsets (read once by `read_trace`), `traffic` the fleet's own requests, `blocks` the
     trace with its block ids where it has them (the `trace` workload then replays it whole)."""
-    if kind == "traffic":
-        if traffic is None:
-            raise ValueError("training.routing_evaluation: the 'traffic' workload needs traffic logs "
-                             "(training.routing_evaluation.traffic_logs, or a traffic_log dataset)")
-        return traffic_workload(pool, traffic, rate, n)
-    if kind == "trace":
-        if times is None:
-            raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace file")
-        if len(times) < n + 1:
-            raise ValueError(f"training.routing_evaluation.trace: {len(times)} rows, fewer than requests = {n}")
-        if blocks is not None:  # a block-hash trace: its own token counts and shared prefixes, replayed whole
-            return traffic_workload(pool, Traffic(blocks.times, blocks.prompt_tokens, blocks.output_tokens,
-                                                  blocks.hash_ids), rate, n)
-
-        def replay(seed: int):  # a window of real timestamps, rescaled to the mean rate
-            return pool.requests(trace_window(times, n, rate, seed)[1], seed=seed)
-
-        return replay
-    if kind == "switched_poisson":  # 004's process, its two rates mapped to 1.8× and 0.1× the mean rate
-        def spp(seed: int):
-            d1 = np.diag([1.8 * rate, 0.1 * rate])
-            d0 = np.array([[-(1.8 * rate + 0.036), 0.036], [0.036, -(0.1 * rate + 0.036)]])
-            return pool.requests(arrivals("switched_poisson", n, seed=seed, d0=d0, d1=d1), seed=seed)
-
-        return spp
+    entry = WORKLOADS.entry(kind)
+    if not entry.metadata.get("arrivals"):  # read from data (training/policies/workload_kinds.py)
+        return entry.value(pool, rate, n, times, traffic, blocks)
     return lambda seed: pool.requests(arrivals(kind, n, rate=rate, seed=seed), seed=seed)
 
 
@@ -250,7 +229,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     times, quarantine = None, quarantine if quarantine is not None else Quarantine("routing_evaluation")
     blocks, block_tokens = None, None
     use_trace_lengths = settings.lengths == "trace" or (settings.lengths == "auto" and not pool.has_lengths)
-    if trace is not None and ("trace" in settings.workloads or use_trace_lengths):
+    reads_trace = any(WORKLOADS.entry(kind).metadata.get("source") == "trace" for kind in settings.workloads)
+    if trace is not None and (reads_trace or use_trace_lengths):
         if trace[1].hash_ids is not None:  # Mooncake's format: token counts and shared prefixes too
             blocks = read_block_trace(trace[0], columns=trace[1], quarantine=quarantine)
             times, trace_prompt, trace_output = blocks.times, blocks.prompt_tokens, blocks.output_tokens
@@ -279,8 +259,10 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                    for p, m in zip(profiles, models))
     n = settings.requests
     seeds = evaluation_seeds(settings.seed, settings.seeds)
-    workloads = [*settings.workloads, *(["traffic"] if traffic is not None and "traffic" not in settings.workloads
-                                        else [])]
+    # the fleet's own traffic is one more workload whenever it was read, listed or not
+    replayed = ([e.name for e in WORKLOADS.entries() if e.metadata.get("source") == "traffic_logs"]
+                if traffic is not None else [])
+    workloads = [*settings.workloads, *(kind for kind in replayed if kind not in settings.workloads)]
 
     def calibrate(kind: str) -> LoadCalibration:
         """The rate this workload's arrivals sustain on the fleet (`training.policies.load`)."""

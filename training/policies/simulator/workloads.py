@@ -1,9 +1,8 @@
 """Workloads for the simulator: arrival processes and the requests that arrive.
 
-Arrivals: Poisson, gamma-bursty and constant (`profiling.arrivals`), square-wave (Poisson whose rate
-alternates between two levels), 004's switched Poisson process (a Markov-modulated Poisson process
-given by its generator D0 and rate matrix D1) and trace replay (timestamps and token counts, e.g.
-the Azure LLM inference trace). Requests are drawn from the routing table, so each carries its
+Arrivals come from the registered arrival processes (`profiling.arrivals`: Poisson, gamma-bursty,
+constant, square-wave, 004's switched Poisson process) and trace replay (timestamps and token counts,
+e.g. the Azure LLM inference trace). Requests are drawn from the routing table, so each carries its
 true output length and quality on every model of the fleet.
 """
 
@@ -14,82 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 from routeforge.core.schemas import routing_models
-from routeforge.profiling.arrivals import arrival_times
+from routeforge.profiling.arrivals import SPP_D0, SPP_D1, arrival_offsets, square_wave, switched_poisson  # noqa: F401
 from routeforge.training.policies.simulator.cluster import Request
 from routeforge.training.routing_table import matrix
 
-# 004 §5: two phases, 180 req/s and 10 req/s on average, switching rarely
-SPP_D0 = [[-180.036, 0.036], [0.0002, -10.002]]
-SPP_D1 = [[180.0, 0.0], [0.0, 10.0]]
 
-
-def square_wave(low: float, high: float, period_s: float, n: int, seed: int = 0) -> np.ndarray:
-    """Poisson arrivals whose rate is `high` for the first half of every period and `low` after."""
-    if min(low, high) <= 0 or period_s <= 0:
-        raise ValueError("square_wave: rates and period must be positive")
-    rng = np.random.default_rng(seed)
-    out, t = [], 0.0
-    while len(out) < n:
-        rate = high if (t % period_s) < period_s / 2 else low
-        t += rng.exponential(1.0 / rate)
-        out.append(t)
-    times = np.array(out)
-    return times - times[0]
-
-
-def switched_poisson(n: int, d0=SPP_D0, d1=SPP_D1, seed: int = 0, phase0: int = 0,
-                     with_phases: bool = False,
-                     until: float | None = None) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Markov-modulated Poisson arrivals: in phase i arrivals come at D1[i][i], and the phase
-    switches to j at rate D0[i][j] (004's switched Poisson process), starting in `phase0`.
-    `with_phases` also returns the phase each arrival came in (004 reports per phase). `until`
-    stops early, before the first arrival at or after `until` seconds from the first one: the
-    arrivals returned are exactly those of the full draw that come before it, without paying for
-    the rest (a truncated episode uses a fraction of the n it must allow for)."""
-    d0, d1 = np.asarray(d0, dtype=float), np.asarray(d1, dtype=float)
-    if d0.shape != d1.shape or d0.shape[0] != d0.shape[1]:
-        raise ValueError("switched_poisson: D0 and D1 must be square matrices of one shape")
-    # 004's second row sums to -0.0018, not 0: a rounding of the paper's; allow 0.1% of the row's rate
-    if not np.allclose((d0 + d1).sum(axis=1), 0, atol=1e-3 * np.abs(np.diag(d0)).max()):
-        raise ValueError("switched_poisson: the rows of D0 + D1 must sum to zero (a generator)")
-    # Each event costs one exponential and one uniform draw, exactly the draws `rng.choice(p=...)`
-    # makes (a uniform searched in the cumulative p), so the stream equals the plain loop's, at a
-    # tenth of its cost (an episode of 004's training draws ~23,000 arrivals at every reset).
-    m = len(d0)
-    scales, cdfs = [], []
-    for phase in range(m):
-        events = np.concatenate([d1[phase], np.where(np.arange(m) == phase, 0.0, d0[phase])])
-        cdf = (events / events.sum()).cumsum()
-        scales.append(1.0 / events.sum())
-        cdfs.append(cdf / cdf[-1])
-    rng = np.random.default_rng(seed)
-    exponential, uniform = rng.exponential, rng.random
-    times, phases = np.empty(n), np.empty(n, dtype=np.int64)
-    phase, t, count = phase0, 0.0, 0
-    while count < n:
-        t += exponential(scales[phase])
-        k = int(cdfs[phase].searchsorted(uniform(), side="right"))
-        if k < m:  # an arrival (D1 is diagonal in 004: the phase stays)
-            if until is not None and count and t - times[0] >= until:
-                break
-            times[count], phases[count] = t, phase
-            count += 1
-            phase = k
-        else:
-            phase = k - m
-    times, phases = times[:count], phases[:count]
-    times -= times[0]
-    return (times, phases) if with_phases else times
-
-
-def arrivals(kind: str, n: int, rate: float = 1.0, seed: int = 0, **kw) -> np.ndarray:
-    if kind in ("poisson", "gamma", "constant"):
-        return arrival_times(kind, rate, n, seed, cv=kw.get("cv", 2.0))
-    if kind == "square_wave":
-        return square_wave(kw.get("low", rate / 2), kw.get("high", rate * 1.5), kw.get("period_s", 60.0), n, seed)
-    if kind == "switched_poisson":
-        return switched_poisson(n, kw.get("d0", SPP_D0), kw.get("d1", SPP_D1), seed)
-    raise ValueError(f"unknown arrival process {kind!r} (poisson, gamma, constant, square_wave, switched_poisson)")
+def arrivals(kind: str, n: int, rate: float = 1.0, seed: int = 0, **settings) -> np.ndarray:
+    """Arrival offsets of a registered arrival process (`profiling.arrivals`, one definition for the
+    sweep, the simulator and the evaluation)."""
+    return arrival_offsets(kind, n, rate, seed, **settings)
 
 
 class RequestPool:
