@@ -6,7 +6,13 @@ import numpy as np
 import pyarrow as pa
 from routeforge.assets.metadata import content_version
 from routeforge.assets.resources import ComponentStore, FleetResource
-from routeforge.training.routing_table import build_routing_table, dataset_card, export_hf_dataset, matrix
+from routeforge.training.routing_table import (
+    build_routing_table,
+    check_split_sizes,
+    dataset_card,
+    export_hf_dataset,
+    matrix,
+)
 
 
 @dg.asset(
@@ -31,6 +37,7 @@ def routing_table(
     if missing:
         raise ValueError(f"routing_table: no materialized responses/quality for models {missing}")
     table = build_routing_table(prompts, responses, quality, models)
+    check_split_sizes(table, fleet.config.min_prompts_per_split())
     scoring = fleet.config.scoring
     tasks = set(table.column("task").to_pylist())
     card = dataset_card(table, fleet.config.name, {"*": scoring.metric, **{t: scoring.metric_for(t) for t in tasks}})

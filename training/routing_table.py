@@ -43,6 +43,19 @@ def build_routing_table(
     return pa.table([columns[f.name] for f in schema], schema=schema)
 
 
+def check_split_sizes(table: pa.Table, need: dict[str, int]) -> None:
+    """Refuse, in one line, a routing table whose splits are smaller than training needs
+    (`FleetConfig.min_prompts_per_split`): `config validate` counts the files' rows, this counts the
+    prompts left after duplicates and quarantine."""
+    counts = {split: 0 for split in need} | {s["values"]: s["counts"] for s in
+                                             pc.value_counts(table.column("split")).to_pylist()}
+    short = [f"{split} {counts[split]} (needs {n})" for split, n in need.items() if counts[split] < n]
+    if short:
+        raise ValueError(f"routing_table: the prompts split into {', '.join(short)}; training needs at least "
+                         f"{need['train']} train and {need['test']} test prompts (training.knn.k, "
+                         "training.router.folds): add prompts, or change split.test_fraction")
+
+
 def matrix(table: pa.Table, measure: str, models: list[str] | None = None) -> np.ndarray:
     """(n_prompts, n_models) float64 with NaN for missing cells."""
     models = models or routing_models(table.schema)

@@ -100,15 +100,20 @@ def _file_rows(stamp: tuple[str, int, int], scores_field: str | None) -> FileRow
 def row_problems(fleet) -> tuple[list[str], list[str]]:
     """(errors, warnings) about the rows of every local file the fleet's datasets read."""
     errors, warnings = [], []
+    counted: list[int | None] = []  # prompts each dataset gives at most (None: not countable here)
     for i, ds in enumerate(fleet.datasets):
         if not hasattr(ds, "local_files"):
+            counted.append(None)
             continue
+        rows_here: int | None = 0
         scores_field = getattr(ds, "scores_field", None)  # a score table's {model: score} mappings
         table_models: set[str] = set()
         for path in ds.local_files():
             found = file_rows(path, scores_field)
             if found is None:
+                rows_here = None
                 continue
+            rows_here = None if rows_here is None else rows_here + found.rows
             where = f"datasets.{i} ({ds.name}): {path.name}"
             bad = f"{found.bad} line(s) the run would quarantine (first: {found.first_bad})" if found.bad else ""
             if not found.rows:
@@ -118,7 +123,29 @@ def row_problems(fleet) -> tuple[list[str], list[str]]:
             table_models |= found.score_models
         if scores_field and table_models:
             errors += _table_model_problems(fleet, i, ds, table_models)
+        limit = getattr(ds, "limit", None)
+        counted.append(rows_here if rows_here is None or limit is None else min(rows_here, limit))
+    if fleet.datasets and None not in counted:
+        errors += _split_problems(fleet, sum(counted))
     return errors, warnings
+
+
+def _split_problems(fleet, prompts: int) -> list[str]:
+    """Too few prompts for the splits training needs (`FleetConfig.min_prompts_per_split`). The count
+    is the files' rows (at most `limit` each), before duplicates and quarantine: a lower bound on
+    what is missing."""
+    if fleet.split.mode != "seeded":
+        return []
+    need = fleet.min_prompts_per_split()
+    test = round(prompts * fleet.split.test_fraction)
+    short = [f"{split} {have} (needs {need[split]})" for split, have in (("train", prompts - test), ("test", test))
+             if have < need[split]]
+    if not short:
+        return []
+    least = max(need["test"] / fleet.split.test_fraction, need["train"] / (1 - fleet.split.test_fraction))
+    return [f"datasets: {prompts} prompts in the files split into {', '.join(short)} at split.test_fraction "
+            f"{fleet.split.test_fraction}; training needs at least {need['train']} train and {need['test']} test "
+            f"prompts (training.knn.k, training.router.folds): give at least {int(-(-least // 1))} prompts"]
 
 
 def _table_model_problems(fleet, i: int, ds, table_models: set[str]) -> list[str]:

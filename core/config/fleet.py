@@ -200,6 +200,12 @@ class FleetConfig(_Strict):
     # owner an email address or "team:<name>", as Dagster takes them
     owners: dict[str, list[Owner]] = Field(default_factory=dict)
 
+    def min_prompts_per_split(self) -> dict[str, int]:
+        """The fewest prompts each split needs before training: in `train`, the KNN's neighbours and
+        the router's cross-validation folds; in `test`, 2 (one prompt is not a score). A smaller fleet
+        used to end in an assertion inside FAISS; `config validate` and the routing table say this."""
+        return {"train": max(self.training.knn.k, self.training.router.folds), "test": 2}
+
     def routing_traffic_logs(self) -> str | None:
         """The production logs the routing evaluation replays as its "traffic" workload: its own
         `traffic_logs`, else the first traffic_log dataset's path; None when replay is off or none is set."""

@@ -29,3 +29,15 @@ def test_cells_land_on_their_prompt_and_missing_ones_stay_null():
     assert table[routing_column("output_tokens", "b")] == [None, 7.0, None]
     q_b = table[routing_column("quality", "b")]
     assert q_b[0] is None and q_b[1] is None and math.isnan(q_b[2])  # a NaN score is kept as NaN, not made null
+
+
+def test_splits_smaller_than_training_needs_are_refused_in_one_line():
+    import pytest
+    from routeforge.training.routing_table import check_split_sizes
+
+    table = pa.table({"split": ["train"] * 11 + ["test"]})
+    with pytest.raises(ValueError, match=r"split into test 1 \(needs 2\); training needs at least 10 train"):
+        check_split_sizes(table, {"train": 10, "test": 2})
+    with pytest.raises(ValueError, match=r"train 0 \(needs 10\), test 0 \(needs 2\)"):
+        check_split_sizes(pa.table({"split": pa.array([], pa.string())}), {"train": 10, "test": 2})
+    check_split_sizes(pa.table({"split": ["train"] * 10 + ["test"] * 2}), {"train": 10, "test": 2})
