@@ -19,6 +19,7 @@ from routeforge.artifacts.loader import (
     resolve_key,
     trusted_key,
 )
+from routeforge.artifacts.objectives import objective_option
 from routeforge.artifacts.registry import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_ENV,
@@ -420,7 +421,8 @@ def latency(ref: str, tier: str | None, states: tuple[str, ...], as_json: bool, 
 @click.option("--traffic", "stats", multiple=True, metavar="NAME=VALUE",
               help="A statistic of the traffic (arrival_cv, prompt_mean, output_mean, load, prefix_sharing); "
                    "repeat it.")
-@click.option("--objective", default="goodput", show_default=True, help="The objective the choice is best on.")
+@objective_option("The objective the choice is best on (the bundle records goodput, quality_goodput, "
+                  "e2e_mean_offered_s, e2e_p99_offered_s and qos_mean).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @signature_options
 @_TRACKING

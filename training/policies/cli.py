@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 from routeforge.artifacts import strict_json
 from routeforge.artifacts.cli import TRACKING_OPTION, signature_options
+from routeforge.artifacts.objectives import objective_option
 from routeforge.core.storage import Quarantine
-from routeforge.training.policies.gate import DEFAULT_OBJECTIVE, OBJECTIVE_NAMES
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED
 from routeforge.training.policies.simulator.slo import slo_of
 from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
@@ -69,12 +69,12 @@ def policies() -> None:
 @click.option("--slo-reference", type=click.Choice(["fastest", "serving"]), default="fastest", show_default=True,
               help="fastest: the idle instance that would serve the request fastest (the same bound wherever it "
                    "goes); serving: the one it was sent to (instance-relative, moves with the router's choice).")
-@click.option("--objective", type=click.Choice(sorted(OBJECTIVE_NAMES)), default=DEFAULT_OBJECTIVE, show_default=True,
-              help="Rank every policy by this on the trace (mean over windows, paired-window noise) and say "
-                   "which to deploy and whether the bundle's recommendation holds. Every offered request counts: "
-                   "goodput is the share finished within the SLO; e2e_* are over offered requests (one not served "
-                   "missed its SLO); *_served latencies rank the policies that served the most first. slo needs "
-                   "--slo-e2e or --slo-tpot; qos counts every model as quality 1 (a trace has no labels).")
+@objective_option("Rank every policy by this on the trace (mean over windows, paired-window noise) and say which "
+                  "to deploy and whether the bundle's recommendation holds. Every offered request counts: goodput "
+                  "is the share finished within the SLO; *_offered_s latencies count a request not served as "
+                  "missing its SLO; served-only latencies (e2e_*_s, ttft_mean_s) rank the policies that served the "
+                  "most first. slo_attainment needs --slo-e2e, --slo-tpot or --slo-ttft; qos_mean counts every "
+                  "model as quality 1 (a trace has no labels).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @TRACKING_OPTION
 @signature_options
@@ -89,11 +89,11 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     from routeforge.artifacts.loader import load_bundle
     from routeforge.training.policies.replay import evaluate_bundle
 
-    if objective in ("slo", "slo_attainment") and slo_e2e is None and slo_tpot is None and slo_ttft is None:
-        raise click.UsageError("--objective slo: give the SLO with --slo-e2e, --slo-tpot and/or --slo-ttft")
-    if objective in ("quality", "quality_mean"):
-        raise click.UsageError("--objective quality: a trace carries no quality labels (use qos, or the pipeline's "
-                               "routing evaluation, which has them)")
+    if objective == "slo_attainment" and slo_e2e is None and slo_tpot is None and slo_ttft is None:
+        raise click.UsageError("--objective slo_attainment: give the SLO with --slo-e2e, --slo-tpot and/or --slo-ttft")
+    if objective == "quality_mean":
+        raise click.UsageError("--objective quality_mean: a trace carries no quality labels (use qos_mean, or the "
+                               "pipeline's routing evaluation, which has them)")
     columns = TraceColumns(timestamp=timestamp, timestamp_unit=timestamp_unit, prompt_tokens=prompt_tokens,
                            output_tokens=output_tokens, format=fmt)
     quarantine = Quarantine("traces")

@@ -14,13 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.objectives import DEFAULT, HIGHER_IS_BETTER, canonical
 
-# objective → True where higher is better
-OBJECTIVES = {"goodput": True, "quality_goodput": True, "qos_mean": True, "slo_attainment": True, "quality_mean": True,
-              "e2e_mean_offered_s": False, "e2e_p50_offered_s": False, "e2e_p95_offered_s": False,
-              "e2e_p99_offered_s": False, "e2e_mean_s": False, "e2e_p95_s": False, "e2e_p99_s": False,
-              "ttft_mean_s": False,
-              "goodput_ratio": True}  # goodput_ratio: 004's benchmark
+# objective → True where higher is better: the runtime's vocabulary (artifacts/objectives.py), and
+# 004's benchmark ratio
+OBJECTIVES = {**HIGHER_IS_BETTER, "goodput_ratio": True}
 # latencies: a policy that served less never ranks above one that served more on these (the served-only
 # ones count only what was served; the offered ones count the rest at a censoring value)
 LATENCY = {"e2e_mean_s", "e2e_p50_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s", "e2e_mean_offered_s",
@@ -156,19 +154,7 @@ def recommend(rows: list[dict], learned: list[str], heuristics: list[str], objec
             "reason": f"{versus}: {why}, so the best heuristic is recommended"}
 
 
-# `--objective` names (what a person types) → the metric it ranks by; the latencies are over offered
-# requests (a request not served missed its SLO), `_served` ones over served requests alone
-OBJECTIVE_NAMES = {"goodput": "goodput", "quality_goodput": "quality_goodput", "e2e_mean": "e2e_mean_offered_s",
-                   "e2e_p50": "e2e_p50_offered_s",
-                   "e2e_p95": "e2e_p95_offered_s", "e2e_p99": "e2e_p99_offered_s",
-                   "e2e_mean_served": "e2e_mean_s", "e2e_p95_served": "e2e_p95_s", "e2e_p99_served": "e2e_p99_s",
-                   "ttft_mean_served": "ttft_mean_s", "slo": "slo_attainment", "qos": "qos_mean",
-                   "quality": "quality_mean",
-                   **{metric: metric for metric in ("e2e_mean_s", "e2e_p95_s", "e2e_p99_s", "ttft_mean_s",
-                                                    "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
-                                                    "e2e_p99_offered_s", "slo_attainment", "qos_mean",
-                                                    "quality_mean")}}
-DEFAULT_OBJECTIVE = "goodput"
+DEFAULT_OBJECTIVE = DEFAULT
 DIRECTION = OBJECTIVES
 
 
@@ -181,9 +167,7 @@ def rank_policies(rows: list[dict], objective: str, recommended: str | None = No
 
     A policy without a finite value (an SLO metric with no SLO given, quality without labels) is
     left out of the ranking, and an objective no policy has a value for is an error naming it."""
-    metric = OBJECTIVE_NAMES.get(objective, objective)
-    if metric not in DIRECTION:
-        raise ValueError(f"objective {objective!r}: expected one of {sorted(set(OBJECTIVE_NAMES))}")
+    metric = canonical(objective)
     sign = 1.0 if DIRECTION[metric] else -1.0
     scored = [r for r in rows if r.get(metric) is not None and not np.isnan(r[metric])]
     if not scored:

@@ -217,7 +217,7 @@ def test_policies_evaluate_names_the_best_policy_for_the_trace_by_the_objective(
     args = ["policies", "evaluate", str(bundle), "--insecure-skip-signature", "--trace", str(trace), "--timestamp", "t",
             "--timestamp-unit", "s", "--prompt-tokens", "p", "--output-tokens", "o", "--load", "0.9", "--seeds", "3",
             "--requests", "60"]
-    result = CliRunner().invoke(main, [*args, "--objective", "e2e_mean", "--json"])
+    result = CliRunner().invoke(main, [*args, "--objective", "e2e_mean_offered_s", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     ranking = report["ranking"]
@@ -236,14 +236,17 @@ def test_policies_evaluate_names_the_best_policy_for_the_trace_by_the_objective(
     assert ranking["recommendation_holds"] == (mine["rank"] == 1 or mine["gap_to_best"] <= mine["paired_noise"])
     assert ranking["verdict"].startswith(f"deploy {ranking['best']}: best e2e_mean_offered_s")
 
-    table = CliRunner().invoke(main, [*args, "--objective", "e2e_mean"])
+    table = CliRunner().invoke(main, [*args, "--objective", "e2e_mean"])  # the old short name: noted, accepted
     assert table.exit_code == 0, table.output
+    assert "note: --objective e2e_mean is e2e_mean_offered_s" in table.stderr
     lines = table.stdout.splitlines()
     assert lines[1].startswith("SLO: E2E ≤ 5 × the request's E2E alone")
     assert lines[2].split()[0] == "rank" and lines[3].split()[:2] == ["1", ranking["best"]]
     assert lines[-1] == ranking["verdict"] + "."
     slo = CliRunner().invoke(main, [*args, "--objective", "slo"])
     assert slo.exit_code == 2 and "--slo-e2e" in slo.output
+    typo = CliRunner().invoke(main, [*args, "--objective", "goodputt"])
+    assert typo.exit_code == 2 and "unknown objective 'goodputt' (did you mean 'goodput'?)" in typo.output
 
 
 @pytest.mark.parametrize("content, expected", [
@@ -288,8 +291,9 @@ def test_a_policy_that_rejects_more_never_ranks_above_one_that_serves_more():
     a policy that drops a quarter of the requests ranks below the one that serves them all, by goodput,
     by every latency over offered requests and by the served-only latencies, in `policies evaluate`'s
     ranking and in the pipeline's gate, although its served requests finish sooner."""
+    from routeforge.artifacts.objectives import HIGHER_IS_BETTER, OLD_NAMES
     from routeforge.training.policies.evaluation import METRICS, fleet_profiles, score
-    from routeforge.training.policies.gate import OBJECTIVE_NAMES, rank_policies
+    from routeforge.training.policies.gate import rank_policies
     from routeforge.training.policies.simulator.metrics import mean_std
     from routeforge.training.policies.simulator.slo import Slo
 
@@ -310,11 +314,11 @@ def test_a_policy_that_rejects_more_never_ranks_above_one_that_serves_more():
     assert drops["dropped_by_policy"] == 50 and serves["served_share"] == 1.0
     assert drops["e2e_mean_s"] < serves["e2e_mean_s"]  # the served-only latency flatters the dropper
     assert drops["goodput"] < serves["goodput"] and drops["e2e_p99_offered_s"] == float("inf")
-    for objective in sorted(set(OBJECTIVE_NAMES) - {"slo", "slo_attainment", "quality", "quality_mean"}):
+    for objective in sorted({*HIGHER_IS_BETTER, *OLD_NAMES} - {"slo", "slo_attainment", "quality", "quality_mean"}):
         ranking = rank_policies(rows, objective)
         assert ranking["best"] == "serves_all", objective
         assert ranking["ranking"][1]["serves_less"] or not objective.startswith(("e2e", "ttft")), objective
-        gate = recommend(rows, ["drops_some"], ["serves_all"], objective=OBJECTIVE_NAMES[objective])
+        gate = recommend(rows, ["drops_some"], ["serves_all"], objective=OLD_NAMES.get(objective, objective))
         assert gate["recommended"] == "serves_all", (objective, gate["reason"])
 
 
