@@ -38,18 +38,28 @@ def local_store() -> Path:
 
 
 def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the project's local store when it exists
-    (what the Makefile uses; it follows $ROUTEFORGE_STATE)."""
+    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the store a pipeline run recorded for the
+    reference's model (`state_folder.recorded_registry`), else the project's local store when it
+    exists (what the Makefile uses; it follows $ROUTEFORGE_STATE)."""
     if value:
         return value
+    from routeforge.artifacts.state_folder import recorded_registry
+
+    # the reference comes first on the command line, so it is parsed before this default is filled
+    params = ctx.params if ctx is not None else {}
+    refs = [v for v in params.values() if isinstance(v, str) and v.startswith("models:/")]
+    if refs:
+        recorded = recorded_registry(refs[0].removeprefix("models:/").split("@")[0].split("/")[0])
+        if recorded:
+            return recorded
     store = local_store()
     return f"sqlite:///{store.resolve()}" if store.is_file() else None
 
 
 TRACKING_OPTION = _TRACKING = click.option(
     "--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, callback=_tracking_default,
-    help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI, else "
-         "$ROUTEFORGE_STATE/mlflow.db or ./.state/mlflow.db when it exists).",
+    help="MLflow tracking URI for models:/ references (default: $MLFLOW_TRACKING_URI, else the store the "
+         "last pipeline run registered the model in, else $ROUTEFORGE_STATE/mlflow.db or ./.state/mlflow.db).",
 )
 
 

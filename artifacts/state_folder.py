@@ -5,10 +5,13 @@ Everything a run or a command keeps between invocations lives under it, so movin
 it: the Dagster instance (`dagster/`, the same for `make ui`, `make demo` and `python -m
 routeforge.pipelines.run`), the local MLflow store (`mlflow.db`, `mlartifacts/`), the shipped
 fleets' storage roots (`${ROUTEFORGE_STATE}/<fleet>` in their files), the bundle cache
-(`cache/bundles/`), exported encoders (`encoders/`) and the runs' logs (`logs/`)."""
+(`cache/bundles/`), exported encoders (`encoders/`), the runs' logs (`logs/`) and `registries.json`:
+the registry each fleet run registered its model in, which the CLI looks in first for that model's
+`models:/` references (a fleet with its own store needs no `--tracking-uri` afterwards)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -18,3 +21,39 @@ STATE_ENV = "ROUTEFORGE_STATE"
 def state_root() -> Path:
     """The state folder, absolute (a relative `$ROUTEFORGE_STATE` is taken from the working directory)."""
     return Path(os.environ.get(STATE_ENV) or ".state").resolve()
+
+
+REGISTRIES = "registries.json"
+
+
+def record_registry(model_name: str, tracking_uri: str) -> None:
+    """Remember that `model_name` is registered at `tracking_uri` (written by every pipeline run that
+    registers; the newest run wins), atomically."""
+    path = state_root() / REGISTRIES
+    known = _registries(path)
+    if known.get(model_name) == tracking_uri:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{REGISTRIES}.{os.getpid()}")
+    tmp.write_text(json.dumps({**known, model_name: tracking_uri}, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def recorded_registry(model_name: str) -> str | None:
+    """The tracking URI a pipeline run of this state folder registered `model_name` at, if it is still
+    there (a SQLite store whose file is gone is not offered)."""
+    uri = _registries(state_root() / REGISTRIES).get(model_name)
+    if uri and uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///").split("?", 1)[0]).is_file():
+        return None
+    return uri
+
+
+def _registries(path: Path) -> dict[str, str]:
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(known, dict):
+        return {}
+    return {k: v for k, v in known.items() if isinstance(k, str) and isinstance(v, str)}
+

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
-from routeforge.artifacts.state_folder import state_root
+from routeforge.artifacts.state_folder import record_registry, state_root
 from routeforge.assets.resources import PIPELINE_RUN_TAG
 from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
 from routeforge.core.config import ConfigError
@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(f"total {time.perf_counter() - start:.1f}s")
     print(f"tracking URI: {out['tracking_uri']}")
+    if out.get("uri") and out.get("tracking_uri"):  # `routeforge bundle …` finds this model's store by itself
+        record_registry(config.registry.model_name, out["tracking_uri"])
     if not out["materialized"]["train_and_register"]:
         print(f"up to date: no training step ran (nothing they read changed); registry version "
               f"{out['registry_version']} ({out['uri']}) stays")

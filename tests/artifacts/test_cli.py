@@ -57,6 +57,32 @@ def test_inside_a_checkout_the_local_store_is_the_default(tmp_path, monkeypatch)
     assert _tracking_default(None, None, "http://mlflow:5000") == "http://mlflow:5000"
 
 
+def test_a_fleets_own_store_is_found_from_the_record_its_run_left(tmp_path, monkeypatch):
+    """After `pipelines.run` registers a fleet's model in the fleet's own store, `routeforge bundle …
+    models:/<that model>@…` looks there first, with no --tracking-uri; other models keep the default."""
+    import click
+    from routeforge.artifacts.state_folder import record_registry, recorded_registry
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ROUTEFORGE_STATE", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "mlflow.db").write_bytes(b"")
+    own = tmp_path / "fleet" / "mlflow.db"
+    own.parent.mkdir()
+    own.write_bytes(b"")
+    record_registry("my-fleet-router", f"sqlite:///{own}")
+    assert recorded_registry("my-fleet-router") == f"sqlite:///{own}"
+    ctx = click.Context(main)
+    ctx.params = {"ref": "models:/my-fleet-router@champion"}
+    assert _tracking_default(ctx, None, None) == f"sqlite:///{own}"
+    ctx.params = {"ref": "models:/routeforge-demo-router@champion"}
+    assert _tracking_default(ctx, None, None) == f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
+    ctx.params = {"ref": "models:/my-fleet-router@champion"}
+    assert _tracking_default(ctx, None, "http://mlflow:5000") == "http://mlflow:5000"  # a given one wins
+    own.unlink()  # a store that is gone is not offered
+    assert _tracking_default(ctx, None, None) == f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
+
+
 def test_debug_shows_the_traceback(runner):
     result = runner.invoke(main, ["--debug", "bundle", "inspect", "/nonexistent/bundle"])
     assert result.exit_code == 1 and result.exception is not None and "no such folder" in str(result.exception)
