@@ -146,3 +146,29 @@ class Registry(Generic[T]):
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(known)}"
+
+
+class Choices:
+    """Names drawn from several registries, as one set of choices for a config field (`OneOf`): the
+    routing policies a fleet may name are the simulator's baselines and the learned policies, each
+    kind registered in its own layer. `names`: a function returning them (imports lazily, on the
+    first lookup, like a registry's discovery)."""
+
+    def __init__(self, kind: str, names: Callable[[], list[str]]):
+        self.kind, self._names = kind, names
+
+    def names(self) -> list[str]:
+        return sorted(self._names())
+
+    def entries(self) -> list[Entry[str]]:
+        return [Entry(name, name, "") for name in self.names()]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def unknown(self, name: str) -> str:
+        known = self.names()
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(known)}"
+

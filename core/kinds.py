@@ -23,7 +23,7 @@ enums and every dispatch come from these registries.
 
 from __future__ import annotations
 
-from routeforge.artifacts.extensions import Registry
+from routeforge.artifacts.extensions import Choices, Registry
 
 ENGINES = Registry("engine", ("routeforge.generation.engines",))
 METRICS = Registry("quality metric", ("routeforge.scoring.metrics",))
@@ -32,3 +32,19 @@ READERS = Registry("built-in reader", ("routeforge.prompts.builtin_readers",))
 SOURCE_KINDS = Registry("model source kind", ("routeforge.core.model_sources",))
 WORKLOADS = Registry("workload kind", ("routeforge.profiling.arrivals", "routeforge.training.policies.workload_kinds"))
 PROFILE_KINDS = Registry("tier profile kind", ("routeforge.profiling.profile_kinds",))
+
+
+def _routing_policy_names() -> list[str]:
+    """Read by name, as every registry here discovers its kinds' modules: the training layer sits
+    above this one."""
+    import importlib
+
+    baselines = importlib.import_module("routeforge.training.policies.simulator.baselines").BASELINES
+    learned = importlib.import_module("routeforge.training.policies.learned.base").LEARNED_POLICIES
+    return [*baselines, *learned.names()]
+
+
+# what `training.routing_evaluation.policies` may name: the simulator's baselines (the registered
+# heuristics among them) and the learned policies
+ROUTING_POLICIES = Choices("routing policy", _routing_policy_names)
+

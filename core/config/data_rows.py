@@ -105,7 +105,7 @@ def row_problems(fleet) -> tuple[list[str], list[str]]:
         if not hasattr(ds, "local_files"):
             counted.append(None)
             continue
-        rows_here: int | None = 0
+        rows_here: int | None = 0 if ds.local_files() else None  # a hub dataset: counted at run time
         scores_field = getattr(ds, "scores_field", None)  # a score table's {model: score} mappings
         table_models: set[str] = set()
         for path in ds.local_files():

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
 from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings
-from routeforge.core.kinds import WORKLOADS
+from routeforge.core.kinds import ROUTING_POLICIES, WORKLOADS
 
 
 class KnnSettings(_Strict):
@@ -174,7 +174,7 @@ class RoutingEvaluationSettings(_Strict):
     # arrival streams per workload and load (their spread is the noise the gate compares against)
     seeds: int = Field(3, ge=1)
     # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp; ppo_queue_bias when named
-    policies: list[str] | None = None
+    policies: list[Annotated[str, OneOf(ROUTING_POLICIES)]] | None = None
     queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
     kv_capacity_tokens: int = Field(400_000, ge=2)  # KV-cache capacity of each simulated instance, in tokens
     train_load: float = Field(0.9, gt=0)  # learned policies train at this load (× each workload's sustainable rate)

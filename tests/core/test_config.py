@@ -35,6 +35,8 @@ def test_shipped_configs_load(state_dir, shared_data, monkeypatch):
         ({"scoring": {"metric": "table_correctness"}}, "scoring.metric"),
         ({"owners": {"training": ["ml platform"]}}, "owners.training.0"),
         ({"training": {"routing_evaluation": {"workloads": ["traffic"]}}}, "training.routing_evaluation.traffic_logs"),
+        ({"training": {"routing_evaluation": {"policies": ["join_shortest_queu"]}}},
+         "training.routing_evaluation.policies.0"),
     ],
 )
 def test_bad_config_names_the_field(config_copy, override, field):
@@ -43,6 +45,13 @@ def test_bad_config_names_the_field(config_copy, override, field):
         load_fleet(path)
     assert field in str(err.value)
     assert str(path) in str(err.value)
+
+
+def test_a_misspelt_routing_policy_is_refused_at_validate_with_the_close_name(config_copy):
+    path = config_copy("demo", training={"routing_evaluation": {"policies": ["join_shortest_queu", "ppo_queue_bias"]}})
+    with pytest.raises(ConfigError, match=r"unknown routing policy 'join_shortest_queu' \(did you mean "
+                                          r"'join_shortest_queue'\?\); known: .*ppo_queue_bias"):
+        load_fleet(path)
 
 
 def test_table_model_needs_a_table_that_holds_responses(config_copy):

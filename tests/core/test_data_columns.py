@@ -11,8 +11,9 @@ from routeforge.core.config.fleet import load_fleet
 
 
 def test_csv_and_parquet_columns_are_checked(tmp_path, config_copy):
-    (tmp_path / "p.csv").write_text("question,category\nWhat is 2+2?,math\n")
-    pq.write_table(pa.table({"query": ["hi"], "task_name": ["chat"]}), tmp_path / "p.parquet")
+    # enough prompts for training's splits (`config validate` counts them too)
+    (tmp_path / "p.csv").write_text("question,category\n" + "".join(f"What is 2+{i}?,math\n" for i in range(8)))
+    pq.write_table(pa.table({"query": [f"hi {i}" for i in range(8)], "task_name": ["chat"] * 8}), tmp_path / "p.parquet")
     ok = config_copy("demo", datasets=[
         {"kind": "csv", "name": "c", "path": str(tmp_path / "p.csv"), "text_field": "question", "task_field": "category"},
         {"kind": "parquet", "name": "q", "path": str(tmp_path / "p.parquet"), "text_field": "query",
@@ -58,7 +59,8 @@ def test_an_empty_file_and_lines_the_run_would_quarantine_are_said_at_validate(t
                                           r"\(first: line 1: not JSON"):
         load_checked(_jsonl_fleet(config_copy, only_bad))
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_bytes(b'{"q": "What is 2+2?"}\n{"q": "Name a colour."}\n\xff\xfe{"q"\n')
+    mixed.write_bytes(b'{"q": "What is 2+2?"}\n{"q": "Name a colour."}\n\xff\xfe{"q"\n'
+                      + b"".join(b'{"q": "What is 3+%d?"}\n' % i for i in range(14)))
     warnings = load_checked(_jsonl_fleet(config_copy, mixed)).warnings()
     assert ("warning: datasets.0 (j): mixed.jsonl: 1 line(s) the run would quarantine (first: line 3: not UTF-8 "
             "(byte 0))") in warnings
