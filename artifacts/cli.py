@@ -19,6 +19,7 @@ from routeforge.artifacts.loader import (
     resolve_key,
     trusted_key,
 )
+from routeforge.artifacts.narrow_output import NarrowStream
 from routeforge.artifacts.objectives import objective_option
 from routeforge.artifacts.registry import (
     DEFAULT_TIMEOUT_S,
@@ -155,10 +156,20 @@ class Finite(click.ParamType):
 @click.option("--debug", is_flag=True, envvar="ROUTEFORGE_DEBUG", help="Show the traceback of an error.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
               envvar=TIMEOUT_ENV, help="Seconds to wait for a tracking server before failing (one line).")
+@click.option("--wide", is_flag=True, envvar="ROUTEFORGE_WIDE",
+              help="Print long lines whole (by default every line of output is at most 120 characters).")
 @click.pass_context
-def main(ctx: click.Context, debug: bool, timeout: float) -> None:
+def main(ctx: click.Context, debug: bool, timeout: float, wide: bool) -> None:
     """routeforge: router bundles trained by the routeforge pipeline."""
     ctx.obj = {"debug": debug}
+    if not wide and not isinstance(sys.stdout, NarrowStream):
+        wrapped, sys.stdout = sys.stdout, NarrowStream(sys.stdout)
+
+        def restore() -> None:
+            sys.stdout.flush()
+            sys.stdout = wrapped
+
+        ctx.call_on_close(restore)
     # one bounded attempt per request instead of MLflow's minutes of retries with backoff
     os.environ[TIMEOUT_ENV] = f"{timeout:g}"
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", f"{max(1, round(timeout))}")

@@ -106,3 +106,30 @@ def test_json_output_of_inspect_and_verify(runner, tmp_path, component, fleet):
     bad = runner.invoke(main, ["bundle", "verify", str(root), "--json", "--insecure-skip-signature"])
     report = json.loads(bad.stdout)
     assert bad.exit_code == 1 and report["ok"] is False and "index.bin: sha256 mismatch" in report["error"]
+
+
+def test_output_lines_fit_120_characters_unless_wide(runner, tmp_path, component, fleet):
+    """Prose is wrapped at words, a table row cut with …, JSON never touched; `--wide` prints whole lines."""
+    import io
+
+    from routeforge.artifacts.narrow_output import NarrowStream, narrow
+
+    prose = "lineage: " + " ".join(f"word{i}" for i in range(60))
+    assert all(len(line) <= 120 for line in narrow(prose).splitlines()) and narrow(prose).replace("\n  ", " ") == prose
+    row = "1     route_balance           bundle    " + "0.905 ± 0.025  " * 12
+    assert narrow(row).endswith("…") and len(narrow(row)) == 120
+    blob = '{"rows": [' + ", ".join(["1.0"] * 80) + "]}"
+    assert narrow(blob) == blob
+    out = io.StringIO()
+    stream = NarrowStream(out)
+    stream.write(prose[:50])
+    stream.write(prose[50:] + "\nshort\n")
+    stream.flush()
+    assert out.getvalue().splitlines()[-1] == "short" and max(map(len, out.getvalue().splitlines())) <= 120
+
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [component], Lineage(input_hashes={f"input_{i}": "f" * 40 for i in range(8)}), "t")
+    narrow_run = runner.invoke(main, ["bundle", "inspect", str(root)])
+    wide_run = runner.invoke(main, ["--wide", "bundle", "inspect", str(root)])
+    assert narrow_run.exit_code == wide_run.exit_code == 0
+    assert max(map(len, narrow_run.stdout.splitlines())) <= 120 < max(map(len, wide_run.stdout.splitlines()))
