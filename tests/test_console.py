@@ -69,7 +69,9 @@ def test_heartbeat_keeps_long_messages_whole(tmp_path, capfd):
     out = capfd.readouterr().out.splitlines()
     assert max(map(len, out)) <= 120  # wrapped at words, each line fits a terminal
     first = next(i for i, line in enumerate(out) if "running for" in line)
-    beat = " ".join(line.strip() for line in out[first:first + 4])
+    rest = out[first + 1:]
+    wrapped = rest[:next((i for i, line in enumerate(rest) if not line.startswith("        ")), len(rest))]
+    beat = " ".join(line.strip() for line in [out[first], *wrapped])
     assert f"router_selection: {message}" in beat
 
 
