@@ -167,6 +167,11 @@ class LatencyModel:
         self.check_states(states)
         return self.predict_matrix(self.matrix(states))
 
+    def predict_one(self, state: Mapping[str, float]) -> dict[str, float]:
+        """Seconds for one state at dispatch, as plain floats (`tpot`, `ttft`, `e2e`, …): what a
+        router service asks per request; `predict` takes a batch and returns arrays."""
+        return {key: float(values[0]) for key, values in self.predict([state]).items()}
+
     def required_features(self) -> list[str]:
         """The features the heads were trained with values for (their `range`); the others (a
         server's gauges where the profile had no /metrics) were always missing and may stay so."""

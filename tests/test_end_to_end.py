@@ -808,7 +808,9 @@ def test_every_console_command_of_the_readme_prints_what_the_readme_shows(demo, 
              "random", "route_balance", "route_balance_absolute", "quality_only"}
     names |= {f"policy--{n}" for n in names}
     state = Path(demo.config.registry.tracking_uri.removeprefix("sqlite:///")).parent
-    env = {**os.environ, "ROUTEFORGE_STATE": str(state)}  # where the CLI finds the demo's store, as `make demo` leaves it
+    # where the CLI finds the demo's store, as `make demo` leaves it; whole lines, so that a line the
+    # README shows wrapped or cut matches wherever this run's wording wraps it
+    env = {**os.environ, "ROUTEFORGE_STATE": str(state), "ROUTEFORGE_WIDE": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     commands = _readme_commands()
     assert len(commands) >= 5, commands
