@@ -13,3 +13,21 @@ Metadata, which `config validate` reads without running anything:
 A new kind is one module here (or one named by `$ROUTEFORGE_EXTENSIONS`); `build_latency_component`
 trains heads from whichever files the summary names (static batches, a prior, request records).
 """
+
+from __future__ import annotations
+
+import difflib
+
+
+def published_entry(tier, read):
+    """The tier's `key` in its profile's file of published measurements (`read(file) -> {key: …}`),
+    or an error naming the key and what the file has."""
+    profile = tier.profile
+    entries = read(profile.file)
+    if profile.key not in entries:
+        close = difflib.get_close_matches(profile.key, list(entries), n=3)
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+        raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file} "
+                         f"({hint}{len(entries)} keys there)")
+    return entries[profile.key]
+

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from routeforge.core.kinds import PROFILE_KINDS
 from routeforge.profiling.coarse_priors import coarse_prior, continuous_batching_fit, read_llm_inference_bench
+from routeforge.profiling.profile_kinds import published_entry
 
 
 @PROFILE_KINDS.register("llm_inference_bench", needs=("file", "key"))
 def measure(config, tier, routing_table, folder, log) -> dict:
-    profile = tier.profile
-    rows = read_llm_inference_bench(profile.file)
-    if profile.key not in rows:
-        raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file}")
-    return {"prior": coarse_prior(profile.key, rows[profile.key]).to_dict(),
-            "simulator_fit": continuous_batching_fit(profile.key, rows[profile.key])}
+    rows = published_entry(tier, read_llm_inference_bench)
+    key = tier.profile.key
+    return {"prior": coarse_prior(key, rows).to_dict(), "simulator_fit": continuous_batching_fit(key, rows)}

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from routeforge.core.kinds import PROFILE_KINDS
 from routeforge.profiling.batch_fits import import_splitwise
+from routeforge.profiling.profile_kinds import published_entry
 from routeforge.profiling.tier_profile import write_batches
 
 
 @PROFILE_KINDS.register("splitwise", needs=("file", "key"))
 def measure(config, tier, routing_table, folder, log) -> dict:
-    profile = tier.profile
-    tiers = import_splitwise(profile.file)
-    if profile.key not in tiers:
-        raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file} (has {sorted(tiers)})")
-    return write_batches(tiers[profile.key].measurements, folder, tier.name)
+    return write_batches(published_entry(tier, import_splitwise).measurements, folder, tier.name)
