@@ -26,6 +26,7 @@ from routeforge.training.policies.simulator.baselines import EXPORTABLE
 from tests.conftest import CONFIGS, REPO
 from tests.services import TEST_ROUTER_SELECTION, child
 from tools.browser import CHROMIUM, chromium
+from tools.readme import readme_console_commands
 from tools.runtime_probe import PROMPTS, STATE
 from tools.runtime_venv import clean_env, installed, make_runtime_venv
 
@@ -735,32 +736,6 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
 _NUMBER = r"(?:[-+]?(?:\d[\d,]*\.?\d*(?:e[-+]?\d+)?|inf|nan))"
 
 
-def _readme_commands() -> list[tuple[str, list[str]]]:
-    """(command, output lines shown) of each `$ ` line of README.md's console blocks, a trailing `\\`
-    joining the next line; `make demo` is left out (the module's `demo` fixture is that run)."""
-    bodies, body, fenced = [], None, False
-    for line in (REPO / "README.md").read_text().splitlines():
-        if line.startswith("```"):
-            if fenced and body is not None:
-                bodies.append("\n".join(body))
-            body = [] if not fenced and line.strip() in ("```", "```console") else None
-            fenced = not fenced
-        elif body is not None:
-            body.append(line)
-    out = []
-    for body in bodies:
-        if not body.startswith("$ "):
-            continue
-        for chunk in ("\n" + body).split("\n$ ")[1:]:
-            lines = chunk.split("\n")
-            command = lines.pop(0)
-            while command.endswith("\\"):
-                command = command[:-1] + " " + lines.pop(0).strip()
-            if command != "make demo":
-                out.append((command, [line for line in lines if line.strip()]))
-    return out
-
-
 def _skeleton(line: str, names: set[str]):
     """A pattern for a README output line: the text before a `…` (the README cuts there), numbers,
     hex digests, names and padding generalised."""
@@ -812,7 +787,7 @@ def test_every_console_command_of_the_readme_prints_what_the_readme_shows(demo, 
     # README shows wrapped or cut matches wherever this run's wording wraps it
     env = {**os.environ, "ROUTEFORGE_STATE": str(state), "ROUTEFORGE_WIDE": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    commands = _readme_commands()
+    commands = readme_console_commands()
     assert len(commands) >= 5, commands
     for command, shown in commands:
         import shlex
