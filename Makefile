@@ -155,7 +155,7 @@ gpu-fleet: $(STAMP) $(INSTANCE)  ## the reference GPU fleet from published measu
 TEST_WORKERS ?= 2
 test: $(STAMP) $(INSTANCE) $(VLLM_STAMP) ts-runtime  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
 	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra \
-	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) || rc=$$?; \
+	  -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)  ## ruff, the layer contracts of pyproject.toml ([tool.importlinter]), the docs' references, and the extension-point rules

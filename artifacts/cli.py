@@ -156,13 +156,16 @@ class Finite(click.ParamType):
 @click.option("--debug", is_flag=True, envvar="ROUTEFORGE_DEBUG", help="Show the traceback of an error.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
               envvar=TIMEOUT_ENV, help="Seconds to wait for a tracking server before failing (one line).")
-@click.option("--wide", is_flag=True, envvar="ROUTEFORGE_WIDE",
-              help="Print long lines whole (by default every line of output is at most 120 characters).")
+@click.option("--wide", is_flag=True,
+              help="Print long lines whole (on a terminal every line of output is at most 120 characters; "
+                   "$ROUTEFORGE_WIDE=1 or 0 decides for a pipe too).")
 @click.pass_context
 def main(ctx: click.Context, debug: bool, timeout: float, wide: bool) -> None:
     """routeforge: router bundles trained by the routeforge pipeline."""
     ctx.obj = {"debug": debug}
-    if not wide and not isinstance(sys.stdout, NarrowStream):
+    setting = os.environ.get("ROUTEFORGE_WIDE")
+    narrowed = not wide and (setting == "0" or (setting != "1" and sys.stdout.isatty()))
+    if narrowed and not isinstance(sys.stdout, NarrowStream):
         wrapped, sys.stdout = sys.stdout, NarrowStream(sys.stdout)
 
         def restore() -> None:

@@ -1,5 +1,6 @@
-"""Command output that fits a terminal: every line of standard output at most `WIDTH` characters
-unless `routeforge --wide`.
+"""Command output that fits a terminal: on a terminal, every line of standard output at most
+`WIDTH` characters unless `routeforge --wide`; a pipe gets whole lines, as `ls` gives a pipe one name
+a line (`$ROUTEFORGE_WIDE=0` narrows a pipe too, `=1` widens a terminal).
 
 Why: `policies evaluate`'s table, `bundle inspect`'s lineage and a prediction's explanation ran to
 289–407 characters, unreadable in a terminal and in a pasted issue. Prose lines are wrapped at word

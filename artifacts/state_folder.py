@@ -29,6 +29,8 @@ REGISTRIES = "registries.json"
 def record_registry(model_name: str, tracking_uri: str) -> None:
     """Remember that `model_name` is registered at `tracking_uri` (written by every pipeline run that
     registers; the newest run wins), atomically."""
+    if not state_root().is_dir():  # a run whose state is all elsewhere (S3, PostgreSQL) leaves no folder
+        return
     path = state_root() / REGISTRIES
     known = _registries(path)
     if known.get(model_name) == tracking_uri:

@@ -7,7 +7,8 @@ Needs a `make demo` state (default `.state`, or `--state`). Measures, each in fr
 - a warm `bundle predict models:/routeforge-demo-router@champion` (the bundle already in the cache)
   on the local SQLite store, and through an `mlflow server` on 127.0.0.1 over the same store
   (the alias and key read over REST, no MLflow import);
-- the widest line each of README.md's commands prints, by default and with `routeforge --wide`.
+- the widest line each of README.md's commands prints on a terminal (`$ROUTEFORGE_WIDE=0`: the narrow
+  lines a terminal gets by default) and with `routeforge --wide`.
 
 Writes `benchmarks/results/cli_speed/cli_speed.json`.
 
@@ -91,7 +92,7 @@ def main() -> None:
     for command, _ in readme_console_commands():
         argv = shlex.split(command.replace("../shared/data", str(DATA)), comments=True)
         argv[0] = str(BIN / Path(argv[0]).name)
-        _, narrow = timed(argv, env)
+        _, narrow = timed(argv, {**env, "ROUTEFORGE_WIDE": "0"})  # what a terminal gets
         _, wide = timed([argv[0], "--wide", *argv[1:]], env)
         name = " ".join(argv[1:3])
         widths[name] = {"default": max(map(len, narrow.splitlines())), "wide": max(map(len, wide.splitlines()))}

@@ -28,31 +28,17 @@ CLI_VARIABLES = ("ROUTEFORGE_HTTP_TIMEOUT", "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFL
                  "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
 
 
-# Modules that start vLLM share one xdist worker and run one after another: their checks that no
-# vLLM process outlives a run (`pgrep`) and that memory returns see the whole machine, and two CPU
-# vLLM engines side by side would also pin the same cores.
-MACHINE_WIDE = {"vllm": ("tests/generation/test_vllm_engine.py", "tests/profiling/test_vllm_sweep.py",
-                         "tests/training/policies/test_gate_and_replay.py")}
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under `make test`'s `-n 2 --dist loadgroup`: one group per module (its module fixtures, the
-    demo run among them, are built once, on one worker) or per machine-wide set above; and the
-    modules that materialize whole pipelines (`e2e`) are handed out first, so the longest ones do not
-    start last and leave a worker idle. Without xdist the order is pytest's own."""
-    if getattr(config.option, "dist", "no") != "loadgroup":
+    """Under `make test`'s `-n 2 --dist loadscope` (a module's tests on one worker, its module
+    fixtures, the demo run among them, built once): the modules that materialize whole pipelines
+    (`e2e`) are handed out first, so the longest ones do not start last and leave a worker idle.
+    Without xdist the order is pytest's own. (`--dist loadgroup` would merge modules into groups, but
+    pytest-xdist 3.8 marks a group in the node id through an attribute pytest 9.2 no longer reads.)"""
+    if not hasattr(config, "workerinput"):  # only an xdist worker has it
         return
-    groups = {module: name for name, modules in MACHINE_WIDE.items() for module in modules}
-    heavy = set()
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        group = groups.get(module, module)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group))
-        if item.get_closest_marker("e2e") is not None or module in groups:
-            heavy.add(group)
-    items.sort(key=lambda item: (item.get_closest_marker("xdist_group").args[0] not in heavy,))
+    heavy = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("e2e") is not None}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in heavy)
 
 
 @pytest.fixture(autouse=True)

@@ -109,7 +109,8 @@ def test_json_output_of_inspect_and_verify(runner, tmp_path, component, fleet):
 
 
 def test_output_lines_fit_120_characters_unless_wide(runner, tmp_path, component, fleet):
-    """Prose is wrapped at words, a table row cut with …, JSON never touched; `--wide` prints whole lines."""
+    """Prose is wrapped at words, a table row cut with …, JSON never touched; `--wide` prints whole lines.
+    A terminal gets narrow lines by default, a pipe whole ones; $ROUTEFORGE_WIDE=0 narrows a pipe."""
     import io
 
     from routeforge.artifacts.narrow_output import NarrowStream, narrow
@@ -129,7 +130,9 @@ def test_output_lines_fit_120_characters_unless_wide(runner, tmp_path, component
 
     root = tmp_path / "bundle"
     write_bundle(root, "router", fleet, [component], Lineage(input_hashes={f"input_{i}": "f" * 40 for i in range(8)}), "t")
-    narrow_run = runner.invoke(main, ["bundle", "inspect", str(root)])
-    wide_run = runner.invoke(main, ["--wide", "bundle", "inspect", str(root)])
-    assert narrow_run.exit_code == wide_run.exit_code == 0
+    narrow_run = runner.invoke(main, ["bundle", "inspect", str(root)], env={"ROUTEFORGE_WIDE": "0"})
+    wide_run = runner.invoke(main, ["--wide", "bundle", "inspect", str(root)], env={"ROUTEFORGE_WIDE": "0"})
+    piped = runner.invoke(main, ["bundle", "inspect", str(root)])  # CliRunner's output is no terminal
+    assert narrow_run.exit_code == wide_run.exit_code == piped.exit_code == 0
     assert max(map(len, narrow_run.stdout.splitlines())) <= 120 < max(map(len, wide_run.stdout.splitlines()))
+    assert piped.stdout == wide_run.stdout

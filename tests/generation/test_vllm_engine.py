@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import time
+import uuid
+from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
@@ -58,13 +60,24 @@ def _fleet(config_copy, shared_data, vllm_python: str, n: int, engine: str = "vl
     return config_copy("demo", models=[spec], tiers=[], datasets=datasets, generation=gen)
 
 
-def _workers() -> list[int]:
-    """The worker scripts and vLLM's own processes (EngineCore and its workers, which name
+# set in each test's environment and inherited by every process it starts, orphans included: the check
+# below counts only this test's vLLM processes, not those of a test running on the other xdist worker
+RUN_MARK = "ROUTEFORGE_TEST_RUN"
+
+
+def _workers(mark: str) -> list[int]:
+    """This test's worker scripts and vLLM processes (EngineCore and its workers, which name
     themselves `VLLM::…`): none may outlive a killed run."""
     found = []
     for pattern in ("vllm_worker.py", "VLLM::"):
         out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-        found += [int(p) for p in out.stdout.split()]
+        for pid in map(int, out.stdout.split()):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue  # ended meanwhile
+            if f"{RUN_MARK}={mark}".encode() in environ:
+                found.append(pid)
     return found
 
 
@@ -75,17 +88,18 @@ def test_sigkill_during_vllm_generation_then_resume_gives_every_pair_once(config
     workers: an orphaned EngineCore once held a core and memory through the rest of the tests)."""
     n = 64
     path = _fleet(config_copy, shared_data, vllm_python, n, shard_size=2)
-    assert kill_and_resume(path, dict(os.environ), tmp_path, trials=2, n=n) >= 1
+    mark = uuid.uuid4().hex
+    assert kill_and_resume(path, {**os.environ, RUN_MARK: mark}, tmp_path, trials=2, n=n) >= 1
     deadline = time.time() + 120  # a worker whose parent was killed gets SIGTERM and exits
-    while _workers() and time.time() < deadline:
+    while _workers(mark) and time.time() < deadline:
         time.sleep(0.5)
-    assert _workers() == []
+    assert _workers(mark) == []
     assert set(pq.read_table(tmp_path / "final.parquet").column("output_tokens").to_pylist()) == {MAX_TOKENS}
 
 
 @pytest.mark.timeout(900)
 def test_a_two_model_vllm_fleet_generates_beside_6_gib_held_by_another_process(config_copy, shared_data,
-                                                                                vllm_python):
+                                                                                vllm_python, monkeypatch):
     """vLLM's rows are the transformers engine's rows, with vLLM's token counts and timings. And
     (issue 53, item 2) on vLLM's CPU build the KV cache was a share of the memory node less what the
     worker held, so the second model of a fleet failed ("requested memory for kv (-0.03/0.65 GiB)")
@@ -93,6 +107,8 @@ def test_a_two_model_vllm_fleet_generates_beside_6_gib_held_by_another_process(c
     with 6 GiB held by another process, and between them no vLLM process is left and memory returns."""
     import psutil
 
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv(RUN_MARK, mark)  # inherited by the engine's worker and vLLM's processes
     hog = subprocess.Popen([sys.executable, "-c", "import sys, time; b = b'\\x01' * (6 << 30); "
                             "print('held', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -131,9 +147,9 @@ def test_a_two_model_vllm_fleet_generates_beside_6_gib_held_by_another_process(c
             assert [r["prompt_tokens"] for r in rows] == [len(t) for t in texts]  # vLLM's own count of the prompt
             assert all(0 < r["ttft_s"] <= r["e2e_s"] and r["tpot_s"] > 0 for r in rows)
             deadline = time.time() + 60
-            while _workers() and time.time() < deadline:
+            while _workers(mark) and time.time() < deadline:
                 time.sleep(0.5)
-            assert _workers() == [], f"vLLM processes left after {spec.name}"
+            assert _workers(mark) == [], f"vLLM processes left after {spec.name}"
             assert held() < before + (1 << 30), "memory did not return"
             log = (config.storage.mirror / "models" / "logs" / f"vllm-{spec.name}.log").read_text()
             assert "Explicitly set" in log  # the KV cache in bytes, not a share of the node

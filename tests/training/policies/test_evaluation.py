@@ -104,7 +104,7 @@ def test_the_fleets_traffic_logs_are_replayed_as_a_workload_with_a_recommendatio
 def test_settings_name_the_bad_field(tmp_path):
     with pytest.raises(ValueError, match="routing_evaluation.trace"):
         RoutingEvaluationSettings(workloads=["trace"])
-    with pytest.raises(ValueError, match="unknown policy 'sjf'"):
+    with pytest.raises(ValueError, match="unknown routing policy 'sjf'"):
         evaluate_routing(_pool(), FITS, [0, 1], np.zeros((2, 2)), RoutingEvaluationSettings(policies=["sjf"]),
                          tmp_path, log=lambda m: None)
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from routeforge.artifacts.policy import RoutingPolicy, observation_workload_aware
 from routeforge.training.policies.learned.ddqn_workload_guided.training import DdqnSettings, train_ddqn
 from routeforge.training.policies.rl.export import export_policy
@@ -229,6 +230,13 @@ def test_a_bundles_ddqn_that_observes_prefix_and_quality_replays_in_the_environm
                            observe_full=True, block_tokens=16, observe_prefix=True, observe_quality=True)
     spec = env.observation_spec()
     obs, _ = env.reset(seed=0)
-    export_policy(mlp(spec["size"], 3, (8,)), tmp_path / "policy", spec, env.action_spec(), np.stack([obs]))
+    # a network that always routes to instance 0: what is checked is that the replay builds the
+    # observation the spec names (its random weights once made it wait, by the tests run before it)
+    net = mlp(spec["size"], 3, (8,))
+    with torch.no_grad():
+        for weight in net.parameters():
+            weight.zero_()
+        list(net.parameters())[-1][0] = 1.0
+    export_policy(net, tmp_path / "policy", spec, env.action_spec(), np.stack([obs]))
     outcomes = _learned_runner(RoutingPolicy.load(tmp_path / "policy"), [PROFILE] * 2, [0, 1], _block_requests, 3)
     assert len(outcomes) == 3 and all(o.served for o in outcomes)
