@@ -116,6 +116,11 @@ def test_a_terminal_gets_a_live_bar_redrawn_in_place():
         for done in (10, 20, 30, 40):
             console.note("responses", format_count("tiny-gpt2", done, 40, "prompts"))
             time.sleep(0.25)
+        # redraws are throttled; the heartbeat's, once a second, shows the last count (bounded wait:
+        # on a busy machine, the suite's other worker say, it may come later than 0.25 s)
+        deadline = time.monotonic() + 10
+        while "40/40 prompts" not in terminal.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.1)
         console.end("generate_and_score[tiny-gpt2]", 1.0)
     text = terminal.getvalue()
     assert "\r\x1b[K" in text

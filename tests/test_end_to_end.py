@@ -609,6 +609,78 @@ def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_
         expected[f"quality/{m}"][i] for i in range(len(prompts)) for m in demo.config.model_names]
 
 
+# What a README output line may differ in from run to run: numbers, digests and commits, the names of
+# models, policies and workloads the run's measurements chose, column padding, and a verdict's words.
+_NUMBER = r"(?:[-+]?(?:\d[\d,]*\.?\d*(?:e[-+]?\d+)?|inf|nan))"
+
+
+def _skeleton(line: str, names: set[str]):
+    """A pattern for a README output line: the text before a `…` (the README cuts there), numbers,
+    hex digests, names and padding generalised."""
+    import re
+
+    text = line.split("…")[0].rstrip()
+    if not text.strip():
+        return None
+    name = "(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + ")"
+    words = {"within": "(?:within|beyond)", "beyond": "(?:within|beyond)", "holds": "(?:holds|does not hold)",
+             "ahead of": "(?:ahead of|behind)", "worse": "(?:worse|better)"}
+    token = re.compile("|".join([r"g[0-9a-f]{7,}", r"\b[0-9a-f]{12}\b", name + r"(?![\w-])", _NUMBER, r" {2,}",
+                                 *map(re.escape, words)]))
+    pattern, at = [], 0
+    for match in token.finditer(text):
+        pattern.append(re.escape(text[at:match.start()]))
+        found = match.group(0)
+        if found.startswith("g") and len(found) > 7 and found not in names:
+            pattern.append(r"g[0-9a-f]+")
+        elif re.fullmatch(r"[0-9a-f]{12}", found):
+            pattern.append(r"[0-9a-f]{12}")
+        elif found in names:
+            pattern.append(name)
+        elif found.strip() == "":
+            pattern.append(r"\s+")
+        elif found in words:
+            pattern.append(words[found])
+        else:
+            pattern.append(_NUMBER)
+        at = match.end()
+    pattern.append(re.escape(text[at:]))
+    return re.compile("".join(pattern))
+
+
+@pytest.mark.timeout(900)
+def test_every_console_command_of_the_readme_prints_what_the_readme_shows(demo, shared_data):
+    """README.md's commands, pasted as shown, on the demo's state: each exits 0 without a traceback
+    and prints every line the README shows, up to what a run measures (numbers, the policies and
+    models its measurements chose)."""
+    from routeforge.artifacts.heuristics import HEURISTICS
+    from routeforge.core.kinds import WORKLOADS
+    from routeforge.training.policies.learned.base import LEARNED_POLICIES
+
+    names = {*HEURISTICS.names(), *LEARNED_POLICIES.names(), *WORKLOADS.names(), *demo.config.model_names,
+             "random", "route_balance", "route_balance_absolute", "quality_only"}
+    names |= {f"policy--{n}" for n in names}
+    state = Path(demo.config.registry.tracking_uri.removeprefix("sqlite:///")).parent
+    # where the CLI finds the demo's store, as `make demo` leaves it; whole lines, so that a line the
+    # README shows wrapped or cut matches wherever this run's wording wraps it
+    env = {**os.environ, "ROUTEFORGE_STATE": str(state), "ROUTEFORGE_WIDE": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    commands = readme_console_commands()
+    assert len(commands) >= 5, commands
+    for command, shown in commands:
+        import shlex
+
+        argv = shlex.split(command.replace("../shared/data", str(shared_data)), comments=True)
+        argv[0] = os.path.join(os.path.dirname(sys.executable), os.path.basename(argv[0]))
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+        printed = (run.stdout + run.stderr).splitlines()
+        assert run.returncode == 0 and "Traceback" not in run.stderr, f"{command}:\n{run.stderr[-3000:]}"
+        for line in shown:
+            pattern = _skeleton(line, names)
+            assert pattern is None or any(pattern.search(p) for p in printed), (
+                f"{command}: the README shows {line!r}; it printed:\n" + "\n".join(printed[-40:]))
+
+
 def test_routerbench_end_to_end(config_copy, state_dir):
     """The shipped RouterBench fleet on the whole public tables, its router's selection narrowed
     (`TEST_ROUTER_SELECTION`): the shipped grid, both truncation sides, doubled the test's time."""
@@ -729,75 +801,3 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     gated = _routeforge("bundle", "gate", registry.name, "--public-key", f"{key}.pub", tracking_uri=demo.tracking)
     assert gated.returncode in (0, 1) and "Traceback" not in gated.stderr, gated.stderr
     assert all(registry.gated(v) for v in ("2", version))  # no version stops the gate of the next
-
-
-# What a README output line may differ in from run to run: numbers, digests and commits, the names of
-# models, policies and workloads the run's measurements chose, column padding, and a verdict's words.
-_NUMBER = r"(?:[-+]?(?:\d[\d,]*\.?\d*(?:e[-+]?\d+)?|inf|nan))"
-
-
-def _skeleton(line: str, names: set[str]):
-    """A pattern for a README output line: the text before a `…` (the README cuts there), numbers,
-    hex digests, names and padding generalised."""
-    import re
-
-    text = line.split("…")[0].rstrip()
-    if not text.strip():
-        return None
-    name = "(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + ")"
-    words = {"within": "(?:within|beyond)", "beyond": "(?:within|beyond)", "holds": "(?:holds|does not hold)",
-             "ahead of": "(?:ahead of|behind)", "worse": "(?:worse|better)"}
-    token = re.compile("|".join([r"g[0-9a-f]{7,}", r"\b[0-9a-f]{12}\b", name + r"(?![\w-])", _NUMBER, r" {2,}",
-                                 *map(re.escape, words)]))
-    pattern, at = [], 0
-    for match in token.finditer(text):
-        pattern.append(re.escape(text[at:match.start()]))
-        found = match.group(0)
-        if found.startswith("g") and len(found) > 7 and found not in names:
-            pattern.append(r"g[0-9a-f]+")
-        elif re.fullmatch(r"[0-9a-f]{12}", found):
-            pattern.append(r"[0-9a-f]{12}")
-        elif found in names:
-            pattern.append(name)
-        elif found.strip() == "":
-            pattern.append(r"\s+")
-        elif found in words:
-            pattern.append(words[found])
-        else:
-            pattern.append(_NUMBER)
-        at = match.end()
-    pattern.append(re.escape(text[at:]))
-    return re.compile("".join(pattern))
-
-
-@pytest.mark.timeout(900)
-def test_every_console_command_of_the_readme_prints_what_the_readme_shows(demo, shared_data):
-    """README.md's commands, pasted as shown, on the demo's state: each exits 0 without a traceback
-    and prints every line the README shows, up to what a run measures (numbers, the policies and
-    models its measurements chose)."""
-    from routeforge.artifacts.heuristics import HEURISTICS
-    from routeforge.core.kinds import WORKLOADS
-    from routeforge.training.policies.learned.base import LEARNED_POLICIES
-
-    names = {*HEURISTICS.names(), *LEARNED_POLICIES.names(), *WORKLOADS.names(), *demo.config.model_names,
-             "random", "route_balance", "route_balance_absolute", "quality_only"}
-    names |= {f"policy--{n}" for n in names}
-    state = Path(demo.config.registry.tracking_uri.removeprefix("sqlite:///")).parent
-    # where the CLI finds the demo's store, as `make demo` leaves it; whole lines, so that a line the
-    # README shows wrapped or cut matches wherever this run's wording wraps it
-    env = {**os.environ, "ROUTEFORGE_STATE": str(state), "ROUTEFORGE_WIDE": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    commands = readme_console_commands()
-    assert len(commands) >= 5, commands
-    for command, shown in commands:
-        import shlex
-
-        argv = shlex.split(command.replace("../shared/data", str(shared_data)), comments=True)
-        argv[0] = os.path.join(os.path.dirname(sys.executable), os.path.basename(argv[0]))
-        run = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
-        printed = (run.stdout + run.stderr).splitlines()
-        assert run.returncode == 0 and "Traceback" not in run.stderr, f"{command}:\n{run.stderr[-3000:]}"
-        for line in shown:
-            pattern = _skeleton(line, names)
-            assert pattern is None or any(pattern.search(p) for p in printed), (
-                f"{command}: the README shows {line!r}; it printed:\n" + "\n".join(printed[-40:]))

@@ -221,7 +221,8 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
             params={"added_model": model, "labels": str(len(rows)), "labels_fitted": str(len(fit_rows)),
                     "labels_held_out": str(len(held_rows)), "from_version": bundle.manifest.version,
                     "ridge": str(record["ridge"])},
-            signing_key=signing_key, skip_unchanged=False)
+            signing_key=signing_key, skip_unchanged=False,
+            provenance=bundle.manifest.provenance)  # the source version's signed claims hold for this one too
         checks = _checks(registered, tracking_uri, work, public_key or public_key_pem(signing_key).encode(),
                          record, probes, before)
         _tag_like_a_pipeline_version(tracking_uri, name, registered.version, source_alias, checks)
