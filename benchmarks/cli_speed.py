@@ -25,8 +25,9 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from routeforge.generation.local_server import free_port, wait_healthy
 
 from benchmarks.common import DATA, REPO, results_dir
 from benchmarks.common import parser as bench_parser
@@ -68,19 +69,13 @@ def main() -> None:
     out["warm_predict_local_store_s"] = median_s(predict, env, repeats)
 
     port = free_port()
+    log = state / "cli_speed_server.log"
     server = subprocess.Popen(
         [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{state / 'mlflow.db'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        for _ in range(240):  # bounded: two minutes
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise RuntimeError("mlflow server did not answer")
+        wait_healthy(server, f"http://127.0.0.1:{port}/health", log, timeout_s=120)
         served = {**env, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
         timed(predict, served)
         out["warm_predict_mlflow_server_s"] = median_s(predict, served, repeats)
@@ -100,14 +95,6 @@ def main() -> None:
     path = results_dir("cli_speed") / "cli_speed.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
