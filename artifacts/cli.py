@@ -44,13 +44,14 @@ def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | N
     exists (what the Makefile uses; it follows $ROUTEFORGE_STATE)."""
     if value:
         return value
+    from routeforge.artifacts.registry_rest import models_ref
     from routeforge.artifacts.state_folder import recorded_registry
 
     # the reference comes first on the command line, so it is parsed before this default is filled
     params = ctx.params if ctx is not None else {}
     refs = [v for v in params.values() if isinstance(v, str) and v.startswith("models:/")]
     if refs:
-        recorded = recorded_registry(refs[0].removeprefix("models:/").split("@")[0].split("/")[0])
+        recorded = recorded_registry(models_ref(refs[0])[0])
         if recorded:
             return recorded
     store = local_store()

@@ -141,11 +141,14 @@ class Registry(Generic[T]):
         return name in self._entries
 
     def unknown(self, name: str) -> str:
-        """"unknown <kind> 'x' (did you mean 'y'?); known: a, b, c"."""
-        known = self.names()
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(known)}"
+        return unknown_name(self.kind, name, self.names())
+
+
+def unknown_name(kind: str, name: str, known: list[str]) -> str:
+    """"unknown <kind> 'x' (did you mean 'y'?); known: a, b, c"."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {kind} {name!r}{hint}; known: {', '.join(known)}"
 
 
 class Choices:
@@ -160,15 +163,9 @@ class Choices:
     def names(self) -> list[str]:
         return sorted(self._names())
 
-    def entries(self) -> list[Entry[str]]:
-        return [Entry(name, name, "") for name in self.names()]
-
     def __contains__(self, name: object) -> bool:
         return name in self.names()
 
     def unknown(self, name: str) -> str:
-        known = self.names()
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(known)}"
+        return unknown_name(self.kind, name, self.names())
 

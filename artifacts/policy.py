@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,12 @@ class RoutingPolicy:
         """The greedy action; with `rng`, a policy whose output is logits (SAC) samples its action
         from softmax(logits) instead. `spec["act"]` says which the policy was evaluated with
         ("sample" or "greedy"; absent in bundles before it was recorded: sample for logits)."""
-        out = self.scores(observation)[0]
-        return ACTION_KINDS.get(self.action_kind)(out, self.spec, rng)
+        return self._act(self.scores(observation)[0], self.spec, rng)
+
+    @cached_property
+    def _act(self):
+        """The registered action function, looked up once (`act` runs on every routing decision)."""
+        return ACTION_KINDS.get(self.action_kind)
 
     @property
     def action_kind(self) -> str:

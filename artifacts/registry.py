@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from routeforge.artifacts.state_folder import sqlite_file
+
 
 def is_remote_uri(ref: str) -> bool:
     return ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/"))
@@ -71,11 +73,10 @@ def _use_tracking(uri: str, tracking_uri: str | None) -> None:
 def check_store_exists(uri: str, tracking_uri: str) -> None:
     """A SQLite registry that is not there is an error naming it: MLflow's client would create an empty
     store at a mistyped path and then say the model does not exist. Every read calls this first."""
-    if tracking_uri.startswith("sqlite:///"):
-        database = Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
-        if not database.is_file():
-            raise ValueError(f"cannot resolve {uri}: no registry at {tracking_uri} ({database.resolve()} does not "
-                             "exist; a read never creates one: check the path, or pass --tracking-uri)")
+    database = sqlite_file(tracking_uri)
+    if database is not None and not database.is_file():
+        raise ValueError(f"cannot resolve {uri}: no registry at {tracking_uri} ({database.resolve()} does not "
+                         "exist; a read never creates one: check the path, or pass --tracking-uri)")
 
 
 def mlflow_tracking_uri() -> str:

@@ -26,6 +26,13 @@ def state_root() -> Path:
 REGISTRIES = "registries.json"
 
 
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a `sqlite:///…` tracking URI (None for any other store)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
 def record_registry(model_name: str, tracking_uri: str) -> None:
     """Remember that `model_name` is registered at `tracking_uri` (written by every pipeline run that
     registers; the newest run wins), atomically."""
@@ -35,7 +42,6 @@ def record_registry(model_name: str, tracking_uri: str) -> None:
     known = _registries(path)
     if known.get(model_name) == tracking_uri:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{REGISTRIES}.{os.getpid()}")
     tmp.write_text(json.dumps({**known, model_name: tracking_uri}, indent=2, sort_keys=True))
     tmp.replace(path)
@@ -45,9 +51,8 @@ def recorded_registry(model_name: str) -> str | None:
     """The tracking URI a pipeline run of this state folder registered `model_name` at, if it is still
     there (a SQLite store whose file is gone is not offered)."""
     uri = _registries(state_root() / REGISTRIES).get(model_name)
-    if uri and uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///").split("?", 1)[0]).is_file():
-        return None
-    return uri
+    database = sqlite_file(uri) if uri else None
+    return None if database is not None and not database.is_file() else uri
 
 
 def _registries(path: Path) -> dict[str, str]:

@@ -31,7 +31,13 @@ DATASET_KINDS = Registry("dataset kind", ("routeforge.prompts",))
 READERS = Registry("built-in reader", ("routeforge.prompts.builtin_readers",))
 SOURCE_KINDS = Registry("model source kind", ("routeforge.core.model_sources",))
 WORKLOADS = Registry("workload kind", ("routeforge.profiling.arrivals", "routeforge.training.policies.workload_kinds"))
+
 PROFILE_KINDS = Registry("tier profile kind", ("routeforge.profiling.profile_kinds",))
+
+
+def workloads_reading(source: str) -> list[str]:
+    """The workload kinds read from the evaluation setting `source` (`trace`, `traffic_logs`)."""
+    return [e.name for e in WORKLOADS.entries() if e.metadata.get("source") == source]
 
 
 def _routing_policy_names() -> list[str]:

@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import dagster as dg
+from routeforge.core.kinds import PROFILE_KINDS
 
 # sections no asset's output depends on: how and where the pipeline runs, who owns it, credentials
 OPERATIONAL = ("name", "storage_root", "storage_options", "automation", "execution", "owners")
@@ -95,8 +96,6 @@ def always_reread(asset: str, partition: str | None, config) -> bool:
         tier = next((t for t in config.tiers if t.name == partition), None)
         if tier is None or tier.profile is None:
             return False
-        from routeforge.core.kinds import PROFILE_KINDS
-
         return PROFILE_KINDS.entry(tier.profile.kind).metadata.get("key_inputs") is not None
     return False
 

@@ -21,7 +21,7 @@ import numpy as np
 from routeforge.core.kinds import WORKLOADS
 
 
-def arrival_offsets(kind: str, n: int, rate: float, seed: int = 0, **settings) -> np.ndarray:
+def arrival_offsets(kind: str, n: int, rate: float = 1.0, seed: int = 0, **settings) -> np.ndarray:
     """Send offsets in seconds for `n` requests at a mean of `rate` per second, by the registered
     arrival process `kind` (its own settings: `cv`, `low`/`high`/`period_s`, `d0`/`d1`)."""
     entry = WORKLOADS.entry(kind)

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from routeforge.artifacts.state_folder import sqlite_file
+
 
 @dataclass(frozen=True)
 class RegisteredBundle:
@@ -26,12 +28,6 @@ class RegisteredBundle:
     @property
     def uri(self) -> str:
         return f"models:/{self.name}@{self.alias}"
-
-
-def sqlite_file(tracking_uri: str) -> Path | None:
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    return Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
 
 
 @contextmanager

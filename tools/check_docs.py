@@ -176,13 +176,12 @@ def _ignored(reference: str) -> bool:
 def _path(reference: str) -> str | None:
     """A slashed path: `a/b.py`, `a/b.py:symbol`, `a/b.Symbol` (module then name)."""
     reference, _, symbol = reference.replace("::", ":").partition(":")
-    head, dot, tail = reference.rpartition("/")[2].partition(".")
-    if dot and not reference.endswith(SUFFIXES) and (REPO / reference).with_suffix("").parent.is_dir():
-        module = REPO / f"{reference.rsplit('/', 1)[0]}/{head}.py"  # `training/embeddings.SAVE_EVERY`
-        if module.is_file():
-            name = tail.split(".")[0]
-            owner = reference.rsplit(".", len(tail.split(".")))[0]
-            return None if name in _top_level_names(module) else f"{owner} defines no {name}"
+    folder, _, last = reference.rpartition("/")
+    head, dot, tail = last.partition(".")
+    module = REPO / folder / f"{head}.py"  # `training/embeddings.SAVE_EVERY`: a module, then a name
+    if dot and not reference.endswith(SUFFIXES) and module.is_file():
+        name = tail.split(".")[0]
+        return None if name in _top_level_names(module) else f"{folder}/{head} defines no {name}"
     for one in _expand(reference):
         if not (_path_exists(one) or _ignored(one) or any(p.endswith("/" + one) for p in _all_paths())):
             return f"no file {one}"
@@ -208,11 +207,16 @@ def problem(reference: str) -> str | None:
             return None if any(path.endswith("/" + reference) for path in _all_paths()) else f"no file {reference}"
         return None
     if reference.endswith(SOURCE_SUFFIXES) and re.fullmatch(r"\w[\w.-]*", reference):
-        return None if reference in {p.rsplit("/", 1)[-1] for p in _all_paths()} else (
+        return None if reference in _all_names() else (
             f"no file named {reference} anywhere in the tree")
     if re.fullmatch(r"[\w.]+(\(\))?", reference):
         return _dotted(reference)
     return None
+
+
+@cache
+def _all_names() -> frozenset[str]:
+    return frozenset(p.rsplit("/", 1)[-1] for p in _all_paths())
 
 
 @cache

@@ -141,13 +141,16 @@ class OneOf:
         return out
 
     def allowed(self) -> list[str]:
-        return [e.name for e in sorted(self.registry.entries(), key=lambda e: e.name)
-                if self.where is None or e.metadata.get(self.where)]
+        if self.where is None:
+            return self.registry.names()
+        return sorted(e.name for e in self.registry.entries() if e.metadata.get(self.where))
 
     def _check(self, value: str) -> str:
-        if value in self.extra or (value in self.registry and value in self.allowed()):
+        if value in self.extra:
             return value
-        if value in self.registry:
+        if value not in self.registry:
+            raise ValueError(self.registry.unknown(value))
+        if self.where is not None and not self.registry.entry(value).metadata.get(self.where):
             raise ValueError(f"{self.registry.kind} {value!r} cannot be used here (these can: "
                              f"{', '.join(self.allowed())})")
-        raise ValueError(self.registry.unknown(value))
+        return value

@@ -105,10 +105,11 @@ def row_problems(fleet) -> tuple[list[str], list[str]]:
         if not hasattr(ds, "local_files"):
             counted.append(None)
             continue
-        rows_here: int | None = 0 if ds.local_files() else None  # a hub dataset: counted at run time
+        files = ds.local_files()
+        rows_here: int | None = 0 if files else None  # a hub dataset: counted at run time
         scores_field = getattr(ds, "scores_field", None)  # a score table's {model: score} mappings
         table_models: set[str] = set()
-        for path in ds.local_files():
+        for path in files:
             found = file_rows(path, scores_field)
             if found is None:
                 rows_here = None

@@ -39,7 +39,7 @@ from routeforge.core.config.models import ModelSpec, Sampling
 from routeforge.core.config.scoring import ScoringSettings, code_isolation_warning, metric_says
 from routeforge.core.config.tiers import Hardware, ProfilingSettings, Tier
 from routeforge.core.config.training import TrainingSettings
-from routeforge.core.kinds import DATASET_KINDS, ENGINES, SOURCE_KINDS, WORKLOADS
+from routeforge.core.kinds import DATASET_KINDS, ENGINES, SOURCE_KINDS, workloads_reading
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.core.storage_root import StorageRoot
 
@@ -210,7 +210,7 @@ class FleetConfig(_Strict):
         """The production logs the routing evaluation replays as its "traffic" workload: its own
         `traffic_logs`, else the first traffic_log dataset's path; None when replay is off or none is set."""
         settings = self.training.routing_evaluation
-        listed = any(WORKLOADS.entry(kind).metadata.get("source") == "traffic_logs" for kind in settings.workloads)
+        listed = set(settings.workloads) & set(workloads_reading("traffic_logs"))
         if not settings.replay_traffic and not listed:
             return None
         if settings.traffic_logs:
@@ -263,10 +263,10 @@ class FleetConfig(_Strict):
                                  "must be outside the candidate pool (002 §4.2)")
             if not ENGINES.entry(judge.model.engine).metadata.get("generates", True):
                 raise ValueError(f"scoring.judge.model.engine: a judge must generate (not {judge.model.engine})")
-        for kind in self.training.routing_evaluation.workloads:
-            if WORKLOADS.entry(kind).metadata.get("source") == "traffic_logs" and self.routing_traffic_logs() is None:
-                raise ValueError(f"training.routing_evaluation.traffic_logs: the {kind!r} workload needs traffic logs "
-                                 "(set traffic_logs, or add a traffic_log dataset)")
+        replayed = [k for k in self.training.routing_evaluation.workloads if k in workloads_reading("traffic_logs")]
+        if replayed and self.routing_traffic_logs() is None:
+            raise ValueError(f"training.routing_evaluation.traffic_logs: the {replayed[0]!r} workload needs traffic "
+                             "logs (set traffic_logs, or add a traffic_log dataset)")
         jobs = self.job_names()
         named = [(f"automation.watch[{w.name}].jobs", w.jobs) for w in self.automation.watch]
         for field, wanted in [*named, ("automation.on_fleet_change", self.automation.on_fleet_change)]:

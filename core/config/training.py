@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
 from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings
-from routeforge.core.kinds import ROUTING_POLICIES, WORKLOADS
+from routeforge.core.kinds import ROUTING_POLICIES, WORKLOADS, workloads_reading
 
 
 class KnnSettings(_Strict):
@@ -213,9 +213,9 @@ class RoutingEvaluationSettings(_Strict):
 
     @model_validator(mode="after")
     def _trace_given(self):
-        for kind in self.workloads:
-            if WORKLOADS.entry(kind).metadata.get("source") == "trace" and not self.trace:
-                raise ValueError(f"training.routing_evaluation.trace: the {kind!r} workload needs a trace CSV path")
+        traced = [kind for kind in self.workloads if kind in workloads_reading("trace")]
+        if traced and not self.trace:
+            raise ValueError(f"training.routing_evaluation.trace: the {traced[0]!r} workload needs a trace CSV path")
         return self
 
 

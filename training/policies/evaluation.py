@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from routeforge.core.kinds import WORKLOADS
+from routeforge.core.kinds import WORKLOADS, workloads_reading
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.gate import recommend
@@ -229,7 +229,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     times, quarantine = None, quarantine if quarantine is not None else Quarantine("routing_evaluation")
     blocks, block_tokens = None, None
     use_trace_lengths = settings.lengths == "trace" or (settings.lengths == "auto" and not pool.has_lengths)
-    reads_trace = any(WORKLOADS.entry(kind).metadata.get("source") == "trace" for kind in settings.workloads)
+    reads_trace = bool(set(settings.workloads) & set(workloads_reading("trace")))
     if trace is not None and (reads_trace or use_trace_lengths):
         if trace[1].hash_ids is not None:  # Mooncake's format: token counts and shared prefixes too
             blocks = read_block_trace(trace[0], columns=trace[1], quarantine=quarantine)
@@ -260,8 +260,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     n = settings.requests
     seeds = evaluation_seeds(settings.seed, settings.seeds)
     # the fleet's own traffic is one more workload whenever it was read, listed or not
-    replayed = ([e.name for e in WORKLOADS.entries() if e.metadata.get("source") == "traffic_logs"]
-                if traffic is not None else [])
+    replayed = workloads_reading("traffic_logs") if traffic is not None else []
     workloads = [*settings.workloads, *(kind for kind in replayed if kind not in settings.workloads)]
 
     def calibrate(kind: str) -> LoadCalibration:

@@ -13,15 +13,12 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 from routeforge.core.schemas import routing_models
-from routeforge.profiling.arrivals import SPP_D0, SPP_D1, arrival_offsets, square_wave, switched_poisson  # noqa: F401
+
+# `arrivals` is the arrival processes' one definition, under the simulator's name for it
+from routeforge.profiling.arrivals import SPP_D0, SPP_D1, square_wave, switched_poisson  # noqa: F401
+from routeforge.profiling.arrivals import arrival_offsets as arrivals  # noqa: F401
 from routeforge.training.policies.simulator.cluster import Request
 from routeforge.training.routing_table import matrix
-
-
-def arrivals(kind: str, n: int, rate: float = 1.0, seed: int = 0, **settings) -> np.ndarray:
-    """Arrival offsets of a registered arrival process (`profiling.arrivals`, one definition for the
-    sweep, the simulator and the evaluation)."""
-    return arrival_offsets(kind, n, rate, seed, **settings)
 
 
 class RequestPool:
