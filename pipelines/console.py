@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -157,6 +156,16 @@ class ProgressConsole:
             line += f" [{'#' * filled}{'.' * (20 - filled)}] " + (f"{c.step}: " if c.step else "") + c.text()
         return line
 
+    def _columns(self) -> int:
+        """The width of the terminal this console draws on: `$COLUMNS` first, then the stream's own
+        terminal (not the process's stdout, which may be another terminal or a pipe), else 100."""
+        if os.environ.get("COLUMNS", "").isdigit():
+            return int(os.environ["COLUMNS"])
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            return 100
+
     def _draw_live(self, force: bool = False) -> None:
         """Redraw the live line in place (terminal only; the caller holds the lock)."""
         if not self.live or self.label is None:
@@ -164,7 +173,7 @@ class ProgressConsole:
         now = time.monotonic()
         if not force and now - self._last_draw < LIVE_REDRAW_S:
             return
-        width = shutil.get_terminal_size((100, 24)).columns - 1
+        width = self._columns() - 1
         self.stream.write("\r\x1b[K" + self.status()[:width])
         self.stream.flush()
         self._drawn, self._last_draw = True, now

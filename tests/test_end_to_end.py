@@ -625,7 +625,8 @@ def _skeleton(line: str, names: set[str]):
     name = "(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + ")"
     words = {"within": "(?:within|beyond)", "beyond": "(?:within|beyond)", "holds": "(?:holds|does not hold)",
              "ahead of": "(?:ahead of|behind)", "worse": "(?:worse|better)"}
-    token = re.compile("|".join([r"g[0-9a-f]{7,}", r"\b[0-9a-f]{12}\b", name + r"(?![\w-])", _NUMBER, r" {2,}",
+    # a name may carry the table's ` *` (the bundle's recommendation), which a run may give another row
+    token = re.compile("|".join([r"g[0-9a-f]{7,}", r"\b[0-9a-f]{12}\b", name + r"(?: \*)?(?![\w-])", _NUMBER, r" {2,}",
                                  *map(re.escape, words)]))
     pattern, at = [], 0
     for match in token.finditer(text):
@@ -635,8 +636,8 @@ def _skeleton(line: str, names: set[str]):
             pattern.append(r"g[0-9a-f]+")
         elif re.fullmatch(r"[0-9a-f]{12}", found):
             pattern.append(r"[0-9a-f]{12}")
-        elif found in names:
-            pattern.append(name)
+        elif found.removesuffix(" *") in names:
+            pattern.append(name + r"(?: \*)?")
         elif found.strip() == "":
             pattern.append(r"\s+")
         elif found in words:

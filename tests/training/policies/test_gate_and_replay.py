@@ -462,23 +462,30 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
     model = build_random_init(RandomInitSource(**VLLM_LLAMA), tmp_path / "models")
     dispatcher = Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True))
     with vllm_serve(model, tmp_path / "serve.log", vllm_python, dtype="float32", max_model_len=512,
-                    gpu_memory_utilization=0.05, enforce_eager=True, extra_args=["--enable-prefix-caching"]) as url:
+                    gpu_memory_utilization=0.05, enforce_eager=True,
+                    extra_args=["--enable-prefix-caching"]) as url:
         base = url.removesuffix("/v1")
         idle_text = http.get(f"{base}/metrics", timeout=30).text
         assert LiveState.from_vllm_metrics(idle_text).running == 0
 
+        # one request first: the server's first completion initialises what later ones reuse (it took
+        # 13 s on a loaded machine, while the gauges showed nothing of the requests behind it)
+        http.post(f"{url}/completions", timeout=300, json={"model": str(model), "prompt": "hello", "max_tokens": 1})
+
         def generate():
             http.post(f"{url}/completions", timeout=300, json={"model": str(model), "prompt": "hello " * 20,
-                                                                "max_tokens": 400, "ignore_eos": True})
+                                                                "max_tokens": 480, "ignore_eos": True})
 
-        threads = [threading.Thread(target=generate) for _ in range(4)]
+        threads = [threading.Thread(target=generate) for _ in range(6)]
         for t in threads:
             t.start()
         busy = LiveState(0, 0)
         # until the engine's gauges show the requests (bounded: 600 × 0.1 s; a loaded 2-core machine
-        # took more than the 10 s this waited before)
+        # took more than the 10 s this waited before); the busiest scrape is kept, so one that came
+        # after the requests finished (a slow scrape on a busy machine) does not hide an earlier one
         for _ in range(600):
-            busy = LiveState.from_vllm_metrics(http.get(f"{base}/metrics", timeout=30).text)
+            scraped = LiveState.from_vllm_metrics(http.get(f"{base}/metrics", timeout=30).text)
+            busy = max(busy, scraped, key=lambda s: s.running + s.waiting)
             if busy.running + busy.waiting >= 2 or not any(t.is_alive() for t in threads):
                 break
             threading.Event().wait(0.1)
