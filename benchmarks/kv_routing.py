@@ -125,7 +125,7 @@ def train_learned(profiles, models, trace, n: int, rate: float, first_row: int, 
                         np.full(n_models, int(trace.output_tokens[start + k])), np.full(n_models, np.nan),
                         hash_ids=trace.hash_ids[start + k]) for k, o in enumerate(offsets)]
 
-    settings = RoutingEvaluationSettings(enabled=True, ddqn=ddqn)
+    settings = RoutingEvaluationSettings(enabled=True, learned={"ddqn_workload_guided": ddqn})
     setting = Setting(profiles, models, float("nan"), np.zeros(len(profiles)), rate, settings, block_tokens)
     policy = LEARNED_POLICIES.get("ddqn_workload_guided")
     return policy, setting, policy.train(setting, workload, log)

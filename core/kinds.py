@@ -40,17 +40,25 @@ def workloads_reading(source: str) -> list[str]:
     return [e.name for e in WORKLOADS.entries() if e.metadata.get("source") == source]
 
 
+def learned_policies():
+    """The learned policies' registry (`training.policies.learned.base.LEARNED_POLICIES`): read by name,
+    as every registry here discovers its kinds' modules, because the training layer sits above this one.
+    The fleet file's `learned` map checks its names and settings against it."""
+    import importlib
+
+    return importlib.import_module("routeforge.training.policies.learned.base").LEARNED_POLICIES
+
+
 def _routing_policy_names() -> list[str]:
-    """Read by name, as every registry here discovers its kinds' modules: the training layer sits
-    above this one."""
     import importlib
 
     baselines = importlib.import_module("routeforge.training.policies.simulator.baselines").BASELINES
-    learned = importlib.import_module("routeforge.training.policies.learned.base").LEARNED_POLICIES
-    return [*baselines, *learned.names()]
+    return [*baselines, *learned_policies().names()]
 
 
 # what `training.routing_evaluation.policies` may name: the simulator's baselines (the registered
 # heuristics among them) and the learned policies
 ROUTING_POLICIES = Choices("routing policy", _routing_policy_names)
+# what `training.routing_evaluation.learned` may give settings for
+LEARNED_POLICY_NAMES = Choices("learned policy", lambda: learned_policies().names())
 

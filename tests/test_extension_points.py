@@ -106,7 +106,7 @@ def test_the_teachers_the_fleet_file_may_name_are_the_trainers_candidates_and_si
     """The RL trainers' teacher candidates are a curated, ordered subset of the heuristics (simplest
     first), not a list of kinds; the fleet file's choices must stay that subset and each must run in
     the simulator."""
-    from routeforge.core.config.policies import TeacherName
+    from routeforge.training.policies.learned.settings import TeacherName
     from routeforge.training.policies.rl.teacher import PREFIX_TEACHERS, TEACHERS
     from routeforge.training.policies.simulator.baselines import BASELINES
 

@@ -10,6 +10,7 @@ from routeforge.core.config.base import (  # noqa: F401
     ConfigPath,
     ModelRef,
     StoreUri,
+    StrictSettings,
     _Strict,
     resolve_relative,
 )
@@ -40,7 +41,6 @@ from routeforge.core.config.models import (  # noqa: F401
     TableSource,
     VllmOptions,
 )
-from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings  # noqa: F401
 from routeforge.core.config.scoring import (  # noqa: F401
     JUDGE_RUBRIC,
     CodeExecSettings,

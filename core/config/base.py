@@ -35,6 +35,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# the public name of every settings model's base (unknown keys are errors; settings never change once
+# read), for an extension's own settings (a learned policy's `settings_model`)
+StrictSettings = _Strict
+
+
 # a model, hardware or fleet name: it becomes file names, metric keys and bundle paths. Slash-separated
 # segments (RouterBench's `mistralai/mixtral-8x7b-chat`), each starting with a letter or digit, so no
 # `..`, no leading `/`, no whitespace or control character

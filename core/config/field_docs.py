@@ -102,8 +102,21 @@ def describe(schema: dict, root: type[BaseModel]) -> dict:
     return schema
 
 
+def properties(schema: dict, where: str = "<root>") -> list[tuple[str, dict]]:
+    """("<object>.<property>", property) for every property of the schema, its definitions and the
+    objects nested in them (the learned policies' settings sit inline under `learned`)."""
+    out = []
+    nodes = [(where, schema)] + ([(name, node) for name, node in schema.get("$defs", {}).items()]
+                                  if where == "<root>" else [])
+    for name, node in nodes:
+        for key, prop in node.get("properties", {}).items():
+            out.append((f"{name}.{key}", prop))
+            if "properties" in prop:
+                out += properties(prop, f"{name}.{key}")
+    return out
+
+
 def coverage(schema: dict) -> tuple[int, int]:
-    """(properties with a description, properties) over the schema and its definitions."""
-    nodes = [schema, *schema.get("$defs", {}).values()]
-    props = [p for n in nodes for p in n.get("properties", {}).values()]
+    """(properties with a description, properties) over the schema, its definitions and what they nest."""
+    props = [p for _, p in properties(schema)]
     return sum("description" in p for p in props), len(props)

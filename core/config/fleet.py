@@ -286,8 +286,10 @@ class FleetConfig(_Strict):
         (`code_isolation_warning`); a model without a tier, routed to by quality while the simulator,
         the routing policies and the dispatch call know only the models that have instances; lines of
         a data file the run will quarantine; a `per_task` key no file confirms where some dataset's
-        tasks are known only at run time."""
+        tasks are known only at run time; a policy setting under its old key (`ddqn`, `sac`, `ppo`)."""
         out = [w for w in [code_isolation_warning(self.scoring)] if w]
+        out += [f"note: {moved} (the old key is still read)"
+                for moved in self.training.routing_evaluation.moved_keys()]
         if self.tiers:
             served = {t.model for t in self.tiers}
             untiered = [m for m in self.model_names if m not in served]

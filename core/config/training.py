@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator, model_validator
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
-from routeforge.core.config.policies import DdqnSettings, PpoSettings, SacSettings
-from routeforge.core.kinds import ROUTING_POLICIES, WORKLOADS, workloads_reading
+from routeforge.core.kinds import LEARNED_POLICY_NAMES, ROUTING_POLICIES, WORKLOADS, learned_policies, workloads_reading
 
 
 class KnnSettings(_Strict):
@@ -148,6 +147,25 @@ class TraceSettings(_Strict):
 WorkloadKind = Annotated[str, OneOf(WORKLOADS)]
 
 
+# the keys each learned policy's settings had before `learned`: (policy, field; None: the whole section)
+OLD_POLICY_KEYS = {"ddqn": [("ddqn_workload_guided", None)], "sac": [("sac_qos_han", None), ("sac_qos_mlp", None)],
+                   "ppo": [("ppo_queue_bias", None)], "ppo_slot_s": [("ppo_queue_bias", "slot_s")]}
+
+
+def _learned_schema(schema: dict) -> None:
+    """The `learned` map's JSON Schema: a property per registered learned policy, its settings model's
+    schema, so an editor completes a policy's settings as it does every other section."""
+    from routeforge.core.config.field_docs import describe
+
+    properties = {}
+    for entry in learned_policies().entries():
+        model = entry.value.settings_model
+        properties[entry.name] = describe(model.model_json_schema(), model)
+        properties[entry.name].pop("title", None)
+    schema.update(properties=properties, additionalProperties=False)
+    schema.pop("propertyNames", None)
+
+
 class RoutingEvaluationSettings(_Strict):
     """`routing_evaluation`: learned routing policies and every baseline in the simulator built from
     the profiled tiers (training.routing_evaluation)."""
@@ -180,12 +198,11 @@ class RoutingEvaluationSettings(_Strict):
     train_load: float = Field(0.9, gt=0)  # learned policies train at this load (× each workload's sustainable rate)
     # the workload families learned policies train over, an episode each in turn (None: Poisson only)
     train_workloads: list[WorkloadKind] | None = None
-    ddqn: DdqnSettings = DdqnSettings(episodes=6)  # 001's double DQN (workload-guided)
-    sac: SacSettings = SacSettings(total_steps=4000)  # 000's SAC, over the HAN and over an MLP
-    # ppo_queue_bias: 004's PPO over a bias per instance for join-shortest-queue, started at JSQ
-    ppo: PpoSettings = PpoSettings(total_steps=2048, n_steps=256, batch_size=64, teacher="shortest_queue",
-                                   demo_episodes=2, pretrain_steps=300, keep_best_round=True, validation_episodes=2)
-    ppo_slot_s: float = Field(0.5, gt=0, description="seconds between two decisions of ppo_queue_bias's biases")
+    # each learned policy's settings, by its name: its folder's settings model
+    # (training/policies/learned/<policy>/settings.py), over the budget the pipeline runs it with
+    # (`LearnedPolicy.defaults`); a policy not named here runs with that budget
+    learned: dict[Annotated[str, OneOf(LEARNED_POLICY_NAMES)], dict[str, Any]] = Field(
+        default_factory=dict, json_schema_extra=lambda schema: _learned_schema(schema))
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
     # Each request's SLO, fixed before the router chooses (training.policies.simulator.slo): the absolute
     # bounds given, and without slo_e2e_s, E2E within slo_scale × its E2E alone on the idle instance
@@ -210,6 +227,54 @@ class RoutingEvaluationSettings(_Strict):
                        "e2e_p95_offered_s", "e2e_p99_offered_s", "e2e_mean_s", "e2e_p99_s",
                        "ttft_mean_s"] = "goodput"
     seed: int = 0  # base seed of the evaluation's arrival streams
+    _moved: list[str] = PrivateAttr(default_factory=list)  # old keys read into `learned` (`moved_keys`)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _old_policy_keys(cls, data, handler):
+        """Fleet files written before `learned` keep working: `ddqn`, `sac`, `ppo` and `ppo_slot_s` are
+        read into the map (`sac` for both SAC policies), and `config validate` names the new keys."""
+        moved = []
+        if isinstance(data, dict) and OLD_POLICY_KEYS.keys() & data.keys():
+            data, learned = dict(data), dict(data.get("learned") or {})
+            for old, names in OLD_POLICY_KEYS.items():
+                if old not in data:
+                    continue
+                value = data.pop(old)
+                for name, field in names:
+                    given = value.model_dump(exclude_unset=True) if hasattr(value, "model_dump") else value
+                    entry = dict(learned.get(name) or {})
+                    if field is None:
+                        entry = {**(given or {}), **entry}
+                    else:
+                        entry.setdefault(field, given)
+                    learned[name] = entry
+                moved.append(f"training.routing_evaluation.{old} is now "
+                             + " and ".join(f"learned.{n}" + (f".{f}" if f else "") for n, f in names))
+            data["learned"] = learned
+        model = handler(data)
+        model._moved = moved
+        return model
+
+    @field_validator("learned")
+    @classmethod
+    def _learned_settings(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Each entry validated by its policy's settings model, over the policy's defaults; kept as the
+        settings that policy will run with (so `config validate --json` shows them whole)."""
+        out = {}
+        for name, given in value.items():
+            policy = learned_policies().get(name)
+            try:
+                settings = policy.settings_model.model_validate({**policy.defaults, **given})
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"{name}: {problems}") from None
+            out[name] = settings.model_dump(mode="json")
+        return out
+
+    def moved_keys(self) -> list[str]:
+        """The old keys this file used and where they now are (`FleetConfig.warnings`)."""
+        return list(self._moved)
 
     @model_validator(mode="after")
     def _trace_given(self):

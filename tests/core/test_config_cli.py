@@ -104,17 +104,19 @@ def test_the_schema_describes_fields_from_the_models_comments_and_docs():
     """Editors show each field's words: its Field description, else the comment beside it in the
     config model, else the doc of the model it holds. Issue 62, item 7: every property has words (a
     new field without a comment fails here, named)."""
-    from routeforge.core.config.field_docs import coverage
+    from routeforge.core.config.field_docs import coverage, properties
 
     schema = fleet_json_schema()
     described, total = coverage(schema)
-    bare = [f"{name}.{key}" for name, node in [("<root>", schema), *schema.get("$defs", {}).items()]
-            for key, prop in node.get("properties", {}).items() if not prop.get("description", "").strip()]
+    bare = [name for name, prop in properties(schema) if not prop.get("description", "").strip()]
     assert bare == [] and described == total > 400, bare
     defs = schema["$defs"]
     assert "Every offered request counts" in defs["RoutingEvaluationSettings"]["properties"]["objective"]["description"]
     assert schema["properties"]["scoring"]["description"].startswith("`metric` scores every task")
-    assert defs["RoutingEvaluationSettings"]["properties"]["ppo_slot_s"]["description"].startswith("seconds between")
+    # each learned policy's settings, from its folder's settings model, described as the rest
+    learned = defs["RoutingEvaluationSettings"]["properties"]["learned"]["properties"]
+    assert set(learned) == {"ddqn_workload_guided", "ppo_queue_bias", "sac_qos_han", "sac_qos_mlp"}
+    assert learned["ppo_queue_bias"]["properties"]["slot_s"]["description"].startswith("seconds between")
 
 
 def test_validate_takes_several_files_and_names_a_misspelt_cross_reference(tmp_path):

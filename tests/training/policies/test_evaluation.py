@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from routeforge.artifacts import strict_json
-from routeforge.core.config import DdqnSettings, RoutingEvaluationSettings, SacSettings
+from routeforge.core.config import RoutingEvaluationSettings
 from routeforge.training.policies.evaluation import evaluate_routing, workload_factory
 from routeforge.training.policies.simulator.workloads import RequestPool
 
@@ -25,7 +25,8 @@ def _pool():
 
 def test_every_policy_workload_load_and_seed(tmp_path):
     settings = RoutingEvaluationSettings(enabled=True, loads=[0.5, 0.9], workloads=["poisson", "square_wave"],
-                                         requests=40, seeds=3, queue_capacity=4, ddqn=DdqnSettings(episodes=1, demo_episodes=1, pretrain_steps=20), sac=SacSettings(total_steps=80, demo_episodes=1, pretrain_steps=20),
+                                         requests=40, seeds=3, queue_capacity=4, learned={"ddqn_workload_guided": {"episodes": 1, "demo_episodes": 1, "pretrain_steps": 20},
+                                                  "sac_qos_han": {"total_steps": 80, "demo_episodes": 1, "pretrain_steps": 20}},
                                          policies=["round_robin", "route_balance", "ddqn_workload_guided", "sac_qos_han"],
                                          train_workloads=["poisson", "square_wave"])
     prices = np.array([[0.1, 0.2], [1.0, 2.0]])

@@ -39,9 +39,10 @@ def test_a_small_reference_fleet_trains_and_registers_per_traffic_recommendation
                   "requests": 150, "seeds": 2, "queue_capacity": 32,
                   "policies": ["join_shortest_queue", "least_work_left", "route_balance", "ddqn_workload_guided",
                                "ppo_queue_bias"],
-                  "ddqn": {"episodes": 1, "demo_episodes": 1, "pretrain_steps": 50},
-                  "ppo": {"total_steps": 64, "n_steps": 32, "batch_size": 16, "n_epochs": 2, "demo_episodes": 1,
-                          "pretrain_steps": 50, "validation_episodes": 1}}
+                  "learned": {"ddqn_workload_guided": {"episodes": 1, "demo_episodes": 1, "pretrain_steps": 50},
+                              "ppo_queue_bias": {"total_steps": 64, "n_steps": 32, "batch_size": 16, "n_epochs": 2,
+                                                 "demo_episodes": 1, "pretrain_steps": 50, "validation_episodes": 1,
+                                                 "keep_best_round": False}}}
     path = config_copy("gpu_fleet", datasets=[dataset], models=[m for m in raw["models"] if m["name"] in MODELS],
                        tiers=tiers, training={"knn": {"k": 10}, "routing_evaluation": evaluation})
     with dg.instance_for_test() as instance:

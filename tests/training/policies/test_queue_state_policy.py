@@ -12,7 +12,7 @@ from routeforge.artifacts.loader import load_bundle
 from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
 from routeforge.artifacts.policy import RoutingPolicy, observation_queue_state
 from routeforge.artifacts.writer import ComponentSource, write_bundle
-from routeforge.core.config.policies import PpoSettings
+from routeforge.training.policies.learned.ppo_queue_bias.settings import PpoSettings
 from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy, train_ppo
 from routeforge.training.policies.packaging import export_heuristics, write_simulator
 from routeforge.training.policies.rl.export import export_policy

@@ -3,8 +3,9 @@ demonstrations, and the DQN / SAC pretrained on them before RL."""
 
 import numpy as np
 import pytest
-from routeforge.core.config import DdqnSettings, SacSettings
 from routeforge.training.policies.evaluation import fleet_profiles
+from routeforge.training.policies.learned.ddqn_workload_guided.settings import DdqnSettings
+from routeforge.training.policies.learned.sac_qos.settings import SacSettings
 from routeforge.training.policies.rl.rollout import training_seed, validation_seeds
 from routeforge.training.policies.rl.teacher import TEACHERS, choose_teacher, demonstrate, teacher_action
 from routeforge.training.policies.simulator.baselines import JoinShortestQueue

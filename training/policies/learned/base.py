@@ -1,9 +1,11 @@
 """What every learned routing policy provides (`LearnedPolicy`), what it is trained and judged with
 (`Setting`), and what training returns (`TrainedPolicy`).
 
-A new learned policy is one module in this folder (or named by $ROUTEFORGE_EXTENSIONS) that registers an
-instance: `LEARNED_POLICIES.register("name", default=…)(Policy())`. `default=True` puts it in the
-routing evaluation of a fleet that names no policies.
+A new learned policy is one folder here (or a package named by $ROUTEFORGE_EXTENSIONS) whose module
+registers an instance: `LEARNED_POLICIES.register("name", default=…)(Policy())`. `default=True` puts it
+in the routing evaluation of a fleet that names no policies. Its `settings_model` is what the fleet file
+may give under `training.routing_evaluation.learned.<name>` (`config validate` checks it there, by the
+registry), `defaults` what the pipeline runs it with where the file gives nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 from routeforge.artifacts.extensions import Registry
 from routeforge.training.policies.rl.rollout import TrainerRun
 
@@ -53,14 +56,18 @@ class TrainedPolicy:
 
 
 class LearnedPolicy(ABC):
-    """One learned policy. `output`: the exported graph's output (`q_values`, `logits` or `bias`)."""
+    """One learned policy. `output`: the exported graph's output (`q_values`, `logits` or `bias`: an
+    `artifacts.policy.ACTION_KINDS` entry, how the runtime acts on it)."""
 
     name: str = ""
     output: str = "logits"
+    settings_model: type[BaseModel]  # its settings (its folder's settings.py)
+    # the pipeline's budget where the fleet file gives none (the model's own defaults are a benchmark's)
+    defaults: dict[str, Any] = {}
 
-    @abstractmethod
     def settings(self, evaluation) -> Any:
-        """Its trainer's section of `training.routing_evaluation` (its budget)."""
+        """Its settings: the fleet file's `training.routing_evaluation.learned.<name>` over `defaults`."""
+        return self.settings_model.model_validate({**self.defaults, **evaluation.learned.get(self.name, {})})
 
     @abstractmethod
     def environment(self, setting: Setting, workload: Callable[[int], list]) -> Any:
@@ -108,6 +115,6 @@ class LearnedPolicy(ABC):
                              self.settings(setting.evaluation).model_dump(mode="json"))
 
 
-def seeded(settings, evaluation):
-    """A trainer's settings with the evaluation's seed."""
-    return settings.model_copy(update={"seed": evaluation.seed})
+def seeded(policy: LearnedPolicy, evaluation):
+    """A policy's settings with the evaluation's seed."""
+    return policy.settings(evaluation).model_copy(update={"seed": evaluation.seed})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
+from routeforge.training.policies.learned.ddqn_workload_guided.settings import DdqnSettings
 from routeforge.training.policies.learned.ddqn_workload_guided.training import train_ddqn
 from routeforge.training.policies.rl.rollout import greedy
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
@@ -10,12 +11,10 @@ from routeforge.training.policies.simulator.workload_aware_env import WorkloadAw
 
 class DdqnWorkloadGuided(LearnedPolicy):
     name, output = "ddqn_workload_guided", "q_values"
-
-    def settings(self, evaluation):
-        return evaluation.ddqn
+    settings_model, defaults = DdqnSettings, {"episodes": 6}
 
     def environment(self, setting, workload):
-        ddqn = setting.evaluation.ddqn
+        ddqn = self.settings(setting.evaluation)
         return WorkloadAwareEnv(setting.profiles, workload, variant="guided", models=setting.models,
                                 observe_waiting=ddqn.observe_waiting, observe_full=ddqn.mask_full,
                                 block_tokens=setting.block_tokens,
@@ -24,7 +23,7 @@ class DdqnWorkloadGuided(LearnedPolicy):
                                 reward=ddqn.latency_reward)
 
     def fit(self, setting, env, workload, log):
-        return train_ddqn(env, seeded(setting.evaluation.ddqn, setting.evaluation), log=log)
+        return train_ddqn(env, seeded(self, setting.evaluation), log=log)
 
     def actor(self, network, seed, evaluation):
         return greedy(network)  # the DDQN acts greedily on its Q values

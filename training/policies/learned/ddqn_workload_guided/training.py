@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from routeforge.core.config.policies import DdqnSettings  # noqa: F401 - re-exported for callers
 from routeforge.core.progress import format_count
+from routeforge.training.policies.learned.ddqn_workload_guided.settings import DdqnSettings  # noqa: F401 - re-exported for callers
 from routeforge.training.policies.rl.rollout import TrainerRun
 
 

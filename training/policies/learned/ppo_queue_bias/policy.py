@@ -4,24 +4,27 @@
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
+from routeforge.training.policies.learned.ppo_queue_bias.settings import PpoSettings
 from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy, train_ppo
 from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
 
 
 class PpoQueueBias(LearnedPolicy):
     name, output = "ppo_queue_bias", "bias"
-
-    def settings(self, evaluation):
-        return evaluation.ppo
+    settings_model = PpoSettings
+    # started at join-shortest-queue (all-zero biases), the best round kept
+    defaults = {"total_steps": 2048, "n_steps": 256, "batch_size": 64, "teacher": "shortest_queue", "demo_episodes": 2,
+                "pretrain_steps": 300, "keep_best_round": True, "validation_episodes": 2}
 
     def environment(self, setting, workload):
         e = setting.evaluation
         return QueueStateBiasEnv(setting.profiles, setting.models, setting.accuracy, workload,
-                                 rate_scale_rps=setting.capacity_rps, slo_scale=e.slo_scale, slot_s=e.ppo_slot_s,
-                                 slo_reference=e.slo_reference, block_tokens=setting.block_tokens)
+                                 rate_scale_rps=setting.capacity_rps, slo_scale=e.slo_scale,
+                                 slot_s=self.settings(e).slot_s, slo_reference=e.slo_reference,
+                                 block_tokens=setting.block_tokens)
 
     def fit(self, setting, env, workload, log):  # PPO steps fresh copies of its environment
-        settings = seeded(setting.evaluation.ppo, setting.evaluation)
+        settings = seeded(self, setting.evaluation)
         return train_ppo(lambda: self.environment(setting, workload), settings, log=log)
 
     def actor(self, network, seed, evaluation):

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from routeforge.core.config.policies import PpoSettings  # noqa: F401 - re-exported for callers
 from routeforge.core.progress import format_count
+from routeforge.training.policies.learned.ppo_queue_bias.settings import PpoSettings  # noqa: F401 - re-exported for callers
 from routeforge.training.policies.rl.rollout import TrainerRun
 
 

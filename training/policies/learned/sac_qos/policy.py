@@ -4,6 +4,7 @@ ablation (`sac_qos_mlp`), both trained against a paired heuristic baseline (pape
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
+from routeforge.training.policies.learned.sac_qos.settings import SacSettings
 from routeforge.training.policies.learned.sac_qos.training import train_sac
 from routeforge.training.policies.rl.rollout import greedy, sampled
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
@@ -11,26 +12,24 @@ from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 
 class SacQos(LearnedPolicy):
     output = "logits"
+    settings_model, defaults = SacSettings, {"total_steps": 4000}
 
     def __init__(self, name: str, variant: str):
         self.name, self.variant = name, variant
-
-    def settings(self, evaluation):
-        return evaluation.sac
 
     def environment(self, setting, workload):
         return QosGraphEnv(setting.profiles, setting.models, workload, setting.qos_limit, variant=self.variant,
                            pad=setting.evaluation.queue_capacity, block_tokens=setting.block_tokens)
 
     def fit(self, setting, env, workload, log):
-        return train_sac(env, seeded(setting.evaluation.sac, setting.evaluation), log=log)
+        return train_sac(env, seeded(self, setting.evaluation), log=log)
 
     def actor(self, network, seed, evaluation):
         # SAC acts as it was trained, by sampling (or greedily where the fleet says so)
-        return sampled(network, seed) if evaluation.sac.act == "sample" else greedy(network)
+        return sampled(network, seed) if self.settings(evaluation).act == "sample" else greedy(network)
 
     def export_act(self, evaluation) -> str:
-        return evaluation.sac.act
+        return self.settings(evaluation).act
 
 
 LEARNED_POLICIES.register("sac_qos_han", default=True)(SacQos("sac_qos_han", "han"))
