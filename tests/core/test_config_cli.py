@@ -91,6 +91,22 @@ def test_validate_warns_of_a_model_without_a_tier(config_copy):
     assert "have no tier" not in CliRunner().invoke(main, ["config", "validate", str(CONFIGS / "demo.yaml")]).output
 
 
+def test_old_policy_keys_are_read_into_the_learned_map_with_a_note(config_copy):
+    """Fleet files written before `learned` validate and run as they did: `ddqn`, `sac` (both SAC
+    policies), `ppo` and `ppo_slot_s` land in the map, and validate names where each now is."""
+    evaluation = {"enabled": True, "ddqn": {"episodes": 3}, "sac": {"total_steps": 90}, "ppo_slot_s": 0.25}
+    path = config_copy("demo", training={"routing_evaluation": evaluation})
+    out = CliRunner().invoke(main, ["config", "validate", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "note: training.routing_evaluation.sac is now learned.sac_qos_han and learned.sac_qos_mlp" in out.output
+    assert "note: training.routing_evaluation.ppo_slot_s is now learned.ppo_queue_bias.slot_s" in out.output
+    resolved = json.loads(CliRunner().invoke(main, ["config", "validate", "--json", str(path)]).output)
+    learned = resolved["training"]["routing_evaluation"]["learned"]
+    assert learned["ddqn_workload_guided"]["episodes"] == 3 and learned["sac_qos_mlp"]["total_steps"] == 90
+    assert learned["ppo_queue_bias"]["slot_s"] == 0.25 and learned["ppo_queue_bias"]["total_steps"] == 2048
+    assert "note:" not in CliRunner().invoke(main, ["config", "validate", str(CONFIGS / "demo.yaml")]).output
+
+
 def test_a_poor_tier_fit_is_named():
     from routeforge.profiling.fit_quality import fit_warnings
 
