@@ -54,19 +54,17 @@ PLUGIN = {
         ''',
     "estimator.py": '''
         """A toy router estimator: every prompt gets each model's training mean, shrunk toward 0.5 by
-        `pull`. Its prediction rule (the runtime's) and its fitter (training's) under one name, and the
+        `pull`. One registration: its fitter (training's), its prediction rule (the runtime's) and the
         grid cross-validation tries."""
         import numpy as np
-        from routeforge.artifacts.router import router_member
-        from routeforge.training.predictors.router_family import member_fitter
+        from routeforge.training.predictors.router_family import router_estimator
 
 
-        @router_member("shrunk_mean")
         def predict(params, weights, x):
             return np.tile(weights["mean"], (len(x), 1))
 
 
-        @member_fitter("shrunk_mean", grid=lambda settings: [{"pull": 0.0}, {"pull": 0.5}])
+        @router_estimator("shrunk_mean", predict=predict, grid=lambda settings: [{"pull": 0.0}, {"pull": 0.5}])
         def fit(candidate, x, y, seed, tasks):
             mean = np.nan_to_num(np.nanmean(y, axis=0), nan=0.5)
             pull = candidate.params["pull"]

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.extensions import Registry
-from routeforge.artifacts.router import predict_member
+from routeforge.artifacts.router import MEMBER_KINDS, MemberRule, predict_member
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,29 @@ def _train_torch(net, x: np.ndarray, y: np.ndarray, epochs: int, weight_decay: f
 
 Fitter = Callable[[Candidate, np.ndarray, np.ndarray, int, "list[str] | np.ndarray | None"], dict[str, np.ndarray]]
 # member kind → how it is fitted: (candidate, x, y, seed, tasks) → the weights its rule in
-# `routeforge.artifacts.router.MEMBER_KINDS` predicts with. A new kind is one fitter here and one rule
-# there, under the same name (tests/training/predictors/test_router_selection.py holds the names equal).
+# `routeforge.artifacts.router.MEMBER_KINDS` predicts with; filled by `router_estimator` only.
 # Metadata: `grid(settings)`, the parameter sets cross-validation tries (`candidates`; none: the kind
 # is fitted only when a caller names it), and `params(weights)`, what the member's spec adds.
 MEMBER_FITTERS: Registry[Fitter] = Registry("estimator kind", ("routeforge.training.predictors.router_family",))
-member_fitter = MEMBER_FITTERS.register
+
+
+def router_estimator(name: str, predict: MemberRule | None = None, **metadata: Any) -> Callable[[Fitter], Fitter]:
+    """Register a router estimator kind once: the decorated fitter, and with `predict` its prediction
+    rule in the runtime's `MEMBER_KINDS` (what a router service runs), under one name. Without
+    `predict` the runtime must already have the rule (the built-in kinds keep theirs in
+    `artifacts/router.py`, which a service imports without the training stack); a fitter whose
+    output no runtime rule reads is refused here, when it registers, not when a bundle fails to load."""
+
+    def add(fit: Fitter) -> Fitter:
+        if predict is not None:
+            MEMBER_KINDS.add(name, predict, predict.__module__, predict.__qualname__)
+        elif name not in {e.name for e in MEMBER_KINDS.registered()}:
+            raise ValueError(f"router estimator {name!r}: the runtime has no rule to predict with it; pass "
+                             "predict=(params, weights, x) -> (n, m) quality")
+        MEMBER_FITTERS.add(name, fit, fit.__module__, fit.__qualname__, **metadata)
+        return fit
+
+    return add
 
 
 def fit_candidate(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int = 0,
@@ -102,7 +119,7 @@ def _knn_grid(settings) -> list[dict[str, Any]]:
     return [{"k": k, "prior_strength": a, **budget} for k in settings.knn_k for a in settings.knn_prior_strength]
 
 
-@member_fitter("knn", grid=_knn_grid)
+@router_estimator("knn", grid=_knn_grid)
 def _fit_knn(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     """Every training prompt a key, or a seeded uniform sample of `max_keys` of them (the prior from
     every label): the runtime compares each request with every key, so keys bound its time, the
@@ -119,7 +136,7 @@ def _mlp_layers(weights: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"layers": sum(1 for k in weights if k.startswith("w"))}
 
 
-@member_fitter("mlp", params=_mlp_layers,
+@router_estimator("mlp", params=_mlp_layers,
                grid=lambda s: [{"hidden": h, "weight_decay": s.mlp_weight_decay, "epochs": s.mlp_epochs}
                                for h in s.mlp_hidden])
 def _fit_mlp(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
@@ -138,7 +155,7 @@ def _fit_mlp(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) ->
                                (f"b{i}", lin.bias.detach().numpy().astype(np.float32)))}
 
 
-@member_fitter("mf", grid=lambda s: [{"dim": r, "epochs": s.mf_epochs} for r in s.mf_dim])
+@router_estimator("mf", grid=lambda s: [{"dim": r, "epochs": s.mf_epochs} for r in s.mf_dim])
 def _fit_mf(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     import torch
 
@@ -165,7 +182,7 @@ def _fit_mf(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> 
             "model_bias": net.model_bias.detach().numpy().astype(np.float32)}
 
 
-@member_fitter("dc", grid=lambda s: [{"dim": r, "epochs": s.dc_epochs, "clusters": s.guard_clusters}
+@router_estimator("dc", grid=lambda s: [{"dim": r, "epochs": s.dc_epochs, "clusters": s.guard_clusters}
                                      for r in s.dc_dim])
 def _fit_dc(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     import torch
@@ -174,7 +191,7 @@ def _fit_dc(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> 
     return _fit_dual_contrastive(cand, x, y, seed)
 
 
-@member_fitter("task_mixture", grid=lambda s: [{"C": c, "clusters": s.guard_clusters} for c in s.mixture_c])
+@router_estimator("task_mixture", grid=lambda s: [{"C": c, "clusters": s.guard_clusters} for c in s.mixture_c])
 def _fit_mixture(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks) -> dict[str, np.ndarray]:
     return _fit_task_mixture(cand, x, y, seed, tasks)
 

@@ -370,10 +370,14 @@ def test_known_prompts_are_routed_by_their_observed_scores(tmp_path):
 
 
 def test_every_member_kind_has_a_fitter_and_a_runtime_rule():
-    """A router member kind is one fitter (training) plus one prediction rule (runtime), no if-chains."""
+    """A router member kind is one fitter (training) plus one prediction rule (runtime), no if-chains;
+    one registration (`router_estimator`) refuses a fitter whose weights no runtime rule reads."""
     from routeforge.artifacts.router import MEMBER_KINDS
-    from routeforge.training.predictors.router_family import MEMBER_FITTERS, Candidate, fit_candidate
+    from routeforge.training.predictors.router_family import MEMBER_FITTERS, Candidate, fit_candidate, router_estimator
 
     assert set(MEMBER_FITTERS.names()) == set(MEMBER_KINDS.names()) == {"knn", "mlp", "mf", "dc", "task_mixture"}
+    with pytest.raises(ValueError, match="router estimator 'spline': the runtime has no rule to predict with it"):
+        router_estimator("spline")(lambda cand, x, y, seed, tasks: {})
+    assert "spline" not in MEMBER_FITTERS
     with pytest.raises(ValueError, match="unknown estimator kind 'spline'"):
         fit_candidate(Candidate("spline"), np.zeros((2, 3)), np.zeros((2, 2)))
