@@ -262,12 +262,15 @@ TEST_ROUTER_SELECTION = {"enabled": True, "folds": 3, "knn_k": [10], "knn_prior_
 
 
 def routerbench_fleet(folder: Path, shared_data: Path, storage_root: str, tracking_uri: str,
-                      artifact_location: str | None = None, limit: int | None = None) -> Path:
+                      artifact_location: str | None = None, limit: int | None = None,
+                      models: int | None = None) -> Path:
     """configs/routerbench.yaml with its state on `storage_root` and its registry at `tracking_uri`
     (artifacts: `artifact_location`, or the tracking server's choice); `limit`: the first this many
-    rows of each RouterBench table (embedding the prompts is most of a run's time on a CPU)."""
+    rows of each RouterBench table (embedding the prompts is most of a run's time on a CPU);
+    `models`: the first this many of its 11 models (a job run each)."""
     raw = yaml.safe_load((Path(__file__).resolve().parent.parent / "configs" / "routerbench.yaml").read_text())
     raw["storage_root"] = storage_root
+    raw["models"] = raw["models"][:models]
     for dataset in raw["datasets"]:
         dataset["files"] = {split: [f.replace("${ROUTEFORGE_DATA:-../../shared/data}", str(shared_data)) for f in files]
                             for split, files in dataset["files"].items()}

@@ -74,6 +74,9 @@ def build_report(routing: pa.Table, knn_folder: Path, knn_eval: dict[str, Any], 
     summary = {name: {**r["hull"], "max_quality": r["router_max_quality"]["quality"],
                       "max_quality_cost": r["router_max_quality"]["cost"]} for name, r in routers.items()}
     for name, s in summary.items():
+        if np.isnan(s["aiq_router"]) or np.isnan(s["aiq_single_hull"]):  # every model costs the same (no prices)
+            log(f"{name}: no AIQ: the models' costs do not differ (give `models[].price` for a quality-cost trade-off)")
+            continue
         log(f"{name}: AIQ {s['aiq_router']:.4f} vs single-model hull {s['aiq_single_hull']:.4f}; "
             f"largest lead over the hull {100 * s['max_gap_above_hull']:+.2f} points")
     plot = plot_quality_cost(knn_eval, out_dir / "routers_quality_cost.png", f"{title}: routers on the test split",
