@@ -171,16 +171,17 @@ class BundleCache:
 
 def cached_download(uri: str, tracking_uri: str | None, public_key=None) -> Path:
     """A `models:/<name>@<alias>` or `models:/<name>/<version>` bundle through the cache: the alias
-    resolved to its version (over REST where the server is HTTP, `registry_rest`), that version's
-    bundle downloaded once."""
+    resolved to its version (without MLflow where it can be: over REST for a server, with sqlite3 for
+    a local store; `light_registry`), that version's bundle downloaded once."""
     from routeforge.artifacts import registry_rest
-    from routeforge.artifacts.registry import _use_tracking, download_bundle, registered_version
+    from routeforge.artifacts.registry import _use_tracking, download_bundle, light_registry, registered_version
 
     cache = BundleCache()
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if registry_rest.is_http(tracking_uri):  # a warm start without importing MLflow
+    light = light_registry(tracking_uri)
+    if light is not None:  # a warm start without importing MLflow (a server over REST, a local SQLite file)
         try:
-            found = cache.lookup(tracking_uri, *registry_rest.version_of(tracking_uri, uri))
+            found = cache.lookup(tracking_uri, *light.version_of(tracking_uri, uri))
         except (registry_rest.NotFound, OSError, ValueError, KeyError):
             found = None  # not there, refused, or an odd answer: MLflow's client below says what it is
         if found is not None:

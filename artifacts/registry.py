@@ -246,6 +246,19 @@ def bundle_folder(downloaded: Path) -> Path:
 PUBLIC_KEY_TAG = "routeforge.public_key"  # on the registered model: the PEM its versions are signed with
 
 
+def light_registry(tracking_uri: str | None):
+    """The module that reads `tracking_uri`'s aliases and tags without MLflow's client: `registry_rest`
+    for a server, `registry_sqlite` for a local file; None for any other store. Both answer
+    `registered_model` and `version_of` alike, and say `NotFound` or fail (then MLflow's client asks)."""
+    from routeforge.artifacts import registry_rest, registry_sqlite
+
+    if registry_rest.is_http(tracking_uri):
+        return registry_rest
+    if registry_sqlite.is_sqlite(tracking_uri):
+        return registry_sqlite
+    return None
+
+
 def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | None:
     """The signing key's public PEM the pipeline recorded on the registered model of `models:/<name>…`,
     or None. Trusting it is trusting whoever may tag that model: with an authenticated MLflow server
@@ -258,9 +271,10 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
         return None
     check_reachable(tracking_uri)
     check_store_exists(uri, tracking_uri)
-    if registry_rest.is_http(tracking_uri):  # without importing MLflow (registry_rest)
+    light = light_registry(tracking_uri)
+    if light is not None:  # without importing MLflow
         try:
-            pem = registry_rest.registered_model(tracking_uri, name)["tags"].get(PUBLIC_KEY_TAG)
+            pem = light.registered_model(tracking_uri, name)["tags"].get(PUBLIC_KEY_TAG)
             return pem.encode() if pem else None
         except registry_rest.NotFound:
             return None

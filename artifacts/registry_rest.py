@@ -2,7 +2,8 @@
 standard library: which version an alias points at, and the registered model's tags (the public
 key the pipeline recorded). Why not MLflow's client: importing `mlflow` alone takes ~3.7 s on a
 2-core machine, which made `predict models:/…@champion` cost 7 s with the bundle already cached.
-Only for an `http(s)://` tracking server; any other store (sqlite, file) goes through MLflow.
+Only for an `http(s)://` tracking server; `registry_sqlite` reads a local SQLite store the same way,
+and any other store goes through MLflow (`registry.light_registry` picks).
 Credentials as MLflow reads them: $MLFLOW_TRACKING_TOKEN (bearer), else $MLFLOW_TRACKING_USERNAME
 and $MLFLOW_TRACKING_PASSWORD (basic)."""
 
