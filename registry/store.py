@@ -106,13 +106,14 @@ def register_bundle(
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+    from routeforge.artifacts.signing import public_key_pem
     from routeforge.registry.mlflow_model import log_bundle_model
 
     active = mlflow.active_run()
     if active is None or active.info.run_id != run_id:
         raise ValueError(f"register_bundle logs into the active run, which is not {run_id}")
     client = MlflowClient()
-    info = log_bundle_model(Path(bundle_dir))
+    info = log_bundle_model(Path(bundle_dir), public_key_pem(signing_key) if signing_key is not None else None)
     try:
         client.create_registered_model(model_name, description="routeforge router bundle (pyfunc: a `prompt` "
                                        "column in, the chosen model and per-model estimates out)")
