@@ -64,11 +64,14 @@ def _modules_in(package: str) -> Iterator[str]:
 
 class Registry(Generic[T]):
     """Names → objects of one kind. `packages`: where routeforge keeps the kind's modules (each imported
-    once, on the first lookup); `$ROUTEFORGE_EXTENSIONS` adds modules from outside."""
+    once, on the first lookup); `$ROUTEFORGE_EXTENSIONS` adds modules from outside. `only`: import just
+    the modules of that name below them (the learned policies' `settings` modules, which a fleet file is
+    validated with, not their trainers, which import PyTorch)."""
 
-    def __init__(self, kind: str, packages: tuple[str, ...] = ()):
+    def __init__(self, kind: str, packages: tuple[str, ...] = (), only: str | None = None):
         self.kind = kind
         self.packages = packages
+        self.only = only
         self._entries: dict[str, Entry[T]] = {}
         self._discovered: tuple[str, ...] | None = None  # the extension modules discovery last saw
 
@@ -111,7 +114,8 @@ class Registry(Generic[T]):
         for package in (*self.packages, *extensions):
             try:
                 for name in _modules_in(package):
-                    importlib.import_module(name)
+                    if self.only is None or name == package or name.rsplit(".", 1)[-1] == self.only:
+                        importlib.import_module(name)
             except ImportError as exc:
                 where = f"${EXTENSIONS_VARIABLE}" if package in extensions else "routeforge"
                 raise ImportError(f"{self.kind} modules: {package} (from {where}) does not import: {exc}") from exc

@@ -40,25 +40,23 @@ def workloads_reading(source: str) -> list[str]:
     return [e.name for e in WORKLOADS.entries() if e.metadata.get("source") == source]
 
 
-def learned_policies():
-    """The learned policies' registry (`training.policies.learned.base.LEARNED_POLICIES`): read by name,
-    as every registry here discovers its kinds' modules, because the training layer sits above this one.
-    The fleet file's `learned` map checks its names and settings against it."""
-    import importlib
-
-    return importlib.import_module("routeforge.training.policies.learned.base").LEARNED_POLICIES
+# each learned policy's settings model, registered by its folder's `settings.py` with `defaults` (the
+# budget the pipeline runs it with): what the fleet file's `training.routing_evaluation.learned` and
+# `policies` are checked with. Only the `settings` modules are imported, so validating a fleet file
+# never imports a trainer (PyTorch); `LearnedPolicy` reads its settings here, by its name
+LEARNED_SETTINGS = Registry("learned policy", ("routeforge.training.policies.learned",), only="settings")
 
 
 def _routing_policy_names() -> list[str]:
+    """Read by name, as every registry here discovers its kinds' modules: the training layer sits
+    above this one."""
     import importlib
 
     baselines = importlib.import_module("routeforge.training.policies.simulator.baselines").BASELINES
-    return [*baselines, *learned_policies().names()]
+    return [*baselines, *LEARNED_SETTINGS.names()]
 
 
 # what `training.routing_evaluation.policies` may name: the simulator's baselines (the registered
 # heuristics among them) and the learned policies
 ROUTING_POLICIES = Choices("routing policy", _routing_policy_names)
-# what `training.routing_evaluation.learned` may give settings for
-LEARNED_POLICY_NAMES = Choices("learned policy", lambda: learned_policies().names())
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator, model_validator
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
-from routeforge.core.kinds import LEARNED_POLICY_NAMES, ROUTING_POLICIES, WORKLOADS, learned_policies, workloads_reading
+from routeforge.core.kinds import LEARNED_SETTINGS, ROUTING_POLICIES, WORKLOADS, workloads_reading
 
 
 class KnnSettings(_Strict):
@@ -158,8 +158,8 @@ def _learned_schema(schema: dict) -> None:
     from routeforge.core.config.field_docs import describe
 
     properties = {}
-    for entry in learned_policies().entries():
-        model = entry.value.settings_model
+    for entry in LEARNED_SETTINGS.entries():
+        model = entry.value
         properties[entry.name] = describe(model.model_json_schema(), model)
         properties[entry.name].pop("title", None)
     schema.update(properties=properties, additionalProperties=False)
@@ -200,8 +200,8 @@ class RoutingEvaluationSettings(_Strict):
     train_workloads: list[WorkloadKind] | None = None
     # each learned policy's settings, by its name: its folder's settings model
     # (training/policies/learned/<policy>/settings.py), over the budget the pipeline runs it with
-    # (`LearnedPolicy.defaults`); a policy not named here runs with that budget
-    learned: dict[Annotated[str, OneOf(LEARNED_POLICY_NAMES)], dict[str, Any]] = Field(
+    # (its registration's `defaults`); a policy not named here runs with that budget
+    learned: dict[Annotated[str, OneOf(LEARNED_SETTINGS)], dict[str, Any]] = Field(
         default_factory=dict, json_schema_extra=lambda schema: _learned_schema(schema))
     qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
     # Each request's SLO, fixed before the router chooses (training.policies.simulator.slo): the absolute
@@ -263,9 +263,9 @@ class RoutingEvaluationSettings(_Strict):
         settings that policy will run with (so `config validate --json` shows them whole)."""
         out = {}
         for name, given in value.items():
-            policy = learned_policies().get(name)
+            entry = LEARNED_SETTINGS.entry(name)
             try:
-                settings = policy.settings_model.model_validate({**policy.defaults, **given})
+                settings = entry.value.model_validate({**entry.metadata.get("defaults", {}), **given})
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"{name}: {problems}") from None

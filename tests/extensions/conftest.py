@@ -9,12 +9,12 @@ def _registries():
     from routeforge.artifacts.components import COMPONENTS
     from routeforge.artifacts.router import MEMBER_KINDS
     from routeforge.assets.trainers import TRAINERS
-    from routeforge.core.kinds import DATASET_KINDS, READERS
+    from routeforge.core.kinds import DATASET_KINDS, LEARNED_SETTINGS, READERS
     from routeforge.training.policies.learned.base import LEARNED_POLICIES
     from routeforge.training.predictors.router_family import MEMBER_FITTERS
 
-    return [ENGINES, METRICS, HEURISTICS, DATASET_KINDS, READERS, LEARNED_POLICIES, MEMBER_KINDS, MEMBER_FITTERS,
-            COMPONENTS, TRAINERS]
+    return [ENGINES, METRICS, HEURISTICS, DATASET_KINDS, READERS, LEARNED_POLICIES, LEARNED_SETTINGS, MEMBER_KINDS,
+            MEMBER_FITTERS, COMPONENTS, TRAINERS]
 
 
 @pytest.fixture(autouse=True)
@@ -36,4 +36,6 @@ def registries_put_back():
     from routeforge.training.policies.learned.base import LEARNED_POLICIES
 
     assert "most_free_slots" not in HEURISTICS.names() and "last_word" not in ENGINES.names()
-    assert "toy_clone" not in LEARNED_POLICIES.names()
+    from routeforge.core.kinds import LEARNED_SETTINGS
+
+    assert "toy_clone" not in LEARNED_POLICIES.names() and "toy_clone" not in LEARNED_SETTINGS.names()

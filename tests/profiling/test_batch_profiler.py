@@ -31,10 +31,11 @@ def test_grid_is_measured_fitted_and_turned_into_heads_the_loader_reproduces(mod
     ms = profile_model(model, grid, progress=lambda d, n: done.append((d, n)), max_positions=512)
     assert len(ms) == 36 and done[-1] == (36, 36)
     fit = fit_tier(ms)
-    # real timings on this CPU: more prompt tokens in the batch take longer to prefill (the fit's slope,
-    # its outliers left out; not its R², which a busy machine, the suite's other worker say, pulls
-    # below any bar)
-    assert fit.prefill_grad_s_per_token > 0
+    # real timings on this CPU: 4,096 prompt tokens in a batch take longer to prefill than 16, compared
+    # by the fastest of their measurements (the fit's slope and R² are not asserted: the suite's other
+    # worker made the slope negative in one full-suite run, by slowing a few small batches)
+    fastest = {n: min(m.prefill_s for m in ms if m.prefill_tokens == n) for n in (16, 4096)}
+    assert fastest[4096] > fastest[16], fastest
     assert fit.theta_tokens_per_s > 0 and fit.epsilon > 0
     spec = write_batch_heads(ms, tmp_path / "heads", "tiny@cpu")
     assert spec["evaluation"]["held_out"]["configurations"] == 18

@@ -10,12 +10,9 @@ from routeforge.training.policies.rl.rollout import TrainerRun, greedy
 from routeforge.training.policies.rl.teacher import demonstrate, episode_return, fit_clone
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
-from .settings import ToyCloneSettings
-
 
 class ToyClone(LearnedPolicy):
     name, output = "toy_clone", "logits"
-    settings_model = ToyCloneSettings
 
     def environment(self, setting, workload):
         return WorkloadAwareEnv(setting.profiles, workload, variant="aware", models=setting.models,

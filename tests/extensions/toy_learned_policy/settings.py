@@ -6,8 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 from routeforge.core.config import StrictSettings
+from routeforge.core.kinds import LEARNED_SETTINGS
 
 
+@LEARNED_SETTINGS.register("toy_clone")
 class ToyCloneSettings(StrictSettings):
     """Behaviour cloning of one heuristic by a small MLP."""
 

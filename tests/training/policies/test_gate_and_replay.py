@@ -476,13 +476,15 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
             http.post(f"{url}/completions", timeout=300, json={"model": str(model), "prompt": "hello " * 20,
                                                                 "max_tokens": 480, "ignore_eos": True})
 
-        threads = [threading.Thread(target=generate) for _ in range(6)]
+        threads = [threading.Thread(target=generate) for _ in range(32)]
         for t in threads:
             t.start()
         busy = LiveState(0, 0)
         # until the engine's gauges show the requests (bounded: 600 × 0.1 s; a loaded 2-core machine
         # took more than the 10 s this waited before); the busiest scrape is kept, so one that came
-        # after the requests finished (a slow scrape on a busy machine) does not hide an earlier one
+        # after the requests finished (a slow scrape on a busy machine) does not hide an earlier one.
+        # 32 requests of 480 tokens: with 6, a scrape the loaded server answered late came after all of
+        # them had finished (2 runs in 3 under three CPU hogs; none in 5 with 32)
         for _ in range(600):
             scraped = LiveState.from_vllm_metrics(http.get(f"{base}/metrics", timeout=30).text)
             busy = max(busy, scraped, key=lambda s: s.running + s.waiting)

@@ -3,9 +3,11 @@
 
 A new learned policy is one folder here (or a package named by $ROUTEFORGE_EXTENSIONS) whose module
 registers an instance: `LEARNED_POLICIES.register("name", default=…)(Policy())`. `default=True` puts it
-in the routing evaluation of a fleet that names no policies. Its `settings_model` is what the fleet file
-may give under `training.routing_evaluation.learned.<name>` (`config validate` checks it there, by the
-registry), `defaults` what the pipeline runs it with where the file gives nothing.
+in the routing evaluation of a fleet that names no policies. Its folder's `settings.py` registers its
+settings model under the same name, `LEARNED_SETTINGS.register("name", defaults={…})(Settings)`: what
+the fleet file may give under `training.routing_evaluation.learned.<name>` (`config validate` checks it
+there without importing the trainer), `defaults` what the pipeline runs it with where the file gives
+nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 from routeforge.artifacts.extensions import Registry
+from routeforge.core.kinds import LEARNED_SETTINGS
 from routeforge.training.policies.rl.rollout import TrainerRun
 
 LEARNED_POLICIES: Registry[LearnedPolicy] = Registry("learned policy", ("routeforge.training.policies.learned",))
@@ -61,9 +64,16 @@ class LearnedPolicy(ABC):
 
     name: str = ""
     output: str = "logits"
-    settings_model: type[BaseModel]  # its settings (its folder's settings.py)
-    # the pipeline's budget where the fleet file gives none (the model's own defaults are a benchmark's)
-    defaults: dict[str, Any] = {}
+
+    @property
+    def settings_model(self) -> type[BaseModel]:
+        """Its settings model, as its folder's `settings.py` registered it (`core.kinds.LEARNED_SETTINGS`)."""
+        return LEARNED_SETTINGS.get(self.name)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The pipeline's budget where the fleet file gives none (the model's own defaults are a benchmark's)."""
+        return LEARNED_SETTINGS.entry(self.name).metadata.get("defaults", {})
 
     def settings(self, evaluation) -> Any:
         """Its settings: the fleet file's `training.routing_evaluation.learned.<name>` over `defaults`."""

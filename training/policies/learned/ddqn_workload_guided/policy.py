@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
-from routeforge.training.policies.learned.ddqn_workload_guided.settings import DdqnSettings
 from routeforge.training.policies.learned.ddqn_workload_guided.training import train_ddqn
 from routeforge.training.policies.rl.rollout import greedy
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
@@ -11,7 +10,6 @@ from routeforge.training.policies.simulator.workload_aware_env import WorkloadAw
 
 class DdqnWorkloadGuided(LearnedPolicy):
     name, output = "ddqn_workload_guided", "q_values"
-    settings_model, defaults = DdqnSettings, {"episodes": 6}
 
     def environment(self, setting, workload):
         ddqn = self.settings(setting.evaluation)

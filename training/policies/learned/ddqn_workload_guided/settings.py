@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
+from routeforge.core.kinds import LEARNED_SETTINGS
 from routeforge.training.policies.learned.settings import FromTeacher
 
 
+@LEARNED_SETTINGS.register("ddqn_workload_guided", defaults={"episodes": 6})
 class DdqnSettings(FromTeacher):
     """001's double DQN."""
 

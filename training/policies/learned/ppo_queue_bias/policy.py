@@ -4,17 +4,12 @@
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
-from routeforge.training.policies.learned.ppo_queue_bias.settings import PpoSettings
 from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy, train_ppo
 from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
 
 
 class PpoQueueBias(LearnedPolicy):
     name, output = "ppo_queue_bias", "bias"
-    settings_model = PpoSettings
-    # started at join-shortest-queue (all-zero biases), the best round kept
-    defaults = {"total_steps": 2048, "n_steps": 256, "batch_size": 64, "teacher": "shortest_queue", "demo_episodes": 2,
-                "pretrain_steps": 300, "keep_best_round": True, "validation_episodes": 2}
 
     def environment(self, setting, workload):
         e = setting.evaluation

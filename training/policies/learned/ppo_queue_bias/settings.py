@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
+from routeforge.core.kinds import LEARNED_SETTINGS
 from routeforge.training.policies.learned.settings import KeepBest
 
 
+# started at join-shortest-queue (all-zero biases), the best round kept
+@LEARNED_SETTINGS.register("ppo_queue_bias", defaults={
+    "total_steps": 2048, "n_steps": 256, "batch_size": 64, "teacher": "shortest_queue", "demo_episodes": 2,
+    "pretrain_steps": 300, "keep_best_round": True, "validation_episodes": 2})
 class PpoSettings(KeepBest):
     """004's PPO (Stable-Baselines3)."""
 

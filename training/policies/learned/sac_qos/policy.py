@@ -4,7 +4,6 @@ ablation (`sac_qos_mlp`), both trained against a paired heuristic baseline (pape
 from __future__ import annotations
 
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
-from routeforge.training.policies.learned.sac_qos.settings import SacSettings
 from routeforge.training.policies.learned.sac_qos.training import train_sac
 from routeforge.training.policies.rl.rollout import greedy, sampled
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
@@ -12,7 +11,6 @@ from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 
 class SacQos(LearnedPolicy):
     output = "logits"
-    settings_model, defaults = SacSettings, {"total_steps": 4000}
 
     def __init__(self, name: str, variant: str):
         self.name, self.variant = name, variant

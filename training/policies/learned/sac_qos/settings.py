@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
+from routeforge.core.kinds import LEARNED_SETTINGS
 from routeforge.training.policies.learned.settings import FromTeacher
 
 
@@ -47,3 +48,8 @@ class SacSettings(FromTeacher):
     # (its most probable action); recorded in the exported policy.json as `act`
     act: Literal["sample", "greedy"] = "sample"
     seed: int = 0  # seed of the networks and the training episodes
+
+
+# one model, each policy its own settings (the HAN and its MLP ablation)
+for _name in ("sac_qos_han", "sac_qos_mlp"):
+    LEARNED_SETTINGS.register(_name, defaults={"total_steps": 4000})(SacSettings)
