@@ -623,8 +623,10 @@ def _skeleton(line: str, names: set[str]):
     if not text.strip():
         return None
     name = "(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + ")"
-    words = {"within": "(?:within|beyond)", "beyond": "(?:within|beyond)", "holds": "(?:holds|does not hold)",
-             "ahead of": "(?:ahead of|behind)", "worse": "(?:worse|better)"}
+    # the gate's verdicts, either way (training.policies.gate: a run may land on the other side)
+    held = "(?:holds|does not hold on this traffic)"
+    words = {"within": "(?:within|beyond)", "beyond": "(?:within|beyond)", "holds": held,
+             "does not hold on this traffic": held, "ahead of": "(?:ahead of|behind)", "worse": "(?:worse|better)"}
     # a name may carry the table's ` *` (the bundle's recommendation), which a run may give another row
     token = re.compile("|".join([r"g[0-9a-f]{7,}", r"\b[0-9a-f]{12}\b", name + r"(?: \*)?(?![\w-])", _NUMBER, r" {2,}",
                                  *map(re.escape, words)]))
