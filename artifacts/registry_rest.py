@@ -15,6 +15,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 TIMEOUT_ENV = "ROUTEFORGE_HTTP_TIMEOUT"
@@ -64,14 +65,22 @@ def registered_model(tracking_uri: str, name: str) -> dict[str, Any]:
             "aliases": {a["alias"]: str(a["version"]) for a in model.get("aliases", [])}}
 
 
-def version_of(tracking_uri: str, uri: str) -> tuple[str, str]:
-    """(name, version) of `models:/<name>@<alias>` or `models:/<name>/<version>`; NotFound when the
-    model or alias does not exist (the caller then asks MLflow, which names what does)."""
+def resolve_version(uri: str, aliases: Callable[[str], dict[str, str]],
+                    check_version: Callable[[str, str], None]) -> tuple[str, str]:
+    """(name, version) of `models:/<name>@<alias>` or `models:/<name>/<version>`, from a store's
+    `aliases(name)` and `check_version(name, version)` (which raises NotFound); NotFound when the model,
+    alias or version does not exist (the caller then asks MLflow, which names what does)."""
     name, alias, version = models_ref(uri)
     if alias is not None:
-        aliases = registered_model(tracking_uri, name)["aliases"]
-        if alias not in aliases:
+        known = aliases(name)
+        if alias not in known:
             raise NotFound(alias)
-        return name, aliases[alias]
-    _get(tracking_uri, "model-versions/get", {"name": name, "version": str(version)})
+        return name, known[alias]
+    check_version(name, str(version))
     return name, str(version)
+
+
+def version_of(tracking_uri: str, uri: str) -> tuple[str, str]:
+    """`resolve_version` over the server's REST API."""
+    return resolve_version(uri, lambda name: registered_model(tracking_uri, name)["aliases"],
+                           lambda name, v: _get(tracking_uri, "model-versions/get", {"name": name, "version": v}))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from routeforge.artifacts.registry_rest import NotFound, models_ref
+from routeforge.artifacts.registry_rest import NotFound, resolve_version
 from routeforge.artifacts.state_folder import sqlite_file
 
 
@@ -50,15 +50,11 @@ def registered_model(tracking_uri: str, name: str) -> dict[str, Any]:
 
 
 def version_of(tracking_uri: str, uri: str) -> tuple[str, str]:
-    """(name, version) of `models:/<name>@<alias>` or `models:/<name>/<version>`; NotFound when the
-    model, alias or version does not exist (the caller then asks MLflow, which names what does)."""
-    name, alias, version = models_ref(uri)
-    if alias is not None:
-        aliases = registered_model(tracking_uri, name)["aliases"]
-        if alias not in aliases:
-            raise NotFound(alias)
-        return name, aliases[alias]
-    if not str(version).isdigit() or not _rows(
-            tracking_uri, "SELECT 1 FROM model_versions WHERE name = ? AND version = ?", (name, int(version))):
-        raise NotFound(f"{name}/{version}")
-    return name, str(version)
+    """`registry_rest.resolve_version` over the SQLite file."""
+
+    def check_version(name: str, version: str) -> None:
+        if not version.isdigit() or not _rows(
+                tracking_uri, "SELECT 1 FROM model_versions WHERE name = ? AND version = ?", (name, int(version))):
+            raise NotFound(f"{name}/{version}")
+
+    return resolve_version(uri, lambda name: registered_model(tracking_uri, name)["aliases"], check_version)

@@ -11,11 +11,11 @@ component folders (core.storage_root).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import dagster as dg
 from routeforge.core.config import FleetConfig
@@ -101,28 +101,13 @@ def execute(defs: dg.Definitions, config: FleetConfig, config_path: str | Path, 
     run_tags = {**tags, **({"dagster/partition": partition} if partition else {})}
     # step processes rebuild the definitions from the same fleet file; set for this run only, so a
     # caller's later runs (or tests) never see another run's fleet
-    with _environment(ROUTEFORGE_CONFIG=str(Path(config_path).resolve())), \
+    with mock.patch.dict(os.environ, ROUTEFORGE_CONFIG=str(Path(config_path).resolve())), \
             dg.execute_job(reconstructable, instance=instance, tags=run_tags,
                            run_config=run_config, asset_selection=asset_selection) as result:
         if not result.success:
             failures = [e.message for e in result.all_events if e.is_failure]
             raise RuntimeError(f"{job}: run {result.run_id} failed: {failures[-1] if failures else 'see Dagster'}")
         return _Detached(result)
-
-
-@contextlib.contextmanager
-def _environment(**values: str):
-    """Set environment variables for the block, restoring what was there before."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class _Detached:

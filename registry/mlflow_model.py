@@ -23,12 +23,12 @@ $ROUTEFORGE_INSECURE_SKIP_SIGNATURE=1 says to skip the signature (which is print
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import mlflow.pyfunc
 import numpy as np
@@ -141,21 +141,6 @@ def share_components(bundle_dir: Path, store: str) -> dict:
     return {"format": shared_components.REFS_FORMAT, "store": store, "components": components}
 
 
-@contextlib.contextmanager
-def _environment(values: dict[str, str]):
-    """`values` set in the environment for the block, what was there before put back after."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def log_bundle_model(bundle_dir: Path, public_key_pem: str | None = None):
     """Log `bundle_dir` as a code-free pyfunc model into the active run, its large components stored
     once by digest (`share_components`); returns MLflow's ModelInfo. MLflow loads the model it logs to
@@ -171,7 +156,7 @@ def log_bundle_model(bundle_dir: Path, public_key_pem: str | None = None):
         if public_key_pem and not os.environ.get(PUBLIC_KEY_ENV):
             (Path(tmp) / "signer.pub").write_text(public_key_pem)
             trusted = {PUBLIC_KEY_ENV: str(Path(tmp) / "signer.pub")}
-        with _environment(trusted):
+        with mock.patch.dict(os.environ, trusted):  # restored after, whatever was there
             return mlflow.pyfunc.log_model(
                 name=MODEL_NAME_IN_RUN, loader_module=LOADER_MODULE,
                 data_path=str(_stage(Path(bundle_dir), Path(tmp), refs)),
