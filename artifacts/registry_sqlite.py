@@ -25,26 +25,28 @@ def is_sqlite(tracking_uri: str | None) -> bool:
     return bool(tracking_uri) and sqlite_file(tracking_uri) is not None
 
 
-def _rows(tracking_uri: str, query: str, params: tuple) -> list[tuple]:
+def _rows(tracking_uri: str, *queries: tuple[str, tuple]) -> list[list[tuple]]:
+    """Each (query, parameters)'s rows, read in one read-only connection."""
     database = sqlite_file(tracking_uri)
     if database is None or not database.is_file():
         raise Unreadable(f"{tracking_uri}: no SQLite file")
     try:
         with sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0) as connection:
-            return connection.execute(query, params).fetchall()
+            return [connection.execute(query, params).fetchall() for query, params in queries]
     except sqlite3.Error as exc:  # no such table or column, locked, not a database
         raise Unreadable(f"{tracking_uri}: {exc}") from None
 
 
 def registered_model(tracking_uri: str, name: str) -> dict[str, Any]:
     """{name, tags: {key: value}, aliases: {alias: version}} of a registered model, as `registry_rest`."""
-    found = _rows(tracking_uri, "SELECT workspace FROM registered_models WHERE name = ?", (name,))
+    found, tags, aliases = _rows(tracking_uri,
+                                 ("SELECT workspace FROM registered_models WHERE name = ?", (name,)),
+                                 ("SELECT key, value FROM registered_model_tags WHERE name = ?", (name,)),
+                                 ("SELECT alias, version FROM registered_model_aliases WHERE name = ?", (name,)))
     if not found:
         raise NotFound(name)
     if len(found) > 1:  # one name in several workspaces: MLflow's client knows which is meant
         raise Unreadable(f"{name}: registered in {len(found)} workspaces")
-    tags = _rows(tracking_uri, "SELECT key, value FROM registered_model_tags WHERE name = ?", (name,))
-    aliases = _rows(tracking_uri, "SELECT alias, version FROM registered_model_aliases WHERE name = ?", (name,))
     return {"name": name, "tags": {key: value or "" for key, value in tags},
             "aliases": {alias: str(version) for alias, version in aliases}}
 
@@ -54,7 +56,7 @@ def version_of(tracking_uri: str, uri: str) -> tuple[str, str]:
 
     def check_version(name: str, version: str) -> None:
         if not version.isdigit() or not _rows(
-                tracking_uri, "SELECT 1 FROM model_versions WHERE name = ? AND version = ?", (name, int(version))):
+                tracking_uri, ("SELECT 1 FROM model_versions WHERE name = ? AND version = ?", (name, int(version))))[0]:
             raise NotFound(f"{name}/{version}")
 
     return resolve_version(uri, lambda name: registered_model(tracking_uri, name)["aliases"], check_version)

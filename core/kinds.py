@@ -47,6 +47,13 @@ def workloads_reading(source: str) -> list[str]:
 LEARNED_SETTINGS = Registry("learned policy", ("routeforge.training.policies.learned",), only="settings")
 
 
+def learned_settings(name: str, given: dict):
+    """Learned policy `name`'s settings: `given` (the fleet file's `learned.<name>`) over the budget its
+    `settings.py` registered, validated by its model (raises pydantic's ValidationError)."""
+    entry = LEARNED_SETTINGS.entry(name)
+    return entry.value.model_validate({**entry.metadata.get("defaults", {}), **given})
+
+
 def _routing_policy_names() -> list[str]:
     """Read by name, as every registry here discovers its kinds' modules: the training layer sits
     above this one."""

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator, model_validator
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
-from routeforge.core.kinds import LEARNED_SETTINGS, ROUTING_POLICIES, WORKLOADS, workloads_reading
+from routeforge.core.kinds import LEARNED_SETTINGS, ROUTING_POLICIES, WORKLOADS, learned_settings, workloads_reading
 
 
 class KnnSettings(_Strict):
@@ -241,8 +241,8 @@ class RoutingEvaluationSettings(_Strict):
                 if old not in data:
                     continue
                 value = data.pop(old)
+                given = value.model_dump(exclude_unset=True) if hasattr(value, "model_dump") else value
                 for name, field in names:
-                    given = value.model_dump(exclude_unset=True) if hasattr(value, "model_dump") else value
                     entry = dict(learned.get(name) or {})
                     if field is None:
                         entry = {**(given or {}), **entry}
@@ -263,9 +263,8 @@ class RoutingEvaluationSettings(_Strict):
         settings that policy will run with (so `config validate --json` shows them whole)."""
         out = {}
         for name, given in value.items():
-            entry = LEARNED_SETTINGS.entry(name)
             try:
-                settings = entry.value.model_validate({**entry.metadata.get("defaults", {}), **given})
+                settings = learned_settings(name, given)
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"{name}: {problems}") from None
@@ -278,7 +277,8 @@ class RoutingEvaluationSettings(_Strict):
 
     @model_validator(mode="after")
     def _trace_given(self):
-        traced = [kind for kind in self.workloads if kind in workloads_reading("trace")]
+        reading = workloads_reading("trace")
+        traced = [kind for kind in self.workloads if kind in reading]
         if traced and not self.trace:
             raise ValueError(f"training.routing_evaluation.trace: the {traced[0]!r} workload needs a trace CSV path")
         return self

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 from routeforge.artifacts.extensions import Registry
-from routeforge.core.kinds import LEARNED_SETTINGS
+from routeforge.core.kinds import learned_settings
 from routeforge.training.policies.rl.rollout import TrainerRun
 
 LEARNED_POLICIES: Registry[LearnedPolicy] = Registry("learned policy", ("routeforge.training.policies.learned",))
@@ -65,19 +64,10 @@ class LearnedPolicy(ABC):
     name: str = ""
     output: str = "logits"
 
-    @property
-    def settings_model(self) -> type[BaseModel]:
-        """Its settings model, as its folder's `settings.py` registered it (`core.kinds.LEARNED_SETTINGS`)."""
-        return LEARNED_SETTINGS.get(self.name)
-
-    @property
-    def defaults(self) -> dict[str, Any]:
-        """The pipeline's budget where the fleet file gives none (the model's own defaults are a benchmark's)."""
-        return LEARNED_SETTINGS.entry(self.name).metadata.get("defaults", {})
-
     def settings(self, evaluation) -> Any:
-        """Its settings: the fleet file's `training.routing_evaluation.learned.<name>` over `defaults`."""
-        return self.settings_model.model_validate({**self.defaults, **evaluation.learned.get(self.name, {})})
+        """Its settings: the fleet file's `training.routing_evaluation.learned.<name>` over the budget its
+        `settings.py` registered (`core.kinds.learned_settings`)."""
+        return learned_settings(self.name, evaluation.learned.get(self.name, {}))
 
     @abstractmethod
     def environment(self, setting: Setting, workload: Callable[[int], list]) -> Any:

@@ -1,6 +1,6 @@
 """What the learned policies' settings share: which weights a trainer returns (`KeepBest`), and the
 teacher a trainer starts from (`FromTeacher`). Each policy's own settings model is in its folder
-(`<policy>/settings.py`, its `LearnedPolicy.settings_model`); a fleet file gives them by the policy's name
+(`<policy>/settings.py`, registered in `core.kinds.LEARNED_SETTINGS`); a fleet file gives them by the policy's name
 under `training.routing_evaluation.learned`, and benchmarks build them the same way."""
 
 from __future__ import annotations
