@@ -116,7 +116,8 @@ def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, 
             exports[name] = {"path": str(out_dir / "policies" / name), "onnx_max_abs_diff": spec["onnx_max_abs_diff"],
                              "onnx_action_agreement": spec["onnx_action_agreement"]}
         report, gate = evaluation.report() | {"policies": exports}, evaluation.gate
-        heuristics = export_heuristics([r["policy"] for r in evaluation.rows], len(fits), out_dir / "policies")
+        heuristics = export_heuristics([r["policy"] for r in evaluation.rows], len(fits), out_dir / "policies",
+                                       parameters=evaluation.heuristic_parameters())
         simulator = write_simulator(out_dir / "simulator", tiers=tiers, models=models, instance_models=instance_models,
                                     fits=fits, settings=settings, report=report, limits=limits)
         path = out_dir / "routing_evaluation.json"

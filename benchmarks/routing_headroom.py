@@ -60,6 +60,37 @@ def served_alone_e2e(profile, requests) -> float:
     return total / len(requests)
 
 
+def ttft_lower_bound(requests, profiles, block_tokens: int, served: float = 0.995) -> float:
+    """A lower bound on the mean TTFT over served requests of *any* router (online or not) that serves at
+    least `served` of `requests`, in this simulator (issue 60's bound for the TTFT target).
+
+    Each request's TTFT is at least its own prefill step on the instance it lands on (the simulator's
+    step: intercept + seconds per token × the step's uncached prompt tokens, plus decode time when
+    others are running; queueing only adds), and its cached prefix is at most the leading blocks of
+    its prompt that some *other* request of the window also holds (a block is cached only once a
+    request carrying it was prefilled), capped at its prompt less one token as the simulator caps it.
+    So per request: the least, over every instance, of that step with every such block cached; the
+    mean over the `served` share with the smallest bounds is below any router's mean. It ignores
+    queueing and batching altogether, so it is loose under load: it says how much room there could be,
+    never that a router reaches it."""
+    holders: dict[int, int] = {}
+    for r in requests:
+        for h in set(r.hash_ids):
+            holders[h] = holders.get(h, 0) + 1
+    bounds = []
+    for r in requests:
+        shared = 0
+        for h in r.hash_ids:
+            if holders[h] < 2:
+                break
+            shared += 1
+        uncached = max(1, r.prompt_tokens - min(shared * block_tokens, r.prompt_tokens - 1))
+        bounds.append(min(p.prefill_intercept_s + p.prefill_s_per_token * uncached for p in profiles))
+    bounds.sort()
+    kept = bounds[:math.ceil(served * len(bounds))]
+    return sum(kept) / len(kept)
+
+
 @dataclasses.dataclass
 class ClairvoyantLookahead:
     """Routes each request where it adds the least total completion time, by simulating each

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator, model_validator
+from routeforge.artifacts.heuristics import HEURISTICS
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
 from routeforge.core.kinds import LEARNED_SETTINGS, ROUTING_POLICIES, WORKLOADS, learned_settings, workloads_reading
 
@@ -227,6 +228,14 @@ class RoutingEvaluationSettings(_Strict):
                        "e2e_p95_offered_s", "e2e_p99_offered_s", "e2e_mean_s", "e2e_p99_s",
                        "ttft_mean_s"] = "goodput"
     seed: int = 0  # base seed of the evaluation's arrival streams
+    # a registered heuristic's parameters chosen on the learned policies' training windows, never the
+    # evaluation's: {heuristic: {parameter: [values to try]}} (the first value first, so a tie keeps it);
+    # the evaluation runs and the bundle carries the combination best on `objective`
+    # (training.policies.tuning). Example: {quality_within_slo: {slo_scale: [5, 3, 2]}}
+    tune: dict[Annotated[str, OneOf(HEURISTICS)], dict[str, list[float | int | str | bool]]] = Field(
+        default_factory=dict, description="a heuristic's parameters to choose on training windows: "
+                                          "{heuristic: {parameter: [values]}}")
+    tune_episodes: int = Field(4, ge=1, le=100, description="training-workload episodes each tuned combination runs")
     _moved: list[str] = PrivateAttr(default_factory=list)  # old keys read into `learned` (`moved_keys`)
 
     @model_validator(mode="wrap")
@@ -271,9 +280,29 @@ class RoutingEvaluationSettings(_Strict):
             out[name] = settings.model_dump(mode="json")
         return out
 
+    @field_validator("tune")
+    @classmethod
+    def _tune_grids(cls, value: dict[str, dict[str, list]]) -> dict[str, dict[str, list]]:
+        for name, grid in value.items():
+            if not grid:
+                raise ValueError(f"{name}: name at least one parameter and its values")
+            for key, values in grid.items():
+                if not values:
+                    raise ValueError(f"{name}.{key}: list at least one value")
+        return value
+
     def moved_keys(self) -> list[str]:
         """The old keys this file used and where they now are (`FleetConfig.warnings`)."""
         return list(self._moved)
+
+    @model_validator(mode="after")
+    def _tuned_are_evaluated(self):
+        if self.policies is not None:
+            for name in self.tune:
+                if name not in self.policies:
+                    raise ValueError(f"training.routing_evaluation.tune: {name!r} is not among `policies` "
+                                     f"({', '.join(self.policies)}): tuning it would choose what nothing runs")
+        return self
 
     @model_validator(mode="after")
     def _trace_given(self):

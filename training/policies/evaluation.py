@@ -30,7 +30,12 @@ from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting, TrainedPolicy
 from routeforge.training.policies.load import LoadCalibration, calibrate_on
 from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
-from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, default_baselines
+from routeforge.training.policies.simulator.baselines import (
+    BASELINES,
+    EXPORTABLE,
+    RegisteredHeuristic,
+    default_baselines,
+)
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from routeforge.training.policies.simulator.metrics import NOT_SERVED, mean_std, summarize
@@ -44,6 +49,7 @@ from routeforge.training.policies.simulator.traces import (
     trace_window,
 )
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
+from routeforge.training.policies.tuning import tune_heuristics
 
 # the papers' three, trained unless `policies` lists others; ppo_queue_bias when named
 METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
@@ -174,6 +180,8 @@ class RoutingEvaluation:
     recommendations: list[dict[str, Any]]  # per evaluated traffic: its online statistics and best policies
     transfer: dict[str, Any]  # how those recommendations hold on a workload left out
     trained: dict[str, TrainedPolicy] = field(repr=False)  # the learned policies, for export
+    # per heuristic `tune` named: the parameters chosen on training windows, the objective, what was tried
+    tuned: dict[str, dict[str, Any]]
     capacity_rps: float  # the rate Poisson arrivals sustain on the fleet
     load_calibration: dict[str, LoadCalibration]  # per workload
     train_workloads: list[str]
@@ -204,7 +212,12 @@ class RoutingEvaluation:
                 "training": {n: t.training() for n, t in self.trained.items()},
                 "gate": self.gate, "gate_by_workload": self.gate_by_workload,
                 "recommendations": self.recommendations, "transfer": self.transfer,
-                "traffic_requests": self.traffic_requests, "plots": self.plots}
+                "traffic_requests": self.traffic_requests, "plots": self.plots,
+                "tuned_heuristics": self.tuned}
+
+    def heuristic_parameters(self) -> dict[str, dict[str, Any]]:
+        """The parameters each tuned heuristic was evaluated with (what its exported spec must carry)."""
+        return {name: dict(t["parameters"]) for name, t in self.tuned.items()}
 
 
 def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
@@ -286,6 +299,18 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
 
     setting = Setting(profiles, models, qos_limit, pool.quality.mean(axis=0)[models], capacity, settings,
                       block_tokens)
+
+    def baseline(name: str):
+        """The simulator policy of baseline `name`: with its tuned parameters where `tune` chose some."""
+        if name in tuned:
+            return RegisteredHeuristic(name, dict(tuned[name]["parameters"]))
+        return BASELINES[name]()
+
+    def training_episode(policy, seed: int) -> dict[str, float]:
+        outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(train_workload(seed), policy)
+        return score(outcomes, prices, qos_limit, slo, profiles, models)
+
+    tuned = tune_heuristics(settings, training_episode, log) if settings.tune else {}
     trained: dict[str, TrainedPolicy] = {}
     for name in (p for p in wanted if p in learned_names):
         trained[name] = LEARNED_POLICIES.get(name).train(setting, train_workload, log)
@@ -310,7 +335,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         # a block trace's prefixes are cached by every instance, the learned policies'
                         # environments' as the baselines' (`Setting.block_tokens`)
                         outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(
-                            workload(seed), BASELINES[name]())
+                            workload(seed), baseline(name))
                     runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))
                     episodes.advance(detail=f"({kind} at {load:.0%} load, {name})")
                 row = {"policy": name, "workload": kind, "load": load}
@@ -341,7 +366,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
             f"{held_out['mean_gap']:.1%} of the best on average (worst {held_out['max_gap']:.1%})")
     evaluation = RoutingEvaluation(
         rows=rows, gate=gate, gate_by_workload=by_workload, recommendations=recommendations, transfer=held_out,
-        trained=trained, capacity_rps=capacity, load_calibration=calibrations, train_workloads=families,
+        trained=trained, tuned=tuned, capacity_rps=capacity, load_calibration=calibrations, train_workloads=families,
         train_load=settings.train_load,
         slo=slo.describe(),
         clipped_fits=clipped, qos_latency_per_token_s=qos_limit, seeds=seeds, requests=n,

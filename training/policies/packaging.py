@@ -15,13 +15,17 @@ from routeforge.training.policies.simulator.baselines import EXPORTABLE, heurist
 SIMULATOR_FILE = "simulator.json"
 
 
-def export_heuristics(policies: list[str], instances: int, out_dir: Path) -> dict[str, Path]:
-    """One folder with a `policy.json` per exportable baseline among `policies` (repeats written once)."""
+def export_heuristics(policies: list[str], instances: int, out_dir: Path,
+                      parameters: dict[str, dict] | None = None) -> dict[str, Path]:
+    """One folder with a `policy.json` per exportable baseline among `policies` (repeats written once);
+    `parameters`: those the evaluation chose for a heuristic (`RoutingEvaluation.heuristic_parameters`),
+    so the bundle carries the heuristic that was judged."""
     folders = {}
     for name in (p for p in dict.fromkeys(policies) if p in EXPORTABLE):
         folder = out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "policy.json").write_text(json.dumps(heuristic_spec_of(name, instances), indent=2))
+        spec = heuristic_spec_of(name, instances, (parameters or {}).get(name))
+        (folder / "policy.json").write_text(json.dumps(spec, indent=2))
         folders[name] = folder
     return folders
 

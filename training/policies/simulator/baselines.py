@@ -288,9 +288,10 @@ def default_baselines() -> list[str]:
 EXPORTABLE = _Registered(lambda names: {**{n: n for n in names}, "route_balance_absolute": "route_balance"})
 
 
-def heuristic_spec_of(name: str, instances: int) -> dict:
-    """The exported spec of baseline `name` (as the evaluation builds it)."""
-    return heuristics.heuristic_spec(EXPORTABLE[name], instances, **BASELINES[name]().parameters())
+def heuristic_spec_of(name: str, instances: int, parameters: dict | None = None) -> dict:
+    """The exported spec of baseline `name` (as the evaluation builds it; `parameters`: those tuning chose)."""
+    given = BASELINES[name]().parameters() if parameters is None else parameters
+    return heuristics.heuristic_spec(EXPORTABLE[name], instances, **given)
 
 
 def from_spec(spec: dict):
