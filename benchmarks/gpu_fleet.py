@@ -27,7 +27,8 @@ import yaml
 from benchmarks.common import DATA, REPO, parser, results_dir
 
 SHOWN = ("goodput", "served_share", "e2e_mean_offered_s", "e2e_p95_offered_s", "quality_mean",
-         "cost_usd_per_request", "rejected", "dropped")
+         "cost_usd_per_request", "rejected", "dropped", "quality_goodput")
+WITH_STD = ("goodput", "served_share", "e2e_mean_offered_s", "e2e_p95_offered_s", "quality_goodput")
 
 
 def derived_prices(config_path: Path) -> dict[str, float]:
@@ -179,7 +180,7 @@ def _pipeline(config: Path, state: Path, env: dict, name: str, out: Path) -> dic
     report_path = _report(config, state)
     report = json.loads(report_path.read_text())
     table = [{"policy": r["policy"], "workload": r["workload"], "load": r["load"],
-              **{k: r.get(k) for k in SHOWN}, **{f"{k}_std": r.get(f"{k}_std") for k in SHOWN[:4]}}
+              **{k: r.get(k) for k in SHOWN}, **{f"{k}_std": r.get(f"{k}_std") for k in WITH_STD}}
              for r in report["rows"]]
     result = {"config": str(config.relative_to(REPO)) if config.is_relative_to(REPO) else str(config),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
@@ -188,7 +189,7 @@ def _pipeline(config: Path, state: Path, env: dict, name: str, out: Path) -> dic
               "gate": {k: report["gate"][k] for k in ("recommended", "kind", "reason", "margin", "noise")},
               "gate_by_workload": report["gate_by_workload"], "table": table,
               "learned_training": report.get("pretrain"), "training": report.get("training"),
-              "train_workloads": report.get("train_workloads"),
+              "train_workloads": report.get("train_workloads"), "tuned_heuristics": report.get("tuned_heuristics"),
               "recommendations": report.get("recommendations"), "transfer": report.get("transfer"),
               "registered": [line for line in run.stdout.splitlines() if "registered bundle" in line]}
     _plot(report, out / f"{name}_goodput_by_load.png")
