@@ -31,6 +31,9 @@ Documented defaults used:
   prefill blocks = (prompt tokens − cached blocks × block size) / block size; decode blocks = the
   worker's active blocks + the request's; lowest cost wins at temperature 0 (the default), softmax
   over the normalised costs otherwise.
+- ours, `llm_d_ttft`: llm-d's three scorers and a fourth, the request's predicted first-token time
+  on each instance (the step in flight, then the prefill of the waiting prompts and of its own
+  uncached tokens at that instance's speed), weight `ttft_weight` 0.5. Not a deployed router.
 - SGLang (model gateway, cache_aware): when the load is imbalanced (max − min outstanding requests
   > balance_abs_threshold 64 and max > balance_rel_threshold 1.5 × min) the least loaded; else the
   instance with the longest prefix match when its match rate exceeds cache_threshold 0.3; else the
@@ -96,17 +99,58 @@ def _queue_scores(waiting: list[int]) -> list[float]:
     return [1.0 if high == low else (high - q) / (high - low) for q in waiting]
 
 
-@HEURISTICS.register("llm_d")
-def llm_d(request, instances, parameters, state) -> int:
-    """llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores."""
+def _llm_d_scores(request, instances, parameters, state) -> tuple[list[float], list[int]]:
+    """llm-d's weighted sum of its prefix, KV-utilisation and queue scores per instance, and the
+    prompt's cached leading blocks on each (its prefix scorer's input)."""
     weights = {**LLM_D_WEIGHTS, **parameters.get("weights", {})}
     ids, _ = _blocks(request)
     overlaps = prefix_overlaps(request, instances, state)
     prefix = [o / len(ids) if ids else 0.0 for o in overlaps]
     kv = [1.0 - min(1.0, max(0.0, float(i.get("kv_utilization", 0.0)))) for i in instances]
     queue = _queue_scores([len(i["waiting"]) for i in instances])
-    score = [weights["prefix"] * p + weights["kv_utilization"] * k + weights["queue"] * q
-             for p, k, q in zip(prefix, kv, queue)]
+    return [weights["prefix"] * p + weights["kv_utilization"] * k + weights["queue"] * q
+            for p, k, q in zip(prefix, kv, queue)], overlaps
+
+
+@HEURISTICS.register("llm_d")
+def llm_d(request, instances, parameters, state) -> int:
+    """llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores."""
+    score, _ = _llm_d_scores(request, instances, parameters, state)
+    return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
+
+
+# the first-token scorer's weight beside llm-d's 3 / 2 / 2, chosen on Mooncake training windows (rows
+# 3,000 on, which no evaluation window holds; docs/results/load-aware-fleet.md); `ttft_weight` sets it
+LLM_D_TTFT = {"ttft_weight": 0.5}
+
+
+def predicted_first_token_s(request, instances, overlaps: list[int]) -> list[float]:
+    """Per instance, when the request's first token would come: the step in flight ends
+    (`busy_for_s`), then one prefill step of the prompts waiting there and of its own tokens not in
+    that instance's cache, at that instance's seconds per prompt token. Each engine step prefills
+    every admitted waiting prompt together (the simulator's and vLLM's unchunked schedule), so the
+    waiting prompts are in the request's own step; decode work and full slots are not counted."""
+    _, block_tokens = _blocks(request)
+    prompt = float(request["prompt_tokens"])
+    return [float(i.get("busy_for_s", 0.0)) + i["prefill_s_per_token"]
+            * (max(1.0, prompt - min(o * block_tokens, prompt - 1.0)) + sum(w["prompt_tokens"] for w in i["waiting"]))
+            for o, i in zip(overlaps, instances)]
+
+
+@HEURISTICS.register("llm_d_ttft", default=False)
+def llm_d_ttft(request, instances, parameters, state) -> int:
+    """llm-d's scheduler with a fourth scorer, the request's predicted first-token time
+    (`predicted_first_token_s`, min-max scaled, soonest 1), weighted `ttft_weight`. Why: llm-d's
+    scorers count cached blocks, KV use and queue length but not how fast each instance prefills, so
+    on a fleet of mixed GPUs and model sizes it sends long uncached prompts to slow prefills. llm-d
+    takes custom scorers; this is one, not llm-d's default (that is `llm_d`). Registered with
+    `default=False`: a fleet file names it (its use is where prompts share prefixes)."""
+    score, overlaps = _llm_d_scores(request, instances, parameters, state)
+    weight = float(parameters.get("ttft_weight", LLM_D_TTFT["ttft_weight"]))
+    first = predicted_first_token_s(request, instances, overlaps)
+    low, high = min(first), max(first)
+    soon = [1.0 if high == low else (high - t) / (high - low) for t in first]
+    score = [s + weight * t for s, t in zip(score, soon)]
     return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
 
 

@@ -51,7 +51,7 @@ import numpy as np
 from benchmarks.common import DATA, REPO, parser, results_dir
 
 POLICIES = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "llm_d", "dynamo_kv",
-            "sglang_cache_aware")
+            "sglang_cache_aware", "llm_d_ttft")
 DEPLOYED = ("llm_d", "dynamo_kv", "sglang_cache_aware")
 SHOWN = ("goodput", "served_share", "ttft_mean_s", "ttft_p95_offered_s", "tpot_mean_s", "e2e_mean_offered_s",
          "e2e_p95_offered_s", "prefix_hit_rate")
@@ -97,13 +97,17 @@ def window(trace, n: int, rate: float, seed: int, n_models: int, shared: bool = 
             for k, t in enumerate(offsets)]
 
 
-def run(profiles, models, requests, policy: str, block_tokens: int):
-    from routeforge.training.policies.simulator.baselines import BASELINES
+def run(profiles, models, requests, policy: str, block_tokens: int, parameters: dict | None = None):
+    """`policy` on `requests`; `parameters`: a registered heuristic's own (those chosen on training windows)."""
+    from routeforge.training.policies.simulator.baselines import BASELINES, RegisteredHeuristic
     from routeforge.training.policies.simulator.cluster import Cluster
 
     from benchmarks.routing_headroom import ClairvoyantLookahead
 
-    router = ClairvoyantLookahead(at="first_token") if policy == "clairvoyant_ttft" else BASELINES[policy]()
+    if policy == "clairvoyant_ttft":
+        router = ClairvoyantLookahead(at="first_token")
+    else:
+        router = RegisteredHeuristic(policy, parameters) if parameters is not None else BASELINES[policy]()
     return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, router)
 
 
@@ -113,20 +117,9 @@ def train_learned(profiles, models, trace, n: int, rate: float, first_row: int, 
     at or after `first_row` (rows the evaluation windows do not hold), rescaled to `rate`."""
     from routeforge.core.config.training import RoutingEvaluationSettings
     from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting
-    from routeforge.training.policies.simulator.cluster import Request
-
-    rows = len(trace.times) - first_row
-    if rows < n + 1:
-        raise SystemExit(f"--learned: {rows} trace rows after the evaluation windows' {first_row}; "
-                         f"training windows of {n} need more (fewer --requests or --seeds)")
 
     def workload(seed: int):
-        start = first_row + (seed * 7919) % (rows - n)
-        t = trace.times[start:start + n] - trace.times[start]
-        offsets = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
-        return [Request(k, float(o), int(trace.prompt_tokens[start + k]),
-                        np.full(n_models, int(trace.output_tokens[start + k])), np.full(n_models, np.nan),
-                        hash_ids=trace.hash_ids[start + k]) for k, o in enumerate(offsets)]
+        return training_window(trace, n, rate, seed, n_models, first_row)
 
     settings = RoutingEvaluationSettings(enabled=True, learned={"ddqn_workload_guided": ddqn})
     setting = Setting(profiles, models, float("nan"), np.zeros(len(profiles)), rate, settings, block_tokens)
@@ -147,6 +140,53 @@ def run_learned(learned, policy: str, requests: list, seed: int):
         router = BASELINES["llm_d"]()
         return run_episode(env, lambda _obs: teacher_action(env, router), seed)
     return run_episode(env, module.actor(trained.run.network, seed, setting.evaluation), seed)
+
+
+def training_window(trace, n: int, rate: float, seed: int, n_models: int, first_row: int):
+    """Seed's window of n consecutive trace requests starting at or after `first_row` (rows no evaluation
+    window holds), rescaled to `rate`: the windows settings are chosen on."""
+    from routeforge.training.policies.simulator.cluster import Request
+
+    rows = len(trace.times) - first_row
+    if rows < n + 1:
+        raise SystemExit(f"{rows} trace rows after the evaluation windows' {first_row}; windows of {n} need more")
+    start = first_row + (seed * 7919) % (rows - n)
+    t = trace.times[start:start + n] - trace.times[start]
+    offsets = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
+    return [Request(k, float(o), int(trace.prompt_tokens[start + k]), np.full(n_models, int(trace.output_tokens[start + k])),
+                    np.full(n_models, np.nan), hash_ids=trace.hash_ids[start + k]) for k, o in enumerate(offsets)]
+
+
+# llm_d_ttft's weights tried on the training windows: llm-d's three (its defaults 3 / 2 / 2 among them)
+# and the first-token scorer's
+CHOICE_GRID = {"prefix": (1.5, 3.0, 6.0), "kv_utilization": (0.0, 1.0, 2.0), "queue": (0.0, 2.0, 4.0),
+               "ttft_weight": (0.0, 0.25, 0.5, 1.0, 2.0)}
+
+
+def choose_llm_d_ttft(profiles, models, trace, rate: float, first_row: int, block_tokens: int, n_models: int,
+                      windows: int = 6, n: int = 500) -> dict:
+    """`llm_d_ttft`'s weights with the lowest mean TTFT over `windows` training windows among those
+    serving at least 99.5% (how its default `ttft_weight` was chosen; the evaluation windows are never run)."""
+    import itertools
+
+    from routeforge.training.policies.simulator.baselines import RegisteredHeuristic
+    from routeforge.training.policies.simulator.cluster import Cluster
+    from routeforge.training.policies.simulator.metrics import summarize
+
+    tried = []
+    requests = [training_window(trace, n, rate, 100 + w, n_models, first_row) for w in range(windows)]
+    for p, k, q, t in itertools.product(*CHOICE_GRID.values()):
+        params = {"weights": {"prefix": p, "kv_utilization": k, "queue": q}, "ttft_weight": t}
+        runs = [summarize(Cluster(profiles, models=models, block_tokens=block_tokens).run(
+            reqs, RegisteredHeuristic("llm_d_ttft", params))) for reqs in requests]
+        tried.append({"parameters": params, "ttft_mean_s": float(np.mean([r["ttft_mean_s"] for r in runs])),
+                      "served_share": float(np.mean([r["served_share"] for r in runs]))})
+    kept = [t for t in tried if t["served_share"] >= 0.995]
+    best = min(kept, key=lambda t: t["ttft_mean_s"])
+    llm_d = next(t for t in tried if t["parameters"] == {"weights": {"prefix": 3.0, "kv_utilization": 2.0,
+                                                                     "queue": 2.0}, "ttft_weight": 0.0})
+    return {"windows": windows, "requests": n, "first_row": first_row, "rate_rps": rate, "chosen": best,
+            "llm_d_defaults": llm_d, "tried": tried}
 
 
 def saturation_rps(profiles, models, trace, n: int, seeds: int, n_models: int, block_tokens: int) -> float:
@@ -176,6 +216,8 @@ def main() -> None:
     p.add_argument("--train-requests", type=int, default=500, help="requests per training window (--learned)")
     p.add_argument("--episodes", type=int, default=6, help="the DDQN's RL episodes (--learned)")
     p.add_argument("--teacher", default="auto", help="the DDQN's teacher (--learned; auto: by its clone's return)")
+    p.add_argument("--choose", action="store_true",
+                   help="choose llm_d_ttft's weights on training windows (rows after the evaluation windows') first")
     args = p.parse_args()
     if args.quick:
         args.requests, args.seeds, args.loads = 200, 2, [0.8]
@@ -196,7 +238,13 @@ def main() -> None:
     saturation = saturation_rps(profiles, models, trace, args.requests, args.seeds, n_models, block)
     print(f"{len(profiles)} instances; throughput at saturation {saturation:.2f} req/s; "
           f"SLO: {slo.describe()}", flush=True)
-    rows, learned = [], None
+    rows, learned, choice = [], None, None
+    if args.choose:
+        choice = choose_llm_d_ttft(profiles, models, trace, 0.8 * saturation, args.requests * args.seeds, block,
+                                   n_models)
+        print(f"llm_d_ttft chosen on {choice['windows']} training windows: {choice['chosen']['parameters']} "
+              f"(mean TTFT {choice['chosen']['ttft_mean_s']:.4g} s; llm-d's defaults "
+              f"{choice['llm_d_defaults']['ttft_mean_s']:.4g} s)", flush=True)
     if args.learned:
         ddqn = {"episodes": args.episodes, "demo_episodes": 2, "pretrain_steps": 1000, "keep_best_round": True,
                 "validation_episodes": 2, "network": "per_instance", "latency_reward": "first_token",
@@ -218,7 +266,8 @@ def main() -> None:
                 for seed in range(args.seeds):
                     requests = window(trace, args.requests, load * saturation, seed, n_models, shared)
                     t0 = time.perf_counter()
-                    outcomes = (run(profiles, models, requests, policy, block) if policy not in extra
+                    chosen = choice["chosen"]["parameters"] if choice is not None and policy == "llm_d_ttft" else None
+                    outcomes = (run(profiles, models, requests, policy, block, chosen) if policy not in extra
                                 else run_learned(learned, policy, requests, seed))
                     wall += time.perf_counter() - t0
                     summary = summarize(outcomes, slo=slo, profiles=profiles, models=models)
@@ -242,7 +291,7 @@ def main() -> None:
               "load_definition": "× the throughput at saturation (training.policies.load, basis saturation)",
               "instances": names, "kv_capacity": capacities, "block_tokens": block,
               "repeated_block_share": trace.repeated_block_share(), "rows": rows,
-              "learned": report_learned if learned is not None else None,
+              "learned": report_learned if learned is not None else None, "llm_d_ttft_choice": choice,
               "wall_seconds": time.perf_counter() - started}
     name = args.name or f"gpu_fleet_{args.pool or 'all'}_mooncake"
     out = results_dir("kv_routing") / f"{name}{'_quick' if args.quick else ''}.json"

@@ -59,19 +59,52 @@ function remember(request: BlockRequest, instances: CacheInstance[], state: Depl
   return choice;
 }
 
-/** llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores. */
-export function llmD(request: BlockRequest, instances: CacheInstance[], parameters: any, state: DeployedState): number {
+/** llm-d's weighted sum of its prefix, KV-utilisation and queue scores, and each instance's cached blocks. */
+function llmDScores(request: BlockRequest, instances: CacheInstance[], parameters: any,
+                    state: DeployedState): [number[], number[]] {
   const w = { ...LLM_D_WEIGHTS, ...(parameters.weights ?? {}) };
   const [ids] = blocks(request);
-  const prefix = overlaps(request, instances, state).map((o) => (ids.length ? o / ids.length : 0.0));
+  const o = overlaps(request, instances, state);
+  const prefix = o.map((v) => (ids.length ? v / ids.length : 0.0));
   const kv = instances.map((i) => 1.0 - Math.min(1.0, Math.max(0.0, i.kv_utilization ?? 0.0)));
   const waiting = instances.map((i) => i.waiting.length);
   const low = Math.min(...waiting), high = Math.max(...waiting);
   const queue = waiting.map((q) => (high === low ? 1.0 : (high - q) / (high - low)));
-  const score = prefix.map((p, i) => w.prefix * p + w.kv_utilization * kv[i] + w.queue * queue[i]);
+  return [prefix.map((p, i) => w.prefix * p + w.kv_utilization * kv[i] + w.queue * queue[i]), o];
+}
+
+function highest(score: number[]): number {
   let best = 0;
   score.forEach((s, i) => { if (s > score[best]) best = i; });
-  return remember(request, instances, state, best);
+  return best;
+}
+
+/** llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores. */
+export function llmD(request: BlockRequest, instances: CacheInstance[], parameters: any, state: DeployedState): number {
+  return remember(request, instances, state, highest(llmDScores(request, instances, parameters, state)[0]));
+}
+
+export const LLM_D_TTFT = { ttft_weight: 0.5 };
+
+/** When the first token would come on each instance: the step in flight, then one prefill of the
+ * waiting prompts and of the request's uncached tokens (deployed_routers.predicted_first_token_s). */
+export function predictedFirstTokenS(request: BlockRequest, instances: (CacheInstance & {
+  prefill_s_per_token: number; busy_for_s?: number | null })[], overlapsOf: number[]): number[] {
+  const [, blockTokens] = blocks(request);
+  const prompt = request.prompt_tokens;
+  return instances.map((inst, i) => (inst.busy_for_s ?? 0.0) + inst.prefill_s_per_token
+    * (Math.max(1.0, prompt - Math.min(overlapsOf[i] * blockTokens, prompt - 1.0))
+       + inst.waiting.reduce((s, w) => s + w.prompt_tokens, 0)));
+}
+
+/** llm-d's scheduler with the predicted first-token scorer beside its three (deployed_routers.llm_d_ttft). */
+export function llmDTtft(request: BlockRequest, instances: any[], parameters: any, state: DeployedState): number {
+  const [score, o] = llmDScores(request, instances, parameters, state);
+  const weight = parameters.ttft_weight ?? LLM_D_TTFT.ttft_weight;
+  const first = predictedFirstTokenS(request, instances, o);
+  const low = Math.min(...first), high = Math.max(...first);
+  const soon = first.map((t) => (high === low ? 1.0 : (high - t) / (high - low)));
+  return remember(request, instances, state, highest(score.map((s, i) => s + weight * soon[i])));
 }
 
 function activeTokens(instance: CacheInstance): number {
@@ -117,5 +150,5 @@ export function sglangCacheAware(request: BlockRequest, instances: CacheInstance
 }
 
 export const DEPLOYED: Record<string, (r: any, i: any[], p: any, s: DeployedState) => number> = {
-  llm_d: llmD, dynamo_kv: dynamoKv, sglang_cache_aware: sglangCacheAware,
+  llm_d: llmD, llm_d_ttft: llmDTtft, dynamo_kv: dynamoKv, sglang_cache_aware: sglangCacheAware,
 };

@@ -5,5 +5,5 @@ export { HeuristicPolicy, recommend } from "./heuristics";
 export { LatencyModel, TreeEnsemble } from "./latency";
 export { bestIndex, Router, textKey } from "./router";
 export { readSafetensors } from "./safetensors";
-export { dynamoKv, llmD, sglangCacheAware } from "./deployed_routers";
+export { dynamoKv, llmD, llmDTtft, sglangCacheAware } from "./deployed_routers";
 export { BlockLru, PrefixIndex } from "./prefix_index";

@@ -152,6 +152,30 @@ def test_dynamo_routes_to_the_lowest_prefill_plus_decode_block_cost():
     assert _route("dynamo_kv", request, insts, overlap_score_weight=0.0) == 1  # pure load balance
 
 
+def test_llm_d_with_the_first_token_scorer_prefers_the_faster_prefill_unless_the_cache_outweighs_it():
+    """`llm_d_ttft`: where llm-d's three scorers tie, the instance whose predicted first token comes
+    sooner (here: ten times the prefill speed); a cached prefix still outweighs it at the default weight
+    (3 × the prefix share against 0.5 × the first-token score); the waiting prompts count in the step."""
+    request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
+
+    def inst(prefill, cached=0, waiting=0):
+        return {**_instance(cached=cached, waiting=waiting), "prefill_s_per_token": prefill}
+
+    tie = [inst(1e-3), inst(1e-4)]
+    assert _route("llm_d", request, tie) == 0  # llm-d: a tie, the first
+    assert _route("llm_d_ttft", request, tie) == 1
+    half = [inst(1e-3, cached=5), inst(1e-4)]  # 0.5 s of uncached prefill against 0.1 s
+    assert _route("llm_d_ttft", request, half) == 0  # 3 × 0.5 + 4 > 4 + 0.5 × 1
+    assert _route("llm_d_ttft", request, half, ttft_weight=10.0) == 1
+    from routeforge.artifacts.deployed_routers import predicted_first_token_s
+
+    busy = {**inst(1e-4, waiting=2), "busy_for_s": 0.25}
+    busy["waiting"] = [{"prompt_tokens": 500, "predicted_output_tokens": 1}] * 2
+    # 0.25 s in flight, then one step of 2 × 500 waiting tokens and the 1,000 - 3 × 100 uncached
+    assert predicted_first_token_s(request, [busy], [3]) == pytest.approx([0.25 + 1e-4 * (1000 + 700)])
+    assert "llm_d_ttft" in BASELINES and "llm_d_ttft" not in default_baselines()
+
+
 def test_sglang_follows_its_own_tree_above_the_threshold_and_balances_when_imbalanced():
     spec = heuristic_spec("sglang_cache_aware", 2)
     policy = HeuristicPolicy.from_spec(spec)
@@ -189,7 +213,7 @@ def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
     assert all(rates[n] > 0.9 for n in ("llm_d", "dynamo_kv", "sglang_cache_aware")), rates
 
 
-@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware", "quality_within_slo"])
+@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware", "quality_within_slo", "llm_d_ttft"])
 def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     """Issue 60, item 4: the TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the
     same choice as the Python one on 300 random requests in sequence, its own prefix index carried

@@ -11,7 +11,7 @@ from pydantic import Field
 from routeforge.core.config.base import _Strict
 
 TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance",
-                      "route_balance_absolute", "llm_d", "dynamo_kv", "sglang_cache_aware"]
+                      "route_balance_absolute", "llm_d", "llm_d_ttft", "dynamo_kv", "sglang_cache_aware"]
 
 
 class KeepBest(_Strict):

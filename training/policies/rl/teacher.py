@@ -30,7 +30,7 @@ from routeforge.training.policies.simulator.baselines import BASELINES
 TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance", "route_balance_absolute")
 # the deployed routers teach too where instances cache prompt blocks (their prefix scorers have nothing to
 # read elsewhere, and each candidate costs a clone and three episodes)
-PREFIX_TEACHERS = ("llm_d", "dynamo_kv", "sglang_cache_aware")
+PREFIX_TEACHERS = ("llm_d", "llm_d_ttft", "dynamo_kv", "sglang_cache_aware")
 
 
 def candidates_for(env) -> tuple[str, ...]:
