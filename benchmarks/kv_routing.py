@@ -153,8 +153,9 @@ def training_window(trace, n: int, rate: float, seed: int, n_models: int, first_
     start = first_row + (seed * 7919) % (rows - n)
     t = trace.times[start:start + n] - trace.times[start]
     offsets = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
-    return [Request(k, float(o), int(trace.prompt_tokens[start + k]), np.full(n_models, int(trace.output_tokens[start + k])),
-                    np.full(n_models, np.nan), hash_ids=trace.hash_ids[start + k]) for k, o in enumerate(offsets)]
+    return [Request(k, float(o), int(trace.prompt_tokens[start + k]),
+                    np.full(n_models, int(trace.output_tokens[start + k])), np.full(n_models, np.nan),
+                    hash_ids=trace.hash_ids[start + k]) for k, o in enumerate(offsets)]
 
 
 # llm_d_ttft's weights tried on the training windows: llm-d's three (its defaults 3 / 2 / 2 among them)
