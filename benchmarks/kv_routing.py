@@ -7,6 +7,7 @@ where nothing is shared, the same windows with their hashes dropped.
     python -m benchmarks.kv_routing --pool llama-3.1-8b-instruct   # one model's replicas on mixed GPUs
     python -m benchmarks.kv_routing --loads 0.8 --policies llm_d clairvoyant_ttft --no-control --name bound
     python -m benchmarks.kv_routing --loads 0.8 --no-control --learned --name learned
+    python -m benchmarks.kv_routing --loads 0.8 --no-control --choose --name ttft   # llm_d_ttft's weights first
 
 The fleet: configs/gpu_fleet.yaml's 12 instances, each tier's step model fitted to its
 LLM-Inference-Bench rows, each instance's KV capacity from its hardware and its model's
@@ -27,6 +28,9 @@ is greedy (future arrivals unseen), so it is a reference point, not a bound. The
 `lower bound` (`routing_headroom.ttft_lower_bound`): each request's prefill alone on the instance
 that would prefill it fastest, with every leading block another request of the window holds cached;
 no router serving 99.5% of the requests has a lower mean TTFT in this simulator.
+`--choose` picks `llm_d_ttft`'s weights (llm-d's three scorers and ours, the request's predicted
+first-token time) on six 500-request windows from the trace rows after the evaluation windows':
+the lowest mean TTFT among those serving 99.5% (`CHOICE_GRID`); the evaluation then runs those.
 `--learned` also trains 001's DDQN (`ddqn_workload_guided`, the pipeline's own policy module) with
 the observation issue 60 adds: each instance's share of the request's prompt blocks in its prefix
 cache, its waiting queue and whether it is full (masked); its per-instance network (one Q function
