@@ -620,6 +620,9 @@ def _skeleton(line: str, names: set[str]):
     import re
 
     text = line.split("…")[0].rstrip()
+    # the gate's verdict on the bundle's recommendation ("holds", or "ranks N, … worse (…)" when another
+    # policy wins on this traffic): a run may land either way, so the line is matched up to the name
+    text = re.sub(r"(the bundle's recommendation \S+) .*", r"\1", text)
     if not text.strip():
         return None
     name = "(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + ")"
