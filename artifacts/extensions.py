@@ -21,6 +21,7 @@ import difflib
 import importlib
 import os
 import pkgutil
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -62,16 +63,42 @@ def _modules_in(package: str) -> Iterator[str]:
             yield info.name
 
 
-class Registry(Generic[T]):
-    """Names → objects of one kind. `packages`: where routeforge keeps the kind's modules (each imported
-    once, on the first lookup); `$ROUTEFORGE_EXTENSIONS` adds modules from outside. `only`: import just
-    the modules of that name below them (the learned policies' `settings` modules, which a fleet file is
-    validated with, not their trainers, which import PyTorch)."""
+class KindsNotLoaded(RuntimeError):
+    """A registry whose kinds live in the layers above its own was asked before those layers loaded
+    them (`loaded_by`): the message names the module to import first."""
 
-    def __init__(self, kind: str, packages: tuple[str, ...] = (), only: str | None = None):
+
+_LOADED: set[str] = set()  # the loaders (`loaded_by` names) that have loaded their layers' kinds
+
+
+def mark_loaded(loader: str) -> None:
+    """Called by `loader` once it has imported every kind package it loads (`routeforge.fleet`)."""
+    _LOADED.add(loader)
+
+
+def import_modules(package: str, only: str | None = None) -> None:
+    """Import `package` and every module below it (sorted), or with `only` just those of that name:
+    how a loader imports a kind's folder, so a new kind is one new module and no list."""
+    for name in _modules_in(package):
+        if only is None or name == package or name.rsplit(".", 1)[-1] == only:
+            importlib.import_module(name)
+
+
+class Registry(Generic[T]):
+    """Names → objects of one kind. `packages`: where the kind's modules live in the registry's own
+    layer or below (each imported once, on the first lookup); `$ROUTEFORGE_EXTENSIONS` adds modules from
+    outside. `loaded_by`: where the kind's modules live in the layers *above* the registry's, the
+    module of the top layer that imports them (a registry never imports upward; a lookup before that
+    module has loaded them raises `KindsNotLoaded` naming it, as Django's app registry does before
+    `django.setup()`)."""
+
+    def __init__(self, kind: str, packages: tuple[str, ...] = (), loaded_by: str | None = None):
         self.kind = kind
         self.packages = packages
-        self.only = only
+        self.loaded_by = loaded_by
+        # the module that declared it: discovery may import its own layer and those below, never above
+        # (tests/test_extension_points.py holds every registry to that)
+        self.owner = sys._getframe(1).f_globals.get("__name__", "?")
         self._entries: dict[str, Entry[T]] = {}
         self._discovered: tuple[str, ...] | None = None  # the extension modules discovery last saw
 
@@ -108,14 +135,16 @@ class Registry(Generic[T]):
     def discover(self) -> None:
         """Import every module of the kind's packages and of `$ROUTEFORGE_EXTENSIONS` (once; again when
         that variable changes). A module that fails to import is an error naming it."""
+        if self.loaded_by is not None and self.loaded_by not in _LOADED:
+            raise KindsNotLoaded(f"the {self.kind} kinds live in the layers above the registry's and are not loaded "
+                                 f"yet: import {self.loaded_by} first (the CLI, the pipelines, the benchmarks and "
+                                 "the tests do)")
         extensions = tuple(extension_modules())
         if self._discovered == extensions:
             return
         for package in (*self.packages, *extensions):
             try:
-                for name in _modules_in(package):
-                    if self.only is None or name == package or name.rsplit(".", 1)[-1] == self.only:
-                        importlib.import_module(name)
+                import_modules(package)
             except ImportError as exc:
                 where = f"${EXTENSIONS_VARIABLE}" if package in extensions else "routeforge"
                 raise ImportError(f"{self.kind} modules: {package} (from {where}) does not import: {exc}") from exc

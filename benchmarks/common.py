@@ -8,6 +8,8 @@ import argparse
 import os
 from pathlib import Path
 
+import routeforge.fleet  # noqa: F401  (every kind loaded: benchmarks read fleet files and run registered kinds)
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("ROUTEFORGE_DATA", REPO.parent / "shared" / "data"))
 # `make benchmark` points this at a scratch folder so smoke runs never overwrite the quoted results

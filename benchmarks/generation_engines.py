@@ -27,7 +27,7 @@ import yaml
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from routeforge.core.config import load_fleet
+from routeforge.fleet import load_fleet
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines import make_engine, prompt_rows
 from routeforge.generation.partition import generate_partition

@@ -64,7 +64,7 @@ SHOWN = ("goodput", "served_share", "ttft_mean_s", "ttft_p95_offered_s", "tpot_m
 def reference_fleet(config_path: Path, queue_capacity: int = 64, pool: str | None = None):
     """(instance profiles, model index per instance, tier name per instance, KV capacity per tier);
     `pool`: only that model's tiers (replicas of one model, as llm-d, Dynamo and SGLang route)."""
-    from routeforge.core.config.fleet import load_fleet
+    from routeforge.fleet import load_fleet
     from routeforge.profiling.coarse_priors import continuous_batching_fit, read_llm_inference_bench
     from routeforge.profiling.kv_capacity import tier_kv_capacity
     from routeforge.training.policies.simulator.instance import InstanceProfile

@@ -111,7 +111,7 @@ def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int 
 def demo_bundle(variant: str, state: Path) -> tuple[Path, dict]:
     """Run the demo fleet with the text predictors packaged as `variant` in `state`; the bundle folder."""
     import dagster as dg
-    from routeforge.core.config import load_fleet
+    from routeforge.fleet import load_fleet
     from routeforge.pipelines.run import run_pipeline
 
     fleet = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())

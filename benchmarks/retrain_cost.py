@@ -63,7 +63,7 @@ def _run(config: Path, instance, label: str) -> dict:
 
 def _with_new_prompts(config_path: Path, state: Path, fraction: float, seed: int = 0) -> tuple[Path, int]:
     """A copy of the fleet file whose first training score file gains `fraction` new rows."""
-    from routeforge.core.config import load_fleet
+    from routeforge.fleet import load_fleet
 
     raw = yaml.safe_load(config_path.read_text())
     index = next(i for i, d in enumerate(raw["datasets"]) if d.get("kind") == "score_table")
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="copy this embedding cache folder into the fresh state first")
     args = p.parse_args(argv)
     import dagster as dg
-    from routeforge.core.config import load_fleet
+    from routeforge.fleet import load_fleet
 
     name = load_fleet(args.config).name
     with tempfile.TemporaryDirectory(prefix="routeforge-retrain-") as tmp:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from routeforge.artifacts.router import Router
-from routeforge.core.config import load_fleet
+from routeforge.fleet import load_fleet
 from routeforge.core.schemas import routing_models
 from routeforge.prompts.score_tables import read_score_table
 from routeforge.prompts.sources import normalize

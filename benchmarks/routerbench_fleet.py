@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from routeforge.core.config import load_fleet
+from routeforge.fleet import load_fleet
 from routeforge.core.schemas import routing_models
 from routeforge.profiling.batch_fits import fit_tier, import_splitwise
 from routeforge.training.embeddings import TrainingEncoder, encode_cached

@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from routeforge.core.config import load_fleet
+from routeforge.fleet import load_fleet
 from routeforge.core.schemas import QUALITY, RESPONSES
 from routeforge.core.storage import Quarantine, to_table
 from routeforge.generation.engines import make_engine, prompt_rows

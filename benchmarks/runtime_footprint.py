@@ -47,7 +47,7 @@ def _demo_bundle(work: Path) -> tuple[Path, Path]:
 
     import dagster as dg
     from routeforge.artifacts.loader import load_bundle
-    from routeforge.core.config import load_fleet
+    from routeforge.fleet import load_fleet
     from routeforge.pipelines.run import run_pipeline
 
     os.environ["ROUTEFORGE_STATE"] = str(work / "state")

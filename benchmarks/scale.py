@@ -175,7 +175,7 @@ def write_fleet(folder: Path, paths: dict[str, list[Path]], models: list[str],
 
 def _stage(name: str, config_path: Path) -> dict:
     import pyarrow.parquet as pq
-    from routeforge.core.config import load_fleet
+    from routeforge.fleet import load_fleet
 
     config = load_fleet(config_path)
     work = config_path.parent / "stages"

@@ -25,7 +25,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from routeforge.core.config import RandomInitSource, load_fleet
+from routeforge.core.config import RandomInitSource
+from routeforge.fleet import load_fleet
 from routeforge.core.model_sources import build_random_init
 from routeforge.core.storage import Quarantine
 from routeforge.core.vllm_env import vllm_python

@@ -14,7 +14,14 @@ can see, and filled by the modules of each kind's own folder (`artifacts/extensi
 - `PROFILE_KINDS`: how a tier's latency is measured or imported (`profiling/profile_kinds/`, one module
   per `tiers[].profile.kind`; `needs` and `exclusive` say which settings the kind requires or refuses);
 - `READERS`: the built-in readers a `builtin` dataset names (`reader: gsm8k`; `prompts/builtin_readers.py`);
-  `task_column` where the file's rows name their task (`config validate` reads the tasks from it).
+  `task_column` where the file's rows name their task (`config validate` reads the tasks from it);
+- `LEARNED_SETTINGS`: each learned policy's settings model (`training/policies/learned/<policy>/settings.py`);
+- `SIMULATED_BASELINES`: the simulator's own baseline policies (`training/policies/simulator/baselines.py`).
+
+Only `SOURCE_KINDS` has its modules in this layer. Every other kind lives in a layer above, and a
+registry never imports upward: `routeforge.fleet`, the layer above them all, imports their folders
+(its imports are what the layer contract checks) and marks them loaded. A lookup before that raises
+`KindsNotLoaded` naming it; the CLI, the pipelines, the benchmarks and the tests import it first.
 
 The runtime's registries live beside what they hold: `artifacts.heuristics.HEURISTICS`. A new kind is
 one new module with one `@<REGISTRY>.register(name, …)`; the config's allowed values, the schema's
@@ -24,15 +31,20 @@ enums and every dispatch come from these registries.
 from __future__ import annotations
 
 from routeforge.artifacts.extensions import Choices, Registry
+from routeforge.artifacts.heuristics import HEURISTICS
 
-ENGINES = Registry("engine", ("routeforge.generation.engines",))
-METRICS = Registry("quality metric", ("routeforge.scoring.metrics",))
-DATASET_KINDS = Registry("dataset kind", ("routeforge.prompts",))
-READERS = Registry("built-in reader", ("routeforge.prompts.builtin_readers",))
+FLEET = "routeforge.fleet"  # the top layer that loads the kinds of the layers above this one
+
+ENGINES = Registry("engine", loaded_by=FLEET)
+METRICS = Registry("quality metric", loaded_by=FLEET)
+DATASET_KINDS = Registry("dataset kind", loaded_by=FLEET)
+READERS = Registry("built-in reader", loaded_by=FLEET)
 SOURCE_KINDS = Registry("model source kind", ("routeforge.core.model_sources",))
-WORKLOADS = Registry("workload kind", ("routeforge.profiling.arrivals", "routeforge.training.policies.workload_kinds"))
-
-PROFILE_KINDS = Registry("tier profile kind", ("routeforge.profiling.profile_kinds",))
+WORKLOADS = Registry("workload kind", loaded_by=FLEET)
+PROFILE_KINDS = Registry("tier profile kind", loaded_by=FLEET)
+# the simulator's baselines that are its own classes (random, RouteBalance with absolute quality, …);
+# every registered heuristic is a baseline too, through its runtime function
+SIMULATED_BASELINES = Registry("simulated baseline", loaded_by=FLEET)
 
 
 def workloads_reading(source: str) -> list[str]:
@@ -42,9 +54,9 @@ def workloads_reading(source: str) -> list[str]:
 
 # each learned policy's settings model, registered by its folder's `settings.py` with `defaults` (the
 # budget the pipeline runs it with): what the fleet file's `training.routing_evaluation.learned` and
-# `policies` are checked with. Only the `settings` modules are imported, so validating a fleet file
-# never imports a trainer (PyTorch); `LearnedPolicy` reads its settings here, by its name
-LEARNED_SETTINGS = Registry("learned policy", ("routeforge.training.policies.learned",), only="settings")
+# `policies` are checked with. `routeforge.fleet` imports only the `settings` modules, so validating a
+# fleet file never imports a trainer (PyTorch); `LearnedPolicy` reads its settings here, by its name
+LEARNED_SETTINGS = Registry("learned policy", loaded_by=FLEET)
 
 
 def learned_settings(name: str, given: dict):
@@ -55,12 +67,7 @@ def learned_settings(name: str, given: dict):
 
 
 def _routing_policy_names() -> list[str]:
-    """Read by name, as every registry here discovers its kinds' modules: the training layer sits
-    above this one."""
-    import importlib
-
-    baselines = importlib.import_module("routeforge.training.policies.simulator.baselines").BASELINES
-    return [*baselines, *LEARNED_SETTINGS.names()]
+    return [*dict.fromkeys([*SIMULATED_BASELINES.names(), *HEURISTICS.names()]), *LEARNED_SETTINGS.names()]
 
 
 # what `training.routing_evaluation.policies` may name: the simulator's baselines (the registered

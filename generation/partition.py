@@ -6,7 +6,7 @@ written to a temporary name and renamed, so a process killed at any point leaves
 the next run reads them, generates only the keys that are missing, and assembles exactly one row per
 prompt. A crash therefore costs at most one shard of work.
 
-    python -m routeforge.generation.partition configs/demo.yaml --model tiny-llama
+    python -m routeforge.fleet.generate configs/demo.yaml --model tiny-llama   (its command line)
 """
 
 from __future__ import annotations
@@ -129,32 +129,3 @@ def generate_partition(
         result.table = table.set_column(column, table.schema.field(column),
                                         pa.array([pid for pid, _ in found], table.schema.field(column).type))
     return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Generate (or complete) the cache of one or more models for the fleet's prompt set."""
-    from routeforge.core.config import load_fleet
-    from routeforge.prompts.sources import build_prompts
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("config")
-    parser.add_argument("--model", action="append", help="model name (repeatable; default: all)")
-    parser.add_argument("--out", help="also write the assembled partition (one model) to this Parquet file")
-    args = parser.parse_args(argv)
-    config = load_fleet(args.config)
-    if args.out and len(args.model or config.model_names) != 1:
-        parser.error("--out writes one partition: name exactly one --model")
-    prompts, _ = build_prompts(config)
-    for model in args.model or config.model_names:
-        result = generate_partition(config, model, prompts, log=lambda m: print(m, flush=True))
-        print(f"{model}: {result.table.num_rows} rows, {result.generated} generated "
-              f"({result.generated_output_tokens} tokens) in {result.generate_s:.1f}s, "
-              f"{len(result.quarantine)} quarantined", flush=True)
-        if args.out:
-            write_parquet(result.table, Path(args.out))
-    return 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.exit(main())

@@ -20,7 +20,7 @@ from routeforge.assets.resources import ComponentStore, FleetResource, MlflowReg
 from routeforge.assets.responses import build_responses_asset
 from routeforge.assets.routing import routing_table
 from routeforge.assets.trainers import TRAIN_JOB, enabled_trainers, profiled_tiers, tier_partitions
-from routeforge.core.config import load_fleet
+from routeforge.fleet import load_fleet
 from routeforge.pipelines.console import progress_logger
 from routeforge.pipelines.executors import accelerator_tags, executor_for
 from routeforge.pipelines.io_managers import JsonIOManager, ParquetIOManager

@@ -18,6 +18,7 @@ def doctor(fleet_file: str, as_json: bool) -> None:
     """Release what dead runs of FLEET_FILE's fleet hold: pool slots, Dagster runs, MLflow runs, aliases."""
     import json
 
+    import routeforge.fleet  # noqa: F401
     from routeforge.core.config.files import load_checked
     from routeforge.pipelines.instance import shared_instance
     from routeforge.pipelines.recovery import recover

@@ -122,3 +122,33 @@ def test_every_model_source_kind_of_the_fleet_file_is_registered_and_no_other():
     union = get_args(get_args(ModelSource)[0])
     assert {get_args(m.model_fields["kind"].annotation)[0] for m in union} == set(SOURCE_KINDS.names())
 
+
+
+def test_no_registry_discovers_a_layer_above_its_own():
+    """Issue 63: a registry's discovery imports its own layer and those below (the layer contract sees the
+    rest: `routeforge.fleet` imports the kinds of the layers above `core`); a lookup before that names it."""
+    import subprocess
+    import sys
+    import tomllib
+
+    import routeforge.pipelines.definitions  # noqa: F401  (every layer imported)
+    from routeforge.artifacts.extensions import Registry
+
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    layers = [[name.strip() for name in entry.split(":")] for entry in contract["layers"]]
+
+    def depth(module: str) -> int:
+        part = module.split(".")[1]
+        return next(i for i, names in enumerate(layers) if part in names)
+
+    registries = {id(v): v for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("routeforge.")
+                  for v in vars(m).values() if isinstance(v, Registry)}
+    assert len(registries) >= 10
+    for registry in registries.values():
+        for package in registry.packages:
+            assert depth(package) >= depth(registry.owner), (registry.kind, registry.owner, package)
+    # in a process that has not loaded them, the kinds of the layers above say what to import
+    probe = ("from routeforge.core.kinds import ENGINES\n"
+             "try:\n    ENGINES.names()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120).stdout
+    assert out.startswith("KindsNotLoaded") and "import routeforge.fleet first" in out

@@ -12,7 +12,7 @@ import jsonschema
 import yaml
 from click.testing import CliRunner
 from routeforge.artifacts.cli import main
-from routeforge.core.config.cli import fleet_json_schema
+from routeforge.fleet.cli import fleet_json_schema
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"

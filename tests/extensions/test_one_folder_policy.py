@@ -6,7 +6,7 @@ routing evaluation beside a heuristic, exported to ONNX, and loaded and acted on
 import numpy as np
 import pytest
 from routeforge.core.config import ConfigError, RoutingEvaluationSettings, load_fleet
-from routeforge.core.config.cli import fleet_json_schema
+from routeforge.fleet.cli import fleet_json_schema
 
 EXTENSION = "tests.extensions.toy_learned_policy"
 

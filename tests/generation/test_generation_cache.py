@@ -79,7 +79,7 @@ def kill_and_resume(path, env, tmp_path, trials: int, n: int, seed: int = 0) -> 
     resume to the end and check every (prompt, model) pair is present exactly once. Returns how many
     kills landed while the process was running."""
     config = load_fleet(path)
-    cmd = [sys.executable, "-m", "routeforge.generation.partition", str(path), "--model", "tiny"]
+    cmd = [sys.executable, "-m", "routeforge.fleet.generate", str(path), "--model", "tiny"]
     rng = random.Random(seed)
     killed_while_running = 0
     for trial in range(trials):

@@ -16,6 +16,7 @@ from functools import partial
 
 import numpy as np
 from routeforge.artifacts import heuristics
+from routeforge.core.kinds import SIMULATED_BASELINES
 from routeforge.training.policies.simulator.cluster import Cluster, Request
 from routeforge.training.policies.simulator.instance import Instance
 
@@ -250,6 +251,8 @@ NATIVE = {
     "route_balance": RouteBalance,
     "route_balance_absolute": partial(RouteBalance, quality_scale="absolute"),
 }
+for _name, _policy in NATIVE.items():  # the names a fleet file's `policies` may give (`core.kinds.ROUTING_POLICIES`)
+    SIMULATED_BASELINES.add(_name, _policy, __name__, f"NATIVE[{_name!r}]")
 
 
 class _Registered(Mapping):

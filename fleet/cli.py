@@ -2,7 +2,8 @@
 
 Registered as a plugin of the runtime's `routeforge` command (entry point group
 `routeforge.commands` in pyproject.toml): the runtime in `artifacts/` cannot import the pipeline's
-configuration models, so the command that needs them lives here and is found at run time.
+configuration models, so the command that needs them lives here, above every kind it names
+(`routeforge.fleet`), and is found at run time.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from pathlib import Path
 
 import click
+import routeforge.fleet  # noqa: F401  (every kind loaded before a fleet file is read)
 from routeforge.core.config.field_docs import describe
 from routeforge.core.config.files import load_checked
 from routeforge.core.config.fleet import FleetConfig
@@ -75,3 +77,4 @@ def schema(output: Path | None) -> None:
     else:
         output.write_text(text)
         click.echo(f"wrote {output}")
+
