@@ -16,9 +16,9 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 from routeforge.core.components import TrainedComponent
-from routeforge.fleet import FleetConfig, load_fleet
 from routeforge.core.storage import Quarantine
 from routeforge.core.storage_root import StorageRoot
+from routeforge.fleet import FleetConfig, load_fleet
 
 
 class FleetResource(dg.ConfigurableResource):

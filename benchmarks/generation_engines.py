@@ -27,8 +27,8 @@ import yaml
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from routeforge.fleet import load_fleet
 from routeforge.core.storage import Quarantine
+from routeforge.fleet import load_fleet
 from routeforge.generation.engines import make_engine, prompt_rows
 from routeforge.generation.partition import generate_partition
 from routeforge.prompts.sources import build_prompts

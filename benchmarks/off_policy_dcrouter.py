@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 from routeforge.artifacts.off_policy import METHODS, difference, estimate
 from routeforge.artifacts.router import Router
-from routeforge.fleet import load_fleet
 from routeforge.core.schemas import routing_models
+from routeforge.fleet import load_fleet
 from routeforge.training.embeddings import encode_cached
 from routeforge.training.predictors.router_training import split_rows, train_router
 from routeforge.training.routing_table import matrix

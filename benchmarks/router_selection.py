@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 from routeforge.artifacts.router import Router
-from routeforge.fleet import load_fleet
 from routeforge.core.schemas import routing_models
+from routeforge.fleet import load_fleet
 from routeforge.prompts.score_tables import read_score_table
 from routeforge.prompts.sources import normalize
 from routeforge.training.embeddings import encode_cached

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 from routeforge.artifacts.knn import KnnPrediction
-from routeforge.fleet import load_fleet
 from routeforge.core.schemas import routing_models
+from routeforge.fleet import load_fleet
 from routeforge.training.embeddings import encode_cached
 from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 from routeforge.training.predictors.router_family import Candidate, fit_predict

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from routeforge.fleet import load_fleet
 from routeforge.core.schemas import routing_models
+from routeforge.fleet import load_fleet
 from routeforge.profiling.batch_fits import fit_tier, import_splitwise
 from routeforge.training.embeddings import TrainingEncoder, encode_cached
 from routeforge.training.policies.simulator.instance import InstanceProfile

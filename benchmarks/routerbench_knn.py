@@ -18,9 +18,9 @@ import json
 import time
 from pathlib import Path
 
-from routeforge.fleet import load_fleet
 from routeforge.core.schemas import QUALITY, RESPONSES
 from routeforge.core.storage import Quarantine, to_table
+from routeforge.fleet import load_fleet
 from routeforge.generation.engines import make_engine, prompt_rows
 from routeforge.prompts.sources import build_prompts
 from routeforge.scoring.quality import Scorer

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from routeforge.fleet import load_fleet
 from routeforge.core.schemas import routing_models
+from routeforge.fleet import load_fleet
 from routeforge.training.predictors.router_training import split_rows
 from routeforge.training.routing_table import matrix
 

@@ -26,10 +26,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from routeforge.core.config import RandomInitSource
-from routeforge.fleet import load_fleet
 from routeforge.core.model_sources import build_random_init
 from routeforge.core.storage import Quarantine
 from routeforge.core.vllm_env import vllm_python
+from routeforge.fleet import load_fleet
 from routeforge.generation.engines import make_engine, prompt_rows
 from routeforge.generation.local_server import transformers_serve, vllm_serve
 from routeforge.prompts.sources import build_prompts

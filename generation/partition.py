@@ -11,9 +11,6 @@ prompt. A crash therefore costs at most one shard of work.
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +20,7 @@ import pyarrow as pa
 from routeforge.core.config import FleetConfig
 from routeforge.core.kinds import ENGINES
 from routeforge.core.schemas import RESPONSES
-from routeforge.core.storage import Quarantine, ShardCache, safe_name, to_table, write_parquet
+from routeforge.core.storage import Quarantine, ShardCache, safe_name, to_table
 from routeforge.generation.engines import make_engine
 from routeforge.generation.engines.base import identity, prompt_rows
 

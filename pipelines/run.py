@@ -24,11 +24,11 @@ from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
+import routeforge.fleet  # noqa: F401  (every kind loaded before a fleet file is read)
 from routeforge.artifacts.state_folder import record_registry, state_root
 from routeforge.assets.resources import PIPELINE_RUN_TAG
 from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
 from routeforge.core.config import ConfigError
-import routeforge.fleet  # noqa: F401  (every kind loaded before a fleet file is read)
 from routeforge.core.config.files import load_checked
 from routeforge.core.run_lock import RunLocked, storage_root_lock
 from routeforge.core.storage import quarantine_lines

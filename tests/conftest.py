@@ -11,8 +11,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-import yaml  # noqa: E402
 import routeforge.fleet  # noqa: E402,F401  (every kind loaded: the tests read fleet files and settings)
+import yaml  # noqa: E402
 from routeforge.generation.local_server import free_port, stop, transformers_serve, wait_healthy  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent

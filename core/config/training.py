@@ -306,6 +306,8 @@ class RoutingEvaluationSettings(_Strict):
 
     @model_validator(mode="after")
     def _trace_given(self):
+        if "workloads" not in self.model_fields_set:  # the default workloads are arrival processes
+            return self
         reading = workloads_reading("trace")
         traced = [kind for kind in self.workloads if kind in reading]
         if traced and not self.trace:

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
 from routeforge.core.config import ConfigError, load_fleet
-from routeforge.fleet.cli import fleet_json_schema
 from routeforge.core.kinds import ENGINES, METRICS
+from routeforge.fleet.cli import fleet_json_schema
 
 PLUGIN = {
     "engine.py": '''
