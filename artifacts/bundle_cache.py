@@ -174,7 +174,13 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None) -> Path
     resolved to its version (without MLflow where it can be: over REST for a server, with sqlite3 for
     a local store; `light_registry`), that version's bundle downloaded once."""
     from routeforge.artifacts import registry_rest
-    from routeforge.artifacts.registry import _use_tracking, download_bundle, light_registry, registered_version
+    from routeforge.artifacts.registry import (
+        LIGHT_READ_FAILURES,
+        _use_tracking,
+        download_bundle,
+        light_registry,
+        registered_version,
+    )
 
     cache = BundleCache()
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -182,7 +188,7 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None) -> Path
     if light is not None:  # a warm start without importing MLflow (a server over REST, a local SQLite file)
         try:
             found = cache.lookup(tracking_uri, *light.version_of(tracking_uri, uri))
-        except (registry_rest.NotFound, OSError, ValueError, KeyError):
+        except (registry_rest.NotFound, *LIGHT_READ_FAILURES):
             found = None  # not there, refused, or an odd answer: MLflow's client below says what it is
         if found is not None:
             return found

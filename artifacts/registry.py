@@ -246,6 +246,11 @@ def bundle_folder(downloaded: Path) -> Path:
 PUBLIC_KEY_TAG = "routeforge.public_key"  # on the registered model: the PEM its versions are signed with
 
 
+# what a light read may fail with besides NotFound (refused, unreachable, a store it cannot read, an odd
+# answer): the caller then asks MLflow's client, which says what it is
+LIGHT_READ_FAILURES = (OSError, ValueError, KeyError)
+
+
 def light_registry(tracking_uri: str | None):
     """The module that reads `tracking_uri`'s aliases and tags without MLflow's client: `registry_rest`
     for a server, `registry_sqlite` for a local file; None for any other store. Both answer
@@ -278,8 +283,8 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
             return pem.encode() if pem else None
         except registry_rest.NotFound:
             return None
-        except (OSError, ValueError, KeyError):
-            pass  # refused or an odd answer: asked again through MLflow's client, which says what it is
+        except LIGHT_READ_FAILURES:
+            pass  # asked again through MLflow's client below
     import mlflow
     from mlflow.exceptions import MlflowException
 

@@ -103,7 +103,7 @@ def window(trace, n: int, rate: float, seed: int, n_models: int, shared: bool = 
 
 def run(profiles, models, requests, policy: str, block_tokens: int, parameters: dict | None = None):
     """`policy` on `requests`; `parameters`: a registered heuristic's own (those chosen on training windows)."""
-    from routeforge.training.policies.simulator.baselines import BASELINES, RegisteredHeuristic
+    from routeforge.training.policies.simulator.baselines import BASELINES, tuned_baseline
     from routeforge.training.policies.simulator.cluster import Cluster
 
     from benchmarks.routing_headroom import ClairvoyantLookahead
@@ -111,7 +111,7 @@ def run(profiles, models, requests, policy: str, block_tokens: int, parameters: 
     if policy == "clairvoyant_ttft":
         router = ClairvoyantLookahead(at="first_token")
     else:
-        router = RegisteredHeuristic(policy, parameters) if parameters is not None else BASELINES[policy]()
+        router = tuned_baseline(policy, parameters) if parameters is not None else BASELINES[policy]()
     return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, router)
 
 
@@ -174,7 +174,7 @@ def choose_llm_d_ttft(profiles, models, trace, rate: float, first_row: int, bloc
     serving at least 99.5% (how its default `ttft_weight` was chosen; the evaluation windows are never run)."""
     import itertools
 
-    from routeforge.training.policies.simulator.baselines import RegisteredHeuristic
+    from routeforge.training.policies.simulator.baselines import tuned_baseline
     from routeforge.training.policies.simulator.cluster import Cluster
     from routeforge.training.policies.simulator.metrics import summarize
 
@@ -183,7 +183,7 @@ def choose_llm_d_ttft(profiles, models, trace, rate: float, first_row: int, bloc
     for p, k, q, t in itertools.product(*CHOICE_GRID.values()):
         params = {"weights": {"prefix": p, "kv_utilization": k, "queue": q}, "ttft_weight": t}
         runs = [summarize(Cluster(profiles, models=models, block_tokens=block_tokens).run(
-            reqs, RegisteredHeuristic("llm_d_ttft", params))) for reqs in requests]
+            reqs, tuned_baseline("llm_d_ttft", params))) for reqs in requests]
         tried.append({"parameters": params, "ttft_mean_s": float(np.mean([r["ttft_mean_s"] for r in runs])),
                       "served_share": float(np.mean([r["served_share"] for r in runs]))})
     kept = [t for t in tried if t["served_share"] >= 0.995]

@@ -19,7 +19,6 @@ import routeforge.generation.engines
 import routeforge.profiling.arrivals
 import routeforge.profiling.profile_kinds
 import routeforge.prompts
-import routeforge.prompts.builtin_readers
 import routeforge.scoring.metrics
 import routeforge.training.policies.learned
 import routeforge.training.policies.simulator.baselines

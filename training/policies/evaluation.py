@@ -30,12 +30,7 @@ from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting, TrainedPolicy
 from routeforge.training.policies.load import LoadCalibration, calibrate_on
 from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
-from routeforge.training.policies.simulator.baselines import (
-    BASELINES,
-    EXPORTABLE,
-    RegisteredHeuristic,
-    default_baselines,
-)
+from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, default_baselines, tuned_baseline
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from routeforge.training.policies.simulator.metrics import NOT_SERVED, mean_std, summarize
@@ -300,17 +295,18 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     setting = Setting(profiles, models, qos_limit, pool.quality.mean(axis=0)[models], capacity, settings,
                       block_tokens)
 
+    def simulate(requests, policy) -> list[Outcome]:
+        # a block trace's prefixes are cached by every instance, the learned policies' environments' as
+        # the baselines' (`Setting.block_tokens`)
+        return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, policy)
+
+    tuned = tune_heuristics(settings, lambda policy, seed: score(simulate(train_workload(seed), policy), prices,
+                                                                 qos_limit, slo, profiles, models), log)
+
     def baseline(name: str):
         """The simulator policy of baseline `name`: with its tuned parameters where `tune` chose some."""
-        if name in tuned:
-            return RegisteredHeuristic(name, dict(tuned[name]["parameters"]))
-        return BASELINES[name]()
+        return tuned_baseline(name, tuned[name]["parameters"]) if name in tuned else BASELINES[name]()
 
-    def training_episode(policy, seed: int) -> dict[str, float]:
-        outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(train_workload(seed), policy)
-        return score(outcomes, prices, qos_limit, slo, profiles, models)
-
-    tuned = tune_heuristics(settings, training_episode, log) if settings.tune else {}
     trained: dict[str, TrainedPolicy] = {}
     for name in (p for p in wanted if p in learned_names):
         trained[name] = LEARNED_POLICIES.get(name).train(setting, train_workload, log)
@@ -332,10 +328,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         act = policy.actor(trained[name].run.network, seed, settings)
                         outcomes = run_episode(policy.environment(setting, workload), act, seed)
                     else:
-                        # a block trace's prefixes are cached by every instance, the learned policies'
-                        # environments' as the baselines' (`Setting.block_tokens`)
-                        outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(
-                            workload(seed), baseline(name))
+                        outcomes = simulate(workload(seed), baseline(name))
                     runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))
                     episodes.advance(detail=f"({kind} at {load:.0%} load, {name})")
                 row = {"policy": name, "workload": kind, "load": load}

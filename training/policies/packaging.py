@@ -24,7 +24,7 @@ def export_heuristics(policies: list[str], instances: int, out_dir: Path,
     for name in (p for p in dict.fromkeys(policies) if p in EXPORTABLE):
         folder = out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
-        spec = heuristic_spec_of(name, instances, (parameters or {}).get(name))
+        spec = heuristic_spec_of(name, instances, (parameters or {}).get(name))  # over its own
         (folder / "policy.json").write_text(json.dumps(spec, indent=2))
         folders[name] = folder
     return folders

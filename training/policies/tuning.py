@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from routeforge.artifacts.objectives import HIGHER_IS_BETTER
 from routeforge.training.policies.rl.rollout import validation_seeds
-from routeforge.training.policies.simulator.baselines import RegisteredHeuristic
+from routeforge.training.policies.simulator.baselines import tuned_baseline
 
 
 def tune_heuristics(settings, episode_score: Callable[[Any, int], dict[str, float]],
@@ -30,7 +30,7 @@ def tune_heuristics(settings, episode_score: Callable[[Any, int], dict[str, floa
         tried = []
         for values in itertools.product(*(grid[k] for k in keys)):
             params = dict(zip(keys, values))
-            runs = [episode_score(RegisteredHeuristic(name, params), seed)[objective] for seed in seeds]
+            runs = [episode_score(tuned_baseline(name, params), seed)[objective] for seed in seeds]
             tried.append({"parameters": params, objective: float(np.mean(runs))})
         # the best, the first listed on a tie (the fleet file lists its default first where it has one)
         best = max(tried, key=lambda t: t[objective] if higher else -t[objective])

@@ -291,10 +291,20 @@ def default_baselines() -> list[str]:
 EXPORTABLE = _Registered(lambda names: {**{n: n for n in names}, "route_balance_absolute": "route_balance"})
 
 
-def heuristic_spec_of(name: str, instances: int, parameters: dict | None = None) -> dict:
-    """The exported spec of baseline `name` (as the evaluation builds it; `parameters`: those tuning chose)."""
-    given = BASELINES[name]().parameters() if parameters is None else parameters
-    return heuristics.heuristic_spec(EXPORTABLE[name], instances, **given)
+def parameters_of(name: str, chosen: dict | None = None) -> dict:
+    """Baseline `name`'s parameters: its own, with `chosen` (what `tune` picked) over them."""
+    return {**BASELINES[name]().parameters(), **(chosen or {})}
+
+
+def tuned_baseline(name: str, chosen: dict) -> RegisteredHeuristic:
+    """Heuristic `name` in the simulator with `chosen` over its own parameters, through the registered
+    function a bundle's spec runs (`heuristic_spec_of` with the same `chosen` exports it)."""
+    return RegisteredHeuristic(name, parameters_of(name, chosen))
+
+
+def heuristic_spec_of(name: str, instances: int, chosen: dict | None = None) -> dict:
+    """The exported spec of baseline `name` (as the evaluation builds it; `chosen`: what tuning picked)."""
+    return heuristics.heuristic_spec(EXPORTABLE[name], instances, **parameters_of(name, chosen))
 
 
 def from_spec(spec: dict):
