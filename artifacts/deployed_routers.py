@@ -34,6 +34,8 @@ Documented defaults used:
 - ours, `llm_d_ttft`: llm-d's three scorers and a fourth, the request's predicted first-token time
   on each instance (the step in flight, then the prefill of the waiting prompts and of its own
   uncached tokens at that instance's speed), weight `ttft_weight` 0.5. Not a deployed router.
+- ours, `linear_scorer`: a weighted sum of nine per-instance features (`SCORER_FEATURES`), its weights
+  learned on training windows (`training.policies.weight_search`); with none given, `llm_d_ttft`.
 - SGLang (model gateway, cache_aware): when the load is imbalanced (max − min outstanding requests
   > balance_abs_threshold 64 and max > balance_rel_threshold 1.5 × min) the least loaded; else the
   instance with the longest prefix match when its match rate exceeds cache_threshold 0.3; else the
@@ -94,9 +96,14 @@ def remember(request, instances, state, choice: int) -> int:
     return choice
 
 
+def _min_max(values: list[float]) -> list[float]:
+    """Scaled to [0, 1] with the least 1 (all 1 when they are equal)."""
+    low, high = min(values), max(values)
+    return [1.0 if high == low else (high - v) / (high - low) for v in values]
+
+
 def _queue_scores(waiting: list[int]) -> list[float]:
-    low, high = min(waiting), max(waiting)
-    return [1.0 if high == low else (high - q) / (high - low) for q in waiting]
+    return _min_max(waiting)
 
 
 def _llm_d_scores(request, instances, parameters, state) -> tuple[list[float], list[int]]:
@@ -147,10 +154,63 @@ def llm_d_ttft(request, instances, parameters, state) -> int:
     `default=False`: a fleet file names it (its use is where prompts share prefixes)."""
     score, overlaps = _llm_d_scores(request, instances, parameters, state)
     weight = float(parameters.get("ttft_weight", LLM_D_TTFT["ttft_weight"]))
-    first = predicted_first_token_s(request, instances, overlaps)
-    low, high = min(first), max(first)
-    soon = [1.0 if high == low else (high - t) / (high - low) for t in first]
+    soon = _min_max(predicted_first_token_s(request, instances, overlaps))
     score = [s + weight * t for s, t in zip(score, soon)]
+    return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
+
+
+# `linear_scorer`'s features, each per instance and larger where the instance is the better choice; its
+# score is the sum of weight × feature in this order (the TypeScript runtime sums in the same order)
+SCORER_FEATURES = ("prefix", "kv_free", "queue", "first_token", "first_token_s", "running", "waiting",
+                   "prefill_speed", "decode_speed")
+# a feature a spec leaves out weighs this: llm_d_ttft's weights, so `linear_scorer` with none decides as it does
+SCORER_DEFAULTS = {**{f: 0.0 for f in SCORER_FEATURES}, "prefix": LLM_D_WEIGHTS["prefix"],
+                   "kv_free": LLM_D_WEIGHTS["kv_utilization"], "queue": LLM_D_WEIGHTS["queue"],
+                   "first_token": LLM_D_TTFT["ttft_weight"]}
+
+
+def scorer_features(request, instances, state) -> dict[str, list[float]]:
+    """`SCORER_FEATURES` per instance: the prompt's share of blocks it holds (`prefix`), 1 − its KV use
+    (`kv_free`), llm-d's queue score (`queue`), the predicted first-token time min-max scaled (soonest 1:
+    `first_token`) and in seconds, negated (`first_token_s`), its running and waiting requests per slot,
+    negated, and its prefill and decode speed relative to the fleet's fastest (1 for the fastest)."""
+    ids, _ = _blocks(request)
+    overlaps = prefix_overlaps(request, instances, state)
+    first = predicted_first_token_s(request, instances, overlaps)
+    prefill = [float(i["prefill_s_per_token"]) for i in instances]
+    tpot = [float(i["tpot_s"]) for i in instances]
+    return {"prefix": [o / len(ids) if ids else 0.0 for o in overlaps],
+            "kv_free": [1.0 - min(1.0, max(0.0, float(i.get("kv_utilization", 0.0)))) for i in instances],
+            "queue": _queue_scores([len(i["waiting"]) for i in instances]),
+            "first_token": _min_max(first),
+            "first_token_s": [-t for t in first],
+            "running": [-len(i["running"]) / max(1, int(i["max_running"])) for i in instances],
+            "waiting": [-len(i["waiting"]) / max(1, int(i["max_running"])) for i in instances],
+            "prefill_speed": [min(prefill) / p if p > 0 else 1.0 for p in prefill],
+            "decode_speed": [min(tpot) / t if t > 0 else 1.0 for t in tpot]}
+
+
+def scorer_weights(parameters: dict[str, Any]) -> dict[str, float]:
+    """`linear_scorer`'s weights: the spec's over `SCORER_DEFAULTS`; a name it does not know is refused."""
+    given = dict(parameters.get("weights") or {})
+    unknown = sorted(set(given) - set(SCORER_FEATURES))
+    if unknown:
+        raise ValueError(f"linear_scorer: weights {unknown} name no feature (known: {', '.join(SCORER_FEATURES)})")
+    return {**SCORER_DEFAULTS, **{k: float(v) for k, v in given.items()}}
+
+
+@HEURISTICS.register("linear_scorer", default=False)
+def linear_scorer(request, instances, parameters, state) -> int:
+    """The instance with the highest Σ weight × feature over `SCORER_FEATURES` (the first on ties). Why:
+    llm-d's scorers and the first-token one weigh a fixed few signals by hand; this takes more of what a
+    router sees (slots, relative speeds, the first token in seconds) and lets a learner set the weights
+    (`training.policies.weight_search`: CMA-ES on training windows). With no weights it is `llm_d_ttft`."""
+    weights = scorer_weights(parameters)
+    features = scorer_features(request, instances, state)
+    score = [0.0] * len(instances)
+    for name in SCORER_FEATURES:
+        w, values = weights[name], features[name]
+        score = [s + w * v for s, v in zip(score, values)]
     return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
 
 

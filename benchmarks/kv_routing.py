@@ -8,6 +8,7 @@ where nothing is shared, the same windows with their hashes dropped.
     python -m benchmarks.kv_routing --loads 0.8 --policies llm_d clairvoyant_ttft --no-control --name bound
     python -m benchmarks.kv_routing --loads 0.8 --no-control --learned --name learned
     python -m benchmarks.kv_routing --loads 0.8 --no-control --choose --name ttft   # llm_d_ttft's weights first
+    python -m benchmarks.kv_routing --loads 0.8 --no-control --learn-weights 300 --name learned_scorer
 
 The fleet: configs/gpu_fleet.yaml's 12 instances, each tier's step model fitted to its
 LLM-Inference-Bench rows, each instance's KV capacity from its hardware and its model's
@@ -31,6 +32,11 @@ no router serving 99.5% of the requests has a lower mean TTFT in this simulator.
 `--choose` picks `llm_d_ttft`'s weights (llm-d's three scorers and ours, the request's predicted
 first-token time) on six 500-request windows from the trace rows after the evaluation windows':
 the lowest mean TTFT among those serving 99.5% (`CHOICE_GRID`); the evaluation then runs those.
+`--learn-weights N` learns `linear_scorer`'s nine weights with the pipeline's CMA-ES
+(`training.policies.weight_search`): `--restarts` searches of N candidates, each candidate on
+`--search-episodes` 500-request training windows of its own search (rows after the evaluation
+windows'), for the lowest mean TTFT among those serving 99.5%; llm_d_ttft's weights and each search's
+best are compared on eight validation windows of the same rows and the best there is judged.
 `--learned` also trains 001's DDQN (`ddqn_workload_guided`, the pipeline's own policy module) with
 the observation issue 60 adds: each instance's share of the request's prompt blocks in its prefix
 cache, its waiting queue and whether it is full (masked); its per-instance network (one Q function
@@ -56,6 +62,7 @@ from benchmarks.common import DATA, REPO, parser, results_dir
 
 POLICIES = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "llm_d", "dynamo_kv",
             "sglang_cache_aware", "llm_d_ttft")
+EXTRA = ("clairvoyant_ttft", "linear_scorer")  # run where named (linear_scorer also with --learn-weights)
 DEPLOYED = ("llm_d", "dynamo_kv", "sglang_cache_aware")
 SHOWN = ("goodput", "served_share", "ttft_mean_s", "ttft_p95_offered_s", "tpot_mean_s", "e2e_mean_offered_s",
          "e2e_p95_offered_s", "prefix_hit_rate")
@@ -194,6 +201,27 @@ def choose_llm_d_ttft(profiles, models, trace, rate: float, first_row: int, bloc
             "llm_d_defaults": llm_d, "tried": tried}
 
 
+def learn_scorer_weights(profiles, models, trace, rate: float, first_row: int, block_tokens: int, n_models: int,
+                         evaluations: int, episodes: int, restarts: int, n: int = 500, seed: int = 0) -> dict:
+    """`linear_scorer`'s weights learned by the pipeline's CMA-ES (`training.policies.weight_search`) for
+    the lowest mean TTFT among candidates serving 99.5%, on training windows of `n` requests (rows from
+    `first_row`, which no evaluation window holds), kept where they beat llm_d_ttft's on validation windows."""
+    from routeforge.core.config.training import WeightSearch
+    from routeforge.training.policies.simulator.cluster import Cluster
+    from routeforge.training.policies.simulator.metrics import summarize
+    from routeforge.training.policies.weight_search import search_weights
+
+    def episode(policy, seed: int) -> dict:
+        requests = training_window(trace, n, rate, seed, n_models, first_row)
+        return summarize(Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, policy))
+
+    search = WeightSearch(evaluations=evaluations, episodes=episodes, restarts=restarts)
+    started = time.perf_counter()
+    out = search_weights("linear_scorer", search, "ttft_mean_s", seed, episode, lambda line: print(line, flush=True))
+    return {**out, "settings": search.model_dump(), "requests": n, "first_row": first_row, "rate_rps": rate,
+            "seconds": time.perf_counter() - started}
+
+
 def saturation_rps(profiles, models, trace, n: int, seeds: int, n_models: int, block_tokens: int) -> float:
     """The fleet's throughput at saturation on these windows, as the pipeline's `load_basis: saturation`
     measures it (`training.policies.load.calibrate_on`)."""
@@ -215,12 +243,17 @@ def main() -> None:
     p.add_argument("--loads", type=float, nargs="+", default=[0.5, 0.8, 0.95])
     p.add_argument("--slo-scale", type=float, default=5.0)
     p.add_argument("--name", default=None, help="the result file's name (default: from the fleet and pool)")
-    p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=[*POLICIES, "clairvoyant_ttft"])
+    p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=[*POLICIES, *EXTRA])
     p.add_argument("--no-control", action="store_true", help="skip the windows with their hashes dropped")
     p.add_argument("--learned", action="store_true", help="also train and judge 001's DDQN with prefix overlap")
     p.add_argument("--train-requests", type=int, default=500, help="requests per training window (--learned)")
     p.add_argument("--episodes", type=int, default=6, help="the DDQN's RL episodes (--learned)")
     p.add_argument("--teacher", default="auto", help="the DDQN's teacher (--learned; auto: by its clone's return)")
+    p.add_argument("--learn-weights", type=int, default=0, metavar="CANDIDATES",
+                   help="learn linear_scorer's weights by CMA-ES with this many candidates on training windows")
+    p.add_argument("--search-episodes", type=int, default=6, help="training windows each candidate runs")
+    p.add_argument("--restarts", type=int, default=3, help="CMA-ES searches, chosen among on validation windows")
+    p.add_argument("--search-seed", type=int, default=0, help="the search's seed (its windows and CMA-ES's draws)")
     p.add_argument("--choose", action="store_true",
                    help="choose llm_d_ttft's weights on training windows (rows after the evaluation windows') first")
     args = p.parse_args()
@@ -250,6 +283,12 @@ def main() -> None:
         print(f"llm_d_ttft chosen on {choice['windows']} training windows: {choice['chosen']['parameters']} "
               f"(mean TTFT {choice['chosen']['ttft_mean_s']:.4g} s; llm-d's defaults "
               f"{choice['llm_d_defaults']['ttft_mean_s']:.4g} s)", flush=True)
+    scorer = None
+    if args.learn_weights:
+        scorer = learn_scorer_weights(profiles, models, trace, 0.8 * saturation, args.requests * args.seeds, block,
+                                      n_models, args.learn_weights, args.search_episodes, args.restarts,
+                                      seed=args.search_seed)
+        args.policies = [*args.policies, "linear_scorer"] if "linear_scorer" not in args.policies else args.policies
     if args.learned:
         ddqn = {"episodes": args.episodes, "demo_episodes": 2, "pretrain_steps": 1000, "keep_best_round": True,
                 "validation_episodes": 2, "network": "per_instance", "latency_reward": "first_token",
@@ -272,6 +311,8 @@ def main() -> None:
                     requests = window(trace, args.requests, load * saturation, seed, n_models, shared)
                     t0 = time.perf_counter()
                     chosen = choice["chosen"]["parameters"] if choice is not None and policy == "llm_d_ttft" else None
+                    if policy == "linear_scorer" and scorer is not None:
+                        chosen = scorer["parameters"]
                     outcomes = (run(profiles, models, requests, policy, block, chosen) if policy not in extra
                                 else run_learned(learned, policy, requests, seed))
                     wall += time.perf_counter() - t0
@@ -297,6 +338,7 @@ def main() -> None:
               "instances": names, "kv_capacity": capacities, "block_tokens": block,
               "repeated_block_share": trace.repeated_block_share(), "rows": rows,
               "learned": report_learned if learned is not None else None, "llm_d_ttft_choice": choice,
+              "linear_scorer_weights": scorer,
               "wall_seconds": time.perf_counter() - started}
     name = args.name or f"gpu_fleet_{args.pool or 'all'}_mooncake"
     out = results_dir("kv_routing") / f"{name}{'_quick' if args.quick else ''}.json"

@@ -167,6 +167,21 @@ def _learned_schema(schema: dict) -> None:
     schema.pop("propertyNames", None)
 
 
+class WeightSearch(_Strict):
+    """How `linear_scorer`'s weights are learned (training.policies.weight_search): `restarts` CMA-ES
+    searches of `evaluations` candidates, each candidate judged on `episodes` training-workload episodes;
+    the first step size; the served share below which a candidate ranks last; and the validation
+    episodes on which the starting weights and each search's best are compared (the best is kept)."""
+
+    evaluations: int = Field(150, ge=10, le=10_000, description="CMA-ES candidates of each search")
+    restarts: int = Field(3, ge=1, le=20, description="searches, each on training episodes of its own")
+    episodes: int = Field(6, ge=1, le=100, description="training-workload episodes each candidate runs")
+    sigma: PositiveFloat = Field(1.0, description="CMA-ES's first step size, in weight units")
+    min_served_share: float = Field(0.995, ge=0.0, le=1.0, description="a candidate serving less ranks last")
+    validation_episodes: int = Field(8, ge=1, le=100,
+                                     description="episodes the starting weights and each search's best are judged on")
+
+
 class RoutingEvaluationSettings(_Strict):
     """`routing_evaluation`: learned routing policies and every baseline in the simulator built from
     the profiled tiers (training.routing_evaluation)."""
@@ -236,6 +251,11 @@ class RoutingEvaluationSettings(_Strict):
         default_factory=dict, description="a heuristic's parameters to choose on training windows: "
                                           "{heuristic: {parameter: [values]}}")
     tune_episodes: int = Field(4, ge=1, le=100, description="training-workload episodes each tuned combination runs")
+    # a scoring heuristic's weights learned by CMA-ES on training-workload episodes, kept where they beat
+    # its starting weights on validation episodes (training.policies.weight_search); the evaluation runs and
+    # the bundle carries them. Example: {linear_scorer: {evaluations: 300}}
+    weight_search: dict[Literal["linear_scorer"], WeightSearch] = Field(
+        default_factory=dict, description="a scoring heuristic's weights to learn on training windows")
     _moved: list[str] = PrivateAttr(default_factory=list)  # old keys read into `learned` (`moved_keys`)
 
     @model_validator(mode="wrap")
@@ -297,11 +317,15 @@ class RoutingEvaluationSettings(_Strict):
 
     @model_validator(mode="after")
     def _tuned_are_evaluated(self):
-        if self.policies is not None:
-            for name in self.tune:
+        for key in ("tune", "weight_search"):
+            for name in getattr(self, key) if self.policies is not None else ():
                 if name not in self.policies:
-                    raise ValueError(f"training.routing_evaluation.tune: {name!r} is not among `policies` "
+                    raise ValueError(f"training.routing_evaluation.{key}: {name!r} is not among `policies` "
                                      f"({', '.join(self.policies)}): tuning it would choose what nothing runs")
+        both = sorted(set(self.tune) & set(self.weight_search))
+        if both:
+            raise ValueError(f"training.routing_evaluation: {', '.join(both)} both in `tune` and `weight_search`; "
+                             "give its parameters one way")
         return self
 
     @model_validator(mode="after")

@@ -45,6 +45,7 @@ from routeforge.training.policies.simulator.traces import (
 )
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 from routeforge.training.policies.tuning import tune_heuristics
+from routeforge.training.policies.weight_search import search_weights
 
 # the papers' three, trained unless `policies` lists others; ppo_queue_bias when named
 METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
@@ -300,8 +301,12 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         # the baselines' (`Setting.block_tokens`)
         return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, policy)
 
-    tuned = tune_heuristics(settings, lambda policy, seed: score(simulate(train_workload(seed), policy), prices,
-                                                                 qos_limit, slo, profiles, models), log)
+    def training_episode(policy, seed: int) -> dict[str, float]:
+        return score(simulate(train_workload(seed), policy), prices, qos_limit, slo, profiles, models)
+
+    tuned = tune_heuristics(settings, training_episode, log)
+    tuned.update({name: search_weights(name, search, settings.objective, settings.seed, training_episode, log)
+                  for name, search in settings.weight_search.items()})
 
     def baseline(name: str):
         """The simulator policy of baseline `name`: with its tuned parameters where `tune` chose some."""

@@ -107,6 +107,57 @@ export function llmDTtft(request: BlockRequest, instances: any[], parameters: an
   return remember(request, instances, state, highest(score.map((s, i) => s + weight * soon[i])));
 }
 
+/** linear_scorer's features, summed in this order (deployed_routers.SCORER_FEATURES). */
+export const SCORER_FEATURES = ["prefix", "kv_free", "queue", "first_token", "first_token_s", "running", "waiting",
+  "prefill_speed", "decode_speed"] as const;
+export const SCORER_DEFAULTS: Record<string, number> = {
+  prefix: LLM_D_WEIGHTS.prefix, kv_free: LLM_D_WEIGHTS.kv_utilization, queue: LLM_D_WEIGHTS.queue,
+  first_token: LLM_D_TTFT.ttft_weight, first_token_s: 0.0, running: 0.0, waiting: 0.0, prefill_speed: 0.0,
+  decode_speed: 0.0,
+};
+
+function minMax(values: number[]): number[] {
+  const low = Math.min(...values), high = Math.max(...values);
+  return values.map((v) => (high === low ? 1.0 : (high - v) / (high - low)));
+}
+
+/** Each feature per instance, larger where the instance is the better choice (deployed_routers.scorer_features). */
+export function scorerFeatures(request: BlockRequest, instances: any[], state: DeployedState): Record<string, number[]> {
+  const [ids] = blocks(request);
+  const o = overlaps(request, instances, state);
+  const first = predictedFirstTokenS(request, instances, o);
+  const prefill = instances.map((i) => Number(i.prefill_s_per_token));
+  const tpot = instances.map((i) => Number(i.tpot_s));
+  const fastPrefill = Math.min(...prefill), fastTpot = Math.min(...tpot);
+  const slots = (i: any) => Math.max(1, Math.trunc(i.max_running));
+  return {
+    prefix: o.map((v) => (ids.length ? v / ids.length : 0.0)),
+    kv_free: instances.map((i) => 1.0 - Math.min(1.0, Math.max(0.0, i.kv_utilization ?? 0.0))),
+    queue: minMax(instances.map((i) => i.waiting.length)),
+    first_token: minMax(first),
+    first_token_s: first.map((t) => -t),
+    running: instances.map((i) => -i.running.length / slots(i)),
+    waiting: instances.map((i) => -i.waiting.length / slots(i)),
+    prefill_speed: prefill.map((p) => (p > 0 ? fastPrefill / p : 1.0)),
+    decode_speed: tpot.map((t) => (t > 0 ? fastTpot / t : 1.0)),
+  };
+}
+
+/** The highest Σ weight × feature (deployed_routers.linear_scorer); a weight naming no feature is refused. */
+export function linearScorer(request: BlockRequest, instances: any[], parameters: any, state: DeployedState): number {
+  const given: Record<string, number> = parameters.weights ?? {};
+  const unknown = Object.keys(given).filter((k) => !(SCORER_FEATURES as readonly string[]).includes(k)).sort();
+  if (unknown.length) throw new Error(`linear_scorer: weights ${JSON.stringify(unknown)} name no feature`);
+  const weights = { ...SCORER_DEFAULTS, ...given };
+  const features = scorerFeatures(request, instances, state);
+  let score = instances.map(() => 0.0);
+  for (const name of SCORER_FEATURES) {
+    const w = Number(weights[name]), values = features[name];
+    score = score.map((s, i) => s + w * values[i]);
+  }
+  return remember(request, instances, state, highest(score));
+}
+
 function activeTokens(instance: CacheInstance): number {
   if (instance.active_tokens !== undefined && instance.active_tokens !== null) return instance.active_tokens;
   return instance.waiting.reduce((s, r) => s + r.prompt_tokens, 0);
@@ -151,4 +202,5 @@ export function sglangCacheAware(request: BlockRequest, instances: CacheInstance
 
 export const DEPLOYED: Record<string, (r: any, i: any[], p: any, s: DeployedState) => number> = {
   llm_d: llmD, llm_d_ttft: llmDTtft, dynamo_kv: dynamoKv, sglang_cache_aware: sglangCacheAware,
+  linear_scorer: linearScorer,
 };

@@ -213,7 +213,34 @@ def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
     assert all(rates[n] > 0.9 for n in ("llm_d", "dynamo_kv", "sglang_cache_aware")), rates
 
 
-@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware", "quality_within_slo", "llm_d_ttft"])
+# linear_scorer with a weight on each of its features, so every one of them decides somewhere
+SCORER_WEIGHTS = {"weights": {"prefix": 4.0, "kv_free": 3.0, "queue": 0.9, "first_token": -0.9, "first_token_s": 1.6,
+                              "running": 1.2, "waiting": -0.7, "prefill_speed": -2.6, "decode_speed": 0.5}}
+
+
+def test_linear_scorer_is_llm_d_ttft_without_weights_and_weighs_each_feature_it_is_given():
+    """`linear_scorer`: with no weights, `llm_d_ttft`'s decision on every golden case; a weight on the
+    prefill speed alone sends a request to the faster prefill; a weight naming no feature is refused."""
+    from routeforge.artifacts.deployed_routers import SCORER_FEATURES, scorer_features
+    from routeforge.artifacts.golden import _heuristic_cases
+
+    cases = _heuristic_cases(4, 200, np.random.default_rng(3))
+    plain, ttft = (HeuristicPolicy.from_spec(heuristic_spec(n, 4)) for n in ("linear_scorer", "llm_d_ttft"))
+    assert [plain.route(c["request"], c["instances"]) for c in cases] == \
+        [ttft.route(c["request"], c["instances"]) for c in cases]
+    request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
+    insts = [{**_instance(), "prefill_s_per_token": 1e-3}, {**_instance(), "prefill_s_per_token": 1e-4}]
+    features = scorer_features(request, insts, {})
+    assert set(features) == set(SCORER_FEATURES) and features["prefill_speed"] == [0.1, 1.0]
+    only_speed = {"weights": {f: 0.0 for f in SCORER_FEATURES} | {"prefill_speed": 1.0}}
+    assert _route("linear_scorer", request, insts, **only_speed) == 1
+    assert _route("linear_scorer", request, insts, **{"weights": {f: 0.0 for f in SCORER_FEATURES}}) == 0  # a tie
+    with pytest.raises(ValueError, match=r"linear_scorer: weights \['speed'\] name no feature"):
+        _route("linear_scorer", request, insts, weights={"speed": 1.0})
+
+
+@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware", "quality_within_slo", "llm_d_ttft",
+                                  "linear_scorer"])
 def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     """Issue 60, item 4: the TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the
     same choice as the Python one on 300 random requests in sequence, its own prefix index carried
@@ -238,7 +265,7 @@ def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     cases += [{"request": request, "instances": [queued(10), queued(100), queued(100), queued(100)]},
               {"request": request, "instances": [queued(100), queued(100), queued(100), queued(10)]},
               {"request": request, "instances": [queued(5), queued(1), queued(1), queued(2)]}]
-    spec = heuristic_spec(name, 4)
+    spec = heuristic_spec(name, 4, **(SCORER_WEIGHTS if name == "linear_scorer" else {}))
     python = HeuristicPolicy.from_spec(spec)
     expected = [python.route(c["request"], c["instances"]) for c in cases]
     assert len(set(expected)) > 1 and any("cached_prefix_blocks" not in c["instances"][0] for c in cases)

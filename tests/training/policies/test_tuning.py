@@ -41,3 +41,41 @@ def test_the_fleet_file_names_a_registered_heuristic_and_numbers():
         RoutingEvaluationSettings(tune={"quality_within_slo": {"slo_scale": []}})
     with pytest.raises(ValidationError, match="'quality_within_slo' is not among `policies`"):
         RoutingEvaluationSettings(policies=["join_shortest_queue"], tune={"quality_within_slo": {"slo_scale": [2.0]}})
+
+
+def test_linear_scorer_weights_are_learned_by_cma_es_kept_only_if_they_win_on_validation_and_exported(tmp_path):
+    """`weight_search`: each of `restarts` CMA-ES searches runs about `evaluations` candidates on
+    training episodes of its own; the starting weights (llm_d_ttft's) and each search's best are judged
+    on the same validation episodes and the best there is kept; the evaluation runs and the bundle's
+    spec carries the kept weights."""
+    from routeforge.artifacts.deployed_routers import SCORER_FEATURES
+
+    settings = RoutingEvaluationSettings(enabled=True, loads=[0.9], workloads=["poisson"], requests=60, seeds=1,
+                                         queue_capacity=4, objective="goodput",
+                                         policies=["join_shortest_queue", "linear_scorer"],
+                                         weight_search={"linear_scorer": {"evaluations": 12, "episodes": 1,
+                                                                          "restarts": 2, "validation_episodes": 1}})
+    evaluation = evaluate_routing(_pool(), FITS, [0, 1], np.array([[0.1, 0.2], [1.0, 2.0]]), settings, tmp_path,
+                                  log=lambda _: None)
+    learned = evaluation.report()["tuned_heuristics"]["linear_scorer"]
+    assert learned["method"] == "cma-es" and len(learned["searches"]) == 2
+    assert all(s["curve"][-1]["evaluations"] >= 12 for s in learned["searches"])
+    assert all(set(s["weights"]) == set(SCORER_FEATURES) for s in learned["searches"])
+    losses = learned["validation_loss"]
+    assert list(losses) == ["start", "search 1", "search 2"]
+    assert learned["kept"] == min(losses, key=lambda label: (losses[label], label != "start"))
+    kept = learned["start"] if learned["kept"] == "start" else learned["searches"][int(learned["kept"][-1]) - 1]["weights"]
+    assert learned["parameters"]["weights"] == kept
+    folders = export_heuristics(["linear_scorer"], 2, tmp_path / "policies",
+                                parameters={n: t["parameters"] for n, t in evaluation.tuned.items()})
+    spec = json.loads((folders["linear_scorer"] / "policy.json").read_text())
+    assert spec["parameters"] == learned["parameters"]
+
+
+def test_weight_search_names_an_evaluated_policy_and_not_one_tune_also_sets():
+    with pytest.raises(ValidationError, match="weight_search: 'linear_scorer' is not among `policies`"):
+        RoutingEvaluationSettings(policies=["join_shortest_queue"], weight_search={"linear_scorer": {}})
+    with pytest.raises(ValidationError, match="linear_scorer both in `tune` and `weight_search`"):
+        RoutingEvaluationSettings(tune={"linear_scorer": {"seed": [1]}}, weight_search={"linear_scorer": {}})
+    with pytest.raises(ValidationError, match="weight_search.llm_d"):
+        RoutingEvaluationSettings(weight_search={"llm_d": {}})
