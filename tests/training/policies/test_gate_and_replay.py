@@ -424,7 +424,7 @@ def test_the_dispatcher_runs_the_deployed_routers_from_live_counts_and_its_own_p
     assert prompt_blocks("x" * 63) == [] and len(prompt_blocks("x" * 64 * 300)) == 256
     assert prompt_blocks("ab" * 64)[0] != prompt_blocks("ba" * 64)[0]
     idle = [LiveState(1, 0, 0.1), LiveState(1, 0, 0.1)]
-    for name in DEPLOYED:
+    for name in [*DEPLOYED, "linear_scorer"]:  # and ours, with its starting weights (llm_d_ttft's)
         dispatcher = Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True), policy=name)
         assert dispatcher.policy_name == name
         def send(text, states, tokens):  # decide_prompt without a router: even estimates, the text's blocks
