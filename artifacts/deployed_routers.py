@@ -106,15 +106,26 @@ def _queue_scores(waiting: list[int]) -> list[float]:
     return _min_max(waiting)
 
 
-def _llm_d_scores(request, instances, parameters, state) -> tuple[list[float], list[int]]:
-    """llm-d's weighted sum of its prefix, KV-utilisation and queue scores per instance, and the
-    prompt's cached leading blocks on each (its prefix scorer's input)."""
-    weights = {**LLM_D_WEIGHTS, **parameters.get("weights", {})}
+def _highest(score: list[float]) -> int:
+    """The instance with the highest score, the first on ties."""
+    return max(range(len(score)), key=lambda i: (score[i], -i))
+
+
+def _llm_d_signals(request, instances, state) -> tuple[list[float], list[float], list[float], list[int]]:
+    """llm-d's three scores per instance, unweighted (the prompt's share of blocks cached there, 1 − its
+    KV use, its queue score), and the prompt's cached leading blocks on each (the prefix score's input)."""
     ids, _ = _blocks(request)
     overlaps = prefix_overlaps(request, instances, state)
     prefix = [o / len(ids) if ids else 0.0 for o in overlaps]
     kv = [1.0 - min(1.0, max(0.0, float(i.get("kv_utilization", 0.0)))) for i in instances]
-    queue = _queue_scores([len(i["waiting"]) for i in instances])
+    return prefix, kv, _queue_scores([len(i["waiting"]) for i in instances]), overlaps
+
+
+def _llm_d_scores(request, instances, parameters, state) -> tuple[list[float], list[int]]:
+    """llm-d's weighted sum of its prefix, KV-utilisation and queue scores per instance, and the
+    prompt's cached leading blocks on each."""
+    weights = {**LLM_D_WEIGHTS, **parameters.get("weights", {})}
+    prefix, kv, queue, overlaps = _llm_d_signals(request, instances, state)
     return [weights["prefix"] * p + weights["kv_utilization"] * k + weights["queue"] * q
             for p, k, q in zip(prefix, kv, queue)], overlaps
 
@@ -123,7 +134,7 @@ def _llm_d_scores(request, instances, parameters, state) -> tuple[list[float], l
 def llm_d(request, instances, parameters, state) -> int:
     """llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores."""
     score, _ = _llm_d_scores(request, instances, parameters, state)
-    return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
+    return remember(request, instances, state, _highest(score))
 
 
 # the first-token scorer's weight beside llm-d's 3 / 2 / 2, chosen on Mooncake training windows (rows
@@ -155,8 +166,7 @@ def llm_d_ttft(request, instances, parameters, state) -> int:
     score, overlaps = _llm_d_scores(request, instances, parameters, state)
     weight = float(parameters.get("ttft_weight", LLM_D_TTFT["ttft_weight"]))
     soon = _min_max(predicted_first_token_s(request, instances, overlaps))
-    score = [s + weight * t for s, t in zip(score, soon)]
-    return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
+    return remember(request, instances, state, _highest([s + weight * t for s, t in zip(score, soon)]))
 
 
 # `linear_scorer`'s features, each per instance and larger where the instance is the better choice; its
@@ -174,15 +184,11 @@ def scorer_features(request, instances, state) -> dict[str, list[float]]:
     (`kv_free`), llm-d's queue score (`queue`), the predicted first-token time min-max scaled (soonest 1:
     `first_token`) and in seconds, negated (`first_token_s`), its running and waiting requests per slot,
     negated, and its prefill and decode speed relative to the fleet's fastest (1 for the fastest)."""
-    ids, _ = _blocks(request)
-    overlaps = prefix_overlaps(request, instances, state)
+    prefix, kv, queue, overlaps = _llm_d_signals(request, instances, state)
     first = predicted_first_token_s(request, instances, overlaps)
     prefill = [float(i["prefill_s_per_token"]) for i in instances]
     tpot = [float(i["tpot_s"]) for i in instances]
-    return {"prefix": [o / len(ids) if ids else 0.0 for o in overlaps],
-            "kv_free": [1.0 - min(1.0, max(0.0, float(i.get("kv_utilization", 0.0)))) for i in instances],
-            "queue": _queue_scores([len(i["waiting"]) for i in instances]),
-            "first_token": _min_max(first),
+    return {"prefix": prefix, "kv_free": kv, "queue": queue, "first_token": _min_max(first),
             "first_token_s": [-t for t in first],
             "running": [-len(i["running"]) / max(1, int(i["max_running"])) for i in instances],
             "waiting": [-len(i["waiting"]) / max(1, int(i["max_running"])) for i in instances],
@@ -211,7 +217,7 @@ def linear_scorer(request, instances, parameters, state) -> int:
     for name in SCORER_FEATURES:
         w, values = weights[name], features[name]
         score = [s + w * v for s, v in zip(score, values)]
-    return remember(request, instances, state, max(range(len(instances)), key=lambda i: (score[i], -i)))
+    return remember(request, instances, state, _highest(score))
 
 
 def _active_tokens(instance: dict[str, Any]) -> float:

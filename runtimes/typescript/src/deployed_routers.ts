@@ -59,17 +59,30 @@ function remember(request: BlockRequest, instances: CacheInstance[], state: Depl
   return choice;
 }
 
+/** Scaled to [0, 1] with the least 1 (all 1 when they are equal). */
+function minMax(values: number[]): number[] {
+  const low = Math.min(...values), high = Math.max(...values);
+  return values.map((v) => (high === low ? 1.0 : (high - v) / (high - low)));
+}
+
+/** llm-d's three scores per instance, unweighted, and each instance's cached blocks (deployed_routers._llm_d_signals). */
+function llmDSignals(request: BlockRequest, instances: CacheInstance[],
+                     state: DeployedState): { prefix: number[]; kv: number[]; queue: number[]; o: number[] } {
+  const [ids] = blocks(request);
+  const o = overlaps(request, instances, state);
+  return {
+    prefix: o.map((v) => (ids.length ? v / ids.length : 0.0)),
+    kv: instances.map((i) => 1.0 - Math.min(1.0, Math.max(0.0, i.kv_utilization ?? 0.0))),
+    queue: minMax(instances.map((i) => i.waiting.length)),
+    o,
+  };
+}
+
 /** llm-d's weighted sum of its prefix, KV-utilisation and queue scores, and each instance's cached blocks. */
 function llmDScores(request: BlockRequest, instances: CacheInstance[], parameters: any,
                     state: DeployedState): [number[], number[]] {
   const w = { ...LLM_D_WEIGHTS, ...(parameters.weights ?? {}) };
-  const [ids] = blocks(request);
-  const o = overlaps(request, instances, state);
-  const prefix = o.map((v) => (ids.length ? v / ids.length : 0.0));
-  const kv = instances.map((i) => 1.0 - Math.min(1.0, Math.max(0.0, i.kv_utilization ?? 0.0)));
-  const waiting = instances.map((i) => i.waiting.length);
-  const low = Math.min(...waiting), high = Math.max(...waiting);
-  const queue = waiting.map((q) => (high === low ? 1.0 : (high - q) / (high - low)));
+  const { prefix, kv, queue, o } = llmDSignals(request, instances, state);
   return [prefix.map((p, i) => w.prefix * p + w.kv_utilization * kv[i] + w.queue * queue[i]), o];
 }
 
@@ -101,9 +114,7 @@ export function predictedFirstTokenS(request: BlockRequest, instances: (CacheIns
 export function llmDTtft(request: BlockRequest, instances: any[], parameters: any, state: DeployedState): number {
   const [score, o] = llmDScores(request, instances, parameters, state);
   const weight = parameters.ttft_weight ?? LLM_D_TTFT.ttft_weight;
-  const first = predictedFirstTokenS(request, instances, o);
-  const low = Math.min(...first), high = Math.max(...first);
-  const soon = first.map((t) => (high === low ? 1.0 : (high - t) / (high - low)));
+  const soon = minMax(predictedFirstTokenS(request, instances, o));
   return remember(request, instances, state, highest(score.map((s, i) => s + weight * soon[i])));
 }
 
@@ -116,24 +127,16 @@ export const SCORER_DEFAULTS: Record<string, number> = {
   decode_speed: 0.0,
 };
 
-function minMax(values: number[]): number[] {
-  const low = Math.min(...values), high = Math.max(...values);
-  return values.map((v) => (high === low ? 1.0 : (high - v) / (high - low)));
-}
-
 /** Each feature per instance, larger where the instance is the better choice (deployed_routers.scorer_features). */
 export function scorerFeatures(request: BlockRequest, instances: any[], state: DeployedState): Record<string, number[]> {
-  const [ids] = blocks(request);
-  const o = overlaps(request, instances, state);
+  const { prefix, kv, queue, o } = llmDSignals(request, instances, state);
   const first = predictedFirstTokenS(request, instances, o);
   const prefill = instances.map((i) => Number(i.prefill_s_per_token));
   const tpot = instances.map((i) => Number(i.tpot_s));
   const fastPrefill = Math.min(...prefill), fastTpot = Math.min(...tpot);
   const slots = (i: any) => Math.max(1, Math.trunc(i.max_running));
   return {
-    prefix: o.map((v) => (ids.length ? v / ids.length : 0.0)),
-    kv_free: instances.map((i) => 1.0 - Math.min(1.0, Math.max(0.0, i.kv_utilization ?? 0.0))),
-    queue: minMax(instances.map((i) => i.waiting.length)),
+    prefix, kv_free: kv, queue,
     first_token: minMax(first),
     first_token_s: first.map((t) => -t),
     running: instances.map((i) => -i.running.length / slots(i)),
