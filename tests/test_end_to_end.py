@@ -623,7 +623,9 @@ def _skeleton(line: str, names: set[str]):
     # the gate's verdict on the bundle's recommendation ("holds", or "ranks N, … worse (…)" when another
     # policy wins on this traffic): a run may land either way, so the line is matched up to the name
     text = re.sub(r"(the bundle's recommendation \S+) .*", r"\1", text)
-    if not text.strip():
+    # the same verdict's rest, where the README wraps it onto a line of its own: a run whose
+    # recommendation is the best prints "… holds." and no paired-noise clause at all
+    if not text.strip() or re.match(r"\s*(?:within|beyond) the paired noise", text):
         return None
     name = "(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + ")"
     # the gate's verdicts, either way (training.policies.gate: a run may land on the other side)
