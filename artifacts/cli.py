@@ -16,8 +16,9 @@ from routeforge.artifacts.loader import (
     fetch_verified,
     load_bundle,
     read_manifest,
+    no_key_message,
     resolve_key,
-    trusted_key,
+    signer_id,
 )
 from routeforge.artifacts.narrow_output import NarrowStream
 from routeforge.artifacts.objectives import objective_option
@@ -72,11 +73,14 @@ def signature_options(command):
         "--insecure-skip-signature", "allow_unsigned", is_flag=True,
         help="Load a bundle whose signature cannot be checked (unsigned, or no trusted key): checksums only. "
              "Said on standard error.")(command)
-    return click.option(
-        "--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-        envvar="ROUTEFORGE_PUBLIC_KEY",
-        help="Ed25519 public key (PEM) the bundle must be signed by (default: $ROUTEFORGE_PUBLIC_KEY, else for "
-             "models:/ the key the registry recorded). Without any, the bundle is refused.")(command)
+    return click.option("--public-key", **PUBLIC_KEY_OPTION)(command)
+
+
+PUBLIC_KEY_OPTION = dict(
+    type=click.Path(exists=True, path_type=Path), default=None, envvar="ROUTEFORGE_PUBLIC_KEY",
+    help="Ed25519 public key (PEM), or a folder of them, the bundle must be signed by (default: "
+         "$ROUTEFORGE_PUBLIC_KEY, else the pinned keys: `routeforge keys list`). The store's recorded key is never "
+         "trusted by itself. Without any, the bundle is refused.")
 
 
 PLUGIN_GROUP = "routeforge.commands"  # entry points adding commands from higher layers (`config`)
@@ -232,7 +236,7 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
     offending files or the reason the signature is refused (no trusted key is a refusal too)."""
     try:
         key = resolve_key(ref, public_key, tracking_uri)
-        _, manifest = fetch_verified(ref, None, tracking_uri, key, allow_unsigned)
+        root, manifest = fetch_verified(ref, None, tracking_uri, key, allow_unsigned)
         if key is not None and str(ref).startswith("models:/"):  # MLmodel and the environment files too
             from routeforge.artifacts.model_record import verify_model_record
 
@@ -246,7 +250,7 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
             click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
     n = sum(len(c.files) for c in manifest.components)
-    source = public_key or ("$ROUTEFORGE_PUBLIC_KEY" if trusted_key(None) else "the key the registry recorded")
+    source = f"pinned key {signer_id(root)} ({', '.join(key.places)})" if key is not None else None
     if as_json:
         click.echo(strict_json.dumps({"ok": True, "ref": ref, "name": manifest.name, "version": manifest.version,
                                       "files": n, "signature": "valid" if key is not None else "not checked"}))
@@ -266,9 +270,7 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
               help="Where the verified copy of the model is kept (default: a new temporary folder).")
 @click.option("--check-only", is_flag=True,
               help="Download and verify, print the verified copy and the server command, start nothing.")
-@click.option("--public-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              envvar="ROUTEFORGE_PUBLIC_KEY",
-              help="Ed25519 public key (PEM) the bundle must be signed by (default: the key the registry recorded).")
+@click.option("--public-key", **PUBLIC_KEY_OPTION)
 @_TRACKING
 def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, public_key: Path | None,
           tracking_uri: str | None) -> None:
@@ -293,22 +295,22 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
         raise click.UsageError("serve takes a models:/ reference; for a bundle folder, load it with load_bundle")
     key = resolve_key(ref, public_key, tracking_uri)
     if key is None:
-        raise click.ClickException(f"{ref} refused: no trusted public key to check its signature with: pass "
-                                   "--public-key, set $ROUTEFORGE_PUBLIC_KEY, or use a registry that records its key")
+        raise click.ClickException(f"{ref} refused: {no_key_message()}")
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
     folder = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-serve-"))
     local = download_artifacts(f"models:/{name}/{version}", folder / "model")
     try:
-        manifest = verify_bundle(with_shared_components(bundle_folder(local), in_place=False, public_key=key), key)
+        bundle_root = with_shared_components(bundle_folder(local), in_place=False, public_key=key)
+        manifest = verify_bundle(bundle_root, key)
         files = local_model_files(local, listed_paths(manifest), name, version)  # the very files MLflow gets
         problem = version_record_problem(name, version, key, manifest, files)
     except (BundleVerificationError, ValueError) as exc:
         raise click.ClickException(f"{ref} refused: {exc}") from None
     if problem is not None:
         raise click.ClickException(f"{ref} refused: {problem}")
-    key_file = folder / "bundle-signing.key.pub"
-    key_file.write_bytes(key if isinstance(key, bytes) else Path(key).read_bytes())
+    key_file = folder / "bundle-signing.key.pub"  # the pinned key that signed it: the pyfunc loader's only key
+    key_file.write_bytes(key.get(signer_id(bundle_root)))
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(local), "--env-manager", "local",
                "-h", host, "-p", str(port)]
     click.echo(f"verified {name} version {version} (content digest {manifest.version}) in {local}", err=True)
@@ -624,18 +626,71 @@ def rotate(private_key: Path, retire_public: tuple[Path, ...]) -> None:
     """Replace the signing key at PRIVATE_KEY with a new pair. Its public key (and each --retire-public)
     moves to retired/<key id>.pub beside it: versions signed by a retired key are still verified, each
     with the key it names, so the release gate goes on; the old private key is deleted."""
+    from routeforge.artifacts.keyring import pin
     from routeforge.artifacts.signing import rotate_key
 
     if not private_key.exists() and not retire_public:
         raise click.ClickException(f"no key at {private_key}: to go on after losing it, name its public half with "
-                                   "--retire-public (a backup, or the registered model's tag routeforge.public_key), "
-                                   "or make a fresh one with `routeforge keys generate`")
+                                   "--retire-public (a backup, or a pinned copy: `routeforge keys list` on a router "
+                                   "service), or make a fresh one with `routeforge keys generate`")
     try:
         retired, public = rotate_key(private_key, list(retire_public))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"retired key ids {', '.join(retired)} (kept in {public.parent / 'retired'})\n"
-               f"private key {private_key}\npublic key  {public}")
+    kid, pinned, _ = pin(public.read_bytes())
+    click.echo(f"retired key ids {', '.join(retired)} (kept in {public.parent / 'retired'}, still pinned)\n"
+               f"private key {private_key}\npublic key  {public} (key id {kid}, pinned in {pinned.parent})\n"
+               f"router services: pin {public.name} (`routeforge keys pin`) before the first version it signs is "
+               "promoted; unpin a retired key once no version it signed is served")
+
+
+@keys.command("pin")
+@click.argument("source")
+@_TRACKING
+def pin_key(source: str, tracking_uri: str | None) -> None:
+    """Pin a public key: SOURCE is a PEM file (from the signer, checked by its id out of band), or a
+    models:/ reference whose registry's recorded key is pinned on your word (trust on first use: the
+    store's writer chose it; compare the id printed with the signer's)."""
+    if source.startswith("models:/"):
+        from routeforge.artifacts.registry import recorded_public_key
+
+        pem = recorded_public_key(source, tracking_uri)
+        if pem is None:
+            raise click.ClickException(f"{source}: the registry records no public key for this model")
+        origin = f"the registry's record for {source} (trust on first use)"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise click.ClickException(f"{source}: no such file (a PEM public key, or a models:/ reference)")
+        pem, origin = path.read_bytes(), str(path)
+    from routeforge.artifacts.keyring import pin
+
+    try:
+        kid, pinned, new = pin(pem)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{'pinned' if new else 'already pinned'}: key {kid} from {origin} in {pinned}")
+
+
+@keys.command("unpin")
+@click.argument("kid")
+def unpin_key(kid: str) -> None:
+    """Stop trusting pinned key KID (a retired key once no served version is signed by it)."""
+    from routeforge.artifacts.keyring import unpin
+
+    try:
+        click.echo(f"unpinned key {kid} ({unpin(kid)})")
+    except KeyError as exc:
+        raise click.ClickException(str(exc.args[0])) from None
+
+
+@keys.command("list")
+def list_keys() -> None:
+    """The pinned keys a bundle is verified with here, and where they were read."""
+    from routeforge.artifacts.keyring import load_keyring
+
+    keyring = load_keyring(None)
+    click.echo(keyring.describe())
 
 
 if __name__ == "__main__":

@@ -265,7 +265,7 @@ def check_golden(bundle, tolerance: float = 1e-5) -> list[str]:
             problems.append(f"{wrong} per-traffic recommendations differ")
     for part in spec["heuristics"]:  # loaded afresh, not `bundle.component`: round-robin must start at 0
         policy = component_kind("routing_policy", {"policy_kind": "heuristic"}).load(
-            bundle.root / part["component"])
+            bundle.verified_copy(part["component"]))
         got = [policy.route(c["request"], c["instances"]) for c in part["cases"]]
         wrong = sum(a != b for a, b in zip(got, part["choices"]))
         if wrong:

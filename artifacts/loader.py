@@ -23,19 +23,23 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
 from routeforge.artifacts.components import component_kind
+from routeforge.artifacts.keyring import PUBLIC_KEY_ENV, Keyring, load_keyring, user_keyring
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
-from routeforge.artifacts.plain_files import NotPlainFile, read_plain, sha256_plain, walk_plain
-from routeforge.artifacts.registry import download_bundle, is_remote_uri, recorded_public_key
+from routeforge.artifacts.plain_files import NotPlainFile, copy_plain, read_plain, sha256_plain, walk_plain
+from routeforge.artifacts.registry import download_bundle, is_remote_uri
 from routeforge.artifacts.signing import SIGNATURE_FILE, signature_problem_of
 
 if TYPE_CHECKING:  # numpy is imported where routing needs it: `bundle verify` stays light
     import numpy as np
 
 SUPPORTED_MAJOR, SUPPORTED_MINOR = MANIFEST_SCHEMA_VERSION.split(".")
-PUBLIC_KEY_ENV = "ROUTEFORGE_PUBLIC_KEY"
-NO_KEY = ("no trusted public key to check its signature with: pass public_key= (--public-key), set "
-          f"${PUBLIC_KEY_ENV}, load it by models:/ URI from a registry that records its key, or opt out "
-          "explicitly with allow_unsigned=True (--insecure-skip-signature)")
+
+
+def no_key_message() -> str:
+    """Why a bundle is refused when no key is pinned, and every way to pin one (never the store's)."""
+    return (f"no pinned public key to check its signature with: pass public_key= (--public-key), set "
+            f"${PUBLIC_KEY_ENV}, pin the signer's key (`routeforge keys pin KEY.pub`, into {user_keyring()}), or "
+            "opt out explicitly with allow_unsigned=True (--insecure-skip-signature)")
 
 
 class BundleVerificationError(Exception):
@@ -69,6 +73,17 @@ def _manifest_bytes(root: Path) -> bytes:
         raise BundleVerificationError(str(exc)) from None
 
 
+SCHEMA_VERSION = re.compile(r"(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})", re.ASCII)
+
+
+def parse_schema_version(version) -> tuple[int, int] | None:
+    """(major, minor) of a `<major>.<minor>` schema version in canonical ASCII decimal ("1.1"; not
+    "01.1", "1.1.0" nor other scripts' digits), else None. The TypeScript runtime's
+    `parseSchemaVersion` is held to the same golden cases (tests/artifacts/schema_versions.json)."""
+    match = SCHEMA_VERSION.fullmatch(version) if isinstance(version, str) else None
+    return (int(match[1]), int(match[2])) if match else None
+
+
 def parse_manifest(data: bytes, path: Path) -> Manifest:
     """A manifest from its bytes: JSON, a schema version this loader reads, the JSON Schema."""
     import jsonschema
@@ -81,11 +96,11 @@ def parse_manifest(data: bytes, path: Path) -> Manifest:
         raise BundleVerificationError(f"{path}: a JSON object is expected")
     version = raw.get("schema_version")
     reads = f"{SUPPORTED_MAJOR}.0 to {MANIFEST_SCHEMA_VERSION}"
-    if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
+    parsed = parse_schema_version(version)
+    if parsed is None:
         raise BundleVerificationError(f"{path}: schema_version {version!r} is not a version this loader reads "
                                       f"({reads})")
-    major, minor = version.split(".")
-    if major != SUPPORTED_MAJOR or int(minor) > int(SUPPORTED_MINOR):
+    if parsed[0] != int(SUPPORTED_MAJOR) or parsed[1] > int(SUPPORTED_MINOR):
         # a newer minor may carry signed claims this loader cannot honour: upgrade, never ignore them
         raise BundleVerificationError(
             f"{path}: schema_version {version} is not readable by this loader (reads {reads}; upgrade routeforge)"
@@ -125,7 +140,7 @@ def verified_manifest(root: Path, public_key: Path | str | bytes | None = None,
     data = _manifest_bytes(root)
     key = trusted_key(public_key)
     if key is None and not allow_unsigned:
-        raise BundleVerificationError(f"bundle at {root} refused: {NO_KEY}")
+        raise BundleVerificationError(f"bundle at {root} refused: {no_key_message()}")
     if key is None:
         print(f"routeforge: WARNING: the signature of the bundle at {root} was NOT verified "
               "(allow_unsigned / --insecure-skip-signature)", file=sys.stderr)
@@ -159,11 +174,25 @@ def _unsafe_path(rel: str) -> str | None:
     return None
 
 
-def trusted_key(public_key: Path | str | bytes | None) -> Path | bytes | None:
-    """The key to verify with: the one given, else the file $ROUTEFORGE_PUBLIC_KEY names, else None."""
-    if public_key:
-        return public_key if isinstance(public_key, bytes) else Path(public_key)
-    return Path(os.environ[PUBLIC_KEY_ENV]) if os.environ.get(PUBLIC_KEY_ENV) else None
+def trusted_key(public_key: Path | str | bytes | Keyring | None) -> Keyring | None:
+    """The pinned keys to verify with (`keyring.load_keyring`: the key or folder given, else
+    $ROUTEFORGE_PUBLIC_KEY, else the keyring folders), or None when none is pinned. A key given that
+    is not a key is an error naming it."""
+    try:
+        keyring = load_keyring(public_key)
+    except ValueError as exc:
+        raise BundleVerificationError(f"public key: {exc}") from None
+    return keyring or None
+
+
+def signer_id(root: Path) -> str | None:
+    """The key id `manifest.sig` names (after `verified_manifest` checked it: the pinned key's)."""
+    try:
+        doc = json.loads(read_plain(Path(root) / SIGNATURE_FILE, MAX_SIGNATURE_BYTES))
+    except (NotPlainFile, ValueError):
+        return None
+    kid = doc.get("key_id") if isinstance(doc, dict) else None
+    return kid if isinstance(kid, str) else None
 
 
 def verify_bundle(root: Path, public_key: Path | str | bytes | None = None, allow_unsigned: bool = False) -> Manifest:
@@ -212,6 +241,12 @@ def component_problems(root: Path, component) -> list[str]:
     return problems
 
 
+def _remove_tree(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None, public_key=None) -> Path:
     """A local folder for `ref`: a folder as it is; a `models:/` URI without `dst` through the local
     bundle cache (`artifacts.bundle_cache`: a registry version is downloaded once); any other MLflow
@@ -253,21 +288,62 @@ class RouterBundle:
     root: Path
     manifest: Manifest
     _loaded: dict = field(default_factory=dict, repr=False)
+    _snapshot: Path | None = field(default=None, repr=False)
 
     @property
     def models(self) -> list[str]:
         return [m.name for m in self.manifest.fleet.models]
 
+    def verified_copy(self, name: str) -> Path:
+        """The folder of a private copy of component `name` (in this bundle's snapshot, a temporary
+        folder of this process, removed when the bundle is collected or the process exits), each file
+        hashed as it was copied and checked against the manifest: what a loader reads is exactly what
+        was signed, even if the bundle folder is edited or a file swapped between check and use."""
+        if self._snapshot is None:
+            import tempfile
+            import weakref
+
+            self._snapshot = Path(tempfile.mkdtemp(prefix="routeforge-verified-"))
+            weakref.finalize(self, _remove_tree, self._snapshot)
+        folder = self._snapshot / name
+        if folder.is_dir():
+            return folder
+        entry = self.manifest.component(name)
+        scratch = self._snapshot / f".{name}.partial"
+        problems = []
+        for file in entry.files:
+            target = scratch / PurePosixPath(file.path).relative_to(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                size, digest = copy_plain(self.root / file.path, target)
+            except NotPlainFile as exc:
+                problems.append(f"{file.path}: {exc.reason}")
+                continue
+            if size != file.bytes or digest != file.sha256:
+                problems.append(f"{file.path}: sha256 mismatch")
+        if problems:
+            _remove_tree(scratch)
+            raise BundleVerificationError(f"component {name} of the bundle at {self.root} changed after it was "
+                                          "verified: " + "; ".join(problems))
+        scratch.rename(folder)
+        return folder
+
+    def verified_bytes(self, name: str, rel: str) -> bytes:
+        """The bytes of file `rel` of component `name`, from its verified copy."""
+        return (self.verified_copy(name) / rel).read_bytes()
+
     def component(self, name: str):
-        """The runtime object of component `name`, loaded once per bundle (ONNX sessions are costly).
-        A router or KNN estimator gets the bundle's sentence encoder attached."""
+        """The runtime object of component `name`, loaded once per bundle (ONNX sessions are costly)
+        from its verified copy (`verified_copy`), with the components it reads beside it (a text
+        predictor's shared embeddings: `uses_components`). A router or KNN estimator gets the bundle's
+        sentence encoder attached."""
         if name not in self._loaded:
             entry = self.manifest.component(name)
-            changed = component_problems(self.root, entry)  # hashed again as it is read: changed since?
-            if changed:
-                raise BundleVerificationError(f"component {name} of the bundle at {self.root} changed after it "
-                                              "was verified: " + "; ".join(changed))
-            loaded = component_kind(entry.kind, entry.config).load(self.root / entry.name)
+            kind = component_kind(entry.kind, entry.config)
+            folder = self.verified_copy(name)
+            for other in getattr(kind.cls, "uses_components", lambda _folder: [])(folder):
+                self.verified_copy(other)
+            loaded = kind.load(folder)
             if hasattr(loaded, "encoder") and loaded.encoder is None and self.has_kind("sentence_encoder"):
                 loaded.encoder = self.sentence_encoder()
             self._loaded[name] = loaded
@@ -422,7 +498,7 @@ class RouterBundle:
         if component is None:
             raise KeyError(f"bundle {self.manifest.name} has no routing evaluation (routing_simulator): it was "
                            "trained without training.routing_evaluation")
-        return json.loads((self.root / component.name / "simulator.json").read_text())
+        return json.loads(self.verified_bytes(component.name, "simulator.json"))
 
     def recommended_policy_for(self, traffic_stats: dict[str, float], objective: str = "goodput") -> dict:
         """The policy the training run found best for traffic like `traffic_stats` (any of
@@ -455,9 +531,9 @@ class RouterBundle:
 def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | None = None,
                 public_key: Path | str | bytes | None = None, allow_unsigned: bool = False) -> RouterBundle:
     """Load a bundle from a folder or `models:/<name>@<alias>`; verifies its signature and files
-    before returning (`verify_bundle`). For a `models:/` URI with no key given or in
-    $ROUTEFORGE_PUBLIC_KEY, the public key the registry recorded for that model is trusted
-    (`routeforge.artifacts.registry.recorded_public_key`; only the pipeline's writer account can set it)."""
+    before returning (`verify_bundle`), with the pinned key its signature names (`resolve_key`: the
+    key or folder given, else $ROUTEFORGE_PUBLIC_KEY, else the keyring folders; never a key read
+    from the store unless the user opted in to trust on first use)."""
     key = resolve_key(ref, public_key, tracking_uri)
     root, manifest = fetch_verified(ref, dst, tracking_uri, key, allow_unsigned)
     return RouterBundle(root=root, manifest=manifest)
@@ -480,11 +556,23 @@ def fetch_verified(ref: str | Path, dst: Path | None, tracking_uri: str | None, 
         return root, verify_bundle(root, key, allow_unsigned)
 
 
-def resolve_key(ref: str | Path, public_key: Path | str | bytes | None = None,
-                tracking_uri: str | None = None) -> Path | bytes | None:
-    """The key a bundle at `ref` must be signed with: `public_key`, else $ROUTEFORGE_PUBLIC_KEY, else
-    for `models:/` the key the registry recorded for the model; None when there is none."""
+def resolve_key(ref: str | Path, public_key: Path | str | bytes | Keyring | None = None,
+                tracking_uri: str | None = None) -> Keyring | None:
+    """The pinned keys a bundle at `ref` is verified with (`trusted_key`); None when none is pinned.
+    The registry's recorded key is never trusted by itself: only with nothing pinned, for a
+    `models:/` reference, and with $ROUTEFORGE_TRUST_ON_FIRST_USE=1 is it pinned (said on stderr),
+    as SSH's known-hosts pins a host's first key."""
+    from routeforge.artifacts.keyring import pin, trust_on_first_use_allowed
+
     key = trusted_key(public_key)
-    if key is None and str(ref).startswith("models:/"):
-        key = recorded_public_key(str(ref), tracking_uri)
+    if key is None and str(ref).startswith("models:/") and trust_on_first_use_allowed():
+        from routeforge.artifacts.registry import recorded_public_key
+
+        pem = recorded_public_key(str(ref), tracking_uri)
+        if pem is not None:
+            kid, path, _ = pin(pem)
+            print(f"routeforge: pinned key {kid} from the registry's record for {ref} into {path} (trust on first "
+                  f"use, $ROUTEFORGE_TRUST_ON_FIRST_USE=1): compare {kid} with the signer's `routeforge keys list`",
+                  file=sys.stderr)
+            key = trusted_key(None)
     return key

@@ -79,3 +79,19 @@ def walk_plain(root: Path) -> tuple[list[str], list[str]]:
             elif not stat.S_ISDIR(mode):
                 odd.append(f"{rel}: a special file (device, pipe or socket)")
     return sorted(files), sorted(odd)
+
+
+def copy_plain(path: Path, dst: Path, limit: int | None = None) -> tuple[int, str]:
+    """Copy a plain file to `dst` (a new file, owner-only) through one descriptor, hashing the bytes
+    as they are copied: (size, sha256) of exactly what `dst` now holds. What a caller then uses is
+    the copy, so a file swapped or edited after this read cannot reach it."""
+    digest, size = hashlib.sha256(), 0
+    out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+    with os.fdopen(_open(Path(path)), "rb") as f, os.fdopen(out, "wb") as w:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            w.write(chunk)
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise NotPlainFile(path, f"larger than {limit:,} bytes")
+    return size, digest.hexdigest()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from routeforge.artifacts.state_folder import sqlite_file
+from routeforge.artifacts.state_folder import is_sqlite_database, sqlite_file
 
 
 def is_remote_uri(ref: str) -> bool:
@@ -77,6 +77,9 @@ def check_store_exists(uri: str, tracking_uri: str) -> None:
     if database is not None and not database.is_file():
         raise ValueError(f"cannot resolve {uri}: no registry at {tracking_uri} ({database.resolve()} does not "
                          "exist; a read never creates one: check the path, or pass --tracking-uri)")
+    if database is not None and not is_sqlite_database(database):
+        raise ValueError(f"cannot resolve {uri}: {database.resolve()} is not an SQLite database (empty, or another "
+                         "kind of file); a read never creates or writes one")
 
 
 def mlflow_tracking_uri() -> str:

@@ -110,20 +110,23 @@ def sign_bundle(root: Path, private_key: Path) -> str:
 SIGNATURE_BYTES = 64  # an Ed25519 signature
 
 
-def signature_problem_of(manifest: bytes, signature_doc: bytes | None, public_key: Path | bytes) -> str | None:
+def signature_problem_of(manifest: bytes, signature_doc: bytes | None, public_key) -> str | None:
     """Why `signature_doc` (the bytes of `manifest.sig`; None: there is none) is not a valid signature
-    of exactly these `manifest` bytes by `public_key`'s owner, or None when it is. The caller reads
-    each file once and parses the manifest from the same bytes it checked here."""
+    of exactly these `manifest` bytes by a pinned key, or None when it is. `public_key`: a
+    `keyring.Keyring`, or one key (a PEM path or PEM bytes). The signature is checked with the pinned
+    key of the id it names; a key that is not pinned is refused naming both. The caller reads each file
+    once and parses the manifest from the same bytes it checked here."""
     from cryptography.exceptions import InvalidSignature
+    from routeforge.artifacts.keyring import load_keyring
 
-    key = load_public_key(public_key)
+    keyring = load_keyring(public_key)
     if signature_doc is None:
         return f"unsigned: no {SIGNATURE_FILE} (a signed bundle was required)"
     try:
         doc = json.loads(signature_doc)
         algorithm, kid, text = doc["algorithm"], doc["key_id"], doc["signature"]
-        if not isinstance(text, str):
-            raise TypeError("signature is not a string")
+        if not isinstance(text, str) or not isinstance(kid, str):
+            raise TypeError("signature or key_id is not a string")
         signature = base64.b64decode(text, validate=True)
     except (ValueError, KeyError, TypeError) as exc:
         return f"{SIGNATURE_FILE}: malformed ({exc})"
@@ -131,11 +134,12 @@ def signature_problem_of(manifest: bytes, signature_doc: bytes | None, public_ke
         return f"{SIGNATURE_FILE}: malformed (an Ed25519 signature is {SIGNATURE_BYTES} bytes in canonical base64)"
     if algorithm != ALGORITHM:
         return f"{SIGNATURE_FILE}: algorithm {algorithm!r}, expected {ALGORITHM!r}"
-    expected = key_id(key)
-    if kid != expected:
-        return f"signed by another key (key id {kid}, expected {expected})"
+    pem = keyring.get(kid)
+    if pem is None:
+        return (f"signed by another key (key id {kid[:64]!r}, which is not pinned; {keyring.describe()}): "
+                "pin the signer's public key with `routeforge keys pin KEY.pub` once you have it from the signer")
     try:
-        key.verify(signature, manifest)
+        load_public_key(pem).verify(signature, manifest)
     except InvalidSignature:
         return f"bad signature: {MANIFEST_FILE} was changed after it was signed by key {kid}"
     return None

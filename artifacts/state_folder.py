@@ -27,10 +27,29 @@ REGISTRIES = "registries.json"
 
 
 def sqlite_file(tracking_uri: str) -> Path | None:
-    """The database file of a `sqlite:///…` tracking URI (None for any other store)."""
+    """The database file of a `sqlite:///…` tracking URI (None for any other store): the one parse
+    that the light reader, the store check and MLflow's client all get. A percent-encoded path is
+    refused: SQLAlchemy decodes it and sqlite3 does not, so one URI would name two files."""
     if not tracking_uri.startswith("sqlite:///"):
         return None
-    return Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
+    path = tracking_uri.removeprefix("sqlite:///").split("?", 1)[0]
+    if "%" in path:
+        raise ValueError(f"{tracking_uri}: a percent-encoded path in a sqlite tracking URI is read as one file by "
+                         "sqlite3 and as another by MLflow; write the path as it is")
+    return Path(path)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def is_sqlite_database(path: Path) -> bool:
+    """Whether `path` is a plain file that starts with SQLite's header (a 0-byte file is not: MLflow
+    would write its whole schema into it)."""
+    try:
+        with open(path, "rb") as f:
+            return Path(path).is_file() and f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
 
 
 def record_registry(model_name: str, tracking_uri: str) -> None:

@@ -94,6 +94,12 @@ class TextPredictor:
     tokenizer: BatchTokenizer
     table: np.ndarray | None = None
 
+    @staticmethod
+    def uses_components(folder: Path) -> list[str]:
+        """The component whose word-embedding table this predictor reads (`embeddings.shared`)."""
+        shared = (json.loads((Path(folder) / "predictor.json").read_text()).get("embeddings") or {}).get("shared")
+        return [shared] if isinstance(shared, str) and shared else []
+
     @classmethod
     def load(cls, folder: Path) -> TextPredictor:
         import onnxruntime as ort

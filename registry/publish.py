@@ -18,8 +18,9 @@ from typing import Any
 
 from routeforge.artifacts.manifest import Fleet, Lineage, Manifest, Provenance
 from routeforge.artifacts.registry import PUBLIC_KEY_TAG
-from routeforge.artifacts.signing import public_key_pem, sign_bundle
+from routeforge.artifacts.signing import public_key_path, public_key_pem, sign_bundle
 from routeforge.artifacts.writer import ComponentSource, write_bundle, write_manifest
+from routeforge.registry.release import CHAMPION
 from routeforge.registry.store import (
     RegisteredBundle,
     ensure_experiment,
@@ -27,6 +28,7 @@ from routeforge.registry.store import (
     register_bundle,
     registry_lock,
 )
+
 
 
 def code_version() -> str:
@@ -100,8 +102,10 @@ def publish_bundle(
                 tags["signing_key_id"] = run_tags["routeforge.signing_key_id"] = sign_bundle(staging_dir, signing_key)
             mlflow.set_tags(run_tags)
             registered = register_bundle(staging_dir, run.info.run_id, name, alias, tags=tags, signing_key=signing_key)
-            if signing_key is not None:  # what `load_bundle("models:/…")` trusts when given no key
-                mlflow.MlflowClient().set_registered_model_tag(name, PUBLIC_KEY_TAG, public_key_pem(signing_key))
+            if signing_key is not None:
+                pin_signer(signing_key)
+                if alias == CHAMPION:  # promoted as it is registered: the registry's hint names its key now
+                    mlflow.MlflowClient().set_registered_model_tag(name, PUBLIC_KEY_TAG, public_key_pem(signing_key))
         if context is not None:
             close_parent(parent_run(experiment_id, context), "FINISHED")
     return registered, manifest
@@ -294,3 +298,17 @@ def log_report(*, run_id: str, metrics: dict[str, float], files: list[Path], ste
         for key, value in tags.items():
             client.set_tag(run_id, key, value)
     return run_id
+
+
+def pin_signer(signing_key: Path) -> None:
+    """Pin the public half of the key this machine signs with (it holds the private key: that trust
+    comes from here, not from the store), so its own CLI and loads verify what it registers; said
+    the first time. A router service elsewhere pins the key itself (`routeforge keys pin`)."""
+    import sys
+
+    from routeforge.artifacts.keyring import pin
+
+    kid, path, new = pin(public_key_pem(signing_key).encode())
+    if new:
+        print(f"routeforge: pinned this pipeline's signing key {kid} in {path} (router services elsewhere: "
+              f"`routeforge keys pin {public_key_path(signing_key)}`)", file=sys.stderr)

@@ -376,8 +376,16 @@ class Registry:
         return load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
                            public_key=key, allow_unsigned=allow_unsigned)
 
-    def move_champion(self, version: str, decision: Decision, evaluation_sha: str | None) -> None:
+    def move_champion(self, version: str, decision: Decision, evaluation_sha: str | None,
+                      signer: Path | None = None) -> None:
+        """Point `champion` at `version`; `signer`: the public key it verified with, which the
+        registry's hint (`routeforge.public_key`, for trust on first use) then names: the hint moves
+        to a new key only when a version signed by it is promoted, never at registration."""
+        from routeforge.artifacts.registry import PUBLIC_KEY_TAG
+
         self.client.set_registered_model_alias(self.name, CHAMPION, version)
+        if signer is not None and Path(signer).is_file():
+            self.client.set_registered_model_tag(self.name, PUBLIC_KEY_TAG, Path(signer).read_text())
         history = [v for v in self.history() if v != version] + [version]
         self.client.set_registered_model_tag(self.name, HISTORY_TAG, json.dumps(history))
         self.record(version, decision, evaluation_sha)
@@ -449,7 +457,10 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
         decision.reasons = [f"forced over: {r}" for r in decision.reasons]
         decision.promote, decision.forced_by, decision.force_reason = True, getpass.getuser(), reason
     if decision.promote:
-        registry.move_champion(version, decision, sha)
+        from routeforge.artifacts.signing import key_for
+
+        signer = None if public_key is None else key_for(public_key, tags.get("signing_key_id"))
+        registry.move_champion(version, decision, sha, signer)
     else:
         registry.record(version, decision, sha)
     return decision

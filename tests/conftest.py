@@ -18,7 +18,7 @@ from routeforge.generation.local_server import free_port, stop, transformers_ser
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
 # the caller's trust settings must not decide a test: each test sets the ones it needs
-TRUST_VARIABLES = ("ROUTEFORGE_PUBLIC_KEY", "ROUTEFORGE_INSECURE_SKIP_SIGNATURE")
+TRUST_VARIABLES = ("ROUTEFORGE_PUBLIC_KEY", "ROUTEFORGE_INSECURE_SKIP_SIGNATURE", "ROUTEFORGE_TRUST_ON_FIRST_USE")
 for _name in TRUST_VARIABLES:
     os.environ.pop(_name, None)
 
@@ -57,6 +57,14 @@ def _cli_environment():
 def _bundle_cache(tmp_path_factory):
     """Bundles the tests download by models:/ URI go to one cache of the session, never the checkout's."""
     os.environ["ROUTEFORGE_CACHE"] = str(tmp_path_factory.mktemp("bundle-cache"))
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _keyring(tmp_path_factory):
+    """The keys pipelines pin as they sign (`artifacts.keyring`) go to a keyring of the session, never
+    the user's configuration folder; a test that judges trust sets its own."""
+    os.environ["ROUTEFORGE_KEYRING"] = str(tmp_path_factory.mktemp("keyring"))
     yield
 
 

@@ -578,7 +578,7 @@ def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_
     public = demo.config.storage_root / "keys" / "bundle-signing.key.pub"
     monkeypatch.delenv("ROUTEFORGE_PUBLIC_KEY", raising=False)
     mlflow.set_tracking_uri(demo.tracking)
-    with pytest.raises(Exception, match="no trusted public key"):  # signatures are checked as the loader does
+    with pytest.raises(Exception, match="no pinned public key"):  # signatures are checked as the loader does
         mlflow.pyfunc.load_model(uri)
     monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(public))
     model = mlflow.pyfunc.load_model(uri)

@@ -97,9 +97,9 @@ def test_a_symbolic_link_in_the_bundle_is_refused(signed, tmp_path):
 def test_cli_verify_with_a_public_key(signed, keys, tmp_path):
     runner = CliRunner()
     ok = runner.invoke(main, ["bundle", "verify", str(signed), "--public-key", str(keys[1])])
-    assert ok.exit_code == 0 and f"signature by {keys[1]} valid" in ok.output
+    assert ok.exit_code == 0 and f"({keys[1]}) valid" in ok.output and "signature by pinned key" in ok.output
     keyless = runner.invoke(main, ["bundle", "verify", str(signed)])
-    assert keyless.exit_code == 1 and "no trusted public key" in keyless.output
+    assert keyless.exit_code == 1 and "no pinned public key" in keyless.output
     unchecked = runner.invoke(main, ["bundle", "verify", str(signed), "--insecure-skip-signature"])
     assert unchecked.exit_code == 0 and "signature NOT checked" in unchecked.output
     other = generate_key_pair(tmp_path / "o" / "k")
@@ -111,7 +111,7 @@ def test_cli_verify_with_a_public_key(signed, keys, tmp_path):
 def test_signatures_are_required_by_default_and_the_opt_out_says_so(signed, keys, tmp_path, monkeypatch, capfd):
     monkeypatch.delenv("ROUTEFORGE_PUBLIC_KEY", raising=False)
     for load in (verify_bundle, load_bundle):
-        with pytest.raises(BundleVerificationError, match="no trusted public key .*ROUTEFORGE_PUBLIC_KEY"):
+        with pytest.raises(BundleVerificationError, match="no pinned public key .*ROUTEFORGE_PUBLIC_KEY"):
             load(signed)
     monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(keys[1]))  # the configured key is used without arguments
     assert load_bundle(signed).manifest.name == "router"

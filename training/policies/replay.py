@@ -86,7 +86,7 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
     if component is None:
         raise ValueError(f"bundle {bundle.manifest.name} has no routing_simulator component: it was trained "
                          f"without training.routing_evaluation (or before policies were packaged)")
-    sim = read_simulator(bundle.root / component.name)
+    sim = read_simulator(bundle.verified_copy(component.name))
     profiles, _ = fleet_profiles([i["fit"] for i in sim["instances"]], sim["queue_capacity"],
                                  sim["kv_capacity_tokens"], [i.get("limits", {}) for i in sim["instances"]])
     models = [i["model_index"] for i in sim["instances"]]

@@ -4,8 +4,12 @@
  * checked against the manifest, nothing unlisted; then components by name.
  */
 import { createHash, createPublicKey, verify } from "crypto";
-import { closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, readFileSync } from "fs";
-import { join, relative, sep } from "path";
+import {
+  closeSync, constants, fstatSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync,
+  statSync, writeFileSync,
+} from "fs";
+import { tmpdir } from "os";
+import { dirname, join, relative, sep } from "path";
 import { SentenceEncoder } from "./encoder";
 import { HeuristicPolicy } from "./heuristics";
 import { LatencyModel } from "./latency";
@@ -32,6 +36,27 @@ function readPlain(path: string): Buffer {
   }
 }
 
+/** A `<major>.<minor>` schema version in canonical decimal ("1.1", not "01.1" nor "1.1.0"), as
+ * artifacts/loader.py parses it (the golden cases in tests/artifacts/schema_versions.json hold both to it):
+ * [major, minor], or null. */
+export function parseSchemaVersion(version: unknown): [number, number] | null {
+  if (typeof version !== "string") return null;
+  const match = /^(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})$/.exec(version);
+  return match ? [Number(match[1]), Number(match[2])] : null;
+}
+
+/** The id of an Ed25519 public key: the first 16 hex digits of the sha256 of its raw 32 bytes. */
+function keyIdOf(pem: string): string {
+  const rawKey = createPublicKey(pem).export({ format: "der", type: "spki" }).subarray(-32);
+  return createHash("sha256").update(rawKey).digest("hex").slice(0, 16);
+}
+
+/** The pinned keys at `path`: a PEM file, or every `*.pub` in a folder (artifacts/keyring.py). */
+export function loadKeyring(path: string): string[] {
+  if (!statSync(path).isDirectory()) return [readPlain(path).toString("utf8")];
+  return readdirSync(path).filter((n) => n.endsWith(".pub")).sort().map((n) => readPlain(join(path, n)).toString("utf8"));
+}
+
 /** Every entry under `folder` that is not a plain file or folder (links never followed), and every file. */
 function walk(folder: string, odd: string[], root: string): string[] {
   return readdirSync(folder).flatMap((name) => {
@@ -52,11 +77,12 @@ export class Bundle {
    * signature read once each, the signature checked on those bytes first, a `<major>.<minor>` schema
    * version this runtime reads, plain component names with every file inside its component's folder, no
    * link or special file anywhere. `publicKeyPem` null skips the signature (said on stderr). */
-  static open(root: string, publicKeyPem: string | null): Bundle {
+  static open(root: string, pinned: string | string[] | null): Bundle {
     const raw = readPlain(join(root, "manifest.json"));
-    if (publicKeyPem === null) {
+    if (pinned === null) {
       process.stderr.write(`routeforge: WARNING: the signature of the bundle at ${root} was NOT verified\n`);
     } else {
+      const keys = new Map((typeof pinned === "string" ? [pinned] : pinned).map((pem) => [keyIdOf(pem), pem]));
       let sigBytes: Buffer;
       try {
         sigBytes = readPlain(join(root, "manifest.sig"));
@@ -69,18 +95,19 @@ export class Bundle {
       if (signature.length !== 64 || signature.toString("base64") !== doc.signature) {
         throw new Error("manifest.sig: malformed (an Ed25519 signature is 64 bytes in canonical base64)");
       }
-      const key = createPublicKey(publicKeyPem);
-      const rawKey = key.export({ format: "der", type: "spki" }).subarray(-32);
-      const keyId = createHash("sha256").update(rawKey).digest("hex").slice(0, 16);
-      if (doc.key_id !== keyId) throw new Error(`signed by another key (key id ${doc.key_id}, expected ${keyId})`);
-      if (!verify(null, raw, key, signature)) {
+      const pem = typeof doc.key_id === "string" ? keys.get(doc.key_id) : undefined;
+      if (pem === undefined) {
+        throw new Error(`signed by another key (key id ${JSON.stringify(String(doc.key_id).slice(0, 64))}, which is not `
+          + `pinned; pinned: ${[...keys.keys()].sort().join(", ") || "none"})`);
+      }
+      if (!verify(null, raw, createPublicKey(pem), signature)) {
         throw new Error(`bad signature: manifest.json was changed after it was signed by key ${doc.key_id}`);
       }
     }
     const manifest = JSON.parse(raw.toString("utf8"));
     const version = manifest.schema_version;
-    if (typeof version !== "string" || !/^\d+\.\d+$/.test(version) || parseInt(version, 10) !== MANIFEST_SCHEMA_VERSION
-        || parseInt(version.split(".")[1], 10) > MANIFEST_SCHEMA_MINOR) {
+    const parsed = parseSchemaVersion(version);
+    if (parsed === null || parsed[0] !== MANIFEST_SCHEMA_VERSION || parsed[1] > MANIFEST_SCHEMA_MINOR) {
       throw new Error(`manifest schema_version ${JSON.stringify(version)} is not one this runtime reads `
         + `(${MANIFEST_SCHEMA_VERSION}.0 to ${MANIFEST_SCHEMA_VERSION}.${MANIFEST_SCHEMA_MINOR}; upgrade the runtime)`);
     }
@@ -132,8 +159,52 @@ export class Bundle {
     return this.manifest.components.filter((c: any) => c.kind === kind);
   }
 
+  private snapshot: string | null = null;
+
+  /** The folder of a private copy of component `name` (a temporary folder of this process, removed at
+   * exit or by `close()`), each file hashed as it was read and checked against the manifest: what a
+   * loader reads is what was signed, even if the bundle folder is edited after `open` (Python:
+   * `RouterBundle.verified_copy`). */
   folder(name: string): string {
-    return join(this.root, name);
+    const component = this.manifest.components.find((c: any) => c.name === name);
+    if (!component) throw new Error(`bundle ${this.manifest.name} has no component ${name}`);
+    if (this.snapshot === null) {
+      const snapshot = mkdtempSync(join(tmpdir(), "routeforge-verified-"));
+      this.snapshot = snapshot;
+      process.once("exit", () => rmSync(snapshot, { recursive: true, force: true }));
+    }
+    const folder = join(this.snapshot, name);
+    try {
+      if (statSync(folder).isDirectory()) return folder;
+    } catch { /* not copied yet */ }
+    const problems: string[] = [];
+    for (const file of component.files) {
+      const target = join(this.snapshot, ...String(file.path).split("/"));
+      let bytes: Buffer;
+      try {
+        bytes = readPlain(join(this.root, ...String(file.path).split("/")));
+      } catch (e: any) {
+        problems.push(`${file.path}: ${String(e.message).endsWith("missing") ? "missing" : "not a plain file"}`);
+        continue;
+      }
+      if (bytes.length !== file.bytes || createHash("sha256").update(bytes).digest("hex") !== file.sha256) {
+        problems.push(`${file.path}: sha256 mismatch`);
+        continue;
+      }
+      mkdirSync(dirname(target), { recursive: true, mode: 0o700 });
+      writeFileSync(target, bytes, { mode: 0o600, flag: "wx" });
+    }
+    if (problems.length) {
+      rmSync(folder, { recursive: true, force: true });
+      throw new Error(`component ${name} of the bundle at ${this.root} changed after it was verified: ${problems.join("; ")}`);
+    }
+    return folder;
+  }
+
+  /** Remove the verified copies (a long-lived service that loaded everything it needs). */
+  close(): void {
+    if (this.snapshot !== null) rmSync(this.snapshot, { recursive: true, force: true });
+    this.snapshot = null;
   }
 
   async encoder(): Promise<SentenceEncoder> {

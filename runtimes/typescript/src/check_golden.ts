@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `node dist/check_golden.js BUNDLE [--public-key KEY.pub | --insecure-skip-signature]`: load a
+ * `node dist/check_golden.js BUNDLE [--public-key KEY.pub|KEYRING_FOLDER | --insecure-skip-signature]`: load a
  * bundle with this runtime, recompute its golden vectors (token ids, embeddings, router estimates
  * and decisions at each λ, latency predictions, heuristic choices) and print one JSON report with
  * the differences and the timings; exit 1 when anything differs beyond 1e-5 or any decision differs.
@@ -8,7 +8,7 @@
 import { readFileSync } from "fs";
 import { join } from "path";
 import { performance } from "perf_hooks";
-import { Bundle } from "./bundle";
+import { Bundle, loadKeyring } from "./bundle";
 import { recommend } from "./heuristics";
 import { bestIndex } from "./router";
 import { matrix, readSafetensors } from "./safetensors";
@@ -24,7 +24,7 @@ async function main(): Promise<number> {
     return 2;
   }
   const started = performance.now();
-  const bundle = Bundle.open(root, keyAt >= 0 ? readFileSync(args[keyAt + 1], "utf8") : null);
+  const bundle = Bundle.open(root, keyAt >= 0 ? loadKeyring(args[keyAt + 1]) : null);
   const encoder = await bundle.encoder();
   const router = bundle.router();
   const coldStartMs = performance.now() - started;

@@ -1,0 +1,216 @@
+"""The fifth hostile round (issue 71): an attacker who can write the artifact store, the bundle cache
+or the registry's database, but holds no signing key. Each test is a probe that got through before
+the change it names (said in its docstring) and is refused now."""
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from routeforge.artifacts.cli import main
+from routeforge.artifacts.keyring import load_keyring
+from routeforge.artifacts.loader import BundleVerificationError, load_bundle, parse_schema_version
+from routeforge.artifacts.signing import generate_key_pair, key_id, load_public_key
+from routeforge.registry.publish import publish_bundle
+
+REPO = Path(__file__).resolve().parents[2]
+TS_DIST = REPO / "runtimes" / "typescript" / "dist"
+SCHEMA_CASES = json.loads((Path(__file__).parent / "schema_versions.json").read_text())["cases"]
+
+
+def _node():
+    node = shutil.which("node")
+    if node is None or not (TS_DIST / "bundle.js").is_file():
+        pytest.skip("the TypeScript runtime is not built (`make ts-runtime`; Debian: apt-get install nodejs npm)")
+    return node
+
+
+def _ts(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Run `script` on Node.js with `Bundle`, `loadKeyring` and `parseSchemaVersion` of the built runtime."""
+    prelude = f"const {{ Bundle, loadKeyring, parseSchemaVersion }} = require({json.dumps(str(TS_DIST / 'bundle.js'))});"
+    return subprocess.run([_node(), "-e", prelude + script, *args], capture_output=True, text=True, timeout=60)
+
+
+def _kid(public: Path) -> str:
+    return key_id(load_public_key(public))
+
+
+@pytest.fixture
+def takeover(tmp_path, component, fleet, monkeypatch):
+    """A store whose champion (v1) the owner signed, then a v2 an attacker registered as champion:
+    a changed component, signed by the attacker's key, and the model's `routeforge.public_key` tag
+    replaced with the attacker's public key (what a store writer can do). The service's keyring
+    pins the owner's key. Returns (tracking URI, owner's public key, attacker's public key)."""
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    service_ring, attacker_ring = tmp_path / "service-keyring", tmp_path / "attacker-keyring"
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    owner, attacker = tmp_path / "owner" / "bundle.key", tmp_path / "attacker" / "bundle.key"
+    generate_key_pair(owner)
+    generate_key_pair(attacker)
+
+    def register(key: Path, k: int, ring: Path) -> None:
+        monkeypatch.setenv("ROUTEFORGE_KEYRING", str(ring))
+        (component.folder / "nested" / "meta.json").write_text(json.dumps({"k": k}))
+        publish_bundle(name="local", fleet=fleet, components=[component], staging_dir=tmp_path / f"stage{k}",
+                       tracking_uri=tracking, experiment="takeover", artifact_location=str(tmp_path / "artifacts"),
+                       alias="champion", input_hashes={}, params={}, metrics={"acc": 0.5}, signing_key=key)
+
+    register(owner, 1, service_ring)  # the owner's machine pins its own key; the service pinned the same
+    register(attacker, 666, attacker_ring)
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(service_ring))
+    import mlflow
+
+    tag = mlflow.MlflowClient(tracking).get_registered_model("local").tags["routeforge.public_key"]
+    assert tag == Path(f"{attacker}.pub").read_text()  # the store's hint now names the attacker's key
+    return tracking, Path(f"{owner}.pub"), Path(f"{attacker}.pub")
+
+
+def test_a_takeover_of_the_recorded_key_is_refused_by_every_loader(takeover, tmp_path):
+    """Got through: with the tag replaced and the version re-signed by the attacker, `bundle verify`
+    printed "signature by the key the registry recorded valid", `load_bundle` served the attacker's
+    bundle and `serve` ran it. Now each verifies with the pinned key only, and says in one line the
+    key that signed and the key pinned."""
+    tracking, owner, attacker = takeover
+    signed, pinned = _kid(attacker), _kid(owner)
+    words = f"signed by another key (key id '{signed}', which is not pinned; pinned: {pinned}"
+    with pytest.raises(BundleVerificationError) as refused:
+        load_bundle("models:/local@champion", tracking_uri=tracking)
+    assert words in str(refused.value)
+    runner = CliRunner()
+    verify = runner.invoke(main, ["bundle", "verify", "models:/local@champion", "--tracking-uri", tracking])
+    assert verify.exit_code == 1 and words in verify.output and len(verify.output.strip().splitlines()) == 1
+    serve = runner.invoke(main, ["serve", "models:/local@champion", "--check-only", "--tracking-uri", tracking,
+                                 "--dst", str(tmp_path / "serve")])
+    assert serve.exit_code == 1 and words in serve.output
+    # the owner's version still verifies and loads by version number
+    assert load_bundle("models:/local/1", tracking_uri=tracking).manifest.name == "local"
+    # the TypeScript runtime, given the service's keyring, refuses the same download
+    folder = tmp_path / "download"
+    assert runner.invoke(main, ["bundle", "download", "models:/local@champion", str(folder),
+                                "--tracking-uri", tracking]).exit_code == 0
+    ts = _ts("try { Bundle.open(process.argv[1], loadKeyring(process.argv[2])); console.log('OPENED'); } "
+             "catch (e) { console.log(e.message); }", str(folder), os.environ["ROUTEFORGE_KEYRING"])
+    assert f"signed by another key (key id \"{signed}\", which is not pinned; pinned: {pinned})" in ts.stdout, ts
+
+
+def test_trust_on_first_use_pins_the_recorded_key_only_when_asked_and_nothing_is_pinned(takeover, tmp_path,
+                                                                                         monkeypatch, capsys):
+    tracking, owner, attacker = takeover
+    fresh = tmp_path / "fresh-keyring"
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(fresh))
+    with pytest.raises(BundleVerificationError, match="no pinned public key"):  # never the store's by itself
+        load_bundle("models:/local/1", tracking_uri=tracking)
+    monkeypatch.setenv("ROUTEFORGE_TRUST_ON_FIRST_USE", "1")
+    # first use pins what the store names now (the attacker's, here: why it is opt-in and said)
+    load_bundle("models:/local@champion", tracking_uri=tracking)
+    assert f"pinned key {_kid(attacker)} from the registry's record" in capsys.readouterr().err
+    assert set(load_keyring(None).keys) == {_kid(attacker)}
+    # once a key is pinned, another recorded key is never added: the owner's v1 is refused here
+    with pytest.raises(BundleVerificationError, match="which is not pinned"):
+        load_bundle("models:/local/1", tracking_uri=tracking)
+
+
+def test_rotation_keeps_the_old_key_pinned_and_the_hint_moves_only_on_promotion(tmp_path, monkeypatch):
+    """Got through: after `keys rotate`, registering a version moved the recorded key to the new key
+    before any gate, and the old-key champion was refused ("signed by another key"). Now the pinned
+    keyring holds both, and the registry's hint is written when a version is promoted."""
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(tmp_path / "ring"))
+    private = tmp_path / "keys" / "bundle.key"
+    old = generate_key_pair(private)
+    runner = CliRunner()
+    assert runner.invoke(main, ["keys", "pin", str(old)]).exit_code == 0
+    rotated = runner.invoke(main, ["keys", "rotate", str(private)])
+    assert rotated.exit_code == 0 and "still pinned" in rotated.output
+    listed = runner.invoke(main, ["keys", "list"]).output
+    assert _kid(old) in listed and _kid(Path(f"{private}.pub")) in listed
+    assert "routeforge.public_key" not in rotated.output
+    unpinned = runner.invoke(main, ["keys", "unpin", _kid(old)])
+    assert unpinned.exit_code == 0 and _kid(old) not in runner.invoke(main, ["keys", "list"]).output
+
+
+@pytest.mark.parametrize("version, parsed", SCHEMA_CASES)
+def test_schema_versions_parse_alike_in_both_runtimes(version, parsed):
+    """Got through: TypeScript opened a bundle of schema_version "01.1", which Python refused."""
+    expected = tuple(parsed) if parsed is not None else None
+    assert parse_schema_version(version) == expected
+    ts = _ts("console.log(JSON.stringify(parseSchemaVersion(JSON.parse(process.argv[1]))));", json.dumps(version))
+    assert json.loads(ts.stdout) == parsed, ts.stderr
+
+
+def _bundle_with_policy(tmp_path):
+    from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
+    from routeforge.artifacts.signing import sign_bundle
+    from routeforge.artifacts.writer import ComponentSource, write_bundle
+
+    source = tmp_path / "src" / "policy--round_robin"
+    source.mkdir(parents=True)
+    (source / "policy.json").write_text(json.dumps({"kind": "heuristic", "heuristic": "round_robin",
+                                                    "parameters": {}, "instances": 2}))
+    fleet = Fleet(name="t", models=[ModelEntry(name="a", engine="transformers", input_per_mtok=1.0,
+                                               output_per_mtok=2.0)])
+    root = tmp_path / "bundle"
+    write_bundle(root, "router", fleet, [ComponentSource(name="policy--round_robin", kind="routing_policy",
+                                                         format="json", folder=source,
+                                                         metrics={}, config={"policy_kind": "heuristic"})],
+                 Lineage(), "test")
+    private = tmp_path / "keys" / "k"
+    public = generate_key_pair(private)
+    sign_bundle(root, private)
+    return root, public
+
+
+def test_a_component_edited_or_swapped_after_open_is_refused_in_typescript(tmp_path):
+    """Got through: `heuristic()` and `router()` read their files after `open()` with no second hash,
+    so an edited `policy.json`, or one replaced by a link to an outside file, was served."""
+    root, public = _bundle_with_policy(tmp_path)
+    policy = root / "policy--round_robin" / "policy.json"
+    script = ("const b = Bundle.open(process.argv[1], loadKeyring(process.argv[2])); "
+              "require('fs').writeFileSync(process.argv[3], process.argv[4]); "
+              "try { b.heuristic('policy--round_robin'); console.log('SERVED'); } catch (e) { console.log(e.message); }")
+    edited = _ts(script, str(root), str(public), str(policy), '{"kind": "heuristic", "heuristic": "jsq", "instances": 2}')
+    assert "changed after it was verified: policy--round_robin/policy.json: sha256 mismatch" in edited.stdout, edited
+    root2, public2 = _bundle_with_policy(tmp_path / "two")
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"kind": "heuristic", "heuristic": "jsq", "instances": 2}')
+    linked = _ts("const b = Bundle.open(process.argv[1], loadKeyring(process.argv[2])); const fs = require('fs'); "
+                 "fs.unlinkSync(process.argv[3]); fs.symlinkSync(process.argv[4], process.argv[3]); "
+                 "try { b.heuristic('policy--round_robin'); console.log('SERVED'); } catch (e) { console.log(e.message); }",
+                 str(root2), str(public2), str(root2 / "policy--round_robin" / "policy.json"), str(outside))
+    assert "policy--round_robin/policy.json: not a plain file" in linked.stdout, linked
+
+
+def test_a_python_component_is_used_from_the_bytes_it_was_checked_on(tmp_path):
+    """Got through: `simulator_spec()` read `simulator.json` as it was at the time of the call, and
+    `component()` hashed a file, then let its loader open it again (a swap between the two was served
+    in 969 of 182,839 loads). Now both read a private copy hashed as it was made."""
+    root, public = _bundle_with_policy(tmp_path)
+    bundle = load_bundle(root, public_key=public)
+    policy = root / "policy--round_robin" / "policy.json"
+    copy = bundle.verified_copy("policy--round_robin")
+    policy.write_text('{"kind": "heuristic", "heuristic": "jsq", "instances": 2}')  # after the copy was made
+    assert json.loads((copy / "policy.json").read_text())["heuristic"] == "round_robin"
+    assert bundle.routing_policy("policy--round_robin").name == "round_robin"
+    with pytest.raises(BundleVerificationError, match="sha256 mismatch"):
+        load_bundle(root, public_key=public)
+
+
+def test_the_light_reader_never_writes_a_store_and_refuses_an_ambiguous_uri(tmp_path):
+    """Got through: a 0-byte database file was written into (a 954 KB schema) by a 'read-only' `bundle
+    verify` falling back to MLflow; `sqlite:///…%65…` opened one file in the light reader and another
+    in MLflow."""
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    runner = CliRunner()
+    out = runner.invoke(main, ["bundle", "verify", "models:/local@champion", "--tracking-uri", f"sqlite:///{empty}"])
+    assert out.exit_code == 1 and "not an SQLite database" in out.output and empty.stat().st_size == 0
+    encoded = f"sqlite:///{tmp_path}/%65vil.db"
+    out = runner.invoke(main, ["bundle", "verify", "models:/local@champion", "--tracking-uri", encoded])
+    assert out.exit_code == 1 and "percent-encoded" in out.output
+    assert not (tmp_path / "evil.db").exists() and not (tmp_path / "%65vil.db").exists()
+    with sqlite3.connect(tmp_path / "real.db") as connection:
+        connection.execute("CREATE TABLE t (x)")
+    assert (tmp_path / "real.db").stat().st_size > 0
