@@ -21,6 +21,7 @@ default 4 GiB), then the components no remaining bundle links to; `routeforge ca
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import re
@@ -58,12 +59,31 @@ class Entry:
 
 
 def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_symlink() and p.is_file())
+
+
+def _no_link_below(root: Path, path: Path) -> bool:
+    """Whether no part of `path` below `root` (itself included) is a symbolic link: what every cache
+    operation checks before it reads, writes or removes there (the root itself is the operator's)."""
+    try:
+        rel = Path(path).relative_to(root)
+    except ValueError:
+        return False
+    here = Path(root)
+    for part in rel.parts:
+        here = here / part
+        if here.is_symlink():
+            return False
+    return True
 
 
 class BundleCache:
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root is not None else cache_root()
+
+    def _confined(self, path: Path) -> Path | None:
+        """`path` when nothing between the cache root and it is a symbolic link, else None."""
+        return Path(path) if _no_link_below(self.root, Path(path)) else None
 
     def _index(self, tracking_uri: str, name: str, version: str) -> Path:
         store = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
@@ -74,7 +94,7 @@ class BundleCache:
         index entry does not name a digest (a poisoned entry is ignored: nothing outside
         `by-digest/` is ever returned). A read-only cache is read as it is."""
         index = self._index(tracking_uri, name, version)
-        if not index.is_file() or index.is_symlink():
+        if self._confined(index) is None or not index.is_file():
             return None
         try:
             digest = index.read_text()[:200].strip()
@@ -85,7 +105,7 @@ class BundleCache:
                   file=sys.stderr)
             return None
         folder = self.root / "by-digest" / digest
-        if folder.is_symlink() or not (folder / MANIFEST_FILE).is_file():
+        if self._confined(folder / MANIFEST_FILE) is None or not (folder / MANIFEST_FILE).is_file():
             return None
         try:
             os.utime(folder)  # least recently used is what prune removes first
@@ -104,8 +124,8 @@ class BundleCache:
     def _inside(self, folder: Path) -> bool:
         """Whether `folder` is an entry of this cache (`by-digest/<digest>`, not through a link)."""
         folder = Path(folder)
-        return (DIGEST.fullmatch(folder.name) is not None and not folder.is_symlink()
-                and os.path.realpath(folder.parent) == os.path.realpath(self.root / "by-digest"))
+        return (DIGEST.fullmatch(folder.name) is not None and folder.parent == self.root / "by-digest"
+                and self._confined(folder) is not None)
 
     def add(self, tracking_uri: str, name: str, version: str, downloaded: Path) -> Path:
         """Move a downloaded bundle folder into the cache under its digest; record the version; trim."""
@@ -115,14 +135,20 @@ class BundleCache:
         if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
             raise ValueError(f"{downloaded}: manifest version {digest!r} is not a digest")
         folder = self.root / "by-digest" / digest
+        index = self._index(tracking_uri, name, version)
+        for path in (folder, index.parent):  # the index file itself may be a link: replaced below
+            if self._confined(path) is None:
+                raise ValueError(f"the bundle cache {self.root}: {path.relative_to(self.root)} passes through a "
+                                 "symbolic link; nothing is written there (remove the link)")
         if folder.exists():
             shutil.rmtree(downloaded, ignore_errors=True)
         else:
             folder.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(downloaded), str(folder))
-        index = self._index(tracking_uri, name, version)
         index.parent.mkdir(parents=True, exist_ok=True)
-        index.write_text(digest)
+        tmp = index.with_name(f".{index.name}.{os.getpid()}.tmp")
+        tmp.write_text(digest)
+        tmp.replace(index)  # replaces a link put there, never writes through it
         os.utime(folder)
         self.prune(max_bytes(), keep=digest)
         self.prune_components()
@@ -132,15 +158,17 @@ class BundleCache:
         """Remove an entry that failed verification (the next call downloads it again). Only an entry
         of this cache is ever removed; any other folder (a poisoned index entry's, a temporary
         download) is left alone, and a read-only cache is left as it is."""
-        if self._inside(folder):
+        if self._inside(folder) and self.writable():
             shutil.rmtree(folder, ignore_errors=True)
 
     def entries(self) -> list[Entry]:
+        """The cached bundles, most recently used first; a `by-digest/` that is a link, and links in
+        it, are not entries (prune and forget would act outside the cache)."""
         base = self.root / "by-digest"
-        if not base.is_dir():
+        if self._confined(base) is None or not base.is_dir():
             return []
-        return sorted((Entry(p.name, p, _size(p), p.stat().st_mtime) for p in base.iterdir() if p.is_dir()),
-                      key=lambda e: e.last_used, reverse=True)
+        return sorted((Entry(p.name, p, _size(p), p.stat().st_mtime) for p in base.iterdir()
+                       if not p.is_symlink() and p.is_dir()), key=lambda e: e.last_used, reverse=True)
 
     def prune(self, limit: int, keep: str | None = None) -> list[Entry]:
         """Remove the least recently used entries until the cache holds at most `limit` bytes (the
@@ -159,20 +187,24 @@ class BundleCache:
         link: their own); returns how many. Where hard links are impossible the bundles hold copies,
         so a component there is kept only until the next prune."""
         base, removed = self.root / "components", 0
-        if not base.is_dir():
+        if self._confined(base) is None or not base.is_dir():
             return 0
         for folder in base.iterdir():
-            files = [p for p in folder.rglob("*") if p.is_file()]
+            if folder.is_symlink() or not folder.is_dir():
+                continue
+            files = [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
             if all(p.stat().st_nlink == 1 for p in files):
                 shutil.rmtree(folder, ignore_errors=True)
                 removed += 1
         return removed
 
 
-def cached_download(uri: str, tracking_uri: str | None, public_key=None) -> Path:
+def cached_download(uri: str, tracking_uri: str | None, public_key=None, fresh: bool = False) -> Path:
     """A `models:/<name>@<alias>` or `models:/<name>/<version>` bundle through the cache: the alias
     resolved to its version (without MLflow where it can be: over REST for a server, with sqlite3 for
-    a local store; `light_registry`), that version's bundle downloaded once."""
+    a local store; `light_registry`), that version's bundle downloaded once. `fresh`: the cached copy
+    failed verification; a writable cache downloads it again in its place, a read-only one into a
+    temporary folder (removed at exit), so a damaged read-only entry never fails every load."""
     from routeforge.artifacts import registry_rest
     from routeforge.artifacts.registry import (
         LIGHT_READ_FAILURES,
@@ -185,7 +217,7 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None) -> Path
     cache = BundleCache()
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     light = light_registry(tracking_uri)
-    if light is not None:  # a warm start without importing MLflow (a server over REST, a local SQLite file)
+    if light is not None and not fresh:  # a warm start without importing MLflow (a server over REST, a local SQLite file)
         try:
             found = cache.lookup(tracking_uri, *light.version_of(tracking_uri, uri))
         except (registry_rest.NotFound, *LIGHT_READ_FAILURES):
@@ -197,14 +229,21 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None) -> Path
     _use_tracking(uri, tracking_uri)
     name, version = registered_version(uri)
     store = mlflow.get_tracking_uri()
-    found = cache.lookup(store, name, version)
-    if found is not None:
-        return found
+    if not fresh:
+        found = cache.lookup(store, name, version)
+        if found is not None:
+            return found
     if not cache.writable():  # a read-only cache: this version goes to a temporary folder, uncached
-        print(f"routeforge: the bundle cache {cache.root} is read-only and lacks {name} version {version}: "
-              "downloading it to a temporary folder", file=sys.stderr)
-        return download_bundle(f"models:/{name}/{version}", Path(tempfile.mkdtemp(prefix="routeforge-bundle-")),
-                               tracking_uri, public_key)
+        why = "holds a damaged copy of" if fresh else "lacks"
+        print(f"routeforge: the bundle cache {cache.root} is read-only and {why} {name} version {version}: "
+              "downloading it to a temporary folder, removed when this process exits", file=sys.stderr)
+        temporary = Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
+        components = Path(tempfile.mkdtemp(prefix="routeforge-components-"))
+        atexit.register(shutil.rmtree, temporary, True)
+        try:
+            return download_bundle(f"models:/{name}/{version}", temporary, tracking_uri, public_key, components)
+        finally:
+            shutil.rmtree(components, ignore_errors=True)  # its files are linked or copied into the bundle
     scratch = cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}"
     try:
         download_bundle(f"models:/{name}/{version}", scratch, tracking_uri, public_key)

@@ -286,6 +286,7 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
     from routeforge.artifacts.registry import (
         _use_tracking,
         bundle_folder,
+        check_version_location,
         download_artifacts,
         registered_version,
         with_shared_components,
@@ -298,6 +299,10 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
         raise click.ClickException(f"{ref} refused: {no_key_message()}")
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
+    try:
+        check_version_location(name, version)
+    except ValueError as exc:
+        raise click.ClickException(f"{ref} refused: {exc}") from None
     folder = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-serve-"))
     local = download_artifacts(f"models:/{name}/{version}", folder / "model")
     try:

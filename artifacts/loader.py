@@ -549,10 +549,10 @@ def fetch_verified(ref: str | Path, dst: Path | None, tracking_uri: str | None, 
     except BundleVerificationError:
         if dst is not None or not str(ref).startswith("models:/"):  # only a cached copy is fetched again
             raise
-        from routeforge.artifacts.bundle_cache import BundleCache
+        from routeforge.artifacts.bundle_cache import BundleCache, cached_download
 
         BundleCache().forget(root)  # a cached copy damaged since: downloaded again, then verified again
-        root = fetch(str(ref), None, tracking_uri, key)
+        root = cached_download(str(ref), tracking_uri, key, fresh=True)
         return root, verify_bundle(root, key, allow_unsigned)
 
 

@@ -147,10 +147,11 @@ def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None
     """Why the registered model `ref` (`models:/…`) holds files in the store its signed record does not
     vouch for, or None when every file outside its bundle is the one signed for that name and version."""
     from routeforge.artifacts.loader import listed_paths
-    from routeforge.artifacts.registry import _use_tracking, registered_version
+    from routeforge.artifacts.registry import _use_tracking, check_version_location, registered_version
 
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
+    check_version_location(name, version)
     files = model_files(f"models:/{name}/{version}", listed_paths(manifest))
     return version_record_problem(name, version, public_key, manifest, files)
 

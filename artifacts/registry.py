@@ -126,12 +126,67 @@ def registered_version(uri: str) -> tuple[str, str] | None:
     return name, str(version)
 
 
+def location_problem(uri: str, tracking_uri: str | None = None) -> str | None:
+    """Why fetching `uri` could send the tracking server's credentials to another host, or None.
+    MLflow sends `$MLFLOW_TRACKING_USERNAME`/`PASSWORD` (or its token) with every HTTP artifact
+    request, so an `http(s)://` or `mlflow-artifacts://host/` location must be the configured tracking
+    server itself; object stores (s3, gs, …) use their own credentials and local paths none."""
+    from urllib.parse import urlsplit
+
+    import mlflow
+
+    tracking_uri = tracking_uri or mlflow.get_tracking_uri()
+    where = urlsplit(uri)
+    if where.scheme not in ("http", "https", "mlflow-artifacts") or (where.scheme == "mlflow-artifacts"
+                                                                    and not where.netloc):
+        return None
+    server = urlsplit(tracking_uri or "")
+    if server.scheme in ("http", "https") and where.netloc.lower() == server.netloc.lower():
+        return None
+    return (f"{uri} is not on the configured tracking server ({tracking_uri}): refused before any request, so no "
+            "credential goes to another host")
+
+
+def check_version_location(name: str, version: str) -> None:
+    """Refuse a registered version whose files are not under its experiment's artifact location (a
+    store writer pointing a version at another folder or host), before anything is downloaded."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    where = client.get_model_version_download_uri(name, str(version))
+    run_id = client.get_model_version(name, str(version)).run_id
+    root = client.get_experiment(client.get_run(run_id).info.experiment_id).artifact_location if run_id else None
+    problem = location_problem(where) or (location_problem(root) if root else None)
+    if problem is None and root is not None and not _under(where, root):
+        problem = (f"its storage location {where} is outside its experiment's artifact location {root}; refused, "
+                   "nothing downloaded")
+    if problem is not None:
+        raise ValueError(f"{name} version {version}: {problem}")
+
+
+def _under(uri: str, root: str) -> bool:
+    """Whether artifact URI `uri` lies inside `root` (same scheme and host, path below; no `..`)."""
+    import posixpath
+    from urllib.parse import urlsplit
+
+    a, b = urlsplit(uri), urlsplit(root)
+    if (a.scheme or "file") != (b.scheme or "file") or a.netloc != b.netloc or ".." in a.path.split("/"):
+        return False
+    base = posixpath.normpath(b.path) if b.path else "/"
+    return posixpath.commonpath([posixpath.normpath(a.path or "/"), base]) == base
+
+
 def download_artifacts(uri: str, dst: Path | None = None) -> Path:
     """`mlflow.artifacts.download_artifacts`, streamed through the tracking server. MLflow 3 clients
     otherwise fetch large files straight from the server's object store by presigned URLs, so a
     router service would need a route to that store; set $MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD=true
-    to opt in to those direct downloads."""
+    to opt in to those direct downloads. A location on another HTTP host than the tracking server is
+    refused before any request (`location_problem`)."""
     import mlflow
+
+    problem = location_problem(uri)
+    if problem is not None:
+        raise ValueError(problem)
 
     # MLflow's own progress bar is off unless the caller set it: a router service loading a bundle, and
     # every CLI command, printed it on each call (the CLI says what it fetched in one line)
@@ -145,7 +200,8 @@ def download_artifacts(uri: str, dst: Path | None = None) -> Path:
             os.environ.pop(key, None)
 
 
-def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None, public_key=None) -> Path:
+def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None = None, public_key=None,
+                    components_root: Path | None = None) -> Path:
     """Download the bundle of `models:/name@alias` (or runs:/…) into `dst` (a fresh temp folder by
     default; an existing `dst` must be empty or an earlier download, which is replaced) and return
     `dst`, which then holds the bundle's files (the MLflow model's other files, MLmodel and the
@@ -155,14 +211,16 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
 
 
     _use_tracking(uri, tracking_uri)
-    registered_version(uri)
+    found = registered_version(uri)
+    if found is not None:
+        check_version_location(*found)
     dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
     if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
         raise ValueError(f"{dst} is not empty and holds no bundle; download into a new or empty folder")
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=dst.parent) as tmp:
         inner = bundle_folder(download_artifacts(uri, Path(tmp)))
-        with_shared_components(inner, public_key=public_key)
+        with_shared_components(inner, public_key=public_key, components_root=components_root)
         if dst.exists():  # empty, or an earlier download: replaced only once the new one is complete
             shutil.rmtree(dst)
         shutil.move(str(inner), str(dst))
@@ -201,7 +259,8 @@ def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     raise ValueError(f"{uri}: no manifest.json in the registered model's artifacts")
 
 
-def with_shared_components(inner: Path, in_place: bool = True, public_key=None) -> Path:
+def with_shared_components(inner: Path, in_place: bool = True, public_key=None,
+                           components_root: Path | None = None) -> Path:
     """A complete bundle folder for a downloaded one whose version references components by digest
     (`artifacts.shared_components`; each fetched once into the bundle cache): `inner` itself,
     completed, when `in_place` (a download of our own), else a folder assembled in the cache (a
@@ -223,8 +282,8 @@ def with_shared_components(inner: Path, in_place: bool = True, public_key=None) 
 
         manifest = verified_manifest(inner, public_key)
     log = lambda line: print(f"routeforge: {line}", file=sys.stderr)  # noqa: E731
-    if in_place:
-        shared_components.fill(inner, refs, cache_root(), log, manifest)
+    if in_place:  # `components_root`: where fetched components go when the cache is read-only
+        shared_components.fill(inner, refs, components_root or cache_root(), log, manifest)
         return inner
     return shared_components.assemble(inner, refs, cache_root(), log, manifest)
 

@@ -177,9 +177,14 @@ def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None, manifest: Man
     from routeforge.artifacts.loader import read_manifest
     from routeforge.artifacts.registry import download_artifacts
 
+    from routeforge.artifacts.registry import location_problem
+
     manifest = manifest or read_manifest(Path(bundle_dir))
     _confined(manifest, bundle_dir)
     store = str(refs["store"]).rstrip("/")
+    problem = location_problem(store)  # the references file is unsigned: its store may name any host
+    if problem is not None:
+        raise ValueError(f"{REFS_FILE}: {problem}")
     fetched = []
     for name, digest in sorted(refs["components"].items()):
         component = manifest.component(name)

@@ -214,3 +214,157 @@ def test_the_light_reader_never_writes_a_store_and_refuses_an_ambiguous_uri(tmp_
     with sqlite3.connect(tmp_path / "real.db") as connection:
         connection.execute("CREATE TABLE t (x)")
     assert (tmp_path / "real.db").stat().st_size > 0
+
+
+class _Recorder:
+    """An HTTP server on 127.0.0.1 that records each request's path and Authorization header."""
+
+    def __enter__(self):
+        import http.server
+        import threading
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                seen.append((self.path, self.headers.get("Authorization")))
+                self.send_response(404)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def shared_store(tmp_path, component, fleet, monkeypatch):
+    """A SQLite store whose champion stores its 2 MB component by digest (shared_components.json)."""
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(tmp_path / "ring"))
+    (component.folder / "index.bin").write_bytes(os.urandom(2 << 20))
+    private = tmp_path / "keys" / "bundle.key"
+    generate_key_pair(private)
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    publish_bundle(name="local", fleet=fleet, components=[component], staging_dir=tmp_path / "stage",
+                   tracking_uri=tracking, experiment="shared", artifact_location=str(tmp_path / "artifacts"),
+                   alias="champion", input_hashes={}, params={}, metrics={"acc": 0.5}, signing_key=private)
+    refs = next((tmp_path / "artifacts").rglob("shared_components.json"))
+    return tracking, refs
+
+
+def test_no_credential_goes_to_a_host_the_references_file_names(shared_store, tmp_path, monkeypatch):
+    """Got through: `shared_components.json` (outside the signature) rewritten to another URL made
+    `bundle predict`, `bundle verify` and `serve --check-only` with an empty cache each send a request
+    with `Authorization: Basic <MLFLOW_TRACKING_USERNAME:PASSWORD>` to it before refusing anything."""
+    tracking, refs = shared_store
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "router")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "secret")
+    runner = CliRunner()
+    with _Recorder() as evil:
+        data = json.loads(refs.read_text())
+        refs.write_text(json.dumps({**data, "store": f"{evil.url}/api/2.0/mlflow-artifacts/artifacts"}))
+        for args in (["bundle", "verify", "models:/local@champion"],
+                     ["serve", "models:/local@champion", "--check-only", "--dst", str(tmp_path / "serve")]):
+            shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+            out = runner.invoke(main, [*args, "--tracking-uri", tracking])
+            assert out.exit_code == 1 and "not on the configured tracking server" in out.output, out.output
+        assert evil.seen == []
+
+
+def test_a_version_stored_outside_its_experiments_artifact_location_is_not_downloaded(shared_store, tmp_path):
+    """Got through: a version whose storage location names a folder outside the artifact root was
+    copied by `bundle download` without a word."""
+    tracking, _ = shared_store
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "secret").mkdir(parents=True)
+    (elsewhere / "secret" / "id_rsa").write_text("PRIVATE")
+    with sqlite3.connect(tmp_path / "mlflow.db") as connection:
+        tables = {r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        column = "storage_location"
+        connection.execute(f"UPDATE model_versions SET {column} = ?", (elsewhere.as_uri(),))
+        if "logged_models" in tables:
+            connection.execute("UPDATE logged_models SET artifact_location = ?", (elsewhere.as_uri(),))
+    out = CliRunner().invoke(main, ["bundle", "download", "models:/local@champion", str(tmp_path / "got"),
+                                    "--tracking-uri", tracking])
+    assert out.exit_code == 1 and "outside its experiment's artifact location" in out.output, out.output
+    assert not (tmp_path / "got" / "secret").exists()
+
+
+def _cache_with_entry(tracking, tmp_path):
+    from routeforge.artifacts.bundle_cache import BundleCache
+
+    bundle = load_bundle("models:/local@champion", tracking_uri=tracking)
+    return BundleCache(tmp_path / "cache"), bundle
+
+
+def test_cache_operations_never_follow_a_link_out_of_the_cache(shared_store, tmp_path):
+    """Got through: a cache whose `by-digest/` or `components/` was a symbolic link made `cache
+    forget` / `prune` delete files outside it; an index file that was a link was written through
+    by a plain `bundle predict`."""
+    tracking, _ = shared_store
+    cache, bundle = _cache_with_entry(tracking, tmp_path)
+    outside = tmp_path / "outside"
+    victim = outside / bundle.manifest.version
+    victim.mkdir(parents=True)
+    (victim / "keep.txt").write_text("mine")
+    (outside / "component" / "f").parent.mkdir(parents=True)
+    (outside / "component" / "f").write_text("mine too")
+    for sub in ("by-digest", "components"):
+        shutil.rmtree(cache.root / sub)
+        (cache.root / sub).symlink_to(outside)
+    assert cache.entries() == [] and cache.prune(0) == [] and cache.prune_components() == 0
+    cache.forget(cache.root / "by-digest" / bundle.manifest.version)
+    assert (victim / "keep.txt").read_text() == "mine" and (outside / "component" / "f").exists()
+    # an index entry that is a link: replaced by the next add, its target never written
+    for sub in ("by-digest", "components"):
+        (cache.root / sub).unlink()
+    shutil.rmtree(cache.root / "registry")
+    load_bundle("models:/local@champion", tracking_uri=tracking)
+    index = next(p for p in (cache.root / "registry").rglob("*") if p.is_file())
+    target = tmp_path / "precious.txt"
+    target.write_text("precious")
+    index.unlink()
+    index.symlink_to(target)
+    shutil.rmtree(cache.root / "by-digest")
+    load_bundle("models:/local@champion", tracking_uri=tracking)
+    assert target.read_text() == "precious" and not index.is_symlink()
+
+
+_READ_ONLY_LOAD = ("import sys; from routeforge.artifacts import bundle_cache; "
+                   "bundle_cache.BundleCache.writable = lambda self: False; "
+                   "from routeforge.artifacts.loader import load_bundle; "
+                   "b = load_bundle('models:/local@champion', tracking_uri=sys.argv[1]); "
+                   "print(b.manifest.version, b.root)")
+
+
+def test_a_read_only_cache_loads_a_verified_temporary_copy_and_cleans_it_up(shared_store, tmp_path):
+    """Got through: a read-only cache without the version failed every load ("Read-only file system:
+    …/scratch") and left `/tmp/routeforge-bundle-*` behind; with a damaged entry it failed every
+    time instead of verifying a temporary copy."""
+    import sys
+
+    tracking, _ = shared_store
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    run = subprocess.run([sys.executable, "-c", _READ_ONLY_LOAD, tracking], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "read-only and lacks" in run.stderr, run.stderr
+    assert str(temporary) in run.stdout and list(temporary.iterdir()) == []  # removed at exit
+    cache, bundle = _cache_with_entry(tracking, tmp_path)  # now cached, then damaged
+    damaged = next(p for p in (cache.root / "by-digest").rglob("meta.json"))
+    damaged.unlink()  # a new file in its place (the cached file is hard-linked to the component store)
+    damaged.write_text('{"k": 666}')
+    run = subprocess.run([sys.executable, "-c", _READ_ONLY_LOAD, tracking], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "holds a damaged copy" in run.stderr, run.stderr
+    assert run.stdout.split()[0] == bundle.manifest.version and list(temporary.iterdir()) == []
+    assert damaged.read_text() == '{"k": 666}'  # a read-only cache is left as it is
