@@ -217,7 +217,7 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None, fresh: 
     cache = BundleCache()
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     light = light_registry(tracking_uri)
-    if light is not None and not fresh:  # a warm start without importing MLflow (a server over REST, a local SQLite file)
+    if light is not None and not fresh:  # a warm start without MLflow (a server over REST, a local SQLite file)
         try:
             found = cache.lookup(tracking_uri, *light.version_of(tracking_uri, uri))
         except (registry_rest.NotFound, *LIGHT_READ_FAILURES):

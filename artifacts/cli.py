@@ -15,8 +15,8 @@ from routeforge.artifacts.loader import (
     BundleVerificationError,
     fetch_verified,
     load_bundle,
-    read_manifest,
     no_key_message,
+    read_manifest,
     resolve_key,
     signer_id,
 )

@@ -14,7 +14,6 @@ so a file changed after verification is refused, not used.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass, field

@@ -175,9 +175,7 @@ def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None, manifest: Man
     (`loader.verified_manifest`: its signature checked on the bytes read); else it is read here. Either
     way every path it names is checked to stay inside the bundle before any file is linked."""
     from routeforge.artifacts.loader import read_manifest
-    from routeforge.artifacts.registry import download_artifacts
-
-    from routeforge.artifacts.registry import location_problem
+    from routeforge.artifacts.registry import download_artifacts, location_problem
 
     manifest = manifest or read_manifest(Path(bundle_dir))
     _confined(manifest, bundle_dir)

@@ -30,7 +30,6 @@ from routeforge.registry.store import (
 )
 
 
-
 def code_version() -> str:
     """routeforge's version plus the git commit (and `+dirty`) when run from a checkout."""
     try:

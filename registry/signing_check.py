@@ -72,4 +72,5 @@ def signing_key_problem(tracking_uri: str, model_name: str, private_key: Path) -
             f"{model_name!r} was signed with (key id {kid}), so the release gate could not verify it after "
             f"training. Put that key back at {private_key}, or rotate explicitly: `routeforge keys rotate "
             f"{private_key} --retire-public OLD.pub` (OLD.pub: key {kid}'s public half, from a backup or a "
-            f"router service's pinned copy: `routeforge keys list`), which keeps it in {public.parent / RETIRED_FOLDER}/")
+            f"router service's pinned copy: `routeforge keys list`), which keeps it in "
+            f"{public.parent / RETIRED_FOLDER}/")
