@@ -48,7 +48,7 @@ def process_alive(tags: dict[str, str]) -> bool | None:
         return None  # tags this package did not write: not ours to judge
     if not 0 < pid < 2**31 or not math.isfinite(started):
         return None
-    return ProcessIdentity(tags.get(HOST_TAG, ""), pid, started).alive()
+    return ProcessIdentity(tags.get(HOST_TAG, ""), pid, started).running()
 
 
 @dataclass

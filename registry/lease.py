@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 LEASE_SUFFIX = ".release-lease"
 HOLDER_TAG = "routeforge.lease_holder"
@@ -66,17 +67,42 @@ class ProcessIdentity:
     host: str
     pid: int
     started: float
+    token: str = ""  # names the holder's marker file on its host (`marker`)
 
     @classmethod
     def current(cls) -> ProcessIdentity:
-        return cls(socket.gethostname(), os.getpid(), round(_start_time(os.getpid()) or 0.0, 2))
+        import secrets
 
-    def alive(self) -> bool | None:
-        """True / False for a process of this host; None when it cannot be told (another host)."""
+        return cls(socket.gethostname(), os.getpid(), round(_start_time(os.getpid()) or 0.0, 2),
+                   secrets.token_hex(16))
+
+    def marker(self) -> Path:
+        """The file a holder keeps on its own host while it holds a lease: a tag naming a live pid
+        and its start time (anyone who can write the store can copy pid 1's) is this project's
+        process only if this file, which the store cannot write, names the same process."""
+        import tempfile
+
+        safe = "".join(c for c in self.token if c in "0123456789abcdef")[:32] or "none"
+        return Path(tempfile.gettempdir()) / f"routeforge-lease-{safe}"
+
+    def running(self) -> bool | None:
+        """Whether this pid runs with this start time on this host; None on another host."""
         if self.host != socket.gethostname():
             return None
         started = _start_time(self.pid)
         return started is not None and abs(started - self.started) < 1.0
+
+    def alive(self) -> bool | None:
+        """True / False for a lease holder of this host (`running` and its marker file names it);
+        None when it cannot be told (another host)."""
+        running = self.running()
+        if not running:
+            return running
+        try:
+            mark = json.loads(self.marker().read_text())
+        except (OSError, ValueError):
+            return False  # a live process, but not one holding a lease of ours
+        return isinstance(mark, dict) and mark.get("pid") == self.pid
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}"
@@ -99,7 +125,9 @@ def _holder(client, name: str) -> tuple[ProcessIdentity, float] | None:
         return None  # given back meanwhile
     try:
         spec = json.loads(tags[HOLDER_TAG])
-        return ProcessIdentity(spec["host"], int(spec["pid"]), float(spec["started"])), float(spec["since"])
+        identity = ProcessIdentity(str(spec["host"]), int(spec["pid"]), float(spec["started"]),
+                                   str(spec.get("token", "")))
+        return identity, float(spec["since"])
     except (KeyError, ValueError, TypeError):
         return ProcessIdentity("?", -1, 0.0), float("nan")  # a lease without a readable holder is stale
 
@@ -115,8 +143,24 @@ def _given_back_meanwhile(error: Exception) -> bool:
     return getattr(error, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"
 
 
+WAIT_ENV = "ROUTEFORGE_LEASE_WAIT_S"
+DEFAULT_WAIT_S = 120.0  # a gate takes about a minute; a store writer's forged lease must not hold one for long
+
+
+def lease_wait_s() -> float:
+    """How long a gate waits for another holder: `$ROUTEFORGE_LEASE_WAIT_S`, else 120 s."""
+    value = os.environ.get(WAIT_ENV)
+    try:
+        wait = float(value) if value else DEFAULT_WAIT_S
+    except ValueError:
+        raise ValueError(f"${WAIT_ENV}: {value!r} is not a number of seconds") from None
+    if not 0 <= wait <= 86_400:
+        raise ValueError(f"${WAIT_ENV}: {value!r} is not between 0 and 86400 seconds")
+    return wait
+
+
 @contextmanager
-def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_after_s: float = STALE_AFTER_S,
+def release_lease(client, model_name: str, *, timeout_s: float | None = None, stale_after_s: float = STALE_AFTER_S,
                   poll_s: float = 1.0, log: Callable[[str], None] = print,
                   renew_every_s: float = RENEW_EVERY_S) -> Iterator[None]:
     """Hold `<model_name>.release-lease` in `client`'s registry for the duration of the block,
@@ -124,13 +168,27 @@ def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_af
 
     Waits (polling, at most `timeout_s`, saying once who holds it) while another live process
     holds it; takes over a lease whose holder died on this host or that is stale (`stale_reason`),
-    saying so. Raises `LeaseTimeout` naming the holder when the wait runs out."""
+    saying so. Raises `LeaseTimeout` naming the holder when the wait runs out. `timeout_s`: None
+    waits `lease_wait_s()`. While held, this process's marker file says the lease is its own."""
+    name, me = lease_name(model_name), ProcessIdentity.current()
+    timeout_s = lease_wait_s() if timeout_s is None else timeout_s
+    deadline = time.monotonic() + timeout_s
+    me.marker().write_text(json.dumps({"pid": me.pid, "model": model_name}))
+    try:
+        with _held(client, name, model_name, me, deadline, timeout_s, stale_after_s, poll_s, log, renew_every_s):
+            yield
+    finally:
+        me.marker().unlink(missing_ok=True)
+
+
+@contextmanager
+def _held(client, name, model_name, me, deadline, timeout_s, stale_after_s, poll_s, log, renew_every_s):
+    """`release_lease`'s wait, take-over, renewal and give-back."""
     from mlflow.exceptions import MlflowException
 
-    name, me = lease_name(model_name), ProcessIdentity.current()
-    deadline, said = time.monotonic() + timeout_s, False
+    said = False
     while True:
-        holder = {"host": me.host, "pid": me.pid, "started": me.started, "since": time.time()}
+        holder = {"host": me.host, "pid": me.pid, "started": me.started, "token": me.token, "since": time.time()}
         try:
             client.create_registered_model(name, tags={HOLDER_TAG: json.dumps(holder)}, description=(
                 f"routeforge's release lease for {model_name}: held while a pipeline gates a version; "
@@ -153,7 +211,9 @@ def release_lease(client, model_name: str, *, timeout_s: float = 600.0, stale_af
             continue
         if time.monotonic() > deadline:
             raise LeaseTimeout(f"release lease of {model_name} still held by {other.describe()} after "
-                               f"{timeout_s:.0f} s; if that process is gone, delete the registered model {name!r}")
+                               f"{timeout_s:.0f} s (${WAIT_ENV} to wait longer); it goes stale {stale_after_s:.0f} s "
+                               f"after its last renewal, or break it now, once that process is gone, by deleting "
+                               f"the registered model {name!r} (MlflowClient().delete_registered_model)")
         if not said:
             log(f"waiting for the release lease of {model_name}, held by {other.describe()}")
             said = True

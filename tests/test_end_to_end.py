@@ -577,9 +577,12 @@ def test_the_registered_version_is_an_mlflow_model_that_mlflow_serves(demo, tmp_
     prompts = PROBE_PROMPTS + ["Write a haiku about routers.", "Name the capital of Peru."]
     public = demo.config.storage_root / "keys" / "bundle-signing.key.pub"
     monkeypatch.delenv("ROUTEFORGE_PUBLIC_KEY", raising=False)
+    ring = os.environ["ROUTEFORGE_KEYRING"]  # where the demo pinned its key
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(tmp_path / "nothing-pinned"))
     mlflow.set_tracking_uri(demo.tracking)
     with pytest.raises(Exception, match="no pinned public key"):  # signatures are checked as the loader does
         mlflow.pyfunc.load_model(uri)
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", ring)
     monkeypatch.setenv("ROUTEFORGE_PUBLIC_KEY", str(public))
     model = mlflow.pyfunc.load_model(uri)
     assert [i.name for i in model.metadata.get_input_schema().inputs] == ["prompt"]

@@ -3,13 +3,17 @@ state a dispatcher reads, outcome sources, fleet names. Each probe below is one 
 before this round (said in its test), or one that held and is kept so it keeps holding."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 from routeforge.artifacts.dispatch import LiveState
 from routeforge.core.config.base import plain_name
 from routeforge.core.storage import Quarantine
 from routeforge.pipelines.recovery import HOST_TAG, PID_START_TAG, PID_TAG, process_alive, process_tags
 from routeforge.prompts.traffic_logs import UNAUTHENTICATED, parse_line, read_traffic_logs
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("pid, start", [("abc", "1.0"), ("12", "nan"), ("-1", "1.0"), (str(2**70), "1.0"),
@@ -551,3 +555,57 @@ def test_an_outcome_source_field_that_is_not_a_dotted_name_is_refused(field):
     assert OutcomeSettings(source_field="gateway.key-id").source_field == "gateway.key-id"
     with pytest.raises(ValidationError, match="source_field"):
         OutcomeSettings(source_field=field)
+
+
+# ---- issue 71, item 5: fleet files that cannot hang validate or carry numbers no run can use. Each
+# ---- case got through `config validate` before (the alias bomb hung it past 90 s at 730 MB).
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    import time
+
+    from routeforge.core.config import ConfigError, load_fleet
+
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(levels) + "\nname: bomb\n")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"bomb.yaml: its YAML aliases \(\*name\) expand to more than 100,000"):
+        load_fleet(path)
+    assert time.monotonic() - started < 5
+
+
+def test_a_fleet_file_past_its_size_limit_or_not_a_file_is_refused(tmp_path):
+    from routeforge.core.config import ConfigError, load_fleet
+
+    big = tmp_path / "big.yaml"
+    big.write_text("name: big\n" + "# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match="more than a fleet file may hold"):
+        load_fleet(big)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_fleet("/dev/zero")
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"loads": [float("nan")]}, "loads"), ({"loads": [-1.0]}, "loads"), ({"loads": [1e308]}, "loads"),
+    ({"requests": 10**9}, "requests"), ({"seeds": 10**6}, "seeds"), ({"train_load": float("inf")}, "train_load"),
+    ({"qos_latency_per_token_s": float("nan")}, "qos_latency_per_token_s"),
+    ({"kv_capacity_tokens": 10**18}, "kv_capacity_tokens"), ({"trace": "/dev/zero"}, "trace"),
+])
+def test_numbers_no_run_can_use_and_device_paths_are_refused_naming_the_field(config_copy, overrides, field):
+    from routeforge.core.config import ConfigError, load_fleet
+
+    training = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text()).get("training", {})
+    evaluation = {**training.get("routing_evaluation", {}), "enabled": True, **overrides}
+    path = config_copy("demo", training={**training, "routing_evaluation": evaluation})
+    with pytest.raises(ConfigError, match=f"routing_evaluation.{field}"):
+        load_fleet(path)
+
+
+def test_an_infinite_price_is_refused(config_copy):
+    from routeforge.core.config import ConfigError, load_fleet
+
+    models = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())["models"]
+    models[0]["price"] = {**(models[0].get("price") or {"input_per_mtok": 1.0}), "output_per_mtok": float("inf")}
+    with pytest.raises(ConfigError, match="output_per_mtok"):
+        load_fleet(config_copy("demo", models=models))

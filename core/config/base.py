@@ -32,7 +32,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinities are refused in every number of a fleet file (`.nan`, `.inf` and 1e999 are
+    # YAML floats: a NaN load or an infinite price validated, then broke the run or its figures)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # the public name of every settings model's base (unknown keys are errors; settings never change once
@@ -97,9 +99,11 @@ def _base(info: ValidationInfo) -> Path | None:
 
 def _resolve_path(value: Path, info: ValidationInfo) -> Path:
     base = _base(info)
-    if base is None or value.is_absolute():
-        return value
-    return (base / value).resolve()
+    path = value if base is None or value.is_absolute() else (base / value).resolve()
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        # a reader given /dev/zero or a pipe reads forever (1.9 GB in 25 s), never an error
+        raise ValueError(f"{path} is a device, pipe or socket: a regular file or folder is required")
+    return path
 
 
 def _resolve_ref(value: str, info: ValidationInfo) -> str:

@@ -357,6 +357,36 @@ class FleetConfig(_Strict):
         return next((t for t in self.tiers if t.model == model), None)
 
 
+MAX_FLEET_BYTES = 1 << 20  # the shipped fleets are under 10 KB
+MAX_YAML_NODES = 100_000  # values once every alias is expanded; the shipped fleets have under 2,000
+
+
+def _check_aliases(text: str, path: Path) -> None:
+    """Refuse a YAML file whose aliases expand past `MAX_YAML_NODES` values, before anything expands
+    them: nine nested aliases of nine make 9⁹ nodes, and expanding `${VAR}`s walked each (config
+    validate hung past 90 s at 730 MB). The node graph is composed (an alias is a shared node, not a
+    copy) and its expanded size counted once per node, so the check itself is cheap."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = MAX_YAML_NODES + 1  # a node that contains itself expands without end
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(v) for v in node.value)
+        else:
+            total = 1
+        sizes[id(node)] = min(total, MAX_YAML_NODES + 1)
+        return sizes[id(node)]
+
+    if root is not None and size(root) > MAX_YAML_NODES:
+        raise ConfigError(f"fleet config {path}: its YAML aliases (*name) expand to more than {MAX_YAML_NODES:,} "
+                          "values; write the repeated settings out")
+
+
 def _expand_env(value: Any, where: str = "") -> Any:
     """`${VAR}` and `${VAR:-default}` from the environment. An unset `${VAR}` without a default is an
     error naming the variable and the field (it silently became "": `storage_root: ${UNSET}/demo`
@@ -389,7 +419,13 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
     directory (the state folder's default). Not the whole environment: Dagster sets `DAGSTER_HOME`
     around a run, and a parse keyed by it was made again inside the run."""
     path = Path(path).resolve()
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"fleet config {path}: not a regular file")
     try:
+        size = path.stat().st_size
+        if size > MAX_FLEET_BYTES:
+            raise ConfigError(f"fleet config {path}: {size:,} bytes, more than a fleet file may hold "
+                              f"({MAX_FLEET_BYTES:,}); data belongs in the files it names")
         text = path.read_text()
     except FileNotFoundError as exc:
         raise ConfigError(f"fleet config {path} does not exist") from exc
@@ -401,6 +437,7 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
 def _parsed(path: Path, text: str, _reads: tuple) -> FleetConfig:
     """`load_fleet`'s work, keyed by what its result depends on (`load_fleet` says what)."""
     try:
+        _check_aliases(text, path)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

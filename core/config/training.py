@@ -187,7 +187,9 @@ class RoutingEvaluationSettings(_Strict):
     the profiled tiers (training.routing_evaluation)."""
 
     enabled: bool = False  # train and evaluate the routing policies in the simulator (load-aware routing)
-    loads: list[float] = Field(default_factory=lambda: [0.5, 0.9])  # × the simulated fleet's capacity
+    loads: list[Annotated[float, Field(gt=0, le=10)]] = Field(
+        default_factory=lambda: [0.5, 0.9], min_length=1, max_length=64,
+        description="offered loads, each a share in (0, 10] of the simulated fleet's capacity")
     # arrival processes evaluated: `poisson`, `gamma`, `square_wave`, `switched_poisson`, `trace`, `traffic`
     workloads: list[WorkloadKind] = Field(
         default_factory=lambda: ["poisson", "gamma", "switched_poisson"])
@@ -204,14 +206,15 @@ class RoutingEvaluationSettings(_Strict):
     # token counts of the requests: the routing table's ("pool"), or resampled from `trace` ("trace");
     # "auto": the trace's where the table has no output lengths (score tables)
     lengths: Literal["auto", "pool", "trace"] = "auto"
-    requests: int = Field(500, ge=10)  # per run
+    requests: int = Field(500, ge=10, le=1_000_000)  # per run
     # arrival streams per workload and load (their spread is the noise the gate compares against)
-    seeds: int = Field(3, ge=1)
+    seeds: int = Field(3, ge=1, le=1000)
     # None: every baseline and ddqn_workload_guided, sac_qos_han, sac_qos_mlp; ppo_queue_bias when named
     policies: list[Annotated[str, OneOf(ROUTING_POLICIES)]] | None = None
-    queue_capacity: int = Field(8, ge=1)  # running and waiting requests per instance, for every policy
-    kv_capacity_tokens: int = Field(400_000, ge=2)  # KV-cache capacity of each simulated instance, in tokens
-    train_load: float = Field(0.9, gt=0)  # learned policies train at this load (× each workload's sustainable rate)
+    queue_capacity: int = Field(8, ge=1, le=100_000)  # running and waiting requests per instance, for every policy
+    kv_capacity_tokens: int = Field(400_000, ge=2, le=10**10)  # KV-cache capacity of each simulated instance, in tokens
+    # learned policies train at this load (× each workload's sustainable rate)
+    train_load: float = Field(0.9, gt=0, le=10)
     # the workload families learned policies train over, an episode each in turn (None: Poisson only)
     train_workloads: list[WorkloadKind] | None = None
     # each learned policy's settings, by its name: its folder's settings model
@@ -219,7 +222,8 @@ class RoutingEvaluationSettings(_Strict):
     # (its registration's `defaults`); a policy not named here runs with that budget
     learned: dict[Annotated[str, OneOf(LEARNED_SETTINGS)], dict[str, Any]] = Field(
         default_factory=dict, json_schema_extra=lambda schema: _learned_schema(schema))
-    qos_latency_per_token_s: float | None = None  # 000's L; None: 3 × the tiers' median nominal TPOT
+    # 000's L; None: 3 × the tiers' median nominal TPOT
+    qos_latency_per_token_s: float | None = Field(None, gt=0, le=3600)
     # Each request's SLO, fixed before the router chooses (training.policies.simulator.slo): the absolute
     # bounds given, and without slo_e2e_s, E2E within slo_scale × its E2E alone on the idle instance
     # slo_reference names: `fastest` (the one that would serve it fastest: the same bound wherever it goes)

@@ -261,3 +261,30 @@ def test_the_sqlite_lock_says_who_holds_it(tmp_path):
     finally:
         done.set()
         holder.join(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_a_forged_lease_naming_a_live_process_of_this_host_is_taken_over(mlflow_server, monkeypatch):
+    """Got through (issue 71): a lease tag naming "pid 1 on this host" with pid 1's real start time
+    blocked every promote for 600 s, then failed: a store writer's denial of service. A holder on this
+    host must also have its marker file, which the store cannot write; the wait is 120 s by default."""
+    import psutil
+    from routeforge.registry.lease import DEFAULT_WAIT_S, lease_wait_s
+
+    client = MlflowClient(mlflow_server)
+    me = ProcessIdentity.current()
+    _plant(client, "forged", ProcessIdentity(me.host, 1, round(psutil.Process(1).create_time(), 2)), time.time())
+    said = []
+    started = time.monotonic()
+    with release_lease(client, "forged", poll_s=0.1, timeout_s=30, log=said.append):
+        pass
+    assert time.monotonic() - started < 10 and "(pid 1 on" in said[0] and "died; taking it over" in said[0]
+    assert lease_wait_s() == DEFAULT_WAIT_S == 120.0
+    monkeypatch.setenv("ROUTEFORGE_LEASE_WAIT_S", "1e9")
+    with pytest.raises(ValueError, match="ROUTEFORGE_LEASE_WAIT_S"):
+        lease_wait_s()
+    _plant(client, "held-elsewhere", ProcessIdentity("another-host", 4242, 1.0), time.time())
+    monkeypatch.setenv("ROUTEFORGE_LEASE_WAIT_S", "1")
+    with pytest.raises(LeaseTimeout, match="break it now.*delete_registered_model"):
+        with release_lease(client, "held-elsewhere", poll_s=0.2, log=said.append):
+            pytest.fail("entered a lease another live holder has")

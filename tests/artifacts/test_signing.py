@@ -94,7 +94,8 @@ def test_a_symbolic_link_in_the_bundle_is_refused(signed, tmp_path):
         verify_bundle(signed, allow_unsigned=True)
 
 
-def test_cli_verify_with_a_public_key(signed, keys, tmp_path):
+def test_cli_verify_with_a_public_key(signed, keys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(tmp_path / "nothing-pinned"))
     runner = CliRunner()
     ok = runner.invoke(main, ["bundle", "verify", str(signed), "--public-key", str(keys[1])])
     assert ok.exit_code == 0 and f"({keys[1]}) valid" in ok.output and "signature by pinned key" in ok.output
@@ -110,6 +111,7 @@ def test_cli_verify_with_a_public_key(signed, keys, tmp_path):
 
 def test_signatures_are_required_by_default_and_the_opt_out_says_so(signed, keys, tmp_path, monkeypatch, capfd):
     monkeypatch.delenv("ROUTEFORGE_PUBLIC_KEY", raising=False)
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(tmp_path / "nothing-pinned"))
     for load in (verify_bundle, load_bundle):
         with pytest.raises(BundleVerificationError, match="no pinned public key .*ROUTEFORGE_PUBLIC_KEY"):
             load(signed)
