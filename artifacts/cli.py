@@ -542,6 +542,8 @@ def replay(ref: str, logs: Path, against: str | None, lam: float, method: str, l
            public_key: Path | None, allow_unsigned: bool, tracking_uri: str | None) -> None:
     """What REF would have earned on the logged traffic (off-policy: inverse propensity,
     self-normalised, doubly robust), and with --against the difference from that bundle."""
+    from collections import Counter
+
     from routeforge.artifacts.replay import read_logged_decisions
     from routeforge.artifacts.replay import replay as replay_log
 
@@ -555,10 +557,13 @@ def replay(ref: str, logs: Path, against: str | None, lam: float, method: str, l
     if as_json:
         click.echo(strict_json.dumps(found.to_json()))
         return
-    skipped = sum(decisions.skipped.values())
+    skipped = sum(found.skipped.values())
     click.echo(f"{found.requests} logged requests replayed ({skipped} lines skipped"
-               + "".join(f"; {n} × {r} (first: {decisions.first_skipped[r]})"
-                         for r, n in decisions.skipped.most_common(3)) + ")")
+               + "".join(f"; {n} × {r}" + (f" (first: {decisions.first_skipped[r]})" if r in decisions.first_skipped
+                                           else "")
+                         for r, n in Counter(found.skipped).most_common(3)) + ")")
+    for flag in found.flags:
+        click.echo(f"FLAGGED: {flag}")
     click.echo(f"logged policy, observed: {found.logged.value:.4f} [{found.logged.low:.4f}, {found.logged.high:.4f}]")
     for side, estimates, agreement in ((found.challenger, found.estimates, found.agreement),
                                        (found.baseline, found.baseline_estimates, found.baseline_agreement)):

@@ -509,7 +509,7 @@ def test_replay_reads_logs_as_the_pipeline_does_and_one_line_cannot_stop_or_floo
     found = read_logged_decisions(log, progress=seen.append, every=2)
     assert found.texts == ["hi", "other"]  # the repeats count once
     reasons = " | ".join(found.skipped)
-    assert found.skipped["a repeat of an earlier line (counted once)"] == 4
+    assert found.skipped["a repeat of an earlier request (same id or time, prompt, model and outcome: counted once)"] == 4
     assert "nested too deeply" in reasons and "lone surrogate" in reasons and "longer than 4,096 bytes" in reasons
     assert seen == [2, 4, 6, 8]
     assert logged_prompts(log) == ["hi"] * 5 + ["other"]  # calibrate's reader skips the same lines
@@ -609,3 +609,61 @@ def test_an_infinite_price_is_refused(config_copy):
     models[0]["price"] = {**(models[0].get("price") or {"input_per_mtok": 1.0}), "output_per_mtok": float("inf")}
     with pytest.raises(ConfigError, match="output_per_mtok"):
         load_fleet(config_copy("demo", models=models))
+
+
+# ---- issue 71, item 6: replay that one log writer cannot steer
+
+def test_near_identical_lines_and_one_prompt_at_a_tiny_propensity_cannot_steer_a_replay():
+    """Got through: 5,000 near-identical lines (an extra `nonce` field each) with propensity 0.01
+    passed deduplication and moved SNIPS from 0.54 to 0.9997, unflagged. Now a repeat is the same
+    request whatever its other fields, and no prompt holds more than 5% of the estimate's weight."""
+    import numpy as np
+    from routeforge.artifacts.off_policy import estimate
+    from routeforge.artifacts.replay import LoggedDecisions, cap_shares
+
+    honest = LoggedDecisions(texts=[f"q{i}" for i in range(300)], served=["a"] * 300, propensity=[0.5] * 300,
+                             outcome=[float(i % 2) for i in range(300)], rows=[f"l:{i}" for i in range(300)])
+    flood = LoggedDecisions(texts=["steer"] * 5000, served=["a"] * 5000, propensity=[0.01] * 5000,
+                            outcome=[1.0] * 5000, rows=[f"f:{i}" for i in range(5000)])
+    both = LoggedDecisions(*(a + b for a, b in zip((honest.texts, honest.served, honest.propensity, honest.outcome,
+                                                    honest.rows), (flood.texts, flood.served, flood.propensity,
+                                                                   flood.outcome, flood.rows))))
+
+    def snips(d):
+        n = len(d)
+        probabilities = np.ones((n, 1))
+        return estimate(np.zeros(n, dtype=int), np.asarray(d.propensity), np.asarray(d.outcome), probabilities,
+                        np.zeros((n, 1)), 0.95)["snips"].value
+
+    assert snips(honest) == pytest.approx(0.5) and snips(both) > 0.99  # what one writer could do before
+    capped = cap_shares(both)
+    assert abs(snips(capped) - 0.5) <= 0.05 + 1e-9
+    assert any(flag.startswith("prompt 'steer'") for flag in capped.flags)
+    assert capped.skipped["left out by the share caps (flags say which)"] > 4900
+    assert both.flags == [] and not both.skipped  # the caller's decisions are left as read
+
+
+def test_replay_encodes_each_distinct_prompt_once(tmp_path):
+    """Got through: 10^5 lines of 36 distinct prompts did not finish in 600 s (every line encoded again)."""
+    from routeforge.artifacts.replay import LoggedDecisions, policy_on_log
+
+    class Counting:
+        models = ["a", "b"]
+
+        def __init__(self):
+            self.routed = 0
+
+        def route(self, texts, lam):
+            import numpy as np
+            from routeforge.artifacts.loader import Routing
+
+            self.routed += len(texts)
+            prediction = type("P", (), {"quality": np.full((len(texts), 2), 0.5), "models": ["a", "b"]})()
+            return Routing(prediction, ["a"] * len(texts), "router")
+
+    n = 100_000
+    decisions = LoggedDecisions(texts=[f"p{i % 36}" for i in range(n)], served=["a"] * n, propensity=[0.5] * n,
+                                outcome=[1.0] * n, rows=[str(i) for i in range(n)])
+    bundle = Counting()
+    on_log = policy_on_log(bundle, decisions, ["a", "b"])
+    assert bundle.routed == 36 and on_log.probabilities.shape == (n, 2) and on_log.agreement == 1.0

@@ -42,14 +42,15 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
     embedding with `encoder`); returns the counts for the report.
 
     Hardened against one loud client and against many invented ones: a line repeated verbatim by one
-    source counts once; each source (the id the gateway authenticated, at `settings.source_field`;
-    every line without one is the one source `UNAUTHENTICATED`) weighs at most
+    source counts once; each source (an id at `settings.source_field` that `settings.sources` lists;
+    every other line is the one source `UNAUTHENTICATED`) weighs at most
     `settings.max_source_weight` outcomes per (cluster, model) cell, and all sources together at most
     `settings.max_cell_weight`; a cell whose outcomes contradict
     its training mean by more than `settings.contradiction_threshold` is flagged and not absorbed."""
     from routeforge.core.config.training import OutcomeSettings
 
     settings = settings or OutcomeSettings()
+    listed = {f"auth:{source}" for source in settings.sources}  # `traffic_logs._source`'s form
     rows, foreign = [], 0
     for uri in log_uris:
         for request in read_traffic_logs(uri, quarantine, source_field=settings.source_field):
@@ -58,7 +59,8 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
             if request.model not in router.models:
                 foreign += 1
                 continue
-            rows.append((request.source, request.text, request.model, request.outcome))
+            rows.append((request.source if request.source in listed else UNAUTHENTICATED, request.text,
+                         request.model, request.outcome))
     keep = distinct_outcomes(*zip(*rows)) if rows else []
     duplicates = len(rows) - len(keep)
     rows = [rows[i] for i in keep]
@@ -85,7 +87,7 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
         out["held_back"] = int((held & seen).sum())
     if rows or foreign:
         log(f"router: learned from {out['counted']} production outcomes of {out['sources']} source(s) "
-            f"({out['unauthenticated']} without an authenticated id, counted as one source; "
+            f"({out['unauthenticated']} without an id training.outcomes.sources lists, counted as one source; "
             f"{duplicates} repeated lines counted once, {foreign} of models it does not route to, "
             f"{out['unseen_task']} far from every training cluster)")
     for cell in out["contradicting"]:

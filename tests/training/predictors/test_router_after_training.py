@@ -111,6 +111,7 @@ def test_the_pipeline_replays_logged_outcomes_into_the_new_router(tmp_path):
     embeddings): counted per model it knows, skipped for others, a bad outcome line quarantined."""
     import json
 
+    from routeforge.core.config.training import OutcomeSettings
     from routeforge.core.pretrained import ENCODER_PACKAGE_REF
     from routeforge.core.storage import Quarantine
     from routeforge.training.embeddings import TrainingEncoder, encode
@@ -141,7 +142,7 @@ def test_the_pipeline_replays_logged_outcomes_into_the_new_router(tmp_path):
     estimate_before = router.predict_embeddings(x[math]).quality[:, 1].mean()
     quarantine = Quarantine("router_selection")
     online = replay_outcomes(router, [str(tmp_path / "traffic.jsonl")], TrainingEncoder(ENCODER_PACKAGE_REF),
-                             quarantine, log=lambda _: None)
+                             quarantine, log=lambda _: None, settings=OutcomeSettings(sources=["team-a", "spammer"]))
     assert online["logged_outcomes"] == int(math.sum()) + 51 and online["other_models"] == 1
     assert online["duplicates"] == 49 and online["sources"] == 2 and online["contradicting"] == []
     assert online["counted"] + online["unseen_task"] == int(math.sum()) + 1 and online["counted"] > 0
@@ -240,7 +241,7 @@ def test_many_sources_together_move_a_cell_no_further_than_the_total_cap(router_
     assert (shift <= MAX_CELL_WEIGHT / (20.0 + MAX_CELL_WEIGHT) * gap + 1e-9).all()
     assert shift[:2, 1].max() > 0.3 * gap[:2, 1].max()  # the cap bounds the shift; it does not erase it
 
-    def replayed(auth: bool) -> tuple[np.ndarray, dict]:
+    def replayed(auth: bool, listed: bool = True) -> tuple[np.ndarray, dict]:
         lines = [{"timestamp": i, "request": {"prompt": f"p{i}", "user": f"user-{i}"}, "outcome": {"score": 0.45},
                   **({"auth": {"client_id": f"key-{i}"}} if auth else {}),
                   "response": {"model": "medium", "usage": {"prompt_tokens": 5, "completion_tokens": 5}}}
@@ -249,7 +250,8 @@ def test_many_sources_together_move_a_cell_no_further_than_the_total_cap(router_
         path.write_text("".join(json.dumps(line) + "\n" for line in lines))
         router = copy.deepcopy(router_without_large)
         online = replay_outcomes(router, [str(path)], _Lookup(flood), Quarantine("r"), log=lambda _: None,
-                                 settings=OutcomeSettings(contradiction_threshold=1.0))
+                                 settings=OutcomeSettings(contradiction_threshold=1.0,
+                                                          sources=[f"key-{i}" for i in range(n)] if listed else []))
         return router._online_shift(), online
 
     shift, online = replayed(auth=False)
@@ -258,6 +260,10 @@ def test_many_sources_together_move_a_cell_no_further_than_the_total_cap(router_
     shift, online = replayed(auth=True)
     assert online["sources"] == n and online["unauthenticated"] == 0
     assert (np.abs(shift) <= MAX_CELL_WEIGHT / (20.0 + MAX_CELL_WEIGHT) * np.abs(0.45 - prior) + 1e-9).all()
+    # issue 71: ids nobody listed (whoever writes the log writes them) are one source, however many
+    shift, online = replayed(auth=True, listed=False)
+    assert online["sources"] == 1 and online["unauthenticated"] == n
+    assert (np.abs(shift) <= MAX_SOURCE_WEIGHT / (20.0 + MAX_SOURCE_WEIGHT) * np.abs(0.45 - prior) + 1e-9).all()
 
 
 def test_thompson_choices_carry_the_propensity_a_replay_needs(router_without_large):
