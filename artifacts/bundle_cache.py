@@ -27,10 +27,11 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from routeforge.artifacts import temporary
 
 DEFAULT_MAX_BYTES = 4 << 30
 MANIFEST_FILE = "manifest.json"
@@ -237,11 +238,11 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None, fresh: 
         why = "holds a damaged copy of" if fresh else "lacks"
         print(f"routeforge: the bundle cache {cache.root} is read-only and {why} {name} version {version}: "
               "downloading it to a temporary folder, removed when this process exits", file=sys.stderr)
-        temporary = Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
-        components = Path(tempfile.mkdtemp(prefix="routeforge-components-"))
-        atexit.register(shutil.rmtree, temporary, True)
+        downloaded = temporary.folder("bundle")
+        components = temporary.folder("components")
+        atexit.register(shutil.rmtree, downloaded, True)
         try:
-            return download_bundle(f"models:/{name}/{version}", temporary, tracking_uri, public_key, components)
+            return download_bundle(f"models:/{name}/{version}", downloaded, tracking_uri, public_key, components)
         finally:
             shutil.rmtree(components, ignore_errors=True)  # its files are linked or copied into the bundle
     scratch = cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}"

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import click
-from routeforge.artifacts import strict_json
+from routeforge.artifacts import strict_json, temporary
 from routeforge.artifacts.loader import (
     BundleVerificationError,
     fetch_verified,
@@ -117,6 +117,7 @@ class _OneLineErrors(_PluginGroup):
     plugin_group = PLUGIN_GROUP
 
     def invoke(self, ctx: click.Context):
+        temporary.sweep()  # what killed commands and runs left in the temporary folder
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -279,7 +280,6 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
     and files checked, and its MLmodel and environment files checked against the signed model record;
     then `mlflow models serve` on that local copy only. There is no way to skip the signature here."""
     import subprocess
-    import tempfile
 
     from routeforge.artifacts.loader import listed_paths, verify_bundle
     from routeforge.artifacts.model_record import local_model_files, version_record_problem
@@ -303,7 +303,7 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
         check_version_location(name, version)
     except ValueError as exc:
         raise click.ClickException(f"{ref} refused: {exc}") from None
-    folder = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-serve-"))
+    folder = Path(dst) if dst else temporary.folder("serve")
     local = download_artifacts(f"models:/{name}/{version}", folder / "model")
     try:
         bundle_root = with_shared_components(bundle_folder(local), in_place=False, public_key=key)

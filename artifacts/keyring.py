@@ -71,7 +71,10 @@ def _read_key(path: Path) -> tuple[str, bytes]:
         pem = read_plain(path, MAX_KEY_BYTES)
     except NotPlainFile as exc:
         raise ValueError(str(exc)) from None
-    return key_id(load_public_key(pem)), pem
+    try:
+        return key_id(load_public_key(pem)), pem
+    except ValueError as exc:
+        raise ValueError(f"{path}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def _from_place(place: Path, keys: dict[str, bytes], strict: bool) -> None:

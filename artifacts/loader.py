@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
+from routeforge.artifacts import temporary
 from routeforge.artifacts.components import component_kind
 from routeforge.artifacts.keyring import PUBLIC_KEY_ENV, Keyring, load_keyring, user_keyring
 from routeforge.artifacts.manifest import MANIFEST_FILE, MANIFEST_SCHEMA_VERSION, Manifest
@@ -302,10 +303,9 @@ class RouterBundle:
         hashed as it was copied and checked against the manifest: what a loader reads is exactly what
         was signed, even if the bundle folder is edited or a file swapped between check and use."""
         if self._snapshot is None:
-            import tempfile
             import weakref
 
-            self._snapshot = Path(tempfile.mkdtemp(prefix="routeforge-verified-"))
+            self._snapshot = temporary.folder("verified")
             weakref.finalize(self, _remove_tree, self._snapshot)
         folder = self._snapshot / name
         if folder.is_dir():

@@ -23,6 +23,8 @@ import hashlib
 import json
 from pathlib import Path, PurePosixPath
 
+from routeforge.artifacts import temporary
+
 MODEL_RECORD_TAG = "routeforge.model_record"
 RECORD_FORMAT = 1
 DOWNLOAD_META = "registered_model_meta"  # what `mlflow.artifacts.download_artifacts("models:/…")` adds
@@ -94,7 +96,6 @@ def record_problem(tag: str | None, files: dict[str, bytes], model: str, version
 def model_files(uri: str, listed: set[str]) -> dict[str, bytes]:
     """The contents of every file of the registered model at `uri` (`models:/name/version`) outside its
     bundle's listed files, from the store."""
-    import tempfile
 
     import mlflow
     from routeforge.artifacts.registry import download_artifacts
@@ -106,7 +107,7 @@ def model_files(uri: str, listed: set[str]) -> dict[str, bytes]:
             path = info.path if not base or info.path.startswith(base) else f"{base}/{info.path}"
             (folders if info.is_dir else paths).append(path)
     files = {}
-    with tempfile.TemporaryDirectory(prefix="routeforge-model-files-") as tmp:
+    with temporary.scoped("model-files") as tmp:
         for path in sorted(_outside_bundle(paths, listed)):
             local = download_artifacts(f"{uri}/{path}", Path(tmp) / "f" / path.replace("/", "__"))
             local = local if local.is_file() else next(p for p in local.rglob("*") if p.is_file())
@@ -118,18 +119,27 @@ def local_model_files(folder: Path, listed: set[str], name: str, version: str) -
     """`model_files` of a downloaded copy of version `version` of `name`; a link or special file in it
     is an error, and the `registered_model_meta` MLflow's download writes is left out when it names
     exactly that version (it is not stored, so no record can sign it)."""
-    import yaml
     from routeforge.artifacts.plain_files import walk_plain
 
     paths, odd = walk_plain(Path(folder))
     if odd:
         raise ModelRecordError(f"{folder}: " + "; ".join(odd))
     files = {p: (Path(folder) / p).read_bytes() for p in _outside_bundle(paths, listed)}
+    return without_download_meta(files, name, version)
+
+
+def without_download_meta(files: dict[str, bytes], name: str, version: str) -> dict[str, bytes]:
+    """`files` less the `registered_model_meta` MLflow itself writes beside a model it downloads or
+    loads by `models:/` URI (`mlflow.pyfunc.load_model` writes it into the store's own folder), when
+    it names exactly this model and version: the only file a verification leaves unsigned, named."""
+    import yaml
+
     if DOWNLOAD_META in files:
         try:
             meta = yaml.safe_load(files[DOWNLOAD_META])
-            if (str(meta["model_name"]), str(meta["model_version"])) == (name, str(version)):
-                del files[DOWNLOAD_META]
+            if (set(meta) <= {"model_name", "model_version"}
+                    and (str(meta["model_name"]), str(meta["model_version"])) == (name, str(version))):
+                return {k: v for k, v in files.items() if k != DOWNLOAD_META}
         except (yaml.YAMLError, KeyError, TypeError):
             pass  # kept: not MLflow's, so the record must sign it
     return files
@@ -152,7 +162,7 @@ def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
     check_version_location(name, version)
-    files = model_files(f"models:/{name}/{version}", listed_paths(manifest))
+    files = without_download_meta(model_files(f"models:/{name}/{version}", listed_paths(manifest)), name, version)
     return version_record_problem(name, version, public_key, manifest, files)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from routeforge.artifacts import temporary
 from routeforge.artifacts.state_folder import is_sqlite_database, sqlite_file
 
 
@@ -214,7 +215,7 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
     found = registered_version(uri)
     if found is not None:
         check_version_location(*found)
-    dst = Path(dst) if dst else Path(tempfile.mkdtemp(prefix="routeforge-bundle-"))
+    dst = Path(dst) if dst else temporary.folder("bundle")
     if dst.exists() and any(dst.iterdir()) and not (dst / "manifest.json").is_file():
         raise ValueError(f"{dst} is not empty and holds no bundle; download into a new or empty folder")
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -230,14 +231,13 @@ def download_bundle(uri: str, dst: Path | None = None, tracking_uri: str | None 
 def download_manifest(uri: str, tracking_uri: str | None = None) -> Path:
     """A local folder holding only the manifest (and its signature, when the bundle has one) of a
     registered bundle: `inspect` needs nothing else, and a bundle with its encoder is 140 MB."""
-    import tempfile
 
     import mlflow
     from mlflow.exceptions import MlflowException
 
     _use_tracking(uri, tracking_uri)
     registered_version(uri)
-    dst = Path(tempfile.mkdtemp(prefix="routeforge-manifest-"))
+    dst = temporary.folder("manifest")
     base = uri.rstrip("/")
     inner = []
     for parent in MODEL_DATA_FOLDERS:  # a pyfunc model keeps the bundle in <parent>/<the staged folder's name>/

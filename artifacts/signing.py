@@ -66,7 +66,7 @@ def load_public_key(source: Path | bytes):
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    where = "recorded public key" if isinstance(source, bytes) else str(source)
+    where = "the public key given" if isinstance(source, bytes) else str(source)
     try:
         key = serialization.load_pem_public_key(source if isinstance(source, bytes) else Path(source).read_bytes())
     except (ValueError, TypeError, OSError) as exc:

@@ -3,11 +3,11 @@
 
 import hashlib
 import shutil
-import tempfile
 from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
+from routeforge.artifacts import temporary
 from routeforge.artifacts.golden import GOLDEN_PROMPTS, build_golden, check_golden
 from routeforge.artifacts.loader import BundleVerificationError, load_bundle
 from routeforge.artifacts.manifest import Fleet, ModelEntry, Provenance, TierEntry
@@ -134,7 +134,7 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
             "components": ", ".join(c.name for c in components),
         },
     )
-    with tempfile.TemporaryDirectory(prefix="routeforge-verify-") as tmp:
+    with temporary.scoped("verify") as tmp:
         try:
             loaded = load_bundle(f"models:/{registered.name}/{registered.version}", Path(tmp), mlflow.tracking_uri,
                                  public_key=mlflow.public_key_path())

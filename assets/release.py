@@ -8,7 +8,6 @@ table's test split, every model's true quality per prompt).
 
 import json
 import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from routeforge.artifacts import temporary
 from routeforge.assets.metadata import markdown_table
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.schemas import routing_column, routing_models
@@ -95,7 +95,7 @@ def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store:
     candidate = write_evaluation_candidate(store, routing_table, prompts, fleet.config.scoring.metric_for)
     # one gate at a time per registered model, on a SQLite store or a server shared by several machines
     with release_lock(mlflow.tracking_uri, registry.name, log=context.log.info), \
-            tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
+            temporary.scoped("gate") as tmp:
         registry.client.set_model_version_tag(registry.name, version, CHECKS_TAG, "false" if failed else "true")
         registry.client.set_model_version_tag(registry.name, version, RULES_TAG, rules.to_json())
         evaluation = registry.evaluation_set(candidate, run_id=router_bundle["mlflow_run_id"])

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import dagster as dg
 import routeforge.fleet  # noqa: F401  (every kind loaded before a fleet file is read)
+from routeforge.artifacts import temporary
 from routeforge.artifacts.state_folder import record_registry, state_root
 from routeforge.assets.resources import PIPELINE_RUN_TAG
 from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
@@ -75,6 +76,7 @@ def _run_stages(config, config_path, instance, log_level, console) -> dict:
     recover(instance, config, log=lambda line: say(f"routeforge: {line}"))
     # a key that is not the one the registry's versions carry is said now, not after training
     check_signing_key(config.registry.tracking_uri, config.registry.model_name, config.signing_key_path()[0])
+    temporary.sweep()  # the verification folders of runs killed before they could remove them
     for warning in config.warnings():
         say(f"routeforge: {warning}")
     timings: dict[str, float] = {}

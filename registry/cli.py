@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import click
+from routeforge.artifacts import temporary
 from routeforge.artifacts.cli import TRACKING_OPTION as _TRACKING
 from routeforge.artifacts.cli import signature_options
 from routeforge.artifacts.loader import BundleVerificationError
@@ -46,7 +47,6 @@ def promote(name: str, version: str | None, public_key: Path | None, allow_unsig
     """Gate VERSION of NAME against the current champion on the frozen evaluation set, with the
     rules recorded at its registration (the pipeline's release gate), and move `champion` if it
     passes; the decision and its reasons are recorded on the version either way. Exit 1 when held."""
-    import tempfile
 
     if force and not (reason and reason.strip()):
         raise click.UsageError("--force needs --reason: a forced promotion records who asked and why")
@@ -54,7 +54,7 @@ def promote(name: str, version: str | None, public_key: Path | None, allow_unsig
     try:
         version = version or registry.latest_version()
         with release_lock(registry.tracking_uri, name), \
-                tempfile.TemporaryDirectory(prefix="routeforge-promote-") as tmp:
+                temporary.scoped("promote") as tmp:
             decision = gate(registry, version, public_key, Path(tmp), force=force, reason=reason,
                             allow_unsigned=allow_unsigned, log=_progress)
     except (ValueError, BundleVerificationError) as exc:
@@ -95,7 +95,6 @@ def gate_command(name: str, version: str | None, public_key: Path | None, allow_
     """Gate the versions of NAME that were registered but never gated (a pipeline run stopped between
     registration and its gate), oldest first, with the rules recorded at their registration. A version
     whose asset checks were never recorded counts as failing them. Exit 1 when any is held."""
-    import tempfile
 
     registry = _registry(name, tracking_uri)
     versions = [version] if version else registry.ungated_versions()
@@ -106,7 +105,7 @@ def gate_command(name: str, version: str | None, public_key: Path | None, allow_
     for v in versions:
         if registry.gated(v):
             raise click.UsageError(f"version {v} of {name} was gated already; use `bundle promote` to re-judge it")
-        with release_lock(registry.tracking_uri, name), tempfile.TemporaryDirectory(prefix="routeforge-gate-") as tmp:
+        with release_lock(registry.tracking_uri, name), temporary.scoped("gate") as tmp:
             decision = gate(registry, v, public_key, Path(tmp), allow_unsigned=allow_unsigned, log=_progress)
         held |= not decision.promote
         verdict = "promoted to champion" if decision.promote else "held (stays challenger)"

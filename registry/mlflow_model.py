@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import mlflow.pyfunc
 import numpy as np
-from routeforge.artifacts import shared_components
+from routeforge.artifacts import shared_components, temporary
 from routeforge.artifacts.bundle_cache import cache_root
 from routeforge.artifacts.loader import RouterBundle, read_manifest
 from routeforge.artifacts.manifest import MANIFEST_FILE
@@ -134,7 +133,7 @@ def share_components(bundle_dir: Path, store: str) -> dict:
         components[component.name] = digest
         if _stored(repo, digest, component):
             continue
-        with tempfile.TemporaryDirectory(prefix="routeforge-component-") as tmp:
+        with temporary.scoped("component") as tmp:
             shared_components.link_files([f.path for f in component.files], bundle_dir, tmp)
             repo.log_artifacts(tmp, digest)
     shared_components.seed(bundle_dir, cache_root())  # MLflow loads the model it logs (the input example)
@@ -151,7 +150,7 @@ def log_bundle_model(bundle_dir: Path, public_key_pem: str | None = None):
 
     bundle = RouterBundle(Path(bundle_dir), read_manifest(Path(bundle_dir)))  # just written by the publisher
     refs = share_components(Path(bundle_dir), component_store(mlflow.active_run()))
-    with tempfile.TemporaryDirectory(prefix="routeforge-pyfunc-") as tmp:
+    with temporary.scoped("pyfunc") as tmp:
         trusted = {}
         if public_key_pem and not os.environ.get(PUBLIC_KEY_ENV):
             (Path(tmp) / "signer.pub").write_text(public_key_pem)

@@ -3,6 +3,7 @@ state a dispatcher reads, outcome sources, fleet names. Each probe below is one 
 before this round (said in its test), or one that held and is kept so it keeps holding."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -667,3 +668,41 @@ def test_replay_encodes_each_distinct_prompt_once(tmp_path):
     bundle = Counting()
     on_log = policy_on_log(bundle, decisions, ["a", "b"])
     assert bundle.routed == 36 and on_log.probabilities.shape == (n, 2) and on_log.agreement == 1.0
+
+
+def test_temporary_folders_of_killed_processes_are_swept_and_no_other(tmp_path):
+    """Got through: runs killed mid-verification left `/tmp/routeforge-verify-*` folders behind."""
+    import subprocess
+    import sys
+
+    from routeforge.artifacts import temporary
+
+    child = subprocess.run([sys.executable, "-c", "import os, sys; print(os.getpid())"], capture_output=True,
+                           text=True, check=True)
+    dead = tmp_path / f"routeforge-verify-{child.stdout.strip()}-abc123"
+    live = tmp_path / f"routeforge-verify-{os.getppid()}-abc123"
+    mine = tmp_path / f"routeforge-verified-{os.getpid()}-abc123"
+    other = tmp_path / "routeforge-notes"
+    for folder in (dead, live, mine, other):
+        (folder / "f").parent.mkdir(parents=True)
+        (folder / "f").write_text("x")
+    link = tmp_path / f"routeforge-bundle-{child.stdout.strip()}-linked"
+    link.symlink_to(other)
+    assert temporary.sweep(tmp_path) == [dead]
+    assert all(p.exists() for p in (live, mine, other, link)) and not dead.exists()
+
+
+def test_calibration_holds_each_logged_prompt_within_its_bound(tmp_path):
+    """Got through: `bundle calibrate --logs` on 300 distinct 4 MB prompts (a 1.2 MB gzip) held 2.34 GB
+    and did not finish in 300 s. Each prompt is now held to its two ends, which is all an encoder reads."""
+    import gzip
+
+    from routeforge.artifacts.traffic_prompts import MAX_PROMPT_CHARS, logged_prompts
+
+    path = tmp_path / "big.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        for i in range(30):
+            f.write(json.dumps({"request": {"prompt": f"head{i} " + "x" * 3_000_000 + f" tail{i}"}}) + "\n")
+    prompts = logged_prompts(path)
+    assert len(prompts) == 30 and all(len(p) <= MAX_PROMPT_CHARS + 1 for p in prompts)
+    assert prompts[7].startswith("head7 ") and prompts[7].endswith(" tail7")

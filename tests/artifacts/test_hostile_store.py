@@ -368,3 +368,51 @@ def test_a_read_only_cache_loads_a_verified_temporary_copy_and_cleans_it_up(shar
     assert run.returncode == 0 and "holds a damaged copy" in run.stderr, run.stderr
     assert run.stdout.split()[0] == bundle.manifest.version and list(temporary.iterdir()) == []
     assert damaged.read_text() == '{"k": 666}'  # a read-only cache is left as it is
+
+
+def test_what_mlflow_writes_into_the_store_on_a_load_does_not_fail_verification(shared_store, tmp_path):
+    """Got through: `mlflow.pyfunc.load_model("models:/…@champion")` wrote `registered_model_meta` into
+    the store's artifact folder, and `bundle verify` of the untouched champion then failed ("not in
+    the signed record"). Only that file, naming exactly that version, is left unsigned."""
+    import mlflow
+
+    tracking, _ = shared_store
+    mlflow.set_tracking_uri(tracking)
+    local = Path(mlflow.artifacts.download_artifacts("models:/local/1"))  # a local store hands its own folder
+    assert (local / "registered_model_meta").is_file() and str(tmp_path / "artifacts") in str(local)
+    runner = CliRunner()
+    out = runner.invoke(main, ["bundle", "verify", "models:/local@champion", "--tracking-uri", tracking])
+    assert out.exit_code == 0 and "match the signed model record" in out.output, out.output
+    (local / "registered_model_meta").write_text("model_name: local\nmodel_version: '1'\nloader: evil\n")
+    out = runner.invoke(main, ["bundle", "verify", "models:/local@champion", "--tracking-uri", tracking])
+    assert out.exit_code == 1 and "registered_model_meta: not in the signed record" in out.output, out.output
+
+
+def test_the_keyring_itself_cannot_be_poisoned_through_links_garbage_or_size(tmp_path, monkeypatch, capsys):
+    """A hostile round on this pass's own surface: the keyring folder. A stray, linked, special or
+    oversized file in it is said and not trusted, in both runtimes; `keys pin` refuses what is not a
+    key; a 10 MB key id in a signature is cut in the refusal."""
+    root, public = _bundle_with_policy(tmp_path)
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    (ring / "good.pub").write_bytes(public.read_bytes())
+    (ring / "garbage.pub").write_text("not a key")
+    (ring / "linked.pub").symlink_to(public)
+    (ring / "huge.pub").write_bytes(b"-" * (1 << 20))
+    os.mkfifo(ring / "fifo.pub")
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(ring))
+    keyring = load_keyring(None)
+    err = capsys.readouterr().err
+    assert set(keyring.keys) == {_kid(public)}
+    assert all(f"{name}.pub" in err for name in ("garbage", "linked", "huge", "fifo")) and err.count("not trusted") == 4
+    assert load_bundle(root).manifest.name == "router"
+    ts = _ts("const keys = loadKeyring(process.argv[2]); Bundle.open(process.argv[1], keys); console.log(keys.length);",
+             str(root), str(ring))
+    assert ts.stdout.strip() == "1" and ts.stderr.count("not trusted") == 4, ts
+    out = CliRunner().invoke(main, ["keys", "pin", str(ring / "garbage.pub")])
+    assert out.exit_code == 1 and "not a PEM public key" in out.output
+    signature = json.loads((root / "manifest.sig").read_text())
+    (root / "manifest.sig").write_text(json.dumps({**signature, "key_id": "k" * 10_000_000}))
+    with pytest.raises(BundleVerificationError) as refused:
+        load_bundle(root)
+    assert len(str(refused.value)) < 2000

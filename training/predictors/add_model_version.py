@@ -15,12 +15,12 @@ import csv
 import json
 import math
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
+from routeforge.artifacts import temporary
 from routeforge.artifacts.cli import TRACKING_OPTION, signature_options
 from routeforge.artifacts.golden import refresh_golden
 
@@ -177,7 +177,7 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
     if len(fit_rows) < 2:
         raise LabelFileError(f"{labels}: {len(fit_rows)} labels left to fit after holding out the "
                              f"{len(held_rows)} on evaluation prompts or drawn for the gate; add labels")
-    with tempfile.TemporaryDirectory(prefix="routeforge-add-model-") as tmp:
+    with temporary.scoped("add-model") as tmp:
         work = Path(tmp)
         bundle = load_bundle(f"models:/{name}@{source_alias}", work / "source", tracking_uri,
                              public_key=public_key, allow_unsigned=allow_unsigned)

@@ -54,7 +54,17 @@ function keyIdOf(pem: string): string {
 /** The pinned keys at `path`: a PEM file, or every `*.pub` in a folder (artifacts/keyring.py). */
 export function loadKeyring(path: string): string[] {
   if (!statSync(path).isDirectory()) return [readPlain(path).toString("utf8")];
-  return readdirSync(path).filter((n) => n.endsWith(".pub")).sort().map((n) => readPlain(join(path, n)).toString("utf8"));
+  const keys: string[] = [];
+  for (const name of readdirSync(path).filter((n) => n.endsWith(".pub")).sort()) {
+    try {  // one stray file must not stop every verification: said, not trusted (as artifacts/keyring.py)
+      const pem = readPlain(join(path, name)).toString("utf8");
+      keyIdOf(pem);
+      keys.push(pem);
+    } catch (e: any) {
+      process.stderr.write(`routeforge: ${join(path, name)}: ${e.message}; not trusted\n`);
+    }
+  }
+  return keys;
 }
 
 /** Every entry under `folder` that is not a plain file or folder (links never followed), and every file. */
