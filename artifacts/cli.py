@@ -236,7 +236,7 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
     """Check the manifest's signature, schema version and every file's sha256; exit 1 naming the
     offending files or the reason the signature is refused (no trusted key is a refusal too)."""
     try:
-        key = resolve_key(ref, public_key, tracking_uri)
+        key = resolve_key(ref, public_key, tracking_uri, allow_unsigned)
         root, manifest = fetch_verified(ref, None, tracking_uri, key, allow_unsigned)
         if key is not None and str(ref).startswith("models:/"):  # MLmodel and the environment files too
             from routeforge.artifacts.model_record import verify_model_record

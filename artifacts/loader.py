@@ -139,9 +139,7 @@ def verified_manifest(root: Path, public_key: Path | str | bytes | None = None,
     else of the bundle is opened, linked or removed before this returns."""
     root = Path(root)
     data = _manifest_bytes(root)
-    # opting out skips the keyring folders' keys; a key the caller named is still checked
-    explicit = public_key is not None or bool(os.environ.get(PUBLIC_KEY_ENV))
-    key = trusted_key(public_key) if explicit or not allow_unsigned else None
+    key = None if allow_unsigned and not named_key(public_key) else trusted_key(public_key)
     if key is None and not allow_unsigned:
         raise BundleVerificationError(f"bundle at {root} refused: {no_key_message()}")
     if key is None:
@@ -186,6 +184,12 @@ def trusted_key(public_key: Path | str | bytes | Keyring | None) -> Keyring | No
     except ValueError as exc:
         raise BundleVerificationError(f"public key: {exc}") from None
     return keyring or None
+
+
+def named_key(public_key) -> bool:
+    """Whether the caller named a key (given, or `$ROUTEFORGE_PUBLIC_KEY`): opting out of signatures
+    skips the keyring folders' keys, never a key named explicitly."""
+    return public_key is not None or bool(os.environ.get(PUBLIC_KEY_ENV))
 
 
 def signer_id(root: Path) -> str | None:
@@ -536,7 +540,7 @@ def load_bundle(ref: str | Path, dst: Path | None = None, tracking_uri: str | No
     before returning (`verify_bundle`), with the pinned key its signature names (`resolve_key`: the
     key or folder given, else $ROUTEFORGE_PUBLIC_KEY, else the keyring folders; never a key read
     from the store unless the user opted in to trust on first use)."""
-    key = resolve_key(ref, public_key, tracking_uri)
+    key = resolve_key(ref, public_key, tracking_uri, allow_unsigned)
     root, manifest = fetch_verified(ref, dst, tracking_uri, key, allow_unsigned)
     return RouterBundle(root=root, manifest=manifest)
 
@@ -559,13 +563,15 @@ def fetch_verified(ref: str | Path, dst: Path | None, tracking_uri: str | None, 
 
 
 def resolve_key(ref: str | Path, public_key: Path | str | bytes | Keyring | None = None,
-                tracking_uri: str | None = None) -> Keyring | None:
+                tracking_uri: str | None = None, allow_unsigned: bool = False) -> Keyring | None:
     """The pinned keys a bundle at `ref` is verified with (`trusted_key`); None when none is pinned.
     The registry's recorded key is never trusted by itself: only with nothing pinned, for a
     `models:/` reference, and with $ROUTEFORGE_TRUST_ON_FIRST_USE=1 is it pinned (said on stderr),
     as SSH's known-hosts pins a host's first key."""
     from routeforge.artifacts.keyring import pin, trust_on_first_use_allowed
 
+    if allow_unsigned and not named_key(public_key):
+        return None  # opted out: said by `verified_manifest`
     key = trusted_key(public_key)
     if key is None and str(ref).startswith("models:/") and trust_on_first_use_allowed():
         from routeforge.artifacts.registry import recorded_public_key

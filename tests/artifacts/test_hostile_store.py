@@ -416,3 +416,42 @@ def test_the_keyring_itself_cannot_be_poisoned_through_links_garbage_or_size(tmp
     with pytest.raises(BundleVerificationError) as refused:
         load_bundle(root)
     assert len(str(refused.value)) < 2000
+
+
+def test_the_registry_hint_names_a_new_key_only_once_a_version_it_signed_is_promoted(tmp_path, component, fleet,
+                                                                                      monkeypatch):
+    """Got through: after `keys rotate`, a run killed after registration (or a version the gate held)
+    left the recorded key on the new key, and the old-key champion was refused ("signed by another
+    key"). Now registering as a challenger leaves the hint alone, promoting moves it, and a keyring
+    holding both keys verifies both versions."""
+    import mlflow
+    from routeforge.registry.release import Decision, Registry
+
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ROUTEFORGE_KEYRING", str(tmp_path / "ring"))
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    private = tmp_path / "keys" / "bundle.key"
+    old = generate_key_pair(private)
+
+    def register(k: int, alias: str) -> str:
+        (component.folder / "nested" / "meta.json").write_text(json.dumps({"k": k}))
+        registered, _ = publish_bundle(
+            name="local", fleet=fleet, components=[component], staging_dir=tmp_path / f"stage{k}",
+            tracking_uri=tracking, experiment="rotation", artifact_location=str(tmp_path / "artifacts"),
+            alias=alias, input_hashes={}, params={}, metrics={"acc": 0.5}, signing_key=private)
+        return str(registered.version)
+
+    register(1, "champion")
+    hint = lambda: mlflow.MlflowClient(tracking).get_registered_model("local").tags.get("routeforge.public_key")  # noqa: E731
+    old_pem = old.read_text()
+    assert hint() == old_pem
+    assert CliRunner().invoke(main, ["keys", "rotate", str(private)]).exit_code == 0
+    new = Path(f"{private}.pub")  # the rotation wrote the new public key where the old one was
+    assert new.read_text() != old_pem
+    second = register(2, "challenger")  # a run killed here, or a version the gate holds
+    assert hint() == old_pem
+    assert load_bundle("models:/local@champion", tracking_uri=tracking).manifest.name == "local"
+    assert load_bundle(f"models:/local/{second}", tracking_uri=tracking).manifest.name == "local"
+    Registry(tracking, "local").move_champion(second, Decision(promote=True, reasons=["test"], challenger={},
+                                                               champion=None), None, new)
+    assert hint() == new.read_text()
