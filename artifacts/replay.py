@@ -267,12 +267,13 @@ class Replay:
 
 
 def replay(challenger, decisions: LoggedDecisions, lam: float = 0.0, baseline=None, method: str = "dr",
-           level: float = 0.95) -> Replay:
+           level: float = 0.95, share_caps: bool = True) -> Replay:
     """Estimate `challenger`'s (a `RouterBundle`) mean outcome on the logged requests and, with
     `baseline` (another bundle, e.g. the champion), the paired difference by `method`."""
     if method not in METHODS:
         raise ValueError(f"method {method!r}: one of {', '.join(METHODS)}")
-    decisions = cap_shares(decisions)
+    if share_caps:  # off only to measure what the caps change (benchmarks/replay_scale.py)
+        decisions = cap_shares(decisions)
     if len(decisions) < 2:
         reasons = "; ".join(f"{n} × {r}" for r, n in decisions.skipped.most_common(3)) or "the log is empty"
         raise ValueError(f"replay needs at least 2 logged requests with an outcome and a propensity, found "

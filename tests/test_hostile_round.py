@@ -706,3 +706,21 @@ def test_calibration_holds_each_logged_prompt_within_its_bound(tmp_path):
     prompts = logged_prompts(path)
     assert len(prompts) == 30 and all(len(p) <= MAX_PROMPT_CHARS + 1 for p in prompts)
     assert prompts[7].startswith("head7 ") and prompts[7].endswith(" tail7")
+
+
+def test_a_trace_reader_holds_no_line_past_its_bound(tmp_path):
+    """Got through: the trace readers held a line whole, however long (a trace at /dev/zero grew its
+    reader to 1.9 GB in 25 s); a line past 1 MiB is now one quarantined row, and reading goes on."""
+    from routeforge.core.storage import Quarantine
+    from routeforge.training.policies.simulator.traces import MAX_ROW_BYTES, read_block_trace
+
+    path = tmp_path / "t.jsonl"
+    rows = [{"timestamp": i, "input_length": 600, "output_length": 10, "hash_ids": [i, i + 1]} for i in range(3)]
+    with path.open("w") as f:
+        f.write(json.dumps(rows[0]) + "\n")
+        f.write('{"timestamp": 1, "pad": "' + "x" * (3 * MAX_ROW_BYTES) + '"}\n')
+        f.write(json.dumps(rows[2]) + "\n")
+    quarantine = Quarantine("trace")
+    trace = read_block_trace(path, quarantine=quarantine)
+    assert len(trace) == 2 and len(quarantine) == 1
+    assert f"longer than {MAX_ROW_BYTES:,} bytes" in quarantine.rows[0]["reason"]
