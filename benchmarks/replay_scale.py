@@ -35,10 +35,11 @@ def write_log(path: Path, lines: int, prompts: int, models: list[str], flood: in
     texts = [f"Question {i}: explain topic {i % 97} in a sentence." for i in range(prompts)]
     quality = {m: 0.3 + 0.4 * k / max(len(models) - 1, 1) for k, m in enumerate(models)}
     with path.open("w") as f:
-        # first, ids and times of their own: past the deduplication (and the reader's 10^6-line limit), left to the caps
+        # first (within the reader's 10^6-line limit), ids and times of their own: past the deduplication
+        usage = {"prompt_tokens": 9, "completion_tokens": 9}
         for j in range(flood):
             f.write(json.dumps({"id": f"steer-{j}", "timestamp": j, "nonce": j, "request": {"prompt": "steer me"},
-                                "response": {"model": models[-1], "usage": {"prompt_tokens": 9, "completion_tokens": 9}},
+                                "response": {"model": models[-1], "usage": usage},
                                 "routing": {"propensity": 0.01}, "outcome": {"score": 1.0}}) + "\n")
         for i in range(lines - flood):
             text = texts[int(rng.integers(prompts))]
