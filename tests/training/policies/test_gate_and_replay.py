@@ -472,9 +472,11 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
         # 13 s on a loaded machine, while the gauges showed nothing of the requests behind it)
         http.post(f"{url}/completions", timeout=300, json={"model": str(model), "prompt": "hello", "max_tokens": 1})
 
+        answers = []  # each request's status, said if no scrape ever saw one running
+
         def generate():
-            http.post(f"{url}/completions", timeout=300, json={"model": str(model), "prompt": "hello " * 20,
-                                                                "max_tokens": 480, "ignore_eos": True})
+            answers.append(http.post(f"{url}/completions", timeout=300, json={
+                "model": str(model), "prompt": "hello " * 20, "max_tokens": 480, "ignore_eos": True}).status_code)
 
         threads = [threading.Thread(target=generate) for _ in range(32)]
         for t in threads:
@@ -499,7 +501,7 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
         for t in threads:
             t.join(timeout=300)
         check = _simulator_against(url, model, base)
-    assert busy.running + busy.waiting >= 2 and 0 < busy.kv_usage <= 1
+    assert busy.running + busy.waiting >= 2 and 0 < busy.kv_usage <= 1, f"busiest scrape {busy}; answers {answers}"
     assert decision.instance == 1 and decision.predicted_e2e_s > 0
     assert {name: d.instance for name, d in deployed.items()} == {name: 1 for name in DEPLOYED}
     # the simulator, calibrated from this server's own batch profile, on the same 24 requests (a third
