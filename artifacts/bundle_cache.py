@@ -183,6 +183,24 @@ class BundleCache:
                 total -= entry.bytes
         return removed
 
+    def sweep_scratch(self) -> int:
+        """Remove the cache's own scratch folders (`scratch/[component-|bundle-]<pid>-<n>`) whose process
+        is gone (a download killed half-way); returns how many. Links are never followed."""
+        import re
+
+        from routeforge.artifacts.temporary import _running
+
+        base = self.root / "scratch"
+        if self._confined(base) is None or not base.is_dir():
+            return 0
+        removed = 0
+        for entry in base.iterdir():
+            match = re.fullmatch(r"(?:component-|bundle-)?([0-9]{1,10})-[0-9]+", entry.name)
+            if match and not entry.is_symlink() and int(match[1]) != os.getpid() and not _running(int(match[1])):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
+        return removed
+
     def prune_components(self) -> int:
         """Remove the cached components that no cached bundle links to (every file of theirs has one
         link: their own); returns how many. Where hard links are impossible the bundles hold copies,
@@ -245,6 +263,7 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None, fresh: 
             return download_bundle(f"models:/{name}/{version}", downloaded, tracking_uri, public_key, components)
         finally:
             shutil.rmtree(components, ignore_errors=True)  # its files are linked or copied into the bundle
+    cache.sweep_scratch()  # what a download killed half-way left
     scratch = cache.root / "scratch" / f"{os.getpid()}-{time.monotonic_ns()}"
     try:
         download_bundle(f"models:/{name}/{version}", scratch, tracking_uri, public_key)

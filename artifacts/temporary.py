@@ -33,6 +33,7 @@ def scoped(kind: str) -> Iterator[str]:
 
 
 def _running(pid: int) -> bool:
+    """Whether a process of this id runs (another user's counts as running: not ours to judge)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -724,3 +724,20 @@ def test_a_trace_reader_holds_no_line_past_its_bound(tmp_path):
     trace = read_block_trace(path, quarantine=quarantine)
     assert len(trace) == 2 and len(quarantine) == 1
     assert f"longer than {MAX_ROW_BYTES:,} bytes" in quarantine.rows[0]["reason"]
+
+
+def test_the_bundle_caches_scratch_of_a_killed_download_is_swept(tmp_path):
+    import subprocess
+    import sys
+
+    from routeforge.artifacts.bundle_cache import BundleCache
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           check=True)
+    dead = child.stdout.strip()
+    cache = BundleCache(tmp_path / "cache")
+    names = [f"{dead}-1", f"component-{dead}-2", f"bundle-{dead}-3", f"{os.getpid()}-4", f"{os.getppid()}-5", "notes"]
+    for name in names:
+        (cache.root / "scratch" / name).mkdir(parents=True)
+    assert cache.sweep_scratch() == 3
+    assert sorted(p.name for p in (cache.root / "scratch").iterdir()) == sorted(names[3:])
