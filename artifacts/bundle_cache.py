@@ -21,7 +21,6 @@ default 4 GiB), then the components no remaining bundle links to; `routeforge ca
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import os
 import re
@@ -36,6 +35,7 @@ from routeforge.artifacts import temporary
 DEFAULT_MAX_BYTES = 4 << 30
 MANIFEST_FILE = "manifest.json"
 DIGEST = re.compile(r"[0-9a-f]{12,64}")  # a manifest's content digest: the only name an entry may have
+SCRATCH_NAME = re.compile(r"(?:component-|bundle-)?(?P<pid>[0-9]{1,10})-[0-9]+")  # a download's scratch folder
 
 
 def cache_root() -> Path:
@@ -82,9 +82,9 @@ class BundleCache:
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root is not None else cache_root()
 
-    def _confined(self, path: Path) -> Path | None:
-        """`path` when nothing between the cache root and it is a symbolic link, else None."""
-        return Path(path) if _no_link_below(self.root, Path(path)) else None
+    def _confined(self, path: Path) -> bool:
+        """Whether nothing between the cache root and `path` is a symbolic link."""
+        return _no_link_below(self.root, Path(path))
 
     def _index(self, tracking_uri: str, name: str, version: str) -> Path:
         store = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
@@ -95,7 +95,7 @@ class BundleCache:
         index entry does not name a digest (a poisoned entry is ignored: nothing outside
         `by-digest/` is ever returned). A read-only cache is read as it is."""
         index = self._index(tracking_uri, name, version)
-        if self._confined(index) is None or not index.is_file():
+        if not self._confined(index) or not index.is_file():
             return None
         try:
             digest = index.read_text()[:200].strip()
@@ -106,7 +106,7 @@ class BundleCache:
                   file=sys.stderr)
             return None
         folder = self.root / "by-digest" / digest
-        if self._confined(folder / MANIFEST_FILE) is None or not (folder / MANIFEST_FILE).is_file():
+        if not self._confined(folder / MANIFEST_FILE) or not (folder / MANIFEST_FILE).is_file():
             return None
         try:
             os.utime(folder)  # least recently used is what prune removes first
@@ -126,7 +126,7 @@ class BundleCache:
         """Whether `folder` is an entry of this cache (`by-digest/<digest>`, not through a link)."""
         folder = Path(folder)
         return (DIGEST.fullmatch(folder.name) is not None and folder.parent == self.root / "by-digest"
-                and self._confined(folder) is not None)
+                and self._confined(folder))
 
     def add(self, tracking_uri: str, name: str, version: str, downloaded: Path) -> Path:
         """Move a downloaded bundle folder into the cache under its digest; record the version; trim."""
@@ -138,7 +138,7 @@ class BundleCache:
         folder = self.root / "by-digest" / digest
         index = self._index(tracking_uri, name, version)
         for path in (folder, index.parent):  # the index file itself may be a link: replaced below
-            if self._confined(path) is None:
+            if not self._confined(path):
                 raise ValueError(f"the bundle cache {self.root}: {path.relative_to(self.root)} passes through a "
                                  "symbolic link; nothing is written there (remove the link)")
         if folder.exists():
@@ -166,7 +166,7 @@ class BundleCache:
         """The cached bundles, most recently used first; a `by-digest/` that is a link, and links in
         it, are not entries (prune and forget would act outside the cache)."""
         base = self.root / "by-digest"
-        if self._confined(base) is None or not base.is_dir():
+        if not self._confined(base) or not base.is_dir():
             return []
         return sorted((Entry(p.name, p, _size(p), p.stat().st_mtime) for p in base.iterdir()
                        if not p.is_symlink() and p.is_dir()), key=lambda e: e.last_used, reverse=True)
@@ -185,28 +185,18 @@ class BundleCache:
 
     def sweep_scratch(self) -> int:
         """Remove the cache's own scratch folders (`scratch/[component-|bundle-]<pid>-<n>`) whose process
-        is gone (a download killed half-way); returns how many. Links are never followed."""
-        import re
-
-        from routeforge.artifacts.temporary import _running
-
+        is gone (a download killed half-way; `temporary.sweep`); returns how many. Links are never followed."""
         base = self.root / "scratch"
-        if self._confined(base) is None or not base.is_dir():
+        if not self._confined(base) or not base.is_dir():
             return 0
-        removed = 0
-        for entry in base.iterdir():
-            match = re.fullmatch(r"(?:component-|bundle-)?([0-9]{1,10})-[0-9]+", entry.name)
-            if match and not entry.is_symlink() and int(match[1]) != os.getpid() and not _running(int(match[1])):
-                shutil.rmtree(entry, ignore_errors=True)
-                removed += 1
-        return removed
+        return len(temporary.sweep(base, SCRATCH_NAME))
 
     def prune_components(self) -> int:
         """Remove the cached components that no cached bundle links to (every file of theirs has one
         link: their own); returns how many. Where hard links are impossible the bundles hold copies,
         so a component there is kept only until the next prune."""
         base, removed = self.root / "components", 0
-        if self._confined(base) is None or not base.is_dir():
+        if not self._confined(base) or not base.is_dir():
             return 0
         for folder in base.iterdir():
             if folder.is_symlink() or not folder.is_dir():
@@ -256,9 +246,8 @@ def cached_download(uri: str, tracking_uri: str | None, public_key=None, fresh: 
         why = "holds a damaged copy of" if fresh else "lacks"
         print(f"routeforge: the bundle cache {cache.root} is read-only and {why} {name} version {version}: "
               "downloading it to a temporary folder, removed when this process exits", file=sys.stderr)
-        downloaded = temporary.folder("bundle")
+        downloaded = temporary.held("bundle")
         components = temporary.folder("components")
-        atexit.register(shutil.rmtree, downloaded, True)
         try:
             return download_bundle(f"models:/{name}/{version}", downloaded, tracking_uri, public_key, components)
         finally:

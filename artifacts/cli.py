@@ -306,16 +306,17 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
     folder = Path(dst) if dst else temporary.folder("serve")
     local = download_artifacts(f"models:/{name}/{version}", folder / "model")
     try:
-        bundle_root = with_shared_components(bundle_folder(local), in_place=False, public_key=key)
-        manifest = verify_bundle(bundle_root, key)
+        manifest = verify_bundle(with_shared_components(bundle_folder(local), in_place=False, public_key=key), key)
         files = local_model_files(local, listed_paths(manifest), name, version)  # the very files MLflow gets
         problem = version_record_problem(name, version, key, manifest, files)
     except (BundleVerificationError, ValueError) as exc:
         raise click.ClickException(f"{ref} refused: {exc}") from None
     if problem is not None:
         raise click.ClickException(f"{ref} refused: {problem}")
-    key_file = folder / "bundle-signing.key.pub"  # the pinned key that signed it: the pyfunc loader's only key
-    key_file.write_bytes(key.get(signer_id(bundle_root)))
+    key_file = folder / "pinned-keys"  # the keys this check trusted: the pyfunc loader's only ones
+    key_file.mkdir(exist_ok=True)
+    for kid, pem in key.keys.items():
+        (key_file / f"{kid}.pub").write_bytes(pem)
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(local), "--env-manager", "local",
                "-h", host, "-p", str(port)]
     click.echo(f"verified {name} version {version} (content digest {manifest.version}) in {local}", err=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -21,6 +22,23 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 class LineError(ValueError):
     """A line that cannot be used; the message is the quarantine reason, naming the field."""
+
+
+def bounded_lines(stream, limit: int) -> Iterator[tuple[Any, bool]]:
+    """(line, whole) for each line of a text or binary `stream`, with memory per line bounded by
+    `limit`: a longer line is yielded cut to its first `limit` + 1 characters with `whole` False, and
+    the rest of it is skipped unread, so a file without newlines never grows a reader."""
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        newline = b"\n" if isinstance(line, bytes) else "\n"
+        if len(line) > limit and not line.endswith(newline):
+            while (rest := stream.readline(1 << 20)) and not rest.endswith(newline):
+                pass  # the rest of the overlong line, never kept
+            yield line, False
+        else:
+            yield line, True
 
 
 def _reject_constant(name: str) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -248,12 +249,6 @@ def component_problems(root: Path, component) -> list[str]:
     return problems
 
 
-def _remove_tree(folder: Path) -> None:
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def fetch(ref: str, dst: Path | None = None, tracking_uri: str | None = None, public_key=None) -> Path:
     """A local folder for `ref`: a folder as it is; a `models:/` URI without `dst` through the local
     bundle cache (`artifacts.bundle_cache`: a registry version is downloaded once); any other MLflow
@@ -307,10 +302,7 @@ class RouterBundle:
         hashed as it was copied and checked against the manifest: what a loader reads is exactly what
         was signed, even if the bundle folder is edited or a file swapped between check and use."""
         if self._snapshot is None:
-            import weakref
-
-            self._snapshot = temporary.folder("verified")
-            weakref.finalize(self, _remove_tree, self._snapshot)
+            self._snapshot = temporary.held("verified", owner=self)
         folder = self._snapshot / name
         if folder.is_dir():
             return folder
@@ -328,7 +320,7 @@ class RouterBundle:
             if size != file.bytes or digest != file.sha256:
                 problems.append(f"{file.path}: sha256 mismatch")
         if problems:
-            _remove_tree(scratch)
+            shutil.rmtree(scratch, ignore_errors=True)
             raise BundleVerificationError(f"component {name} of the bundle at {self.root} changed after it was "
                                           "verified: " + "; ".join(problems))
         scratch.rename(folder)

@@ -65,6 +65,9 @@ class LoggedDecisions:
         self.first_skipped.setdefault(reason, row)
 
 
+REPEAT = "a repeat of an earlier request (same id or time, prompt, model and outcome: counted once)"
+
+
 def read_logged_decisions(path: Path, limit: int = 1_000_000, progress=None,
                           every: int = 100_000) -> LoggedDecisions:
     """The requests of the log at `path` (a file, or a folder of *.jsonl / *.jsonl.gz) that carry an
@@ -76,13 +79,19 @@ def read_logged_decisions(path: Path, limit: int = 1_000_000, progress=None,
     counts once (10^6 copies of one request are one request, not a million-fold weight); `progress`
     is called with the lines read every `every` lines."""
     out = LoggedDecisions()
-    seen: set[bytes] = set()
+    seen: set[bytes] = set()  # each request's identity
+    lines: set[bytes] = set()  # each line's bytes
     for number, (row, line) in enumerate(log_lines(path), start=1):
         if progress is not None and number % every == 0:
             progress(number)
         if isinstance(line, LineTooLong):
             out.skip(row, line.reason)
             continue
+        exact = hashlib.blake2b(line, digest_size=16).digest()  # an exact repeat is skipped before parsing
+        if exact in lines:
+            out.skip(row, REPEAT)
+            continue
+        lines.add(exact)
         try:
             rec = strict_json(line)
             if not isinstance(rec, dict) or not isinstance(rec.get("request"), dict):
@@ -97,7 +106,7 @@ def read_logged_decisions(path: Path, limit: int = 1_000_000, progress=None,
         identity = json.dumps([_request_id(rec), text, model, propensity, outcome], default=str)
         digest = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         if digest in seen:
-            out.skip(row, "a repeat of an earlier request (same id or time, prompt, model and outcome: counted once)")
+            out.skip(row, REPEAT)
             continue
         seen.add(digest)
         if outcome is None:

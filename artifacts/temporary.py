@@ -25,6 +25,20 @@ def folder(kind: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"routeforge-{kind}-{os.getpid()}-"))
 
 
+def held(kind: str, owner: object | None = None) -> Path:
+    """`folder(kind)`, removed when `owner` is collected, else when the process exits (either way at
+    a normal exit; a killed process's is left to `sweep`)."""
+    import atexit
+    import weakref
+
+    made = folder(kind)
+    if owner is None:
+        atexit.register(shutil.rmtree, made, True)
+    else:
+        weakref.finalize(owner, shutil.rmtree, made, True)
+    return made
+
+
 @contextlib.contextmanager
 def scoped(kind: str) -> Iterator[str]:
     """`tempfile.TemporaryDirectory` named as `folder` names, so a killed run's is swept later."""
@@ -43,9 +57,10 @@ def _running(pid: int) -> bool:
     return True
 
 
-def sweep(root: Path | None = None) -> list[Path]:
-    """Remove this user's temporary folders (`folder`'s names) whose process is gone; returns them.
-    A folder of another user, a link, or a name of another shape is never touched."""
+def sweep(root: Path | None = None, names: re.Pattern = NAME) -> list[Path]:
+    """Remove this user's folders in `root` (the temporary folder) named as `names` says (`folder`'s
+    names; a group `pid`) whose process is gone; returns them. A folder of another user, a link, or a
+    name of another shape is never touched."""
     root = Path(root or tempfile.gettempdir())
     removed = []
     try:
@@ -53,7 +68,7 @@ def sweep(root: Path | None = None) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        match = NAME.fullmatch(entry.name)
+        match = names.fullmatch(entry.name)
         if match is None or int(match["pid"]) == os.getpid():
             continue
         try:

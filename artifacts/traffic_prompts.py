@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from routeforge.artifacts.json_lines import bounded_lines
+
 
 class LogLineError(ValueError):
     """A log line that cannot be used; the message is the quarantine reason."""
@@ -121,15 +123,8 @@ def log_lines(path: Path) -> Iterator[tuple[str, bytes]]:
     for file in log_paths(path):
         with file.open("rb") as handle:
             stream = gzip.open(handle) if file.name.endswith(".gz") else handle
-            number = 0
-            while True:
-                line = stream.readline(MAX_LINE_BYTES + 1)
-                if not line:
-                    break
-                number += 1
-                if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                    while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
-                        pass  # the rest of the overlong line, skipped without keeping it
+            for number, (line, whole) in enumerate(bounded_lines(stream, MAX_LINE_BYTES), start=1):
+                if not whole:
                     yield f"{file.name}:{number}", LineTooLong(line[:256])
                     continue
                 if line.strip():

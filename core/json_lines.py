@@ -2,6 +2,6 @@
 so that the runtime's own readers (`bundle replay`, `bundle calibrate`) quarantine exactly the lines the
 pipeline's readers do; re-exported here for the pipeline's modules."""
 
-from routeforge.artifacts.json_lines import LineError, strict_json, surrogate_field
+from routeforge.artifacts.json_lines import LineError, bounded_lines, strict_json, surrogate_field
 
-__all__ = ["LineError", "strict_json", "surrogate_field"]
+__all__ = ["LineError", "bounded_lines", "strict_json", "surrogate_field"]

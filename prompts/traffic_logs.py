@@ -111,8 +111,13 @@ def _source(rec: dict[str, Any], field: str) -> str:
     for key in field.split("."):
         value = value.get(key) if isinstance(value, dict) else None
     if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
-        return "auth:" + str(value)[:200]
+        return source_id(value)
     return UNAUTHENTICATED
+
+
+def source_id(value: str | int) -> str:
+    """The source a logged id counts as (cut to 200 characters): what `training.outcomes.sources` lists."""
+    return "auth:" + str(value)[:200]
 
 
 def parse_line(rec: Any, row_id: str, source_field: str = SOURCE_FIELD) -> TrafficRequest:

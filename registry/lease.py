@@ -92,6 +92,16 @@ class ProcessIdentity:
         started = _start_time(self.pid)
         return started is not None and abs(started - self.started) < 1.0
 
+    @contextmanager
+    def marked(self, model_name: str) -> Iterator[None]:
+        """This process's marker file (`marker`) for the duration of the block, removed on every exit."""
+        marker = self.marker()
+        marker.write_text(json.dumps({"pid": self.pid, "model": model_name}))
+        try:
+            yield
+        finally:
+            marker.unlink(missing_ok=True)
+
     def alive(self) -> bool | None:
         """True / False for a lease holder of this host (`running` and its marker file names it);
         None when it cannot be told (another host)."""
@@ -170,71 +180,62 @@ def release_lease(client, model_name: str, *, timeout_s: float | None = None, st
     holds it; takes over a lease whose holder died on this host or that is stale (`stale_reason`),
     saying so. Raises `LeaseTimeout` naming the holder when the wait runs out. `timeout_s`: None
     waits `lease_wait_s()`. While held, this process's marker file says the lease is its own."""
+    from mlflow.exceptions import MlflowException
+
     name, me = lease_name(model_name), ProcessIdentity.current()
     timeout_s = lease_wait_s() if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
-    me.marker().write_text(json.dumps({"pid": me.pid, "model": model_name}))
-    try:
-        with _held(client, name, model_name, me, deadline, timeout_s, stale_after_s, poll_s, log, renew_every_s):
-            yield
-    finally:
-        me.marker().unlink(missing_ok=True)
-
-
-@contextmanager
-def _held(client, name, model_name, me, deadline, timeout_s, stale_after_s, poll_s, log, renew_every_s):
-    """`release_lease`'s wait, take-over, renewal and give-back."""
-    from mlflow.exceptions import MlflowException
-
-    said = False
-    while True:
-        holder = {"host": me.host, "pid": me.pid, "started": me.started, "token": me.token, "since": time.time()}
-        try:
-            client.create_registered_model(name, tags={HOLDER_TAG: json.dumps(holder)}, description=(
-                f"routeforge's release lease for {model_name}: held while a pipeline gates a version; "
-                "deleted when it is done (registry/lease.py). Not a model."))
-            break
-        except MlflowException as error:
-            if _given_back_meanwhile(error):
-                continue
-            if not _already_exists(error):
-                raise
-        found = _holder(client, name)
-        if found is None:
-            continue
-        other, since = found
-        stale = stale_reason(since, stale_after_s)
-        if other.alive() is False or stale is not None:
-            why = "died" if other.alive() is False else stale
-            log(f"release lease of {model_name}: its holder ({other.describe()}) {why}; taking it over")
-            _delete(client, name)
-            continue
-        if time.monotonic() > deadline:
-            raise LeaseTimeout(f"release lease of {model_name} still held by {other.describe()} after "
-                               f"{timeout_s:.0f} s (${WAIT_ENV} to wait longer); it goes stale {stale_after_s:.0f} s "
-                               f"after its last renewal, or break it now, once that process is gone, by deleting "
-                               f"the registered model {name!r} (MlflowClient().delete_registered_model)")
-        if not said:
-            log(f"waiting for the release lease of {model_name}, held by {other.describe()}")
-            said = True
-        time.sleep(poll_s)
-    stop = threading.Event()
-
-    def renew() -> None:  # says the holder is still at work, so a live holder's lease never goes stale
-        while not stop.wait(renew_every_s):
+    with me.marked(model_name):
+        said = False
+        while True:
+            holder = {"host": me.host, "pid": me.pid, "started": me.started, "token": me.token, "since": time.time()}
             try:
-                client.set_registered_model_tag(name, HOLDER_TAG, json.dumps({**holder, "since": time.time()}))
-            except Exception as exc:  # noqa: BLE001 - a missed renewal only ages the lease
-                log(f"release lease of {model_name}: could not renew it ({type(exc).__name__}: {exc})")
+                client.create_registered_model(name, tags={HOLDER_TAG: json.dumps(holder)}, description=(
+                    f"routeforge's release lease for {model_name}: held while a pipeline gates a version; "
+                    "deleted when it is done (registry/lease.py). Not a model."))
+                break
+            except MlflowException as error:
+                if _given_back_meanwhile(error):
+                    continue
+                if not _already_exists(error):
+                    raise
+            found = _holder(client, name)
+            if found is None:
+                continue
+            other, since = found
+            stale = stale_reason(since, stale_after_s)
+            if other.alive() is False or stale is not None:
+                why = "died" if other.alive() is False else stale
+                log(f"release lease of {model_name}: its holder ({other.describe()}) {why}; taking it over")
+                _delete(client, name)
+                continue
+            if time.monotonic() > deadline:
+                raise LeaseTimeout(f"release lease of {model_name} still held by {other.describe()} after "
+                                   f"{timeout_s:.0f} s (${WAIT_ENV} to wait longer); it goes stale "
+                                   f"{stale_after_s:.0f} s after its last renewal, or break it now, once that process "
+                                   f"is gone, by deleting the registered model {name!r} "
+                                   "(MlflowClient().delete_registered_model)")
+            if not said:
+                log(f"waiting for the release lease of {model_name}, held by {other.describe()}")
+                said = True
+            time.sleep(poll_s)
+        stop = threading.Event()
 
-    renewer = threading.Thread(target=renew, name="release-lease-renewal", daemon=True)
-    renewer.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        renewer.join(timeout=10)
-        _delete(client, name)
+        def renew() -> None:  # says the holder is still at work, so a live holder's lease never goes stale
+            while not stop.wait(renew_every_s):
+                try:
+                    client.set_registered_model_tag(name, HOLDER_TAG, json.dumps({**holder, "since": time.time()}))
+                except Exception as exc:  # noqa: BLE001 - a missed renewal only ages the lease
+                    log(f"release lease of {model_name}: could not renew it ({type(exc).__name__}: {exc})")
+
+        renewer = threading.Thread(target=renew, name="release-lease-renewal", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join(timeout=10)
+            _delete(client, name)
 
 
 def _delete(client, name: str) -> None:

@@ -361,7 +361,7 @@ MAX_FLEET_BYTES = 1 << 20  # the shipped fleets are under 10 KB
 MAX_YAML_NODES = 100_000  # values once every alias is expanded; the shipped fleets have under 2,000
 
 
-def _check_aliases(text: str, path: Path) -> None:
+def _check_expansion(text: str, path: Path) -> None:
     """Refuse a YAML file whose aliases expand past `MAX_YAML_NODES` values, before anything expands
     them: nine nested aliases of nine make 9⁹ nodes, and expanding `${VAR}`s walked each (config
     validate hung past 90 s at 730 MB). The node graph is composed (an alias is a shared node, not a
@@ -437,7 +437,7 @@ def load_fleet(path: str | os.PathLike[str]) -> FleetConfig:
 def _parsed(path: Path, text: str, _reads: tuple) -> FleetConfig:
     """`load_fleet`'s work, keyed by what its result depends on (`load_fleet` says what)."""
     try:
-        _check_aliases(text, path)
+        _check_expansion(text, path)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -17,7 +17,7 @@ import numpy as np
 from routeforge.artifacts.router import Router, distinct_outcomes, source_weights
 from routeforge.artifacts.sentence_encoder import embed_for
 from routeforge.core.storage import Quarantine
-from routeforge.prompts.traffic_logs import UNAUTHENTICATED, read_traffic_logs
+from routeforge.prompts.traffic_logs import UNAUTHENTICATED, read_traffic_logs, source_id
 
 
 def contradictions(router: Router, cluster: np.ndarray, models: list[str], outcomes: np.ndarray,
@@ -50,7 +50,7 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
     from routeforge.core.config.training import OutcomeSettings
 
     settings = settings or OutcomeSettings()
-    listed = {f"auth:{source}" for source in settings.sources}  # `traffic_logs._source`'s form
+    listed = {source_id(source) for source in settings.sources}
     rows, foreign = [], 0
     for uri in log_uris:
         for request in read_traffic_logs(uri, quarantine, source_field=settings.source_field):

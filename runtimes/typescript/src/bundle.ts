@@ -67,6 +67,21 @@ export function loadKeyring(path: string): string[] {
   return keys;
 }
 
+/** The bytes of a file the manifest lists, read once (no link followed) and checked against its listed
+ * size and SHA-256; or the problem, as `<path>: missing | not a plain file | sha256 mismatch`. */
+function listedFile(root: string, file: any): Buffer | string {
+  let bytes: Buffer;
+  try {
+    bytes = readPlain(join(root, ...String(file.path).split("/")));
+  } catch (e: any) {
+    return `${file.path}: ${String(e.message).endsWith("missing") ? "missing" : "not a plain file"}`;
+  }
+  if (bytes.length !== file.bytes || createHash("sha256").update(bytes).digest("hex") !== file.sha256) {
+    return `${file.path}: sha256 mismatch`;
+  }
+  return bytes;
+}
+
 /** Every entry under `folder` that is not a plain file or folder (links never followed), and every file. */
 function walk(folder: string, odd: string[], root: string): string[] {
   return readdirSync(folder).flatMap((name) => {
@@ -145,16 +160,8 @@ export class Bundle {
     for (const component of manifest.components) {
       for (const file of component.files) {
         listed.add(file.path);
-        let bytes: Buffer;
-        try {
-          bytes = readPlain(join(root, ...String(file.path).split("/")));
-        } catch (e: any) {
-          problems.push(`${file.path}: ${String(e.message).endsWith("missing") ? "missing" : "not a plain file"}`);
-          continue;
-        }
-        if (bytes.length !== file.bytes || createHash("sha256").update(bytes).digest("hex") !== file.sha256) {
-          problems.push(`${file.path}: sha256 mismatch`);
-        }
+        const checked = listedFile(root, file);
+        if (typeof checked === "string") problems.push(checked);
       }
     }
     for (const path of present) {
@@ -189,20 +196,14 @@ export class Bundle {
     } catch { /* not copied yet */ }
     const problems: string[] = [];
     for (const file of component.files) {
+      const checked = listedFile(this.root, file);
+      if (typeof checked === "string") {
+        problems.push(checked);
+        continue;
+      }
       const target = join(this.snapshot, ...String(file.path).split("/"));
-      let bytes: Buffer;
-      try {
-        bytes = readPlain(join(this.root, ...String(file.path).split("/")));
-      } catch (e: any) {
-        problems.push(`${file.path}: ${String(e.message).endsWith("missing") ? "missing" : "not a plain file"}`);
-        continue;
-      }
-      if (bytes.length !== file.bytes || createHash("sha256").update(bytes).digest("hex") !== file.sha256) {
-        problems.push(`${file.path}: sha256 mismatch`);
-        continue;
-      }
       mkdirSync(dirname(target), { recursive: true, mode: 0o700 });
-      writeFileSync(target, bytes, { mode: 0o600, flag: "wx" });
+      writeFileSync(target, checked, { mode: 0o600, flag: "wx" });
     }
     if (problems.length) {
       rmSync(folder, { recursive: true, force: true });

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-from routeforge.core.json_lines import LineError, strict_json, surrogate_field
+from routeforge.core.json_lines import LineError, bounded_lines, strict_json, surrogate_field
 from routeforge.core.storage import Quarantine
 
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -90,21 +90,6 @@ MAX_ROW_BYTES = 1 << 20  # a Mooncake row of a 126K-token prompt is about 3 KB
 MAX_ROWS = 20_000_000  # rows a trace is read to (Azure's week-long traces have about 17 million)
 
 
-def _bounded_lines(f):
-    """The lines of `f` with memory per line bounded: a line longer than `MAX_ROW_BYTES` is cut there
-    and the rest skipped unread (yielded as its first `MAX_ROW_BYTES` + 1 characters, which the row
-    check refuses), so a file without newlines (or `/dev/zero` behind a link) never grows a reader."""
-    while True:
-        line = f.readline(MAX_ROW_BYTES + 1)
-        if not line:
-            return
-        if len(line) > MAX_ROW_BYTES:
-            end = "\n" if isinstance(line, str) else b"\n"
-            while (rest := f.readline(1 << 20)) and not rest.endswith(end):
-                pass
-        yield line
-
-
 def _rows(path: Path, columns: TraceColumns) -> Iterator[tuple[int, dict | TraceError]]:
     """(row number as a person counts it: the CSV header is row 1, a JSON-lines file's first line is
     row 1, the row or the TraceError that makes it unusable)."""
@@ -112,7 +97,7 @@ def _rows(path: Path, columns: TraceColumns) -> Iterator[tuple[int, dict | Trace
     if columns.file_format(path) == "csv":
         # surrogateescape: an invalid byte becomes a lone surrogate in its cell, caught per row below
         with open(path, newline="", encoding="utf-8", errors="surrogateescape") as f:
-            reader = csv.DictReader(_bounded_lines(f))
+            reader = csv.DictReader(line for line, _ in bounded_lines(f, MAX_ROW_BYTES))
             try:
                 fieldnames = reader.fieldnames or []
             except csv.Error as exc:
@@ -133,8 +118,8 @@ def _rows(path: Path, columns: TraceColumns) -> Iterator[tuple[int, dict | Trace
                 bad = next((c for c in needed if surrogate_field(row.get(c)) is not None), None)
                 yield number, (TraceError(f"{path}: row {number}, column {bad!r}: invalid UTF-8") if bad else row)
     with open(path, "rb") as f:
-        for number, line in enumerate(_bounded_lines(f), start=1):
-            if len(line) > MAX_ROW_BYTES:
+        for number, (line, whole) in enumerate(bounded_lines(f, MAX_ROW_BYTES), start=1):
+            if not whole:
                 yield number, TraceError(f"{path}: row {number}: longer than {MAX_ROW_BYTES:,} bytes")
                 continue
             if not line.strip():
