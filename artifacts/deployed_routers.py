@@ -143,14 +143,13 @@ LLM_D_TTFT = {"ttft_weight": 0.5}
 
 
 def predicted_first_token_s(request, instances, overlaps: list[int]) -> list[float]:
-    """Per instance, when the request's first token would come: the step in flight ends
-    (`busy_for_s`), then one prefill step of the prompts waiting there and of its own tokens not in
-    that instance's cache, at that instance's seconds per prompt token. Each engine step prefills
-    every admitted waiting prompt together (the simulator's and vLLM's unchunked schedule), so the
-    waiting prompts are in the request's own step; decode work and full slots are not counted."""
+    """Per instance, when the request's first token would come: the prefill of the prompts waiting
+    there and of its own tokens not in that instance's cache, at that instance's seconds per prompt
+    token (the waiting prompts are prefilled before or with it; decode work, full slots and the step in
+    flight, which no router sees, are not counted)."""
     _, block_tokens = _blocks(request)
     prompt = float(request["prompt_tokens"])
-    return [float(i.get("busy_for_s", 0.0)) + i["prefill_s_per_token"]
+    return [i["prefill_s_per_token"]
             * (max(1.0, prompt - min(o * block_tokens, prompt - 1.0)) + sum(w["prompt_tokens"] for w in i["waiting"]))
             for o, i in zip(overlaps, instances)]
 

@@ -16,9 +16,12 @@ What it combines:
 
 Why the step model and not the latency heads' trees: a decision must cost ≤ 2 ms on one core for a
 dozen instances; the trees are per tier and want per-request features that `/metrics` does not
-give. Why approximations: `/metrics` gives counts (requests running and waiting) and the KV cache's
-usage, not each request's length, so every running request is taken to be half-way through an
-output as long as this request's predicted one, and every waiting request as long as this one.
+give. What a heuristic decides from is the router-visible observation
+(`routeforge.artifacts.observation`), the same one the simulator hands every policy it evaluates:
+each instance's latest `/metrics` scrape (requests running and waiting, the KV cache's usage) and the
+dispatcher's own record of what it sent where (each request's prompt tokens, predicted output tokens
+and send time), which `finished(request_id)` ends; a caller that never reports completions is healed
+by the counts (sends older than a scrape beyond what it counts are forgotten).
 The other learned (ONNX) policies need the simulator's observation (every request's tokens and age),
 which live counts cannot build: where one is recommended, the dispatcher says so and takes the best
 heuristic the bundle carries, or `policy=` names one. The arrival rate a queue-state policy observes
@@ -44,6 +47,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
+from routeforge.artifacts.observation import InstanceFacts, RouterView, Scrape
 from routeforge.artifacts.policy import RoutingPolicy, observation_queue_state
 
 # vLLM's gauge names (V1, then V0 spellings)
@@ -132,6 +136,7 @@ class Decision:
     cost_usd: float
     policy: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    request_id: int = -1  # what `Dispatcher.finished` takes once its response has ended
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -162,6 +167,11 @@ class Dispatcher:
         self.notes: tuple[str, ...] = ()
         self.policy_name, self.policy = self._policy(policy, (sim.get("gate") or {}).get("best_heuristic"))
         self._recent: deque[float] = deque()  # decision times within the last slot (a queue-state policy's rate)
+        # the router's own record of what it sent where, and the scrapes: the observation every heuristic reads
+        self.view = RouterView([InstanceFacts(self.max_running, float(c), float(k), float(w), float(h), float(kv))
+                                for c, k, w, h, kv in zip(self.prefill_c, self.prefill_k, self.decode_w,
+                                                          self.decode_h, self.kv_tokens)])
+        self._next_id = 0
 
     def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy | RoutingPolicy]:
         chosen = name or self.bundle.recommended_policy
@@ -212,23 +222,9 @@ class Dispatcher:
         ttft = drain + prefill
         return ttft, ttft + (out - 1) * step
 
-    def _telemetry(self, states: Sequence[LiveState], prompt_tokens: float,
-                   tokens: np.ndarray) -> list[dict[str, Any]]:
-        """What the heuristic reads of each instance, rebuilt from counts (module doc)."""
-        out = []
-        for i, s in enumerate(states):
-            est = float(tokens[i])
-            running = [{"predicted_output_tokens": est, "generated_tokens": est / 2}] * int(round(s.running))
-            waiting = [{"prompt_tokens": prompt_tokens, "predicted_output_tokens": est}] * int(round(s.waiting))
-            kv_tokens = float(self.kv_tokens[i])
-            out.append({"max_running": self.max_running, "prefill_s_per_token": float(self.prefill_k[i]),
-                        "tpot_s": float(self.decode_w[i] + self.decode_h[i] * s.kv_usage * kv_tokens),
-                        "running": running, "waiting": waiting,
-                        # what the deployed routers read: vLLM's KV usage, and the tokens it holds for
-                        # running requests (Dynamo's active blocks), from the same gauge
-                        "kv_utilization": s.kv_usage, "kv_capacity_tokens": kv_tokens,
-                        "active_tokens": s.kv_usage * kv_tokens})
-        return out
+    def finished(self, request_id: int) -> None:
+        """The response of a decided request has ended: it leaves the dispatcher's in-flight record."""
+        self.view.finished(request_id)
 
     def _queue_state_choice(self, states: Sequence[LiveState], arrivals_per_s: float | None) -> int:
         """A queue-state policy's pick: its biases from the live counts and the arrival rate (counted
@@ -247,11 +243,14 @@ class Dispatcher:
 
     def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
                output_tokens: Sequence[float], arrivals_per_s: float | None = None,
-               hash_ids: Sequence[int] | None = None, block_tokens: int | None = None) -> Decision:
+               hash_ids: Sequence[int] | None = None, block_tokens: int | None = None,
+               now: float | None = None) -> Decision:
         """The decision for a request of `prompt_tokens` whose per-model estimates (the router's, in
         `self.models` order) are `quality` and `output_tokens` (NaN: unknown). `arrivals_per_s` is
         read by a queue-state policy only (default: counted from the decisions of its last slot);
-        `hash_ids` (its prompt's block ids, `block_tokens` tokens each) by the prefix-aware ones."""
+        `hash_ids` (its prompt's block ids, `block_tokens` tokens each) by the prefix-aware ones.
+        `states` are this moment's scrapes (`now`, default the monotonic clock); the decision is
+        recorded as sent (its `request_id` for `finished`)."""
         if len(states) != len(self.instances):
             raise ValueError(f"{len(states)} instance states given; the bundle's fleet has {len(self.instances)} "
                              f"instances ({', '.join(i['tier'] for i in self.instances)})")
@@ -273,15 +272,20 @@ class Dispatcher:
                 raise ValueError(f"block_tokens: the tokens per block of hash_ids, a positive count, "
                                  f"got {block_tokens!r}")
             request |= {"hash_ids": list(hash_ids), "block_tokens": int(block_tokens)}
+        now = time.monotonic() if now is None else float(now)
+        for i, s in enumerate(states):
+            self.view.scraped(i, Scrape(at=now, running=s.running, waiting=s.waiting, kv_usage=min(1.0, s.kv_usage)))
         if isinstance(self.policy, RoutingPolicy):
             choice = self._queue_state_choice(states, arrivals_per_s)
         else:
-            choice = int(self.policy.route(request, self._telemetry(states, prompt_tokens, per_instance_tokens)))
+            choice = int(self.policy.route(request, self.view.observe(now)))
+        request_id, self._next_id = self._next_id, self._next_id + 1
+        self.view.sent(choice, request_id, prompt_tokens, float(per_instance_tokens[choice]), now)
         ttft, e2e = self.predict_latency(states, prompt_tokens, per_instance_tokens)
         model = int(self.model_of[choice])
         cost = float(prompt_tokens * self.price_in[model] + tokens[model] * self.price_out[model])
         return Decision(self.models[model], choice, self.instances[choice]["tier"], float(ttft[choice]),
-                        float(e2e[choice]), float(quality[model]), cost, self.policy_name, self.notes)
+                        float(e2e[choice]), float(quality[model]), cost, self.policy_name, self.notes, request_id)
 
     def decide_prompt(self, prompt: str, states: Sequence[LiveState], prompt_tokens: int | None = None) -> Decision:
         """`decide` with the bundle's own estimates for `prompt` (its router, else its KNN estimator);

@@ -106,7 +106,7 @@ def _heuristic_cases(m: int, n: int, rng: np.random.Generator) -> list[dict[str,
                        for _ in range(int(rng.integers(0, 4)) if len(running) == max_running else 0)]
             instances.append({"max_running": max_running, "tpot_s": round(float(rng.uniform(0.005, 0.08)), 5),
                               "prefill_s_per_token": round(float(rng.uniform(1e-5, 5e-4)), 7),
-                              "busy_for_s": round(float(rng.uniform(0, 0.05)), 4), "running": running,
+                              "running": running,
                               "waiting": waiting, "kv_utilization": round(float(rng.random()), 4),
                               "kv_capacity_tokens": int(rng.integers(64, 4000)),
                               "active_tokens": int(rng.integers(0, 3000)),

@@ -14,8 +14,10 @@ so the exported spec decides exactly as the policy the evaluation measured.
   (the instance's model's estimates; quality may be omitted where unknown);
 - each instance: `max_running`, `tpot_s` (current decode step time), `prefill_s_per_token`, its
   `running` requests as {predicted_output_tokens, generated_tokens} and its `waiting` requests as
-  {prompt_tokens, predicted_output_tokens}; optionally `busy_for_s`, the time until its engine step
-  in flight ends (earliest-available's start time on an instance with a free slot; default 0).
+  {prompt_tokens, predicted_output_tokens}: the router-visible observation
+  (`routeforge.artifacts.observation`), which the simulator and the runtime's dispatcher build alike
+  from `/metrics` scrapes and the router's own sends. No engine-internal state (the time left in the
+  step in flight, the instance's exact context) is in it, so no heuristic reads any.
 
 The prefix-aware routers people deploy (llm-d, Dynamo, SGLang: `routeforge.artifacts.deployed_routers`)
 also read the request's prompt block ids and each instance's cache and KV state; that module says which.
@@ -82,10 +84,10 @@ def least_work(work_left) -> int:
     return int(np.argmin(work_left))
 
 
-def earliest_start(free, busy_for_s, work_left) -> int:
-    """The instance that can start the request soonest: after `busy_for_s` where a sequence slot is
-    free and nothing waits, else after its estimated work left."""
-    return int(np.argmin([b if f else w for f, b, w in zip(free, busy_for_s, work_left)]))
+def earliest_start(free, work_left) -> int:
+    """The instance that can start the request soonest: now where a sequence slot is free and nothing
+    waits (the first such), else after its estimated work left."""
+    return int(np.argmin([0.0 if f else w for f, w in zip(free, work_left)]))
 
 
 def best_quality(quality, outstanding) -> int:
@@ -159,7 +161,7 @@ def least_work_left(request, instances, parameters, state) -> int:
 
 @HEURISTICS.register("earliest_available")
 def earliest_available(request, instances, parameters, state) -> int:
-    return earliest_start(free_of(instances), [i.get("busy_for_s", 0.0) for i in instances], work_of(instances))
+    return earliest_start(free_of(instances), work_of(instances))
 
 
 @HEURISTICS.register("route_balance")
@@ -186,7 +188,7 @@ def quality_within_slo(request, instances, parameters, state) -> int:
     """The model and instance chosen together for quality goodput (late requests earn nothing): among
     the instances where the request's predicted E2E meets its SLO, the one whose model has the
     highest predicted quality (ties to the sooner, then the first); where none does, the soonest.
-    Predicted E2E on i: its start (earliest-available's: `busy_for_s` where a slot is free and nothing
+    Predicted E2E on i: its start (earliest-available's: now where a slot is free and nothing
     waits, else its work left) + prefill + predicted length × its step time; the SLO: `slo_scale` ×
     the least of (prefill + predicted length × step time) over the instances, the request's E2E alone
     on the one that would serve it fastest, as the evaluation judges (the step times are the current
@@ -195,7 +197,7 @@ def quality_within_slo(request, instances, parameters, state) -> int:
     est = request["predicted_output_tokens"]
     work, free = work_of(instances), free_of(instances)
     alone = [i["prefill_s_per_token"] * request["prompt_tokens"] + e * i["tpot_s"] for i, e in zip(instances, est)]
-    e2e = [(i.get("busy_for_s", 0.0) if f else w) + a for i, f, w, a in zip(instances, free, work, alone)]
+    e2e = [(0.0 if f else w) + a for f, w, a in zip(free, work, alone)]
     bound = scale * min(alone)
     quality = [0.0 if q is None or np.isnan(q) else float(q)
                for q in request.get("predicted_quality", [np.nan] * len(instances))]

@@ -99,6 +99,7 @@ class ClairvoyantLookahead:
     (benchmarks/kv_routing.py's `clairvoyant_ttft`; a running job's first token is already out)."""
 
     at: str = "finished"
+    reads_simulator_state = True  # a reference, not a router: it simulates each instance's true future
     _without: dict[int, dict[int, float]] = dataclasses.field(default_factory=dict)
 
     def assign(self, queue, cluster: Cluster, now: float) -> list[int]:

@@ -123,7 +123,11 @@ def served_share_probe(run: Callable[[str, float, int], tuple[float, float]], se
 class HoldWhenFull:
     """A baseline that holds a request at the router while every instance's waiting buffer is full,
     and else sends it where the baseline says, or where it has room (the fewest outstanding requests):
-    a closed loop that keeps the fleet full without turning anything away."""
+    a closed loop that keeps the fleet full without turning anything away. It reads the buffers
+    themselves (`reads_simulator_state`: a calibration driver, not a router under evaluation); the
+    inner policy gets the router's side."""
+
+    reads_simulator_state = True
 
     def __init__(self, inner):
         self.inner = inner
@@ -139,7 +143,7 @@ class HoldWhenFull:
                     if i.profile.buffer is None or i.n_waiting + added[k] < i.profile.buffer]
             if not room:
                 break
-            choice = self.inner.assign([request], cluster, now)[0]
+            choice = self.inner.assign([request], cluster.handed_to(self.inner, now), now)[0]
             if choice is None or choice not in room:
                 choice = min(room, key=lambda k: insts[k].n_running + insts[k].n_waiting + added[k])
             added[choice] += 1

@@ -99,13 +99,13 @@ export function llmD(request: BlockRequest, instances: CacheInstance[], paramete
 
 export const LLM_D_TTFT = { ttft_weight: 0.5 };
 
-/** When the first token would come on each instance: the step in flight, then one prefill of the
- * waiting prompts and of the request's uncached tokens (deployed_routers.predicted_first_token_s). */
+/** When the first token would come on each instance: the prefill of the waiting prompts and of the
+ * request's uncached tokens (deployed_routers.predicted_first_token_s). */
 export function predictedFirstTokenS(request: BlockRequest, instances: (CacheInstance & {
-  prefill_s_per_token: number; busy_for_s?: number | null })[], overlapsOf: number[]): number[] {
+  prefill_s_per_token: number })[], overlapsOf: number[]): number[] {
   const [, blockTokens] = blocks(request);
   const prompt = request.prompt_tokens;
-  return instances.map((inst, i) => (inst.busy_for_s ?? 0.0) + inst.prefill_s_per_token
+  return instances.map((inst, i) => inst.prefill_s_per_token
     * (Math.max(1.0, prompt - Math.min(overlapsOf[i] * blockTokens, prompt - 1.0))
        + inst.waiting.reduce((s, w) => s + w.prompt_tokens, 0)));
 }

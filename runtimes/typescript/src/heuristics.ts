@@ -21,7 +21,6 @@ export interface Instance {
   max_running: number;
   tpot_s: number;
   prefill_s_per_token: number;
-  busy_for_s?: number;
   running: { predicted_output_tokens: number; generated_tokens: number }[];
   waiting: { prompt_tokens: number; predicted_output_tokens: number }[];
   kv_utilization?: number | null; // what the deployed routers read besides (deployed_routers.ts)
@@ -101,14 +100,14 @@ export class HeuristicPolicy {
     if (name === "quality_within_slo") {
       const scale = params.slo_scale ?? 5.0;
       const alone = instances.map((inst, i) => inst.prefill_s_per_token * request.prompt_tokens + est[i] * inst.tpot_s);
-      const e2e = instances.map((inst, i) => (free[i] ? inst.busy_for_s ?? 0 : work[i]) + alone[i]);
+      const e2e = instances.map((_, i) => (free[i] ? 0 : work[i]) + alone[i]);
       const bound = scale * Math.min(...alone);
       const within = e2e.map((_, i) => i).filter((i) => e2e[i] <= bound);
       if (!within.length) return argmin(e2e);
       // the highest quality; ties to the sooner, then the first
       return within.reduce((best, i) => (quality[i] > quality[best] || (quality[i] === quality[best] && e2e[i] < e2e[best]) ? i : best));
     }
-    return argmin(instances.map((inst, i) => (free[i] ? inst.busy_for_s ?? 0 : work[i])));
+    return argmin(instances.map((_, i) => (free[i] ? 0 : work[i])));
   }
 }
 

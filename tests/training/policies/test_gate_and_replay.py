@@ -20,7 +20,6 @@ from routeforge.training.policies.simulator.baselines import (
     RandomPolicy,
     default_baselines,
     heuristic_spec_of,
-    router_telemetry,
 )
 from routeforge.training.policies.simulator.cluster import Cluster
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -84,18 +83,13 @@ def test_exported_heuristics_decide_as_the_simulated_baselines():
     checked = {name: 0 for name in names}
 
     class Checking(RandomPolicy):
-        known: dict = {}
-
-        def choose(self, request, cluster, now):
-            self.known[request.rid] = request
-            req, insts = router_telemetry(cluster, request, self.known, now)
+        def choose(self, request, router, now):
+            req, insts = router.observe(request, now)
             for name in names:
-                sim = BASELINES[name]()
-                sim.known = dict(self.known) if hasattr(sim, "known") else None
-                expected = sim.assign([request], cluster, now)[0]
+                expected = BASELINES[name]().assign([request], router, now)[0]
                 assert runtime[name].route(req, insts) == expected, name
                 checked[name] += 1
-            return super().choose(request, cluster, now)
+            return super().choose(request, router, now)
 
     Cluster(profiles, models=[0, 1, 2]).run(pool.requests(arrivals("poisson", 200, rate=6, seed=2), seed=2), Checking())
     assert all(count >= 200 for count in checked.values())

@@ -169,10 +169,10 @@ def test_llm_d_with_the_first_token_scorer_prefers_the_faster_prefill_unless_the
     assert _route("llm_d_ttft", request, half, ttft_weight=10.0) == 1
     from routeforge.artifacts.deployed_routers import predicted_first_token_s
 
-    busy = {**inst(1e-4, waiting=2), "busy_for_s": 0.25}
+    busy = inst(1e-4, waiting=2)
     busy["waiting"] = [{"prompt_tokens": 500, "predicted_output_tokens": 1}] * 2
-    # 0.25 s in flight, then one step of 2 × 500 waiting tokens and the 1,000 - 3 × 100 uncached
-    assert predicted_first_token_s(request, [busy], [3]) == pytest.approx([0.25 + 1e-4 * (1000 + 700)])
+    # the 2 × 500 waiting tokens and the 1,000 - 3 × 100 uncached (the step in flight is not seen)
+    assert predicted_first_token_s(request, [busy], [3]) == pytest.approx([1e-4 * (1000 + 700)])
     assert "llm_d_ttft" in BASELINES and "llm_d_ttft" not in default_baselines()
 
 
@@ -303,7 +303,7 @@ def test_quality_within_slo_takes_the_best_model_that_meets_the_requests_slo_els
     the instance that would serve it fastest; among the instances predicted to meet it, the best
     model; where none is, the soonest."""
     def inst(tpot, waiting=0):
-        return {"max_running": 1, "tpot_s": tpot, "prefill_s_per_token": 0.0, "busy_for_s": 0.0,
+        return {"max_running": 1, "tpot_s": tpot, "prefill_s_per_token": 0.0,
                 "running": [{"predicted_output_tokens": 100, "generated_tokens": 0}] * (1 if waiting else 0),
                 "waiting": [{"prompt_tokens": 10, "predicted_output_tokens": 100}] * waiting}
 

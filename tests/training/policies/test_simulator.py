@@ -69,17 +69,16 @@ def test_full_buffers_reject_and_the_policy_can_wait_or_drop():
 
 
 def test_baselines_pick_as_documented():
+    """Each decides from the router's side only: what it sent where (routed below) and the scrapes."""
     cluster = Cluster([PROFILE] * 3, models=[0, 1, 2])
     req = _request(0, 0.0, quality=(0.2, 0.9, 0.5))
-    assert [RoundRobin().choose(req, cluster, 0.0) for _ in range(1)] == [0]
-    cluster.instances[0].enqueue(Job(5, 10, 10, 0.0), 0.0)
-    assert JoinShortestQueue().choose(req, cluster, 0.0) == 1
-    assert QualityOnly().choose(req, cluster, 0.0) == 1
-    known = {5: _request(5, 0.0, prompt=10, out=10, quality=(0.0, 0.0, 0.0)),
-             6: _request(6, 0.0, prompt=4000, out=4000, quality=(0.0, 0.0, 0.0))}  # what it dispatched before
-    assert RouteBalance(weights=(1.0, 0.0, 0.0), known=dict(known)).assign([req], cluster, 0.0) == [1]
-    cluster.instances[1].enqueue(Job(6, 4000, 4000, 0.0), 0.0)  # a long job makes instance 1 slow
-    assert RouteBalance(weights=(0.0, 1.0, 0.0), known=dict(known)).assign([req], cluster, 0.0) == [2]
+    assert [RoundRobin().choose(req, cluster.router(0.0), 0.0) for _ in range(1)] == [0]
+    cluster.route(_request(5, 0.0, prompt=10, out=10, quality=(0.0, 0.0, 0.0)), 0, 0.0)
+    assert JoinShortestQueue().choose(req, cluster.router(0.0), 0.0) == 1
+    assert QualityOnly().choose(req, cluster.router(0.0), 0.0) == 1
+    assert RouteBalance(weights=(1.0, 0.0, 0.0)).assign([req], cluster.router(0.0), 0.0) == [1]
+    cluster.route(_request(6, 0.0, prompt=4000, out=4000, quality=(0.0, 0.0, 0.0)), 1, 0.0)  # instance 1 slow
+    assert RouteBalance(weights=(0.0, 1.0, 0.0)).assign([req], cluster.router(0.0), 0.0) == [2]
 
 
 def test_every_baseline_serves_a_moderate_poisson_load():

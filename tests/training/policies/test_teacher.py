@@ -33,7 +33,7 @@ def test_teacher_acts_in_each_environment_as_the_heuristic():
     aware.reset(seed=1)
     for _ in range(40):  # JSQ's choice, as the action that carries it out (QoS env: 0 is drop)
         for env, offset in ((qos, 1), (aware, 0)):
-            expected = JoinShortestQueue().assign([env.stepper.head()], env.stepper.cluster, env.stepper.t)[0]
+            expected = JoinShortestQueue().assign([env.stepper.head()], env.stepper.cluster.router(env.stepper.t), env.stepper.t)[0]
             action = teacher_action(env, JoinShortestQueue())
             assert action == expected + offset
             env.step(action)

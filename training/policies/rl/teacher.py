@@ -51,9 +51,8 @@ def teacher_action(env, policy) -> int:
     """The environment action `policy` (a simulator baseline) takes for the request at the head of
     the router queue, in the state the environment is in."""
     stepper = env.stepper
-    if hasattr(policy, "known"):
-        policy.known = env.known  # every request's predictions: the baseline looks up the ones it holds
-    choice = policy.assign([stepper.head()], stepper.cluster, stepper.t)[0]
+    head = stepper.head()
+    choice = policy.assign([head], stepper.cluster.handed_to(policy, stepper.t), stepper.t)[0]
     return env.action_for(choice)
 
 

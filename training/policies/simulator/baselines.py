@@ -2,9 +2,13 @@
 join-shortest-queue, least work left, earliest available, quality-only and RouteBalance's joint
 quality–latency–cost assignment (002).
 
-Policies see only what a router could know: each instance's queue and running requests and the
-request's *predicted* output length and quality (`Request.est_tokens` / `est_quality`, which fall
-back to the truth when a workload carries no predictions: the true-value ablation).
+Policies see only what a router could know, and from one place: the router's side of the cluster
+(`router_side.RouterSide`), whose observation (`routeforge.artifacts.observation`) is built from the
+instances' `/metrics` scrapes and the router's own sends, with each request's *predicted* output
+length and quality (`Request.est_tokens` / `est_quality`, which fall back to the truth when a workload
+carries no predictions: the true-value ablation). Every heuristic here runs its registered decision
+function (`routeforge.artifacts.heuristics`) on that observation, so the simulator measures exactly
+what a bundle's spec runs; RouteBalance's batch assignment reads the same observation.
 """
 
 from __future__ import annotations
@@ -17,35 +21,18 @@ from functools import partial
 import numpy as np
 from routeforge.artifacts import heuristics
 from routeforge.core.kinds import SIMULATED_BASELINES
-from routeforge.training.policies.simulator.cluster import Cluster, Request
-from routeforge.training.policies.simulator.instance import Instance
-
-
-def outstanding(inst: Instance) -> int:
-    return inst.n_running + inst.n_waiting
-
-
-def work_left_s(inst: Instance, requests_by_rid: dict[int, Request] | None = None) -> float:
-    """Estimated seconds of work queued on the instance (`routeforge.artifacts.heuristics.work_left_s`), from
-    the requests' predicted lengths where the router has them, else the true ones."""
-    p = inst.profile
-
-    def est(job) -> float:
-        return requests_by_rid[job.rid].est_tokens(inst.model) if requests_by_rid else job.output_tokens
-
-    return heuristics.work_left_s(p.nominal_tpot(inst.context_tokens), p.prefill_s_per_token, p.max_running,
-                                  [est(j) - inst.generated(j) for j in inst.running.values()],
-                                  [j.prompt_tokens for j in inst.waiting], [est(j) for j in inst.waiting])
+from routeforge.training.policies.simulator.cluster import Request
+from routeforge.training.policies.simulator.router_side import RouterSide
 
 
 class _PerRequest(ABC):
     """A policy that decides each queued request on its own, in arrival order."""
 
-    def assign(self, queue: list[Request], cluster: Cluster, now: float) -> list[int | None]:
-        return [self.choose(r, cluster, now) for r in queue]
+    def assign(self, queue: list[Request], router: RouterSide, now: float) -> list[int | None]:
+        return [self.choose(r, router, now) for r in queue]
 
     @abstractmethod
-    def choose(self, request: Request, cluster: Cluster, now: float) -> int | None:
+    def choose(self, request: Request, router: RouterSide, now: float) -> int | None:
         """An instance index, WAIT or DROP for `request` at `now`."""
 
 
@@ -57,27 +44,15 @@ class RandomPolicy(_PerRequest):
     def __post_init__(self):
         self.rng = np.random.default_rng(self.seed)
 
-    def choose(self, request, cluster, now):
-        return int(self.rng.integers(len(cluster.instances)))
-
-
-@dataclass
-class RoundRobin(_PerRequest):
-    next: int = 0
-
-    def choose(self, request, cluster, now):
-        i = self.next % len(cluster.instances)
-        self.next += 1
-        return i
-
-    def parameters(self) -> dict:
-        return {}
+    def choose(self, request, router, now):
+        return int(self.rng.integers(len(router)))
 
 
 @dataclass
 class JoinShortestQueue(_PerRequest):
-    """The instance with the fewest outstanding requests; `among` restricts the choice (004's
-    single-model baselines: shortest queue over the heavy instances only, or the light ones)."""
+    """The instance with the fewest outstanding requests (the router's own in-flight count); `among`
+    restricts the choice (004's single-model baselines: shortest queue over the heavy instances only,
+    or the light ones). The registered function's decision, without building the observation."""
 
     among: tuple[int, ...] | None = None
 
@@ -85,55 +60,11 @@ class JoinShortestQueue(_PerRequest):
     def from_parameters(cls, params: dict) -> JoinShortestQueue:
         return cls(among=tuple(params["among"]) if params.get("among") is not None else None)
 
-    def choose(self, request, cluster, now):
-        return heuristics.shortest_queue([outstanding(i) for i in cluster.instances], self.among)
+    def choose(self, request, router, now):
+        return heuristics.shortest_queue(router.outstanding(), self.among)
 
     def parameters(self) -> dict:
         return {} if self.among is None else {"among": list(self.among)}
-
-
-@dataclass
-class LeastWorkLeft(_PerRequest):
-    """The instance with the least estimated work queued (true lengths of running jobs are not
-    known to a router; it uses the requests' predicted lengths when `known` lists them)."""
-
-    known: dict[int, Request] = field(default_factory=dict)
-
-    def choose(self, request, cluster, now):
-        self.known[request.rid] = request
-        return heuristics.least_work([work_left_s(i, self.known) for i in cluster.instances])
-
-    def parameters(self) -> dict:
-        return {}
-
-
-@dataclass
-class EarliestAvailable(_PerRequest):
-    """The instance that can start the request soonest: now where a sequence slot is free and
-    nothing waits, else after its estimated work left."""
-
-    known: dict[int, Request] = field(default_factory=dict)
-
-    def choose(self, request, cluster, now):
-        self.known[request.rid] = request
-        insts = cluster.instances
-        return heuristics.earliest_start([i.n_running < i.profile.max_running and not i.waiting for i in insts],
-                                         [max(i.clock - now, 0.0) for i in insts],
-                                         [work_left_s(i, self.known) for i in insts])
-
-    def parameters(self) -> dict:
-        return {}
-
-
-class QualityOnly(_PerRequest):
-    """argmax predicted quality of the instance's model; ties to the least loaded."""
-
-    def choose(self, request, cluster, now):
-        return heuristics.best_quality([request.est_quality(i.model) for i in cluster.instances],
-                                       [outstanding(i) for i in cluster.instances])
-
-    def parameters(self) -> dict:
-        return {}
 
 
 @dataclass
@@ -141,7 +72,8 @@ class RouteBalance:
     """002's joint assignment: for the batch of waiting requests, longest predicted first (LPT),
     score every instance by w_q · quality − w_l · latency − w_c · cost (`routeforge.artifacts.heuristics.
     joint_choice`), and dead-reckon the chosen instance's pending decode tokens locally before the
-    next request. Latency is 002's analytic E2E at the instance's TPOT (`route_balance_latency`).
+    next request. Latency is 002's analytic E2E at the instance's TPOT (`route_balance_latency`), all
+    of it from the router's observation.
 
     `quality_scale="absolute"` keeps the quality estimates as they are instead of min–max stretching
     them per request: a calibrated estimate (probabilities of a correct answer) then weighs by how
@@ -150,7 +82,6 @@ class RouteBalance:
     weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # quality, latency, cost on the simplex
     price_per_token: tuple[float, ...] | None = None  # per instance; None: no cost term
     quality_scale: str = "minmax"  # 002's per-request min–max, or "absolute"
-    known: dict[int, Request] = field(default_factory=dict)
 
     @classmethod
     def from_parameters(cls, params: dict) -> RouteBalance:
@@ -163,79 +94,43 @@ class RouteBalance:
         return {"weights": list(self.weights), "quality_scale": self.quality_scale,
                 "price_per_token": None if self.price_per_token is None else list(self.price_per_token)}
 
-    def assign(self, queue, cluster, now):
-        insts = cluster.instances
-        self.known |= {r.rid: r for r in queue}
-
-        def left(i: Instance, job) -> float:
-            return max(0.0, self.known[job.rid].est_tokens(i.model) - i.generated(job))
-
-        pending = np.array([sum(left(i, j) for j in i.running.values()) + sum(left(i, j) for j in i.waiting)
-                            for i in insts], dtype=float)
-        running = np.array([i.n_running for i in insts], dtype=float)
+    def assign(self, queue, router, now):
+        observed = router.instances(now)
+        models = router.models
+        pending = np.array([sum(max(0.0, r["predicted_output_tokens"] - r["generated_tokens"]) for r in i["running"])
+                            + sum(r["predicted_output_tokens"] for r in i["waiting"]) for i in observed], dtype=float)
+        running = np.array([len(i["running"]) for i in observed], dtype=float)
+        tpot = [i["tpot_s"] for i in observed]
+        free = heuristics.free_of(observed)
         out: list[int | None] = [None] * len(queue)
-        order = sorted(range(len(queue)), key=lambda k: -max(queue[k].est_tokens(i.model) for i in insts))
+        order = sorted(range(len(queue)), key=lambda k: -max(queue[k].est_tokens(m) for m in models))
         for k in order:
             req = queue[k]
-            est = np.array([req.est_tokens(i.model) for i in insts])
+            est = np.array([req.est_tokens(m) for m in models])
             latency = heuristics.route_balance_latency(
-                est, pending, running, [i.profile.nominal_tpot(i.context_tokens) for i in insts],
-                [i.profile.prefill_s_per_token * req.prompt_tokens for i in insts],
-                [i.n_running < i.profile.max_running and not i.waiting for i in insts])
+                est, pending, running, tpot, [i["prefill_s_per_token"] * req.prompt_tokens for i in observed], free)
             cost = (np.asarray(self.price_per_token) * (req.prompt_tokens + est) if self.price_per_token
-                    else np.zeros(len(insts)))
-            choice = heuristics.joint_choice([req.est_quality(i.model) for i in insts], latency, cost,
+                    else np.zeros(len(observed)))
+            choice = heuristics.joint_choice([req.est_quality(m) for m in models], latency, cost,
                                              self.weights, self.quality_scale)
             pending[choice] += est[choice]  # dead reckoning until the next telemetry
             out[k] = choice
         return out
 
 
-def router_telemetry(cluster: Cluster, request: Request, known: dict[int, Request],
-                     now: float) -> tuple[dict, list[dict]]:
-    """What a router service knows at `now`, in the runtime heuristics' form (`routeforge.artifacts.
-    heuristics`, `routeforge.artifacts.deployed_routers`): the request's predicted lengths and
-    qualities and its prompt block ids, and per instance its slots, step time, running and waiting
-    requests (their lengths as predicted where `known` has them), KV use as vLLM's /metrics show it
-    and the prompt's cached blocks as KV events show them."""
-    insts = cluster.instances
-
-    def est(i: Instance, job) -> float:
-        return known[job.rid].est_tokens(i.model) if job.rid in known else job.output_tokens
-
-    hashes = request.hash_ids if cluster.block_tokens else ()
-    telemetry = [{"max_running": i.profile.max_running, "tpot_s": i.profile.nominal_tpot(i.context_tokens),
-                  "prefill_s_per_token": i.profile.prefill_s_per_token, "busy_for_s": max(i.clock - now, 0.0),
-                  "running": [{"predicted_output_tokens": est(i, j), "generated_tokens": i.generated(j)}
-                              for j in i.running.values()],
-                  "waiting": [{"prompt_tokens": j.prompt_tokens, "predicted_output_tokens": est(i, j)}
-                              for j in i.waiting],
-                  "kv_utilization": i.kv_utilization(), "kv_capacity_tokens": i.profile.kv_capacity_tokens,
-                  "active_tokens": i.context_tokens + sum(j.prompt_tokens for j in i.waiting),
-                  "cached_prefix_blocks": i.cached_prefix_blocks(hashes)} for i in insts]
-    asked = {"prompt_tokens": request.prompt_tokens,
-             "predicted_output_tokens": [request.est_tokens(i.model) for i in insts],
-             "predicted_quality": [request.est_quality(i.model) for i in insts],
-             "hash_ids": list(hashes), "block_tokens": cluster.block_tokens or 0}
-    return asked, telemetry
-
-
 @dataclass
 class RegisteredHeuristic(_PerRequest):
-    """A heuristic of `routeforge.artifacts.heuristics.HEURISTICS` that has no simulator class of its own
-    (one a module adds): each decision hands its registered function the telemetry a router service
-    would (the request's predicted lengths and qualities, each instance's slots, step time, running and
-    waiting requests), so the simulator measures exactly the function a bundle's spec runs."""
+    """A heuristic of `routeforge.artifacts.heuristics.HEURISTICS` in the simulator: each decision hands
+    its registered function the router's observation (`RouterSide.observe`), so the simulator measures
+    exactly the function a bundle's spec runs, on what a router service would see."""
 
     name: str = ""
     parameters_: dict = field(default_factory=dict)
-    known: dict[int, Request] = field(default_factory=dict)
     state: dict = field(default_factory=dict)
 
-    def choose(self, request, cluster, now):
-        self.known[request.rid] = request
-        asked, telemetry = router_telemetry(cluster, request, self.known, now)
-        return heuristics.HEURISTICS.get(self.name)(asked, telemetry, self.parameters_, self.state)
+    def choose(self, request, router, now):
+        asked, observed = router.observe(request, now)
+        return heuristics.HEURISTICS.get(self.name)(asked, observed, self.parameters_, self.state)
 
     def parameters(self) -> dict:
         return dict(self.parameters_)
@@ -243,14 +138,15 @@ class RegisteredHeuristic(_PerRequest):
 
 NATIVE = {
     "random": RandomPolicy,
-    "round_robin": RoundRobin,
+    "round_robin": partial(RegisteredHeuristic, "round_robin"),
     "join_shortest_queue": JoinShortestQueue,
-    "least_work_left": LeastWorkLeft,
-    "earliest_available": EarliestAvailable,
-    "quality_only": QualityOnly,
+    "least_work_left": partial(RegisteredHeuristic, "least_work_left"),
+    "earliest_available": partial(RegisteredHeuristic, "earliest_available"),
+    "quality_only": partial(RegisteredHeuristic, "quality_only"),
     "route_balance": RouteBalance,
     "route_balance_absolute": partial(RouteBalance, quality_scale="absolute"),
 }
+RoundRobin, QualityOnly = NATIVE["round_robin"], NATIVE["quality_only"]  # the names other modules build by
 for _name, _policy in NATIVE.items():  # the names a fleet file's `policies` may give (`core.kinds.ROUTING_POLICIES`)
     SIMULATED_BASELINES.add(_name, _policy, __name__, f"NATIVE[{_name!r}]")
 
@@ -275,8 +171,9 @@ class _Registered(Mapping):
         return len(self._items())
 
 
-# every baseline: the simulator's own classes (fast, and equal to the runtime's functions: tests hold them
-# to it), and any other registered heuristic through its runtime function
+# every baseline: the simulator's own classes where a batch needs one (RouteBalance) or speed does
+# (join-shortest-queue: equal to its runtime function, tests hold it to it), and every other registered
+# heuristic through its runtime function
 BASELINES = _Registered(lambda names: {**NATIVE, **{n: partial(RegisteredHeuristic, n) for n in names
                                                     if n not in NATIVE}})
 
@@ -312,7 +209,7 @@ def from_spec(spec: dict):
     policy = heuristics.HeuristicPolicy.from_spec(spec)
     params = dict(policy.parameters)
     native = NATIVE.get(policy.name)
-    if native is None:
+    if native is None or isinstance(native, partial):
         return RegisteredHeuristic(policy.name, params)
     from_parameters = getattr(native, "from_parameters", None)  # a class whose spec carries parameters
     return from_parameters(params) if from_parameters else native()

@@ -4,6 +4,12 @@ The router holds a queue. At every arrival (and, while requests wait in the queu
 `decision_interval_s`) the policy sees the queue and the instances and answers per request: an
 instance index, `WAIT` (stay in the router queue; 001's wait action) or `DROP` (000's drop action).
 A request left in the router queue longer than `max_queue_s` is dropped with that reason.
+
+What the policy is handed is the router's side (`router_side.RouterSide`): the cluster keeps the
+router's view (`artifacts.observation.RouterView`) as a router would: each request routed is a send,
+each completion or rejection ends it, and each instance is scraped at a decision once its last scrape
+is `scrape_interval_s` old. Only a policy with `reads_simulator_state = True` (the clairvoyant
+references, the load calibration's closed loop) gets the cluster itself.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from routeforge.artifacts.observation import InstanceFacts, RouterView
 from routeforge.artifacts.prefix_index import BlockLru
 from routeforge.training.policies.simulator.instance import Instance, InstanceProfile, Job
+from routeforge.training.policies.simulator.router_side import RouterSide
 
 WAIT, DROP = None, -1
 
@@ -42,7 +50,7 @@ class Request:
 
 
 class Policy(Protocol):
-    def assign(self, queue: list[Request], cluster: Cluster, now: float) -> list[int | None]: ...
+    def assign(self, queue: list[Request], router: RouterSide, now: float) -> list[int | None]: ...
 
 
 @dataclass(slots=True)
@@ -73,15 +81,28 @@ class Outcome:
         return (self.job.finished - self.job.first_token) / (self.job.output_tokens - 1)
 
 
+def facts_of(profile: InstanceProfile) -> InstanceFacts:
+    """What a router is configured with about an instance of `profile`."""
+    return InstanceFacts(profile.max_running, profile.prefill_intercept_s, profile.prefill_s_per_token,
+                         profile.decode_w_s, profile.decode_h_s_per_token, float(profile.kv_capacity_tokens))
+
+
 class Cluster:
     """`block_tokens`: give every instance a prefix cache of blocks of that many tokens, holding at
-    most its KV capacity (`Instance.cache`); None: no prefix caching (requests' block ids unused)."""
+    most its KV capacity (`Instance.cache`); None: no prefix caching (requests' block ids unused).
+    `scrape_interval_s`: how old an instance's `/metrics` scrape may get before a decision takes a new
+    one (0: every decision sees the counts as they are)."""
 
     def __init__(self, profiles: list[InstanceProfile], models: list[int] | None = None,
-                 names: list[str] | None = None, block_tokens: int | None = None):
+                 names: list[str] | None = None, block_tokens: int | None = None, scrape_interval_s: float = 0.0):
         models = models or [0] * len(profiles)
         names = names or [f"i{i}" for i in range(len(profiles))]
         self.instances = [Instance(n, p, m) for n, p, m in zip(names, profiles, models)]
+        if not (math.isfinite(scrape_interval_s) and scrape_interval_s >= 0):
+            raise ValueError(f"Cluster: scrape_interval_s must be a finite number ≥ 0, got {scrape_interval_s!r}")
+        self.scrape_interval_s = scrape_interval_s
+        self.view = RouterView([facts_of(p) for p in profiles])
+        self._seen = [0] * len(self.instances)
         if block_tokens is not None:
             if not block_tokens >= 1:
                 raise ValueError(f"Cluster: block_tokens must be at least 1, got {block_tokens!r}")
@@ -92,9 +113,26 @@ class Cluster:
         self.now = 0.0
 
     def advance(self, t: float) -> None:
-        for inst in self.instances:
+        for k, inst in enumerate(self.instances):
             inst.advance(t)
+            for job in inst.done[self._seen[k]:]:  # each response that ended: the router sees it end
+                self.view.finished(job.rid)
+            self._seen[k] = len(inst.done)
         self.now = max(self.now, t)
+
+    def router(self, now: float) -> RouterSide:
+        """The router's side at `now`, each instance scraped anew where its last scrape is
+        `scrape_interval_s` old (or none was taken)."""
+        for k, inst in enumerate(self.instances):
+            last = self.view.scrapes[k]
+            if last is None or now - last.at >= self.scrape_interval_s:
+                self.view.scraped(k, inst.scrape(now))
+        return RouterSide(self.view, [i.model for i in self.instances], self.block_tokens, now)
+
+    def handed_to(self, policy, now: float):
+        """What `policy` decides from at `now`: the router's side, or the cluster for a policy that
+        says it reads the simulator's state."""
+        return self if getattr(policy, "reads_simulator_state", False) else self.router(now)
 
     def run(self, requests: list[Request], policy: Policy, decision_interval_s: float = 0.02,
             max_queue_s: float = 60.0) -> list[Outcome]:
@@ -103,7 +141,7 @@ class Cluster:
         queue: deque[Request] = deque()
 
         def dispatch(now: float) -> None:
-            decisions = policy.assign(list(queue), self, now)
+            decisions = policy.assign(list(queue), self.handed_to(policy, now), now)
             kept = deque()
             for req, choice in zip(list(queue), decisions):
                 if choice is WAIT:
@@ -147,6 +185,8 @@ class Cluster:
         inst = self.instances[choice]
         job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now, hash_ids=req.hash_ids)
         outcome = Outcome(req, choice, job, now, model=inst.model)
+        self.view.sent(choice, req.rid, req.prompt_tokens, req.est_tokens(inst.model), now)
         if not inst.enqueue(job, now):
             outcome.reason = job.rejected
+            self.view.finished(req.rid)
         return outcome

@@ -32,6 +32,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from routeforge.artifacts.observation import Scrape
 from routeforge.artifacts.prefix_index import BlockLru
 
 # the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
@@ -133,6 +134,8 @@ class Instance:
     busy_s: float = 0.0
     cache: BlockLru | None = None  # the prefix cache (None: no prefix caching)
     block_tokens: int = 0  # tokens per cached block
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries counter)
+    prefix_hits: int = 0  # of them found cached (prefix_cache_hits)
 
     def cached_prefix_blocks(self, hash_ids) -> int:
         """How many leading blocks of a prompt this instance holds now (what KV events tell a router)."""
@@ -156,6 +159,13 @@ class Instance:
 
     def kv_utilization(self) -> float:
         return self.context_tokens / self.profile.kv_capacity_tokens
+
+    def scrape(self, now: float) -> Scrape:
+        """What this instance's `/metrics` says at `now`: all a router reads of it
+        (`routeforge.artifacts.observation`)."""
+        return Scrape(at=now, running=len(self.running), waiting=len(self.waiting),
+                      kv_usage=min(1.0, self.kv_utilization()), prefix_queries=self.prefix_queries,
+                      prefix_hits=self.prefix_hits)
 
     # ---- events
     def enqueue(self, job: Job, now: float) -> bool:
@@ -206,6 +216,8 @@ class Instance:
                 cached = min(self.cache.match(job.hash_ids) * self.block_tokens, job.prompt_tokens - 1)
                 if not job.preemptions:
                     job.cached_tokens = cached
+                self.prefix_queries += job.prompt_tokens
+                self.prefix_hits += cached
                 tokens -= cached
                 self.cache.insert(job.hash_ids)
             prefill += tokens
