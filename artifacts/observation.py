@@ -12,9 +12,13 @@ Two sources, nothing more:
   use, the prefix cache's query and hit counters, as of when it was taken (`at`); how stale a scrape
   may get is the fleet file's `routing_evaluation.scrape_interval_s`.
 - **What the router itself sent** (`RouterView`): per instance its in-flight requests in send order,
-  each with its prompt tokens, the output tokens predicted for it and its send time; a request leaves
-  when its response ends (`finished`). A router's own prefix index (what it sent where) is the
-  policy's state (`artifacts.deployed_routers`), fed from the same sends.
+  each with its prompt tokens, the output tokens predicted for it, its send time and, once its stream
+  has begun, the time of its first token (`first_token`: a proxying router sees it, as Dynamo's slot
+  manager marks prefill complete); a request leaves when its response ends (`finished`). The view's
+  own prefix index (what it sent where, LRU per instance within its KV capacity) says how many of a
+  send's tokens the instance should have to compute, so `queued_prefill_tokens` (the prefill still
+  ahead there) is the router's estimate too. A prefix-aware policy keeps its own index besides, as
+  its deployed original does (`artifacts.deployed_routers`).
 And the fleet's static facts every router is configured with (`InstanceFacts`: slots, the tier's
 prefill and decode step fits, KV capacity).
 
@@ -40,9 +44,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from routeforge.artifacts.prefix_index import PrefixIndex
+
 # the fields of an instance's observation, each always present
 OBSERVED = ("max_running", "prefill_s_per_token", "tpot_s", "kv_capacity_tokens", "kv_utilization", "running",
-            "waiting", "active_tokens", "prefix_cache_hit_rate", "scrape_age_s")
+            "waiting", "active_tokens", "queued_prefill_tokens", "prefix_cache_hit_rate", "scrape_age_s")
 # fields a caller outside the simulator may hand a heuristic (KV events' `cached_prefix_blocks`): absent here,
 # so `.get` gives its default and the heuristic falls back to its own index
 ABSENT = frozenset({"cached_prefix_blocks"})
@@ -94,6 +100,8 @@ class Sent:
     prompt_tokens: int
     predicted_output_tokens: float
     sent_at: float
+    prefill_tokens: int = 0  # of the prompt, what the router expects the instance to compute (not cached there)
+    first_token_at: float | None = None
 
 
 class ObservedInstance(Mapping):
@@ -134,6 +142,7 @@ class RouterView:
     scrape of each instance and how many of its sends from before that scrape have finished since."""
 
     facts: Sequence[InstanceFacts]
+    block_tokens: int = 0  # tokens per block of the sends' `hash_ids` (0: prefixes are not tracked)
     in_flight: list[dict] = field(default_factory=list)  # per instance: rid -> Sent, in send order
     scrapes: list[Scrape | None] = field(default_factory=list)
     _where: dict = field(default_factory=dict)  # rid -> instance
@@ -144,6 +153,8 @@ class RouterView:
         self.in_flight = [{} for _ in self.facts]
         self.scrapes = [None] * len(self.facts)
         self._gone = [0] * len(self.facts)
+        self.index = PrefixIndex([max(1, int(f.kv_capacity_tokens) // self.block_tokens) for f in self.facts]
+                                 ) if self.block_tokens else None
 
     def __len__(self) -> int:
         return len(self.facts)
@@ -154,12 +165,26 @@ class RouterView:
         prompt, output, n = self._sums
         return (prompt / n, output / n) if n else TYPICAL
 
-    def sent(self, instance: int, rid: Any, prompt_tokens: int, predicted_output_tokens: float, now: float) -> None:
-        self.in_flight[instance][rid] = Sent(rid, int(prompt_tokens), float(predicted_output_tokens), float(now))
+    def sent(self, instance: int, rid: Any, prompt_tokens: int, predicted_output_tokens: float, now: float,
+             hash_ids: Sequence[int] = ()) -> None:
+        """Record a send; `hash_ids`, its prompt's block ids, feed the view's prefix index."""
+        prefill = int(prompt_tokens)
+        if self.index is not None and hash_ids:
+            cached = self.index.overlaps(hash_ids)[instance] * self.block_tokens
+            prefill = max(1, prefill - min(cached, prefill - 1))
+            self.index.record(instance, hash_ids)
+        self.in_flight[instance][rid] = Sent(rid, int(prompt_tokens), float(predicted_output_tokens), float(now),
+                                             prefill)
         self._where[rid] = instance
         self._sums[0] += prompt_tokens
         self._sums[1] += predicted_output_tokens
         self._sums[2] += 1
+
+    def first_token(self, rid: Any, at: float) -> None:
+        """The first token of `rid`'s stream arrived at `at` (its prefill is done)."""
+        instance = self._where.get(rid)
+        if instance is not None and rid in self.in_flight[instance]:
+            self.in_flight[instance][rid].first_token_at = float(at)
 
     def finished(self, rid: Any) -> None:
         """The response of `rid` ended (served, rejected or failed); unknown ids are ignored."""
@@ -184,15 +209,21 @@ class RouterView:
             flights.pop(rid, None)
 
     def _counts(self, i: int, now: float) -> tuple[list[Sent], int, int, int]:
-        """Instance i's own in-flight sends (oldest first), how many of them run, and the requests
-        running and waiting there that the router did not send."""
+        """Instance i's own in-flight sends (those whose stream has begun first, then in send order),
+        how many of them run, and the requests running and waiting there that the router did not send."""
         scrape = self.scrapes[i] or Scrape(at=now)
         flights = list(self.in_flight[i].values())
+        streaming = [s for s in flights if s.first_token_at is not None]
+        flights = streaming + [s for s in flights if s.first_token_at is None]
         before = sum(1 for s in flights if s.sent_at <= scrape.at)
-        still_running = max(0, int(round(scrape.running)) - self._gone[i])  # of the scrape's running, those left
+        # the scrape counted the router's sends from before it (those still in flight and those gone since)
+        # and any others'; of its running, those gone since have left
+        others = max(0, int(round(scrape.running + scrape.waiting)) - before - self._gone[i])
+        still_running = max(0, int(round(scrape.running)) - self._gone[i])
         own_running = min(before, still_running)
-        others_running = still_running - own_running
-        others_waiting = max(0, int(round(scrape.waiting)) - (before - own_running))
+        others_running = min(others, still_running - own_running)
+        others_waiting = others - others_running
+        own_running = max(len(streaming), own_running)
         return flights, own_running, others_running, others_waiting
 
     def outstanding(self, now: float = 0.0) -> list[int]:
@@ -213,11 +244,15 @@ class RouterView:
         tpot = facts.decode_w_s + facts.decode_h_s_per_token * scrape.kv_usage * facts.kv_capacity_tokens
         flights, own_running, others_running, others_waiting = self._counts(i, now)
         prompt, output = self.typical
-        running, waiting, active = [], [], 0.0
+        running, waiting, active, queued = [], [], 0.0, 0.0
         for k, s in enumerate(flights):
+            if s.first_token_at is None:
+                queued += s.prefill_tokens or s.prompt_tokens
             if k < own_running:
-                started = s.sent_at + facts.prefill_intercept_s + facts.prefill_s_per_token * s.prompt_tokens
-                generated = min(max(0.0, s.predicted_output_tokens - 1), max(0.0, now - started) / tpot)
+                started = (s.first_token_at if s.first_token_at is not None else s.sent_at + facts.prefill_intercept_s
+                           + facts.prefill_s_per_token * (s.prefill_tokens or s.prompt_tokens))
+                generated = min(max(0.0, s.predicted_output_tokens - 1),
+                                (1.0 if s.first_token_at is not None else 0.0) + max(0.0, now - started) / tpot)
                 running.append({"predicted_output_tokens": s.predicted_output_tokens, "generated_tokens": generated})
                 active += s.prompt_tokens + generated
             else:
@@ -226,9 +261,10 @@ class RouterView:
         running += [{"predicted_output_tokens": output, "generated_tokens": output / 2}] * others_running
         waiting += [{"prompt_tokens": prompt, "predicted_output_tokens": output}] * others_waiting
         active += others_running * (prompt + output / 2) + others_waiting * prompt
+        queued += others_waiting * prompt
         hit_rate = scrape.prefix_hits / scrape.prefix_queries if scrape.prefix_queries > 0 else 0.0
         return ObservedInstance({
             "max_running": facts.max_running, "prefill_s_per_token": facts.prefill_s_per_token, "tpot_s": tpot,
             "kv_capacity_tokens": facts.kv_capacity_tokens, "kv_utilization": min(1.0, scrape.kv_usage),
-            "running": running, "waiting": waiting, "active_tokens": active,
+            "running": running, "waiting": waiting, "active_tokens": active, "queued_prefill_tokens": queued,
             "prefix_cache_hit_rate": hit_rate, "scrape_age_s": max(0.0, now - scrape.at)})

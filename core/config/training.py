@@ -247,6 +247,11 @@ class RoutingEvaluationSettings(_Strict):
                        "e2e_p95_offered_s", "e2e_p99_offered_s", "e2e_mean_s", "e2e_p99_s",
                        "ttft_mean_s"] = "goodput"
     seed: int = 0  # base seed of the evaluation's arrival streams
+    # how old an instance's /metrics scrape may get before a routing decision takes a new one: every
+    # policy decides from the router-visible observation (routeforge.artifacts.observation), whose counts
+    # are this stale at most; llm-d's endpoint picker refreshes them every 50 ms (--refresh-metrics-interval)
+    scrape_interval_s: float = Field(0.05, ge=0, le=60, description="seconds between /metrics scrapes of each "
+                                                                     "instance that the router's observation uses")
     # a registered heuristic's parameters chosen on the learned policies' training windows, never the
     # evaluation's: {heuristic: {parameter: [values to try]}} (the first value first, so a tie keeps it);
     # the evaluation runs and the bundle carries the combination best on `objective`

@@ -299,7 +299,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     def simulate(requests, policy) -> list[Outcome]:
         # a block trace's prefixes are cached by every instance, the learned policies' environments' as
         # the baselines' (`Setting.block_tokens`)
-        return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, policy)
+        return Cluster(profiles, models=models, block_tokens=block_tokens,
+                       scrape_interval_s=settings.scrape_interval_s).run(requests, policy)
 
     def training_episode(policy, seed: int) -> dict[str, float]:
         return score(simulate(train_workload(seed), policy), prices, qos_limit, slo, profiles, models)

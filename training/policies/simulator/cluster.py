@@ -101,8 +101,9 @@ class Cluster:
         if not (math.isfinite(scrape_interval_s) and scrape_interval_s >= 0):
             raise ValueError(f"Cluster: scrape_interval_s must be a finite number ≥ 0, got {scrape_interval_s!r}")
         self.scrape_interval_s = scrape_interval_s
-        self.view = RouterView([facts_of(p) for p in profiles])
+        self.view = RouterView([facts_of(p) for p in profiles], block_tokens=block_tokens or 0)
         self._seen = [0] * len(self.instances)
+        self._events: list[list[tuple]] = [[] for _ in self.instances]  # first tokens and ends not yet seen
         if block_tokens is not None:
             if not block_tokens >= 1:
                 raise ValueError(f"Cluster: block_tokens must be at least 1, got {block_tokens!r}")
@@ -113,11 +114,27 @@ class Cluster:
         self.now = 0.0
 
     def advance(self, t: float) -> None:
+        """Run every instance to `t`, and tell the router's view what a router sees by then: each stream
+        whose first token has come and each response that has ended (an instance applies its step in
+        flight early; what that step does after `t` is held back until its time)."""
         for k, inst in enumerate(self.instances):
             inst.advance(t)
-            for job in inst.done[self._seen[k]:]:  # each response that ended: the router sees it end
-                self.view.finished(job.rid)
+            self._events[k] += inst.first_tokens
+            inst.first_tokens.clear()
+            self._events[k] += [(job.rid, -1.0 if job.finished is None else job.finished, True)
+                                for job in inst.done[self._seen[k]:]]
             self._seen[k] = len(inst.done)
+            if self._events[k]:
+                later = []
+                for event in self._events[k]:
+                    rid, at, *ended = event
+                    if at > t:
+                        later.append(event)
+                    elif ended:
+                        self.view.finished(rid)
+                    else:
+                        self.view.first_token(rid, at)
+                self._events[k] = later
         self.now = max(self.now, t)
 
     def router(self, now: float) -> RouterSide:
@@ -185,7 +202,8 @@ class Cluster:
         inst = self.instances[choice]
         job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now, hash_ids=req.hash_ids)
         outcome = Outcome(req, choice, job, now, model=inst.model)
-        self.view.sent(choice, req.rid, req.prompt_tokens, req.est_tokens(inst.model), now)
+        self.view.sent(choice, req.rid, req.prompt_tokens, req.est_tokens(inst.model), now,
+                       req.hash_ids if self.block_tokens else ())
         if not inst.enqueue(job, now):
             outcome.reason = job.rejected
             self.view.finished(req.rid)

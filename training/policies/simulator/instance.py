@@ -136,6 +136,7 @@ class Instance:
     block_tokens: int = 0  # tokens per cached block
     prefix_queries: int = 0  # prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries counter)
     prefix_hits: int = 0  # of them found cached (prefix_cache_hits)
+    first_tokens: list = field(default_factory=list)  # (rid, time) of first tokens not yet seen by the router
 
     def cached_prefix_blocks(self, hash_ids) -> int:
         """How many leading blocks of a prompt this instance holds now (what KV events tell a router)."""
@@ -238,6 +239,7 @@ class Instance:
         for job in admitted:
             if job.first_token is None:
                 job.first_token = self.clock
+                self.first_tokens.append((job.rid, self.clock))
         self._complete()
         return True
 
