@@ -7,3 +7,4 @@ export { bestIndex, Router, textKey } from "./router";
 export { readSafetensors } from "./safetensors";
 export { dynamoKv, llmD, llmDTtft, sglangCacheAware } from "./deployed_routers";
 export { BlockLru, PrefixIndex } from "./prefix_index";
+export { OBSERVED, RouterView } from "./observation";

@@ -137,3 +137,89 @@ def test_the_simulators_scrapes_are_as_stale_as_the_fleet_file_says():
     assert fresh["scrape_age_s"] == 0.0
     with pytest.raises(ValueError, match="scrape_interval_s"):
         Cluster(PROFILES, scrape_interval_s=float("nan"))
+
+
+def _operations(rng: np.random.Generator, n: int = 400) -> list[list]:
+    """A random life of a two-instance router view: sends (some sharing prompt blocks), first tokens,
+    ends, scrapes (some counting other clients' requests) and observations, in time order."""
+    ops, live, t = [], [], 0.0
+    for k in range(n):
+        t = round(t + float(rng.exponential(0.05)), 6)
+        draw = rng.random()
+        if draw < 0.35 or not live:
+            instance, rid = int(rng.integers(0, 2)), f"r{k}"
+            ops.append(["sent", instance, rid, int(rng.integers(1, 3000)), float(rng.integers(1, 400)), t,
+                        [int(c) * 100 + b for c in [rng.integers(0, 3)] for b in range(int(rng.integers(0, 6)))]])
+            live.append(rid)
+        elif draw < 0.5:
+            ops.append(["first", live[int(rng.integers(0, len(live)))], t])
+        elif draw < 0.65:
+            ops.append(["finished", live.pop(int(rng.integers(0, len(live))))])
+        elif draw < 0.85:
+            ops.append(["scraped", int(rng.integers(0, 2)), {
+                "at": t, "running": int(rng.integers(0, 6)), "waiting": int(rng.integers(0, 4)),
+                "kv_usage": round(float(rng.random()), 4), "prefix_queries": int(rng.integers(0, 5000)),
+                "prefix_hits": int(rng.integers(0, 1000))}])
+        else:
+            ops.append(["observe", t])
+    return ops
+
+
+def _replay(view: RouterView, ops: list[list]) -> list:
+    out = []
+    for op in ops:
+        if op[0] == "sent":
+            view.sent(*op[1:])
+        elif op[0] == "first":
+            view.first_token(op[1], op[2])
+        elif op[0] == "finished":
+            view.finished(op[1])
+        elif op[0] == "scraped":
+            view.scraped(op[1], Scrape(**op[2]))
+        else:
+            out.append([i.to_dict() for i in view.observe(op[1])])
+    return out
+
+
+def test_the_typescript_runtime_builds_the_same_observation():
+    """runtimes/typescript/src/observation.ts: the same observations, field for field, over a random life
+    of sends, first tokens, ends and scrapes; and the same refusal of a field outside it."""
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    runtime = Path(__file__).resolve().parents[3] / "runtimes" / "typescript" / "dist" / "observation.js"
+    node = shutil.which("node")
+    if node is None or not runtime.is_file():
+        pytest.skip("the TypeScript runtime is not built (Node.js and `make ts-runtime`): its half is not run")
+    facts = [FACTS, InstanceFacts(8, 0.02, 2e-4, 0.02, 3e-6, 50_000)]
+    ops = _operations(np.random.default_rng(11))
+    expected = _replay(RouterView(facts, block_tokens=100), ops)
+    script = ("const {RouterView} = require(process.argv[1]); const fs = require('fs');"
+              "const input = JSON.parse(fs.readFileSync(0, 'utf8'));"
+              "const view = new RouterView(input.facts, 100); const out = [];"
+              "for (const op of input.ops) {"
+              " if (op[0] === 'sent') view.sent(op[1], op[2], op[3], op[4], op[5], op[6]);"
+              " else if (op[0] === 'first') view.firstToken(op[1], op[2]);"
+              " else if (op[0] === 'finished') view.finished(op[1]);"
+              " else if (op[0] === 'scraped') view.scraped(op[1], op[2]);"
+              " else out.push(view.observe(op[1])); }"
+              "let refused = ''; try { view.observe(0)[0].busy_for_s; } catch (e) { refused = e.message; }"
+              "console.log(JSON.stringify({out, refused}));")
+    run = subprocess.run([node, "-e", script, str(runtime)],
+                         input=json.dumps({"facts": [f.__dict__ for f in facts], "ops": ops}),
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert "'busy_for_s' is not in the router's observation" in got["refused"]
+    assert len(got["out"]) == len(expected) > 20
+    assert _close(got["out"], expected)
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == pytest.approx(b, rel=1e-9, abs=1e-9)
