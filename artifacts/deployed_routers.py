@@ -1,45 +1,57 @@
-"""The routers people deploy today, as registered heuristics: llm-d's scheduler, NVIDIA Dynamo's KV
-router and SGLang's cache-aware policy, written from their public documentation (defaults below).
+"""The routers people deploy today, as registered heuristics, each written from its own source or
+documentation (defaults and sources below): llm-d's scheduler as its inference-scheduling guide
+configures it (`llm_d`) and as its optimized baseline does now (`llm_d_affinity`), NVIDIA Dynamo's KV
+router (`dynamo_kv`), SGLang's cache-aware router (`sglang_cache_aware`) and LMetric (`lmetric`).
 
 Why here: a bundle's recommendation means little unless it is measured against what a user would
 deploy instead. Each is a decision function of `routeforge.artifacts.heuristics.HEURISTICS`, so the
-simulator runs exactly the function a router service runs (`RegisteredHeuristic`), and a bundle can
-carry one as its recommended policy.
+simulator runs exactly the function a router service runs (`RegisteredHeuristic`), on the same
+router-visible observation (`routeforge.artifacts.observation`), and a bundle can carry one. The
+TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the same decisions, ties broken
+by the same generator (`pick_among`), except Dynamo's at a temperature above 0, which it refuses.
 
-Registered like every default heuristic: an evaluation whose fleet file names no policies runs them,
-and a bundle may carry them. The TypeScript runtime (runtimes/typescript/src/deployed_routers.ts)
-makes the same decisions, except Dynamo's at a temperature above 0 (sampled with Python's own
-generator), which it refuses to load.
-
-What they read, besides the telemetry every heuristic gets (heuristics' module docstring):
-- request: `hash_ids`, the ids of its prompt's blocks (vLLM's prefix-caching hashes; Mooncake's
-  `hash_ids`), and `block_tokens`, the tokens per block; without them nothing is shared;
-- each instance, optionally: `cached_prefix_blocks` (its leading blocks of this prompt held in its
-  KV cache, as KV events report them: llm-d's precise prefix scorer, Dynamo's default),
-  `kv_utilization` (0-1, vLLM's `kv_cache_usage_perc`), `active_tokens` (tokens of its running and
-  waiting requests), `kv_capacity_tokens`. Where `cached_prefix_blocks` is missing the router keeps
-  its own approximate index of the blocks it sent where (`state["prefix_index"]`, a
-  `routeforge.artifacts.prefix_index.PrefixIndex`), as SGLang's router always does and llm-d's
-  approximate scorer and Dynamo without KV events do.
+What they read, besides the observation every heuristic gets: the request's `hash_ids` (its prompt's
+block ids: vLLM's prefix-caching hashes, Mooncake's `hash_ids`), `block_tokens` (tokens per block) and
+`now_s` (the router's clock, for the indexes that age). Each keeps the prefix index its original keeps
+of what it sent where (`state`), sized and aged as that original does, since no router in the
+observation is told the engines' caches; a caller outside the simulator that has KV events may hand
+`cached_prefix_blocks` per instance, which `llm_d`, `dynamo_kv` and `llm_d_affinity` then use.
 
 Documented defaults used:
-- llm-d (inference scheduler, its inference-scheduling guide): prefix-cache scorer weight 3,
-  KV-cache-utilisation scorer weight 2, queue scorer weight 2, max-score picker. Scores in [0, 1]:
-  prefix = matched blocks / prompt blocks; KV = 1 − utilisation; queue = (max − q) / (max − min)
-  over the candidates' waiting queues (1 when all are equal).
-- Dynamo (KV router): cost = overlap_score_weight × prefill blocks + decode blocks, weight 1.0;
-  prefill blocks = (prompt tokens − cached blocks × block size) / block size; decode blocks = the
-  worker's active blocks + the request's; lowest cost wins at temperature 0 (the default), softmax
-  over the normalised costs otherwise.
-- ours, `llm_d_ttft`: llm-d's three scorers and a fourth, the request's predicted first-token time
-  on each instance (the step in flight, then the prefill of the waiting prompts and of its own
-  uncached tokens at that instance's speed), weight `ttft_weight` 0.5. Not a deployed router.
-- ours, `linear_scorer`: a weighted sum of nine per-instance features (`SCORER_FEATURES`), its weights
-  learned on training windows (`training.policies.weight_search`); with none given, `llm_d_ttft`.
+- llm-d, inference-scheduling guide (`llm_d`): prefix-cache scorer weight 3, KV-cache-utilisation
+  scorer 2, queue scorer 2, max-score picker choosing at random among ties. Scores in [0, 1]: prefix =
+  matched blocks / the prompt's blocks (at most `max_prefix_blocks`); KV = 1 − utilisation; queue =
+  (max − q) / (max − min) over the candidates' waiting queues (1 when all are equal). Its approximate
+  prefix index (Gateway API Inference Extension's prefix plugin): 16-token blocks, at most 256 matched
+  (4,096 tokens), an LRU of 31,250 blocks per server; counted here in the request's own blocks.
+- llm-d's optimized baseline, "sticky until saturated" (`llm_d_affinity`; llm-d's guides/optimized-
+  baseline, the prefix-cache-affinity filter then the token-load scorer): an instance is sticky when
+  its cached share of the prompt's complete blocks reaches `affinity_threshold` 0.8; only the sticky
+  ones are candidates unless the best of them has `max_ttft_penalty_ms` 18,000 more of queued prefill
+  (at `peak_prefill_tokens_per_second` 15,928, llm-d's Qwen3-32B/H100 figure) than the best other one;
+  among the candidates the highest token-load score 1 − min(1, tokens / `queue_threshold_tokens`
+  4,194,304), tokens = the instance's queued prefill tokens + the request's uncached ones; random ties.
+- Dynamo (KV router; its router design doc): cost = overlap_score_weight × (the worker's queued
+  prefill tokens + the request's tokens not cached there) / block size + the worker's active blocks +
+  the request's new blocks (its overlap counted once, as active already), weight 1.0; lowest cost wins at
+  temperature 0 (the default), softmax over the normalised costs otherwise. Without KV events its
+  index predicts the cache from its own decisions with a 120 s TTL (`ttl_s`).
 - SGLang (model gateway, cache_aware): when the load is imbalanced (max − min outstanding requests
   > balance_abs_threshold 64 and max > balance_rel_threshold 1.5 × min) the least loaded; else the
   instance with the longest prefix match when its match rate exceeds cache_threshold 0.3; else the
-  instance whose tree holds the fewest blocks. The tree is always the router's own approximation.
+  instance whose tree holds the fewest blocks. Its tree is its own, bounded by one size over all
+  instances (`max_tree_size` 2²⁶ characters, 2²⁴ tokens at 4 characters a token) and pruned least
+  recently used first every `eviction_interval_s` 120 s.
+- LMetric (Zhang et al., OSDI '26, "Simple is Better: Multiplication May Be All You Need for LLM
+  Request Scheduling"): score = the request's prefill tokens not cached on the instance × the
+  instance's batch size (its running requests); the lowest wins, ties to fewer uncached tokens, then
+  at random. No parameter. Its cache indicator here is the router's own LRU index per instance within
+  its KV capacity (the paper's deployment reads the engines' caches).
+- ours, `llm_d_ttft`: llm-d's three scorers and a fourth, the request's predicted first-token time
+  on each instance (the prefill still queued there and its own uncached tokens at that instance's
+  speed), weight `ttft_weight` 0.5. Not a deployed router.
+- ours, `linear_scorer`: a weighted sum of per-instance features (`SCORER_FEATURES`), its weights
+  learned on training windows (`training.policies.weight_search`); with none given, `llm_d_ttft`.
 """
 
 from __future__ import annotations
@@ -49,12 +61,38 @@ import random
 from typing import Any
 
 from routeforge.artifacts.heuristics import HEURISTICS
-from routeforge.artifacts.prefix_index import PrefixIndex
+from routeforge.artifacts.prefix_index import GlobalLruIndex, PrefixIndex, TtlIndex
 
 LLM_D_WEIGHTS = {"prefix": 3.0, "kv_utilization": 2.0, "queue": 2.0}
-DYNAMO = {"overlap_score_weight": 1.0, "temperature": 0.0}
-SGLANG = {"cache_threshold": 0.3, "balance_abs_threshold": 64, "balance_rel_threshold": 1.5}
-INDEX_BLOCKS = 1 << 20  # an approximate index's blocks per instance where no KV capacity bounds it
+LLM_D_PREFIX = {"block_size_tokens": 16, "max_prefix_blocks": 256, "lru_capacity_per_server": 31_250}
+LLM_D_AFFINITY = {"affinity_threshold": 0.8, "max_ttft_penalty_ms": 18_000.0,
+                  "peak_prefill_tokens_per_second": 15_928.0, "queue_threshold_tokens": 4_194_304}
+DYNAMO = {"overlap_score_weight": 1.0, "temperature": 0.0, "ttl_s": 120.0}
+SGLANG = {"cache_threshold": 0.3, "balance_abs_threshold": 64, "balance_rel_threshold": 1.5,
+          "max_tree_size_tokens": 1 << 24, "eviction_interval_s": 120.0}
+MASK64 = (1 << 64) - 1
+
+
+def pick_among(state: dict, ties: list[int], seed: int = 0) -> int:
+    """One of `ties` (instance indexes, in order) at random, from a splitmix64 stream kept in `state`
+    and started at `seed`: llm-d's max-score picker chooses among equal scores at random. Why not
+    `random`: the TypeScript runtime draws the same stream (deployed_routers.ts), so both runtimes and
+    the simulator break a tie alike."""
+    if len(ties) == 1:
+        return ties[0]
+    x = (state.get("splitmix64", int(seed) & MASK64) + 0x9E3779B97F4A7C15) & MASK64
+    state["splitmix64"] = x
+    z = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return ties[(z ^ (z >> 31)) % len(ties)]
+
+
+def _highest(score: list[float], state: dict | None = None, seed: int = 0) -> int:
+    """The instance with the highest score: among equal ones at random where `state` is given (llm-d's
+    picker), else the first."""
+    top = max(score)
+    ties = [i for i, v in enumerate(score) if v == top]
+    return pick_among(state, ties, seed) if state is not None else ties[0]
 
 
 def _blocks(request: dict[str, Any]) -> tuple[list[int], int]:
@@ -62,37 +100,42 @@ def _blocks(request: dict[str, Any]) -> tuple[list[int], int]:
     return ids, int(request.get("block_tokens") or 0)
 
 
-def _index(state: dict, instances: list[dict[str, Any]], block_tokens: int, per_instance_kv: bool = True
-           ) -> PrefixIndex:
-    """The router's own index of the blocks it sent where, made on first use: per instance, as many
-    blocks as its KV cache holds (llm-d's approximate scorer sizes its LRU per server so), or
-    `INDEX_BLOCKS` each where not `per_instance_kv` (SGLang bounds its tree by one global size, not by
-    each server's memory, and makes its index first)."""
-    if "prefix_index" not in state:
-        state["prefix_index"] = PrefixIndex([
-            max(1, int(i["kv_capacity_tokens"]) // block_tokens)
-            if per_instance_kv and i.get("kv_capacity_tokens") and block_tokens else INDEX_BLOCKS
-            for i in instances])
-    return state["prefix_index"]
+def _told(instances) -> list[int] | None:
+    """Each instance's cached leading blocks where a caller with KV events gives them, else None."""
+    told = [i.get("cached_prefix_blocks") for i in instances]
+    return [int(t) for t in told] if all(t is not None for t in told) else None
 
 
-def prefix_overlaps(request, instances, state, precise: bool = True) -> list[int]:
-    """Each instance's leading blocks of the prompt: from KV events where told and `precise`, else
-    from the router's own index."""
+def _llm_d_limits(block_tokens: int, parameters: dict) -> tuple[int, int]:
+    """llm-d's approximate index in the request's own blocks: (blocks matched at most, blocks held per
+    server), from its block size, match limit and LRU capacity in its own 16-token blocks."""
+    settings = {**LLM_D_PREFIX, **parameters}
+    tokens = int(settings["block_size_tokens"])
+    bt = max(1, block_tokens)
+    limit = max(1, math.ceil(int(settings["max_prefix_blocks"]) * tokens / bt))
+    return limit, max(1, int(settings["lru_capacity_per_server"]) * tokens // bt)
+
+
+def llm_d_overlaps(request, instances, state, parameters) -> tuple[list[int], int]:
+    """Each instance's leading blocks of the prompt (KV events' where told, else llm-d's approximate
+    index), at most the match limit, and the blocks the prefix score divides by."""
     ids, block_tokens = _blocks(request)
     if not ids:
-        return [0] * len(instances)
-    told = [i.get("cached_prefix_blocks") for i in instances]
-    if precise and all(t is not None for t in told):
-        return [int(t) for t in told]
-    return _index(state, instances, block_tokens).overlaps(ids)
+        return [0] * len(instances), 0
+    limit, capacity = _llm_d_limits(block_tokens, parameters)
+    ids = ids[:limit]
+    told = _told(instances)
+    if told is not None:
+        return [min(t, len(ids)) for t in told], len(ids)
+    if "llm_d_index" not in state:
+        state["llm_d_index"] = PrefixIndex([capacity] * len(instances))
+    return state["llm_d_index"].overlaps(ids), len(ids)
 
 
-def remember(request, instances, state, choice: int) -> int:
-    """Record the prompt's blocks as sent to `choice` in the router's own index; returns `choice`."""
+def remember_llm_d(request, instances, state, parameters, choice: int) -> int:
     ids, block_tokens = _blocks(request)
-    if ids:
-        _index(state, instances, block_tokens).record(choice, ids)
+    if ids and "llm_d_index" in state:
+        state["llm_d_index"].record(choice, ids[:_llm_d_limits(block_tokens, parameters)[0]])
     return choice
 
 
@@ -102,39 +145,46 @@ def _min_max(values: list[float]) -> list[float]:
     return [1.0 if high == low else (high - v) / (high - low) for v in values]
 
 
-def _queue_scores(waiting: list[int]) -> list[float]:
-    return _min_max(waiting)
-
-
-def _highest(score: list[float]) -> int:
-    """The instance with the highest score, the first on ties."""
-    return max(range(len(score)), key=lambda i: (score[i], -i))
-
-
-def _llm_d_signals(request, instances, state) -> tuple[list[float], list[float], list[float], list[int]]:
+def _llm_d_signals(request, instances, state, parameters) -> tuple[list[float], list[float], list[float], list[int]]:
     """llm-d's three scores per instance, unweighted (the prompt's share of blocks cached there, 1 − its
-    KV use, its queue score), and the prompt's cached leading blocks on each (the prefix score's input)."""
-    ids, _ = _blocks(request)
-    overlaps = prefix_overlaps(request, instances, state)
-    prefix = [o / len(ids) if ids else 0.0 for o in overlaps]
+    KV use, its queue score), and the prompt's cached leading blocks on each."""
+    overlaps, considered = llm_d_overlaps(request, instances, state, parameters)
+    prefix = [o / considered if considered else 0.0 for o in overlaps]
     kv = [1.0 - min(1.0, max(0.0, float(i.get("kv_utilization", 0.0)))) for i in instances]
-    return prefix, kv, _queue_scores([len(i["waiting"]) for i in instances]), overlaps
+    return prefix, kv, _min_max([len(i["waiting"]) for i in instances]), overlaps
 
 
 def _llm_d_scores(request, instances, parameters, state) -> tuple[list[float], list[int]]:
-    """llm-d's weighted sum of its prefix, KV-utilisation and queue scores per instance, and the
-    prompt's cached leading blocks on each."""
     weights = {**LLM_D_WEIGHTS, **parameters.get("weights", {})}
-    prefix, kv, queue, overlaps = _llm_d_signals(request, instances, state)
+    prefix, kv, queue, overlaps = _llm_d_signals(request, instances, state, parameters)
     return [weights["prefix"] * p + weights["kv_utilization"] * k + weights["queue"] * q
             for p, k, q in zip(prefix, kv, queue)], overlaps
+
+
+def _seed(parameters) -> int:
+    return int(parameters.get("seed", 0))
 
 
 @HEURISTICS.register("llm_d")
 def llm_d(request, instances, parameters, state) -> int:
     """llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores."""
     score, _ = _llm_d_scores(request, instances, parameters, state)
-    return remember(request, instances, state, _highest(score))
+    return remember_llm_d(request, instances, state, parameters, _highest(score, state, _seed(parameters)))
+
+
+def _uncached(request, overlaps: list[int]) -> list[float]:
+    """The request's prompt tokens each instance would compute (at least one: the last is always
+    computed), given its cached leading blocks there."""
+    _, block_tokens = _blocks(request)
+    prompt = float(request["prompt_tokens"])
+    return [max(1.0, prompt - min(o * block_tokens, prompt - 1.0)) for o in overlaps]
+
+
+def queued_prefill_tokens(instance) -> float:
+    """The prefill still queued on an instance: the observation's estimate, else (a caller's own
+    telemetry) its waiting prompts."""
+    queued = instance.get("queued_prefill_tokens")
+    return float(queued) if queued is not None else float(sum(w["prompt_tokens"] for w in instance["waiting"]))
 
 
 # the first-token scorer's weight beside llm-d's 3 / 2 / 2, chosen on Mooncake training windows (rows
@@ -143,15 +193,11 @@ LLM_D_TTFT = {"ttft_weight": 0.5}
 
 
 def predicted_first_token_s(request, instances, overlaps: list[int]) -> list[float]:
-    """Per instance, when the request's first token would come: the prefill of the prompts waiting
-    there and of its own tokens not in that instance's cache, at that instance's seconds per prompt
-    token (the waiting prompts are prefilled before or with it; decode work, full slots and the step in
-    flight, which no router sees, are not counted)."""
-    _, block_tokens = _blocks(request)
-    prompt = float(request["prompt_tokens"])
-    return [i["prefill_s_per_token"]
-            * (max(1.0, prompt - min(o * block_tokens, prompt - 1.0)) + sum(w["prompt_tokens"] for w in i["waiting"]))
-            for o, i in zip(overlaps, instances)]
+    """Per instance, when the request's first token would come: the prefill still queued there and its
+    own tokens not in that instance's cache, at that instance's seconds per prompt token (decode work
+    and the step in flight, which no router sees, are not counted)."""
+    return [i["prefill_s_per_token"] * (u + queued_prefill_tokens(i))
+            for u, i in zip(_uncached(request, overlaps), instances)]
 
 
 @HEURISTICS.register("llm_d_ttft", default=False)
@@ -165,7 +211,8 @@ def llm_d_ttft(request, instances, parameters, state) -> int:
     score, overlaps = _llm_d_scores(request, instances, parameters, state)
     weight = float(parameters.get("ttft_weight", LLM_D_TTFT["ttft_weight"]))
     soon = _min_max(predicted_first_token_s(request, instances, overlaps))
-    return remember(request, instances, state, _highest([s + weight * t for s, t in zip(score, soon)]))
+    choice = _highest([s + weight * t for s, t in zip(score, soon)], state, _seed(parameters))
+    return remember_llm_d(request, instances, state, parameters, choice)
 
 
 # `linear_scorer`'s features, each per instance and larger where the instance is the better choice; its
@@ -178,12 +225,12 @@ SCORER_DEFAULTS = {**{f: 0.0 for f in SCORER_FEATURES}, "prefix": LLM_D_WEIGHTS[
                    "first_token": LLM_D_TTFT["ttft_weight"]}
 
 
-def scorer_features(request, instances, state) -> dict[str, list[float]]:
+def scorer_features(request, instances, state, parameters=None) -> dict[str, list[float]]:
     """`SCORER_FEATURES` per instance: the prompt's share of blocks it holds (`prefix`), 1 − its KV use
     (`kv_free`), llm-d's queue score (`queue`), the predicted first-token time min-max scaled (soonest 1:
     `first_token`) and in seconds, negated (`first_token_s`), its running and waiting requests per slot,
     negated, and its prefill and decode speed relative to the fleet's fastest (1 for the fastest)."""
-    prefix, kv, queue, overlaps = _llm_d_signals(request, instances, state)
+    prefix, kv, queue, overlaps = _llm_d_signals(request, instances, state, parameters or {})
     first = predicted_first_token_s(request, instances, overlaps)
     prefill = [float(i["prefill_s_per_token"]) for i in instances]
     tpot = [float(i["tpot_s"]) for i in instances]
@@ -204,37 +251,81 @@ def scorer_weights(parameters: dict[str, Any]) -> dict[str, float]:
     return {**SCORER_DEFAULTS, **{k: float(v) for k, v in given.items()}}
 
 
-@HEURISTICS.register("linear_scorer", default=False)
+@HEURISTICS.register("linear_scorer", default=False, weights=SCORER_DEFAULTS, searchable=True)
 def linear_scorer(request, instances, parameters, state) -> int:
-    """The instance with the highest Σ weight × feature over `SCORER_FEATURES` (the first on ties). Why:
-    llm-d's scorers and the first-token one weigh a fixed few signals by hand; this takes more of what a
-    router sees (slots, relative speeds, the first token in seconds) and lets a learner set the weights
-    (`training.policies.weight_search`: CMA-ES on training windows). With no weights it is `llm_d_ttft`."""
+    """The instance with the highest Σ weight × feature over `SCORER_FEATURES` (ties at random, as
+    llm-d's picker). Why: llm-d's scorers and the first-token one weigh a fixed few signals by hand; this
+    takes more of what a router sees (slots, relative speeds, the first token in seconds) and lets a
+    learner set the weights (`training.policies.weight_search`: CMA-ES on training windows). With no
+    weights it is `llm_d_ttft`."""
     weights = scorer_weights(parameters)
-    features = scorer_features(request, instances, state)
+    features = scorer_features(request, instances, state, parameters)
     score = [0.0] * len(instances)
     for name in SCORER_FEATURES:
         w, values = weights[name], features[name]
         score = [s + w * v for s, v in zip(score, values)]
-    return remember(request, instances, state, _highest(score))
+    return remember_llm_d(request, instances, state, parameters, _highest(score, state, _seed(parameters)))
 
 
-def _active_tokens(instance: dict[str, Any]) -> float:
-    if instance.get("active_tokens") is not None:
-        return float(instance["active_tokens"])
-    return float(sum(r["prompt_tokens"] for r in instance["waiting"]))
+@HEURISTICS.register("llm_d_affinity")
+def llm_d_affinity(request, instances, parameters, state) -> int:
+    """llm-d's optimized baseline: sticky to the instances that cache most of the prompt until they
+    saturate, the token load deciding among the candidates (module doc)."""
+    settings = {**LLM_D_AFFINITY, **parameters}
+    ids, block_tokens = _blocks(request)
+    overlaps, _ = llm_d_overlaps(request, instances, state, parameters)
+    uncached = _uncached(request, overlaps)
+    queued = [queued_prefill_tokens(i) for i in instances]
+    threshold = float(settings["queue_threshold_tokens"])
+    score = [1.0 - min(1.0, (q + u) / threshold) for q, u in zip(queued, uncached)]
+    full = int(request["prompt_tokens"]) // block_tokens if block_tokens else 0
+    sticky = [full > 0 and o / full >= float(settings["affinity_threshold"]) for o in overlaps]
+    candidates = list(range(len(instances)))
+    if any(sticky) and float(settings["affinity_threshold"]) > 0:
+        ttft_ms = [q / float(settings["peak_prefill_tokens_per_second"]) * 1000.0 for q in queued]
+        best_sticky = min(t for t, s in zip(ttft_ms, sticky) if s)
+        others = [t for t, s in zip(ttft_ms, sticky) if not s]
+        penalty = float(settings["max_ttft_penalty_ms"])
+        if not others or penalty == 0 or best_sticky - min(others) <= penalty:
+            candidates = [i for i in candidates if sticky[i]]
+    top = max(score[i] for i in candidates)
+    choice = pick_among(state, [i for i in candidates if score[i] == top], _seed(parameters))
+    return remember_llm_d(request, instances, state, parameters, choice)
+
+
+@HEURISTICS.register("lmetric")
+def lmetric(request, instances, parameters, state) -> int:
+    """LMetric: the lowest (uncached prefill tokens × batch size) (module doc)."""
+    ids, block_tokens = _blocks(request)
+    if ids and _told(instances) is None and "lmetric_index" not in state:
+        state["lmetric_index"] = PrefixIndex([max(1, int(i["kv_capacity_tokens"]) // block_tokens) for i in instances])
+    told = _told(instances)
+    overlaps = (told if told is not None else state["lmetric_index"].overlaps(ids)) if ids else [0] * len(instances)
+    uncached = _uncached(request, overlaps)
+    score = [u * len(i["running"]) for u, i in zip(uncached, instances)]
+    low = min(score)
+    tied = [k for k, v in enumerate(score) if v == low]
+    fewest = min(uncached[k] for k in tied)
+    choice = pick_among(state, [k for k in tied if uncached[k] == fewest], _seed(parameters))
+    if ids and "lmetric_index" in state:
+        state["lmetric_index"].record(choice, ids)
+    return choice
 
 
 @HEURISTICS.register("dynamo_kv")
 def dynamo_kv(request, instances, parameters, state) -> int:
-    """Dynamo's KV router: the lowest overlap_score_weight × prefill blocks + decode blocks."""
+    """Dynamo's KV router: the lowest overlap_score_weight × prefill blocks + decode blocks (module doc)."""
     settings = {**DYNAMO, **parameters}
     ids, block_tokens = _blocks(request)
     block = block_tokens or 16  # vLLM's default block size when the request names none
-    prompt = float(request["prompt_tokens"])
-    overlaps = prefix_overlaps(request, instances, state)
-    cost = [settings["overlap_score_weight"] * max(0.0, prompt - o * block) / block
-            + (_active_tokens(i) + prompt) / block for o, i in zip(overlaps, instances)]
+    now = float(request.get("now_s") or 0.0)
+    told = _told(instances)
+    if ids and told is None and "dynamo_index" not in state:
+        state["dynamo_index"] = TtlIndex(len(instances), float(settings["ttl_s"]))
+    overlaps = (told if told is not None else state["dynamo_index"].overlaps(ids, now)) if ids else [0] * len(instances)
+    new = _uncached(request, overlaps)
+    cost = [settings["overlap_score_weight"] * (queued_prefill_tokens(i) + n) / block
+            + (float(i.get("active_tokens") or 0.0) + n) / block for n, i in zip(new, instances)]
     temperature = float(settings["temperature"])
     if temperature <= 0:
         choice = min(range(len(cost)), key=lambda i: (cost[i], i))
@@ -245,24 +336,36 @@ def dynamo_kv(request, instances, parameters, state) -> int:
         weights = [math.exp(x - peak) for x in logits]
         rng = state.setdefault("rng", random.Random(int(settings.get("seed", 0))))
         choice = rng.choices(range(len(cost)), weights=weights)[0]
-    return remember(request, instances, state, choice)
+    if ids and "dynamo_index" in state:
+        state["dynamo_index"].record(choice, ids, now)
+    return choice
 
 
 @HEURISTICS.register("sglang_cache_aware")
 def sglang_cache_aware(request, instances, parameters, state) -> int:
-    """SGLang's cache-aware policy over its own approximate prefix tree."""
+    """SGLang's cache-aware policy over its own bounded, aging prefix tree (module doc)."""
     settings = {**SGLANG, **parameters}
     ids, block_tokens = _blocks(request)
-    tree = _index(state, instances, block_tokens, per_instance_kv=False)  # its own, globally bounded
+    if "sglang_tree" not in state:
+        capacity = max(1, int(settings["max_tree_size_tokens"]) // max(1, block_tokens))
+        state["sglang_tree"] = GlobalLruIndex(len(instances), capacity, float(settings["eviction_interval_s"]))
+    tree = state["sglang_tree"]
+    tree.evict(float(request.get("now_s") or 0.0))
     load = [len(i["running"]) + len(i["waiting"]) for i in instances]
     low, high = min(load), max(load)
+
+    def sent(choice: int) -> int:
+        if ids:
+            tree.record(choice, ids)
+        return choice
+
     if high - low > settings["balance_abs_threshold"] and high > settings["balance_rel_threshold"] * low:
-        return remember(request, instances, state, load.index(low))
+        return sent(load.index(low))
     if not ids:
         return load.index(low)
-    overlaps = prefix_overlaps(request, instances, state, precise=False)
+    overlaps = tree.overlaps(ids)
     best = max(range(len(instances)), key=lambda i: (overlaps[i], -load[i], -i))
     if overlaps[best] / len(ids) > settings["cache_threshold"]:
-        return remember(request, instances, state, best)
+        return sent(best)
     sizes = tree.sizes()
-    return remember(request, instances, state, min(range(len(instances)), key=lambda i: (sizes[i], load[i], i)))
+    return sent(min(range(len(instances)), key=lambda i: (sizes[i], load[i], i)))

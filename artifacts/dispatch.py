@@ -273,6 +273,7 @@ class Dispatcher:
                                  f"got {block_tokens!r}")
             request |= {"hash_ids": list(hash_ids), "block_tokens": int(block_tokens)}
         now = time.monotonic() if now is None else float(now)
+        request["now_s"] = now
         for i, s in enumerate(states):
             self.view.scraped(i, Scrape(at=now, running=s.running, waiting=s.waiting, kv_usage=min(1.0, s.kv_usage)))
         if isinstance(self.policy, RoutingPolicy):

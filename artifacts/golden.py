@@ -86,14 +86,16 @@ def _heuristic_cases(m: int, n: int, rng: np.random.Generator) -> list[dict[str,
     """Random requests and telemetry, in sequence (a heuristic's state carries over): every request
     also carries block ids, chains of four conversations that share prefixes, and every instance the
     KV figures the deployed routers read; half the cases report each instance's cached blocks (KV
-    events), the rest leave the routers to their own index."""
-    cases = []
+    events), the rest leave the routers to their own index; the router's clock advances up to 10 s a
+    case (so indexes that age do), and half the instances give their queued prefill tokens."""
+    cases, now = [], 0.0
     for _ in range(n):
+        now = round(now + float(rng.uniform(0, 10)), 3)
         conversation, length = int(rng.integers(0, 4)), int(rng.integers(1, 12))
         request = {"prompt_tokens": int(rng.integers(1, 2000)),
                    "predicted_output_tokens": [int(v) for v in rng.integers(1, 1000, m)],
                    "predicted_quality": [round(float(v), 4) for v in rng.random(m)],
-                   "hash_ids": [conversation * 1000 + k for k in range(length)], "block_tokens": 16}
+                   "hash_ids": [conversation * 1000 + k for k in range(length)], "block_tokens": 16, "now_s": now}
         told = bool(rng.random() < 0.5)
         instances = []
         for _ in range(m):
@@ -110,6 +112,7 @@ def _heuristic_cases(m: int, n: int, rng: np.random.Generator) -> list[dict[str,
                               "waiting": waiting, "kv_utilization": round(float(rng.random()), 4),
                               "kv_capacity_tokens": int(rng.integers(64, 4000)),
                               "active_tokens": int(rng.integers(0, 3000)),
+                              **({"queued_prefill_tokens": int(rng.integers(0, 5000))} if rng.random() < 0.5 else {}),
                               **({"cached_prefix_blocks": int(rng.integers(0, length + 1))} if told else {})})
         cases.append({"request": request, "instances": instances})
     return cases

@@ -77,3 +77,82 @@ class PrefixIndex:
     def sizes(self) -> list[int]:
         """Blocks held per instance (SGLang routes a cache miss to the instance holding the fewest)."""
         return [len(cache) for cache in self.instances]
+
+
+class TtlIndex:
+    """A router's approximate index whose entries expire: per instance, each block id with the time it
+    was last sent there; a block older than `ttl_s` is taken as gone (Dynamo's KV router without KV
+    events predicts cache state from its routing decisions with a 120 s TTL). `now` is the router's clock."""
+
+    def __init__(self, instances: int, ttl_s: float):
+        if not ttl_s > 0:
+            raise ValueError(f"TtlIndex: ttl_s must be positive, got {ttl_s!r}")
+        self.ttl_s = float(ttl_s)
+        self.instances: list[OrderedDict[int, float]] = [OrderedDict() for _ in range(instances)]
+
+    def _prune(self, now: float) -> None:
+        for blocks in self.instances:
+            while blocks and next(iter(blocks.values())) < now - self.ttl_s:
+                blocks.popitem(last=False)
+
+    def overlaps(self, ids: Sequence[int], now: float) -> list[int]:
+        self._prune(now)
+        out = []
+        for blocks in self.instances:
+            n = 0
+            for block in ids:
+                if block not in blocks:
+                    break
+                n += 1
+            out.append(n)
+        return out
+
+    def record(self, instance: int, ids: Sequence[int], now: float) -> None:
+        blocks = self.instances[instance]
+        for block in ids:
+            blocks.pop(block, None)
+            blocks[block] = float(now)
+
+
+class GlobalLruIndex:
+    """A router's approximate tree bounded by one size over all instances, evicted least recently used
+    first once every `interval_s` (SGLang's cache-aware router: `max_tree_size` over its tenants, pruned
+    every `eviction_interval_secs`). Sizes are in blocks."""
+
+    def __init__(self, instances: int, capacity_blocks: int, interval_s: float):
+        if not capacity_blocks >= 1 or not interval_s >= 0:
+            raise ValueError(f"GlobalLruIndex: capacity_blocks ≥ 1 and interval_s ≥ 0, got {capacity_blocks!r}, "
+                             f"{interval_s!r}")
+        self.capacity_blocks, self.interval_s = int(capacity_blocks), float(interval_s)
+        self._entries: OrderedDict[tuple[int, int], None] = OrderedDict()  # (instance, block), oldest first
+        self._held: list[set[int]] = [set() for _ in range(instances)]
+        self._last_eviction = 0.0
+
+    def evict(self, now: float) -> None:
+        """Prune to the capacity once `interval_s` has passed since the last pruning."""
+        if now - self._last_eviction < self.interval_s:
+            return
+        self._last_eviction = float(now)
+        while len(self._entries) > self.capacity_blocks:
+            (instance, block), _ = self._entries.popitem(last=False)
+            self._held[instance].discard(block)
+
+    def overlaps(self, ids: Sequence[int]) -> list[int]:
+        out = []
+        for held in self._held:
+            n = 0
+            for block in ids:
+                if block not in held:
+                    break
+                n += 1
+            out.append(n)
+        return out
+
+    def record(self, instance: int, ids: Sequence[int]) -> None:
+        for block in ids:
+            self._entries.pop((instance, block), None)
+            self._entries[(instance, block)] = None
+            self._held[instance].add(block)
+
+    def sizes(self) -> list[int]:
+        return [len(held) for held in self._held]

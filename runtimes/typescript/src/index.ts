@@ -5,6 +5,6 @@ export { HeuristicPolicy, recommend } from "./heuristics";
 export { LatencyModel, TreeEnsemble } from "./latency";
 export { bestIndex, Router, textKey } from "./router";
 export { readSafetensors } from "./safetensors";
-export { dynamoKv, llmD, llmDTtft, sglangCacheAware } from "./deployed_routers";
-export { BlockLru, PrefixIndex } from "./prefix_index";
+export { dynamoKv, llmD, llmDAffinity, llmDTtft, lmetric, pickAmong, sglangCacheAware } from "./deployed_routers";
+export { BlockLru, GlobalLruIndex, PrefixIndex, TtlIndex } from "./prefix_index";
 export { OBSERVED, RouterView } from "./observation";

@@ -65,3 +65,87 @@ export class PrefixIndex {
     return this.instances.map((cache) => cache.size);
   }
 }
+
+/** Entries that expire after `ttlS` (prefix_index.TtlIndex: Dynamo's index without KV events). */
+export class TtlIndex {
+  readonly instances: Map<string, number>[];
+
+  constructor(instances: number, readonly ttlS: number) {
+    if (!(ttlS > 0)) throw new Error(`TtlIndex: ttl_s must be positive, got ${ttlS}`);
+    this.instances = Array.from({ length: instances }, () => new Map());
+  }
+
+  private prune(now: number): void {
+    for (const blocks of this.instances) {
+      for (const [k, at] of blocks) {
+        if (at >= now - this.ttlS) break;
+        blocks.delete(k);
+      }
+    }
+  }
+
+  overlaps(ids: BlockId[], now: number): number[] {
+    this.prune(now);
+    return this.instances.map((blocks) => {
+      let n = 0;
+      for (const id of ids) {
+        if (!blocks.has(key(id))) break;
+        n += 1;
+      }
+      return n;
+    });
+  }
+
+  record(instance: number, ids: BlockId[], now: number): void {
+    const blocks = this.instances[instance];
+    for (const id of ids) {
+      blocks.delete(key(id));
+      blocks.set(key(id), now);
+    }
+  }
+}
+
+/** One size bound over all instances, pruned LRU every `intervalS` (prefix_index.GlobalLruIndex: SGLang's tree). */
+export class GlobalLruIndex {
+  private entries = new Map<string, [number, string]>(); // "instance|block", oldest first
+  private held: Set<string>[];
+  private lastEviction = 0;
+
+  constructor(instances: number, readonly capacityBlocks: number, readonly intervalS: number) {
+    this.held = Array.from({ length: instances }, () => new Set());
+  }
+
+  evict(now: number): void {
+    if (now - this.lastEviction < this.intervalS) return;
+    this.lastEviction = now;
+    while (this.entries.size > this.capacityBlocks) {
+      const [k, [instance, block]] = this.entries.entries().next().value as [string, [number, string]];
+      this.entries.delete(k);
+      this.held[instance].delete(block);
+    }
+  }
+
+  overlaps(ids: BlockId[]): number[] {
+    return this.held.map((held) => {
+      let n = 0;
+      for (const id of ids) {
+        if (!held.has(key(id))) break;
+        n += 1;
+      }
+      return n;
+    });
+  }
+
+  record(instance: number, ids: BlockId[]): void {
+    for (const id of ids) {
+      const k = `${instance}|${key(id)}`;
+      this.entries.delete(k);
+      this.entries.set(k, [instance, key(id)]);
+      this.held[instance].add(key(id));
+    }
+  }
+
+  sizes(): number[] {
+    return this.held.map((h) => h.size);
+  }
+}

@@ -142,36 +142,71 @@ def test_llm_d_weighs_prefix_kv_and_queue_scores_with_its_default_weights():
     assert _route("llm_d", request, half, weights={"prefix": 10.0}) == 0
 
 
+def test_llm_d_matches_at_most_4096_tokens_in_its_own_index_and_breaks_ties_at_random():
+    """llm-d's approximate prefix scorer matches at most 256 of its 16-token blocks: with 512-token
+    blocks, the first 8. A prompt of 20 such blocks sent to instance 0 scores 8 / 8 there next time; a
+    prompt sharing only its 9th block on is not matched at all. Equal scores go to a seeded draw."""
+    from routeforge.artifacts.deployed_routers import _llm_d_limits, llm_d_overlaps, pick_among
+
+    assert _llm_d_limits(512, {}) == (8, 976) and _llm_d_limits(16, {}) == (256, 31_250)
+    policy = HeuristicPolicy.from_spec(heuristic_spec("llm_d", 2))
+    long = {"prompt_tokens": 20 * 512, "hash_ids": list(range(20)), "block_tokens": 512}
+    idle = [_instance(), _instance()]
+    first = policy.route(long, idle)
+    assert llm_d_overlaps(long, idle, policy.state, {}) == ([8, 0] if first == 0 else [0, 8], 8)
+    assert policy.route(long, idle) == first
+    # ties: an even spread over many draws, the same draws for the same seed, other draws for another
+    state, other = {}, {}
+    draws = [pick_among(state, [0, 1, 2]) for _ in range(300)]
+    assert all(60 < draws.count(k) < 140 for k in range(3))
+    again = {}
+    assert [pick_among(again, [0, 1, 2]) for _ in range(300)] == draws
+    assert [pick_among(other, [0, 1, 2], seed=7) for _ in range(300)] != draws
+
+
 def test_dynamo_routes_to_the_lowest_prefill_plus_decode_block_cost():
+    """Dynamo's cost: overlap weight × (queued prefill + the request's uncached tokens) / block + active
+    blocks + the request's new blocks."""
     request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
-    # cached 8 of 10 blocks but 900 active tokens: 2 + (900 + 1000) / 100 = 21 against 10 + 10 = 20
-    insts = [_instance(cached=8, active=900), _instance(cached=0, active=0)]
-    assert _route("dynamo_kv", request, insts) == 1
-    insts = [_instance(cached=8, active=700), _instance(cached=0, active=0)]  # 2 + 17 = 19 < 20
+    # cached 8 of 10 blocks (200 new tokens) but 1,600 active tokens: (0 + 200) / 100 + (1600 + 200) / 100 = 20
+    # against (0 + 1000) / 100 + (0 + 1000) / 100 = 20: a tie, the first
+    insts = [_instance(cached=8, active=1600), _instance(cached=0, active=0)]
     assert _route("dynamo_kv", request, insts) == 0
-    assert _route("dynamo_kv", request, insts, overlap_score_weight=0.0) == 1  # pure load balance
+    insts = [_instance(cached=8, active=1700), _instance(cached=0, active=0)]  # 21 > 20
+    assert _route("dynamo_kv", request, insts) == 1
+    # the worker's queued prefill counts in the prefill term: 1,000 queued tokens make instance 0 cost 30
+    queued = [{**_instance(cached=8, active=1000), "queued_prefill_tokens": 1000}, _instance(cached=0, active=0)]
+    assert _route("dynamo_kv", request, queued) == 1
+    assert _route("dynamo_kv", request, queued, overlap_score_weight=0.0) == 1  # pure load: 12 > 10
 
 
-def test_llm_d_with_the_first_token_scorer_prefers_the_faster_prefill_unless_the_cache_outweighs_it():
+def test_dynamo_without_kv_events_forgets_what_it_sent_after_its_ttl():
+    policy = HeuristicPolicy.from_spec(heuristic_spec("dynamo_kv", 2))
+    request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100, "now_s": 0.0}
+    idle = [_instance(), _instance()]
+    assert policy.route(request, idle) == 0
+    busy_first = [_instance(active=500), _instance()]  # 5 more active blocks, but its 10 cached blocks save 18
+    assert policy.route({**request, "now_s": 100.0}, busy_first) == 0
+    assert policy.route({**request, "now_s": 221.0}, busy_first) == 1  # 121 s after the last send: expired
+
+
+def test_llm_d_first_token_scorer_prefers_the_faster_prefill_unless_the_cache_outweighs_it():
     """`llm_d_ttft`: where llm-d's three scorers tie, the instance whose predicted first token comes
     sooner (here: ten times the prefill speed); a cached prefix still outweighs it at the default weight
-    (3 × the prefix share against 0.5 × the first-token score); the waiting prompts count in the step."""
+    (3 × the prefix share against 0.5 × the first-token score); the queued prefill counts."""
     request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
 
     def inst(prefill, cached=0, waiting=0):
         return {**_instance(cached=cached, waiting=waiting), "prefill_s_per_token": prefill}
 
-    tie = [inst(1e-3), inst(1e-4)]
-    assert _route("llm_d", request, tie) == 0  # llm-d: a tie, the first
-    assert _route("llm_d_ttft", request, tie) == 1
+    assert _route("llm_d_ttft", request, [inst(1e-3), inst(1e-4)]) == 1
     half = [inst(1e-3, cached=5), inst(1e-4)]  # 0.5 s of uncached prefill against 0.1 s
     assert _route("llm_d_ttft", request, half) == 0  # 3 × 0.5 + 4 > 4 + 0.5 × 1
     assert _route("llm_d_ttft", request, half, ttft_weight=10.0) == 1
     from routeforge.artifacts.deployed_routers import predicted_first_token_s
 
-    busy = inst(1e-4, waiting=2)
-    busy["waiting"] = [{"prompt_tokens": 500, "predicted_output_tokens": 1}] * 2
-    # the 2 × 500 waiting tokens and the 1,000 - 3 × 100 uncached (the step in flight is not seen)
+    busy = {**inst(1e-4, waiting=2), "queued_prefill_tokens": 1000}
+    # the 1,000 queued prefill tokens and the 1,000 - 3 × 100 uncached (the step in flight is not seen)
     assert predicted_first_token_s(request, [busy], [3]) == pytest.approx([1e-4 * (1000 + 700)])
     assert "llm_d_ttft" in BASELINES and "llm_d_ttft" not in default_baselines()
 
@@ -189,13 +224,53 @@ def test_sglang_follows_its_own_tree_above_the_threshold_and_balances_when_imbal
     # below the cache threshold (3 of 10 blocks = 0.3, not above it): the smaller tree
     other = {"prompt_tokens": 1000, "hash_ids": [0, 1, 2, 77, 78, 79, 80, 81, 82, 83], "block_tokens": 100}
     assert policy.route(other, [_instance(), _instance()]) == 0
-    assert isinstance(policy.state["prefix_index"], PrefixIndex)
+
+
+def test_sglangs_tree_is_bounded_over_all_instances_and_pruned_least_recent_first_on_its_interval():
+    """A tree of 1,000 tokens (10 blocks of 100) over both instances, pruned every 120 s: 20 blocks
+    sent are all matched until the next pruning, then only the 10 most recent are."""
+    policy = HeuristicPolicy.from_spec(heuristic_spec("sglang_cache_aware", 2, max_tree_size_tokens=1000))
+    old = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100, "now_s": 0.0}
+    new = {**old, "hash_ids": list(range(100, 110)), "now_s": 1.0}
+    assert policy.route(old, [_instance(), _instance()]) == 0
+    assert policy.route(new, [_instance(), _instance(waiting=1)]) == 1  # the smaller tree (0 blocks), not the load
+    tree = policy.state["sglang_tree"]
+    assert tree.sizes() == [10, 10]
+    assert policy.route({**old, "now_s": 60.0}, [_instance(), _instance()]) == 0  # matched: not pruned yet
+    third = {**old, "hash_ids": list(range(200, 210)), "now_s": 130.0}
+    assert policy.route(third, [_instance(), _instance()]) == 1  # pruned first: instance 1's tree emptied
+    assert tree.overlaps(list(range(100, 110))) == [0, 0] and tree.overlaps(list(range(10))) == [10, 0]
+
+
+def test_lmetric_multiplies_the_uncached_prefill_by_the_batch_size():
+    """LMetric: 200 uncached tokens × 5 running = 1,000 against 1,000 × 2 = 2,000: the cached one; with
+    10 running there, 2,000 against 2,000: a tie, to the fewer uncached tokens; an idle instance's 0
+    wins over any cache."""
+    request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
+    assert _route("lmetric", request, [_instance(running=5, cached=8), _instance(running=2, cached=0)]) == 0
+    assert _route("lmetric", request, [_instance(running=2, cached=0), _instance(running=10, cached=8)]) == 1
+    assert _route("lmetric", request, [_instance(running=3, cached=10), _instance(running=0, cached=0)]) == 1
+
+
+def test_llm_d_affinity_is_sticky_to_the_cached_instance_until_it_saturates():
+    """llm-d's optimized baseline: 9 of 10 complete blocks cached (≥ 0.8) keeps instance 1 the only
+    candidate despite 10,000 queued prefill tokens (0.63 s at 15,928 tokens/s, within 18 s); 300,000
+    (18.8 s) break the affinity and the token load picks instance 0; below the threshold the token load
+    decides alone."""
+    request = {"prompt_tokens": 1000, "hash_ids": list(range(10)), "block_tokens": 100}
+
+    def inst(cached, queued):
+        return {**_instance(cached=cached), "queued_prefill_tokens": queued}
+
+    assert _route("llm_d_affinity", request, [inst(0, 0), inst(9, 10_000)]) == 1
+    assert _route("llm_d_affinity", request, [inst(0, 0), inst(9, 300_000)]) == 0
+    assert _route("llm_d_affinity", request, [inst(0, 100), inst(5, 1_000)]) == 0
 
 
 def test_deployed_routers_are_registered_and_evaluated_by_default():
     """Both runtimes make their decisions now (the TypeScript tests below), so they are evaluated and
     carried like every default heuristic."""
-    for name in ("llm_d", "dynamo_kv", "sglang_cache_aware"):
+    for name in ("llm_d", "llm_d_affinity", "lmetric", "dynamo_kv", "sglang_cache_aware"):
         assert name in HEURISTICS and name in BASELINES and name in default_baselines()
     assert "join_shortest_queue" in default_baselines() and "route_balance_absolute" in default_baselines()
 
@@ -207,10 +282,11 @@ def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
     reqs = [Request(k, 0.5 * k, 800, np.array([4]), np.array([np.nan]), hash_ids=convo[(k // 2) % 2])
             for k in range(40)]
     rates = {}
-    for name in ("round_robin", "llm_d", "dynamo_kv", "sglang_cache_aware"):
+    for name in ("round_robin", "llm_d", "llm_d_affinity", "lmetric", "dynamo_kv", "sglang_cache_aware"):
         outcomes = Cluster([FAST, FAST], block_tokens=100).run(reqs, BASELINES[name]())
         rates[name] = summarize(outcomes, slo=Slo(scale=5.0), profiles=[FAST, FAST])["prefix_hit_rate"]
-    assert all(rates[n] > 0.9 for n in ("llm_d", "dynamo_kv", "sglang_cache_aware")), rates
+    assert all(rates[n] > 0.9 for n in ("llm_d", "llm_d_affinity", "dynamo_kv", "sglang_cache_aware")), rates
+    assert rates["lmetric"] > rates["round_robin"], rates
 
 
 # linear_scorer with a weight on each of its features, so every one of them decides somewhere
@@ -234,13 +310,16 @@ def test_linear_scorer_is_llm_d_ttft_without_weights_and_weighs_each_feature_it_
     assert set(features) == set(SCORER_FEATURES) and features["prefill_speed"] == [0.1, 1.0]
     only_speed = {"weights": {f: 0.0 for f in SCORER_FEATURES} | {"prefill_speed": 1.0}}
     assert _route("linear_scorer", request, insts, **only_speed) == 1
-    assert _route("linear_scorer", request, insts, **{"weights": {f: 0.0 for f in SCORER_FEATURES}}) == 0  # a tie
+    from routeforge.artifacts.deployed_routers import pick_among
+
+    tie = _route("linear_scorer", request, insts, **{"weights": {f: 0.0 for f in SCORER_FEATURES}})
+    assert tie == pick_among({}, [0, 1])  # a tie: the seeded draw, as llm-d's picker
     with pytest.raises(ValueError, match=r"linear_scorer: weights \['speed'\] name no feature"):
         _route("linear_scorer", request, insts, weights={"speed": 1.0})
 
 
-@pytest.mark.parametrize("name", ["llm_d", "dynamo_kv", "sglang_cache_aware", "quality_within_slo", "llm_d_ttft",
-                                  "linear_scorer"])
+@pytest.mark.parametrize("name", ["llm_d", "llm_d_affinity", "lmetric", "dynamo_kv", "sglang_cache_aware",
+                                  "quality_within_slo", "llm_d_ttft", "linear_scorer"])
 def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     """Issue 60, item 4: the TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the
     same choice as the Python one on 300 random requests in sequence, its own prefix index carried

@@ -40,10 +40,12 @@ class RouterSide:
 
     def observe(self, request, now: float | None = None) -> tuple[dict[str, Any], list[ObservedInstance]]:
         """The request as a router service is asked it (its predicted lengths and qualities per instance,
-        its prompt's block ids where the fleet caches prefixes) and every instance's observation."""
+        its prompt's block ids where the fleet caches prefixes, the router's clock) and every instance's
+        observation."""
         hashes = request.hash_ids if self.block_tokens else ()
         asked = {"prompt_tokens": request.prompt_tokens,
                  "predicted_output_tokens": [request.est_tokens(m) for m in self.models],
                  "predicted_quality": [request.est_quality(m) for m in self.models],
-                 "hash_ids": list(hashes), "block_tokens": self.block_tokens or 0}
+                 "hash_ids": list(hashes), "block_tokens": self.block_tokens or 0,
+                 "now_s": self.now if now is None else now}
         return asked, self.instances(now)
