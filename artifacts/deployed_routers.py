@@ -165,7 +165,7 @@ def _seed(parameters) -> int:
     return int(parameters.get("seed", 0))
 
 
-@HEURISTICS.register("llm_d")
+@HEURISTICS.register("llm_d", teaches="prefix", teacher_order=10)
 def llm_d(request, instances, parameters, state) -> int:
     """llm-d's scheduler: the highest weighted sum of its prefix, KV-utilisation and queue scores."""
     score, _ = _llm_d_scores(request, instances, parameters, state)
@@ -200,7 +200,7 @@ def predicted_first_token_s(request, instances, overlaps: list[int]) -> list[flo
             for u, i in zip(_uncached(request, overlaps), instances)]
 
 
-@HEURISTICS.register("llm_d_ttft", default=False)
+@HEURISTICS.register("llm_d_ttft", default=False, teaches="prefix", teacher_order=11)
 def llm_d_ttft(request, instances, parameters, state) -> int:
     """llm-d's scheduler with a fourth scorer, the request's predicted first-token time
     (`predicted_first_token_s`, min-max scaled, soonest 1), weighted `ttft_weight`. Why: llm-d's
@@ -312,7 +312,7 @@ def lmetric(request, instances, parameters, state) -> int:
     return choice
 
 
-@HEURISTICS.register("dynamo_kv")
+@HEURISTICS.register("dynamo_kv", teaches="prefix", teacher_order=12)
 def dynamo_kv(request, instances, parameters, state) -> int:
     """Dynamo's KV router: the lowest overlap_score_weight × prefill blocks + decode blocks (module doc)."""
     settings = {**DYNAMO, **parameters}
@@ -341,7 +341,7 @@ def dynamo_kv(request, instances, parameters, state) -> int:
     return choice
 
 
-@HEURISTICS.register("sglang_cache_aware")
+@HEURISTICS.register("sglang_cache_aware", teaches="prefix", teacher_order=13)
 def sglang_cache_aware(request, instances, parameters, state) -> int:
     """SGLang's cache-aware policy over its own bounded, aging prefix tree (module doc)."""
     settings = {**SGLANG, **parameters}

@@ -37,7 +37,14 @@ from routeforge.artifacts.extensions import Registry
 # name → decision function `(request, instances, parameters, state) -> instance index`; `state` is the
 # policy's own (round-robin's position). A new heuristic is a module with `@HEURISTICS.register(name)`,
 # here or named by $ROUTEFORGE_EXTENSIONS; the simulator runs it through the same function
-# (training.policies.simulator.baselines.RegisteredHeuristic).
+# (training.policies.simulator.baselines.RegisteredHeuristic). What the rest of the pipeline asks of a
+# heuristic is declared where it is registered, and read from there only:
+#   default=False    an evaluation runs it only where the fleet file names it (default: every evaluation);
+#   weights={...}    its features and their default weights, in summing order (`parameters["weights"]`);
+#   searchable=True  `training.routing_evaluation.weight_search` may learn those weights (CMA-ES);
+#   teaches="load" or "prefix", teacher_order=k   it may teach a learned policy (`training.policies.rl.
+#                    teacher`: "prefix" ones only where instances cache prompt blocks), simplest first;
+#   typescript=False the TypeScript runtime has no twin of it (default: it does, and tests hold them alike).
 HEURISTICS = Registry("heuristic", ("routeforge.artifacts.heuristics", "routeforge.artifacts.deployed_routers"))
 
 
@@ -144,7 +151,7 @@ def round_robin(request, instances, parameters, state) -> int:
     return (state["next"] - 1) % len(instances)
 
 
-@HEURISTICS.register("join_shortest_queue")
+@HEURISTICS.register("join_shortest_queue", teaches="load", teacher_order=0)
 def join_shortest_queue(request, instances, parameters, state) -> int:
     return shortest_queue(outstanding_of(instances), parameters.get("among"))
 
@@ -154,17 +161,17 @@ def quality_only(request, instances, parameters, state) -> int:
     return best_quality(request.get("predicted_quality", [np.nan] * len(instances)), outstanding_of(instances))
 
 
-@HEURISTICS.register("least_work_left")
+@HEURISTICS.register("least_work_left", teaches="load", teacher_order=2)
 def least_work_left(request, instances, parameters, state) -> int:
     return least_work(work_of(instances))
 
 
-@HEURISTICS.register("earliest_available")
+@HEURISTICS.register("earliest_available", teaches="load", teacher_order=1)
 def earliest_available(request, instances, parameters, state) -> int:
     return earliest_start(free_of(instances), work_of(instances))
 
 
-@HEURISTICS.register("route_balance")
+@HEURISTICS.register("route_balance", teaches="load", teacher_order=3)
 def route_balance(request, instances, parameters, state) -> int:
     m = len(instances)
     est = np.asarray(request["predicted_output_tokens"], dtype=float)

@@ -103,15 +103,18 @@ def test_every_dataset_kind_of_the_fleet_file_has_a_registered_reader_and_no_oth
 
 
 def test_the_teachers_the_fleet_file_may_name_are_the_trainers_candidates_and_simulator_baselines():
-    """The RL trainers' teacher candidates are a curated, ordered subset of the heuristics (simplest
-    first), not a list of kinds; the fleet file's choices must stay that subset and each must run in
-    the simulator."""
+    """The RL trainers' teacher candidates are the heuristics registered as teachers (simplest first, by
+    their registered `teacher_order`) and their simulator variants; the fleet file's choices are read
+    from the same registrations, and each runs in the simulator."""
     from routeforge.training.policies.learned.settings import TeacherName
-    from routeforge.training.policies.rl.teacher import PREFIX_TEACHERS, TEACHERS
+    from routeforge.training.policies.rl.teacher import teachers
     from routeforge.training.policies.simulator.baselines import BASELINES
 
-    assert set(get_args(TeacherName)) - {"auto"} == set(TEACHERS) | set(PREFIX_TEACHERS)
-    assert set(TEACHERS) | set(PREFIX_TEACHERS) <= set(BASELINES)
+    one_of = get_args(TeacherName)[1]
+    assert set(one_of.allowed()) | set(one_of.extra) - {"auto"} == set(teachers("load")) | set(teachers("prefix"))
+    assert teachers("load") == ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance",
+                                "route_balance_absolute")
+    assert set(teachers("load")) | set(teachers("prefix")) <= set(BASELINES)
 
 
 def test_every_model_source_kind_of_the_fleet_file_is_registered_and_no_other():

@@ -263,7 +263,7 @@ class RoutingEvaluationSettings(_Strict):
     # a scoring heuristic's weights learned by CMA-ES on training-workload episodes, kept where they beat
     # its starting weights on validation episodes (training.policies.weight_search); the evaluation runs and
     # the bundle carries them. Example: {linear_scorer: {evaluations: 300}}
-    weight_search: dict[Literal["linear_scorer"], WeightSearch] = Field(
+    weight_search: dict[Annotated[str, OneOf(HEURISTICS, where="searchable")], WeightSearch] = Field(
         default_factory=dict, description="a scoring heuristic's weights to learn on training windows")
     _moved: list[str] = PrivateAttr(default_factory=list)  # old keys read into `learned` (`moved_keys`)
 

@@ -31,11 +31,12 @@ def registries_put_back():
     for registry, state in held:
         registry.restore(state)
     for name in [m for m in sys.modules if m.split(".")[0] == "toy_routeforge_ext"
-                 or m.startswith("tests.extensions.toy_learned_policy")]:
+                 or m.startswith(("tests.extensions.toy_learned_policy", "tests.extensions.toy_scorer"))]:
         del sys.modules[name]
     from routeforge.training.policies.learned.base import LEARNED_POLICIES
 
     assert "most_free_slots" not in HEURISTICS.names() and "last_word" not in ENGINES.names()
+    assert "toy_slack_scorer" not in HEURISTICS.names()
     from routeforge.core.kinds import LEARNED_SETTINGS
 
     assert "toy_clone" not in LEARNED_POLICIES.names() and "toy_clone" not in LEARNED_SETTINGS.names()

@@ -1,9 +1,10 @@
 """A scoring policy's weights learned in the simulator (`training.routing_evaluation.weight_search`):
-CMA-ES (the `cma` package, Hansen's reference implementation) searches `linear_scorer`'s weights from
-llm_d_ttft's, each candidate judged on the same training-workload episodes by the evaluation's
-objective; several searches run, each on episodes of its own, and the starting weights and each
-search's best are compared on validation episodes none of them ran: the best there is kept. Why
-restarts: one search's best fits its few episodes (on Mooncake's trace three single searches gave
+CMA-ES (the `cma` package, Hansen's reference implementation) searches the weights of a heuristic
+registered with `weights=` and `searchable=True` (`routeforge.artifacts.heuristics`; `linear_scorer`,
+from llm_d_ttft's) from its registered defaults, each candidate judged on the same training-workload
+episodes by the evaluation's objective; several searches run, each on episodes of its own, and the
+starting weights and each search's best are compared on validation episodes none of them ran: the best
+there is kept. Why restarts: one search's best fits its few episodes (on Mooncake's trace three single searches gave
 mean TTFTs 19%, 13% and 15% below llm-d's on the evaluation windows), and the validation choice
 among several is the cross-validation the evaluation windows must not do.
 
@@ -21,12 +22,23 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.deployed_routers import SCORER_DEFAULTS, SCORER_FEATURES
+from routeforge.artifacts.heuristics import HEURISTICS
 from routeforge.artifacts.objectives import HIGHER_IS_BETTER
 from routeforge.training.policies.rl.rollout import validation_seeds
 from routeforge.training.policies.simulator.baselines import tuned_baseline
 
 SEARCH_SEEDS = 10**7  # search episodes' arrival seeds start here: clear of training, validation and evaluation
+
+
+def searchable_weights(name: str) -> dict[str, float]:
+    """Heuristic `name`'s features and default weights, as registered; one not registered searchable
+    (`weights=`, `searchable=True`) is refused naming the ones that are."""
+    metadata = HEURISTICS.entry(name).metadata
+    if not (metadata.get("searchable") and metadata.get("weights")):
+        known = sorted(e.name for e in HEURISTICS.entries() if e.metadata.get("searchable"))
+        raise ValueError(f"weight_search: heuristic {name!r} is not registered with searchable weights "
+                         f"(those that are: {', '.join(known)})")
+    return dict(metadata["weights"])
 
 
 def search_seeds(seed: int, restart: int, episodes: int) -> list[int]:
@@ -48,21 +60,24 @@ def _loss(runs: list[dict[str, float]], objective: str, min_served: float) -> fl
 def search_weights(name: str, search, objective: str, seed: int,
                    episode_score: Callable[[Any, int], dict[str, float]], log: Callable[[str], None]
                    ) -> dict[str, Any]:
-    """`name`'s weights (a `linear_scorer`) by CMA-ES from `SCORER_DEFAULTS`, `search` its settings
+    """`name`'s weights by CMA-ES from its registered defaults (`weights=`, in order), `search` its settings
     (`WeightSearch`); `episode_score(policy, seed)` plays one training-workload episode and scores it.
     Each of `search.restarts` searches runs on episodes of its own; the starting weights and each
     search's best are then judged on the same validation episodes, and the best there is kept. Returns
     {parameters, objective, start, searches, kept, validation_loss} (`tuning.tune_heuristics`' entry form)."""
     import cma
 
+    defaults = searchable_weights(name)
+    features = tuple(defaults)
+
     def weights_of(x) -> dict[str, float]:
-        return {f: round(float(v), 6) for f, v in zip(SCORER_FEATURES, x)}
+        return {f: round(float(v), 6) for f, v in zip(features, x)}
 
     def loss(weights: dict[str, float], seeds: list[int]) -> float:
         policy = tuned_baseline(name, {"weights": weights})
         return _loss([episode_score(policy, s) for s in seeds], objective, search.min_served_share)
 
-    start = [SCORER_DEFAULTS[f] for f in SCORER_FEATURES]
+    start = [float(defaults[f]) for f in features]
     searches = []
     for restart in range(search.restarts):
         seeds = search_seeds(seed, restart, search.episodes)

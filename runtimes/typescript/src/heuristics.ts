@@ -37,13 +37,30 @@ function unit(xs: number[]): number[] {
 }
 
 
+type Decide = (request: any, instances: any[], parameters: any, state: any) => number;
+const EXTENSIONS: Record<string, Decide> = {};
+
+/** A heuristic of one's own, the twin of a Python module's `@HEURISTICS.register(name)` (its function
+ * takes the same request, instances, parameters and state): every HeuristicPolicy knows it from then on. */
+export function registerHeuristic(name: string, decide: Decide): void {
+  if (name in DEPLOYED || BUILT_IN.includes(name)) throw new Error(`heuristic ${name} is built in`);
+  EXTENSIONS[name] = decide;
+}
+
+const BUILT_IN = ["round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only",
+  "route_balance", "quality_within_slo"];
+
+/** Every heuristic this runtime can run (the parity tests compare it with the Python registry's). */
+export function knownHeuristics(): string[] {
+  return [...BUILT_IN, ...Object.keys(DEPLOYED), ...Object.keys(EXTENSIONS)];
+}
+
 export class HeuristicPolicy {
   private next = 0;
   private state: DeployedState = {}; // a deployed router's own prefix index
 
   constructor(readonly spec: any) {
-    const known = ["round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "quality_only", "route_balance",
-      "quality_within_slo", ...Object.keys(DEPLOYED)];
+    const known = knownHeuristics();
     if (spec.kind !== "heuristic" || !known.includes(spec.heuristic)) {
       throw new Error(`policy.json: heuristic must be one of ${known.join(", ")}, got ${spec.heuristic}`);
     }
@@ -63,6 +80,7 @@ export class HeuristicPolicy {
     const name: string = this.spec.heuristic, params = this.spec.parameters ?? {};
     if (name === "round_robin") return this.next++ % m;
     if (name in DEPLOYED) return DEPLOYED[name](request, instances, params, this.state);
+    if (name in EXTENSIONS) return EXTENSIONS[name](request, instances, params, this.state);
     const outstanding = instances.map((i) => i.running.length + i.waiting.length);
     if (name === "join_shortest_queue") {
       const among: number[] = params.among ?? outstanding.map((_, i) => i);

@@ -1,7 +1,7 @@
 /** The routeforge bundle runtime in TypeScript (docs/bundle-format.md). */
 export { Bundle } from "./bundle";
 export { SentenceEncoder } from "./encoder";
-export { HeuristicPolicy, recommend } from "./heuristics";
+export { HeuristicPolicy, knownHeuristics, recommend, registerHeuristic } from "./heuristics";
 export { LatencyModel, TreeEnsemble } from "./latency";
 export { bestIndex, Router, textKey } from "./router";
 export { readSafetensors } from "./safetensors";

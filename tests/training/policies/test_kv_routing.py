@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
-from routeforge.artifacts.prefix_index import BlockLru, PrefixIndex
+from routeforge.artifacts.prefix_index import BlockLru
 from routeforge.core.config.fleet import load_fleet
 from routeforge.core.storage import Quarantine
 from routeforge.profiling.kv_capacity import KvCapacityError, kv_capacity, tier_kv_capacity
@@ -318,8 +318,27 @@ def test_linear_scorer_is_llm_d_ttft_without_weights_and_weighs_each_feature_it_
         _route("linear_scorer", request, insts, weights={"speed": 1.0})
 
 
-@pytest.mark.parametrize("name", ["llm_d", "llm_d_affinity", "lmetric", "dynamo_kv", "sglang_cache_aware",
-                                  "quality_within_slo", "llm_d_ttft", "linear_scorer"])
+def _with_typescript_twins() -> list[str]:
+    """Every registered heuristic the TypeScript runtime has a twin of (all but `typescript=False` ones)."""
+    return [e.name for e in HEURISTICS.entries() if e.metadata.get("typescript", True)]
+
+
+def test_the_typescript_runtime_knows_every_registered_heuristic():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    runtime = Path(__file__).resolve().parents[3] / "runtimes" / "typescript" / "dist" / "heuristics.js"
+    node = shutil.which("node")
+    if node is None or not runtime.is_file():
+        pytest.skip("the TypeScript runtime is not built (Node.js and `make ts-runtime`): its half is not run")
+    run = subprocess.run([node, "-e", "console.log(JSON.stringify(require(process.argv[1]).knownHeuristics()))",
+                          str(runtime)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert sorted(json.loads(run.stdout)) == sorted(_with_typescript_twins())
+
+
+@pytest.mark.parametrize("name", _with_typescript_twins())
 def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     """Issue 60, item 4: the TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the
     same choice as the Python one on 300 random requests in sequence, its own prefix index carried

@@ -7,7 +7,7 @@ from routeforge.training.policies.evaluation import fleet_profiles
 from routeforge.training.policies.learned.ddqn_workload_guided.settings import DdqnSettings
 from routeforge.training.policies.learned.sac_qos.settings import SacSettings
 from routeforge.training.policies.rl.rollout import training_seed, validation_seeds
-from routeforge.training.policies.rl.teacher import TEACHERS, choose_teacher, demonstrate, teacher_action
+from routeforge.training.policies.rl.teacher import choose_teacher, demonstrate, teacher_action, teachers
 from routeforge.training.policies.simulator.baselines import JoinShortestQueue
 from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
@@ -158,7 +158,7 @@ def test_teacher_can_be_judged_by_the_return_of_the_students_clone():
     small = WorkloadAwareEnv(profiles, _setting(n=40, rate=60.0)[1], variant="aware", models=[0, 1, 2])
     info = train_ddqn(small, DdqnSettings(teacher_choice="clone", **base), log=lambda _: None)
     judged = info.network
-    assert set(info.pretrain["teacher_returns"]) == set(TEACHERS)
+    assert set(info.pretrain["teacher_returns"]) == set(teachers("load"))
     chosen = info.pretrain["teacher"]
     # the trainer's own draws are those of a run told the chosen teacher outright
     run = train_ddqn(small, DdqnSettings(**{**base, "teacher": chosen}), log=lambda _: None)

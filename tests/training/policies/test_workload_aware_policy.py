@@ -196,11 +196,11 @@ def test_the_ddqn_observes_the_requests_cached_prefix_and_its_quality_on_each_in
 
 
 def test_the_deployed_routers_teach_only_where_instances_cache_prompt_blocks():
-    from routeforge.training.policies.rl.teacher import PREFIX_TEACHERS, TEACHERS, candidates_for
+    from routeforge.training.policies.rl.teacher import candidates_for, teachers
 
     cached = WorkloadAwareEnv([PROFILE] * 2, _block_requests, models=[0, 1], block_tokens=16)
-    assert candidates_for(cached) == TEACHERS + PREFIX_TEACHERS
-    assert candidates_for(WorkloadAwareEnv([PROFILE] * 2, _block_requests, models=[0, 1])) == TEACHERS
+    assert candidates_for(cached) == teachers("load") + teachers("prefix")
+    assert candidates_for(WorkloadAwareEnv([PROFILE] * 2, _block_requests, models=[0, 1])) == teachers("load")
 
 
 def test_the_first_token_reward_charges_each_served_requests_ttft_once():

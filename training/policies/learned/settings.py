@@ -5,13 +5,15 @@ under `training.routing_evaluation.learned`, and benchmarks build them the same 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
-from routeforge.core.config.base import _Strict
+from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.core.config.base import OneOf, _Strict
 
-TeacherName = Literal["auto", "join_shortest_queue", "earliest_available", "least_work_left", "route_balance",
-                      "route_balance_absolute", "llm_d", "llm_d_ttft", "dynamo_kv", "sglang_cache_aware"]
+# a heuristic registered as a teacher (`teaches=` where it is registered, artifacts.heuristics), its simulator
+# variant `route_balance_absolute`, or `auto`
+TeacherName = Annotated[str, OneOf(HEURISTICS, extra=("auto", "route_balance_absolute"), where="teaches")]
 
 
 class KeepBest(_Strict):

@@ -26,17 +26,27 @@ from dataclasses import dataclass
 import numpy as np
 from routeforge.training.policies.simulator.baselines import BASELINES
 
-# simplest first; RouteBalance with unscaled quality estimates is 000's best heuristic (docs/results.md)
-TEACHERS = ("join_shortest_queue", "earliest_available", "least_work_left", "route_balance", "route_balance_absolute")
-# the deployed routers teach too where instances cache prompt blocks (their prefix scorers have nothing to
-# read elsewhere, and each candidate costs a clone and three episodes)
-PREFIX_TEACHERS = ("llm_d", "llm_d_ttft", "dynamo_kv", "sglang_cache_aware")
+
+def teachers(kind: str = "load") -> tuple[str, ...]:
+    """The heuristics registered as teachers of `kind` (`teaches=` where each is registered,
+    `artifacts.heuristics`), simplest first (`teacher_order`), each followed by its simulator variants
+    (`route_balance_absolute`: RouteBalance with unscaled quality estimates, 000's best heuristic).
+    "load": every setting; "prefix": the deployed routers, which teach where instances cache prompt
+    blocks (their prefix scorers have nothing to read elsewhere, and each candidate costs a clone and
+    three episodes)."""
+    from routeforge.artifacts.heuristics import HEURISTICS
+    from routeforge.training.policies.simulator.baselines import VARIANTS
+
+    HEURISTICS.discover()
+    entries = sorted((e for e in HEURISTICS.entries() if e.metadata.get("teaches") == kind),
+                     key=lambda e: (e.metadata.get("teacher_order", 0), e.name))
+    return tuple(n for e in entries for n in (e.name, *(v for v, base in VARIANTS.items() if base == e.name)))
 
 
 def candidates_for(env) -> tuple[str, ...]:
-    """The teachers `auto` chooses among in `env`: `TEACHERS`, and `PREFIX_TEACHERS` where its
+    """The teachers `auto` chooses among in `env`: the load teachers, and the prefix ones where its
     instances cache prompt blocks."""
-    return TEACHERS + (PREFIX_TEACHERS if getattr(env, "block_tokens", None) else ())
+    return teachers("load") + (teachers("prefix") if getattr(env, "block_tokens", None) else ())
 
 
 def pull_weight(weight: float, decay: float, episode: int, floor: float = 0.0) -> float:
@@ -122,7 +132,7 @@ def fit_clone(net, demos: Demonstrations, steps: int, learning_rate: float, batc
         optim.step()
 
 
-def choose_teacher(env, candidates: tuple[str, ...] = TEACHERS, seeds: tuple[int, ...] = (0, 1, 2),
+def choose_teacher(env, candidates: tuple[str, ...] | None = None, seeds: tuple[int, ...] = (0, 1, 2),
                    log: Callable[[str], None] = print, student: Student | None = None) -> tuple[str, dict[str, float]]:
     """(the teacher, every candidate's mean episode return on `seeds`). Candidates are listed simplest
     first; walking the list, a candidate replaces the current choice only when its mean return is
@@ -130,6 +140,7 @@ def choose_teacher(env, candidates: tuple[str, ...] = TEACHERS, seeds: tuple[int
     arrivals). A rule that is not reliably better does not displace a simpler one, which a network
     also imitates more faithfully. With `student`, the returns compared are those of the student's
     clone of each candidate (`clone_return`), not the candidate's own."""
+    candidates = teachers("load") if candidates is None else candidates
     if student is None:
         returns = {name: np.array([teacher_return(env, name, s) for s in seeds]) for name in candidates}
     else:
@@ -209,6 +220,7 @@ def resolve_teacher(env, teacher: str | None, seed: int, log: Callable[[str], No
     if teacher == "auto":
         return choose_teacher(env, candidates_for(env), seeds=tuple(seed * 1000 + 900 + i for i in range(3)), log=log,
                               student=student)
-    if teacher not in TEACHERS + PREFIX_TEACHERS:
-        raise ValueError(f"teacher {teacher!r}: expected auto or one of {list(TEACHERS + PREFIX_TEACHERS)}")
+    known = teachers("load") + teachers("prefix")
+    if teacher not in known:
+        raise ValueError(f"teacher {teacher!r}: expected auto or one of {list(known)}")
     return teacher, {}

@@ -184,8 +184,11 @@ def default_baselines() -> list[str]:
             or heuristics.HEURISTICS.entry(n).metadata.get("default", True)]
 
 
+# the simulator's variants of a registered heuristic, each with its base (exported as the base's spec with
+# the variant's parameters)
+VARIANTS = {"route_balance_absolute": "route_balance"}
 # the baselines a bundle can carry as heuristic specs (`routeforge.artifacts.heuristics`): every deterministic one
-EXPORTABLE = _Registered(lambda names: {**{n: n for n in names}, "route_balance_absolute": "route_balance"})
+EXPORTABLE = _Registered(lambda names: {**{n: n for n in names}, **VARIANTS})
 
 
 def parameters_of(name: str, chosen: dict | None = None) -> dict:
