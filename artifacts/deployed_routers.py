@@ -47,6 +47,14 @@ Documented defaults used:
   instance's batch size (its running requests); the lowest wins, ties to fewer uncached tokens, then
   at random. No parameter. Its cache indicator here is the router's own LRU index per instance within
   its KV capacity (the paper's deployment reads the engines' caches).
+- llm-d's predicted-latency scorer (`llm_d_predicted_latency`; llm-d's predicted-latency producer and
+  latency scorer): an XGBoost model, trained online in llm-d on what it routed, predicts each
+  instance's TTFT from its KV use, the request's input length, the instance's queue depth, its running
+  requests, the request's prefix match there and the tokens in flight (`PREDICTED_LATENCY_FEATURES`);
+  the request goes where the predicted TTFT leaves the most headroom under its SLO, which with one
+  SLO for every instance is the lowest predicted TTFT (ties at random). Its model is trained on the
+  simulator's observations (`training.policies.predicted_latency`) and carried in its spec
+  (`parameters.model`, XGBoost's JSON), which both runtimes evaluate without XGBoost.
 - ours, `llm_d_ttft`: llm-d's three scorers and a fourth, the request's predicted first-token time
   on each instance (the prefill still queued there and its own uncached tokens at that instance's
   speed), weight `ttft_weight` 0.5. Not a deployed router.
@@ -56,6 +64,7 @@ Documented defaults used:
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -310,6 +319,36 @@ def lmetric(request, instances, parameters, state) -> int:
     if ids and "lmetric_index" in state:
         state["lmetric_index"].record(choice, ids)
     return choice
+
+
+PREDICTED_LATENCY_FEATURES = ("kv_utilization", "input_tokens", "queue_depth", "running", "prefix_match",
+                              "tokens_in_flight")
+
+
+def predicted_latency_features(request, instances, state, parameters) -> list[list[float]]:
+    """`PREDICTED_LATENCY_FEATURES` of the request on each instance (the prefix match from llm-d's index)."""
+    overlaps, considered = llm_d_overlaps(request, instances, state, parameters)
+    return [[float(i.get("kv_utilization") or 0.0), float(request["prompt_tokens"]), float(len(i["waiting"])),
+             float(len(i["running"])), o / considered if considered else 0.0, float(i.get("active_tokens") or 0.0)]
+            for o, i in zip(overlaps, instances)]
+
+
+@HEURISTICS.register("llm_d_predicted_latency", default=False, trained_by=(
+        "routeforge.training.policies.predicted_latency", "fit_parameters"))
+def llm_d_predicted_latency(request, instances, parameters, state) -> int:
+    """llm-d's predicted-latency scorer: the lowest TTFT its trained model predicts (module doc)."""
+    if "ensemble" not in state:
+        from routeforge.artifacts.tree_ensemble import TreeEnsemble
+
+        if not parameters.get("model"):
+            raise ValueError("llm_d_predicted_latency: parameters.model, its trained TTFT model (XGBoost's JSON), "
+                             "is required (training.policies.predicted_latency trains it)")
+        state["ensemble"] = TreeEnsemble.from_json(json.dumps(parameters["model"]))
+    predicted = [float(v) for v in state["ensemble"].predict(predicted_latency_features(request, instances, state,
+                                                                                        parameters))]
+    low = min(predicted)
+    choice = pick_among(state, [k for k, v in enumerate(predicted) if v == low], _seed(parameters))
+    return remember_llm_d(request, instances, state, parameters, choice)
 
 
 @HEURISTICS.register("dynamo_kv", teaches="prefix", teacher_order=12)

@@ -28,7 +28,7 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
     whose profile has a prefill/decode fit (measured batches, or published rows fitted to the step
     model); each instance's limits are its KV capacity from its hardware and model
     (`profiling.kv_capacity`, where the fleet file gives both) and its tier's `max_num_seqs`."""
-    from routeforge.profiling.kv_capacity import KvCapacityError, tier_kv_capacity
+    from routeforge.profiling.kv_capacity import KvCapacityError, tier_batched_tokens, tier_kv_capacity
 
     fits, index, names, limits = [], [], [], []
     for tier in config.tiers:
@@ -40,7 +40,8 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
             except KvCapacityError as exc:
                 raise dg.Failure(str(exc)) from None
             limit = {k: v for k, v in (("kv_capacity_tokens", capacity.tokens if capacity else None),
-                                       ("max_running", tier.max_num_seqs)) if v is not None}
+                                       ("max_running", tier.max_num_seqs),
+                                       ("max_num_batched_tokens", tier_batched_tokens(config, tier))) if v is not None}
             fits += [fit] * tier.instances
             index += [models.index(tier.model)] * tier.instances
             names += [tier.name] * tier.instances

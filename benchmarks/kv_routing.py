@@ -60,10 +60,11 @@ import numpy as np
 
 from benchmarks.common import DATA, REPO, parser, results_dir
 
-POLICIES = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "llm_d", "dynamo_kv",
-            "sglang_cache_aware", "llm_d_ttft")
+POLICIES = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "llm_d", "llm_d_affinity",
+            "lmetric", "dynamo_kv", "sglang_cache_aware", "llm_d_ttft")
 EXTRA = ("clairvoyant_ttft", "linear_scorer")  # run where named (linear_scorer also with --learn-weights)
-DEPLOYED = ("llm_d", "dynamo_kv", "sglang_cache_aware")
+DEPLOYED = ("llm_d", "llm_d_affinity", "lmetric", "dynamo_kv", "sglang_cache_aware")
+SCRAPE_INTERVAL_S = 0.05  # the observation's /metrics staleness, the pipeline's default (llm-d's 50 ms)
 SHOWN = ("goodput", "served_share", "ttft_mean_s", "ttft_p95_offered_s", "tpot_mean_s", "e2e_mean_offered_s",
          "e2e_p95_offered_s", "prefix_hit_rate")
 
@@ -73,13 +74,13 @@ def reference_fleet(config_path: Path, queue_capacity: int = 64, pool: str | Non
     `pool`: only that model's tiers (replicas of one model, as llm-d, Dynamo and SGLang route)."""
     from routeforge.fleet import load_fleet
     from routeforge.profiling.coarse_priors import continuous_batching_fit, read_llm_inference_bench
-    from routeforge.profiling.kv_capacity import tier_kv_capacity
+    from routeforge.profiling.kv_capacity import tier_batched_tokens, tier_kv_capacity
     from routeforge.training.policies.simulator.instance import InstanceProfile
 
     config = load_fleet(config_path)
     rows = read_llm_inference_bench(config.tiers[0].profile.file)
     models = config.model_names
-    profiles, index, names, capacities = [], [], [], {}
+    profiles, index, names, capacities, fits = [], [], [], {}, []
     for tier in config.tiers:
         if pool is not None and tier.model != pool:
             continue
@@ -87,13 +88,15 @@ def reference_fleet(config_path: Path, queue_capacity: int = 64, pool: str | Non
         if capacity is None:
             raise SystemExit(f"{config_path}: tier {tier.name} has no architecture or hardware memory")
         capacities[tier.name] = capacity.to_dict()
-        profile = InstanceProfile.from_fit(continuous_batching_fit(tier.profile.key, rows[tier.profile.key]),
-                                           max_running=tier.max_num_seqs or queue_capacity, buffer=queue_capacity,
-                                           kv_capacity_tokens=capacity.tokens)
+        fit = continuous_batching_fit(tier.profile.key, rows[tier.profile.key])
+        profile = InstanceProfile.from_fit(fit, max_running=tier.max_num_seqs or queue_capacity, buffer=queue_capacity,
+                                           kv_capacity_tokens=capacity.tokens,
+                                           max_num_batched_tokens=tier_batched_tokens(config, tier))
         profiles += [profile] * tier.instances
+        fits += [fit] * tier.instances
         index += [models.index(tier.model)] * tier.instances
         names += [tier.name] * tier.instances
-    return profiles, index, names, capacities
+    return profiles, index, names, capacities, fits
 
 
 def window(trace, n: int, rate: float, seed: int, n_models: int, shared: bool = True):
@@ -119,7 +122,8 @@ def run(profiles, models, requests, policy: str, block_tokens: int, parameters: 
         router = ClairvoyantLookahead(at="first_token")
     else:
         router = tuned_baseline(policy, parameters) if parameters is not None else BASELINES[policy]()
-    return Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, router)
+    return Cluster(profiles, models=models, block_tokens=block_tokens,
+                   scrape_interval_s=SCRAPE_INTERVAL_S).run(requests, router)
 
 
 def train_learned(profiles, models, trace, n: int, rate: float, first_row: int, block_tokens: int, n_models: int,
@@ -189,8 +193,9 @@ def choose_llm_d_ttft(profiles, models, trace, rate: float, first_row: int, bloc
     requests = [training_window(trace, n, rate, 100 + w, n_models, first_row) for w in range(windows)]
     for p, k, q, t in itertools.product(*CHOICE_GRID.values()):
         params = {"weights": {"prefix": p, "kv_utilization": k, "queue": q}, "ttft_weight": t}
-        runs = [summarize(Cluster(profiles, models=models, block_tokens=block_tokens).run(
-            reqs, tuned_baseline("llm_d_ttft", params))) for reqs in requests]
+        runs = [summarize(Cluster(profiles, models=models, block_tokens=block_tokens,
+                                  scrape_interval_s=SCRAPE_INTERVAL_S).run(reqs, tuned_baseline("llm_d_ttft", params)))
+                for reqs in requests]
         tried.append({"parameters": params, "ttft_mean_s": float(np.mean([r["ttft_mean_s"] for r in runs])),
                       "served_share": float(np.mean([r["served_share"] for r in runs]))})
     kept = [t for t in tried if t["served_share"] >= 0.995]
@@ -213,7 +218,8 @@ def learn_scorer_weights(profiles, models, trace, rate: float, first_row: int, b
 
     def episode(policy, seed: int) -> dict:
         requests = training_window(trace, n, rate, seed, n_models, first_row)
-        return summarize(Cluster(profiles, models=models, block_tokens=block_tokens).run(requests, policy))
+        return summarize(Cluster(profiles, models=models, block_tokens=block_tokens,
+                                 scrape_interval_s=SCRAPE_INTERVAL_S).run(requests, policy))
 
     search = WeightSearch(evaluations=evaluations, episodes=episodes, restarts=restarts)
     started = time.perf_counter()
@@ -267,10 +273,15 @@ def main() -> None:
     from benchmarks.routing_headroom import ttft_lower_bound
 
     started = time.perf_counter()
-    profiles, models, names, capacities = reference_fleet(args.config, pool=args.pool)
+    profiles, models, names, capacities, fits = reference_fleet(args.config, pool=args.pool)
     n_models = max(models) + 1
     trace = read_block_trace(args.trace, columns=MOONCAKE)
     block = trace.block_tokens
+    from routeforge.training.policies.simulator.extrapolation import extrapolation, notes
+
+    stretched = extrapolation(fits, names, float(np.max(trace.prompt_tokens)))
+    for line in notes(stretched):
+        print(f"simulated beyond the fits: {line}", flush=True)
     slo = Slo(scale=args.slo_scale, reference="fastest")
     relative = Slo(scale=args.slo_scale, reference="serving")
     saturation = saturation_rps(profiles, models, trace, args.requests, args.seeds, n_models, block)
@@ -335,7 +346,10 @@ def main() -> None:
               "requests": args.requests, "seeds": args.seeds, "loads": args.loads, "slo": slo.describe(),
               "saturation_rps": saturation,
               "load_definition": "× the throughput at saturation (training.policies.load, basis saturation)",
-              "instances": names, "kv_capacity": capacities, "block_tokens": block,
+              "instances": names, "kv_capacity": capacities, "block_tokens": block, "extrapolation": stretched,
+              "scrape_interval_s": SCRAPE_INTERVAL_S,
+              "physics": "vLLM V1: chunked prefill (each tier's max_num_batched_tokens), one KV pool per instance "
+                         "shared by running requests and cached blocks; router-visible observation",
               "repeated_block_share": trace.repeated_block_share(), "rows": rows,
               "learned": report_learned if learned is not None else None, "llm_d_ttft_choice": choice,
               "linear_scorer_weights": scorer,

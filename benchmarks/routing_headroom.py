@@ -23,8 +23,6 @@ import dataclasses
 import json
 import math
 import time
-from collections import deque
-from copy import deepcopy
 
 from routeforge.training.policies.simulator.baselines import BASELINES
 from routeforge.training.policies.simulator.cluster import Cluster
@@ -43,9 +41,7 @@ def drained(inst: Instance, extra=None, at: str = "finished") -> dict[int, float
     """Finish time (or, with `at="first_token"`, first-token time) of every job on a copy of `inst`
     (its prefix cache copied too) when it runs with no further arrivals, `extra` (a Job) enqueued
     first; rejected jobs get `REJECTED_COST_S`. The instance itself is untouched."""
-    copy = dataclasses.replace(inst, waiting=deque(dataclasses.replace(j) for j in inst.waiting),
-                               running={rid: dataclasses.replace(j) for rid, j in inst.running.items()},
-                               finishes=list(inst.finishes), done=[], cache=deepcopy(inst.cache))
+    copy = inst.clone()
     if extra is not None:
         copy.enqueue(extra, extra.enqueued)
     copy.advance(math.inf)

@@ -95,17 +95,21 @@ def transformers_serve(model_dir: Path, log: Path, device: str = "cpu", port: in
 def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "auto", max_model_len: int | None = None,
                gpu_memory_utilization: float = 0.9, enforce_eager: bool = False, port: int | None = None,
                timeout_s: float = 600, max_num_seqs: int = 16,
-               kv_cache_memory_bytes: int | None = None, extra_args: Sequence[str] = ()) -> Iterator[str]:
+               kv_cache_memory_bytes: int | None = None, extra_args: Sequence[str] = (),
+               cpus: str | None = None) -> Iterator[str]:
     """vLLM's OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`: the `vllm
     serve` console script fails under the CPU build's distribution name) for the model in
     `model_dir`, under `python` (the vLLM environment's interpreter; None: this one). Yields the base
     URL (ending in /v1) once /health answers and one completion has run; stopped on exit. On the CPU
     build the KV cache is sized in bytes from the model (`core.vllm_env.kv_cache_bytes`); a server
-    that still cannot start says, in one line, what it asked for and what was free."""
+    that still cannot start says, in one line, what it asked for and what was free. `cpus` (a CPU
+    list, "0" or "2-3"): the server is pinned there (`taskset`) with its OpenMP threads bound to them
+    (`VLLM_CPU_OMP_THREADS_BIND`), so several CPU servers share a machine without contending."""
     from routeforge.core.vllm_env import kv_cache_bytes, kv_cache_failure, on_cpu_build
 
     port = port or free_port()
-    command = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+    pin = ["taskset", "-c", cpus] if cpus else []
+    command = [*pin, python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
                "--gpu-memory-utilization", str(gpu_memory_utilization), "--max-num-seqs", str(max_num_seqs)]
     if kv_cache_memory_bytes or on_cpu_build():
@@ -119,7 +123,8 @@ def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                                env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                     **({"VLLM_CPU_OMP_THREADS_BIND": cpus} if cpus else {})})
     try:
         try:
             wait_healthy(proc, f"http://127.0.0.1:{port}/health", log, timeout_s=timeout_s)

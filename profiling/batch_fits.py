@@ -138,6 +138,9 @@ class TierFit:
     n_measurements: int
     prefill_dropped: list[tuple[int, int, int]]  # (batch, prompt, output) left out as anomalous
     decode_dropped: list[tuple[int, int, int]]
+    # the longest prompt measured: a simulator using the fit on longer prompts extrapolates
+    # (training.policies.simulator.extrapolation says how far); None in profiles written before it was kept
+    fitted_prompt_tokens_max: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -176,4 +179,5 @@ def fit_tier(measurements: list[BatchMeasurement]) -> TierFit:
         ttft_p_s=p, decode_d_s=d, epsilon=eps, theta_tokens_per_s=largest / (d * eps),
         batch_for_theta=largest, n_measurements=len(measurements),
         prefill_dropped=dropped(kept_p), decode_dropped=dropped(kept_d),
+        fitted_prompt_tokens_max=float(max(m.prompt_tokens for m in measurements)),
     )

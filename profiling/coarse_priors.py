@@ -115,6 +115,7 @@ def continuous_batching_fit(tier: str, rows: list[tuple[int, int, float]]) -> di
         raise ValueError(f"{tier}: the fitted decode step is not positive; the rows cannot calibrate a simulator")
     return {"prefill_intercept_s": float(coef[0]), "prefill_grad_s_per_token": float(coef[1]),
             "decode_w_s": float(coef[2]), "decode_h_s_per_token": float(coef[3]), "r2": r2,
+            "fitted_prompt_tokens_max": float(length.max()),
             "median_relative_error": float(np.median(np.abs(predicted - e2e) / e2e)), "rows": int(len(rows)),
             "source": "LLM-Inference-Bench static batches, fitted to the simulator's step model (NNLS)"}
 

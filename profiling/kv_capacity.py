@@ -47,6 +47,22 @@ class KvCapacity:
         return asdict(self)
 
 
+def default_batched_tokens(memory_gib: float | None) -> int:
+    """vLLM V1's `max_num_batched_tokens` for its OpenAI server: 8,192 on an accelerator of at least 70
+    GiB, else 2,048 (its defaults by device memory); 8,192 where the memory is unknown."""
+    return 2048 if memory_gib is not None and memory_gib < 70 else 8192
+
+
+def tier_batched_tokens(config, tier) -> int:
+    """A tier's per-step token budget: the fleet file's `max_num_batched_tokens`, else vLLM's default
+    for its hardware (`default_batched_tokens`)."""
+    if tier.max_num_batched_tokens is not None:
+        return int(tier.max_num_batched_tokens)
+    hardware = next((h for h in config.hardware if h.name == tier.hardware), None)
+    return default_batched_tokens(None if hardware is None
+                                  else accelerator_memory_gib(hardware.accelerator, hardware.memory_gib))
+
+
 def accelerator_memory_gib(accelerator: str, memory_gib: float | None = None) -> float | None:
     """An accelerator's memory: the fleet file's `memory_gib` where given, else the known kinds'."""
     return memory_gib if memory_gib is not None else ACCELERATOR_MEMORY_GIB.get(accelerator)

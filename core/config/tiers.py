@@ -79,6 +79,9 @@ class Tier(_Strict):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     # sequences the engine batches at once (vLLM's max_num_seqs); None: the routing evaluation's queue_capacity
     max_num_seqs: int | None = Field(default=None, ge=1, le=4096)
+    # tokens one engine step schedules, prefill chunks and decodes together (vLLM's max_num_batched_tokens);
+    # None: vLLM V1's OpenAI-server default for the hardware (8,192 with at least 70 GiB per accelerator, else 2,048)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
 
     @property
     def name(self) -> str:

@@ -17,12 +17,14 @@ own setting (single-server instances, every request's age observed) is `benchmar
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.heuristics import HEURISTICS
 from routeforge.core.kinds import WORKLOADS, workloads_reading
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
@@ -32,6 +34,8 @@ from routeforge.training.policies.load import LoadCalibration, calibrate_on
 from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, default_baselines, tuned_baseline
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
+from routeforge.training.policies.simulator.extrapolation import extrapolation
+from routeforge.training.policies.simulator.extrapolation import notes as extrapolation_notes
 from routeforge.training.policies.simulator.instance import FIT_FLOORS, InstanceProfile
 from routeforge.training.policies.simulator.metrics import NOT_SERVED, mean_std, summarize
 from routeforge.training.policies.simulator.qos_graph_env import qos
@@ -45,7 +49,7 @@ from routeforge.training.policies.simulator.traces import (
 )
 from routeforge.training.policies.simulator.workloads import RequestPool, arrivals
 from routeforge.training.policies.tuning import tune_heuristics
-from routeforge.training.policies.weight_search import search_weights
+from routeforge.training.policies.weight_search import search_seeds, search_weights
 
 # the papers' three, trained unless `policies` lists others; ppo_queue_bias when named
 METRICS = ("goodput", "quality_goodput", "served_share", "e2e_mean_offered_s", "e2e_p50_offered_s", "e2e_p95_offered_s",
@@ -60,13 +64,15 @@ def fleet_profiles(fits: list[dict], queue_capacity: int, kv_capacity_tokens: in
     """Instance profiles from the tiers' fits, and a note for every fitted term `from_fit` floored
     (a tiny CPU model's prefill gradient is noise-sized and can fit negative). `limits`: per instance,
     its own `kv_capacity_tokens` and `max_running` where the fleet file gives them (its hardware and
-    model: `profiling.kv_capacity`; its tier's max_num_seqs), else the evaluation's."""
+    model: `profiling.kv_capacity`; its tier's max_num_seqs and per-step token budget), else the evaluation's."""
     clipped = [f"instance {i}: {key} {value:.3g} clipped to {FIT_FLOORS[key]:g}"
                for i, fit in enumerate(fits) for key, value in InstanceProfile.floored_terms(fit).items()]
     limits = limits or [{}] * len(fits)
     profiles = [InstanceProfile.from_fit(fit, max_running=limit.get("max_running") or queue_capacity,
                                          buffer=queue_capacity,
-                                         kv_capacity_tokens=limit.get("kv_capacity_tokens") or kv_capacity_tokens)
+                                         kv_capacity_tokens=limit.get("kv_capacity_tokens") or kv_capacity_tokens,
+                                         **({"max_num_batched_tokens": limit["max_num_batched_tokens"]}
+                                            if limit.get("max_num_batched_tokens") else {}))
                 for fit, limit in zip(fits, limits)]
     return profiles, clipped
 
@@ -189,6 +195,8 @@ class RoutingEvaluation:
     requests: int  # per episode
     trace_quarantined: int
     traffic_requests: int | None  # the fleet's own logs replayed, when it has them
+    # per instance: the longest prompt its tier's fit measured, the longest the workloads have, their ratio
+    extrapolation: dict[str, dict[str, Any]] = field(default_factory=dict)
     plots: list[str] = field(default_factory=list)  # written last, from the rest
 
     @property
@@ -202,7 +210,7 @@ class RoutingEvaluation:
                 "slo": self.slo, "clipped_fits": self.clipped_fits,
                 "qos_latency_per_token_s": self.qos_latency_per_token_s, "seeds": self.seeds,
                 "requests": self.requests, "train_load": self.train_load,
-                "trace_quarantined": self.trace_quarantined, "rows": self.rows,
+                "trace_quarantined": self.trace_quarantined, "extrapolation": self.extrapolation, "rows": self.rows,
                 "learning_curves": {n: t.run.curve for n, t in self.trained.items()},
                 "pretrain": {n: t.run.pretrain for n, t in self.trained.items()},
                 "training": {n: t.training() for n, t in self.trained.items()},
@@ -257,6 +265,11 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 f"prompt mean {trace_prompt.mean():.0f}, output mean {trace_output.mean():.0f}")
     elif settings.lengths == "trace":
         raise ValueError("training.routing_evaluation.lengths: trace needs training.routing_evaluation.trace")
+    longest = max([float(pool.prompt_tokens.max())] + ([float(np.max(trace_prompt))] if times is not None else [])
+                  + ([float(np.max(traffic.prompt_tokens))] if traffic is not None and len(traffic) else []))
+    stretched = extrapolation([f for f in fits], [f"instance {i}" for i in range(len(fits))], longest)
+    for note in extrapolation_notes(stretched):
+        log(f"warning: {note}")
     learned_names = LEARNED_POLICIES.names()
     wanted = settings.policies or [*default_baselines(), *(e.name for e in LEARNED_POLICIES.entries()
                                                           if e.metadata["default"])]
@@ -308,6 +321,13 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     tuned = tune_heuristics(settings, training_episode, log)
     tuned.update({name: search_weights(name, search, settings.objective, settings.seed, training_episode, log)
                   for name, search in settings.weight_search.items()})
+    for name in (n for n in wanted if n in HEURISTICS and n not in tuned):
+        trainer = HEURISTICS.entry(name).metadata.get("trained_by")
+        if trainer:  # a heuristic that learns its parameters (llm-d's latency model) on the training windows
+            fit = getattr(importlib.import_module(trainer[0]), trainer[1])
+            seeds = search_seeds(settings.seed, 0, settings.tune_episodes)
+            tuned[name] = {"parameters": fit(lambda policy, s: simulate(train_workload(s), policy), seeds, log),
+                           "method": "trained", "training_episodes": len(seeds)}
 
     def baseline(name: str):
         """The simulator policy of baseline `name`: with its tuned parameters where `tune` chose some."""
@@ -369,7 +389,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         train_load=settings.train_load,
         slo=slo.describe(),
         clipped_fits=clipped, qos_latency_per_token_s=qos_limit, seeds=seeds, requests=n,
-        trace_quarantined=len(quarantine), traffic_requests=len(traffic) if traffic is not None else None)
+        trace_quarantined=len(quarantine), traffic_requests=len(traffic) if traffic is not None else None,
+        extrapolation=stretched)
     evaluation.plots = [str(p) for p in plot_evaluation(evaluation, out_dir)]
     return evaluation
 

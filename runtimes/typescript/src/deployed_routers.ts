@@ -7,6 +7,7 @@
  * Dynamo at a temperature above 0 samples with Python's own generator, which this runtime does not
  * reproduce: such a policy is refused when it is loaded.
  */
+import { TreeEnsemble } from "./latency";
 import { BlockId, GlobalLruIndex, PrefixIndex, TtlIndex } from "./prefix_index";
 
 export interface BlockRequest {
@@ -32,6 +33,7 @@ export interface DeployedState {
   lmetricIndex?: PrefixIndex;
   dynamoIndex?: TtlIndex;
   sglangTree?: GlobalLruIndex;
+  ensemble?: TreeEnsemble;
 }
 
 export const LLM_D_WEIGHTS = { prefix: 3.0, kv_utilization: 2.0, queue: 2.0 };
@@ -240,6 +242,21 @@ export function lmetric(request: BlockRequest, instances: CacheInstance[], param
   return choice;
 }
 
+/** llm-d's predicted-latency scorer: the lowest TTFT its model predicts (deployed_routers.llm_d_predicted_latency). */
+export function llmDPredictedLatency(request: BlockRequest, instances: CacheInstance[], parameters: any, state: DeployedState): number {
+  if (!state.ensemble) {
+    if (!parameters.model) throw new Error("llm_d_predicted_latency: parameters.model, its trained TTFT model, is required");
+    state.ensemble = TreeEnsemble.fromModel(parameters.model);
+  }
+  const [o, considered] = llmDOverlaps(request, instances, state, parameters);
+  const predicted = instances.map((inst, k) => (state.ensemble as TreeEnsemble).predict([
+    Number(inst.kv_utilization ?? 0), Number(request.prompt_tokens), inst.waiting.length, inst.running.length,
+    considered ? o[k] / considered : 0.0, Number(inst.active_tokens ?? 0)]));
+  const low = Math.min(...predicted);
+  const choice = pickAmong(state, predicted.map((_, k) => k).filter((k) => predicted[k] === low), seedOf(parameters));
+  return rememberLlmD(request, state, parameters, choice);
+}
+
 /** Dynamo's KV router at temperature 0 (deployed_routers.dynamo_kv). */
 export function dynamoKv(request: BlockRequest, instances: CacheInstance[], parameters: any, state: DeployedState): number {
   const s = { ...DYNAMO, ...parameters };
@@ -287,6 +304,7 @@ export function sglangCacheAware(request: BlockRequest, instances: CacheInstance
 }
 
 export const DEPLOYED: Record<string, (r: any, i: any[], p: any, s: DeployedState) => number> = {
-  llm_d: llmD, llm_d_ttft: llmDTtft, llm_d_affinity: llmDAffinity, lmetric, dynamo_kv: dynamoKv,
+  llm_d: llmD, llm_d_ttft: llmDTtft, llm_d_affinity: llmDAffinity, llm_d_predicted_latency: llmDPredictedLatency,
+  lmetric, dynamo_kv: dynamoKv,
   sglang_cache_aware: sglangCacheAware, linear_scorer: linearScorer,
 };

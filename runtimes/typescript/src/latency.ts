@@ -21,7 +21,12 @@ export class TreeEnsemble {
   private constructor(readonly trees: Tree[], readonly baseScore: number, readonly numFeature: number) {}
 
   static load(path: string): TreeEnsemble {
-    const learner = JSON.parse(readFileSync(path, "utf8")).learner;
+    return TreeEnsemble.fromModel(JSON.parse(readFileSync(path, "utf8")), path);
+  }
+
+  /** From XGBoost's JSON model, parsed (a heuristic's spec carries it inline). */
+  static fromModel(model: any, path = "model"): TreeEnsemble {
+    const learner = model.learner;
     const booster = learner.gradient_booster;
     if (booster.name !== "gbtree") throw new Error(`${path}: booster ${booster.name} is not supported`);
     const objective = learner.objective?.name;

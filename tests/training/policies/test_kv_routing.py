@@ -80,15 +80,16 @@ def test_a_request_whose_blocks_are_cached_prefills_only_the_rest():
     again.arrival = 10.0
     outcomes = Cluster([FAST], block_tokens=block).run([first, again], BASELINES["round_robin"]())
     cold, warm = outcomes[0].ttft, outcomes[1].ttft
-    assert outcomes[0].job.cached_tokens == 0 and outcomes[1].job.cached_tokens == 999  # the last token is computed
+    # a whole-prompt hit backs off one block (vLLM computes the last token, so the hit stops at a block edge)
+    assert outcomes[0].job.cached_tokens == 0 and outcomes[1].job.cached_tokens == 900
     assert cold == pytest.approx(FAST.prefill_s_per_token * 1000)
-    assert warm == pytest.approx(FAST.prefill_s_per_token * 1)
+    assert warm == pytest.approx(FAST.prefill_s_per_token * 100)
     # the same arrivals with no cache, or without block ids, share nothing
     plain = Cluster([FAST]).run([_request(0, 1000, 2, range(10)), _request(1, 1000, 2, range(10))],
                                 BASELINES["round_robin"]())
     assert [o.job.cached_tokens for o in plain] == [0, 0]
     summary = summarize(outcomes, slo=Slo(scale=5.0), profiles=[FAST])
-    assert summary["prefix_hit_rate"] == pytest.approx(999 / 2000)
+    assert summary["prefix_hit_rate"] == pytest.approx(900 / 2000)
 
 
 def test_the_block_cache_evicts_least_recently_used_within_its_capacity():
@@ -277,7 +278,8 @@ def test_deployed_routers_are_registered_and_evaluated_by_default():
 
 def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
     """Two instances, requests of two conversations alternating: a prefix-aware router keeps each
-    conversation on one instance, round-robin splits them."""
+    conversation on one instance, round-robin splits them. A whole-prompt hit backs off one block (vLLM
+    computes the last token), so 7 of 8 blocks is the most a repeat can hit."""
     convo = [tuple(range(100 * c, 100 * c + 8)) for c in (1, 2)]
     reqs = [Request(k, 0.5 * k, 800, np.array([4]), np.array([np.nan]), hash_ids=convo[(k // 2) % 2])
             for k in range(40)]
@@ -285,7 +287,7 @@ def test_prefix_aware_routers_reuse_the_cache_in_the_simulator():
     for name in ("round_robin", "llm_d", "llm_d_affinity", "lmetric", "dynamo_kv", "sglang_cache_aware"):
         outcomes = Cluster([FAST, FAST], block_tokens=100).run(reqs, BASELINES[name]())
         rates[name] = summarize(outcomes, slo=Slo(scale=5.0), profiles=[FAST, FAST])["prefix_hit_rate"]
-    assert all(rates[n] > 0.9 for n in ("llm_d", "llm_d_affinity", "dynamo_kv", "sglang_cache_aware")), rates
+    assert all(rates[n] > 0.8 for n in ("llm_d", "llm_d_affinity", "dynamo_kv", "sglang_cache_aware")), rates
     assert rates["lmetric"] > rates["round_robin"], rates
 
 
@@ -316,6 +318,35 @@ def test_linear_scorer_is_llm_d_ttft_without_weights_and_weighs_each_feature_it_
     assert tie == pick_among({}, [0, 1])  # a tie: the seeded draw, as llm-d's picker
     with pytest.raises(ValueError, match=r"linear_scorer: weights \['speed'\] name no feature"):
         _route("linear_scorer", request, insts, weights={"speed": 1.0})
+
+
+def _latency_model() -> dict:
+    """A small XGBoost TTFT model over the predicted-latency features (random data: for decisions to compare)."""
+    import xgboost
+
+    rng = np.random.default_rng(2)
+    x = np.column_stack([rng.random(400), rng.integers(1, 2000, 400), rng.integers(0, 4, 400), rng.integers(0, 9, 400),
+                         rng.random(400), rng.integers(0, 3000, 400)]).astype(np.float32)
+    y = 0.1 * x[:, 2] + 0.001 * x[:, 1] * (1 - x[:, 4]) + 1e-4 * x[:, 5] + 0.3 * x[:, 0]
+    model = xgboost.XGBRegressor(n_estimators=30, max_depth=4, n_jobs=1, random_state=0).fit(x, y)
+    return json.loads(model.get_booster().save_raw("json").decode())
+
+
+def test_llm_ds_predicted_latency_scorer_sends_a_request_where_its_model_predicts_the_soonest_first_token():
+    """Trained as llm-d trains it (on what its scheduler saw when it sent each request of the training
+    windows, and the TTFT that followed), its model predicts a longer TTFT behind a longer queue; a spec
+    without a model is refused in one line."""
+    from routeforge.training.policies.predicted_latency import fit_parameters
+
+    requests = [Request(k, 0.05 * k, 1500 + 37 * (k % 9), np.array([40, 40]), np.array([np.nan, np.nan]),
+                        hash_ids=tuple(range(100 * (k % 6), 100 * (k % 6) + 3))) for k in range(300)]
+    parameters = fit_parameters(lambda policy, s: Cluster([SLOW, FAST], models=[0, 1], block_tokens=512).run(
+        requests, policy), [0], log=lambda _: None)
+    policy = HeuristicPolicy.from_spec(heuristic_spec("llm_d_predicted_latency", 2, **parameters))
+    request = {"prompt_tokens": 1500, "hash_ids": [9000, 9001], "block_tokens": 512}
+    assert policy.route(request, [_instance(waiting=6, active=9000), _instance()]) == 1
+    with pytest.raises(ValueError, match="llm_d_predicted_latency: parameters.model"):
+        _route("llm_d_predicted_latency", request, [_instance(), _instance()])
 
 
 def _with_typescript_twins() -> list[str]:
@@ -363,7 +394,10 @@ def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     cases += [{"request": request, "instances": [queued(10), queued(100), queued(100), queued(100)]},
               {"request": request, "instances": [queued(100), queued(100), queued(100), queued(10)]},
               {"request": request, "instances": [queued(5), queued(1), queued(1), queued(2)]}]
-    spec = heuristic_spec(name, 4, **(SCORER_WEIGHTS if name == "linear_scorer" else {}))
+    parameters = SCORER_WEIGHTS if name == "linear_scorer" else {}
+    if HEURISTICS.entry(name).metadata.get("trained_by"):
+        parameters = {"model": _latency_model()}
+    spec = heuristic_spec(name, 4, **parameters)
     python = HeuristicPolicy.from_spec(spec)
     expected = [python.route(c["request"], c["instances"]) for c in cases]
     assert len(set(expected)) > 1 and any("cached_prefix_blocks" not in c["instances"][0] for c in cases)

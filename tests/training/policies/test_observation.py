@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from routeforge.artifacts.observation import OBSERVED, InstanceFacts, ObservationError, RouterView, Scrape
-from routeforge.training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.baselines import BASELINES, untrained_baselines
 from routeforge.training.policies.simulator.cluster import Cluster, Request
 from routeforge.training.policies.simulator.instance import InstanceProfile
 from routeforge.training.policies.simulator.router_side import RouterSide
@@ -79,7 +79,7 @@ def _workload(n=120, shared=True):
             for k, t in enumerate(times)]
 
 
-@pytest.mark.parametrize("name", sorted(BASELINES))
+@pytest.mark.parametrize("name", sorted(untrained_baselines()))
 def test_every_baseline_decides_from_the_routers_side_only(name):
     """Each baseline is handed a `RouterSide` (no path to an `Instance`), every observation it can read
     holds exactly `OBSERVED`, and it serves the workload; a policy reaching for the simulator's state
@@ -223,3 +223,17 @@ def _close(a, b) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
     return a == pytest.approx(b, rel=1e-9, abs=1e-9)
+
+
+def test_llm_ds_predicted_latency_scorer_decides_from_the_routers_side_once_trained():
+    """The baseline whose parameters are fitted first (`trained_by`): trained on the router's side of
+    training windows, then run on the router's side like the others."""
+    from routeforge.training.policies.predicted_latency import fit_parameters
+    from routeforge.training.policies.simulator.baselines import tuned_baseline
+
+    def episode(policy, seed):
+        return Cluster(PROFILES, models=[0, 1], block_tokens=100, scrape_interval_s=0.05).run(_workload(200), policy)
+
+    parameters = fit_parameters(episode, [0], log=lambda _: None)
+    outcomes = episode(tuned_baseline("llm_d_predicted_latency", parameters), 1)
+    assert sum(o.served for o in outcomes) == len(outcomes)

@@ -177,6 +177,13 @@ class _Registered(Mapping):
 BASELINES = _Registered(lambda names: {**NATIVE, **{n: partial(RegisteredHeuristic, n) for n in names
                                                     if n not in NATIVE}})
 
+def untrained_baselines() -> list[str]:
+    """Every baseline that runs as registered: all but the heuristics whose parameters are fitted on
+    training windows first (`trained_by=`, llm-d's latency model), which an evaluation trains."""
+    return [n for n in BASELINES if n not in heuristics.HEURISTICS
+            or not heuristics.HEURISTICS.entry(n).metadata.get("trained_by")]
+
+
 def default_baselines() -> list[str]:
     """The baselines an evaluation runs when its fleet file names none: every one but the heuristics
     registered with `default=False` (a fleet file that names them gets them)."""

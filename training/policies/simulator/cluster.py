@@ -21,7 +21,6 @@ from typing import Protocol
 
 import numpy as np
 from routeforge.artifacts.observation import InstanceFacts, RouterView
-from routeforge.artifacts.prefix_index import BlockLru
 from routeforge.training.policies.simulator.instance import Instance, InstanceProfile, Job
 from routeforge.training.policies.simulator.router_side import RouterSide
 
@@ -88,8 +87,8 @@ def facts_of(profile: InstanceProfile) -> InstanceFacts:
 
 
 class Cluster:
-    """`block_tokens`: give every instance a prefix cache of blocks of that many tokens, holding at
-    most its KV capacity (`Instance.cache`); None: no prefix caching (requests' block ids unused).
+    """`block_tokens`: every instance caches prompt blocks of that many tokens in its KV pool
+    (`Instance.pool`); None: no prefix caching (requests' block ids unused).
     `scrape_interval_s`: how old an instance's `/metrics` scrape may get before a decision takes a new
     one (0: every decision sees the counts as they are)."""
 
@@ -108,8 +107,7 @@ class Cluster:
             if not block_tokens >= 1:
                 raise ValueError(f"Cluster: block_tokens must be at least 1, got {block_tokens!r}")
             for inst in self.instances:
-                inst.cache = BlockLru(max(1, inst.profile.kv_capacity_tokens // block_tokens))
-                inst.block_tokens = block_tokens
+                inst.enable_prefix_caching(block_tokens)
         self.block_tokens = block_tokens
         self.now = 0.0
 

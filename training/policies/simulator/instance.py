@@ -1,28 +1,33 @@
-"""One serving instance with continuous batching, advanced in closed form between events.
+"""One serving instance scheduled as vLLM V1 schedules it, advanced in closed form between events.
 
-Each engine step admits waiting requests (FIFO) while a sequence slot and KV-cache room remain,
-prefills them and decodes one token for every request already running:
-    step time = [c + k1 · prefill tokens]  +  [W + H · context tokens of the decoding requests]
-(the prefill and decode fits of the tier profile, `profiling.batch_fits.TierFit`). A request's
-first token comes at the end of its prefill step. While nothing can be admitted, the running set
-decodes in lock-step and the next completion, KV overflow or caller's horizon is reached by
-summing the arithmetic series of step times in one go, which is what makes the simulator fast.
+Each engine step has a token budget (`max_num_batched_tokens`, vLLM's chunked prefill). The running
+requests are served first, in admission order: a decoding request takes one token, a request still
+prefilling takes as much of its remaining prompt as the budget leaves; then waiting requests are
+admitted first come first served while a sequence slot, budget and KV memory remain, each starting
+its prefill with the chunk the budget allows. A step costs
+    [c + k1 · prefill tokens + H · Σ context already held by the prefilling requests]
+  + [W + H · context tokens of the decoding requests]
+(the tier profile's prefill and decode fits, `profiling.batch_fits.TierFit`; the prefill's attention
+over the context it already holds, cached or computed by earlier chunks, is one read of that context,
+H per token, as a decode step reads it). A request's first token comes at the end of the step that
+completes its prefill. While nothing prefills, the decoding set runs in lock-step and the next
+completion, KV overflow or caller's horizon is reached by summing the arithmetic series of step times
+in one go, which is what keeps the simulator fast.
 
-KV cache: the tokens held are the running requests' prompt + generated tokens. When the next
-decode step would exceed the capacity, the most recently admitted request is preempted and
-recomputed later (vLLM's default): it returns to the head of the queue and its next prefill covers
-its prompt and the tokens it had generated. A request larger than the whole cache is rejected.
-
-Prefix caching (when the cluster gives the instance a block cache, `Instance.cache`): a request that
-carries its prompt's block ids (`Job.hash_ids`, e.g. from a Mooncake-format trace) prefills only the
-tokens after the leading run of blocks the instance already holds (at least one token, as vLLM
-always computes the last), and its blocks then become the most recently used. The cache holds at
-most the instance's KV capacity in blocks and evicts least-recently-used first. Simplification: the
-memory check still counts every running request's whole context (shared blocks are not
-deduplicated), so a shared prefix saves prefill time but not batch room.
+KV memory (`kv_pool.KvPool`): one pool of `kv_capacity_tokens` per instance, shared by the running
+requests and the prefix cache. A request's full prompt blocks (`Job.hash_ids`, e.g. from a
+Mooncake-format trace, when the cluster gives instances `block_tokens`) are stored once however many
+requests use them and stay cached after the last one finishes, freed tail first and evicted least
+recently used when memory is needed; everything else a request holds (its prompt's tail, its
+generated tokens) is its own. A request prefills only what follows the leading blocks the pool holds
+(at least one token, as vLLM always computes the last). When the running requests' next tokens do not
+fit, the most recently admitted is preempted (vLLM's default) and recomputed later: it returns to the
+head of the queue and its next prefill covers its prompt and the tokens it had generated, with
+whatever of its blocks are still cached. A request larger than the whole pool is rejected.
 
 A router that looks at an instance between two of its steps sees it as of its latest committed
-step: a step in flight at dispatch time has already been applied (at most one step early).
+step: a step in flight at dispatch time has already been applied (at most one step early); the
+cluster holds back what a router would learn of it until its time (`cluster.Cluster.advance`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from routeforge.artifacts.observation import Scrape
-from routeforge.artifacts.prefix_index import BlockLru
+from routeforge.training.policies.simulator.kv_pool import KvPool
 
 # the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
 FIT_FLOORS = {"prefill_intercept_s": 0.0, "prefill_grad_s_per_token": 1e-7, "decode_w_s": 1e-7,
@@ -54,6 +59,9 @@ class InstanceProfile:
     max_running: int = 256
     kv_capacity_tokens: int = 1 << 30
     buffer: int | None = None  # waiting-queue capacity; a request routed to a full queue is rejected
+    # tokens one engine step may schedule, prefill chunks and decodes together (vLLM V1's
+    # max_num_batched_tokens; its OpenAI server's default on a GPU with at least 70 GiB)
+    max_num_batched_tokens: int = 8192
 
     def __post_init__(self):
         for name in ("prefill_s_per_token", "decode_w_s"):
@@ -62,8 +70,9 @@ class InstanceProfile:
         for name in ("prefill_intercept_s", "decode_h_s_per_token"):
             if getattr(self, name) < 0:
                 raise ValueError(f"InstanceProfile.{name} must not be negative, got {getattr(self, name)}")
-        if self.max_running < 1 or self.kv_capacity_tokens < 2:
-            raise ValueError("InstanceProfile: max_running >= 1 and kv_capacity_tokens >= 2 required")
+        if self.max_running < 1 or self.kv_capacity_tokens < 2 or self.max_num_batched_tokens < 1:
+            raise ValueError("InstanceProfile: max_running >= 1, kv_capacity_tokens >= 2 and "
+                             "max_num_batched_tokens >= 1 required")
 
     @classmethod
     def from_fit(cls, fit: dict, **limits) -> InstanceProfile:
@@ -82,20 +91,29 @@ class InstanceProfile:
     def nominal_tpot(self, context_tokens: float = 0.0) -> float:
         return self.decode_w_s + self.decode_h_s_per_token * context_tokens
 
+    def prefill_s(self, prompt_tokens: float, cached_tokens: float = 0.0) -> float:
+        """Seconds a request's prefill takes alone: its uncached tokens in chunks of the step budget,
+        each chunk's step reading the context before it."""
+        left, held, total = max(1.0, prompt_tokens - cached_tokens), float(cached_tokens), 0.0
+        while left > 0:
+            chunk = min(left, float(self.max_num_batched_tokens))
+            total += self.prefill_intercept_s + self.prefill_s_per_token * chunk + self.decode_h_s_per_token * held
+            left, held = left - chunk, held + chunk
+        return total
+
     def unloaded_e2e(self, prompt_tokens: float, output_tokens: float) -> float:
-        """Seconds a request takes alone on an idle instance: its prefill step, then one decode step per
+        """Seconds a request takes alone on an idle instance: its prefill, then one decode step per
         further output token over its own growing context (the default SLO is a multiple of this)."""
         decode_steps = max(0.0, output_tokens - 1)
         context = prompt_tokens + output_tokens / 2
-        return (self.prefill_intercept_s + self.prefill_s_per_token * prompt_tokens
-                + decode_steps * self.nominal_tpot(context))
+        return self.prefill_s(prompt_tokens) + decode_steps * self.nominal_tpot(context)
 
     def capacity_rps(self, prompt_tokens: float, output_tokens: float) -> float:
         """Requests per second one instance sustains for requests of this mean size: each costs its
         own prefill step time, plus its share of decode steps run at the largest batch that fits."""
         batch = max(1.0, min(self.max_running, self.kv_capacity_tokens / (prompt_tokens + output_tokens)))
         step = self.nominal_tpot(batch * (prompt_tokens + output_tokens / 2))
-        per_request = self.prefill_intercept_s + self.prefill_s_per_token * prompt_tokens + output_tokens * step / batch
+        per_request = self.prefill_s(prompt_tokens) + output_tokens * step / batch
         return 1.0 / per_request
 
 
@@ -116,6 +134,9 @@ class Job:
     rejected: str | None = None
     hash_ids: tuple[int, ...] = ()  # the prompt's block ids (empty: it shares nothing known)
     cached_tokens: int = 0  # prompt tokens its first prefill took from the prefix cache
+    target: int = 0  # tokens its current prefill computes up to (its prompt, and what it had generated)
+    computed: int = 0  # of them computed or found cached so far
+    held: int = 0  # its leading prompt blocks referenced in the KV pool
 
 
 @dataclass
@@ -126,23 +147,44 @@ class Instance:
     clock: float = 0.0  # when the step in flight (if any) ends; the instance is free from then on
     counter: int = 0  # engine steps taken
     waiting: deque = field(default_factory=deque)
-    running: dict = field(default_factory=dict)  # rid -> Job, in admission order
-    finishes: list = field(default_factory=list)  # heap of (finish counter, rid)
-    prompt_sum: int = 0  # Σ prompt tokens (incl. recomputed tokens) of running jobs
-    start_sum: int = 0  # Σ start_counter of running jobs: context = prompt_sum + n · counter − start_sum
+    running: dict = field(default_factory=dict)  # rid -> Job, in admission order (prefilling or decoding)
+    prefilling: dict = field(default_factory=dict)  # rid -> Job: the running ones whose prefill is not done
+    finishes: list = field(default_factory=list)  # heap of (finish counter, rid) of decoding jobs
+    # of the decoding jobs: Σ prompt tokens, Σ start_counter (context = prompt_sum + n · counter − start_sum)
+    # and Σ tokens of their referenced prompt blocks (what of that context is not their own)
+    prompt_sum: int = 0
+    start_sum: int = 0
+    held_sum: int = 0
     done: list = field(default_factory=list)
     busy_s: float = 0.0
-    cache: BlockLru | None = None  # the prefix cache (None: no prefix caching)
-    block_tokens: int = 0  # tokens per cached block
+    block_tokens: int = 0  # tokens per prompt block; 0: no prefix caching (block ids unused)
+    pool: KvPool | None = None
     prefix_queries: int = 0  # prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries counter)
     prefix_hits: int = 0  # of them found cached (prefix_cache_hits)
     first_tokens: list = field(default_factory=list)  # (rid, time) of first tokens not yet seen by the router
 
+    def __post_init__(self):
+        if self.pool is None:
+            self.pool = KvPool(self.profile.kv_capacity_tokens, self.block_tokens)
+
+    def enable_prefix_caching(self, block_tokens: int) -> None:
+        self.block_tokens = int(block_tokens)
+        self.pool = KvPool(self.profile.kv_capacity_tokens, self.block_tokens)
+
+    def clone(self) -> Instance:
+        """An independent copy (its jobs and pool copied) that can run on without touching this one."""
+        jobs = {id(j): replace(j) for j in (*self.waiting, *self.running.values())}
+        copy = replace(self, waiting=deque(jobs[id(j)] for j in self.waiting),
+                       running={rid: jobs[id(j)] for rid, j in self.running.items()},
+                       prefilling={rid: jobs[id(j)] for rid, j in self.prefilling.items()},
+                       finishes=list(self.finishes), done=[], first_tokens=[], pool=self.pool.copy())
+        return copy
+
     def cached_prefix_blocks(self, hash_ids) -> int:
         """How many leading blocks of a prompt this instance holds now (what KV events tell a router)."""
-        return self.cache.match(hash_ids) if self.cache is not None and hash_ids else 0
+        return self.pool.match(hash_ids) if self.block_tokens and hash_ids else 0
 
-    # ---- state a router may read
+    # ---- state
     @property
     def n_running(self) -> int:
         return len(self.running)
@@ -152,14 +194,33 @@ class Instance:
         return len(self.waiting)
 
     @property
+    def n_decoding(self) -> int:
+        return len(self.running) - len(self.prefilling)
+
+    def _decode_context(self) -> int:
+        return self.prompt_sum + self.n_decoding * self.counter - self.start_sum
+
+    @property
     def context_tokens(self) -> int:
-        return self.prompt_sum + len(self.running) * self.counter - self.start_sum
+        """Tokens the running requests hold: the decoding ones' prompt and generated tokens, the
+        prefilling ones' computed tokens."""
+        return self._decode_context() + sum(j.computed for j in self.prefilling.values())
+
+    def _private(self) -> int:
+        """Tokens the running requests hold that are not referenced prompt blocks."""
+        bt = self.block_tokens
+        return (self._decode_context() - self.held_sum
+                + sum(j.computed - j.held * bt for j in self.prefilling.values()))
 
     def generated(self, job: Job) -> int:
-        return self.counter - job.start_counter if job.rid in self.running else job.generated
+        if job.rid in self.running and job.rid not in self.prefilling:
+            return self.counter - job.start_counter
+        return job.generated
 
     def kv_utilization(self) -> float:
-        return self.context_tokens / self.profile.kv_capacity_tokens
+        """The share of the pool the running requests hold (vLLM's kv_cache_usage_perc: free cached
+        blocks count as free)."""
+        return (self._private() + self.pool.referenced_tokens()) / self.profile.kv_capacity_tokens
 
     def scrape(self, now: float) -> Scrape:
         """What this instance's `/metrics` says at `now`: all a router reads of it
@@ -176,6 +237,7 @@ class Instance:
             self.done.append(job)
             return False
         job.enqueued = now
+        job.target = job.prompt_tokens + job.generated
         self.waiting.append(job)
         if not self.running and self.clock < now:
             self.clock = now  # an idle instance starts its next step on arrival
@@ -184,81 +246,143 @@ class Instance:
     def advance(self, until: float) -> None:
         """Run every step that starts before `until`."""
         while self.clock < until:
-            if self.waiting and self._admit():
+            if (self.waiting or self.prefilling) and self._step():
                 continue
             if not self.running:
-                if self.waiting:  # nothing runs and the head still does not fit: it never will
-                    job = self.waiting.popleft()
-                    job.rejected = TOO_LARGE
-                    self.done.append(job)
+                if self.waiting:
+                    if self._step() or not self.waiting:  # a preemption in the last try held the queue
+                        continue
+                    # nothing runs and the head still cannot start: it never will
+                    self._reject_head(OUTGREW if self.waiting[0].preemptions else TOO_LARGE)
                     continue
                 self.clock = until  # idle
                 return
             self._decode_stretch(until)
 
-    def _fits(self, job: Job) -> bool:
-        """A free sequence slot, and room for the job and for this step's token of every running job
-        (so that admitting never forces the preemption of what it joins)."""
-        need = job.prompt_tokens + job.generated + 1 + len(self.running)
-        return (len(self.running) < self.profile.max_running
-                and self.context_tokens + need <= self.profile.kv_capacity_tokens)
+    def _reject_head(self, reason: str) -> None:
+        job = self.waiting.popleft()
+        job.rejected = reason
+        self.done.append(job)
 
-    def _admit(self) -> bool:
-        """One step that prefills every admissible waiting job and decodes the running ones."""
-        if not self._fits(self.waiting[0]):
-            return False
-        decoding, context = len(self.running), self.context_tokens
-        prefill = 0
-        admitted = []
-        while self.waiting and self._fits(self.waiting[0]):
-            job = self.waiting.popleft()
-            tokens = job.prompt_tokens + job.generated  # a preempted job recomputes what it had generated
-            if self.cache is not None and job.hash_ids:
-                cached = min(self.cache.match(job.hash_ids) * self.block_tokens, job.prompt_tokens - 1)
-                if not job.preemptions:
-                    job.cached_tokens = cached
+    def _hit_blocks(self, job: Job) -> int:
+        """The job's leading prompt blocks the pool holds, at most all but its last token's."""
+        if not (self.block_tokens and job.hash_ids):
+            return 0
+        return min(self.pool.match(job.hash_ids), (job.target - 1) // self.block_tokens)
+
+    def _step(self) -> bool:
+        """One engine step with prefill work (module doc); False, having done nothing but any
+        preemption the decoding requests' next tokens force, when no prefill can be scheduled."""
+        p, pool, bt = self.profile, self.pool, self.block_tokens
+        preempted = False
+        while self.n_decoding and pool.room(self._private()) < self.n_decoding:
+            self._preempt()
+            preempted = True
+        plan: dict[int, int] = {}  # rid -> prefill tokens this step
+        need = self.n_decoding
+        budget = p.max_num_batched_tokens - need
+        for job in list(self.prefilling.values()):
+            if budget <= 0:
+                break
+            if job.rid not in self.prefilling:
+                continue  # preempted for an earlier one
+            chunk = min(job.target - job.computed, budget)
+            while job.rid in self.running and pool.room(self._private()) < need + chunk:
+                victim = self._preempt()
+                preempted = True
+                if victim.rid in plan:
+                    need -= plan.pop(victim.rid)
+                    budget += 1  # recomputed below from what is left
+                elif victim is not job:
+                    need -= 1  # a decoding one: its token is not needed
+                budget = p.max_num_batched_tokens - need
+            if job.rid not in self.running:
+                continue
+            plan[job.rid] = chunk
+            need += chunk
+            budget -= chunk
+        while not preempted and self.waiting and budget > 0 and len(self.running) < p.max_running:
+            job = self.waiting[0]
+            if job.target + 1 > p.kv_capacity_tokens:
+                self._reject_head(OUTGREW if job.preemptions else TOO_LARGE)
+                continue
+            hits = self._hit_blocks(job)
+            chunk = min(job.target - hits * bt, budget)
+            newly_held = sum(1 for b in job.hash_ids[:hits] if b not in pool.refs)
+            if pool.room(self._private()) - newly_held * bt < need + chunk:
+                break
+            self.waiting.popleft()
+            for block in job.hash_ids[:hits]:
+                pool.reference(block)
+            job.held, job.computed = hits, hits * bt
+            if not job.preemptions:
+                job.cached_tokens = hits * bt
+            if bt and job.hash_ids:
                 self.prefix_queries += job.prompt_tokens
-                self.prefix_hits += cached
-                tokens -= cached
-                self.cache.insert(job.hash_ids)
-            prefill += tokens
-            job.start_counter = self.counter - job.generated
+                self.prefix_hits += hits * bt
             job.admitted = self.clock
             self.running[job.rid] = job
-            self.prompt_sum += job.prompt_tokens
-            self.start_sum += job.start_counter
-            heapq.heappush(self.finishes, (job.start_counter + job.output_tokens, job.rid))
-            admitted.append(job)
-        p = self.profile
-        step = p.prefill_intercept_s + p.prefill_s_per_token * prefill
+            self.prefilling[job.rid] = job
+            plan[job.rid] = chunk
+            need += chunk
+            budget -= chunk
+        if not plan:
+            return False
+        decoding, context = self.n_decoding, self._decode_context()
+        step = (p.prefill_intercept_s + p.prefill_s_per_token * sum(plan.values())
+                + p.decode_h_s_per_token * sum(self.running[rid].computed for rid in plan))
         if decoding:
             step += p.decode_w_s + p.decode_h_s_per_token * context
         self.clock += step
         self.busy_s += step
         self.counter += 1
-        for job in admitted:
-            if job.first_token is None:
-                job.first_token = self.clock
-                self.first_tokens.append((job.rid, self.clock))
+        for rid, chunk in plan.items():
+            job = self.running[rid]
+            job.computed += chunk
+            if bt and job.hash_ids:  # its prompt blocks now complete are stored, once, in the pool
+                full = min(len(job.hash_ids), job.computed // bt)
+                for block in job.hash_ids[job.held:full]:
+                    pool.reference(block)
+                job.held = max(job.held, full)
+            if job.computed >= job.target:
+                self._start_decoding(job)
+        pool.fit(self._private())
         self._complete()
         return True
+
+    def _start_decoding(self, job: Job) -> None:
+        """The step that completed `job`'s prefill sampled its next token: it decodes from now on."""
+        del self.prefilling[job.rid]
+        job.generated += 1
+        if job.first_token is None:
+            job.first_token = self.clock
+            self.first_tokens.append((job.rid, self.clock))
+        job.start_counter = self.counter - job.generated
+        self.prompt_sum += job.prompt_tokens
+        self.start_sum += job.start_counter
+        self.held_sum += job.held * self.block_tokens
+        heapq.heappush(self.finishes, (job.start_counter + job.output_tokens, job.rid))
 
     def _decode_stretch(self, until: float) -> None:
         """Decode-only steps up to the next completion, KV overflow or the first step starting at or
         after `until`, whichever comes first, in closed form."""
         p = self.profile
-        n, c0 = len(self.running), self.context_tokens
-        to_finish = self.finishes[0][0] - self.counter
-        room = (p.kv_capacity_tokens - c0) // n
+        n, c0 = self.n_decoding, self._decode_context()
+        if n == 0:  # only prefills wait, the budget taken: one step of nothing cannot happen
+            self._preempt()
+            return
+        room = self.pool.room(self._private()) // n
         if room < 1:
             self._preempt()
             return
-        steps = min(to_finish, room, self._steps_before(until, n, c0))
+        to_finish = self.finishes[0][0] - self.counter
+        steps = 1 if self.prefilling else min(to_finish, room, self._steps_before(until, n, c0))
         steps = max(1, steps)
         duration = steps * p.decode_w_s + p.decode_h_s_per_token * (steps * c0 + n * steps * (steps - 1) / 2)
         self.clock += duration
         self.busy_s += duration
         self.counter += steps
+        self.pool.fit(self._private())
         self._complete()
 
     def _steps_before(self, until: float, n: int, c0: int) -> int:
@@ -280,27 +404,34 @@ class Instance:
         while self.finishes and self.finishes[0][0] <= self.counter:
             finish, rid = heapq.heappop(self.finishes)
             job = self.running.get(rid)
-            if job is None or job.start_counter + job.output_tokens != finish:
+            if job is None or rid in self.prefilling or job.start_counter + job.output_tokens != finish:
                 continue  # the entry of an admission that was preempted
             del self.running[rid]
-            self._release(job)
+            self._stop_decoding(job)
+            self.pool.release(job.hash_ids[:job.held])
+            job.held = 0
             job.generated = job.output_tokens
             job.finished = self.clock
             self.done.append(job)
 
-    def _release(self, job: Job) -> None:
+    def _stop_decoding(self, job: Job) -> None:
         self.prompt_sum -= job.prompt_tokens
         self.start_sum -= job.start_counter
+        self.held_sum -= job.held * self.block_tokens
 
-    def _preempt(self) -> None:
-        rid = next(reversed(self.running))  # the latest admitted
+    def _preempt(self) -> Job:
+        """Preempt the most recently admitted running job: its memory is freed (its blocks stay cached
+        until evicted) and it returns to the head of the queue, to recompute what it had."""
+        rid = next(reversed(self.running))
         job = self.running.pop(rid)
-        job.generated = self.counter - job.start_counter
-        self._release(job)
+        if rid in self.prefilling:
+            del self.prefilling[rid]
+        else:
+            job.generated = self.counter - job.start_counter
+            self._stop_decoding(job)
+        self.pool.release(job.hash_ids[:job.held])
+        job.held, job.computed = 0, 0
+        job.target = job.prompt_tokens + job.generated
         job.preemptions += 1
         self.waiting.appendleft(job)
-        if not self.running:  # one job alone exceeds the cache while decoding: it cannot finish here
-            self.waiting.popleft()
-            job.rejected = OUTGREW
-            self.done.append(job)
-
+        return job

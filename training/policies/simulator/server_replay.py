@@ -1,6 +1,7 @@
-"""The simulator checked against a real server: the same requests, with the same shared prefixes and
-arrival times, sent to a vLLM server and run in the simulator calibrated from that server's profile
-(issue 60, item 7).
+"""The simulator checked against real servers: the same requests, with the same shared prefixes and
+arrival times, sent to one or more vLLM servers (round-robin across them, the routing both sides take
+alike, so what differs is the serving) and run in the simulator calibrated from the servers' profile
+(issue 60, item 7; issue 70, item 5: several instances, long prompts, cache pressure).
 
 Why: every goodput, TTFT and hit rate of the routing evaluation is the simulator's. Published
 simulators (Vidur, the llm-d and Dynamo planners' models) state their error against real serving
@@ -56,12 +57,12 @@ class Measured:
     decode_s: float  # the median gap between tokens over the stream's last half (decode steps alone)
 
 
-async def _send_all(url: str, model: str, requests: Sequence[ReplayRequest], block_tokens: int, vocab: int,
+async def _send_all(urls: Sequence[str], model: str, requests: Sequence[ReplayRequest], block_tokens: int, vocab: int,
                     salt: int, timeout_s: float) -> list[Measured | str]:
     import httpx
     from routeforge.generation.engines.openai_engine import stream_completion
 
-    async def one(client, request: ReplayRequest, start: float) -> Measured | str:
+    async def one(client, request: ReplayRequest, start: float, url: str) -> Measured | str:
         await asyncio.sleep(max(0.0, start + request.arrival_s - time.perf_counter()))
         body = {"model": model, "prompt": prompt_ids(request, block_tokens, vocab, salt), "stream": True,
                 "max_tokens": request.output_tokens, "min_tokens": request.output_tokens, "ignore_eos": True,
@@ -78,14 +79,17 @@ async def _send_all(url: str, model: str, requests: Sequence[ReplayRequest], blo
     limits = httpx.Limits(max_connections=len(requests) + 1)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
         start = time.perf_counter() + 0.05
-        return list(await asyncio.gather(*(one(client, r, start) for r in requests)))
+        return list(await asyncio.gather(*(one(client, r, start, urls[i % len(urls)])
+                                           for i, r in enumerate(requests))))
 
 
-def send(base_url: str, model: str, requests: Sequence[ReplayRequest], block_tokens: int, vocab: int,
+def send(base_url: str | Sequence[str], model: str, requests: Sequence[ReplayRequest], block_tokens: int, vocab: int,
          salt: int = 0, timeout_s: float = 600.0) -> list[Measured | str]:
-    """Each request at its arrival time (open loop), streamed: what the client saw, or why it failed."""
-    url = base_url.rstrip("/") + "/completions"
-    return asyncio.run(_send_all(url, model, requests, block_tokens, vocab, salt, timeout_s))
+    """Each request at its arrival time (open loop), streamed: what the client saw, or why it failed.
+    Several servers: request i goes to server i mod their number (round-robin in arrival order)."""
+    bases = [base_url] if isinstance(base_url, str) else list(base_url)
+    urls = [b.rstrip("/") + "/completions" for b in bases]
+    return asyncio.run(_send_all(urls, model, requests, block_tokens, vocab, salt, timeout_s))
 
 
 def static_batches(base_url: str, model: str, batches: Sequence[int], prompts: Sequence[int], output_tokens: int,
@@ -111,13 +115,15 @@ def static_batches(base_url: str, model: str, batches: Sequence[int], prompts: S
     return rows
 
 
-def simulate(profile: InstanceProfile, requests: Sequence[ReplayRequest], block_tokens: int) -> tuple[list, float]:
-    """The same requests on one simulated instance with a block cache: (outcomes, prefix hit rate)."""
+def simulate(profile: InstanceProfile, requests: Sequence[ReplayRequest], block_tokens: int,
+             instances: int = 1) -> tuple[list, float]:
+    """The same requests on `instances` simulated instances with a block cache each, round-robin in
+    arrival order as `send` spreads them: (outcomes, prefix hit rate)."""
     from routeforge.training.policies.simulator.metrics import summarize
 
     reqs = [Request(i, r.arrival_s, len(r.block_ids) * block_tokens, np.array([float(r.output_tokens)]),
                     np.array([np.nan]), hash_ids=r.block_ids) for i, r in enumerate(requests)]
-    outcomes = Cluster([profile], block_tokens=block_tokens).run(reqs, RoundRobin())
+    outcomes = Cluster([profile] * instances, block_tokens=block_tokens).run(reqs, RoundRobin())
     return outcomes, float(summarize(outcomes).get("prefix_hit_rate", 0.0))
 
 
@@ -147,14 +153,17 @@ def relative_errors(measured: Sequence[Measured], simulated: Sequence) -> dict[s
     return out
 
 
-def replay_check(base_url: str, model: str, profile: InstanceProfile, requests: Sequence[ReplayRequest],
-                 block_tokens: int, vocab: int, salt: int, metrics: Callable[[], str]) -> dict:
-    """Send `requests` to the server and run them in the simulator: errors, served counts and the
-    prefix hit rate on both sides (the server's from its counters over this replay)."""
+def replay_check(base_url: str | Sequence[str], model: str, profile: InstanceProfile,
+                 requests: Sequence[ReplayRequest], block_tokens: int, vocab: int, salt: int,
+                 metrics: Callable[[], str]) -> dict:
+    """Send `requests` to the server(s) and run them in the simulator: errors, served counts and the
+    prefix hit rate on both sides (the servers' from their counters over this replay; `metrics` gives
+    every server's `/metrics` text, concatenated)."""
+    instances = 1 if isinstance(base_url, str) else len(base_url)
     hits0, queries0 = prefix_counters(metrics())
     measured = send(base_url, model, requests, block_tokens, vocab, salt)
     hits1, queries1 = prefix_counters(metrics())
-    simulated, sim_hit_rate = simulate(profile, requests, block_tokens)
+    simulated, sim_hit_rate = simulate(profile, requests, block_tokens, instances)
     failed = [m for m in measured if isinstance(m, str)]
     return {"requests": len(requests), "failed": len(failed), "failures": failed[:3],
             "simulated_served": sum(o.served for o in simulated),

@@ -19,7 +19,9 @@ before t has left, with its true finish time), a request counts as waiting until
 has started, a request routed to a full buffer (`profile.buffer` waiting) is rejected, and the
 KV-cache limits reject a request the same way (larger than the cache when it reaches the head;
 outgrowing it after the decode steps that fit). Sums are written as `Instance` writes them; a
-decode stretch `Instance` splits at a horizon rounds differently, by ~1e-11 s.
+decode stretch `Instance` splits at a horizon rounds differently, by ~1e-11 s. It holds for prompts
+within one engine step's token budget (`max_num_batched_tokens`) and without prefix caching, 004's
+setting: `Instance` chunks a longer prefill and reads its cached context, which this form does not.
 """
 
 from __future__ import annotations
