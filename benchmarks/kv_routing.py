@@ -62,8 +62,9 @@ from benchmarks.common import DATA, REPO, parser, results_dir
 
 POLICIES = ("round_robin", "join_shortest_queue", "least_work_left", "earliest_available", "llm_d", "llm_d_affinity",
             "lmetric", "dynamo_kv", "sglang_cache_aware", "llm_d_ttft")
-EXTRA = ("clairvoyant_ttft", "linear_scorer")  # run where named (linear_scorer also with --learn-weights)
-DEPLOYED = ("llm_d", "llm_d_affinity", "lmetric", "dynamo_kv", "sglang_cache_aware")
+EXTRA = ("clairvoyant_ttft", "linear_scorer", "llm_d_predicted_latency")  # run where named (linear_scorer also
+# with --learn-weights; llm_d_predicted_latency's model is trained on training windows first)
+DEPLOYED = ("llm_d", "llm_d_affinity", "llm_d_predicted_latency", "lmetric", "dynamo_kv", "sglang_cache_aware")
 SCRAPE_INTERVAL_S = 0.05  # the observation's /metrics staleness, the pipeline's default (llm-d's 50 ms)
 SHOWN = ("goodput", "served_share", "ttft_mean_s", "ttft_p95_offered_s", "tpot_mean_s", "e2e_mean_offered_s",
          "e2e_p95_offered_s", "prefix_hit_rate")
@@ -238,6 +239,29 @@ def saturation_rps(profiles, models, trace, n: int, seeds: int, n_models: int, b
     return calibration.rate_rps
 
 
+def paired_gaps(rows: list[dict]) -> list[dict]:
+    """Per trace and load, each non-deployed policy's mean TTFT against the best deployed router's
+    (by mean TTFT among those serving ≥ 99.5%): the relative gap and its noise, the standard deviation of
+    the per-seed paired gaps (the same windows on both sides)."""
+    out = []
+    for key in {(r["trace"], r["load"]) for r in rows if "ttft_mean_s_by_seed" in r}:
+        here = [r for r in rows if (r["trace"], r["load"]) == key and "ttft_mean_s_by_seed" in r]
+        deployed = [r for r in here if r["policy"] in DEPLOYED and r["served_share"][0] >= 0.995]
+        if not deployed:
+            continue
+        best = min(deployed, key=lambda r: r["ttft_mean_s"][0])
+        base = np.array(best["ttft_mean_s_by_seed"])
+        for r in here:
+            if r["policy"] in DEPLOYED:
+                continue
+            gaps = 1.0 - np.array(r["ttft_mean_s_by_seed"]) / base
+            out.append({"trace": key[0], "load": key[1], "policy": r["policy"], "against": best["policy"],
+                        "ttft_below_best_deployed": float(1.0 - r["ttft_mean_s"][0] / best["ttft_mean_s"][0]),
+                        "paired_gap_mean": float(gaps.mean()), "paired_gap_std": float(gaps.std()),
+                        "served_share": r["served_share"][0]})
+    return out
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--config", type=Path, default=REPO / "configs" / "gpu_fleet.yaml")
@@ -294,6 +318,16 @@ def main() -> None:
         print(f"llm_d_ttft chosen on {choice['windows']} training windows: {choice['chosen']['parameters']} "
               f"(mean TTFT {choice['chosen']['ttft_mean_s']:.4g} s; llm-d's defaults "
               f"{choice['llm_d_defaults']['ttft_mean_s']:.4g} s)", flush=True)
+    predicted = None
+    if "llm_d_predicted_latency" in args.policies:
+        from routeforge.training.policies.predicted_latency import fit_parameters
+        from routeforge.training.policies.simulator.cluster import Cluster
+
+        def training_run(policy, seed: int):
+            return Cluster(profiles, models=models, block_tokens=block, scrape_interval_s=SCRAPE_INTERVAL_S).run(
+                training_window(trace, 500, 0.8 * saturation, 300 + seed, n_models, args.requests * args.seeds), policy)
+
+        predicted = fit_parameters(training_run, list(range(6)), lambda line: print(line, flush=True))
     scorer = None
     if args.learn_weights:
         scorer = learn_scorer_weights(profiles, models, trace, 0.8 * saturation, args.requests * args.seeds, block,
@@ -324,6 +358,8 @@ def main() -> None:
                     chosen = choice["chosen"]["parameters"] if choice is not None and policy == "llm_d_ttft" else None
                     if policy == "linear_scorer" and scorer is not None:
                         chosen = scorer["parameters"]
+                    if policy == "llm_d_predicted_latency":
+                        chosen = predicted
                     outcomes = (run(profiles, models, requests, policy, block, chosen) if policy not in extra
                                 else run_learned(learned, policy, requests, seed))
                     wall += time.perf_counter() - t0
@@ -333,7 +369,9 @@ def main() -> None:
                     runs.append(summary)
                 stats = mean_std(runs, (*SHOWN, "goodput_instance_relative"))
                 rows.append({"trace": "mooncake" if shared else "mooncake, hashes dropped", "load": load,
-                             "policy": policy, "sim_seconds": wall, **stats})
+                             "policy": policy, "sim_seconds": wall, **stats,
+                             "ttft_mean_s_by_seed": [r["ttft_mean_s"] for r in runs],
+                             "served_share_by_seed": [r["served_share"] for r in runs]})
                 print(f"{rows[-1]['trace']:<26} load {load:<4g} {policy:<20} "
                       + "  ".join(f"{k} {stats[k][0]:.4g}" for k in SHOWN), flush=True)
     if learned is not None:
@@ -352,7 +390,7 @@ def main() -> None:
                          "shared by running requests and cached blocks; router-visible observation",
               "repeated_block_share": trace.repeated_block_share(), "rows": rows,
               "learned": report_learned if learned is not None else None, "llm_d_ttft_choice": choice,
-              "linear_scorer_weights": scorer,
+              "linear_scorer_weights": scorer, "paired": paired_gaps(rows),
               "wall_seconds": time.perf_counter() - started}
     name = args.name or f"gpu_fleet_{args.pool or 'all'}_mooncake"
     out = results_dir("kv_routing") / f"{name}{'_quick' if args.quick else ''}.json"

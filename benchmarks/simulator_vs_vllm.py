@@ -77,7 +77,7 @@ def trace_requests(n: int, start: int, rate: float, shared: bool = False, max_bl
 
 
 def profile_server(url: str, model: str, vocab: int, max_num_seqs: int, log, kv_tokens: int,
-                   max_prompt: int) -> tuple[dict, list]:
+                   max_prompt: int, step_tokens: int | None = None) -> tuple[dict, list]:
     """Static batches through the server (`server_replay.static_batches`), fitted like a tier's
     batch profile; each batch's prompts and outputs within the KV cache, its prompts within `max_prompt`."""
     from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
@@ -91,7 +91,7 @@ def profile_server(url: str, model: str, vocab: int, max_num_seqs: int, log, kv_
     for r in rows:
         log(f"  profile b={r['batch_size']:>2} p={r['prompt_tokens']:>4}: TTFT {r['prefill_s'] * 1e3:7.1f} ms, "
             f"decode step {r['decode_iter_s'] * 1e3:6.2f} ms")
-    return fit_tier([BatchMeasurement(**r) for r in rows]).to_dict(), rows
+    return fit_tier([BatchMeasurement(**r) for r in rows], step_tokens).to_dict(), rows
 
 
 def main() -> None:
@@ -143,7 +143,7 @@ def main() -> None:
 
         kv_tokens = kv_tokens_of(state_root() / "logs" / "simulator_vs_vllm-server-0.log", args.kv_cache_tokens)
         fit, measurements = profile_server(urls[0], str(model_dir), vocab, args.max_num_seqs, print, kv_tokens,
-                                           args.max_blocks * BLOCK_TOKENS)
+                                           args.max_blocks * BLOCK_TOKENS, args.max_num_batched_tokens)
         profile = InstanceProfile.from_fit(fit, max_running=args.max_num_seqs, kv_capacity_tokens=kv_tokens,
                                            max_num_batched_tokens=args.max_num_batched_tokens)
         rows = []

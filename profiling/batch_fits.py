@@ -141,6 +141,9 @@ class TierFit:
     # the longest prompt measured: a simulator using the fit on longer prompts extrapolates
     # (training.policies.simulator.extrapolation says how far); None in profiles written before it was kept
     fitted_prompt_tokens_max: float | None = None
+    # prefill's attention: each prompt token attends to every token before it, a·(p²/2) seconds for a prompt
+    # of p alone (compute-bound, quadratic; 0 where the rows cannot tell it from the linear term)
+    prefill_attention_s_per_token2: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -152,11 +155,15 @@ class TierFit:
         return self.decode_w_s + self.decode_h_s_per_token * context_tokens
 
 
-def fit_tier(measurements: list[BatchMeasurement]) -> TierFit:
+def fit_tier(measurements: list[BatchMeasurement], step_tokens: int | None = None) -> TierFit:
+    """The tier's step model from its static batches. `step_tokens`: the server's per-step token budget
+    (vLLM's max_num_batched_tokens) where it chunks prefills: the prefill intercept is then charged per
+    step (⌈b·p / step_tokens⌉ of them), as the simulator charges it."""
     if len(measurements) < 3:
         raise ValueError(f"need at least 3 batch measurements to fit a tier, got {len(measurements)}")
     prefill = np.array([m.prefill_s for m in measurements])
     k1, c1, r2p, kept_p = _linear(np.array([m.prefill_tokens for m in measurements], dtype=float), prefill)
+    c1, k1, attention, r2p = _with_attention(measurements, prefill, kept_p, (c1, k1, 0.0, r2p), step_tokens)
     decode = np.array([m.decode_iter_s for m in measurements])
     h, w, r2d, kept_d = _linear(np.array([m.mean_context_tokens for m in measurements], dtype=float), decode)
 
@@ -180,4 +187,33 @@ def fit_tier(measurements: list[BatchMeasurement]) -> TierFit:
         batch_for_theta=largest, n_measurements=len(measurements),
         prefill_dropped=dropped(kept_p), decode_dropped=dropped(kept_d),
         fitted_prompt_tokens_max=float(max(m.prompt_tokens for m in measurements)),
+        prefill_attention_s_per_token2=attention,
     )
+
+
+def _with_attention(measurements, prefill: np.ndarray, kept: np.ndarray,
+                    linear: tuple[float, float, float, float], step_tokens: int | None = None
+                    ) -> tuple[float, float, float, float]:
+    """(c, k1, a, R²) of prefill ≈ c + k1 · b·p + a · b·p²/2 (non-negative least squares on the kept rows,
+    relative errors) where the quadratic term explains the rows better than the line (R² up by 0.01 or
+    more, with at least three prompt lengths); else the line, a = 0. Why: at long prompts each token's
+    attention over the ones before it dominates a prefill (a 4,096-token prompt costs 12× a 768-token one
+    on a small CPU model), which a line through short prompts underestimates."""
+    from scipy.optimize import nnls
+
+    b = np.array([m.batch_size for m in measurements], dtype=float)[kept]
+    p = np.array([m.prompt_tokens for m in measurements], dtype=float)[kept]
+    y = prefill[kept]
+    if len({int(v) for v in p}) < 3 or len(y) < 4:
+        return linear
+    steps = np.ceil(b * p / step_tokens) if step_tokens else np.ones_like(p)
+    design = np.column_stack([steps, b * p, b * p * p / 2])
+    scale = design.max(axis=0)
+    weight = 1.0 / np.maximum(y, 1e-9)
+    coef, _ = nnls(design / scale * weight[:, None], y * weight)
+    coef = coef / scale
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(((y - design @ coef) ** 2).sum()) / total if total > 0 else 1.0
+    if (r2 < linear[3] + 0.01 and not step_tokens) or coef[2] <= 0:
+        return linear
+    return float(coef[0]), float(coef[1]), float(coef[2]), r2

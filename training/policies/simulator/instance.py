@@ -5,11 +5,12 @@ requests are served first, in admission order: a decoding request takes one toke
 prefilling takes as much of its remaining prompt as the budget leaves; then waiting requests are
 admitted first come first served while a sequence slot, budget and KV memory remain, each starting
 its prefill with the chunk the budget allows. A step costs
-    [c + k1 · prefill tokens + H · Σ context already held by the prefilling requests]
+    [c + k1 · prefill tokens + Σ over the prefilling requests of a · n · (h + n/2)]
   + [W + H · context tokens of the decoding requests]
-(the tier profile's prefill and decode fits, `profiling.batch_fits.TierFit`; the prefill's attention
-over the context it already holds, cached or computed by earlier chunks, is one read of that context,
-H per token, as a decode step reads it). A request's first token comes at the end of the step that
+(the tier profile's prefill and decode fits, `profiling.batch_fits.TierFit`): a chunk of n tokens
+attends to the h its request already holds (cached, or computed by earlier chunks) and to itself, the
+quadratic term a the fit finds at long prompts; a fit without it (a = 0) charges one read of the held
+context at the decode slope, H · h. A request's first token comes at the end of the step that
 completes its prefill. While nothing prefills, the decoding set runs in lock-step and the next
 completion, KV overflow or caller's horizon is reached by summing the arithmetic series of step times
 in one go, which is what keeps the simulator fast.
@@ -43,6 +44,7 @@ from routeforge.training.policies.simulator.kv_pool import KvPool
 # the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
 FIT_FLOORS = {"prefill_intercept_s": 0.0, "prefill_grad_s_per_token": 1e-7, "decode_w_s": 1e-7,
               "decode_h_s_per_token": 0.0}
+OPTIONAL_TERMS = {"prefill_attention_s_per_token2": 0.0}  # fitted where the rows show it (profiling.batch_fits)
 
 
 # why a job was rejected (`Job.rejected`)
@@ -62,6 +64,9 @@ class InstanceProfile:
     # tokens one engine step may schedule, prefill chunks and decodes together (vLLM V1's
     # max_num_batched_tokens; its OpenAI server's default on a GPU with at least 70 GiB)
     max_num_batched_tokens: int = 8192
+    # prefill attention: a chunk of n tokens over h already held costs a · n · (h + n/2) more (0: the tier's
+    # fit cannot tell it; the chunk then reads its held context at the decode slope, H · h)
+    prefill_attention_s_per_token2: float = 0.0
 
     def __post_init__(self):
         for name in ("prefill_s_per_token", "decode_w_s"):
@@ -80,8 +85,9 @@ class InstanceProfile:
         `FIT_FLOORS` value: a noise-sized fit (tiny models) can come out negative, which no instance
         can simulate."""
         f = {key: max(floor, fit[key]) for key, floor in FIT_FLOORS.items()}
+        extra = {key: max(0.0, float(fit.get(key) or default)) for key, default in OPTIONAL_TERMS.items()}
         return cls(prefill_intercept_s=f["prefill_intercept_s"], prefill_s_per_token=f["prefill_grad_s_per_token"],
-                   decode_w_s=f["decode_w_s"], decode_h_s_per_token=f["decode_h_s_per_token"], **limits)
+                   decode_w_s=f["decode_w_s"], decode_h_s_per_token=f["decode_h_s_per_token"], **extra, **limits)
 
     @staticmethod
     def floored_terms(fit: dict) -> dict[str, float]:
@@ -97,9 +103,15 @@ class InstanceProfile:
         left, held, total = max(1.0, prompt_tokens - cached_tokens), float(cached_tokens), 0.0
         while left > 0:
             chunk = min(left, float(self.max_num_batched_tokens))
-            total += self.prefill_intercept_s + self.prefill_s_per_token * chunk + self.decode_h_s_per_token * held
+            total += self.prefill_intercept_s + self.prefill_s_per_token * chunk + self.context_read_s(chunk, held)
             left, held = left - chunk, held + chunk
         return total
+
+    def context_read_s(self, chunk: float, held: float) -> float:
+        """A prefill chunk's attention beyond the linear term: a · n · (h + n/2) where the fit has the
+        quadratic term, else one read of the held context at the decode slope (H · h)."""
+        a = self.prefill_attention_s_per_token2
+        return a * chunk * (held + chunk / 2) if a > 0 else self.decode_h_s_per_token * held
 
     def unloaded_e2e(self, prompt_tokens: float, output_tokens: float) -> float:
         """Seconds a request takes alone on an idle instance: its prefill, then one decode step per
@@ -330,7 +342,7 @@ class Instance:
             return False
         decoding, context = self.n_decoding, self._decode_context()
         step = (p.prefill_intercept_s + p.prefill_s_per_token * sum(plan.values())
-                + p.decode_h_s_per_token * sum(self.running[rid].computed for rid in plan))
+                + sum(p.context_read_s(chunk, self.running[rid].computed) for rid, chunk in plan.items()))
         if decoding:
             step += p.decode_w_s + p.decode_h_s_per_token * context
         self.clock += step
