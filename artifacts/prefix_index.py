@@ -22,6 +22,16 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 
+def leading_run(ids: Sequence[int], held) -> int:
+    """How many of `ids`' leading blocks are in `held` (any container), stopping at the first absent."""
+    n = 0
+    for block in ids:
+        if block not in held:
+            break
+        n += 1
+    return n
+
+
 class BlockLru:
     """An LRU set of at most `capacity_blocks` block ids."""
 
@@ -41,12 +51,7 @@ class BlockLru:
 
     def match(self, ids: Sequence[int]) -> int:
         """How many of `ids`' leading blocks are held (the run a prefill can skip); no recency change."""
-        n = 0
-        for block in ids:
-            if block not in self._blocks:
-                break
-            n += 1
-        return n
+        return leading_run(ids, self._blocks)
 
     def insert(self, ids: Iterable[int]) -> None:
         """Hold `ids` as the most recently used, evicting the least recently used past the capacity."""
@@ -97,15 +102,7 @@ class TtlIndex:
 
     def overlaps(self, ids: Sequence[int], now: float) -> list[int]:
         self._prune(now)
-        out = []
-        for blocks in self.instances:
-            n = 0
-            for block in ids:
-                if block not in blocks:
-                    break
-                n += 1
-            out.append(n)
-        return out
+        return [leading_run(ids, blocks) for blocks in self.instances]
 
     def record(self, instance: int, ids: Sequence[int], now: float) -> None:
         blocks = self.instances[instance]
@@ -138,15 +135,7 @@ class GlobalLruIndex:
             self._held[instance].discard(block)
 
     def overlaps(self, ids: Sequence[int]) -> list[int]:
-        out = []
-        for held in self._held:
-            n = 0
-            for block in ids:
-                if block not in held:
-                    break
-                n += 1
-            out.append(n)
-        return out
+        return [leading_run(ids, held) for held in self._held]
 
     def record(self, instance: int, ids: Sequence[int]) -> None:
         for block in ids:

@@ -11,6 +11,16 @@ export type BlockId = number | string | bigint;
 
 const key = (id: BlockId) => String(id);
 
+/** How many of `ids`' leading blocks `held` has (prefix_index.leading_run). */
+function leadingRun(ids: BlockId[], held: { has(k: string): boolean }): number {
+  let n = 0;
+  for (const id of ids) {
+    if (!held.has(key(id))) break;
+    n += 1;
+  }
+  return n;
+}
+
 export class BlockLru {
   private blocks = new Map<string, true>(); // insertion order is recency order, oldest first
 
@@ -24,12 +34,7 @@ export class BlockLru {
 
   /** How many of `ids`' leading blocks are held; no recency change. */
   match(ids: BlockId[]): number {
-    let n = 0;
-    for (const id of ids) {
-      if (!this.blocks.has(key(id))) break;
-      n += 1;
-    }
-    return n;
+    return leadingRun(ids, this.blocks);
   }
 
   /** Hold `ids` as the most recently used, evicting the least recently used past the capacity. */
@@ -86,14 +91,7 @@ export class TtlIndex {
 
   overlaps(ids: BlockId[], now: number): number[] {
     this.prune(now);
-    return this.instances.map((blocks) => {
-      let n = 0;
-      for (const id of ids) {
-        if (!blocks.has(key(id))) break;
-        n += 1;
-      }
-      return n;
-    });
+    return this.instances.map((blocks) => leadingRun(ids, blocks));
   }
 
   record(instance: number, ids: BlockId[], now: number): void {
@@ -126,14 +124,7 @@ export class GlobalLruIndex {
   }
 
   overlaps(ids: BlockId[]): number[] {
-    return this.held.map((held) => {
-      let n = 0;
-      for (const id of ids) {
-        if (!held.has(key(id))) break;
-        n += 1;
-      }
-      return n;
-    });
+    return this.held.map((held) => leadingRun(ids, held));
   }
 
   record(instance: number, ids: BlockId[]): void {
