@@ -102,6 +102,7 @@ class Sent:
     sent_at: float
     prefill_tokens: int = 0  # of the prompt, what the router expects the instance to compute (not cached there)
     first_token_at: float | None = None
+    waiting_entry: dict | None = None  # its observation while it waits (made once: nothing in it changes)
 
 
 class ObservedInstance(Mapping):
@@ -147,12 +148,14 @@ class RouterView:
     scrapes: list[Scrape | None] = field(default_factory=list)
     _where: dict = field(default_factory=dict)  # rid -> instance
     _gone: list[int] = field(default_factory=list)  # per instance: sends from before its scrape finished since
+    _streaming: list[int] = field(default_factory=list)  # per instance: in-flight sends whose first token came
     _sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # Σ prompt, Σ output, sends
 
     def __post_init__(self):
         self.in_flight = [{} for _ in self.facts]
         self.scrapes = [None] * len(self.facts)
         self._gone = [0] * len(self.facts)
+        self._streaming = [0] * len(self.facts)
         self.index = PrefixIndex([max(1, int(f.kv_capacity_tokens) // self.block_tokens) for f in self.facts]
                                  ) if self.block_tokens else None
 
@@ -183,8 +186,11 @@ class RouterView:
     def first_token(self, rid: Any, at: float) -> None:
         """The first token of `rid`'s stream arrived at `at` (its prefill is done)."""
         instance = self._where.get(rid)
-        if instance is not None and rid in self.in_flight[instance]:
-            self.in_flight[instance][rid].first_token_at = float(at)
+        sent = self.in_flight[instance].get(rid) if instance is not None else None
+        if sent is not None:
+            if sent.first_token_at is None:
+                self._streaming[instance] += 1
+            sent.first_token_at = float(at)
 
     def finished(self, rid: Any) -> None:
         """The response of `rid` ended (served, rejected or failed); unknown ids are ignored."""
@@ -192,6 +198,8 @@ class RouterView:
         if instance is None:
             return
         sent = self.in_flight[instance].pop(rid, None)
+        if sent is not None and sent.first_token_at is not None:
+            self._streaming[instance] -= 1
         scrape = self.scrapes[instance]
         if sent is not None and scrape is not None and sent.sent_at <= scrape.at:
             self._gone[instance] += 1
@@ -203,19 +211,37 @@ class RouterView:
         self.scrapes[instance] = scrape
         self._gone[instance] = 0
         flights = self.in_flight[instance]
+        counted = int(round(scrape.running + scrape.waiting))
+        if len(flights) <= counted:  # nothing to heal (always, where completions are reported)
+            return
         before = [rid for rid, s in flights.items() if s.sent_at <= scrape.at]
-        for rid in before[:max(0, len(before) - int(round(scrape.running + scrape.waiting)))]:
+        for rid in before[:max(0, len(before) - counted)]:
             self._where.pop(rid, None)
-            flights.pop(rid, None)
+            if flights.pop(rid).first_token_at is not None:
+                self._streaming[instance] -= 1
 
-    def _counts(self, i: int, now: float) -> tuple[list[Sent], int, int, int]:
-        """Instance i's own in-flight sends (those whose stream has begun first, then in send order),
-        how many of them run, and the requests running and waiting there that the router did not send."""
+    def _sent_before(self, i: int, at: float) -> int:
+        """How many of instance i's in-flight sends were sent at or before `at` (sends are in time
+        order: the ones after it are the last few)."""
+        flights, after = self.in_flight[i], 0
+        for rid in reversed(flights):
+            if flights[rid].sent_at <= at:
+                break
+            after += 1
+        return len(flights) - after
+
+    def _counts(self, i: int, now: float, listed: bool = True) -> tuple[list[Sent], int, int, int]:
+        """Instance i's own in-flight sends (those whose stream has begun first, then in send order;
+        with `listed` False only their number), how many of them run, and the requests running and
+        waiting there that the router did not send."""
         scrape = self.scrapes[i] or Scrape(at=now)
-        flights = list(self.in_flight[i].values())
-        streaming = [s for s in flights if s.first_token_at is not None]
-        flights = streaming + [s for s in flights if s.first_token_at is None]
-        before = sum(1 for s in flights if s.sent_at <= scrape.at)
+        streaming = self._streaming[i]
+        if listed:
+            every = self.in_flight[i].values()
+            flights = [s for s in every if s.first_token_at is not None] + [s for s in every if s.first_token_at is None]
+        else:
+            flights = [None] * len(self.in_flight[i])
+        before = self._sent_before(i, scrape.at)
         # the scrape counted the router's sends from before it (those still in flight and those gone since)
         # and any others'; of its running, those gone since have left
         others = max(0, int(round(scrape.running + scrape.waiting)) - before - self._gone[i])
@@ -223,7 +249,7 @@ class RouterView:
         own_running = min(before, still_running)
         others_running = min(others, still_running - own_running)
         others_waiting = others - others_running
-        own_running = max(len(streaming), own_running)
+        own_running = max(streaming, own_running)
         return flights, own_running, others_running, others_waiting
 
     def outstanding(self, now: float = 0.0) -> list[int]:
@@ -231,7 +257,7 @@ class RouterView:
         scrapes count."""
         out = []
         for i in range(len(self.facts)):
-            flights, _, others_running, others_waiting = self._counts(i, now)
+            flights, _, others_running, others_waiting = self._counts(i, now, listed=False)
             out.append(len(flights) + others_running + others_waiting)
         return out
 
@@ -244,20 +270,21 @@ class RouterView:
         tpot = facts.decode_w_s + facts.decode_h_s_per_token * scrape.kv_usage * facts.kv_capacity_tokens
         flights, own_running, others_running, others_waiting = self._counts(i, now)
         prompt, output = self.typical
-        running, waiting, active, queued = [], [], 0.0, 0.0
-        for k, s in enumerate(flights):
-            if s.first_token_at is None:
-                queued += s.prefill_tokens or s.prompt_tokens
-            if k < own_running:
-                started = (s.first_token_at if s.first_token_at is not None else s.sent_at + facts.prefill_intercept_s
-                           + facts.prefill_s_per_token * (s.prefill_tokens or s.prompt_tokens))
-                generated = min(max(0.0, s.predicted_output_tokens - 1),
-                                (1.0 if s.first_token_at is not None else 0.0) + max(0.0, now - started) / tpot)
-                running.append({"predicted_output_tokens": s.predicted_output_tokens, "generated_tokens": generated})
-                active += s.prompt_tokens + generated
-            else:
-                waiting.append({"prompt_tokens": s.prompt_tokens, "predicted_output_tokens": s.predicted_output_tokens})
-                active += s.prompt_tokens
+        running, active = [], 0.0
+        for s in flights[:own_running]:
+            started = (s.first_token_at if s.first_token_at is not None else s.sent_at + facts.prefill_intercept_s
+                       + facts.prefill_s_per_token * (s.prefill_tokens or s.prompt_tokens))
+            generated = min(max(0.0, s.predicted_output_tokens - 1),
+                            (1.0 if s.first_token_at is not None else 0.0) + max(0.0, now - started) / tpot)
+            running.append({"predicted_output_tokens": s.predicted_output_tokens, "generated_tokens": generated})
+            active += s.prompt_tokens + generated
+        waiting = []
+        for s in flights[own_running:]:
+            if s.waiting_entry is None:
+                s.waiting_entry = {"prompt_tokens": s.prompt_tokens, "predicted_output_tokens": s.predicted_output_tokens}
+            waiting.append(s.waiting_entry)
+            active += s.prompt_tokens
+        queued = float(sum(s.prefill_tokens or s.prompt_tokens for s in flights if s.first_token_at is None))
         running += [{"predicted_output_tokens": output, "generated_tokens": output / 2}] * others_running
         waiting += [{"prompt_tokens": prompt, "predicted_output_tokens": output}] * others_waiting
         active += others_running * (prompt + output / 2) + others_waiting * prompt
