@@ -306,9 +306,9 @@ def llm_d_affinity(request, instances, parameters, state) -> int:
 def lmetric(request, instances, parameters, state) -> int:
     """LMetric: the lowest (uncached prefill tokens × batch size) (module doc)."""
     ids, block_tokens = _blocks(request)
-    if ids and _told(instances) is None and "lmetric_index" not in state:
-        state["lmetric_index"] = PrefixIndex([max(1, int(i["kv_capacity_tokens"]) // block_tokens) for i in instances])
     told = _told(instances)
+    if ids and told is None and "lmetric_index" not in state:
+        state["lmetric_index"] = PrefixIndex([max(1, int(i["kv_capacity_tokens"]) // block_tokens) for i in instances])
     overlaps = (told if told is not None else state["lmetric_index"].overlaps(ids)) if ids else [0] * len(instances)
     uncached = _uncached(request, overlaps)
     score = [u * len(i["running"]) for u, i in zip(uncached, instances)]

@@ -100,7 +100,7 @@ class Sent:
     prompt_tokens: int
     predicted_output_tokens: float
     sent_at: float
-    prefill_tokens: int = 0  # of the prompt, what the router expects the instance to compute (not cached there)
+    prefill_tokens: int  # of the prompt, what the router expects the instance to compute (not cached there)
     first_token_at: float | None = None
     waiting_entry: dict | None = None  # its observation while it waits (made once: nothing in it changes)
 
@@ -230,17 +230,10 @@ class RouterView:
             after += 1
         return len(flights) - after
 
-    def _counts(self, i: int, now: float, listed: bool = True) -> tuple[list[Sent], int, int, int]:
-        """Instance i's own in-flight sends (those whose stream has begun first, then in send order;
-        with `listed` False only their number), how many of them run, and the requests running and
-        waiting there that the router did not send."""
+    def _split(self, i: int, now: float) -> tuple[int, int, int]:
+        """How many of instance i's own in-flight sends run, and the requests running and waiting
+        there that the router did not send."""
         scrape = self.scrapes[i] or Scrape(at=now)
-        streaming = self._streaming[i]
-        if listed:
-            every = self.in_flight[i].values()
-            flights = [s for s in every if s.first_token_at is not None] + [s for s in every if s.first_token_at is None]
-        else:
-            flights = [None] * len(self.in_flight[i])
         before = self._sent_before(i, scrape.at)
         # the scrape counted the router's sends from before it (those still in flight and those gone since)
         # and any others'; of its running, those gone since have left
@@ -249,16 +242,15 @@ class RouterView:
         own_running = min(before, still_running)
         others_running = min(others, still_running - own_running)
         others_waiting = others - others_running
-        own_running = max(streaming, own_running)
-        return flights, own_running, others_running, others_waiting
+        return max(self._streaming[i], own_running), others_running, others_waiting
 
     def outstanding(self, now: float = 0.0) -> list[int]:
         """Requests running and waiting per instance: the router's own in flight and the others the
         scrapes count."""
         out = []
         for i in range(len(self.facts)):
-            flights, _, others_running, others_waiting = self._counts(i, now, listed=False)
-            out.append(len(flights) + others_running + others_waiting)
+            _, others_running, others_waiting = self._split(i, now)
+            out.append(len(self.in_flight[i]) + others_running + others_waiting)
         return out
 
     def observe(self, now: float) -> list[ObservedInstance]:
@@ -268,12 +260,14 @@ class RouterView:
     def _observe(self, i: int, now: float) -> ObservedInstance:
         facts, scrape = self.facts[i], self.scrapes[i] or Scrape(at=now)
         tpot = facts.decode_w_s + facts.decode_h_s_per_token * scrape.kv_usage * facts.kv_capacity_tokens
-        flights, own_running, others_running, others_waiting = self._counts(i, now)
+        own_running, others_running, others_waiting = self._split(i, now)
+        every = self.in_flight[i].values()  # those whose stream has begun first, then in send order
+        flights = [s for s in every if s.first_token_at is not None] + [s for s in every if s.first_token_at is None]
         prompt, output = self.typical
         running, active = [], 0.0
         for s in flights[:own_running]:
             started = (s.first_token_at if s.first_token_at is not None else s.sent_at + facts.prefill_intercept_s
-                       + facts.prefill_s_per_token * (s.prefill_tokens or s.prompt_tokens))
+                       + facts.prefill_s_per_token * s.prefill_tokens)
             generated = min(max(0.0, s.predicted_output_tokens - 1),
                             (1.0 if s.first_token_at is not None else 0.0) + max(0.0, now - started) / tpot)
             running.append({"predicted_output_tokens": s.predicted_output_tokens, "generated_tokens": generated})
@@ -281,10 +275,11 @@ class RouterView:
         waiting = []
         for s in flights[own_running:]:
             if s.waiting_entry is None:
-                s.waiting_entry = {"prompt_tokens": s.prompt_tokens, "predicted_output_tokens": s.predicted_output_tokens}
+                s.waiting_entry = {"prompt_tokens": s.prompt_tokens,
+                                   "predicted_output_tokens": s.predicted_output_tokens}
             waiting.append(s.waiting_entry)
             active += s.prompt_tokens
-        queued = float(sum(s.prefill_tokens or s.prompt_tokens for s in flights if s.first_token_at is None))
+        queued = float(sum(s.prefill_tokens for s in flights if s.first_token_at is None))
         running += [{"predicted_output_tokens": output, "generated_tokens": output / 2}] * others_running
         waiting += [{"prompt_tokens": prompt, "predicted_output_tokens": output}] * others_waiting
         active += others_running * (prompt + output / 2) + others_waiting * prompt

@@ -267,7 +267,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         raise ValueError("training.routing_evaluation.lengths: trace needs training.routing_evaluation.trace")
     longest = max([float(pool.prompt_tokens.max())] + ([float(np.max(trace_prompt))] if times is not None else [])
                   + ([float(np.max(traffic.prompt_tokens))] if traffic is not None and len(traffic) else []))
-    stretched = extrapolation([f for f in fits], [f"instance {i}" for i in range(len(fits))], longest)
+    stretched = extrapolation(fits, [f"instance {i}" for i in range(len(fits))], longest)
     for note in extrapolation_notes(stretched):
         log(f"warning: {note}")
     learned_names = LEARNED_POLICIES.names()

@@ -149,10 +149,10 @@ export class RouterView {
       const running: any[] = [], waiting: any[] = [];
       let active = 0.0, queued = 0.0;
       flights.forEach((s, k) => {
-        if (s.first_token_at === null) queued += s.prefill_tokens || s.prompt_tokens;
+        if (s.first_token_at === null) queued += s.prefill_tokens;
         if (k < ownRunning) {
           const started = s.first_token_at !== null ? s.first_token_at
-            : s.sent_at + facts.prefill_intercept_s + facts.prefill_s_per_token * (s.prefill_tokens || s.prompt_tokens);
+            : s.sent_at + facts.prefill_intercept_s + facts.prefill_s_per_token * s.prefill_tokens;
           const generated = Math.min(Math.max(0, s.predicted_output_tokens - 1),
             (s.first_token_at !== null ? 1.0 : 0.0) + Math.max(0, now - started) / tpot);
           running.push({ predicted_output_tokens: s.predicted_output_tokens, generated_tokens: generated });

@@ -37,7 +37,6 @@ def teachers(kind: str = "load") -> tuple[str, ...]:
     from routeforge.artifacts.heuristics import HEURISTICS
     from routeforge.training.policies.simulator.baselines import VARIANTS
 
-    HEURISTICS.discover()
     entries = sorted((e for e in HEURISTICS.entries() if e.metadata.get("teaches") == kind),
                      key=lambda e: (e.metadata.get("teacher_order", 0), e.name))
     return tuple(n for e in entries for n in (e.name, *(v for v, base in VARIANTS.items() if base == e.name)))

@@ -102,7 +102,8 @@ class Cluster:
         self.scrape_interval_s = scrape_interval_s
         self.view = RouterView([facts_of(p) for p in profiles], block_tokens=block_tokens or 0)
         self._seen = [0] * len(self.instances)
-        self._events: list[list[tuple]] = [[] for _ in self.instances]  # first tokens and ends not yet seen
+        # per instance: (rid, time, ended) of first tokens and ends the router has not seen yet
+        self._events: list[list[tuple[int, float, bool]]] = [[] for _ in self.instances]
         if block_tokens is not None:
             if not block_tokens >= 1:
                 raise ValueError(f"Cluster: block_tokens must be at least 1, got {block_tokens!r}")
@@ -117,22 +118,21 @@ class Cluster:
         flight early; what that step does after `t` is held back until its time)."""
         for k, inst in enumerate(self.instances):
             inst.advance(t)
-            self._events[k] += inst.first_tokens
+            events = self._events[k]
+            events += [(rid, at, False) for rid, at in inst.first_tokens]
             inst.first_tokens.clear()
-            self._events[k] += [(job.rid, -1.0 if job.finished is None else job.finished, True)
-                                for job in inst.done[self._seen[k]:]]
+            events += [(job.rid, -1.0 if job.finished is None else job.finished, True)  # a rejection: at once
+                       for job in inst.done[self._seen[k]:]]
             self._seen[k] = len(inst.done)
-            if self._events[k]:
-                later = []
-                for event in self._events[k]:
-                    rid, at, *ended = event
+            if events:
+                for rid, at, ended in events:
                     if at > t:
-                        later.append(event)
-                    elif ended:
+                        continue
+                    if ended:
                         self.view.finished(rid)
                     else:
                         self.view.first_token(rid, at)
-                self._events[k] = later
+                self._events[k] = [e for e in events if e[1] > t]
         self.now = max(self.now, t)
 
     def router(self, now: float) -> RouterSide:

@@ -304,7 +304,6 @@ class Instance:
                 preempted = True
                 if victim.rid in plan:
                     need -= plan.pop(victim.rid)
-                    budget += 1  # recomputed below from what is left
                 elif victim is not job:
                     need -= 1  # a decoding one: its token is not needed
                 budget = p.max_num_batched_tokens - need

@@ -26,11 +26,6 @@ class RouterSide:
     def __len__(self) -> int:
         return len(self._view)
 
-    @property
-    def facts(self):
-        """Each instance's configured facts (`InstanceFacts`)."""
-        return self._view.facts
-
     def outstanding(self) -> list[int]:
         """Requests running and waiting per instance, as the router counts them."""
         return self._view.outstanding(self.now)
