@@ -1,17 +1,15 @@
-"""Which prompt blocks a serving instance holds in its KV cache, as an LRU set of block ids.
+"""Which prompt blocks a router believes each instance holds, as LRU sets of block ids.
 
 A prompt is a sequence of fixed-size token blocks, each named by an id that stands for the block
 *and everything before it* (vLLM's prefix-caching block hashes, Mooncake's `hash_ids`). An engine
 reuses only a leading run of cached blocks, so what a request can skip is `match(ids)`: the
 number of its first blocks present, stopping at the first absent one.
 
-Two users, one structure:
-- the simulator's per-instance cache (`training.policies.simulator.instance`): blocks enter when a
-  request is prefilled and leave least-recently-used first once the instance's KV capacity in blocks
-  is full (vLLM keeps freed blocks cached until their memory is needed, and evicts LRU);
-- a router's approximate index of what it has itself sent where (SGLang's router, llm-d's approximate
-  prefix scorer, Dynamo without KV events): the router cannot see evictions, so it bounds each
-  instance's entry by the same capacity and forgets the oldest.
+A router's approximate index of what it has itself sent where: it cannot see evictions, so it
+bounds each instance's entry and forgets the oldest (`PrefixIndex`: llm-d's approximate scorer,
+LMetric's and the router view's own; `TtlIndex`: Dynamo without KV events, by age; `GlobalLruIndex`:
+SGLang's tree, one bound over every instance). The simulator's instances hold their blocks in their
+KV pool instead (`training.policies.simulator.kv_pool`), shared with the running requests.
 
 Plain Python (no NumPy): the runtime imports it alone.
 """
