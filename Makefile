@@ -152,9 +152,14 @@ gpu-fleet: $(STAMP) $(INSTANCE)  ## the reference GPU fleet from published measu
 # Two pytest-xdist workers: much of the suite waits on servers and subprocesses, so two side by side
 # use both cores; a module's tests stay on one worker (its fixtures built once) and the pipeline-wide
 # modules start first (tests/conftest.py). TEST_WORKERS=0 runs everything in one process.
+# Each worker, and every process it starts, runs its OpenMP (torch) and BLAS work on one thread
+# (TEST_THREADS): two workers each spinning two OpenMP threads on two cores made the torch-heavy tests
+# up to 26x slower (tests/training/policies took 664 s against 255 s; `test_every_policy_workload_load_and_seed`
+# 281 s against 29 s, `test_sac_keep_best_round_...` 260 s against 10 s), which had pushed the suite past an hour.
 TEST_WORKERS ?= 2
+TEST_THREADS ?= 1
 test: $(STAMP) $(INSTANCE) $(VLLM_STAMP) ts-runtime  ## unit and end-to-end tests, vLLM's included (pytest's exit 5, no tests collected, is reported, not failed)
-	@rc=0; ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra \
+	@rc=0; OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$(TEST_THREADS)} ROUTEFORGE_VLLM_PYTHON=$${ROUTEFORGE_VLLM_PYTHON:-$(CURDIR)/$(VLLM_VENV)/bin/python} $(BIN)/python -m pytest -q -ra \
 	  -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5)"; exit 0; fi; exit $$rc
 
