@@ -181,8 +181,9 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
         started, ended = step_run.info.start_time / 1e3, step_run.info.end_time / 1e3
         if window is not None and step != "router_bundle":
             assert window.start_time - 1 <= started and ended <= window.end_time + 1, step
-            # (a quarter: on one thread per test worker, a short step's imports before its run opens,
-            # xgboost's and torch's, can take most of it: latency_heads had 4.8 s of 13.7 s)
+            # (a quarter: on one thread per test worker, a short step's process start and input loading
+            # before its run opens, and its loader check after, can take most of it: latency_heads' run
+            # had 4.8 s of its 13.7 s step)
             assert ended - started >= 0.25 * (window.end_time - window.start_time) - 2, (
                 step, ended - started, window.end_time - window.start_time)
     # the parent lasts from its first child's start to its last one's end (not the instant it was created)

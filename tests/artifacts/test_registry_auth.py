@@ -38,7 +38,7 @@ READER = ("routeforge-router", "reader-password-" + os.urandom(6).hex())
 # a refusal must come back as the server's answer, not hidden by retries; the answer itself may be
 # slow while the other test worker loads both cores (the auth app hashes each new password), so the
 # read timeout is MLflow's own default of 120 s rather than ten
-NO_RETRY = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
+CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
 POLICIES = {name: REPO / "deploy" / "object-store" / f"{name}.json" for name in ("mlflow-server", "pipeline")}
 
 
@@ -74,7 +74,7 @@ def account(user: tuple[str, str] | None):
 def _cli(args: list[str], user: tuple[str, str] | None, **env: str):
     creds = {"MLFLOW_TRACKING_USERNAME": user[0], "MLFLOW_TRACKING_PASSWORD": user[1]} if user else {
         "MLFLOW_TRACKING_USERNAME": None, "MLFLOW_TRACKING_PASSWORD": None}
-    return CliRunner().invoke(main, args, env={**creds, **NO_RETRY, **env})
+    return CliRunner().invoke(main, args, env={**creds, **CLIENT_ENV, **env})
 
 
 def _publish(server, tmp_path, component, fleet, key: Path, round_: int):
@@ -98,7 +98,7 @@ def _refused(call) -> str:
 def test_only_the_writer_registers_and_the_reader_loads_the_champion(server, tmp_path, component, fleet, monkeypatch):
     from mlflow import MlflowClient
 
-    for key, value in NO_RETRY.items():
+    for key, value in CLIENT_ENV.items():
         monkeypatch.setenv(key, value)
     url = server["url"]
     # the operator, as admin, makes the accounts (passwords from the environment only)
