@@ -27,6 +27,7 @@ from routeforge.registry.store import (
     latest_version,
     register_bundle,
     registry_lock,
+    retrying_lost_insert,
 )
 
 
@@ -192,15 +193,6 @@ def log_curves(run_id: str, curves: dict[str, list[tuple[int, float]]]) -> None:
                                  for step, v in points if v is not None and math.isfinite(v)])
 
 
-def _dataset_insert_raced(exc: BaseException) -> bool:
-    """The tracking server's dataset insert lost a race (SQLite's or PostgreSQL's unique-key error)."""
-    from mlflow.exceptions import MlflowException
-
-    text = str(exc)
-    return isinstance(exc, MlflowException) and "datasets" in text and (
-        "UNIQUE constraint failed" in text or "duplicate key value" in text)
-
-
 def log_dataset(run_id: str, table, name: str) -> None:
     """A table (Arrow or pandas) as the run's training input (schema, digest and size in MLflow's Datasets).
 
@@ -209,13 +201,11 @@ def log_dataset(run_id: str, table, name: str) -> None:
     retry finds the row the winner wrote and only links it to its run."""
     import mlflow
     from mlflow.entities import Dataset, DatasetInput, InputTag
-    from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random
 
     frame = table.to_pandas() if hasattr(table, "to_pandas") else table
     dataset = mlflow.data.from_pandas(frame, name=name)
     entity = DatasetInput(Dataset(**dataset.to_dict()), [InputTag("mlflow.data.context", "training")])
-    retry(retry=retry_if_exception(_dataset_insert_raced), stop=stop_after_attempt(3), wait=wait_random(0.05, 0.5),
-          reraise=True)(mlflow.MlflowClient().log_inputs)(run_id, datasets=[entity])
+    retrying_lost_insert("datasets", mlflow.MlflowClient().log_inputs)(run_id, datasets=[entity])
 
 
 def flat_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

@@ -95,6 +95,26 @@ def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | Non
         return mlflow.get_experiment_by_name(name).experiment_id
 
 
+def lost_insert_race(exc: BaseException, table: str) -> bool:
+    """The tracking server's insert into `table` lost a race with another writer's (SQLite's or
+    PostgreSQL's unique-key error): MLflow's stores look a row up and then insert it, so two writers
+    of the same key at once both see none and the second insert fails."""
+    from mlflow.exceptions import MlflowException
+
+    text = str(exc)
+    return isinstance(exc, MlflowException) and table in text and (
+        "UNIQUE constraint failed" in text or "duplicate key value" in text)
+
+
+def retrying_lost_insert(table: str, call):
+    """`call`, tried again (three tries in all, a random wait apart) when its insert into `table` lost
+    a race: the retry finds the winner's row and updates or links it instead of inserting."""
+    from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random
+
+    return retry(retry=retry_if_exception(lambda exc: lost_insert_race(exc, table)), stop=stop_after_attempt(3),
+                 wait=wait_random(0.05, 0.5), reraise=True)(call)
+
+
 def register_bundle(
     bundle_dir: Path, run_id: str, model_name: str, alias: str, tags: dict[str, str] | None = None,
     signing_key: Path | None = None,
@@ -127,7 +147,8 @@ def register_bundle(
         from routeforge.artifacts.model_record import sign_registered
 
         sign_registered(model_name, str(mv.version), read_manifest(Path(bundle_dir)), signing_key)
-    client.set_registered_model_alias(model_name, alias, mv.version)
+    # two pipelines moving one alias at once race on its row (seen in CI); the later move wins
+    retrying_lost_insert("registered_model_aliases", client.set_registered_model_alias)(model_name, alias, mv.version)
     return RegisteredBundle(model_name, str(mv.version), alias, run_id)
 
 

@@ -106,16 +106,45 @@ def test_two_pipelines_register_at_once_into_an_mlflow_server(mlflow_server, sha
     assert _gone(MlflowClient(mlflow_server), "concurrent-router")  # the lease was given back
 
 
-def test_only_a_lost_dataset_insert_race_is_retried():
+def test_only_a_lost_insert_race_on_the_named_table_is_retried():
     from mlflow.exceptions import MlflowException, RestException
-    from routeforge.registry.publish import _dataset_insert_raced
+    from routeforge.registry.store import lost_insert_race
 
     sqlite = RestException({"error_code": "BAD_REQUEST", "message": "(sqlite3.IntegrityError) UNIQUE constraint "
                             "failed: datasets.experiment_id, datasets.name, datasets.digest"})
     postgres = MlflowException('duplicate key value violates unique constraint "datasets_pk" on datasets')
-    assert _dataset_insert_raced(sqlite) and _dataset_insert_raced(postgres)
-    assert not _dataset_insert_raced(MlflowException("UNIQUE constraint failed: runs.run_uuid"))
-    assert not _dataset_insert_raced(ValueError("UNIQUE constraint failed: datasets.name"))
+    assert lost_insert_race(sqlite, "datasets") and lost_insert_race(postgres, "datasets")
+    assert not lost_insert_race(MlflowException("UNIQUE constraint failed: runs.run_uuid"), "datasets")
+    assert not lost_insert_race(ValueError("UNIQUE constraint failed: datasets.name"), "datasets")
+    # what a CI run's second pipeline met moving `challenger` while the first moved it
+    alias = RestException({"error_code": "BAD_REQUEST", "message": "(sqlite3.IntegrityError) UNIQUE constraint failed: "
+                           "registered_model_aliases.workspace, registered_model_aliases.name, "
+                           "registered_model_aliases.alias"})
+    assert lost_insert_race(alias, "registered_model_aliases") and not lost_insert_race(alias, "datasets")
+
+
+def test_a_lost_alias_race_is_retried_and_a_second_loss_is_not_hidden():
+    from mlflow.exceptions import RestException
+    from routeforge.registry.store import retrying_lost_insert
+
+    lost = RestException({"error_code": "BAD_REQUEST",
+                          "message": "UNIQUE constraint failed: registered_model_aliases.alias"})
+    calls = []
+
+    def move(name, alias, version):
+        calls.append((name, alias, version))
+        if len(calls) == 1:
+            raise lost
+        return version
+
+    assert retrying_lost_insert("registered_model_aliases", move)("m", "challenger", "2") == "2" and len(calls) == 2
+
+    def always(*_):
+        calls.append(None)
+        raise lost
+
+    with pytest.raises(RestException):
+        retrying_lost_insert("registered_model_aliases", always)("m", "challenger", "2")
 
 
 def test_a_lease_given_back_while_the_server_checked_a_create_is_taken_not_raised():
