@@ -22,10 +22,14 @@ each instance's latest `/metrics` scrape (requests running and waiting, the KV c
 dispatcher's own record of what it sent where (each request's prompt tokens, predicted output tokens
 and send time), which `finished(request_id)` ends; a caller that never reports completions is healed
 by the counts (sends older than a scrape beyond what it counts are forgotten).
-The other learned (ONNX) policies need the simulator's observation (every request's tokens and age),
-which live counts cannot build: where one is recommended, the dispatcher says so and takes the best
-heuristic the bundle carries, or `policy=` names one. The arrival rate a queue-state policy observes
-is counted from the dispatcher's own decisions over the policy's slot (or passed to `decide`).
+The learned (ONNX) policies of 000 (`sac_qos_*`) and 001 (`ddqn_workload_guided`) run here from the
+same router-visible observation, built by the function their training environment used
+(`artifacts.policy.qos_graph_telemetry`, `workload_aware_telemetry`) over the dispatcher's view; as it
+decides each request when it comes, their drop and wait actions are set aside (the best-scored
+instance is taken). 004's observation (single-server request ages) it does not build: where that
+policy is recommended, the dispatcher says so and takes the best heuristic the bundle carries, or
+`policy=` names one. The arrival rate a queue-state policy observes is counted from the dispatcher's
+own decisions over the policy's slot (or passed to `decide`).
 
 The deployed routers (`artifacts.deployed_routers`: llm-d, Dynamo, SGLang) run here as they run
 without KV events: from `/metrics` (KV usage, queue lengths) and the dispatcher's own approximate
@@ -48,7 +52,15 @@ from typing import Any
 import numpy as np
 from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
 from routeforge.artifacts.observation import InstanceFacts, RouterView, Scrape
-from routeforge.artifacts.policy import RoutingPolicy, observation_queue_state
+from routeforge.artifacts.policy import (
+    RoutingPolicy,
+    observation_qos_graph,
+    observation_queue_state,
+    observation_workload_aware,
+    qos_graph_telemetry,
+    workload_aware_telemetry,
+)
+from routeforge.artifacts.prefix_index import PrefixIndex
 
 # vLLM's gauge names (V1, then V0 spellings)
 RUNNING = ("vllm:num_requests_running",)
@@ -87,6 +99,19 @@ def parse_gauges(text: str, names: Sequence[str]) -> dict[str, float]:
             value = float(match.group(3))
             out[match.group(1)] = out.get(match.group(1), 0.0) + value
     return out
+
+
+def live_observation(spec: dict[str, Any]) -> str | None:
+    """Which observation a learned policy's spec names, where the dispatcher builds it from the router's
+    view: `queue_state` (the counts), `qos_graph` (000), `workload_aware` (001); None for 004's, whose
+    single-server request ages it does not keep."""
+    if spec.get("variant") == "queue_state":
+        return "queue_state"
+    if "experts" in spec:
+        return "qos_graph"
+    if spec.get("variant") in ("baseline", "aware", "guided") and "per_instance" in spec:
+        return "workload_aware"
+    return None
 
 
 @dataclass(frozen=True)
@@ -172,6 +197,7 @@ class Dispatcher:
                                 for c, k, w, h, kv in zip(self.prefill_c, self.prefill_k, self.decode_w,
                                                           self.decode_h, self.kv_tokens)])
         self._next_id = 0
+        self._prefix: PrefixIndex | None = None  # a learned policy's that observes prefix overlap
 
     def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy | RoutingPolicy]:
         chosen = name or self.bundle.recommended_policy
@@ -189,19 +215,19 @@ class Dispatcher:
                            f"(it carries {sorted(carried)})")
         if chosen is not None and carried[chosen].config.get("policy_kind") != "heuristic":
             policy = self.bundle.routing_policy(chosen)
-            if isinstance(policy, RoutingPolicy) and policy.spec["observation"].get("variant") == "queue_state":
-                return chosen.removeprefix("policy--"), policy  # built from live counts: runnable here
+            if isinstance(policy, RoutingPolicy) and live_observation(policy.spec["observation"]) is not None:
+                return chosen.removeprefix("policy--"), policy  # built from the router's view: runnable here
         if chosen is None or carried[chosen].config.get("policy_kind") != "heuristic":
             heuristics = [n for n, c in carried.items() if c.config.get("policy_kind") == "heuristic"]
             if not heuristics:
                 raise ValueError(f"bundle {self.bundle.manifest.name} carries no heuristic routing policy to "
                                  "dispatch with")
             if name is not None:
-                raise ValueError(f"{chosen} is a learned policy: its observation is the simulator's, which live "
-                                 f"/metrics counts cannot build; name a heuristic ({', '.join(heuristics)})")
+                raise ValueError(f"{chosen} is a learned policy whose observation (004's single-server ages) the "
+                                 f"dispatcher does not build; name a heuristic ({', '.join(heuristics)})")
             fallback = f"policy--{best_heuristic}" if f"policy--{best_heuristic}" in heuristics else heuristics[0]
-            self.notes = (f"the recommended {chosen} is learned and needs the simulator's observation; "
-                          f"dispatching with {fallback}",)
+            self.notes = (f"the recommended {chosen} is learned with an observation (004's single-server ages) "
+                          f"the dispatcher does not build; dispatching with {fallback}",)
             chosen = fallback
         return chosen.removeprefix("policy--"), self.bundle.routing_policy(chosen)
 
@@ -241,6 +267,32 @@ class Dispatcher:
         biases = self.policy.act(observation_queue_state(live, arrivals_per_s, spec))
         return self.policy.dispatch(biases, [s.running + s.waiting for s in states])
 
+    def _learned_choice(self, states: Sequence[LiveState], request: dict[str, Any], tokens: np.ndarray,
+                        arrivals_per_s: float | None, now: float) -> int:
+        """A learned policy's pick, from the observation its training environment built by the same
+        function (`artifacts.policy`'s `*_telemetry`) over the router's view. The dispatcher decides
+        each request as it comes, so a policy's wait (001) or drop (000) action is set aside: the
+        instance with the highest score among the instances is taken."""
+        spec, kind = self.policy.spec["observation"], live_observation(self.policy.spec["observation"])
+        if kind == "queue_state":
+            return self._queue_state_choice(states, arrivals_per_s)
+        observed = self.view.observe(now)
+        if kind == "qos_graph":
+            arrived, experts = qos_graph_telemetry(observed, request, now, spec["pad"])
+            scores = self.policy.scores(observation_qos_graph(arrived, experts, spec))[0][1:]  # 0: drop
+        else:
+            overlaps = None
+            if "prefix_overlap" in spec["per_instance"] and request.get("hash_ids"):
+                if self._prefix is None:  # what this dispatcher sent where, within each instance's KV space
+                    self._prefix = PrefixIndex([max(1, int(kv) // request["block_tokens"]) for kv in self.kv_tokens])
+                ids = request["hash_ids"]
+                overlaps = [blocks / len(ids) for blocks in self._prefix.overlaps(ids)]
+            telemetry = workload_aware_telemetry(observed, request["predicted_quality"], overlaps)
+            predicted = float(np.mean(tokens[sorted(set(self.model_of.tolist()))]))
+            observation = observation_workload_aware(0, request["prompt_tokens"], predicted, telemetry, spec)
+            scores = self.policy.scores(observation)[0][:len(self.instances)]  # the last: wait
+        return int(np.argmax(scores))
+
     def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
                output_tokens: Sequence[float], arrivals_per_s: float | None = None,
                hash_ids: Sequence[int] | None = None, block_tokens: int | None = None,
@@ -277,11 +329,14 @@ class Dispatcher:
         for i, s in enumerate(states):
             self.view.scraped(i, Scrape(at=now, running=s.running, waiting=s.waiting, kv_usage=min(1.0, s.kv_usage)))
         if isinstance(self.policy, RoutingPolicy):
-            choice = self._queue_state_choice(states, arrivals_per_s)
+            choice = self._learned_choice(states, request, tokens, arrivals_per_s, now)
+            if self._prefix is not None and hash_ids:
+                self._prefix.record(choice, list(hash_ids))
         else:
             choice = int(self.policy.route(request, self.view.observe(now)))
         request_id, self._next_id = self._next_id, self._next_id + 1
-        self.view.sent(choice, request_id, prompt_tokens, float(per_instance_tokens[choice]), now)
+        self.view.sent(choice, request_id, prompt_tokens, float(per_instance_tokens[choice]), now,
+                       predicted_quality=float(request["predicted_quality"][choice]))
         ttft, e2e = self.predict_latency(states, prompt_tokens, per_instance_tokens)
         model = int(self.model_of[choice])
         cost = float(prompt_tokens * self.price_in[model] + tokens[model] * self.price_out[model])

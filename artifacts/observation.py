@@ -12,7 +12,7 @@ Two sources, nothing more:
   use, the prefix cache's query and hit counters, as of when it was taken (`at`); how stale a scrape
   may get is the fleet file's `routing_evaluation.scrape_interval_s`.
 - **What the router itself sent** (`RouterView`): per instance its in-flight requests in send order,
-  each with its prompt tokens, the output tokens predicted for it, its send time and, once its stream
+  each with its prompt tokens, the output tokens and quality predicted for it, its send time and, once its stream
   has begun, the time of its first token (`first_token`: a proxying router sees it, as Dynamo's slot
   manager marks prefill complete); a request leaves when its response ends (`finished`). The view's
   own prefix index (what it sent where, LRU per instance within its KV capacity) says how many of a
@@ -101,6 +101,7 @@ class Sent:
     predicted_output_tokens: float
     sent_at: float
     prefill_tokens: int  # of the prompt, what the router expects the instance to compute (not cached there)
+    predicted_quality: float = 0.0  # the router's estimate of its quality on the instance's model (0: none)
     first_token_at: float | None = None
     waiting_entry: dict | None = None  # its observation while it waits (made once: nothing in it changes)
 
@@ -169,15 +170,17 @@ class RouterView:
         return (prompt / n, output / n) if n else TYPICAL
 
     def sent(self, instance: int, rid: Any, prompt_tokens: int, predicted_output_tokens: float, now: float,
-             hash_ids: Sequence[int] = ()) -> None:
-        """Record a send; `hash_ids`, its prompt's block ids, feed the view's prefix index."""
+             hash_ids: Sequence[int] = (), predicted_quality: float = 0.0) -> None:
+        """Record a send; `hash_ids`, its prompt's block ids, feed the view's prefix index;
+        `predicted_quality`, the router's estimate for it there, is carried in its entries."""
         prefill = int(prompt_tokens)
         if self.index is not None and hash_ids:
             cached = self.index.overlaps(hash_ids)[instance] * self.block_tokens
             prefill = max(1, prefill - min(cached, prefill - 1))
             self.index.record(instance, hash_ids)
+        quality = float(predicted_quality)
         self.in_flight[instance][rid] = Sent(rid, int(prompt_tokens), float(predicted_output_tokens), float(now),
-                                             prefill)
+                                             prefill, quality if math.isfinite(quality) else 0.0)
         self._where[rid] = instance
         self._sums[0] += prompt_tokens
         self._sums[1] += predicted_output_tokens
@@ -270,18 +273,24 @@ class RouterView:
                        + facts.prefill_s_per_token * s.prefill_tokens)
             generated = min(max(0.0, s.predicted_output_tokens - 1),
                             (1.0 if s.first_token_at is not None else 0.0) + max(0.0, now - started) / tpot)
-            running.append({"predicted_output_tokens": s.predicted_output_tokens, "generated_tokens": generated})
+            running.append({"prompt_tokens": s.prompt_tokens, "predicted_output_tokens": s.predicted_output_tokens,
+                            "generated_tokens": generated, "sent_at": s.sent_at,
+                            "predicted_quality": s.predicted_quality})
             active += s.prompt_tokens + generated
         waiting = []
         for s in flights[own_running:]:
             if s.waiting_entry is None:
                 s.waiting_entry = {"prompt_tokens": s.prompt_tokens,
-                                   "predicted_output_tokens": s.predicted_output_tokens}
+                                   "predicted_output_tokens": s.predicted_output_tokens, "sent_at": s.sent_at,
+                                   "predicted_quality": s.predicted_quality}
             waiting.append(s.waiting_entry)
             active += s.prompt_tokens
         queued = float(sum(s.prefill_tokens for s in flights if s.first_token_at is None))
-        running += [{"predicted_output_tokens": output, "generated_tokens": output / 2}] * others_running
-        waiting += [{"prompt_tokens": prompt, "predicted_output_tokens": output}] * others_waiting
+        # another's requests were there by the scrape (their age at least its age); their quality unknown
+        running += [{"prompt_tokens": prompt, "predicted_output_tokens": output, "generated_tokens": output / 2,
+                     "sent_at": scrape.at, "predicted_quality": 0.0}] * others_running
+        waiting += [{"prompt_tokens": prompt, "predicted_output_tokens": output, "sent_at": scrape.at,
+                     "predicted_quality": 0.0}] * others_waiting
         active += others_running * (prompt + output / 2) + others_waiting * prompt
         queued += others_waiting * prompt
         hit_rate = scrape.prefix_hits / scrape.prefix_queries if scrape.prefix_queries > 0 else 0.0

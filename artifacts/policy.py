@@ -14,7 +14,8 @@ one a live router has from vLLM's `/metrics` (the PPO queue-bias policy of the f
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -140,6 +141,52 @@ def observation_workload_aware(router_queue: int, prompt_tokens: int, predicted_
         if "predicted_quality" in spec["per_instance"]:  # the request's quality on its model
             obs.append(float(inst["predicted_quality"]))
     return np.asarray(obs, dtype=np.float32)
+
+
+def workload_aware_telemetry(observed: Sequence[Mapping[str, Any]], predicted_quality: Sequence[float],
+                             overlaps: Sequence[float] | None = None,
+                             buffers: Sequence[float | None] | None = None) -> list[dict[str, Any]]:
+    """The instances as `observation_workload_aware` takes them, from the router-visible observation
+    (`routeforge.artifacts.observation`: an `ObservedInstance` per instance) and nothing else: the
+    simulator's environment and the runtime's `Dispatcher` both call this, so a policy is served what
+    it was trained on. `predicted_quality`: the request's on each instance's model (NaN: 0);
+    `overlaps`: the share of its prompt's blocks the router's own prefix index places on each instance
+    (None: 0); `buffers`: each instance's waiting-queue limit the router is configured with (None: no
+    limit), against which `full` counts the observation's waiting requests."""
+    out = []
+    for i, inst in enumerate(observed):
+        waiting, buffer = len(inst["waiting"]), (buffers[i] if buffers is not None else None)
+        quality = float(predicted_quality[i])
+        out.append({"max_running": inst["max_running"], "kv_utilization": inst["kv_utilization"],
+                    "tpot_s": inst["tpot_s"], "running": inst["running"], "waiting": waiting,
+                    "full": buffer is not None and waiting >= buffer,
+                    "prefix_overlap": float(overlaps[i]) if overlaps is not None else 0.0,
+                    "predicted_quality": quality if math.isfinite(quality) else 0.0})
+    return out
+
+
+def qos_graph_telemetry(observed: Sequence[Mapping[str, Any]], request: Mapping[str, Any], now: float,
+                        pad: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the arrived request, the experts) as `observation_qos_graph` takes them, from the router-visible
+    observation (`routeforge.artifacts.observation`) and the request as the router is asked it
+    (`prompt_tokens`, and per instance `predicted_quality` and `predicted_output_tokens`), by the
+    function the simulator's environment and the runtime's `Dispatcher` both call. A request's age is
+    the time since the router sent it; the first `pad` of an instance's running and of its waiting
+    requests are shown (the graph has that many slots: a stale scrape or another client's requests
+    can make the router count more)."""
+
+    def row(entry: Mapping[str, Any]) -> dict[str, Any]:
+        return {"prompt_tokens": entry["prompt_tokens"], "predicted_score": entry["predicted_quality"],
+                "predicted_output_tokens": entry["predicted_output_tokens"],
+                "generated_tokens": entry.get("generated_tokens", 0.0), "age_s": max(0.0, now - entry["sent_at"])}
+
+    arrived = {"prompt_tokens": request["prompt_tokens"],
+               "predicted_score": [q if math.isfinite(q) else 0.0 for q in map(float, request["predicted_quality"])],
+               "predicted_output_tokens": list(request["predicted_output_tokens"])}
+    experts = [{"kv_utilization": inst["kv_utilization"], "kv_capacity_tokens": inst["kv_capacity_tokens"],
+                "max_running": inst["max_running"], "running": [row(e) for e in inst["running"][:pad]],
+                "waiting": [row(e) for e in inst["waiting"][:pad]]} for inst in observed]
+    return arrived, experts
 
 
 def observation_slot_distribution(instances: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:

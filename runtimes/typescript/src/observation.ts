@@ -35,6 +35,7 @@ interface Sent {
   predicted_output_tokens: number;
   sent_at: number;
   prefill_tokens: number;
+  predicted_quality: number;
   first_token_at: number | null;
 }
 
@@ -72,7 +73,7 @@ export class RouterView {
   }
 
   sent(instance: number, rid: string | number, promptTokens: number, predictedOutputTokens: number, now: number,
-       hashIds: BlockId[] = []): void {
+       hashIds: BlockId[] = [], predictedQuality = 0): void {
     let prefill = Math.trunc(promptTokens);
     if (this.index && hashIds.length) {
       const cached = this.index.overlaps(hashIds)[instance] * this.blockTokens;
@@ -81,7 +82,8 @@ export class RouterView {
     }
     const id = String(rid);
     this.inFlight[instance].set(id, { rid: id, prompt_tokens: Math.trunc(promptTokens),
-      predicted_output_tokens: predictedOutputTokens, sent_at: now, prefill_tokens: prefill, first_token_at: null });
+      predicted_output_tokens: predictedOutputTokens, sent_at: now, prefill_tokens: prefill,
+      predicted_quality: Number.isFinite(predictedQuality) ? predictedQuality : 0, first_token_at: null });
     this.where.set(id, instance);
     this.sums[0] += promptTokens;
     this.sums[1] += predictedOutputTokens;
@@ -155,15 +157,23 @@ export class RouterView {
             : s.sent_at + facts.prefill_intercept_s + facts.prefill_s_per_token * s.prefill_tokens;
           const generated = Math.min(Math.max(0, s.predicted_output_tokens - 1),
             (s.first_token_at !== null ? 1.0 : 0.0) + Math.max(0, now - started) / tpot);
-          running.push({ predicted_output_tokens: s.predicted_output_tokens, generated_tokens: generated });
+          running.push({ prompt_tokens: s.prompt_tokens, predicted_output_tokens: s.predicted_output_tokens,
+            generated_tokens: generated, sent_at: s.sent_at, predicted_quality: s.predicted_quality });
           active += s.prompt_tokens + generated;
         } else {
-          waiting.push({ prompt_tokens: s.prompt_tokens, predicted_output_tokens: s.predicted_output_tokens });
+          waiting.push({ prompt_tokens: s.prompt_tokens, predicted_output_tokens: s.predicted_output_tokens,
+            sent_at: s.sent_at, predicted_quality: s.predicted_quality });
           active += s.prompt_tokens;
         }
       });
-      for (let k = 0; k < othersRunning; k++) running.push({ predicted_output_tokens: output, generated_tokens: output / 2 });
-      for (let k = 0; k < othersWaiting; k++) waiting.push({ prompt_tokens: prompt, predicted_output_tokens: output });
+      // another's requests were there by the scrape (their age at least its age); their quality unknown
+      for (let k = 0; k < othersRunning; k++) {
+        running.push({ prompt_tokens: prompt, predicted_output_tokens: output, generated_tokens: output / 2,
+          sent_at: scrape.at, predicted_quality: 0 });
+      }
+      for (let k = 0; k < othersWaiting; k++) {
+        waiting.push({ prompt_tokens: prompt, predicted_output_tokens: output, sent_at: scrape.at, predicted_quality: 0 });
+      }
       active += othersRunning * (prompt + output / 2) + othersWaiting * prompt;
       queued += othersWaiting * prompt;
       const queries = scrape.prefix_queries ?? 0;

@@ -102,16 +102,20 @@ def test_exported_heuristics_decide_as_the_simulated_baselines():
         rr.route({}, [{}] * 2)
 
 
-def _learned_policy(folder, profiles, workload):
-    """An untrained 001 network exported as a bundle's learned policy (the CLI runs it by its spec)."""
+def _learned_policy(folder, profiles, workload, qos_graph: bool = False):
+    """An untrained 001 network (with `qos_graph`, 000's) exported as a bundle's learned policy (the CLI
+    runs it by its spec)."""
     from routeforge.training.policies.rl.export import export_policy
     from routeforge.training.policies.rl.networks import mlp
+    from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
     from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
-    env = WorkloadAwareEnv(profiles, workload, variant="guided", models=[0, 1])
+    env = (QosGraphEnv(profiles, [0, 1], workload, 0.1, pad=3) if qos_graph
+           else WorkloadAwareEnv(profiles, workload, variant="guided", models=[0, 1]))
     obs, _ = env.reset(seed=0)
     net = mlp(env.observation_space.shape[0], env.action_space.n)
-    export_policy(net, folder, env.observation_spec(), env.action_spec(), obs[None], output="q_values")
+    export_policy(net, folder, env.observation_spec(), env.action_spec(), obs[None],
+                  output="logits" if qos_graph else "q_values")
 
 
 DEPLOYED = ["llm_d", "dynamo_kv", "sglang_cache_aware"]
@@ -128,7 +132,13 @@ def deployed_bundle(tmp_path):
     return _bundle(tmp_path, ["join_shortest_queue", "route_balance", "random", *DEPLOYED])
 
 
-def _bundle(tmp_path, carried: list[str]):
+@pytest.fixture
+def qos_bundle(tmp_path):
+    """`bundle` carrying an untrained 000 (QoS graph) policy besides the 001 one."""
+    return _bundle(tmp_path, ["join_shortest_queue"], qos_graph=True)
+
+
+def _bundle(tmp_path, carried: list[str], qos_graph: bool = False):
     from routeforge.training.policies.evaluation import fleet_profiles
 
     settings = SimpleNamespace(queue_capacity=4, kv_capacity_tokens=50_000, train_load=0.9)
@@ -146,6 +156,13 @@ def _bundle(tmp_path, carried: list[str]):
     components = [ComponentSource("policy--ddqn_workload_guided", "routing_policy", "onnx+json",
                                   tmp_path / "src" / "ddqn_workload_guided",
                                   config={"policy": "ddqn_workload_guided", "policy_kind": "learned", "recommended": False})]
+    if qos_graph:
+        _learned_policy(tmp_path / "src" / "sac_qos_han", profiles,
+                        lambda seed: pool.requests(arrivals("poisson", 30, rate=3.0, seed=seed), seed=seed), True)
+        components.append(ComponentSource("policy--sac_qos_han", "routing_policy", "onnx+json",
+                                          tmp_path / "src" / "sac_qos_han",
+                                          config={"policy": "sac_qos_han", "policy_kind": "learned",
+                                                  "recommended": False}))
     components += [ComponentSource(f"policy--{name}", "routing_policy", "json", folder,
                                    config={"policy": name, "policy_kind": "heuristic",
                                            "recommended": name == "join_shortest_queue"})
@@ -398,8 +415,6 @@ def test_dispatch_decides_one_request_from_live_instance_states(bundle):
         dispatcher.decide([idle], 10, [0.5, 0.5], [10, 10])
     with pytest.raises(ValueError, match="LiveState.kv_usage"):
         LiveState(1, 0, 3.0)
-    with pytest.raises(ValueError, match="a learned policy"):
-        Dispatcher(load_bundle(bundle, allow_unsigned=True), policy="ddqn_workload_guided")
     text = ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="a"} 3\n'
             'vllm:num_requests_running{model_name="b"} 2\nvllm:num_requests_waiting{model_name="a"} 1.0\n'
             'vllm:kv_cache_usage_perc{model_name="a"} 0.25\n')
@@ -407,6 +422,49 @@ def test_dispatch_decides_one_request_from_live_instance_states(bundle):
     assert LiveState.from_vllm_metrics(text) == LiveState(5, 1, 0.25)
     with pytest.raises(ValueError, match="not a vLLM server's metrics"):
         LiveState.from_vllm_metrics("process_cpu_seconds_total 3.0\n")
+
+
+@pytest.mark.parametrize("name", ["ddqn_workload_guided", "sac_qos_han"])
+def test_the_dispatcher_runs_a_learned_policy_from_the_observation_its_environment_builds(qos_bundle, name):
+    """Issue 70, item 1: the DDQN (001) and the QoS-graph SAC (000) run in the `Dispatcher` from the
+    router-visible observation, built by the function their training environment calls over the
+    dispatcher's own view: each decision is the best-scored instance of that observation (their
+    wait and drop actions set aside)."""
+    import copy
+
+    from routeforge.artifacts.dispatch import Dispatcher, LiveState
+    from routeforge.artifacts.observation import Scrape
+    from routeforge.artifacts.policy import (
+        observation_qos_graph,
+        observation_workload_aware,
+        qos_graph_telemetry,
+        workload_aware_telemetry,
+    )
+
+    loaded = load_bundle(qos_bundle, allow_unsigned=True)
+    dispatcher = Dispatcher(loaded, policy=name)
+    assert dispatcher.policy_name == name and not dispatcher.notes
+    policy = loaded.routing_policy(f"policy--{name}")
+    spec = policy.spec["observation"]
+    states = [LiveState(running=3, waiting=1, kv_usage=0.5), LiveState(0, 0, 0.0)]
+    quality, tokens = [0.9, 0.4], [50.0, 80.0]
+    for k in range(6):
+        now, prompt = 0.05 * k, 200 + k
+        view = copy.deepcopy(dispatcher.view)
+        for i, s in enumerate(states):
+            view.scraped(i, Scrape(at=now, running=s.running, waiting=s.waiting, kv_usage=s.kv_usage))
+        if name == "sac_qos_han":
+            asked = {"prompt_tokens": prompt, "predicted_quality": quality, "predicted_output_tokens": tokens}
+            scores = policy.scores(observation_qos_graph(*qos_graph_telemetry(view.observe(now), asked, now, 3),
+                                                         spec))[0][1:]  # action 0: drop
+        else:
+            telemetry = workload_aware_telemetry(view.observe(now), quality)
+            scores = policy.scores(observation_workload_aware(0, prompt, 65.0, telemetry, spec))[0][:2]  # 2: wait
+        decision = dispatcher.decide(states, prompt_tokens=prompt, quality=quality, output_tokens=tokens, now=now)
+        assert decision.instance == int(np.argmax(scores)) and decision.policy == name
+    # the last send is in the dispatcher's view, with the quality predicted for it there
+    last = list(dispatcher.view.in_flight[decision.instance].values())[-1]
+    assert last.predicted_quality == quality[decision.instance] and last.sent_at == now
 
 
 def test_the_dispatcher_runs_the_deployed_routers_from_live_counts_and_its_own_prefix_index(deployed_bundle):

@@ -26,7 +26,8 @@ def test_the_observation_splits_the_routers_sends_by_the_scrape_as_vllms_fcfs_sc
     view.scraped(0, Scrape(at=1.5, running=1, waiting=1, kv_usage=0.25, prefix_queries=200, prefix_hits=50))
     [inst] = view.observe(3.0)
     assert set(inst) == set(OBSERVED)
-    assert inst["running"] == [{"predicted_output_tokens": 50.0, "generated_tokens": 49.0}]
+    assert inst["running"] == [{"prompt_tokens": 100, "predicted_output_tokens": 50.0, "generated_tokens": 49.0,
+                                "sent_at": 0.0, "predicted_quality": 0.0}]
     assert [w["prompt_tokens"] for w in inst["waiting"]] == [101, 102]
     assert inst["queued_prefill_tokens"] == 100 + 101 + 102  # no first token seen yet: all still to prefill
     assert inst["active_tokens"] == pytest.approx(100 + 49 + 101 + 102)
@@ -35,7 +36,9 @@ def test_the_observation_splits_the_routers_sends_by_the_scrape_as_vllms_fcfs_sc
     view.first_token(1, 2.5)
     view.finished(0)
     [inst] = view.observe(3.0)
-    assert inst["running"] == [{"predicted_output_tokens": 50.0, "generated_tokens": 49.0}]  # 1 + 0.5 / 0.01, capped
+    # 1 + 0.5 / 0.01, capped
+    assert inst["running"] == [{"prompt_tokens": 101, "predicted_output_tokens": 50.0, "generated_tokens": 49.0,
+                                "sent_at": 1.0, "predicted_quality": 0.0}]
     assert [w["prompt_tokens"] for w in inst["waiting"]] == [102] and inst["queued_prefill_tokens"] == 102
 
 
@@ -45,7 +48,8 @@ def test_requests_the_scrape_counts_beyond_the_routers_own_sends_are_seen_and_st
     view.scraped(0, Scrape(at=0.0, running=3, waiting=2))
     busy, idle = view.observe(0.0)
     assert len(busy["running"]) == 3 and len(busy["waiting"]) == 2 and not idle["running"] and not idle["waiting"]
-    assert busy["waiting"][0] == {"prompt_tokens": 512.0, "predicted_output_tokens": 128.0}  # TYPICAL before a send
+    assert busy["waiting"][0] == {"prompt_tokens": 512.0, "predicted_output_tokens": 128.0,  # TYPICAL before a send
+                                  "sent_at": 0.0, "predicted_quality": 0.0}
     assert view.outstanding() == [5, 0]
     # instance 1: two sends, then a scrape counting one: the older is taken as finished (never reported)
     view.sent(1, "a", 10, 5.0, 1.0)
@@ -149,7 +153,8 @@ def _operations(rng: np.random.Generator, n: int = 400) -> list[list]:
         if draw < 0.35 or not live:
             instance, rid = int(rng.integers(0, 2)), f"r{k}"
             ops.append(["sent", instance, rid, int(rng.integers(1, 3000)), float(rng.integers(1, 400)), t,
-                        [int(c) * 100 + b for c in [rng.integers(0, 3)] for b in range(int(rng.integers(0, 6)))]])
+                        [int(c) * 100 + b for c in [rng.integers(0, 3)] for b in range(int(rng.integers(0, 6)))],
+                        round(float(rng.random()), 4)])
             live.append(rid)
         elif draw < 0.5:
             ops.append(["first", live[int(rng.integers(0, len(live)))], t])
@@ -200,7 +205,7 @@ def test_the_typescript_runtime_builds_the_same_observation():
               "const input = JSON.parse(fs.readFileSync(0, 'utf8'));"
               "const view = new RouterView(input.facts, 100); const out = [];"
               "for (const op of input.ops) {"
-              " if (op[0] === 'sent') view.sent(op[1], op[2], op[3], op[4], op[5], op[6]);"
+              " if (op[0] === 'sent') view.sent(op[1], op[2], op[3], op[4], op[5], op[6], op[7]);"
               " else if (op[0] === 'first') view.firstToken(op[1], op[2]);"
               " else if (op[0] === 'finished') view.finished(op[1]);"
               " else if (op[0] === 'scraped') view.scraped(op[1], op[2]);"
@@ -237,3 +242,39 @@ def test_llm_ds_predicted_latency_scorer_decides_from_the_routers_side_once_trai
     parameters = fit_parameters(episode, [0], log=lambda _: None)
     outcomes = episode(tuned_baseline("llm_d_predicted_latency", parameters), 1)
     assert sum(o.served for o in outcomes) == len(outcomes)
+
+
+def test_a_learned_policys_observation_is_built_from_the_routers_side_and_never_reads_an_instance(monkeypatch):
+    """The workload-aware environment (the DDQN's) builds its observation with the runtime's function from
+    the router's view: between scrapes it sees the router's own sends and the last scrape, not the
+    instances, and every accessor the old observation read of an instance can raise without it noticing."""
+    from routeforge.artifacts.policy import observation_workload_aware, workload_aware_telemetry
+    from routeforge.training.policies.simulator.instance import Instance
+    from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
+
+    profile = InstanceProfile(prefill_intercept_s=0.0, prefill_s_per_token=1e-3, decode_w_s=0.01,
+                              decode_h_s_per_token=0.0, max_running=2, kv_capacity_tokens=10_000, buffer=4)
+
+    def workload(seed):
+        return [Request(rid, 0.01 * rid, 100, np.array([40]), np.array([0.5])) for rid in range(6)]
+
+    env = WorkloadAwareEnv([profile] * 2, workload, variant="aware", observe_waiting=True, observe_full=True,
+                           scrape_interval_s=1_000.0)  # one scrape, at the first decision
+    env.reset(seed=0)
+    for _ in range(5):  # five sends to instance 0
+        obs, *_ = env.step(0)
+    true = env.stepper.cluster.instances[0]
+    assert true.n_running >= 1 and true.n_running + true.n_waiting == 5  # the instance's own state ...
+    for name in ("generated", "kv_utilization", "cached_prefix_blocks", "scrape"):
+        monkeypatch.setattr(Instance, name, lambda *a, _n=name, **k: pytest.fail(f"the observation read {_n}"))
+    for name in ("n_running", "n_waiting"):
+        monkeypatch.setattr(Instance, name, property(lambda self, _n=name: pytest.fail(f"the observation read {_n}")))
+    telemetry = env.telemetry()
+    # ... and the router's: the scrape at t = 0 counted nothing, no first token has come (each prefill
+    # takes 0.1 s): all five sends wait as far as it can tell, and the queue of four is full
+    assert telemetry[0]["waiting"] == 5 and telemetry[0]["full"] and telemetry[0]["running"] == []
+    view = env.stepper.cluster.view
+    expected = workload_aware_telemetry(view.observe(env.stepper.t), [0.5, 0.5], None, [4, 4])
+    assert telemetry == expected
+    np.testing.assert_array_equal(obs, observation_workload_aware(
+        len(env.stepper.queue), 100, 40.0, expected, env.observation_spec()))

@@ -201,7 +201,7 @@ class Cluster:
         job = Job(req.rid, req.prompt_tokens, int(req.output_tokens[inst.model]), now, hash_ids=req.hash_ids)
         outcome = Outcome(req, choice, job, now, model=inst.model)
         self.view.sent(choice, req.rid, req.prompt_tokens, req.est_tokens(inst.model), now,
-                       req.hash_ids if self.block_tokens else ())
+                       req.hash_ids if self.block_tokens else (), req.est_quality(inst.model))
         if not inst.enqueue(job, now):
             outcome.reason = job.rejected
             self.view.finished(req.rid)

@@ -5,7 +5,9 @@ QoS of a completed request (000 eq. 1): φ = s · 1[l ≤ L], s its true quality
 served it, l = (completion − arrival) / output tokens, L the per-token latency requirement. A
 dropped or rejected request has φ = 0.
 
-Observation (built by `artifacts.policy.observation_qos_graph`, the graph's node features flattened):
+Observation (built by `artifacts.policy.observation_qos_graph`, the graph's node features flattened,
+from what a router sees: `artifacts.observation`'s scrapes and the router's own sends, so a request's
+tokens generated are estimated from its age):
 - arrived request: prompt tokens, and per expert its predicted score ŝ and output length d̂;
 - expert: KV-cache utilization, running and waiting counts (/ K);
 - running and waiting requests, K slots per expert, each: present, prompt tokens, ŝ and d̂ on its
@@ -25,7 +27,7 @@ import dataclasses
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.policy import observation_qos_graph
+from routeforge.artifacts.policy import observation_qos_graph, qos_graph_telemetry
 from routeforge.training.policies.simulator.cluster import DROP, Cluster, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -126,25 +128,16 @@ class QosGraphEnv(gym.Env):
         return at_risk
 
     def telemetry(self) -> tuple[dict, list[dict]]:
-        """(the arrived request, the experts) as `artifacts.policy.observation_qos_graph` takes them."""
-        s, now = self.stepper, self.stepper.t
-        req = s.head()
-        arrived = {"prompt_tokens": req.prompt_tokens if req else 0,
-                   "predicted_score": [req.est_quality(inst.model) if req else 0.0 for inst in s.cluster.instances],
-                   "predicted_output_tokens": [req.est_tokens(inst.model) if req else 0.0
-                                               for inst in s.cluster.instances]}
-
-        def row(job, inst):
-            r = self.known[job.rid]
-            return {"prompt_tokens": job.prompt_tokens, "predicted_score": r.est_quality(inst.model),
-                    "predicted_output_tokens": r.est_tokens(inst.model), "generated_tokens": inst.generated(job),
-                    "age_s": now - r.arrival}
-
-        experts = [{"kv_utilization": inst.kv_utilization(), "kv_capacity_tokens": inst.profile.kv_capacity_tokens,
-                    "max_running": inst.profile.max_running,
-                    "running": [row(j, inst) for j in inst.running.values()],
-                    "waiting": [row(j, inst) for j in inst.waiting]} for inst in s.cluster.instances]
-        return arrived, experts
+        """(the arrived request, the experts) as `artifacts.policy.observation_qos_graph` takes them, from
+        the router's side of the cluster only (`artifacts.observation`), by the runtime's own function."""
+        s = self.stepper
+        req, router = s.head(), s.cluster.router(s.t)
+        if req is None:  # the episode is over: an empty arrival
+            asked, observed = ({"prompt_tokens": 0, "predicted_quality": [0.0] * self.n,
+                                "predicted_output_tokens": [0.0] * self.n}, router.instances())
+        else:
+            asked, observed = router.observe(req)
+        return qos_graph_telemetry(observed, asked, s.t, self.pad)
 
     def _observe(self) -> np.ndarray:
         arrived, experts = self.telemetry()

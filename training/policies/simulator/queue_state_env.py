@@ -79,9 +79,11 @@ class QueueStateBiasEnv(SlotDistributionEnv):
         return self.slo_scale * self.profiles[j].unloaded_e2e(req.prompt_tokens, tokens)
 
     def live_states(self) -> list[dict]:
-        """Per instance what `/metrics` shows: requests running and waiting, KV-cache usage."""
-        return [{"running": inst.n_running, "waiting": inst.n_waiting, "kv_usage": min(1.0, inst.kv_utilization())}
-                for inst in self.fleet.cluster.instances]
+        """Per instance what its `/metrics` scrape shows (requests running and waiting, KV-cache usage),
+        taken through the router's side of the cluster (`Cluster.router`), as the `Dispatcher` reads it."""
+        cluster = self.fleet.cluster
+        cluster.router(self.t)  # scrapes each instance whose last scrape is due
+        return [{"running": s.running, "waiting": s.waiting, "kv_usage": s.kv_usage} for s in cluster.view.scrapes]
 
     def _observe(self) -> np.ndarray:
         if self.fleet is None:

@@ -44,3 +44,11 @@ class RouterSide:
                  "hash_ids": list(hashes), "block_tokens": self.block_tokens or 0,
                  "now_s": self.now if now is None else now}
         return asked, self.instances(now)
+
+    def prefix_overlaps(self, hash_ids) -> list[float]:
+        """The share of `hash_ids` (a prompt's block ids) each instance holds as a leading run in the
+        router's own index of what it sent where (0 everywhere where the fleet caches no prefixes)."""
+        index = self._view.index
+        if index is None or not hash_ids:
+            return [0.0] * len(self._view)
+        return [blocks / len(hash_ids) for blocks in index.overlaps(hash_ids)]

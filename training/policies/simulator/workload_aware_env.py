@@ -1,7 +1,10 @@
 """001's routing environment (Gymnasium): route the request at the head of the router queue to one
 of m instances, or wait one decision interval (0.02 s).
 
-Observation (3 + 6·m; 27 for 4 instances), normalised as written in `observation_spec()`:
+Observation (3 + 6·m; 27 for 4 instances), normalised as written in `observation_spec()`, built from
+what a router sees (`routeforge.artifacts.observation`: scrapes of `/metrics` and its own sends, so
+its running requests' generated tokens are estimated from their age, and another client's requests
+are as long as the router's own on average) by the function the runtime's `Dispatcher` calls:
 - router queue length; the next request's prompt tokens and its predicted decode bucket;
 - per instance: running requests with short / long prompts, with short / long predicted outputs,
   free KV-cache share, and the estimated time until its earliest running request completes.
@@ -47,7 +50,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.policy import observation_workload_aware
+from routeforge.artifacts.policy import observation_workload_aware, workload_aware_telemetry
 from routeforge.training.policies.simulator.cluster import WAIT, Cluster, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -66,12 +69,14 @@ class WorkloadAwareEnv(gym.Env):
                  guidance_scale: float = 10.0, models: list[int] | None = None, reward: str = "completion",
                  wait_action: bool = True, observe_waiting: bool = False, observe_full: bool = False,
                  block_tokens: int | None = None, observe_prefix: bool = False, observe_quality: bool = False,
-                 quality_reward: float = 0.0):
+                 quality_reward: float = 0.0, scrape_interval_s: float = 0.0):
         """`workload(seed) -> list[Request]` gives a fresh episode's requests; `models[i]` is instance
         i's model (an index into the requests' label arrays; default 0 everywhere).
         `observe_waiting` adds each instance's waiting requests to the aware / guided observation
         (001's shows running requests only, so a request queued behind a full batch is invisible).
-        `block_tokens`: every instance caches prompt blocks of that many tokens (None: no prefix cache)."""
+        `block_tokens`: every instance caches prompt blocks of that many tokens (None: no prefix cache).
+        `scrape_interval_s`: how old an instance's `/metrics` scrape may get before the router scrapes
+        it again (the evaluation's `routing_evaluation.scrape_interval_s`)."""
         if reward not in ("completion", "in_system", "first_token"):
             raise ValueError(f"reward must be completion, in_system or first_token, got {reward!r}")
         self.reward = reward
@@ -89,6 +94,8 @@ class WorkloadAwareEnv(gym.Env):
         if not (math.isfinite(quality_reward) and quality_reward >= 0):
             raise ValueError(f"quality_reward must be a finite weight >= 0, got {quality_reward!r}")
         self.block_tokens, self.quality_reward = block_tokens, float(quality_reward)
+        self.scrape_interval_s = scrape_interval_s
+        self._buffers = [p.buffer for p in profiles]  # each waiting queue's limit, as the router is configured
         size = 3 + len(self._per_instance()) * self.m
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
         self.wait_action = wait_action
@@ -129,8 +136,8 @@ class WorkloadAwareEnv(gym.Env):
         super().reset(seed=seed)
         requests = self.workload(episode_seed(self.np_random, seed))
         self.known = {r.rid: r for r in requests}
-        self.stepper = Stepper(Cluster(self.profiles, models=self.models, block_tokens=self.block_tokens),
-                               requests, self.dt)
+        self.stepper = Stepper(Cluster(self.profiles, models=self.models, block_tokens=self.block_tokens,
+                                       scrape_interval_s=self.scrape_interval_s), requests, self.dt)
         self.active: dict[int, float] = {}  # rid -> arrival of the requests in the system
         self._awaiting: dict = {}  # rid -> outcome of the routed requests still without a first token
         self._tracked = 0  # arrivals added to `active` so far
@@ -207,22 +214,17 @@ class WorkloadAwareEnv(gym.Env):
         return self.guidance_scale * (self.alpha * r_p + (1 - self.alpha) * r_d)
 
     def telemetry(self) -> list[dict]:
-        """What a router knows of each instance, in the form `artifacts.policy.observation_workload_aware`
-        takes; `prefix_overlap` and `predicted_quality` are of the request at the head of the queue."""
-        out = []
-        head = self.stepper.head()
-        blocks = head.hash_ids if head is not None else ()
-        for inst in self.stepper.cluster.instances:
-            running = [{"prompt_tokens": j.prompt_tokens, "generated_tokens": inst.generated(j),
-                        "predicted_output_tokens": self.known[j.rid].est_tokens(inst.model)}
-                       for j in inst.running.values()]
-            out.append({"max_running": inst.profile.max_running, "kv_utilization": inst.kv_utilization(),
-                        "tpot_s": inst.profile.nominal_tpot(inst.context_tokens), "waiting": inst.n_waiting,
-                        "full": inst.profile.buffer is not None and inst.n_waiting >= inst.profile.buffer,
-                        "running": running,
-                        "prefix_overlap": inst.cached_prefix_blocks(blocks) / len(blocks) if blocks else 0.0,
-                        "predicted_quality": self._predicted_quality(head, inst.model) if head is not None else 0.0})
-        return out
+        """What the router sees of each instance (`artifacts.observation`: each instance's `/metrics`
+        scrape, at most `scrape_interval_s` old, and the router's own sends), in the form
+        `artifacts.policy.observation_workload_aware` takes, built by the runtime's own function;
+        `prefix_overlap` (from the router's own prefix index) and `predicted_quality` are of the request
+        at the head of the queue. Nothing here reads an instance: what the policy learns from, a
+        deployed router can have."""
+        head, router = self.stepper.head(), self.stepper.cluster.router(self.stepper.t)
+        observed = router.instances()
+        quality = [self._predicted_quality(head, m) if head is not None else 0.0 for m in router.models]
+        overlaps = router.prefix_overlaps(head.hash_ids) if head is not None and self.observe_prefix else None
+        return workload_aware_telemetry(observed, quality, overlaps, self._buffers)
 
     @staticmethod
     def _predicted_quality(req: Request, model: int) -> float:
