@@ -32,31 +32,19 @@ from routeforge.artifacts.registry import (
 )
 
 
-def local_store() -> Path:
-    """Where `make demo` keeps its registry: `$ROUTEFORGE_STATE/mlflow.db`, else `./.state/mlflow.db`."""
-    from routeforge.artifacts.state_folder import state_root
-
-    return state_root() / "mlflow.db"
-
-
 def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--tracking-uri, else $MLFLOW_TRACKING_URI, else the store a pipeline run recorded for the
-    reference's model (`state_folder.recorded_registry`), else the project's local store when it
-    exists (what the Makefile uses; it follows $ROUTEFORGE_STATE)."""
+    """--tracking-uri, else where `load_bundle` looks too (`state_folder.default_tracking_uri`:
+    $MLFLOW_TRACKING_URI, the store a pipeline run recorded for the reference's model, the project's
+    local store when it exists; it follows $ROUTEFORGE_STATE)."""
     if value:
         return value
     from routeforge.artifacts.registry_rest import models_ref
-    from routeforge.artifacts.state_folder import recorded_registry
+    from routeforge.artifacts.state_folder import default_tracking_uri
 
     # the reference comes first on the command line, so it is parsed before this default is filled
     params = ctx.params if ctx is not None else {}
     refs = [v for v in params.values() if isinstance(v, str) and v.startswith("models:/")]
-    if refs:
-        recorded = recorded_registry(models_ref(refs[0])[0])
-        if recorded:
-            return recorded
-    store = local_store()
-    return f"sqlite:///{store.resolve()}" if store.is_file() else None
+    return default_tracking_uri(models_ref(refs[0])[0] if refs else None)
 
 
 TRACKING_OPTION = _TRACKING = click.option(

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from routeforge.artifacts import temporary
-from routeforge.artifacts.state_folder import is_sqlite_database, sqlite_file
+from routeforge.artifacts.state_folder import default_tracking_uri, is_sqlite_database, sqlite_file, where_looked
 
 
 def is_remote_uri(ref: str) -> bool:
@@ -59,13 +59,17 @@ PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def _use_tracking(uri: str, tracking_uri: str | None) -> None:
-    """Point MLflow at the given tracking URI, else the environment's (never one an earlier call left
-    set in this process), after checking the server answers."""
+    """Point MLflow at the given tracking URI, else where the CLI looks (`state_folder.default_tracking_uri`:
+    the environment's, the store a pipeline run recorded, the state folder's own; never one an earlier
+    call left set in this process), after checking the server answers."""
     import mlflow
+    from routeforge.artifacts.registry_rest import models_ref
 
-    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    name = models_ref(uri)[0] if uri.startswith("models:/") else None
+    tracking_uri = tracking_uri or default_tracking_uri(name)
     if not tracking_uri:
-        raise ValueError(f"cannot resolve {uri}: pass a tracking URI or set MLFLOW_TRACKING_URI")
+        raise ValueError(f"cannot resolve {uri}: {where_looked(name)}: pass a tracking URI or set "
+                         "MLFLOW_TRACKING_URI")
     check_reachable(tracking_uri)
     check_store_exists(uri, tracking_uri)
     mlflow.set_tracking_uri(tracking_uri)

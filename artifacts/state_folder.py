@@ -74,6 +74,25 @@ def recorded_registry(model_name: str) -> str | None:
     return None if database is not None and not database.is_file() else uri
 
 
+def default_tracking_uri(model_name: str | None) -> str | None:
+    """Where a `models:/` reference is looked up when no tracking URI is given, as the CLI and
+    `load_bundle` both look: `$MLFLOW_TRACKING_URI`, else the store a pipeline run of this state folder
+    registered `model_name` at, else the state folder's own `mlflow.db` where it exists (`make demo`'s)."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    recorded = recorded_registry(model_name) if model_name else None
+    if recorded:
+        return recorded
+    store = state_root() / "mlflow.db"
+    return f"sqlite:///{store}" if store.is_file() else None
+
+
+def where_looked(model_name: str | None) -> str:
+    """What `default_tracking_uri` looked at, in words, for the error that it found nothing."""
+    return (f"$MLFLOW_TRACKING_URI is unset, no pipeline run recorded {model_name or 'the model'}'s registry in "
+            f"{state_root() / REGISTRIES}, and there is no {state_root() / 'mlflow.db'}")
+
+
 def _registries(path: Path) -> dict[str, str]:
     try:
         known = json.loads(path.read_text())

@@ -43,9 +43,30 @@ def test_a_folder_without_a_manifest_says_so(runner, tmp_path):
 
 def test_a_registry_reference_without_a_tracking_uri_says_what_to_do(runner, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no .state/mlflow.db here
+    monkeypatch.delenv("ROUTEFORGE_STATE", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     result = runner.invoke(main, ["bundle", "inspect", "models:/router@champion"])
+    state = tmp_path / ".state"
     assert result.exit_code == 1 and result.output.strip() == (
-        "error: cannot resolve models:/router@champion: pass a tracking URI or set MLFLOW_TRACKING_URI")
+        f"error: cannot resolve models:/router@champion: $MLFLOW_TRACKING_URI is unset, no pipeline run recorded "
+        f"router's registry in {state / 'registries.json'}, and there is no {state / 'mlflow.db'}: pass a "
+        "tracking URI or set MLFLOW_TRACKING_URI")
+
+
+def test_load_bundle_finds_the_store_as_the_cli_does(tmp_path, monkeypatch):
+    """Issue 73, item 1: the Python API resolves `models:/` where the CLI does (here the state folder's
+    own store), and says in one line where it looked when nothing is there."""
+    from routeforge.artifacts.loader import load_bundle
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ROUTEFORGE_STATE", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(ValueError, match=r"cannot resolve models:/router@champion: \$MLFLOW_TRACKING_URI is unset"):
+        load_bundle("models:/router@champion", tmp_path / "dl")
+    (tmp_path / ".state").mkdir()
+    (tmp_path / ".state" / "mlflow.db").write_bytes(b"")  # found, and then refused as not a database
+    with pytest.raises(ValueError, match=r"mlflow.db is not an SQLite database"):
+        load_bundle("models:/router@champion", tmp_path / "dl")
 
 
 def test_inside_a_checkout_the_local_store_is_the_default(tmp_path, monkeypatch):

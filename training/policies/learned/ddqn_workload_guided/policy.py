@@ -18,7 +18,9 @@ class DdqnWorkloadGuided(LearnedPolicy):
                                 block_tokens=setting.block_tokens,
                                 observe_prefix=ddqn.observe_prefix and setting.block_tokens is not None,
                                 observe_quality=ddqn.observe_quality, quality_reward=ddqn.quality_reward,
-                                reward=ddqn.latency_reward)
+                                reward=ddqn.latency_reward,
+                                # the router's scrapes as stale as the evaluation's heuristics see them
+                                scrape_interval_s=getattr(setting.evaluation, "scrape_interval_s", 0.0))
 
     def fit(self, setting, env, workload, log):
         return train_ddqn(env, seeded(self, setting.evaluation), log=log)
