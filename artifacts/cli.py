@@ -33,9 +33,9 @@ from routeforge.artifacts.registry import (
 
 
 def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--tracking-uri, else where `load_bundle` looks too (`state_folder.default_tracking_uri`:
-    $MLFLOW_TRACKING_URI, the store a pipeline run recorded for the reference's model, the project's
-    local store when it exists; it follows $ROUTEFORGE_STATE)."""
+    """--tracking-uri (or $MLFLOW_TRACKING_URI, click's envvar), else where `load_bundle` looks too
+    (`state_folder.default_tracking_uri`: the store a pipeline run recorded for the reference's model,
+    the project's local store when it exists; it follows $ROUTEFORGE_STATE)."""
     if value:
         return value
     from routeforge.artifacts.registry_rest import models_ref

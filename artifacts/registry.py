@@ -66,7 +66,7 @@ def _use_tracking(uri: str, tracking_uri: str | None) -> None:
     from routeforge.artifacts.registry_rest import models_ref
 
     name = models_ref(uri)[0] if uri.startswith("models:/") else None
-    tracking_uri = tracking_uri or default_tracking_uri(name)
+    tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(name)
     if not tracking_uri:
         raise ValueError(f"cannot resolve {uri}: {where_looked(name)}: pass a tracking URI or set "
                          "MLFLOW_TRACKING_URI")

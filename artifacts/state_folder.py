@@ -75,11 +75,10 @@ def recorded_registry(model_name: str) -> str | None:
 
 
 def default_tracking_uri(model_name: str | None) -> str | None:
-    """Where a `models:/` reference is looked up when no tracking URI is given, as the CLI and
-    `load_bundle` both look: `$MLFLOW_TRACKING_URI`, else the store a pipeline run of this state folder
-    registered `model_name` at, else the state folder's own `mlflow.db` where it exists (`make demo`'s)."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
+    """Where a `models:/` reference is looked up when neither a tracking URI nor `$MLFLOW_TRACKING_URI`
+    is given (the CLI's option and `load_bundle` read those first): the store a pipeline run of this
+    state folder registered `model_name` at, else the state folder's own `mlflow.db` where it exists
+    (`make demo`'s)."""
     recorded = recorded_registry(model_name) if model_name else None
     if recorded:
         return recorded
