@@ -185,6 +185,7 @@ class Dispatcher:
         self.prefill_k = np.array([max(1e-7, f["prefill_grad_s_per_token"]) for f in fits])
         self.decode_w = np.array([max(1e-7, f["decode_w_s"]) for f in fits])
         self.decode_h = np.array([max(0.0, f["decode_h_s_per_token"]) for f in fits])
+        self.decode_s = np.array([max(0.0, f.get("decode_s_per_seq") or 0.0) for f in fits])  # 0 in older bundles
         self.model_of = np.array([i["model_index"] for i in self.instances])
         prices = {m.name: (m.input_per_mtok or 0.0, m.output_per_mtok or 0.0) for m in bundle.manifest.fleet.models}
         self.price_in = np.array([prices.get(m, (0.0, 0.0))[0] for m in self.models]) / 1e6
@@ -236,12 +237,13 @@ class Dispatcher:
         """(TTFT, E2E) in seconds of a request sent to each instance now (`output_tokens` per
         instance). Requests ahead of it beyond the batch limit drain at the batch's pace; its own
         prefill shares a step with the waiting ones; it then decodes at a step time that grows with
-        the KV cache's content."""
+        the KV cache's content (and with the batch, where the tier's fit has a per-sequence term)."""
         running = np.array([s.running for s in states])
         waiting = np.array([s.waiting for s in states])
         context = np.array([s.kv_usage for s in states]) * self.kv_tokens
         out = np.maximum(1.0, output_tokens)
-        step = self.decode_w + self.decode_h * (context + prompt_tokens + out / 2)
+        batch = np.minimum(self.max_running, running + 1)
+        step = self.decode_w + self.decode_s * batch + self.decode_h * (context + prompt_tokens + out / 2)
         ahead = np.maximum(0.0, running + waiting + 1 - self.max_running)
         drain = ahead * out * step / self.max_running  # a slot frees every (output · step / batch) s
         prefill = self.prefill_c + self.prefill_k * prompt_tokens * (1 + waiting)

@@ -144,6 +144,10 @@ class TierFit:
     # prefill's attention: each prompt token attends to every token before it, a·(p²/2) seconds for a prompt
     # of p alone (compute-bound, quadratic; 0 where the rows cannot tell it from the linear term)
     prefill_attention_s_per_token2: float = 0.0
+    # decode's cost per sequence in the step (its token through the layers, its sampling): S of
+    # W + S·b + H·tokens; 0 where the rows cannot tell it from the context term (a GPU's decode reads the
+    # weights once for the batch, a CPU computes each sequence's token)
+    decode_s_per_seq: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -151,8 +155,8 @@ class TierFit:
     def prefill_s(self, prefill_tokens: float) -> float:
         return self.prefill_intercept_s + self.prefill_grad_s_per_token * prefill_tokens
 
-    def decode_iter_s(self, context_tokens: float) -> float:
-        return self.decode_w_s + self.decode_h_s_per_token * context_tokens
+    def decode_iter_s(self, context_tokens: float, batch: float = 1.0) -> float:
+        return self.decode_w_s + self.decode_s_per_seq * batch + self.decode_h_s_per_token * context_tokens
 
 
 def fit_tier(measurements: list[BatchMeasurement], step_tokens: int | None = None) -> TierFit:
@@ -166,6 +170,7 @@ def fit_tier(measurements: list[BatchMeasurement], step_tokens: int | None = Non
     c1, k1, attention, r2p = _with_attention(measurements, prefill, kept_p, (c1, k1, 0.0, r2p), step_tokens)
     decode = np.array([m.decode_iter_s for m in measurements])
     h, w, r2d, kept_d = _linear(np.array([m.mean_context_tokens for m in measurements], dtype=float), decode)
+    w, per_seq, h, r2d = _with_batch_term(measurements, decode, kept_d, (w, 0.0, h, r2d))
 
     def dropped(kept: np.ndarray) -> list[tuple[int, int, int]]:
         return sorted({(m.batch_size, m.prompt_tokens, m.output_tokens) for m, k in zip(measurements, kept) if not k})
@@ -187,8 +192,34 @@ def fit_tier(measurements: list[BatchMeasurement], step_tokens: int | None = Non
         batch_for_theta=largest, n_measurements=len(measurements),
         prefill_dropped=dropped(kept_p), decode_dropped=dropped(kept_d),
         fitted_prompt_tokens_max=float(max(m.prompt_tokens for m in measurements)),
-        prefill_attention_s_per_token2=attention,
+        prefill_attention_s_per_token2=attention, decode_s_per_seq=per_seq,
     )
+
+
+def _with_batch_term(measurements, decode: np.ndarray, kept: np.ndarray,
+                     linear: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+    """(W, S, H, R²) of decode step ≈ W + S·b + H·tokens (non-negative least squares on the kept rows)
+    where the per-sequence term explains the rows better than the line (R² up by 0.01 or more, with at
+    least three batch sizes); else the line, S = 0. Why: on a CPU each sequence's token costs its pass
+    through the layers, so a batch of 16 short prompts steps 2× a batch of one (a line in the tokens
+    alone had R² 0.46 on the vLLM CPU server of benchmarks/simulator_vs_vllm.py), and a simulator
+    without it has capacity the server does not near saturation."""
+    from scipy.optimize import nnls
+
+    b = np.array([m.batch_size for m in measurements], dtype=float)[kept]
+    tokens = np.array([m.mean_context_tokens for m in measurements], dtype=float)[kept]
+    y = decode[kept]
+    if len({int(v) for v in b}) < 3 or len(y) < 4:
+        return linear
+    design = np.column_stack([np.ones_like(b), b, tokens])
+    scale = np.maximum(design.max(axis=0), 1e-12)
+    coef, _ = nnls(design / scale, y)
+    coef = coef / scale
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(((y - design @ coef) ** 2).sum()) / total if total > 0 else 1.0
+    if r2 < linear[3] + 0.01 or coef[1] <= 0 or coef[0] <= 0:
+        return linear
+    return float(coef[0]), float(coef[1]), float(coef[2]), r2
 
 
 def _with_attention(measurements, prefill: np.ndarray, kept: np.ndarray,

@@ -148,7 +148,7 @@ def _ape(predicted: np.ndarray, true: np.ndarray) -> float:
 
 
 def _classic_line(fit: TierFit, ms: list[BatchMeasurement]) -> dict[str, np.ndarray]:
-    return {"tpot": np.array([fit.decode_iter_s(m.mean_context_tokens) for m in ms]),
+    return {"tpot": np.array([fit.decode_iter_s(m.mean_context_tokens, m.batch_size) for m in ms]),
             "ttft": np.array([fit.prefill_s(m.prefill_tokens) for m in ms])}
 
 

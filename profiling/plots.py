@@ -30,7 +30,8 @@ def _save(plt, fig, path: Path, title: str) -> Path:
 
 def plot_batch_fit(ms: list[BatchMeasurement], fit: TierFit, path: Path, title: str) -> Path:
     """Prefill time against prompt tokens in the batch, decode iteration against context tokens,
-    each with its fitted line and R²."""
+    each with its fit and R² (the decode fit's value at each measured batch where it has a per-sequence
+    term, which makes it no line in the tokens alone)."""
     plt, fig, (a, b) = _figure(2)
     x = np.array([m.prefill_tokens for m in ms], float)
     a.scatter(x, [m.prefill_s * 1e3 for m in ms], s=12, label="measured")
@@ -40,7 +41,11 @@ def plot_batch_fit(ms: list[BatchMeasurement], fit: TierFit, path: Path, title: 
     c = np.array([m.mean_context_tokens for m in ms], float)
     b.scatter(c, [m.decode_iter_s * 1e3 for m in ms], s=12, label="measured")
     grid = np.linspace(0, c.max(), 50)
-    b.plot(grid, [fit.decode_iter_s(g) * 1e3 for g in grid], "r-", label=f"W + H·tokens, R² {fit.decode_r2:.3f}")
+    if fit.decode_s_per_seq > 0:
+        b.scatter(c, [fit.decode_iter_s(m.mean_context_tokens, m.batch_size) * 1e3 for m in ms], s=16, marker="x",
+                  color="r", label=f"W + S·batch + H·tokens, R² {fit.decode_r2:.3f}")
+    else:
+        b.plot(grid, [fit.decode_iter_s(g) * 1e3 for g in grid], "r-", label=f"W + H·tokens, R² {fit.decode_r2:.3f}")
     b.set(xlabel="context tokens in the running batch", ylabel="decode iteration (ms)", title="decode")
     for ax in (a, b):
         ax.legend()

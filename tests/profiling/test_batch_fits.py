@@ -17,6 +17,22 @@ def test_fit_recovers_known_gradients_exactly():
     assert fit.epsilon > 1.0  # a bigger batch makes each iteration slower
 
 
+def test_a_per_sequence_decode_cost_is_fitted_where_the_rows_show_it():
+    """Rows made as W + S·b + H·tokens (a CPU server's decode, each sequence's token through the layers):
+    the fit recovers S; rows without it (the test above) keep S = 0."""
+    w, s, h = 0.018, 1.3e-3, 1.1e-6
+    ms = [BatchMeasurement(b, p, t, 0.01 + 2e-4 * b * p, w + s * b + h * b * (p + t / 2))
+          for b in (1, 2, 4, 8, 16) for p in (64, 256, 768) for t in (24,)]
+    fit = fit_tier(ms)
+    assert fit.decode_s_per_seq == pytest.approx(s, rel=1e-6) and fit.decode_w_s == pytest.approx(w, rel=1e-6)
+    assert fit.decode_h_s_per_token == pytest.approx(h, rel=1e-6) and fit.decode_r2 == pytest.approx(1.0)
+    assert fit.decode_iter_s(1000.0, 4) == pytest.approx(w + 4 * s + h * 1000)
+    k1, c, w0, h0 = 3.2e-4, 0.01, 0.02, 3.3e-5
+    line = fit_tier([BatchMeasurement(b, p, t, c + k1 * b * p, w0 + h0 * b * (p + t / 2))
+                     for b in (1, 2, 4, 8) for p in (128, 512, 1024) for t in (64, 256)])
+    assert line.decode_s_per_seq == 0.0
+
+
 def test_splitwise_tiers_import_and_fit(shared_data):
     tiers = import_splitwise(shared_data / "profiles" / "splitwise_perf_model.csv")
     assert len(tiers) == 8 and all(len(t.measurements) == 105 for t in tiers.values())

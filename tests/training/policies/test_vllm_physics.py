@@ -121,3 +121,22 @@ def test_the_pool_running_out_preempts_the_latest_admitted_which_recomputes_what
 def test_a_request_larger_than_the_pool_is_rejected():
     outcomes = Cluster([_profile(kv_capacity_tokens=500)]).run([_request(0, 0.0, 600, 3)], BASELINES["round_robin"]())
     assert not outcomes[0].served and outcomes[0].reason == "larger than the KV cache"
+
+
+def test_a_decode_step_costs_each_sequence_in_it_where_the_fit_has_a_per_sequence_term():
+    """S = 1e-3 s per sequence, W = 0.02, H = 0, budget 8,192. A (arriving at 0) and B (at 0.001 s),
+    100 prompt tokens each, 4 output tokens. A's prefill step: 0.01 + 0.01 = 0.02 s (first token at 0.02).
+    B's prefill rides the next step with A's decode: 0.01 + 0.01 + (0.02 + 1e-3 · 1) = 0.041 s, ending at
+    0.061. Then both decode in lock step at 0.02 + 2e-3 = 0.022 s a step: A's last two tokens end at
+    0.083 and 0.105; B decodes alone after, at 0.021 s: its last token at 0.105 + 0.021 = 0.126."""
+    profile = _profile(decode_s_per_seq=1e-3, max_num_batched_tokens=8192)
+    a, b = _request(0, 0.0, 100, 4), _request(1, 0.001, 100, 4)
+    outcomes = Cluster([profile]).run([a, b], BASELINES["round_robin"]())
+    assert outcomes[0].ttft == pytest.approx(0.02)
+    assert outcomes[1].ttft == pytest.approx(0.061 - 0.001)
+    assert outcomes[0].e2e == pytest.approx(0.105)
+    assert outcomes[1].e2e == pytest.approx(0.126 - 0.001)
+    assert profile.nominal_tpot(0.0, batch=2) == pytest.approx(0.022)
+    # without the term the same two requests finish sooner: the batch costs nothing per sequence
+    plain = Cluster([_profile(max_num_batched_tokens=8192)]).run([a, b], BASELINES["round_robin"]())
+    assert plain[1].e2e < outcomes[1].e2e

@@ -6,7 +6,7 @@ prefilling takes as much of its remaining prompt as the budget leaves; then wait
 admitted first come first served while a sequence slot, budget and KV memory remain, each starting
 its prefill with the chunk the budget allows. A step costs
     [c + k1 · prefill tokens + Σ over the prefilling requests of a · n · (h + n/2)]
-  + [W + H · context tokens of the decoding requests]
+  + [W + S · decoding requests + H · their context tokens]
 (the tier profile's prefill and decode fits, `profiling.batch_fits.TierFit`): a chunk of n tokens
 attends to the h its request already holds (cached, or computed by earlier chunks) and to itself, the
 quadratic term a the fit finds at long prompts; a fit without it (a = 0) charges one read of the held
@@ -44,7 +44,8 @@ from routeforge.training.policies.simulator.kv_pool import KvPool
 # the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
 FIT_FLOORS = {"prefill_intercept_s": 0.0, "prefill_grad_s_per_token": 1e-7, "decode_w_s": 1e-7,
               "decode_h_s_per_token": 0.0}
-OPTIONAL_TERMS = {"prefill_attention_s_per_token2": 0.0}  # fitted where the rows show it (profiling.batch_fits)
+# fitted where the rows show them (profiling.batch_fits)
+OPTIONAL_TERMS = {"prefill_attention_s_per_token2": 0.0, "decode_s_per_seq": 0.0}
 
 
 # why a job was rejected (`Job.rejected`)
@@ -67,12 +68,14 @@ class InstanceProfile:
     # prefill attention: a chunk of n tokens over h already held costs a · n · (h + n/2) more (0: the tier's
     # fit cannot tell it; the chunk then reads its held context at the decode slope, H · h)
     prefill_attention_s_per_token2: float = 0.0
+    # decode's cost per sequence in a step (S of W + S·b + H·tokens; 0: the tier's fit cannot tell it)
+    decode_s_per_seq: float = 0.0
 
     def __post_init__(self):
         for name in ("prefill_s_per_token", "decode_w_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"InstanceProfile.{name} must be positive, got {getattr(self, name)}")
-        for name in ("prefill_intercept_s", "decode_h_s_per_token"):
+        for name in ("prefill_intercept_s", "decode_h_s_per_token", "decode_s_per_seq"):
             if getattr(self, name) < 0:
                 raise ValueError(f"InstanceProfile.{name} must not be negative, got {getattr(self, name)}")
         if self.max_running < 1 or self.kv_capacity_tokens < 2 or self.max_num_batched_tokens < 1:
@@ -94,8 +97,9 @@ class InstanceProfile:
         """The fitted terms `from_fit` raises to their floor, with their fitted values."""
         return {key: fit[key] for key, floor in FIT_FLOORS.items() if not fit[key] >= floor}
 
-    def nominal_tpot(self, context_tokens: float = 0.0) -> float:
-        return self.decode_w_s + self.decode_h_s_per_token * context_tokens
+    def nominal_tpot(self, context_tokens: float = 0.0, batch: float = 1.0) -> float:
+        """One decode step of `batch` sequences holding `context_tokens` in all."""
+        return self.decode_w_s + self.decode_s_per_seq * batch + self.decode_h_s_per_token * context_tokens
 
     def prefill_s(self, prompt_tokens: float, cached_tokens: float = 0.0) -> float:
         """Seconds a request's prefill takes alone: its uncached tokens in chunks of the step budget,
@@ -124,7 +128,7 @@ class InstanceProfile:
         """Requests per second one instance sustains for requests of this mean size: each costs its
         own prefill step time, plus its share of decode steps run at the largest batch that fits."""
         batch = max(1.0, min(self.max_running, self.kv_capacity_tokens / (prompt_tokens + output_tokens)))
-        step = self.nominal_tpot(batch * (prompt_tokens + output_tokens / 2))
+        step = self.nominal_tpot(batch * (prompt_tokens + output_tokens / 2), batch)
         per_request = self.prefill_s(prompt_tokens) + output_tokens * step / batch
         return 1.0 / per_request
 
@@ -343,7 +347,7 @@ class Instance:
         step = (p.prefill_intercept_s + p.prefill_s_per_token * sum(plan.values())
                 + sum(p.context_read_s(chunk, self.running[rid].computed) for rid, chunk in plan.items()))
         if decoding:
-            step += p.decode_w_s + p.decode_h_s_per_token * context
+            step += p.decode_w_s + p.decode_s_per_seq * decoding + p.decode_h_s_per_token * context
         self.clock += step
         self.busy_s += step
         self.counter += 1
@@ -389,7 +393,8 @@ class Instance:
         to_finish = self.finishes[0][0] - self.counter
         steps = 1 if self.prefilling else min(to_finish, room, self._steps_before(until, n, c0))
         steps = max(1, steps)
-        duration = steps * p.decode_w_s + p.decode_h_s_per_token * (steps * c0 + n * steps * (steps - 1) / 2)
+        duration = (steps * (p.decode_w_s + p.decode_s_per_seq * n)
+                    + p.decode_h_s_per_token * (steps * c0 + n * steps * (steps - 1) / 2))
         self.clock += duration
         self.busy_s += duration
         self.counter += steps
@@ -403,7 +408,7 @@ class Instance:
         p = self.profile
         budget = until - self.clock
         h = p.decode_h_s_per_token
-        a, b = h * n / 2, p.decode_w_s + h * (c0 - n / 2)
+        a, b = h * n / 2, p.decode_w_s + p.decode_s_per_seq * n + h * (c0 - n / 2)
         # S(j) = a j² + b j < budget; the largest such j, plus one for step 0
         j = (-b + math.sqrt(b * b + 4 * a * budget)) / (2 * a) if a > 0 else budget / b
         j = max(0, math.ceil(j) - 1)

@@ -50,7 +50,8 @@ def plan(profile: InstanceProfile, prompt: int, out: int, start: float) -> tuple
 
 def _decode(p: InstanceProfile, steps: int, c0: int) -> float:
     # `Instance._decode_stretch` with one request running
-    return steps * p.decode_w_s + p.decode_h_s_per_token * (steps * c0 + steps * (steps - 1) / 2)
+    return (steps * (p.decode_w_s + p.decode_s_per_seq)
+            + p.decode_h_s_per_token * (steps * c0 + steps * (steps - 1) / 2))
 
 
 class SingleServerFleet:
