@@ -187,6 +187,7 @@ class Dispatcher:
         self.decode_h = np.array([max(0.0, f["decode_h_s_per_token"]) for f in fits])
         self.decode_s = np.array([max(0.0, f.get("decode_s_per_seq") or 0.0) for f in fits])  # 0 in older bundles
         self.model_of = np.array([i["model_index"] for i in self.instances])
+        self._served_models = sorted(set(self.model_of.tolist()))  # the models some instance serves
         prices = {m.name: (m.input_per_mtok or 0.0, m.output_per_mtok or 0.0) for m in bundle.manifest.fleet.models}
         self.price_in = np.array([prices.get(m, (0.0, 0.0))[0] for m in self.models]) / 1e6
         self.price_out = np.array([prices.get(m, (0.0, 0.0))[1] for m in self.models]) / 1e6
@@ -290,7 +291,7 @@ class Dispatcher:
                 ids = request["hash_ids"]
                 overlaps = [blocks / len(ids) for blocks in self._prefix.overlaps(ids)]
             telemetry = workload_aware_telemetry(observed, request["predicted_quality"], overlaps)
-            predicted = float(np.mean(tokens[sorted(set(self.model_of.tolist()))]))
+            predicted = float(np.mean(tokens[self._served_models]))
             observation = observation_workload_aware(0, request["prompt_tokens"], predicted, telemetry, spec)
             scores = self.policy.scores(observation)[0][:len(self.instances)]  # the last: wait
         return int(np.argmax(scores))

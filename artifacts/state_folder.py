@@ -82,14 +82,18 @@ def default_tracking_uri(model_name: str | None) -> str | None:
     recorded = recorded_registry(model_name) if model_name else None
     if recorded:
         return recorded
-    store = state_root() / "mlflow.db"
-    return f"sqlite:///{store}" if store.is_file() else None
+    return f"sqlite:///{local_store()}" if local_store().is_file() else None
+
+
+def local_store() -> Path:
+    """The state folder's own MLflow store, `make demo`'s: `<state folder>/mlflow.db`."""
+    return state_root() / "mlflow.db"
 
 
 def where_looked(model_name: str | None) -> str:
     """What `default_tracking_uri` looked at, in words, for the error that it found nothing."""
     return (f"$MLFLOW_TRACKING_URI is unset, no pipeline run recorded {model_name or 'the model'}'s registry in "
-            f"{state_root() / REGISTRIES}, and there is no {state_root() / 'mlflow.db'}")
+            f"{state_root() / REGISTRIES}, and there is no {local_store()}")
 
 
 def _registries(path: Path) -> dict[str, str]:

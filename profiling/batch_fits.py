@@ -196,27 +196,34 @@ def fit_tier(measurements: list[BatchMeasurement], step_tokens: int | None = Non
     )
 
 
+def _nnls_r2(design: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Non-negative least squares of `y` on `design`'s columns (each scaled to its largest value so that
+    terms of very different units are solved alike; `weight` per row, e.g. 1/y for relative errors),
+    with the fit's R² on `y` itself."""
+    from scipy.optimize import nnls
+
+    scale = np.maximum(design.max(axis=0), 1e-12)
+    w = np.ones_like(y) if weight is None else weight
+    coef, _ = nnls(design / scale * w[:, None], y * w)
+    coef = coef / scale
+    total = float(((y - y.mean()) ** 2).sum())
+    return coef, (1.0 - float(((y - design @ coef) ** 2).sum()) / total if total > 0 else 1.0)
+
+
 def _with_batch_term(measurements, decode: np.ndarray, kept: np.ndarray,
                      linear: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
     """(W, S, H, R²) of decode step ≈ W + S·b + H·tokens (non-negative least squares on the kept rows)
     where the per-sequence term explains the rows better than the line (R² up by 0.01 or more, with at
     least three batch sizes); else the line, S = 0. Why: on a CPU each sequence's token costs its pass
-    through the layers, so a batch of 16 short prompts steps 2× a batch of one (a line in the tokens
-    alone had R² 0.46 on the vLLM CPU server of benchmarks/simulator_vs_vllm.py), and a simulator
-    without it has capacity the server does not near saturation."""
-    from scipy.optimize import nnls
-
+    through the layers, so a batch of many short prompts steps far slower than one of a single prompt
+    holding as many tokens (benchmarks/simulator_vs_vllm.py's vLLM CPU server), and a simulator without
+    it has capacity the server does not near saturation."""
     b = np.array([m.batch_size for m in measurements], dtype=float)[kept]
     tokens = np.array([m.mean_context_tokens for m in measurements], dtype=float)[kept]
     y = decode[kept]
     if len({int(v) for v in b}) < 3 or len(y) < 4:
         return linear
-    design = np.column_stack([np.ones_like(b), b, tokens])
-    scale = np.maximum(design.max(axis=0), 1e-12)
-    coef, _ = nnls(design / scale, y)
-    coef = coef / scale
-    total = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float(((y - design @ coef) ** 2).sum()) / total if total > 0 else 1.0
+    coef, r2 = _nnls_r2(np.column_stack([np.ones_like(b), b, tokens]), y)
     if r2 < linear[3] + 0.01 or coef[1] <= 0 or coef[0] <= 0:
         return linear
     return float(coef[0]), float(coef[1]), float(coef[2]), r2
@@ -230,21 +237,13 @@ def _with_attention(measurements, prefill: np.ndarray, kept: np.ndarray,
     more, with at least three prompt lengths); else the line, a = 0. Why: at long prompts each token's
     attention over the ones before it dominates a prefill (a 4,096-token prompt costs 12× a 768-token one
     on a small CPU model), which a line through short prompts underestimates."""
-    from scipy.optimize import nnls
-
     b = np.array([m.batch_size for m in measurements], dtype=float)[kept]
     p = np.array([m.prompt_tokens for m in measurements], dtype=float)[kept]
     y = prefill[kept]
     if len({int(v) for v in p}) < 3 or len(y) < 4:
         return linear
     steps = np.ceil(b * p / step_tokens) if step_tokens else np.ones_like(p)
-    design = np.column_stack([steps, b * p, b * p * p / 2])
-    scale = design.max(axis=0)
-    weight = 1.0 / np.maximum(y, 1e-9)
-    coef, _ = nnls(design / scale * weight[:, None], y * weight)
-    coef = coef / scale
-    total = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float(((y - design @ coef) ** 2).sum()) / total if total > 0 else 1.0
+    coef, r2 = _nnls_r2(np.column_stack([steps, b * p, b * p * p / 2]), y, weight=1.0 / np.maximum(y, 1e-9))
     if (r2 < linear[3] + 0.01 and not step_tokens) or coef[2] <= 0:
         return linear
     return float(coef[0]), float(coef[1]), float(coef[2]), r2

@@ -81,9 +81,8 @@ class QueueStateBiasEnv(SlotDistributionEnv):
     def live_states(self) -> list[dict]:
         """Per instance what its `/metrics` scrape shows (requests running and waiting, KV-cache usage),
         taken through the router's side of the cluster (`Cluster.router`), as the `Dispatcher` reads it."""
-        cluster = self.fleet.cluster
-        cluster.router(self.t)  # scrapes each instance whose last scrape is due
-        return [{"running": s.running, "waiting": s.waiting, "kv_usage": s.kv_usage} for s in cluster.view.scrapes]
+        return [{"running": s.running, "waiting": s.waiting, "kv_usage": s.kv_usage}
+                for s in self.fleet.cluster.router(self.t).scrapes()]
 
     def _observe(self) -> np.ndarray:
         if self.fleet is None:

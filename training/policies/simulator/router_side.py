@@ -30,6 +30,10 @@ class RouterSide:
         """Requests running and waiting per instance, as the router counts them."""
         return self._view.outstanding(self.now)
 
+    def scrapes(self) -> list:
+        """Each instance's latest `/metrics` scrape (`Scrape`), as the router holds them."""
+        return list(self._view.scrapes)
+
     def instances(self, now: float | None = None) -> list[ObservedInstance]:
         return self._view.observe(self.now if now is None else now)
 

@@ -222,14 +222,9 @@ class WorkloadAwareEnv(gym.Env):
         deployed router can have."""
         head, router = self.stepper.head(), self.stepper.cluster.router(self.stepper.t)
         observed = router.instances()
-        quality = [self._predicted_quality(head, m) if head is not None else 0.0 for m in router.models]
+        quality = [head.est_quality(m) if head is not None else 0.0 for m in router.models]  # NaN read as 0
         overlaps = router.prefix_overlaps(head.hash_ids) if head is not None and self.observe_prefix else None
         return workload_aware_telemetry(observed, quality, overlaps, self._buffers)
-
-    @staticmethod
-    def _predicted_quality(req: Request, model: int) -> float:
-        q = req.est_quality(model)
-        return q if math.isfinite(q) else 0.0
 
     def _predicted_tokens(self, req: Request) -> float:
         """The next request's predicted output length: on the fleet's one model (001), or the mean
