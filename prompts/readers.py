@@ -26,6 +26,7 @@ from routeforge.core.config import (
 from routeforge.core.json_lines import LineError, strict_json
 from routeforge.core.kinds import DATASET_KINDS
 from routeforge.core.storage import Quarantine
+from routeforge.core.text_encoding import foreign_encoding, strip_utf8_bom, undecodable
 from routeforge.prompts.response_tables import (
     ImportedResponse,
     read_routellm,
@@ -109,16 +110,25 @@ def record_prompt(ds: FileDataset | HFDataset, rec: Any, row_id: str) -> RawProm
 
 
 def decoded_lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
-    """(line number, text) per non-blank line, gzip or plain; an undecodable line gives a RowError."""
+    """(line number, text) per non-blank line, gzip or plain, a UTF-8 byte-order mark dropped; an
+    undecodable line gives a RowError naming its byte, and every line of a UTF-16 or UTF-32 file
+    one naming the file's encoding (`config validate` refuses such a file before a run)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
+        foreign = foreign_encoding(f.peek(4096) if hasattr(f, "peek") else b"")
         for line_no, raw in enumerate(f, start=1):
+            if line_no == 1:
+                raw = strip_utf8_bom(raw)
+            if foreign is not None:
+                if raw.strip(b"\x00\r\n \t"):
+                    yield line_no, RowError(f"the file is {foreign[1]}, not UTF-8")
+                continue
             if not raw.strip():
                 continue
             try:
                 yield line_no, raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:
-                yield line_no, RowError(f"invalid UTF-8 at byte {exc.start}")
+                yield line_no, RowError(undecodable(raw, exc))
 
 
 def jsonl_records(path: Path) -> Iterator[tuple[str, Any]]:
@@ -142,8 +152,9 @@ def csv_records(path: Path) -> Iterator[tuple[str, Any]]:
     """A CSV file's rows by header; a row with more cells than the header, or with undecodable bytes, is
     a RowError (quarantined with its line), never the end of the file."""
     csv.field_size_limit(sys.maxsize)
-    # surrogateescape keeps undecodable bytes visible per row instead of failing the file
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+    # surrogateescape keeps undecodable bytes visible per row instead of failing the file; utf-8-sig
+    # drops a byte-order mark that would otherwise be glued to the first column's name
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f)
         for rec in reader:
             row_id = f"{path.name}:{reader.line_num}"

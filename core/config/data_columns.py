@@ -18,14 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from routeforge.core.config.base import did_you_mean
+from routeforge.core.text_encoding import file_encoding_problem, strip_utf8_bom
 
 SAMPLE_ROWS = 200  # rows read for a JSON-lines or JSON file's columns
 MAX_TASK_ROWS = 1_000_000  # rows read for the tasks of a file; a larger file's tasks are not checked
 
 
 def _open_csv(path: Path):
-    """A CSV file opened as the prompt reader opens it (undecodable bytes kept, not an error)."""
-    return open(path, newline="", encoding="utf-8", errors="surrogateescape")
+    """A CSV file opened as the prompt reader opens it (undecodable bytes kept, not an error; a UTF-8
+    byte-order mark dropped, not glued to the first column's name)."""
+    return open(path, newline="", encoding="utf-8-sig", errors="surrogateescape")
 
 
 def _rows(path: Path, limit: int) -> Iterator[dict]:
@@ -48,19 +50,19 @@ def _rows(path: Path, limit: int) -> Iterator[dict]:
                 yield row
         return
     if path.suffix.lower() == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
         yield from (r for r in (data if isinstance(data, list) else [])[:limit] if isinstance(r, dict))
         return
     if suffixes.endswith((".jsonl", ".ndjson")):
-        with open(path, encoding="utf-8") as handle:
+        with open(path, "rb") as handle:
             for k, line in enumerate(handle):
                 if k >= limit:
                     return
                 if line.strip():
                     try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # the run quarantines it, with the line
+                        row = json.loads(strip_utf8_bom(line) if k == 0 else line)
+                    except (UnicodeDecodeError, json.JSONDecodeError):
+                        continue  # the run quarantines it, with the line: no column or task is read from it
                     if isinstance(row, dict):
                         yield row
 
@@ -85,6 +87,8 @@ def columns_of(path: Path) -> frozenset[str] | None:
 @functools.lru_cache(maxsize=64)
 def _columns(stamp: tuple[str, int, int]) -> frozenset[str] | None:
     path = Path(stamp[0])
+    if path.suffix.lower() != ".parquet" and file_encoding_problem(path):
+        return None  # not UTF-8: said once, by `data_rows`, not as columns of garbled names
     if path.suffix.lower() == ".parquet":
         import pyarrow.parquet as pq
 
@@ -139,6 +143,37 @@ def column_problems(fleet) -> list[str]:
                     listed = ", ".join(sorted(columns))
                     problems.append(f"datasets.{i} ({ds.name}).{field}: {named} is not a column of {path.name}"
                                     f"{did_you_mean(column, columns)} (its columns: {listed}){fix}")
+    return problems
+
+
+def trace_problems(fleet) -> list[str]:
+    """The routing evaluation's trace against the columns it is read by (`timestamp`, `prompt_tokens`,
+    `output_tokens`, `hash_ids`; Azure's names where the trace is a bare path): a missing one used to
+    pass validate and fail the training stage after every response was generated and scored."""
+    trace = fleet.training.routing_evaluation.trace
+    if trace is None:
+        return []
+    from routeforge.core.config.training import TraceSettings
+
+    path = trace if isinstance(trace, Path) else trace.path
+    fmt = None if isinstance(trace, Path) else trace.format
+    if fmt is not None and not "".join(path.suffixes[-2:]).lower().endswith((f".{fmt}", ".ndjson")):
+        return []  # a format its suffix does not say: read as the run reads it, not here
+    columns = columns_of(path)
+    if columns is None:
+        return []
+    named = [(f, getattr(trace, f, TraceSettings.model_fields[f].default))
+             for f in ("timestamp", "prompt_tokens", "output_tokens", "hash_ids")]
+    where = "training.routing_evaluation.trace" + ("" if isinstance(trace, Path) else ".")
+    problems = []
+    for field, column in named:
+        if column is not None and column not in columns:
+            at = f"{where}{field}" if not isinstance(trace, Path) else f"{where} ({field})"
+            problems.append(f"{at}: {column!r} is not a column of {path.name}{did_you_mean(column, columns)} "
+                            f"(its columns: {', '.join(sorted(columns))})")
+    if problems and isinstance(trace, Path):
+        problems[-1] += ("; a trace with other columns names them: trace: {path: …, timestamp: …, prompt_tokens: …, "
+                         "output_tokens: …}")
     return problems
 
 

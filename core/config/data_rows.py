@@ -21,6 +21,7 @@ from pathlib import Path
 from routeforge.core.config.base import did_you_mean
 from routeforge.core.config.data_columns import _stamp  # one file-version key for both caches
 from routeforge.core.kinds import SOURCE_KINDS
+from routeforge.core.text_encoding import file_encoding_problem, strip_utf8_bom, undecodable
 
 MAX_ROWS_READ = 1_000_000  # lines read per file; a longer file's rest is not checked
 MAX_BYTES_READ = 512 << 20  # a larger file is not read here (the run reads it)
@@ -31,6 +32,7 @@ class FileRows:
     """What a local data file holds, as far as validation reads it."""
 
     rows: int = 0  # rows that are objects (JSON) or records (CSV, Parquet)
+    encoding: str = ""  # the file is not UTF-8: what it is and how to convert it (`text_encoding`)
     bad: int = 0  # lines that are not a JSON object
     first_bad: str = ""  # "line K: why" of the first
     score_models: frozenset[str] = field(default_factory=frozenset)  # keys of the score mappings read
@@ -59,12 +61,14 @@ def _file_rows(stamp: tuple[str, int, int], scores_field: str | None) -> FileRow
         import pyarrow.parquet as pq
 
         return FileRows(rows=pq.ParquetFile(path).metadata.num_rows)
+    if encoding := file_encoding_problem(path):
+        return FileRows(encoding=encoding)
     if suffix == ".csv":
-        with open(path, newline="", encoding="utf-8", errors="surrogateescape") as handle:
+        with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as handle:
             return FileRows(rows=sum(1 for _ in zip(range(MAX_ROWS_READ), csv.DictReader(handle))))
     if suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return FileRows(bad=1, first_bad=f"the file is not JSON ({exc})")
         rows = [r for r in (data if isinstance(data, list) else []) if isinstance(r, dict)]
@@ -79,13 +83,15 @@ def _file_rows(stamp: tuple[str, int, int], scores_field: str | None) -> FileRow
         for number, raw in enumerate(handle, start=1):
             if number > MAX_ROWS_READ:
                 break
+            if number == 1:
+                raw = strip_utf8_bom(raw)
             if not raw.strip():
                 continue
             try:
                 row = json.loads(raw.decode("utf-8"))
                 why = None if isinstance(row, dict) else f"a JSON {type(row).__name__}, not an object"
             except UnicodeDecodeError as exc:
-                why = f"not UTF-8 (byte {exc.start})"
+                why = undecodable(raw, exc)
             except json.JSONDecodeError as exc:
                 why = f"not JSON ({exc.msg})"
             if why is None:
@@ -116,6 +122,10 @@ def row_problems(fleet) -> tuple[list[str], list[str]]:
                 continue
             rows_here = None if rows_here is None else rows_here + found.rows
             where = f"datasets.{i} ({ds.name}): {path.name}"
+            if found.encoding:
+                errors.append(f"datasets.{i} ({ds.name}): {found.encoding}")
+                rows_here = None  # its rows are not counted toward the splits: the file is unread
+                continue
             bad = f"{found.bad} line(s) the run would quarantine (first: {found.first_bad})" if found.bad else ""
             if not found.rows:
                 errors.append(f"{where} holds no rows{'; ' + bad if bad else ''}")

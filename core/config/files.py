@@ -59,12 +59,26 @@ def missing_files(model: BaseModel) -> list[str]:
     return [f"{where}: {path} does not exist" for where, path in referenced_files(model) if not path.exists()]
 
 
+def profile_problems(config) -> list[str]:
+    """What each tier's profile kind finds wrong in the files it names (the kind's `check`: a published
+    file's `key` that is not in it), with the field's dotted path."""
+    from routeforge.core.kinds import PROFILE_KINDS
+
+    out = []
+    for i, tier in enumerate(config.tiers):
+        check = tier.profile and PROFILE_KINDS.entry(tier.profile.kind).metadata.get("check")
+        if check:
+            out += [f"tiers.{i} ({tier.name}).profile.{problem}" for problem in check(tier.profile)]
+    return out
+
+
 def load_checked(path) -> Any:
     """`load_fleet(path)`, and ConfigError naming every referenced input that does not exist or holds
-    no row, every score-table model named otherwise than the table names it (`data_rows`), every
-    mapped column its file lacks and every `per_task` key no dataset's files name (`data_columns`)."""
+    no row or is not UTF-8, every score-table model named otherwise than the table names it
+    (`data_rows`), every mapped column its file lacks and every `per_task` key no dataset's files name
+    (`data_columns`) and every trace column it lacks, and every tier profile whose files do not hold what it names (`profile_problems`)."""
     from routeforge.core.config.base import ConfigError
-    from routeforge.core.config.data_columns import column_problems, task_problems
+    from routeforge.core.config.data_columns import column_problems, task_problems, trace_problems
     from routeforge.core.config.data_rows import row_problems
     from routeforge.core.config.fleet import load_fleet
 
@@ -72,7 +86,8 @@ def load_checked(path) -> Any:
     missing = missing_files(config)
     if missing:
         raise ConfigError(f"fleet config {Path(path).resolve()}: {'; '.join(missing)}")
-    problems = row_problems(config)[0] + column_problems(config) + task_problems(config)[0]
+    problems = (row_problems(config)[0] + column_problems(config) + task_problems(config)[0]
+                + trace_problems(config) + profile_problems(config))
     if problems:
         raise ConfigError(f"fleet config {Path(path).resolve()}: {'; '.join(problems)}")
     return config

@@ -8,7 +8,10 @@ Metadata, which `config validate` reads without running anything:
 - `needs`: the profile's fields the kind cannot do without (`file`, `key`; `logs`);
 - `exclusive`: pairs of fields the kind refuses together (a sweep's `serve` and `base_url`);
 - `key_inputs(profile) -> list`: what besides the settings decides the measurement (a traffic log's
-  files and sizes: new logs, new measurements), for `tier_profile.profile_key`.
+  files and sizes: new logs, new measurements), for `tier_profile.profile_key`;
+- `check(profile) -> list[str]`: what is wrong with the files the profile names, read as the run
+  will read them (a published file's `key`), so `config validate` refuses what the profiling stage
+  would, instead of the run failing there after the prompts, the responses and the scores.
 
 A new kind is one module here (or one named by `$ROUTEFORGE_EXTENSIONS`); `build_latency_component`
 trains heads from whichever files the summary names (static batches, a prior, request records).
@@ -17,17 +20,51 @@ trains heads from whichever files the summary names (static batches, a prior, re
 from __future__ import annotations
 
 import difflib
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _missing_key(profile, entries) -> str | None:
+    """'KEY not in FILE (did you mean …? N keys there)', or None where the file has the key."""
+    if profile.key in entries:
+        return None
+    close = difflib.get_close_matches(profile.key, list(entries), n=3)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    return f"{profile.key!r} not in {profile.file} ({hint}{len(entries)} keys there)"
 
 
 def published_entry(tier, read):
     """The tier's `key` in its profile's file of published measurements (`read(file) -> {key: …}`),
     or an error naming the key and what the file has."""
-    profile = tier.profile
-    entries = read(profile.file)
-    if profile.key not in entries:
-        close = difflib.get_close_matches(profile.key, list(entries), n=3)
-        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
-        raise ValueError(f"tiers[{tier.name}].profile.key: {profile.key!r} not in {profile.file} "
-                         f"({hint}{len(entries)} keys there)")
-    return entries[profile.key]
+    entries = read(tier.profile.file)
+    missing = _missing_key(tier.profile, entries)
+    if missing:
+        raise ValueError(f"tiers[{tier.name}].profile.key: {missing}")
+    return entries[tier.profile.key]
+
+
+def published_key_check(read: Callable[[Path], dict]) -> Callable[[object], list[str]]:
+    """The `check` of a kind that reads published measurements: the file parses as `read` parses it
+    and holds the profile's `key` (a file is read once per version however many tiers name it)."""
+
+    @functools.lru_cache(maxsize=8)
+    def keys(path: str, mtime_ns: int, size: int) -> frozenset[str] | str:
+        try:
+            return frozenset(read(Path(path)))
+        except (OSError, ValueError) as exc:
+            return str(exc)
+
+    def check(profile) -> list[str]:
+        path = Path(profile.file)
+        if not path.is_file():
+            return []  # a missing file is said by `files.missing_files`, with its field
+        stat = path.stat()
+        entries = keys(str(path), stat.st_mtime_ns, stat.st_size)
+        if isinstance(entries, str):
+            return [f"file: {entries}"]
+        missing = _missing_key(profile, entries)
+        return [f"key: {missing}"] if missing else []
+
+    return check
 

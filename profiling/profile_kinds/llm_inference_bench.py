@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from routeforge.core.kinds import PROFILE_KINDS
 from routeforge.profiling.coarse_priors import coarse_prior, continuous_batching_fit, read_llm_inference_bench
-from routeforge.profiling.profile_kinds import published_entry
+from routeforge.profiling.profile_kinds import published_entry, published_key_check
 
 
-@PROFILE_KINDS.register("llm_inference_bench", needs=("file", "key"))
+@PROFILE_KINDS.register("llm_inference_bench", needs=("file", "key"),
+                        check=published_key_check(read_llm_inference_bench))
 def measure(config, tier, routing_table, folder, log) -> dict:
     rows = published_entry(tier, read_llm_inference_bench)
     key = tier.profile.key

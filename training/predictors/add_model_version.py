@@ -71,7 +71,8 @@ def read_labels(path: Path, max_rows: int = MAX_LABEL_ROWS, max_text_chars: int 
                 except json.JSONDecodeError as exc:
                     raise LabelFileError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
     if len(raw) > max_rows:
-        raise LabelFileError(f"{path}: {len(raw)} rows; at most {max_rows} are read (--max-rows)")
+        raise LabelFileError(f"{path}: {len(raw)} rows; add-model reads at most {max_rows} (a larger label set "
+                             "is a fleet's: add the model to the fleet file and retrain)")
     rows = []
     for i, row in enumerate(raw, start=start):
         where = f"{path}:{i}"

@@ -59,7 +59,7 @@ def test_a_bad_row_is_named_with_its_field(tmp_path, row, message):
 
 def test_sizes_are_bounded_before_the_file_is_held(tmp_path):
     many = _jsonl(tmp_path / "l.jsonl", [{"text": f"p{i}", "score": 0.5} for i in range(101)])
-    with pytest.raises(LabelFileError, match="101 rows; at most 100 are read"):
+    with pytest.raises(LabelFileError, match="101 rows; add-model reads at most 100 "):
         read_labels(many, max_rows=100)
     with pytest.raises(LabelFileError, match="label files are limited to 0 MiB"):
         read_labels(many, max_bytes=1000)
