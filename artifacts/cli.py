@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -182,37 +181,22 @@ def bundle() -> None:
 
 @bundle.command()
 @click.argument("ref")
+@click.option("--all", "show_all", is_flag=True, help="Every metric of every component, with its unit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole manifest as JSON.")
 @_TRACKING
-def inspect(ref: str, as_json: bool, tracking_uri: str | None) -> None:
-    """Print the manifest summary: version, fleet, components and their metrics. A registered bundle's
-    manifest is downloaded alone (not the bundle's files)."""
+def inspect(ref: str, show_all: bool, as_json: bool, tracking_uri: str | None) -> None:
+    """What the bundle holds, for an operator: its estimators' test quality, each tier's latency
+    error, the recommended routing policy, lineage and provenance, with units (`--all`: every
+    metric of every component). A registered bundle's manifest is downloaded alone (not its files)."""
+    from routeforge.artifacts.bundle_summary import every_metric, summary
+
     manifest = read_manifest(download_manifest(ref, tracking_uri) if is_remote_uri(ref) else Path(ref))
     if as_json:
         click.echo(strict_json.dumps(manifest.to_dict(), indent=2))
         return
-    click.echo(f"bundle {manifest.name}, content digest {manifest.version} (schema {manifest.schema_version})")
-    if ref.startswith("models:/"):
-        name, version = registered_version(ref)
-        click.echo(f"registry: {name} version {version}")
-    click.echo(f"created {manifest.created_at} by routeforge {manifest.code_version}")
-    click.echo(f"fleet {manifest.fleet.name}: {', '.join(m.name for m in manifest.fleet.models)}")
-    for comp in manifest.components:
-        size = sum(f.bytes for f in comp.files)
-        click.echo(f"  {comp.name} [{comp.kind}, {comp.format}] {len(comp.files)} files, {size:,} bytes")
-        for key, value in sorted(comp.metrics.items()):
-            click.echo(f"    {key} = {value:.6g}")
-    for comp in manifest.components:
-        if comp.kind == "routing_simulator" and comp.config.get("recommended_policy"):
-            click.echo(f"recommended routing policy: {comp.config['recommended_policy'].removeprefix('policy--')} "
-                       f"by {comp.config.get('objective', 'its objective')} ({comp.config.get('recommendation', '')}); "
-                       "per traffic: `routeforge bundle policy`")
-    click.echo(f"lineage: {json.dumps(manifest.to_dict()['lineage'], sort_keys=True)}")
-    isolation = manifest.provenance.code_isolation
-    click.echo("provenance (signed): code labels " + {
-        "required": "from sandboxed code only (scoring.code.isolation: required)",
-        "allow_fallback": "may come from code run unconfined (scoring.code.isolation: allow_fallback)",
-    }.get(isolation or "", "not said (a bundle from before schema 1.1)"))
+    registry = registered_version(ref) if ref.startswith("models:/") else None
+    for line in (every_metric if show_all else summary)(manifest, registry):
+        click.echo(line)
 
 
 @bundle.command()
@@ -363,6 +347,7 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, budget_per_1k: float
     bundle's router where it has one (chosen by cross-validation), else by its KNN estimator. A
     target (--budget-per-1k, --max-share, --min-quality) picks λ and says what to expect of it."""
     from routeforge.artifacts.budget import TargetUnreachable
+    from routeforge.artifacts.bundle_summary import with_unit
 
     shares = _numbers(max_shares, "--max-share", 0.0, 1.0) or None  # argument errors before any store is read
     loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
@@ -387,7 +372,8 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, budget_per_1k: float
             continue
         click.echo(f"{text[:60]!r} → {choice[i]} (by the {estimator}, λ = {lam:g}; {BASIS_WORDS[basis]})")
         for m, v in per_model.items():
-            cells = [f"{k} {'—' if v[k] != v[k] else v[k]}" for k in ("quality", "output_tokens", "cost")]
+            cells = [f"quality {'—' if v['quality'] != v['quality'] else v['quality']}",
+                     f"{v['output_tokens']:g} output tokens", f"cost {with_unit('cost', v['cost'])}"]
             click.echo(f"  {m:<24} " + ", ".join(cells))
 
 

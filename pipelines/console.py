@@ -10,7 +10,9 @@ A Dagster logger (`progress_logger`, registered in the code location's definitio
 and asset events to the active console. Counts the steps report (`core.progress`: prompts
 generated or embedded, candidates, folds, episodes) become a counter with a rate: a live bar on a
 terminal; elsewhere a heartbeat line after `HEARTBEAT_S` seconds of quiet naming what changed
-since the last one (the count, the latest message, whole), so no stretch of the run is silent.
+since the last one (the count, the latest message, whole), so no stretch of the run is silent; where
+nothing changed, "still running" alone comes ever less often (10, 20, 40, then every 80 s), so a
+long quiet step is a few lines in a CI log, not one every ten seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from routeforge.artifacts.narrow_output import narrow
 from routeforge.core.progress import parse_count, parse_counted
 
 HEARTBEAT_S = 10.0
+QUIET_BACKOFF_STEPS = 3  # a stage with no news says it is alive every 10, 20, 40, then 80 s
 LIVE_REDRAW_S = 0.2  # the live bar is redrawn at most this often
 MIN_RATE_SPAN_S = 0.5  # a rate over a shorter span is noise
 
@@ -185,6 +188,7 @@ class ProgressConsole:
 
     def _beat(self) -> None:
         shown: tuple = (None, None)  # what the last heartbeat named: a stale message or count is not repeated
+        quiet, stage = 0, None  # heartbeats in a row with no news in this stage: each waits twice the last
         while not self._stop.wait(1.0):
             now = time.monotonic()
             if self.label is None:
@@ -193,8 +197,8 @@ class ProgressConsole:
                 with self._lock:
                     self._draw_live(force=True)
                 continue
-            if now - self.last_print < self.heartbeat_s:
-                continue
+            if self.label != stage:
+                quiet, stage = 0, self.label
             latest, current = self.latest, self.current
             count = (f"{current.step}: " if current.step else "") + current.text() if current is not None else None
             news = []
@@ -203,6 +207,10 @@ class ProgressConsole:
             # the latest message, unless it is the count just named or was named before
             if latest and latest != shown[0] and parse_count(latest) is None:
                 news.append(latest)
+            # news after `heartbeat_s` of quiet; "still running" alone at 1, 2, 4, then 8 × that
+            if now - self.last_print < self.heartbeat_s * (1 if news else 2 ** min(quiet, QUIET_BACKOFF_STEPS)):
+                continue
+            quiet = 0 if news else quiet + 1
             shown = (latest, (current, current.done) if current is not None else None)
             self.print(f"      … {self.label} running for {now - self.started:.0f}s" + "".join(f" · {n}" for n in news))
 

@@ -59,6 +59,22 @@ def test_heartbeat_names_the_latest_message_of_a_quiet_stage():
     assert lines[-1].startswith("[1/1] train_and_register")
 
 
+def test_a_quiet_stage_says_it_is_alive_ever_less_often():
+    """Issue 73, item 3: "… running for 242s" repeated every heartbeat with no news. Now a beat with
+    nothing new waits twice as long as the one before (1, 2, 4 × heartbeat_s): in 7.5 s of a quiet
+    stage at heartbeat_s=1, at most 4 lines (the first with the message), where there were 7."""
+    stream = io.StringIO()
+    with ProgressConsole(stream, total=1, heartbeat_s=1) as console:
+        console.begin("train_and_register")
+        console.note("router_selection", "router selection started")
+        assert len(_beats(stream, 2)) >= 2
+        time.sleep(max(0.0, 7.5 - (time.monotonic() - console.started)))
+        beats = _beats(stream, 0)
+        console.end("train_and_register", 7.5)
+    assert 2 <= len(beats) <= 4, beats
+    assert "router selection started" in beats[0] and not any("started" in b for b in beats[1:])
+
+
 def test_heartbeat_keeps_long_messages_whole(tmp_path, capfd):
     message = " ".join(["candidate"] * 40)
     with output_to_file(tmp_path / "run.log") as terminal, ProgressConsole(terminal, total=1, heartbeat_s=1) as console:

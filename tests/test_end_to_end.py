@@ -483,7 +483,18 @@ def test_the_cli_prints_latency_predictions_and_the_recommended_policy(demo):
     wrong = _routeforge("bundle", "policy", demo.out["uri"], "--traffic", "arival_cv=2", tracking_uri=demo.tracking)
     assert wrong.returncode == 2 and "unknown statistic(s) ['arival_cv']" in wrong.stderr
     shown = _routeforge("bundle", "inspect", demo.out["uri"], tracking_uri=demo.tracking)
-    assert f"recommended routing policy: {bundle.recommended_policy.removeprefix('policy--')}" in shown.stdout
+    assert f"  recommended: {bundle.recommended_policy.removeprefix('policy--')} by goodput" in shown.stdout
+    # issue 73, item 3: the operator's numbers in at most 40 lines, with units; --all has every metric
+    lines = shown.stdout.splitlines()
+    assert len(lines) <= 40, shown.stdout
+    for unit in ("ms/token", "per 1k requests", "%", " MB"):
+        assert unit in shown.stdout, unit
+    assert sum(line.startswith(f"  {tier} ") for tier in bundle.tiers_with_latency() for line in lines) == len(
+        demo.config.tiers)
+    every = _routeforge("bundle", "inspect", demo.out["uri"], "--all", tracking_uri=demo.tracking).stdout
+    for component in bundle.manifest.components:
+        assert f"  {component.name} [{component.kind}, {component.format}]" in every
+        assert all(f"    {key} = " in every for key in component.metrics), component.name
 
 
 def test_a_budget_target_picks_lambda_from_the_routers_calibration_table(demo, tmp_path):

@@ -75,8 +75,9 @@ def profile_problems(config) -> list[str]:
 def load_checked(path) -> Any:
     """`load_fleet(path)`, and ConfigError naming every referenced input that does not exist or holds
     no row or is not UTF-8, every score-table model named otherwise than the table names it
-    (`data_rows`), every mapped column its file lacks and every `per_task` key no dataset's files name
-    (`data_columns`) and every trace column it lacks, and every tier profile whose files do not hold what it names (`profile_problems`)."""
+    (`data_rows`), every mapped column its file lacks, every `per_task` key no dataset's files name
+    and every column the trace lacks (`data_columns`), and every tier profile whose files do not hold
+    what it names (`profile_problems`)."""
     from routeforge.core.config.base import ConfigError
     from routeforge.core.config.data_columns import column_problems, task_problems, trace_problems
     from routeforge.core.config.data_rows import row_problems

@@ -76,7 +76,9 @@ def test_cli_inspect_and_verify(bundle):
     ok = runner.invoke(main, ["bundle", "verify", str(bundle), "--insecure-skip-signature"])
     assert ok.exit_code == 0 and "2 files verified" in ok.output
     shown = runner.invoke(main, ["bundle", "inspect", str(bundle)])
-    assert shown.exit_code == 0 and "knn_estimator [knn_estimator, test] 2 files" in shown.output
+    assert shown.exit_code == 0 and "KNN estimator: " in shown.output
+    every = runner.invoke(main, ["bundle", "inspect", str(bundle), "--all"])
+    assert every.exit_code == 0 and "knn_estimator [knn_estimator, test] 2 files" in every.output
     (bundle / "knn_estimator" / "index.bin").write_bytes(b"changed")
     bad = runner.invoke(main, ["bundle", "verify", str(bundle), "--insecure-skip-signature"])
     assert bad.exit_code == 1 and "knn_estimator/index.bin: sha256 mismatch" in bad.output
