@@ -101,9 +101,17 @@ COMPONENT_STORE_FOLDER = "routeforge-components"
 
 
 def component_store(run) -> str:
-    """Where the active run's experiment keeps components by digest: a folder of its artifact
-    location, so it lives wherever the experiment's artifacts do (local, S3, an `mlflow server`)."""
-    return mlflow.get_experiment(run.info.experiment_id).artifact_location.rstrip("/") + "/" + COMPONENT_STORE_FOLDER
+    """Where the active run's experiment keeps components by digest, so it lives wherever the
+    experiment's artifacts do (local, S3, an `mlflow server`): beside the experiments of a tracking
+    server's default layout (`<root>/<experiment id>`: `<root>/routeforge-components`, one encoder for
+    every experiment of the server), else a folder of the experiment's own artifact location (which
+    the shipped fleets and the local default share between experiments too)."""
+    experiment = mlflow.get_experiment(run.info.experiment_id)
+    location = experiment.artifact_location.rstrip("/")
+    root, _, leaf = location.rpartition("/")
+    if leaf == str(experiment.experiment_id) and root and not root.endswith("/"):
+        return f"{root}/{COMPONENT_STORE_FOLDER}"  # s3://b/artifacts/3 → s3://b/artifacts/…; mlflow-artifacts:/3
+    return f"{location}/{COMPONENT_STORE_FOLDER}"
 
 
 def _stored(repo, prefix: str, component) -> bool:

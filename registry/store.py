@@ -75,8 +75,31 @@ def _lock_holder(holder_file: Path) -> str:
 EXPERIMENT_KIND_TAG, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 
 
+LOCAL_ARTIFACTS_FOLDER = "mlartifacts"  # beside a local store's database, as the shipped fleets name it
+
+
+def default_artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go when the fleet names no `registry.artifact_location`: for
+    a local SQLite store, `mlartifacts/` beside its database (MLflow's own default is `./mlruns` of
+    whatever folder the process runs in: a fleet run from a working folder filled it, one copy of
+    the encoder per experiment); a tracking server decides for itself (None)."""
+    if not tracking_uri.startswith("sqlite:///") or tracking_uri.endswith(":memory:"):
+        return None
+    from urllib.parse import unquote
+
+    database = Path(unquote(tracking_uri.removeprefix("sqlite:///")).split("?", 1)[0])
+    return str(database.resolve().parent / LOCAL_ARTIFACTS_FOLDER)
+
+
+def _as_location(artifact_location: str) -> str:
+    """A local folder as a file:// URI (resolved); a URI (s3://, gs://, mlflow-artifacts:/) as given."""
+    return artifact_location if "://" in artifact_location or artifact_location.startswith(
+        "mlflow-artifacts:") else Path(artifact_location).resolve().as_uri()
+
+
 def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | None) -> str:
-    """The experiment's id, created when missing; a concurrent creator winning the race is fine."""
+    """The experiment's id, created when missing (its artifacts where `artifact_location` says, else
+    `default_artifact_location`); a concurrent creator winning the race is fine."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -86,7 +109,8 @@ def ensure_experiment(tracking_uri: str, name: str, artifact_location: str | Non
         if existing.tags.get(EXPERIMENT_KIND_TAG) is None:
             mlflow.MlflowClient().set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         return existing.experiment_id
-    location = Path(artifact_location).resolve().as_uri() if artifact_location else None
+    artifact_location = artifact_location or default_artifact_location(tracking_uri)
+    location = _as_location(artifact_location) if artifact_location else None
     try:
         return mlflow.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
     except MlflowException as exc:

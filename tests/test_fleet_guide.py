@@ -55,6 +55,7 @@ def test_every_command_of_the_fleet_guide_prints_what_the_guide_shows(tmp_path, 
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     for name in ("MLFLOW_TRACKING_URI", "ROUTEFORGE_STATE", "DAGSTER_HOME", "ROUTEFORGE_SIGNING_KEY"):
         env.pop(name, None)
+    before = {p.name for p in tmp_path.iterdir()}  # the guide's files and the schema's link
     for command, expected in commands():
         argv = shlex.split(command)  # as a shell reads it: a quoted prompt is one argument
         if argv[0] == "python":
@@ -64,3 +65,9 @@ def test_every_command_of_the_fleet_guide_prints_what_the_guide_shows(tmp_path, 
         for line in expected:
             assert line in printed, f"{command}: the guide shows {line!r}; it printed:\n{printed[-3000:]}"
         assert "Traceback" not in printed, f"{command}:\n{printed[-3000:]}"
+    # issue 73, item 4: the fleets write their storage roots (which hold their stores) and nothing else
+    # in the working folder: no ./mlruns of MLflow's default, no state of Dagster's
+    roots = {Path(re.sub(r"^sqlite:///", "", m)).parts[0] for m in re.findall(
+        r"^(?:storage_root: *|.*tracking_uri: *\"?)(\S+?)\"?(?:[,}\s]|$)", GUIDE.read_text(), re.M)}
+    assert roots and {p.name for p in tmp_path.iterdir()} - before <= roots - {"."}, sorted(
+        {p.name for p in tmp_path.iterdir()} - before)

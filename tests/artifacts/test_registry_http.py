@@ -145,10 +145,10 @@ def test_a_component_that_did_not_change_is_stored_and_downloaded_once(mlflow_se
     (big / "model.onnx").write_bytes(os.urandom(2 * SHARED_MIN_BYTES))
     encoder = ComponentSource(name="sentence_encoder", kind="sentence_encoder", format="test", folder=big)
 
-    def publish(k: int):
+    def publish(k: int, experiment: str = "shared-test", name: str = "shared"):
         (component.folder / "nested" / "meta.json").write_text(f'{{"k": {k}}}')
-        return publish_bundle(name="shared", fleet=fleet, components=[encoder, component],
-                              staging_dir=tmp_path / f"stage{k}", tracking_uri=mlflow_server, experiment="shared-test",
+        return publish_bundle(name=name, fleet=fleet, components=[encoder, component],
+                              staging_dir=tmp_path / f"stage{k}", tracking_uri=mlflow_server, experiment=experiment,
                               artifact_location=None, alias="champion", input_hashes={}, params={},
                               metrics={"acc": 0.5}, signing_key=private)[0]
 
@@ -171,7 +171,12 @@ def test_a_component_that_did_not_change_is_stored_and_downloaded_once(mlflow_se
     sizes = [stored_bytes(mlflow.get_logged_model(s).artifact_location) for s in sources]
     assert all(size < SHARED_MIN_BYTES for size in sizes), sizes  # neither version holds the encoder
     experiment = mlflow.get_experiment_by_name("shared-test")
-    store = f"{experiment.artifact_location}/routeforge-components"
+    # the server's default layout (<root>/<experiment id>): the store is beside the experiments, so another
+    # experiment (another fleet) on the same server shares the encoder too (issue 73, item 4)
+    root, _, leaf = experiment.artifact_location.rstrip("/").rpartition("/")
+    assert leaf == experiment.experiment_id
+    store = f"{root}/routeforge-components"
+    publish(3, experiment="another-fleet", name="another")
     digests = [a.path.rsplit("/", 1)[-1] for a in mlflow.artifacts.list_artifacts(artifact_uri=store)]
     assert len(digests) == 1 and stored_bytes(f"{store}/{digests[0]}") == 2 * SHARED_MIN_BYTES  # stored once
 

@@ -1,0 +1,42 @@
+"""Issue 73, item 4: a local SQLite store's artifacts live beside its database, not in `./mlruns` of
+the folder a fleet is run from, and the experiments of one store share one copy of each large
+component (the encoder) instead of one per experiment."""
+
+from __future__ import annotations
+
+import os
+
+from routeforge.artifacts.shared_components import SHARED_MIN_BYTES
+from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.writer import ComponentSource
+from routeforge.registry.publish import publish_bundle
+from routeforge.registry.store import default_artifact_location
+
+
+def test_experiments_of_a_local_store_keep_artifacts_beside_it_and_share_the_encoder(tmp_path, component, fleet,
+                                                                                   monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # where a user runs the fleet from: MLflow's default wrote ./mlruns here
+    monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
+    tracking = "sqlite:///state/mlflow.db"  # relative, as the guide's fleets write it
+    (work / "state").mkdir()
+    assert default_artifact_location(tracking) == str(work / "state" / "mlartifacts")
+    assert default_artifact_location("http://127.0.0.1:5000") is None
+    big = tmp_path / "src" / "encoder"
+    big.mkdir(parents=True)
+    (big / "model.onnx").write_bytes(os.urandom(2 * SHARED_MIN_BYTES))
+    encoder = ComponentSource(name="sentence_encoder", kind="sentence_encoder", format="test", folder=big)
+    key = tmp_path / "keys" / "bundle.key"
+    generate_key_pair(key)
+    for k, experiment in enumerate(("fleet-a", "fleet-b")):
+        (component.folder / "nested" / "meta.json").write_text(f'{{"k": {k}}}')
+        publish_bundle(name=f"router-{experiment}", fleet=fleet, components=[encoder, component],
+                       staging_dir=tmp_path / f"stage{k}", tracking_uri=tracking, experiment=experiment,
+                       artifact_location=None, alias="challenger", input_hashes={}, params={}, metrics={},
+                       signing_key=key)
+    assert sorted(p.name for p in work.iterdir()) == ["state"]  # no ./mlruns
+    store = work / "state" / "mlartifacts" / "routeforge-components"
+    assert len(list(store.iterdir())) == 1  # one encoder for both experiments
+    held = sum(p.stat().st_size for p in (work / "state").rglob("*") if p.is_file() and p.name == "model.onnx")
+    assert held == 2 * SHARED_MIN_BYTES
