@@ -191,7 +191,7 @@ validate: $(STAMP) $(INSTANCE)
 	$(BIN)/dagster definitions validate -w workspace.yaml
 
 ui: $(STAMP) $(INSTANCE)  ## Dagster UI on http://127.0.0.1:3000 (ROUTEFORGE_CONFIG picks the fleet)
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/python -m routeforge.pipelines.ui --host 127.0.0.1 --port 3000
 
 mlflow-ui: $(STAMP) $(INSTANCE)  ## MLflow UI on http://127.0.0.1:5000 over the local store
 	$(BIN)/mlflow ui --backend-store-uri $(MLFLOW_TRACKING_URI) --host 127.0.0.1 --port 5000

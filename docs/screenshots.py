@@ -1,9 +1,10 @@
 """Regenerate the README's screenshots (docs/images/) with headless Chromium.
 
 Starts the Dagster webserver over this checkout's instance (`workspace.yaml`, DAGSTER_HOME = the
-repository) and the MLflow UI over the local store, both on 127.0.0.1, drives Chromium through
-the DevTools protocol (to open a plot's markdown the way a person clicks it), writes the PNGs and
-stops everything it started by PID. Run `make demo` first so there is something to look at.
+state folder's `dagster/`, where `make demo` records its runs) and the MLflow UI over the local
+store, both on 127.0.0.1, drives Chromium through the DevTools protocol (to open a plot's markdown
+the way a person clicks it), writes the PNGs and stops everything it started by PID. Run
+`make demo` first so there is something to look at.
 
     .venv/bin/python docs/screenshots.py [--chromium /usr/bin/chromium]
 
@@ -43,13 +44,14 @@ def main() -> int:
         print(f"error: no Chromium at {args.chromium} (apt-get install chromium)", file=sys.stderr)
         return 1
     tracking = os.environ.get("MLFLOW_TRACKING_URI", f"sqlite:///{REPO / '.state' / 'mlflow.db'}")
-    env = {**os.environ, "DAGSTER_HOME": str(REPO), "HF_HUB_OFFLINE": "1", "MLFLOW_TRACKING_URI": tracking}
+    home = Path(os.environ.get("DAGSTER_HOME") or REPO / ".state" / "dagster")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1", "MLFLOW_TRACKING_URI": tracking}
     bin_dir = Path(sys.executable).parent
     IMAGES.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="routeforge-shots-")))
-        stack.enter_context(process([str(bin_dir / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
-                                     "-p", str(DAGSTER_PORT)], logs / "dagster.log", env, cwd=REPO))
+        stack.enter_context(process([str(bin_dir / "dagster-webserver"), "-w", str(REPO / "workspace.yaml"), "-h",
+                                     "127.0.0.1", "-p", str(DAGSTER_PORT)], logs / "dagster.log", env, cwd=home))
         stack.enter_context(process([str(bin_dir / "mlflow"), "ui", "--backend-store-uri", tracking, "--host",
                                      "127.0.0.1", "--port", str(MLFLOW_PORT)], logs / "mlflow.log", env, cwd=REPO))
         for url in (f"http://127.0.0.1:{DAGSTER_PORT}/server_info", f"http://127.0.0.1:{MLFLOW_PORT}/health"):
@@ -60,6 +62,12 @@ def main() -> int:
         page.open(f"http://127.0.0.1:{DAGSTER_PORT}/assets/{args.asset}", args.plot)
         page.click_text("[Show Markdown]", near=args.plot)
         page.screenshot(IMAGES / "dagster_asset_plot.png")
+
+        # Dagster: the lineage `make ui` links to, every stage's group open
+        from routeforge.pipelines.ui import lineage_url
+
+        page.open(lineage_url(f"http://127.0.0.1:{DAGSTER_PORT}"), "release_gate")
+        page.screenshot(IMAGES / "dagster_lineage.png")
 
         # Dagster: the job's page lists the runs `make demo` launched
         page.open(f"http://127.0.0.1:{DAGSTER_PORT}/locations/routeforge/jobs/{args.job}/runs", "Success")

@@ -400,6 +400,14 @@ def test_the_demo_runs_are_listed_under_their_jobs_in_the_ui(demo, tmp_path):
                 shown = page.js("document.body.innerText")
                 assert all(run_id[:8] in shown for run_id in run_ids), (job, shown[:2000])
                 assert "No runs found" not in shown
+            # issue 73, item 5: the lineage `make ui` links to opens every stage, each asset on the graph
+            from routeforge.pipelines.ui import lineage_url
+
+            page.open(lineage_url(graphql.url), "release_gate", timeout_s=120)
+            shown = page.js("document.body.innerText")
+            assert all(key in shown for key in nodes), sorted(k for k in nodes if k not in shown)
+            page.screenshot(tmp_path / "lineage.png")
+            assert (tmp_path / "lineage.png").stat().st_size > 50_000
 
 
 def test_an_unchanged_rerun_of_the_demo_runs_no_training_step(demo):

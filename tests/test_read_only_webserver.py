@@ -52,3 +52,29 @@ def test_the_viewers_webserver_is_read_only(tmp_path):
     with webserver(tmp_path) as graphql:  # the operators' one, same instance: it may
         permissions = {p["permission"]: p["value"] for p in graphql("{ permissions { permission value } }")["permissions"]}
         assert permissions["launch_pipeline_execution"] is True and permissions["wipe_assets"] is True
+
+
+def test_make_ui_starts_without_a_warning_and_prints_the_open_lineage(tmp_path):
+    """Issue 73, item 5: `make ui` (`python -m routeforge.pipelines.ui`) warned on every start that the
+    checkout's dagster.yaml "will not be used", and that `dagster dev` is superseded; it now starts
+    in the instance folder with neither, and first prints the lineage link with every stage open."""
+    from routeforge.pipelines.ui import STAGE_GROUPS, lineage_url
+
+    port = free_port()
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"), "ROUTEFORGE_STATE": str(tmp_path / "state"),
+           "ROUTEFORGE_CONFIG": "configs/demo.yaml"}  # relative to the checkout, as a user sets it
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    log = tmp_path / "ui.log"
+    with child([sys.executable, "-m", "routeforge.pipelines.ui", "--port", str(port)], log, env=env,
+               cwd=REPO) as process:
+        wait_healthy(process, f"http://127.0.0.1:{port}/server_info", log, timeout_s=180)
+        graphql = graphql_caller(f"http://127.0.0.1:{port}")
+        groups = {n["groupName"] for n in graphql("{ assetNodes { groupName } }")["assetNodes"]}
+    printed = log.read_text()
+    assert groups == set(STAGE_GROUPS)  # the link opens every group the definitions have
+    assert printed.startswith(f"routeforge: the pipeline's lineage, every stage open: "
+                              f"{lineage_url(f'http://127.0.0.1:{port}')}")
+    assert "Serving dagster-webserver" in printed
+    noted = [line for line in printed.splitlines() if "warning" in line.lower() or "Found a dagster" in line]
+    assert not noted, noted
