@@ -162,13 +162,12 @@ def training_window(trace, n: int, rate: float, seed: int, n_models: int, first_
     """Seed's window of n consecutive trace requests starting at or after `first_row` (rows no evaluation
     window holds), rescaled to `rate`: the windows settings are chosen on."""
     from routeforge.training.policies.simulator.cluster import Request
+    from routeforge.training.policies.simulator.traces import held_out_window
 
-    rows = len(trace.times) - first_row
-    if rows < n + 1:
-        raise SystemExit(f"{rows} trace rows after the evaluation windows' {first_row}; windows of {n} need more")
-    start = first_row + (seed * 7919) % (rows - n)
-    t = trace.times[start:start + n] - trace.times[start]
-    offsets = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
+    try:
+        start, offsets = held_out_window(trace.times, n, rate, seed, first_row)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     return [Request(k, float(o), int(trace.prompt_tokens[start + k]),
                     np.full(n_models, int(trace.output_tokens[start + k])), np.full(n_models, np.nan),
                     hash_ids=trace.hash_ids[start + k]) for k, o in enumerate(offsets)]

@@ -83,11 +83,11 @@ def default_artifact_location(tracking_uri: str) -> str | None:
     a local SQLite store, `mlartifacts/` beside its database (MLflow's own default is `./mlruns` of
     whatever folder the process runs in: a fleet run from a working folder filled it, one copy of
     the encoder per experiment); a tracking server decides for itself (None)."""
-    if not tracking_uri.startswith("sqlite:///") or tracking_uri.endswith(":memory:"):
-        return None
-    from urllib.parse import unquote
+    from routeforge.artifacts.state_folder import sqlite_file
 
-    database = Path(unquote(tracking_uri.removeprefix("sqlite:///")).split("?", 1)[0])
+    database = sqlite_file(tracking_uri)
+    if database is None or database.name == ":memory:":
+        return None
     return str(database.resolve().parent / LOCAL_ARTIFACTS_FOLDER)
 
 

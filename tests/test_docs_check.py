@@ -3,7 +3,7 @@ like one: the names the issue found stale fail, config keys and tags pass."""
 
 from pathlib import Path
 
-from tools.check_docs import link_problems, problem
+from tools.check_docs import capability_problems, link_problems, problem
 
 
 def test_stale_names_are_caught():
@@ -38,3 +38,18 @@ def test_the_shipped_docs_pass():
 
     assert main() == 0, "run .venv/bin/python -m tools.check_docs"
     assert Path(__file__).resolve().parent.parent.joinpath("CHANGELOG.md").is_file()
+
+
+def test_a_capability_called_done_and_not_built_or_told_at_length_is_caught():
+    """Issue 73, item 7: docs/capabilities.md called the bundle format for a second language done in one
+    row and "not built" in the next, and several rows were single cells of over 1,000 characters."""
+    table = ("| capability | state |\n|---|---|\n"
+             "| a bundle format a second language loads | done ([details](notes.md#format)) |\n"
+             "| bundle format for a second language | not built ([details](notes.md#format)) |\n"
+             f"| prompts | done: {'x' * 500} ([details](notes.md#prompts)) |\n"
+             "| judges | finished |\n\nprose after the table | not a row |\n")
+    found = [message for _, message in capability_problems(table)]
+    assert len(found) == 4, found
+    assert "notes.md#format is in the table twice (line 3)" in found[0]
+    assert "over 400" in found[1]
+    assert "does not start with one of" in found[2] and "links no [details]" in found[3]

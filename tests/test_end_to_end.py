@@ -28,7 +28,7 @@ from tests.services import TEST_ROUTER_SELECTION, child
 from tools.browser import CHROMIUM, chromium
 from tools.readme import readme_console_commands
 from tools.runtime_probe import PROMPTS, STATE
-from tools.runtime_venv import clean_env, installed, make_runtime_venv
+from tools.runtime_venv import clean_env, install_extras, installed, make_runtime_venv
 
 pytestmark = pytest.mark.e2e
 PROBE_PROMPTS, PROBE_STATE = PROMPTS, STATE  # what tools/runtime_probe.py routes and predicts for
@@ -553,6 +553,54 @@ def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     np.testing.assert_allclose(np.asarray(got["quality"]), here.quality, rtol=0, atol=1e-6)
     latency = bundle.latency(got["tier"]).predict([PROBE_STATE])
     assert got["tpot_s"] == float(latency["tpot"][0]) and got["ttft_s"] == float(latency["ttft"][0])
+
+    # issue 73, item 1: the extra the README names for `models:/` (`routeforge[mlflow]`), added to the same
+    # environment, and the README's Python block run there as written: no tracking URI and no key given,
+    # from a folder outside the checkout (the store and the pinned key found through the state folder)
+    install_extras(tmp_path / "runtime", "[mlflow]")
+    assert {"mlflow-skinny", "pandas"} <= set(installed(python)) and "torch" not in installed(python)
+    env = {k: v for k, v in clean_env().items() if k != "MLFLOW_TRACKING_URI"}
+    outside = tmp_path / "service"
+    outside.mkdir()
+    readme = subprocess.run([str(python), "-c", README_BLOCK_RUNNER, str(REPO / "README.md")], capture_output=True,
+                            text=True, timeout=600, cwd=outside, env=env)
+    assert readme.returncode == 0, readme.stderr[-3000:]
+    for shown, printed in json.loads(readme.stdout.splitlines()[-1]):
+        _same_shape(shown, printed)
+    assert (outside / "bundle" / "manifest.json").is_file()  # the block's own "./bundle"
+
+
+# Runs the README's ```python block statement by statement, as a REPL would, and prints, as the last
+# line, [README's comment under an expression, the expression's value] for each expression it shows.
+README_BLOCK_RUNNER = """
+import ast, json, re, sys
+text = open(sys.argv[1]).read()
+block = re.search(r"```python\\n(.*?)```", text, re.S).group(1)
+lines = block.splitlines()
+pairs, scope = [], {}
+for node in ast.parse(block).body:
+    code = ast.get_source_segment(block, node)
+    if isinstance(node, ast.Expr):
+        value = eval(compile(ast.Expression(node.value), "<README>", "eval"), scope)
+        after = lines[node.end_lineno] if node.end_lineno < len(lines) else ""
+        if after.startswith("# "):
+            pairs.append([after[2:], repr(value)])
+    else:
+        exec(compile(ast.Module([node], []), "<README>", "exec"), scope)
+print(json.dumps(pairs))
+"""
+
+
+def _same_shape(shown: str, printed: str) -> None:
+    """A README comment against what the block printed: the same keys for a mapping (the README may cut
+    it with `...`), the same length for a list; numbers and names may differ from run to run."""
+    import re
+
+    if shown.startswith("{"):
+        keys = set(re.findall(r"'(\w+)':", shown))
+        assert keys and keys <= set(re.findall(r"'(\w+)':", printed)), (shown, printed)
+    elif shown.startswith("["):
+        assert shown.count(",") == printed.count(","), (shown, printed)
 
 
 TS_RUNTIME = REPO / "runtimes" / "typescript"

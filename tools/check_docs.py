@@ -17,7 +17,10 @@ backticked span and fails on one that names something the tree does not have:
 Dotted names that are not code (`registry.signing_key`, a config key; `routeforge.step`, a tag)
 are told apart by their second component not being a module. Lines may opt out with
 `<!-- docs-check: skip -->` for text that quotes a name on purpose (a changelog's old names).
-Also fails on a doc over MAX_LINES lines.
+Also fails on a doc over MAX_LINES lines, and on a capability table (docs/capabilities.md) that is
+not one short row per capability: each row at most MAX_CAPABILITY_ROW characters, its state one of
+STATES, linking its details, and no capability twice (a capability once called both "done" and
+"not built", a row apart, is what this catches).
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_LINES = 600
+CAPABILITIES = REPO / "docs" / "capabilities.md"
+MAX_CAPABILITY_ROW = 400
+STATES = ("done", "partial", "not built")
 # the folders mapped under `routeforge.` (pyproject's package-dir) and the other importable trees
 PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling", "prompts", "registry",
             "scoring", "training", "benchmarks", "tools", "tests")
@@ -226,8 +232,39 @@ def _all_paths() -> tuple[str, ...]:
     return tuple(listed)
 
 
+def capability_problems(text: str) -> list[tuple[int, str]]:
+    """(line, problem) for the rows of the table headed `| capability | state |`."""
+    out, seen, inside = [], {}, False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("| capability | state |"):
+            inside = True
+            continue
+        if not inside or line.startswith("|---"):
+            continue
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        state = cells[-1] if len(cells) >= 2 else ""
+        details = re.search(r"\[details\]\(([^)]+)\)", state)
+        if len(line) > MAX_CAPABILITY_ROW:
+            out.append((number, f"capability row of {len(line)} characters, over {MAX_CAPABILITY_ROW}: say it in a "
+                                "sentence or two and put the rest in its details"))
+        if not state.startswith(STATES):
+            out.append((number, f"capability state {state[:40]!r} does not start with one of {STATES}"))
+        if details is None:
+            out.append((number, "capability row links no [details](…)"))
+        elif details.group(1) in seen:
+            out.append((number, f"capability {details.group(1)} is in the table twice (line {seen[details.group(1)]}): "
+                                "one row per capability, one state"))
+        else:
+            seen[details.group(1)] = number
+    return out
+
+
 def main() -> int:
     failures = []
+    if CAPABILITIES.is_file():
+        failures += [f"{CAPABILITIES.relative_to(REPO)}:{n}: {p}" for n, p in capability_problems(CAPABILITIES.read_text())]
     for doc in documents():
         text = doc.read_text()
         lines = text.count("\n")

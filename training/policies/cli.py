@@ -9,17 +9,19 @@ fails at once with one error naming its row and column.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import click
 from routeforge.artifacts import strict_json
 from routeforge.artifacts.cli import TRACKING_OPTION, signature_options
-from routeforge.artifacts.objectives import objective_option
+from routeforge.artifacts.objectives import HIGHER_IS_BETTER, objective_option
+from routeforge.core.config.training import WeightSearch
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED
 from routeforge.training.policies.simulator.slo import slo_of
-from routeforge.training.policies.simulator.traces import TraceColumns, read_trace
+from routeforge.training.policies.simulator.traces import MOONCAKE, TraceColumns, read_block_trace, trace_columns
 
 # (metric, column label, digits): every offered request counts in the first five; "served" latencies
 # count only what was served and stand beside the served share
@@ -57,6 +59,20 @@ def policies() -> None:
 @click.option("--output-tokens", default="GeneratedTokens", show_default=True, help="Output-token column.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default=None,
               help="Trace format (default: from the file's suffix).")
+@click.option("--hash-ids", "hash_ids", default=None,
+              help="Column of each prompt's block ids (Mooncake's `hash_ids`): every simulated instance caches "
+                   "prompt blocks, so the KV-aware routers find their prefixes. Default: `hash_ids` where the "
+                   "trace has that column.")
+@click.option("--block-tokens", type=click.IntRange(min=1, max=1 << 20), default=None,
+              help="Tokens per hashed block (Mooncake's trace: 512, the default with --hash-ids).")
+@click.option("--mooncake", is_flag=True,
+              help="The trace is in Mooncake's format: timestamp (ms), input_length, output_length and hash_ids of "
+                   "512-token blocks (sets every column option).")
+@click.option("--learn", is_flag=True,
+              help="Learn linear_scorer's weights (CMA-ES, the pipeline's weight search) on windows of the trace's "
+                   "rows after the evaluation windows' and add its row, judged on the evaluation windows.")
+@click.option("--learn-evaluations", type=click.IntRange(min=10, max=10_000), default=40, show_default=True,
+              help="With --learn: CMA-ES candidates per search (two searches, three training windows each).")
 @click.option("--slo-e2e", type=click.FloatRange(min=0, max=86_400, min_open=True), default=None,
               help="Absolute E2E SLO in seconds (default: --slo-scale × each request's unloaded E2E).")
 @click.option("--slo-tpot", type=click.FloatRange(min=0, max=3_600, min_open=True), default=None,
@@ -80,6 +96,7 @@ def policies() -> None:
 @signature_options
 def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: int, timestamp: str,
              timestamp_unit: str, prompt_tokens: str, output_tokens: str, fmt: str | None,
+             hash_ids: str | None, block_tokens: int | None, mooncake: bool, learn: bool, learn_evaluations: int,
              slo_e2e: float | None, slo_tpot: float | None, slo_ttft: float | None, slo_scale: float,
              slo_reference: str, load_basis: str, objective: str | None, as_json: bool,
              tracking_uri: str | None,
@@ -94,10 +111,20 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     if objective == "quality_mean":
         raise click.UsageError("--objective quality_mean: a trace carries no quality labels (use qos_mean, or the "
                                "pipeline's routing evaluation, which has them)")
-    columns = TraceColumns(timestamp=timestamp, timestamp_unit=timestamp_unit, prompt_tokens=prompt_tokens,
-                           output_tokens=output_tokens, format=fmt)
+    if mooncake:
+        columns = dataclasses.replace(MOONCAKE, hash_ids=hash_ids or MOONCAKE.hash_ids,
+                                      block_tokens=block_tokens or MOONCAKE.block_tokens)
+    else:
+        hash_ids = hash_ids or ("hash_ids" if "hash_ids" in (trace_columns(trace, fmt) or ()) else None)
+        columns = TraceColumns(timestamp=timestamp, timestamp_unit=timestamp_unit, prompt_tokens=prompt_tokens,
+                               output_tokens=output_tokens, format=fmt, hash_ids=hash_ids,
+                               block_tokens=(block_tokens or MOONCAKE.block_tokens) if hash_ids else None)
+    if columns.hash_ids:
+        click.echo(f"prefix caches simulated: block ids from column {columns.hash_ids!r}, {columns.block_tokens} "
+                   "tokens per block" + ("" if block_tokens else " (Mooncake's; --block-tokens to change)"), err=True)
     quarantine = Quarantine("traces")
-    times, prompt, output = read_trace(trace, columns=columns, quarantine=quarantine)
+    read = read_block_trace(trace, columns=columns, quarantine=quarantine)
+    times, prompt, output = read.times, read.prompt_tokens, read.output_tokens
     for row in quarantine.rows[:5]:
         click.echo(f"skipped {row['row']}: {row['reason']}", err=True)
     if len(quarantine) > 5:
@@ -106,9 +133,19 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
         raise click.UsageError(f"--trace {trace}: {len(times)} row; at least 2 are needed to replay arrivals")
     bundle = load_bundle(bundle_ref, tracking_uri=tracking_uri, public_key=public_key,
                          allow_unsigned=allow_unsigned)
-    report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests,
-                             slo=slo_of(slo_e2e, slo_tpot, slo_ttft, slo_scale, slo_reference),
-                             log=lambda line: click.echo(line, err=True), objective=objective, load_basis=load_basis)
+    search = WeightSearch(evaluations=learn_evaluations, restarts=2, episodes=3, validation_episodes=4)
+    try:
+        report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests,
+                                 slo=slo_of(slo_e2e, slo_tpot, slo_ttft, slo_scale, slo_reference),
+                                 log=lambda line: click.echo(line, err=True), objective=objective,
+                                 load_basis=load_basis, hash_ids=read.hash_ids if columns.hash_ids else None,
+                                 block_tokens=columns.block_tokens if columns.hash_ids else None,
+                                 learn=search if learn else None,
+                                 learn_objective=objective if objective in HIGHER_IS_BETTER else "ttft_mean_s")
+    except ValueError as exc:
+        if learn and "learning on windows" in str(exc):
+            raise click.UsageError(f"--learn: {exc} (fewer --seeds or --requests, or a longer trace)") from None
+        raise
     report["trace"] = str(trace)
     if as_json:  # strict JSON: a metric without a value (no SLO given, no quality labels) is null
         click.echo(strict_json.dumps(report, indent=2, default=float))
@@ -124,8 +161,9 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     ranking = report["ranking"]
     rows = report["rows"]
     metric = ranking["objective"] if ranking is not None else None
-    shown = [*SHOWN, *([(metric, LABELS.get(metric, metric), 3)] if metric and metric not in dict(
-        (k, 0) for k, _, _ in SHOWN) else [])]
+    shown = [*SHOWN, *([("prefix_hit_rate", "prefix hits", 3)] if report["prefix_cache"] else []),
+             *([(metric, LABELS.get(metric, metric), 3)] if metric and metric not in dict(
+                 (k, 0) for k, _, _ in SHOWN) and metric != "prefix_hit_rate" else [])]
     header = ["policy", "source"] + [label for _, label, _ in shown] + ["not served (why)"]
     if ranking is not None:  # best first by the objective, with each policy's gap to the best
         order = {r["policy"]: r for r in ranking["ranking"]}
@@ -147,8 +185,15 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     for line in lines:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
     click.echo(f"* recommended by the bundle's gate. {report['quality']}.")
+    if report["learned"] is not None:
+        learned = report["learned"]
+        click.echo(f"{learned['row']}: weights {learned['parameters']['weights']} learned for "
+                   f"{learned['objective']} on windows of rows {learned['training_rows_from']}+ "
+                   f"(kept: {learned['kept']}).")
     if ranking is not None:
         click.echo(ranking["verdict"] + ".")
+    if report["slo_note"]:
+        click.echo(f"note: {report['slo_note']}.")
 
 
 def _not_served(row: dict) -> str:

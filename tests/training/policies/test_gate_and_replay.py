@@ -583,3 +583,56 @@ def _simulator_against(url, model, base) -> dict:
     requests = [ReplayRequest(0.25 * i, (10**6 + int(rng.integers(3)), 2 * i, 2 * i + 1), 12) for i in range(24)]
     return replay_check(url, str(model), profile, requests, 128, vocab, salt=1,
                         metrics=lambda: http.get(f"{base}/metrics", timeout=30).text)
+
+
+def test_policies_evaluate_caches_a_mooncake_traces_blocks_and_learns_the_scorer_on_its_other_rows(
+        deployed_bundle, shared_data, tmp_path):
+    """Issue 73, item 6: a Mooncake-format trace's `hash_ids` were not read (every policy's prefix hit
+    rate 0.0), and the searchable weights could be learned only in a benchmark script. Now the block
+    ids fill each simulated instance's prefix cache, the KV-aware routers are ranked with the rest,
+    and `--learn` learns linear_scorer's weights on windows of the rows after the evaluation windows'
+    and adds its row beside the defaults'."""
+    trace = shared_data / "traces" / "mooncake_synthetic_trace.jsonl"
+    args = ["policies", "evaluate", str(deployed_bundle), "--insecure-skip-signature", "--trace", str(trace),
+            "--mooncake", "--requests", "120", "--seeds", "2", "--objective", "ttft_mean_s"]
+    result = CliRunner().invoke(main, [*args, "--learn", "--learn-evaluations", "10", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "prefix caches simulated: block ids from column 'hash_ids', 512 tokens per block" in result.stderr
+    report = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    rows = {r["policy"]: r for r in report["rows"]}
+    assert report["prefix_cache"] == {"block_tokens": 512}
+    assert max(r["prefix_hit_rate"] for r in rows.values()) > 0
+    ranked = {r["policy"] for r in report["ranking"]["ranking"]}
+    assert {"dynamo_kv", "llm_d", "lmetric", "sglang_cache_aware", "linear_scorer", "linear_scorer (learned)"} <= ranked
+    assert rows["linear_scorer (learned)"]["source"] == "learned on this trace"
+    learned = report["learned"]
+    assert learned["objective"] == "ttft_mean_s" and learned["training_rows_from"] == 240
+    assert set(learned["parameters"]["weights"]) == set(learned["start"]) and learned["kept"]
+    # without --mooncake, a `hash_ids` column is read as block ids all the same, and said so
+    part = tmp_path / "part.jsonl"
+    part.write_text("".join(trace.read_text().splitlines(keepends=True)[:200]))
+    columns = ["--timestamp", "timestamp", "--timestamp-unit", "ms", "--prompt-tokens", "input_length",
+               "--output-tokens", "output_length"]
+    plain = CliRunner().invoke(main, [*args[:4], "--trace", str(part), *columns, "--requests", "60", "--seeds", "1"])
+    assert plain.exit_code == 0, plain.output
+    assert "512 tokens per block (Mooncake's; --block-tokens to change)" in plain.stderr
+    assert "prefix hits" in plain.stdout
+
+
+def test_policies_evaluate_says_when_its_slo_does_not_separate_the_policies(bundle, tmp_path):
+    """Issue 73, item 6: where 5 × a request's own E2E is a bound almost no request meets whoever
+    routes it (short outputs past saturation here; a code service's trace at half its saturation
+    once), every policy's goodput below 0.5 is said, with the service-class SLO options that would
+    separate them."""
+    rng = np.random.default_rng(11)
+    stamps = np.cumsum(rng.exponential(0.05, 200))
+    trace = tmp_path / "short.csv"
+    trace.write_text("t,p,o\n" + "".join(f"{t:.4f},{p},1\n" for t, p in zip(stamps, rng.integers(200, 400, 200))))
+    args = ["policies", "evaluate", str(bundle), "--insecure-skip-signature", "--trace", str(trace), "--timestamp", "t",
+            "--timestamp-unit", "s", "--prompt-tokens", "p", "--output-tokens", "o", "--seeds", "1",
+            "--requests", "150"]
+    result = CliRunner().invoke(main, [*args, "--load", "2.0"])
+    assert result.exit_code == 0, result.output
+    assert "note: every policy's goodput is below 0.5" in result.stdout and "--slo-ttft" in result.stdout
+    separated = CliRunner().invoke(main, [*args, "--load", "0.9", "--json"])  # most requests meet it there
+    assert json.loads(separated.stdout)["slo_note"] is None

@@ -90,6 +90,18 @@ MAX_ROW_BYTES = 1 << 20  # a Mooncake row of a 126K-token prompt is about 3 KB
 MAX_ROWS = 20_000_000  # rows a trace is read to (Azure's week-long traces have about 17 million)
 
 
+def trace_columns(path: Path, fmt: str | None = None) -> set[str] | None:
+    """The columns of a trace: its CSV header, or the keys of its first JSON-lines row (None where the
+    first row is not an object, or the file cannot be read): what a command looks at before deciding
+    how to read the trace (a `hash_ids` column read as block ids)."""
+    try:
+        for _, row in _rows(Path(path), TraceColumns(format=fmt, timestamp="", prompt_tokens="", output_tokens="")):
+            return set(row) if isinstance(row, dict) else None
+    except (OSError, TraceError):
+        return None
+    return None
+
+
 def _rows(path: Path, columns: TraceColumns) -> Iterator[tuple[int, dict | TraceError]]:
     """(row number as a person counts it: the CSV header is row 1, a JSON-lines file's first line is
     row 1, the row or the TraceError that makes it unusable)."""
@@ -262,3 +274,17 @@ def trace_window(times: np.ndarray, n: int, rate: float, seed: int) -> tuple[int
     start = seed * n % max(1, len(times) - n)
     t = times[start:start + n] - times[start]
     return start, (t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(len(t)) / rate)
+
+
+def held_out_window(times: np.ndarray, n: int, rate: float, seed: int, first_row: int) -> tuple[int, np.ndarray]:
+    """`trace_window`'s (first row, arrival offsets) for a window that starts at or after `first_row`:
+    the rows `trace_window`'s first `first_row // n` seeds never replay, on which settings (a
+    heuristic's weights) are learned before they are judged on those seeds' windows. Raises ValueError
+    where too few rows are left."""
+    rows = len(times) - first_row
+    if rows < n + 1:
+        raise ValueError(f"{rows} trace rows after the first {first_row} the evaluation windows replay; learning "
+                         f"on windows of {n} requests needs at least {n + 1}")
+    start = first_row + (seed * 7919) % (rows - n)
+    t = times[start:start + n] - times[start]
+    return start, (t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate)
