@@ -497,7 +497,7 @@ def test_the_cli_prints_latency_predictions_and_the_recommended_policy(demo):
     assert len(lines) <= 40, shown.stdout
     for unit in ("ms/token", "per 1k requests", "%", " MB"):
         assert unit in shown.stdout, unit
-    assert sum(line.startswith(f"  {tier} ") for tier in bundle.tiers_with_latency() for line in lines) == len(
+    assert sum(line.startswith(f"  {tier} ") for tier in bundle.tiers_with_latency for line in lines) == len(
         demo.config.tiers)
     every = _routeforge("bundle", "inspect", demo.out["uri"], "--all", tracking_uri=demo.tracking).stdout
     for component in bundle.manifest.components:
