@@ -264,7 +264,8 @@ def capability_problems(text: str) -> list[tuple[int, str]]:
 def main() -> int:
     failures = []
     if CAPABILITIES.is_file():
-        failures += [f"{CAPABILITIES.relative_to(REPO)}:{n}: {p}" for n, p in capability_problems(CAPABILITIES.read_text())]
+        failures += [f"{CAPABILITIES.relative_to(REPO)}:{n}: {p}"
+                     for n, p in capability_problems(CAPABILITIES.read_text())]
     for doc in documents():
         text = doc.read_text()
         lines = text.count("\n")
