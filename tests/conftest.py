@@ -61,6 +61,20 @@ def _bundle_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _encoder_exports(tmp_path_factory):
+    """One ONNX export of each encoder for the whole run, shared by both xdist workers and every
+    process they start (`training.encoder_export.shared_export`): each fleet a test runs has a new
+    storage root, and exporting there again cost each run a trace and a parity check. The copy a
+    fleet takes is checked against its recorded digest, as an export made in place would be."""
+    from routeforge.training.encoder_export import SHARED_CACHE_ENV
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "encoder-exports"
+    os.environ[SHARED_CACHE_ENV] = str(root)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _keyring(tmp_path_factory):
     """The keys pipelines pin as they sign (`artifacts.keyring`) go to a keyring of the session, never
     the user's configuration folder; a test that judges trust sets its own."""

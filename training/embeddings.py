@@ -58,23 +58,19 @@ def encoder_cache_root() -> Path:
 
 
 def onnx_encoder_folder(ref: str) -> Path:
-    """Where the ONNX export of encoder `ref` is kept (`onnx_encoder` fills it)."""
-    return encoder_cache_root() / hashlib.sha256(ref.encode()).hexdigest()[:16]
+    """Where the ONNX export of encoder `ref` is kept: the machine's shared export
+    (`encoder_export.shared_export`, exported on first use under a file lock and reused while it verifies)."""
+    from routeforge.training.encoder_export import shared_export
+
+    return shared_export(ref)
 
 
 @lru_cache(maxsize=4)
 def onnx_encoder(ref: str):
-    """The encoder `ref` on ONNX Runtime, exported on first use (a file lock keeps two processes
-    from exporting into one folder at once) and reused while it verifies."""
-    from filelock import FileLock
+    """The encoder `ref` on ONNX Runtime, from its shared export (`onnx_encoder_folder`)."""
     from routeforge.artifacts.sentence_encoder import SentenceEncoder
-    from routeforge.training.encoder_export import export_sentence_encoder
 
-    folder = onnx_encoder_folder(ref)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder) + ".lock", timeout=600):
-        export_sentence_encoder(ref, folder)
-    return SentenceEncoder.load(folder)
+    return SentenceEncoder.load(onnx_encoder_folder(ref))
 
 
 @lru_cache(maxsize=4)

@@ -8,12 +8,17 @@ about 1e-7 in cosine (the component's `parity/min_cosine` metric, measured here 
 with both truncation sides), which keeps the router's choices the same.
 
 An export is reused while its folder's `encoder.json` names the same encoder and the graph verifies,
-so a retrain does not rewrite (and re-version) an unchanged encoder.
+so a retrain does not rewrite (and re-version) an unchanged encoder. A new folder (a new fleet's
+storage root, a fresh state folder) copies the machine's shared export of the same encoder, made with
+the same libraries and this module's same code (`shared_export`: a trace, an export and a parity
+check each time was most of a small fleet's training stage), exporting only where none verifies.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,18 +81,79 @@ def parity(folder: Path, ref: str, texts: Sequence[str] = PROBES) -> dict[str, f
     return {"parity/min_cosine": worst}
 
 
-def export_sentence_encoder(ref: str, folder: Path) -> ComponentSource:
-    """The `sentence_encoder` component for encoder `ref` in `folder` (exported, or reused)."""
-    folder = Path(folder)
-    spec_path = folder / ENCODER_SPEC
-    if spec_path.is_file():
+SHARED_CACHE_ENV = "ROUTEFORGE_ENCODER_CACHE"  # where `shared_export` keeps exports (default: the state folder's)
+
+
+def _verified(ref: str, folder: Path) -> dict | None:
+    """The folder's spec where it holds a whole, verifying export of `ref` (a spec without its parity was
+    left by a run killed while measuring it), else None."""
+    spec_path, graph = folder / ENCODER_SPEC, folder / ENCODER_GRAPH
+    if not spec_path.is_file():
+        return None
+    try:
         spec = json.loads(spec_path.read_text())
-        graph = folder / ENCODER_GRAPH
-        # a spec without its parity was left by a run killed while measuring it: export again
-        if (spec.get("ref") == ref and "parity" in spec and graph.is_file()
-                and spec.get("graph_sha256") == sha256_file(graph)):
-            return ComponentSource("sentence_encoder", "sentence_encoder", "onnx+tokenizer+json", folder,
-                                   spec["parity"], {"ref": ref})
+    except (OSError, ValueError):
+        return None
+    whole = spec.get("ref") == ref and "parity" in spec and graph.is_file()
+    return spec if whole and spec.get("graph_sha256") == sha256_file(graph) else None
+
+
+def export_key(ref: str) -> str:
+    """What decides an export's bytes: the encoder (its reference, and a local folder's file sizes and
+    times), the libraries that trace and write the graph, and this module's source."""
+    import hashlib
+    from importlib.metadata import version
+
+    from routeforge.core.pretrained import resolve_pretrained
+
+    parts = [ref, Path(__file__).read_text()]
+    parts += [f"{name}=={version(name)}" for name in ("torch", "transformers", "sentence-transformers", "onnx")]
+    local = Path(resolve_pretrained(ref))
+    if local.is_dir():
+        parts += sorted(f"{p.relative_to(local)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                        for p in local.rglob("*") if p.is_file())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def shared_export(ref: str) -> Path:
+    """The machine's export of encoder `ref` ($ROUTEFORGE_ENCODER_CACHE, else the state folder's
+    `encoders/exports/`), made under a file lock the first time and kept while it verifies."""
+    from filelock import FileLock
+    from routeforge.training.embeddings import encoder_cache_root
+
+    root = Path(os.environ.get(SHARED_CACHE_ENV) or encoder_cache_root() / "exports")
+    folder = root / export_key(ref)
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock", timeout=600):
+        if _verified(ref, folder) is None:
+            _export(ref, folder)
+    return folder
+
+
+def export_sentence_encoder(ref: str, folder: Path, shared: bool = True) -> ComponentSource:
+    """The `sentence_encoder` component for encoder `ref` in `folder`: reused where it verifies, else
+    copied from the machine's shared export (`shared`), else exported here."""
+    folder = Path(folder)
+    spec = _verified(ref, folder)
+    if spec is None and shared:
+        source = shared_export(ref)
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.iterdir():
+            if old.is_file():
+                old.unlink()
+        for file in sorted(source.iterdir(), key=lambda p: p.name == ENCODER_SPEC):  # the spec last: whole or not
+            if file.is_file() and not file.name.endswith(".lock"):
+                shutil.copyfile(file, folder / file.name)
+        spec = _verified(ref, folder)
+    if spec is None:
+        spec = _export(ref, folder)
+    return ComponentSource("sentence_encoder", "sentence_encoder", "onnx+tokenizer+json", folder, spec["parity"],
+                           {"ref": ref})
+
+
+def _export(ref: str, folder: Path) -> dict:
+    """Trace, write and check the graph of encoder `ref` in `folder`; its spec, parity included."""
+    spec_path = folder / ENCODER_SPEC
     model = _load(ref)
     pooling = _pooling(model)
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,5 +170,4 @@ def export_sentence_encoder(ref: str, folder: Path) -> ComponentSource:
     partial = spec_path.with_suffix(".partial")
     partial.write_text(json.dumps(spec, indent=2, sort_keys=True))
     partial.replace(spec_path)  # whole or not at all: a kill here leaves the spec without parity, redone above
-    return ComponentSource("sentence_encoder", "sentence_encoder", "onnx+tokenizer+json", folder, spec["parity"],
-                           {"ref": ref})
+    return spec
