@@ -557,7 +557,13 @@ def test_the_runtime_alone_serves_the_demo_bundle(demo, tmp_path):
     # issue 73, item 1: the extra the README names for `models:/` (`routeforge[mlflow]`), added to the same
     # environment, and the README's Python block run there as written: no tracking URI and no key given,
     # from a folder outside the checkout (the store and the pinned key found through the state folder)
-    install_extras(tmp_path / "runtime", "[mlflow]")
+    # at the pipeline's MLflow: a newer client opening the sqlite store migrates its schema, and the
+    # pipeline's own MLflow then refuses the store ("out-of-date database schema"; docs/deploy.md)
+    from importlib.metadata import version
+
+    install_extras(tmp_path / "runtime", "[mlflow]", tuple(
+        f"{name}=={version(source)}" for name, source in (("mlflow-skinny", "mlflow"), ("sqlalchemy", "sqlalchemy"),
+                                                          ("alembic", "alembic"))))
     assert {"mlflow-skinny", "pandas"} <= set(installed(python)) and "torch" not in installed(python)
     env = {k: v for k, v in clean_env().items() if k != "MLFLOW_TRACKING_URI"}
     outside = tmp_path / "service"

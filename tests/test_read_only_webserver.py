@@ -71,7 +71,7 @@ def test_make_ui_starts_without_a_warning_and_prints_the_open_lineage(tmp_path):
         wait_healthy(process, f"http://127.0.0.1:{port}/server_info", log, timeout_s=180)
         graphql = graphql_caller(f"http://127.0.0.1:{port}")
         groups = {n["groupName"] for n in graphql("{ assetNodes { groupName } }")["assetNodes"]}
-    printed = log.read_text()
+        printed = log.read_text()  # what it said starting and serving (stopping it, the code server's exit is logged)
     assert groups == set(STAGE_GROUPS)  # the link opens every group the definitions have
     assert printed.startswith(f"routeforge: the pipeline's lineage, every stage open: "
                               f"{lineage_url(f'http://127.0.0.1:{port}')}")

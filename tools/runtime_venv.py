@@ -37,12 +37,13 @@ def make_runtime_venv(folder: Path, extras: str = "") -> Path:
     return python
 
 
-def install_extras(folder: Path, extras: str) -> None:
+def install_extras(folder: Path, extras: str, pins: tuple[str, ...] = ()) -> None:
     """Add `extras` (e.g. "[mlflow]") to the runtime `make_runtime_venv(folder)` installed, from the same
-    wheel, as a router service's `pip install 'routeforge[mlflow]'` would."""
+    wheel, as a router service's `pip install 'routeforge[mlflow]'` would; `pins` ("mlflow-skinny==3.7.0")
+    hold packages at the versions given."""
     wheel = next((folder.parent / f"{folder.name}-wheel").glob("routeforge-*.whl"))
     result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q",
-                             "--disable-pip-version-check", f"{wheel}{extras}"], capture_output=True, text=True,
+                             "--disable-pip-version-check", f"{wheel}{extras}", *pins], capture_output=True, text=True,
                             timeout=1200, env=clean_env())
     if result.returncode != 0:
         raise RuntimeError(f"pip install of the runtime's {extras} failed: {result.stderr.strip()[-2000:]}")

@@ -40,3 +40,29 @@ def test_experiments_of_a_local_store_keep_artifacts_beside_it_and_share_the_enc
     assert len(list(store.iterdir())) == 1  # one encoder for both experiments
     held = sum(p.stat().st_size for p in (work / "state").rglob("*") if p.is_file() and p.name == "model.onnx")
     assert held == 2 * SHARED_MIN_BYTES
+
+
+def test_a_read_refuses_a_store_its_mlflow_would_migrate(tmp_path):
+    """A router service with a newer mlflow-skinny than the pipeline's migrated the pipeline's SQLite store
+    by reading it, and the pipeline's MLflow then refused the store ("out-of-date database schema"). A
+    read now compares the store's schema with its own MLflow's first, and changes nothing."""
+    import sqlite3
+
+    import pytest
+    from routeforge.artifacts.registry import _mlflow_schema, check_store_exists
+
+    head, known, _ = _mlflow_schema()
+    older = next(r for r in sorted(known) if r != head)
+    database = tmp_path / "mlflow.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        conn.execute("INSERT INTO alembic_version VALUES (?)", (head,))
+    uri = f"sqlite:///{database}"
+    check_store_exists("models:/m@champion", uri)  # the same schema: read
+    for revision, said in ((older, "holds an older MLflow schema"), ("ffffffffffff", "newer than this process's")):
+        with sqlite3.connect(database) as conn:
+            conn.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+        with pytest.raises(ValueError, match=said):
+            check_store_exists("models:/m@champion", uri)
+        with sqlite3.connect(database) as conn:  # untouched
+            assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == (revision,)

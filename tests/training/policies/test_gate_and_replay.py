@@ -528,26 +528,32 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
         http.post(f"{url}/completions", timeout=300, json={"model": str(model), "prompt": "hello", "max_tokens": 1})
 
         answers = []  # each request's status, said if no scrape ever saw one running
+        seen = threading.Event()
 
         def generate():
-            answers.append(http.post(f"{url}/completions", timeout=300, json={
-                "model": str(model), "prompt": "hello " * 20, "max_tokens": 480, "ignore_eos": True}).status_code)
+            # requests one after another until a scrape has seen the load (at most 8 per thread): a burst
+            # sent once could finish before a loaded machine's first scrape answered (the gauges then
+            # showed nothing, 1 run in about 3 whole-suite runs)
+            for _ in range(8):
+                if seen.is_set():
+                    return
+                answers.append(http.post(f"{url}/completions", timeout=300, json={
+                    "model": str(model), "prompt": "hello " * 20, "max_tokens": 480, "ignore_eos": True}).status_code)
 
-        threads = [threading.Thread(target=generate) for _ in range(32)]
+        threads = [threading.Thread(target=generate) for _ in range(16)]
         for t in threads:
             t.start()
         busy = LiveState(0, 0)
         # until the engine's gauges show the requests (bounded: 600 × 0.1 s; a loaded 2-core machine
         # took more than the 10 s this waited before); the busiest scrape is kept, so one that came
         # after the requests finished (a slow scrape on a busy machine) does not hide an earlier one.
-        # 32 requests of 480 tokens: with 6, a scrape the loaded server answered late came after all of
-        # them had finished (2 runs in 3 under three CPU hogs; none in 5 with 32)
         for _ in range(600):
             scraped = LiveState.from_vllm_metrics(http.get(f"{base}/metrics", timeout=30).text)
             busy = max(busy, scraped, key=lambda s: s.running + s.waiting)
             if busy.running + busy.waiting >= 2 or not any(t.is_alive() for t in threads):
                 break
             threading.Event().wait(0.1)
+        seen.set()
         decision = dispatcher.decide([busy, LiveState(0, 0)], 40, [0.5, 0.5], [64, 64])
         # the deployed routers from the same scrape: no prefix is shared yet, so the load decides
         deployed = {name: Dispatcher(load_bundle(deployed_bundle, allow_unsigned=True), policy=name).decide(
