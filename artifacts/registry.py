@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from pathlib import Path
 
 from routeforge.artifacts import temporary
@@ -92,24 +93,33 @@ def check_store_exists(uri: str, tracking_uri: str) -> None:
         raise ValueError(f"cannot resolve {uri}: {problem}")
 
 
+_REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*(.+)$", re.M)
+
+
 @functools.lru_cache(maxsize=1)
 def _mlflow_schema() -> tuple[str, frozenset[str], str] | None:
-    """(this process's MLflow's schema head, every revision it knows, its version); None without MLflow's
-    database support (the light readers then read the store, and nothing here could migrate it)."""
+    """(this process's MLflow's schema head, every revision it knows, its version), read from its
+    migration scripts as text (importing them through Alembic took seconds per process); None without
+    MLflow's database support (the light readers then read the store, and nothing here could migrate it)."""
+    import importlib.util
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        import mlflow.store.db_migrations as migrations
-        from alembic.script import ScriptDirectory
-    except ImportError:
+    spec = importlib.util.find_spec("mlflow")
+    if spec is None or spec.origin is None or importlib.util.find_spec("sqlalchemy") is None:
         return None
-
-    script = ScriptDirectory(os.path.dirname(migrations.__file__))
+    revisions, parents = set(), set()
+    for script in (Path(spec.origin).parent / "store" / "db_migrations" / "versions").glob("*.py"):
+        for kind, value in _REVISION.findall(script.read_text()):
+            names = set(re.findall(r"[\"']([0-9a-f]+)[\"']", value))
+            (revisions if kind == "revision" else parents).update(names)
+    heads = revisions - parents
+    if len(heads) != 1:
+        return None  # not a layout this reads: leave the check to MLflow
     try:
         release = version("mlflow-skinny")
     except PackageNotFoundError:
         release = version("mlflow")
-    return script.get_current_head(), frozenset(r.revision for r in script.walk_revisions()), release
+    return next(iter(heads)), frozenset(revisions), release
 
 
 def schema_problem(database: Path) -> str | None:
