@@ -11,7 +11,6 @@ the version references by digest (`artifacts.shared_components`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -88,7 +87,7 @@ def check_store_exists(uri: str, tracking_uri: str) -> None:
     if database is not None and not is_sqlite_database(database):
         raise ValueError(f"cannot resolve {uri}: {database.resolve()} is not an SQLite database (empty, or another "
                          "kind of file); a read never creates or writes one")
-    problem = schema_problem(database) if database is not None else None
+    problem = schema_problem(tracking_uri) if database is not None else None
     if problem:
         raise ValueError(f"cannot resolve {uri}: {problem}")
 
@@ -122,30 +121,25 @@ def _mlflow_schema() -> tuple[str, frozenset[str], str] | None:
     return next(iter(heads)), frozenset(revisions), release
 
 
-def schema_problem(database: Path) -> str | None:
+def schema_problem(tracking_uri: str) -> str | None:
     """Why this process's MLflow must not open a SQLite registry, or None. MLflow migrates a store whose
     schema is older than its own on open; the MLflow that wrote it (the pipeline's) then refuses it as
     "out-of-date": a router service with a newer mlflow-skinny broke the pipeline's store by reading it."""
-    import sqlite3
+    from routeforge.artifacts.registry_sqlite import schema_revision
 
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
-            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-    except sqlite3.Error:
-        return None  # no schema recorded: nothing a read could migrate
-    if row is None:
-        return None
-    schema = _mlflow_schema()
+    revision = schema_revision(tracking_uri)  # None: no schema recorded, nothing a read could migrate
+    schema = _mlflow_schema() if revision is not None else None
     if schema is None:
         return None
     head, known, release = schema
-    if row[0] == head:
+    database = sqlite_file(tracking_uri)
+    if revision == head:
         return None
-    if row[0] in known:
-        return (f"{database} holds an older MLflow schema ({row[0]}) than this process's MLflow {release} ({head}): "
+    if revision in known:
+        return (f"{database} holds an older MLflow schema ({revision}) than this process's MLflow {release} ({head}): "
                 "opening it would migrate it, and the MLflow that wrote it would then refuse it; install that MLflow "
                 "here (mlflow-skinny==<the pipeline's mlflow version>), or read the registry through an mlflow server")
-    return (f"{database} holds a schema ({row[0]}) newer than this process's MLflow {release} knows: upgrade "
+    return (f"{database} holds a schema ({revision}) newer than this process's MLflow {release} knows: upgrade "
             "mlflow-skinny to the pipeline's mlflow version")
 
 

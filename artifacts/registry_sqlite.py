@@ -37,6 +37,15 @@ def _rows(tracking_uri: str, *queries: tuple[str, tuple]) -> list[list[tuple]]:
         raise Unreadable(f"{tracking_uri}: {exc}") from None
 
 
+def schema_revision(tracking_uri: str) -> str | None:
+    """The Alembic revision MLflow recorded in the store (None: no schema recorded, or not readable)."""
+    try:
+        rows = _rows(tracking_uri, ("SELECT version_num FROM alembic_version", ()))[0]
+    except Unreadable:
+        return None
+    return rows[0][0] if rows else None
+
+
 def registered_model(tracking_uri: str, name: str) -> dict[str, Any]:
     """{name, tags: {key: value}, aliases: {alias: version}} of a registered model, as `registry_rest`."""
     found, tags, aliases = _rows(tracking_uri,

@@ -28,25 +28,26 @@ def make_runtime_venv(folder: Path, extras: str = "") -> Path:
     """Create `folder` as a venv with the runtime (plus `extras`, e.g. "[mlflow]") installed; returns
     its python. Raises with pip's own message when the index cannot be reached."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=300)
-    python = folder / "bin" / "python"
-    wheel = build_wheel(folder.parent / f"{folder.name}-wheel")
-    result = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                             f"{wheel}{extras}"], capture_output=True, text=True, timeout=1200, env=clean_env())
+    build_wheel(folder.parent / f"{folder.name}-wheel")
+    _pip_install(folder, extras)
+    return folder / "bin" / "python"
+
+
+def _pip_install(folder: Path, extras: str, pins: tuple[str, ...] = ()) -> None:
+    """`pip install <the checkout's wheel><extras> <pins>` into the venv at `folder`."""
+    wheel = next((folder.parent / f"{folder.name}-wheel").glob("routeforge-*.whl"))
+    result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q",
+                             "--disable-pip-version-check", f"{wheel}{extras}", *pins], capture_output=True,
+                            text=True, timeout=1200, env=clean_env())
     if result.returncode != 0:
-        raise RuntimeError(f"pip install of the runtime failed: {result.stderr.strip()[-2000:]}")
-    return python
+        raise RuntimeError(f"pip install of the runtime{extras} failed: {result.stderr.strip()[-2000:]}")
 
 
 def install_extras(folder: Path, extras: str, pins: tuple[str, ...] = ()) -> None:
     """Add `extras` (e.g. "[mlflow]") to the runtime `make_runtime_venv(folder)` installed, from the same
     wheel, as a router service's `pip install 'routeforge[mlflow]'` would; `pins` ("mlflow-skinny==3.7.0")
     hold packages at the versions given."""
-    wheel = next((folder.parent / f"{folder.name}-wheel").glob("routeforge-*.whl"))
-    result = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q",
-                             "--disable-pip-version-check", f"{wheel}{extras}", *pins], capture_output=True, text=True,
-                            timeout=1200, env=clean_env())
-    if result.returncode != 0:
-        raise RuntimeError(f"pip install of the runtime's {extras} failed: {result.stderr.strip()[-2000:]}")
+    _pip_install(folder, extras, pins)
 
 
 def site_packages_bytes(python: Path) -> int:

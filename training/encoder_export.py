@@ -130,17 +130,23 @@ def shared_export(ref: str) -> Path:
     return folder
 
 
-def export_sentence_encoder(ref: str, folder: Path, shared: bool = True) -> ComponentSource:
+def _emptied(folder: Path) -> Path:
+    """`folder`, created, without the files an earlier export left in it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        if old.is_file():
+            old.unlink()
+    return folder
+
+
+def export_sentence_encoder(ref: str, folder: Path) -> ComponentSource:
     """The `sentence_encoder` component for encoder `ref` in `folder`: reused where it verifies, else
-    copied from the machine's shared export (`shared`), else exported here."""
+    copied from the machine's shared export (`shared_export`), else exported here."""
     folder = Path(folder)
     spec = _verified(ref, folder)
-    if spec is None and shared:
+    if spec is None:
         source = shared_export(ref)
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.iterdir():
-            if old.is_file():
-                old.unlink()
+        _emptied(folder)
         for file in sorted(source.iterdir(), key=lambda p: p.name == ENCODER_SPEC):  # the spec last: whole or not
             if file.is_file() and not file.name.endswith(".lock"):
                 shutil.copyfile(file, folder / file.name)
@@ -156,10 +162,7 @@ def _export(ref: str, folder: Path) -> dict:
     spec_path = folder / ENCODER_SPEC
     model = _load(ref)
     pooling = _pooling(model)
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.iterdir():
-        if old.is_file():
-            old.unlink()
+    _emptied(folder)
     model.tokenizer.save_pretrained(str(folder))
     _export_graph(model, folder / ENCODER_GRAPH, pooling)
     spec = {"ref": ref, "max_length": int(model.max_seq_length), "dim": int(model.get_sentence_embedding_dimension()),

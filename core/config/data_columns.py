@@ -87,12 +87,12 @@ def columns_of(path: Path) -> frozenset[str] | None:
 @functools.lru_cache(maxsize=64)
 def _columns(stamp: tuple[str, int, int]) -> frozenset[str] | None:
     path = Path(stamp[0])
-    if path.suffix.lower() != ".parquet" and file_encoding_problem(path):
-        return None  # not UTF-8: said once, by `data_rows`, not as columns of garbled names
     if path.suffix.lower() == ".parquet":
         import pyarrow.parquet as pq
 
         return frozenset(pq.read_schema(path).names)
+    if file_encoding_problem(path):
+        return None  # not UTF-8: said once, by `data_rows`, not as columns of garbled names
     if path.suffix.lower() == ".csv":
         with _open_csv(path) as handle:
             return frozenset(next(csv.reader(handle), []))
@@ -155,23 +155,23 @@ def trace_problems(fleet) -> list[str]:
         return []
     from routeforge.core.config.training import TraceSettings
 
-    path = trace if isinstance(trace, Path) else trace.path
-    fmt = None if isinstance(trace, Path) else trace.format
-    if fmt is not None and not "".join(path.suffixes[-2:]).lower().endswith((f".{fmt}", ".ndjson")):
+    bare = isinstance(trace, Path)  # a path alone: read with Azure's column names (the settings' defaults)
+    settings = TraceSettings.model_construct(path=trace) if bare else trace
+    path = settings.path
+    if settings.format is not None and not "".join(path.suffixes[-2:]).lower().endswith(
+            (f".{settings.format}", ".ndjson")):
         return []  # a format its suffix does not say: read as the run reads it, not here
     columns = columns_of(path)
     if columns is None:
         return []
-    named = [(f, getattr(trace, f, TraceSettings.model_fields[f].default))
-             for f in ("timestamp", "prompt_tokens", "output_tokens", "hash_ids")]
-    where = "training.routing_evaluation.trace" + ("" if isinstance(trace, Path) else ".")
     problems = []
-    for field, column in named:
+    for field in ("timestamp", "prompt_tokens", "output_tokens", "hash_ids"):
+        column = getattr(settings, field)
         if column is not None and column not in columns:
-            at = f"{where}{field}" if not isinstance(trace, Path) else f"{where} ({field})"
+            at = "training.routing_evaluation.trace" + (f" ({field})" if bare else f".{field}")
             problems.append(f"{at}: {column!r} is not a column of {path.name}{did_you_mean(column, columns)} "
                             f"(its columns: {', '.join(sorted(columns))})")
-    if problems and isinstance(trace, Path):
+    if problems and bare:
         problems[-1] += ("; a trace with other columns names them: trace: {path: …, timestamp: …, prompt_tokens: …, "
                          "output_tokens: …}")
     return problems

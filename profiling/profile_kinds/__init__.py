@@ -24,6 +24,8 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+from routeforge.core.config.data_columns import _stamp  # the file-version key validate's caches use
+
 
 def _missing_key(profile, entries) -> str | None:
     """'KEY not in FILE (did you mean …? N keys there)', or None where the file has the key."""
@@ -49,18 +51,17 @@ def published_key_check(read: Callable[[Path], dict]) -> Callable[[object], list
     and holds the profile's `key` (a file is read once per version however many tiers name it)."""
 
     @functools.lru_cache(maxsize=8)
-    def keys(path: str, mtime_ns: int, size: int) -> frozenset[str] | str:
+    def keys(stamp: tuple[str, int, int]) -> frozenset[str] | str:
         try:
-            return frozenset(read(Path(path)))
+            return frozenset(read(Path(stamp[0])))
         except (OSError, ValueError) as exc:
             return str(exc)
 
     def check(profile) -> list[str]:
-        path = Path(profile.file)
-        if not path.is_file():
+        stamp = _stamp(Path(profile.file))
+        if stamp is None:
             return []  # a missing file is said by `files.missing_files`, with its field
-        stat = path.stat()
-        entries = keys(str(path), stat.st_mtime_ns, stat.st_size)
+        entries = keys(stamp)
         if isinstance(entries, str):
             return [f"file: {entries}"]
         missing = _missing_key(profile, entries)

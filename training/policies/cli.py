@@ -21,7 +21,13 @@ from routeforge.core.config.training import WeightSearch
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED
 from routeforge.training.policies.simulator.slo import slo_of
-from routeforge.training.policies.simulator.traces import MOONCAKE, TraceColumns, read_block_trace, trace_columns
+from routeforge.training.policies.simulator.traces import (
+    MOONCAKE,
+    TooFewRows,
+    TraceColumns,
+    read_block_trace,
+    trace_columns,
+)
 
 # (metric, column label, digits): every offered request counts in the first five; "served" latencies
 # count only what was served and stand beside the served share
@@ -123,7 +129,7 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
         click.echo(f"prefix caches simulated: block ids from column {columns.hash_ids!r}, {columns.block_tokens} "
                    "tokens per block" + ("" if block_tokens else " (Mooncake's; --block-tokens to change)"), err=True)
     quarantine = Quarantine("traces")
-    read = read_block_trace(trace, columns=columns, quarantine=quarantine)
+    read = read_block_trace(trace, columns=columns, quarantine=quarantine)  # block size None without block ids
     times, prompt, output = read.times, read.prompt_tokens, read.output_tokens
     for row in quarantine.rows[:5]:
         click.echo(f"skipped {row['row']}: {row['reason']}", err=True)
@@ -138,14 +144,11 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
         report = evaluate_bundle(bundle, times, prompt, output, load=load, seeds=seeds, requests=requests,
                                  slo=slo_of(slo_e2e, slo_tpot, slo_ttft, slo_scale, slo_reference),
                                  log=lambda line: click.echo(line, err=True), objective=objective,
-                                 load_basis=load_basis, hash_ids=read.hash_ids if columns.hash_ids else None,
-                                 block_tokens=columns.block_tokens if columns.hash_ids else None,
+                                 load_basis=load_basis, hash_ids=read.hash_ids, block_tokens=read.block_tokens,
                                  learn=search if learn else None,
                                  learn_objective=objective if objective in HIGHER_IS_BETTER else "ttft_mean_s")
-    except ValueError as exc:
-        if learn and "learning on windows" in str(exc):
-            raise click.UsageError(f"--learn: {exc} (fewer --seeds or --requests, or a longer trace)") from None
-        raise
+    except TooFewRows as exc:
+        raise click.UsageError(f"--learn: {exc} (fewer --seeds or --requests, or a longer trace)") from None
     report["trace"] = str(trace)
     if as_json:  # strict JSON: a metric without a value (no SLO given, no quality labels) is null
         click.echo(strict_json.dumps(report, indent=2, default=float))
@@ -161,9 +164,11 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
     ranking = report["ranking"]
     rows = report["rows"]
     metric = ranking["objective"] if ranking is not None else None
-    shown = [*SHOWN, *([("prefix_hit_rate", "prefix hits", 3)] if report["prefix_cache"] else []),
-             *([(metric, LABELS.get(metric, metric), 3)] if metric and metric not in dict(
-                 (k, 0) for k, _, _ in SHOWN) and metric != "prefix_hit_rate" else [])]
+    shown = list(SHOWN)
+    if report["prefix_cache"]:
+        shown.append(("prefix_hit_rate", "prefix hits", 3))
+    if metric and metric not in {key for key, _, _ in shown}:
+        shown.append((metric, LABELS.get(metric, metric), 3))
     header = ["policy", "source"] + [label for _, label, _ in shown] + ["not served (why)"]
     if ranking is not None:  # best first by the objective, with each policy's gap to the best
         order = {r["policy"]: r for r in ranking["ranking"]}

@@ -93,6 +93,16 @@ def _learned_runner(policy, profiles, models: list[int], workload, seed: int, bl
     return run_episode(env, policy.act, seed)
 
 
+def _heuristic(bundle, name: str, ref: str | None, learned_weights: dict | None):
+    """A fresh instance of a non-learned row's policy: the bundle's exported spec, the scorer with the
+    weights learned on this trace, or a baseline."""
+    if ref is not None:
+        return from_spec(bundle.routing_policy(ref).spec)
+    if name == LEARNED_ROW:
+        return tuned_baseline("linear_scorer", learned_weights["parameters"])
+    return BASELINES[name]()
+
+
 def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.ndarray, load: float = 0.8,
                     seeds: int = 3, requests: int = 1000, slo: Slo | None = None,
                     log: Callable[[str], None] = lambda _: None, objective: str | None = DEFAULT_OBJECTIVE,
@@ -135,11 +145,10 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
     carried = {c.config.get("policy"): c for c in bundle.manifest.components if c.kind == "routing_policy"}
     plan = [(name, c.name, c.config.get("policy_kind") != "heuristic") for name, c in carried.items()]
     plan += [(name, None, False) for name in default_baselines() if name not in carried]
-    learned_weights = None
+    learned_weights, first_row = None, seeds * min(requests, len(times))  # the evaluation windows' rows
     if learn is not None:
         plan += [(name, None, False) for name in ("linear_scorer",) if name not in carried]  # its defaults
-        training = trace_windows(times, prompt, output, requests, rate, n_models, hash_ids,
-                                 first_row=seeds * min(requests, len(times)))
+        training = trace_windows(times, prompt, output, requests, rate, n_models, hash_ids, first_row=first_row)
         training(0)  # too few rows after the evaluation windows: one error before any search
 
         def episode(policy, seed: int) -> dict[str, float]:
@@ -155,10 +164,8 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
             if learned:
                 outcomes = _learned_runner(bundle.routing_policy(ref), profiles, models, workload, seed, block_tokens)
             else:
-                policy = (from_spec(bundle.routing_policy(ref).spec) if ref is not None
-                          else tuned_baseline("linear_scorer", learned_weights["parameters"]) if name == LEARNED_ROW
-                          else BASELINES[name]())
-                outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(workload(seed), policy)
+                outcomes = Cluster(profiles, models=models, block_tokens=block_tokens).run(
+                    workload(seed), _heuristic(bundle, name, ref, learned_weights))
             runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))
         source = "bundle" if ref is not None else "learned on this trace" if name == LEARNED_ROW else "baseline"
         row = {"policy": name, "source": source, "recommended": ref is not None and ref == recommended}
@@ -179,7 +186,7 @@ def evaluate_bundle(bundle, times: np.ndarray, prompt: np.ndarray, output: np.nd
             "prefix_cache": {"block_tokens": block_tokens} if block_tokens else None,
             "learned": None if learned_weights is None else {
                 "policy": "linear_scorer", "row": LEARNED_ROW, "objective": learn_objective, **learned_weights,
-                "training_rows_from": seeds * min(requests, len(times))},
+                "training_rows_from": first_row},
             "ranking": None if objective is None else rank_policies(
                 rows, objective, recommended.removeprefix("policy--") if recommended else None)}
 

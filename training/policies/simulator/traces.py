@@ -276,14 +276,18 @@ def trace_window(times: np.ndarray, n: int, rate: float, seed: int) -> tuple[int
     return start, (t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(len(t)) / rate)
 
 
+class TooFewRows(ValueError):
+    """Too few trace rows are left after the evaluation windows' for a held-out window."""
+
+
 def held_out_window(times: np.ndarray, n: int, rate: float, seed: int, first_row: int) -> tuple[int, np.ndarray]:
     """`trace_window`'s (first row, arrival offsets) for a window that starts at or after `first_row`:
     the rows `trace_window`'s first `first_row // n` seeds never replay, on which settings (a
-    heuristic's weights) are learned before they are judged on those seeds' windows. Raises ValueError
+    heuristic's weights) are learned before they are judged on those seeds' windows. Raises TooFewRows
     where too few rows are left."""
     rows = len(times) - first_row
     if rows < n + 1:
-        raise ValueError(f"{rows} trace rows after the first {first_row} the evaluation windows replay; learning "
+        raise TooFewRows(f"{rows} trace rows after the first {first_row} the evaluation windows replay; learning "
                          f"on windows of {n} requests needs at least {n + 1}")
     start = first_row + (seed * 7919) % (rows - n)
     t = times[start:start + n] - times[start]
