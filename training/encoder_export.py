@@ -116,8 +116,9 @@ def export_key(ref: str) -> str:
 
 
 def shared_export(ref: str) -> Path:
-    """The machine's export of encoder `ref` ($ROUTEFORGE_ENCODER_CACHE, else the state folder's
-    `encoders/exports/`), made under a file lock the first time and kept while it verifies."""
+    """The machine's export of encoder `ref` ($ROUTEFORGE_ENCODER_CACHE, else `exports/` of
+    `embeddings.encoder_cache_root()`: $ROUTEFORGE_STATE/encoders where that is set, else
+    ~/.cache/routeforge/encoders), made under a file lock the first time and kept while it verifies."""
     from filelock import FileLock
     from routeforge.training.embeddings import encoder_cache_root
 
