@@ -66,6 +66,7 @@ from routeforge.artifacts.prefix_index import PrefixIndex
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREFIX_QUERIES, PREFIX_HITS = ("vllm:prefix_cache_queries_total",), ("vllm:prefix_cache_hits_total",)
 DEFAULT_OUTPUT_TOKENS = 128.0
 BLOCK_CHARS, MAX_BLOCKS = 64, 256  # llm-d's approximate prefix scorer's defaults
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([^\s]+)")
@@ -75,12 +76,28 @@ def prompt_blocks(text: str, block_chars: int = BLOCK_CHARS, max_blocks: int = M
     """The ids of `text`'s leading whole chunks of `block_chars` characters, each hashing the chunk
     and the id before it (two prompts share an id only where they share everything up to it), as
     63-bit integers; at most `max_blocks`. A partial last chunk is not a block, as in a KV cache."""
+    whole = min(len(text) // block_chars, max_blocks) * block_chars
+    return _chained(text[start:start + block_chars].encode("utf-8", "surrogatepass")
+                    for start in range(0, whole, block_chars))
+
+
+def token_blocks(ids: Sequence[int], block_tokens: int, max_blocks: int = MAX_BLOCKS) -> list[int]:
+    """`prompt_blocks` of a prompt given as token ids: chunks of `block_tokens` ids, as a serving
+    engine's KV blocks hold them (what the gateway's prefix index keys a token-id prompt by)."""
+    if block_tokens < 1:
+        raise ValueError(f"block_tokens: a positive count, got {block_tokens!r}")
+    whole = min(len(ids) // block_tokens, max_blocks) * block_tokens
+    return _chained(np.asarray(ids[start:start + block_tokens], dtype="<i8").tobytes()
+                    for start in range(0, whole, block_tokens))
+
+
+def _chained(chunks) -> list[int]:
+    """63-bit ids, each hashing its chunk and the id before it."""
     import hashlib
 
     ids, previous = [], b""
-    for start in range(0, min(len(text) // block_chars, max_blocks) * block_chars, block_chars):
-        digest = hashlib.blake2b(previous + text[start:start + block_chars].encode("utf-8", "surrogatepass"),
-                                 digest_size=8).digest()
+    for chunk in chunks:
+        digest = hashlib.blake2b(previous + chunk, digest_size=8).digest()
         ids.append(int.from_bytes(digest, "big") >> 1)
         previous = digest
     return ids
@@ -116,11 +133,17 @@ def live_observation(spec: dict[str, Any]) -> str | None:
 
 @dataclass(frozen=True)
 class LiveState:
-    """One instance's state: requests running and waiting, and the KV cache's usage (0..1)."""
+    """One instance's state: requests running and waiting, the KV cache's usage (0..1), the prefix
+    cache's cumulative counters, and `at`, when it was scraped on the caller's monotonic clock (None:
+    the moment of the decision). A caller that scrapes on its own schedule (the gateway) gives `at`, so
+    the dispatcher counts its sends made since the scrape as unseen by it, not as already counted."""
 
     running: float
     waiting: float
     kv_usage: float = 0.0
+    at: float | None = None
+    prefix_queries: float = 0.0
+    prefix_hits: float = 0.0
 
     def __post_init__(self):
         for name in ("running", "waiting"):
@@ -131,10 +154,10 @@ class LiveState:
             raise ValueError(f"LiveState.kv_usage: a share in [0, 1], got {self.kv_usage!r}")
 
     @classmethod
-    def from_vllm_metrics(cls, text: str) -> LiveState:
-        """From the text of a vLLM server's `/metrics`; a server without the running/waiting gauges
-        is refused, naming them."""
-        gauges = parse_gauges(text, (*RUNNING, *WAITING, *KV_USAGE))
+    def from_vllm_metrics(cls, text: str, at: float | None = None) -> LiveState:
+        """From the text of a vLLM server's `/metrics` (scraped at `at`); a server without the
+        running/waiting gauges is refused, naming them."""
+        gauges = parse_gauges(text, (*RUNNING, *WAITING, *KV_USAGE, *PREFIX_QUERIES, *PREFIX_HITS))
 
         def first(names: Sequence[str], required: bool) -> float:
             for name in names:
@@ -145,7 +168,8 @@ class LiveState:
             return 0.0
 
         kv = first(KV_USAGE, False)
-        return cls(first(RUNNING, True), first(WAITING, True), min(1.0, kv) if math.isfinite(kv) else kv)
+        return cls(first(RUNNING, True), first(WAITING, True), min(1.0, kv) if math.isfinite(kv) else kv, at,
+                   first(PREFIX_QUERIES, False), first(PREFIX_HITS, False))
 
 
 @dataclass(frozen=True)
@@ -255,6 +279,11 @@ class Dispatcher:
         """The response of a decided request has ended: it leaves the dispatcher's in-flight record."""
         self.view.finished(request_id)
 
+    def first_token(self, request_id: int, at: float | None = None) -> None:
+        """The first token of a decided request's stream arrived (`at`, default now): its prefill is
+        done, which a proxying router sees and the observation uses."""
+        self.view.first_token(request_id, time.monotonic() if at is None else float(at))
+
     def _queue_state_choice(self, states: Sequence[LiveState], arrivals_per_s: float | None) -> int:
         """A queue-state policy's pick: its biases from the live counts and the arrival rate (counted
         over the policy's slot from this dispatcher's own decisions unless given), then
@@ -299,13 +328,15 @@ class Dispatcher:
     def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
                output_tokens: Sequence[float], arrivals_per_s: float | None = None,
                hash_ids: Sequence[int] | None = None, block_tokens: int | None = None,
-               now: float | None = None) -> Decision:
+               now: float | None = None, among: Sequence[int] | None = None) -> Decision:
         """The decision for a request of `prompt_tokens` whose per-model estimates (the router's, in
         `self.models` order) are `quality` and `output_tokens` (NaN: unknown). `arrivals_per_s` is
         read by a queue-state policy only (default: counted from the decisions of its last slot);
         `hash_ids` (its prompt's block ids, `block_tokens` tokens each) by the prefix-aware ones.
-        `states` are this moment's scrapes (`now`, default the monotonic clock); the decision is
-        recorded as sent (its `request_id` for `finished`)."""
+        `states` are the latest scrapes (each as of its `at`, else `now`, default the monotonic clock);
+        the decision is recorded as sent (its `request_id` for `finished`). `among`: the instances the
+        request may go to (those up, those serving the model the client named); where the policy picks
+        another, the one of them with the least predicted TTFT is taken, and the decision says so."""
         if len(states) != len(self.instances):
             raise ValueError(f"{len(states)} instance states given; the bundle's fleet has {len(self.instances)} "
                              f"instances ({', '.join(i['tier'] for i in self.instances)})")
@@ -330,21 +361,35 @@ class Dispatcher:
         now = time.monotonic() if now is None else float(now)
         request["now_s"] = now
         for i, s in enumerate(states):
-            self.view.scraped(i, Scrape(at=now, running=s.running, waiting=s.waiting, kv_usage=min(1.0, s.kv_usage)))
+            at = now if s.at is None else float(s.at)
+            seen = self.view.scrapes[i]
+            if s.at is None or seen is None or seen.at != at:  # a scrape taken again would reset what left since
+                self.view.scraped(i, Scrape(at=at, running=s.running, waiting=s.waiting, kv_usage=min(1.0, s.kv_usage),
+                                            prefix_queries=s.prefix_queries, prefix_hits=s.prefix_hits))
         if isinstance(self.policy, RoutingPolicy):
             choice = self._learned_choice(states, request, tokens, arrivals_per_s, now)
             if self._prefix is not None and hash_ids:
                 self._prefix.record(choice, list(hash_ids))
         else:
             choice = int(self.policy.route(request, self.view.observe(now)))
+        ttft, e2e = self.predict_latency(states, prompt_tokens, per_instance_tokens)
+        notes = self.notes
+        if among is not None:
+            allowed = sorted({int(i) for i in among})
+            if not allowed or not all(0 <= i < len(self.instances) for i in allowed):
+                raise ValueError(f"among: instance indices in [0, {len(self.instances)}), at least one, got {among!r}")
+            if choice not in allowed:
+                taken = min(allowed, key=lambda i: (ttft[i], i))
+                notes = (*notes, f"{self.policy_name} chose instance {choice}, not among {allowed}: took {taken}, "
+                                 "the least predicted TTFT of them")
+                choice = taken
         request_id, self._next_id = self._next_id, self._next_id + 1
         self.view.sent(choice, request_id, prompt_tokens, float(per_instance_tokens[choice]), now,
                        predicted_quality=float(request["predicted_quality"][choice]))
-        ttft, e2e = self.predict_latency(states, prompt_tokens, per_instance_tokens)
         model = int(self.model_of[choice])
         cost = float(prompt_tokens * self.price_in[model] + tokens[model] * self.price_out[model])
         return Decision(self.models[model], choice, self.instances[choice]["tier"], float(ttft[choice]),
-                        float(e2e[choice]), float(quality[model]), cost, self.policy_name, self.notes, request_id)
+                        float(e2e[choice]), float(quality[model]), cost, self.policy_name, notes, request_id)
 
     def decide_prompt(self, prompt: str, states: Sequence[LiveState], prompt_tokens: int | None = None) -> Decision:
         """`decide` with the bundle's own estimates for `prompt` (its router, else its KNN estimator);

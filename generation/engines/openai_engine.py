@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from routeforge.artifacts.openai_stream import chunk_text, is_token_chunk
 from routeforge.core.config import FleetConfig, ModelSpec, OpenAISource, Sampling
 from routeforge.core.kinds import ENGINES
 from routeforge.core.storage import Quarantine
@@ -99,32 +100,6 @@ def request_body(source: OpenAISource, sampling: Sampling, text: str, chat: bool
     return body
 
 
-def _chunk_text(choice: dict[str, Any], chat: bool) -> str | None:
-    if not chat:
-        return choice.get("text")
-    delta = choice.get("delta") or {}
-    return delta.get("content")
-
-
-def _is_token_chunk(choice: dict[str, Any], chat: bool, piece: str | None) -> bool:
-    """Whether a stream chunk carries a generated token, whatever its text.
-
-    A token's text may be empty (a special token the server skips, or text the detokenizer holds
-    back until a word completes), and vLLM still sends its chunk: timing only the chunks with text
-    put TTFT at the first visible character and every other gap at zero (random-weight models on
-    a WordPiece vocabulary showed TTFT = E2E). Counted, as vLLM's own benchmark does: text or
-    reasoning, or an empty text that neither opens the message (chat's role chunk) nor closes it
-    (a bare finish chunk)."""
-    if piece:
-        return True
-    delta = choice.get("delta") or {}
-    if chat and (delta.get("reasoning_content") or delta.get("reasoning")):
-        return True
-    if piece is None or choice.get("finish_reason"):
-        return False
-    return not (chat and "role" in delta)
-
-
 async def stream_completion(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str] | None = None,
     on_token: Callable[[float], None] | None = None,
@@ -161,8 +136,8 @@ async def stream_completion(
                 raise RetryableRequestError(f"error in stream: {str(chunk['error'])[:200]}")
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or []:
-                piece = _chunk_text(choice, chat)
-                if _is_token_chunk(choice, chat, piece):
+                piece = chunk_text(choice, chat)
+                if is_token_chunk(choice, chat, piece):
                     now = time.perf_counter()
                     stamps.append(now - sent)
                     if on_token is not None:
