@@ -108,8 +108,9 @@ def parse_gauges(text: str, names: Sequence[str]) -> dict[str, float]:
     (several models on one server). The runtime reads three gauges, so this reads sample lines
     only (comments and other series are skipped) rather than pull in a Prometheus client."""
     wanted, out = set(names), {}
+    prefixes = tuple(wanted)  # a server's /metrics is tens of KB: only the lines of wanted series are matched
     for line in text.splitlines():
-        if not line or line[0] == "#":
+        if not line.startswith(prefixes):
             continue
         match = _SAMPLE.match(line)
         if match and match.group(1) in wanted:

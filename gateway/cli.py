@@ -65,7 +65,8 @@ def backends_for(instances: list[dict], models: list[str], specs: tuple[str, ...
 @click.option("--backend-timeout", default=120.0, show_default=True, type=click.FloatRange(0.1),
               help="Seconds a backend may go without sending a byte before it is marked down.")
 @click.option("--scrape-interval", default=0.1, show_default=True, type=click.FloatRange(0.01),
-              help="Seconds between scrapes of each backend's /metrics.")
+              help="Seconds between scrapes of each backend's /metrics (vLLM's CPU build renders it on the "
+                   "engine's own cores, 10-50 ms each: scrape it every 0.5 s or more there).")
 @click.option("--probe-interval", default=2.0, show_default=True, type=click.FloatRange(0.1),
               help="Seconds between probes of a backend marked down.")
 @click.option("--block-tokens", default=16, show_default=True, type=click.IntRange(1),

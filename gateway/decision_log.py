@@ -9,11 +9,14 @@ it), the tier, and under `routing` the decision: policy, instance, backend, the 
 propensity, the dispatcher's predicted TTFT/E2E, attempts. `status` says how the request ended:
 served, retried (served by a second backend after the first failed before streaming), failed
 (no backend served it; HTTP 502), broken (the backend failed mid-stream), refused (overload: 503),
-bad_request (400), not_served (404: no backend serves the model named).
+bad_request (400), not_served (404: no backend serves the model named), cancelled (the client left),
+feedback (an outcome reported later, below).
 
 Outcomes come later: `POST /v1/feedback` with the request's id (the `X-Routeforge-Request-Id`
-header of its response) writes the request's line again with `outcome`; replay counts the line with
-an outcome and skips the first as "no outcome". The last `keep` decisions are kept for feedback.
+header of its response) writes the request's line again with `outcome` and without `timing`: replay
+counts the line with an outcome and skips the first as "no outcome"; the traffic-log profile takes
+the first as the request's latency record and the second as an untimed request (none counted twice).
+The last `keep` decisions are kept for feedback.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("served", "retried", "failed", "broken", "refused", "bad_request", "not_served")
+STATUSES = ("served", "retried", "failed", "broken", "refused", "bad_request", "not_served", "cancelled", "feedback")
 
 
 class DecisionLog:
@@ -56,8 +59,8 @@ class DecisionLog:
             record = self._recent.get(request_id)
         if record is None:
             raise KeyError(request_id)
-        with_outcome = dict(record, outcome=outcome)
-        self.write(dict(with_outcome, status="feedback"))
+        with_outcome = {k: v for k, v in record.items() if k != "timing"} | {"outcome": outcome, "status": "feedback"}
+        self.write(with_outcome)
         return with_outcome
 
     def close(self) -> None:

@@ -212,6 +212,7 @@ class Gateway:
         except NotServed as exc:
             return self._end(record, "not_served", _error(404, str(exc)))
         tried: list[dict[str, Any]] = []
+        prepared_s = time.perf_counter() - received  # reading, parsing, the model's choice: the gateway's own
         for attempt in range(2):
             candidates = [i for i in among if self.backends[i].up and i not in {t["instance"] for t in tried}]
             if not candidates:
@@ -220,10 +221,12 @@ class Gateway:
             decision = self.dispatcher.decide([b.live_state(time.monotonic()) for b in self.backends],
                                               prepared.prompt_tokens, quality, tokens, hash_ids=prepared.blocks or None,
                                               block_tokens=prepared.block_tokens, among=candidates)
-            self.metrics.decision.observe(time.perf_counter() - started)
-            outcome = await self._forward(request, prepared, decision, record, received)
+            decided_s = time.perf_counter() - started
+            self.metrics.decision.observe(decided_s)
+            outcome = await self._forward(request, prepared, decision, record, received, prepared_s, started)
             tried.append({"instance": decision.instance, "backend": self.backends[decision.instance].name,
-                          "outcome": outcome.status, **({"error": outcome.error} if outcome.error else {})})
+                          "outcome": outcome.status, "decision_s": decided_s,
+                          **({"error": outcome.error} if outcome.error else {})})
             record["routing"] = self._routing(decision, propensity, tried)
             if outcome.response is not None:
                 status = outcome.status if attempt == 0 or outcome.status != "served" else "retried"
@@ -289,8 +292,10 @@ class Gateway:
         return out
 
     async def _forward(self, request: web.Request, prepared: Prepared, decision: Decision, record: dict,
-                       received: float) -> _Outcome:
-        """Send the request to the decided backend and pass its response through."""
+                       received: float, prepared_s: float, attempt_started: float) -> _Outcome:
+        """Send the request to the decided backend and pass its response through. The gateway's own
+        time (`gateway_s`): its preparation, this attempt's decision and send, and the first token's
+        passing through (not a failed attempt's wait)."""
         backend = self.backends[decision.instance]
         body = dict(prepared.body, model=backend.served_model or prepared.body.get("model"))
         backend.in_flight += 1
@@ -299,7 +304,7 @@ class Gateway:
         chat = prepared.kind == "chat/completions"
         counter = _StreamCounter(chat)
         try:
-            overhead = time.perf_counter() - received
+            overhead = prepared_s + time.perf_counter() - attempt_started
             async with self.session.post(f"{backend.url}/v1/{prepared.kind}", json=body) as upstream:
                 if upstream.status >= 500:
                     detail = (await upstream.read())[:300].decode(errors="replace")
@@ -314,7 +319,8 @@ class Gateway:
                         counter.whole(data)
                     response = web.Response(body=data, status=upstream.status, headers=headers)
                     return self._served(response, backend, counter, timing, overhead, received, record,
-                                        "served" if upstream.status == 200 else "bad_request")
+                                        "served" if upstream.status == 200 else "bad_request",
+                                        prompt_tokens=prepared.prompt_tokens)
                 async for chunk in upstream.content.iter_any():
                     arrived = time.perf_counter()
                     if response is None:
@@ -330,7 +336,8 @@ class Gateway:
                 if response is None:
                     return _Outcome("failed", None, "the stream ended before any byte")
                 await response.write_eof()
-                return self._served(response, backend, counter, timing, overhead, received, record, "served")
+                return self._served(response, backend, counter, timing, overhead, received, record, "served",
+                                    prompt_tokens=prepared.prompt_tokens)
         except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
                 aiohttp.ClientPayloadError, TimeoutError) as exc:
             reason = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"[:300]
@@ -339,7 +346,8 @@ class Gateway:
                     self.pool.mark_down(backend, reason)
                 return _Outcome("failed", None, reason)
             await _end_stream(response, f"the backend failed mid-stream: {reason}")
-            return self._served(response, backend, counter, timing, 0.0, received, record, "broken", reason)
+            return self._served(response, backend, counter, timing, 0.0, received, record, "broken", reason,
+                                prepared.prompt_tokens)
         except (ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):
             record["timing"] = {**timing, "e2e_s": time.perf_counter() - received}
             self._count_end("cancelled")  # the client went away: its line says so, and the cancel goes on
@@ -353,10 +361,11 @@ class Gateway:
             self.dispatcher.finished(decision.request_id)
 
     def _served(self, response, backend: Backend, counter: _StreamCounter, timing: dict, overhead: float,
-                received: float, record: dict, status: str, error: str | None = None) -> _Outcome:
+                received: float, record: dict, status: str, error: str | None = None,
+                prompt_tokens: int | None = None) -> _Outcome:
         e2e = time.perf_counter() - received
         record["response"] = {"model": backend.model, "served_model": backend.served_model,
-                              "usage": counter.usage(record.get("request", {}))}
+                              "usage": counter.usage(prompt_tokens)}
         record["timing"] = {**timing, "e2e_s": e2e, "gateway_s": overhead}
         record["tier"] = backend.name
         self.metrics.overhead.observe(overhead)
@@ -419,14 +428,12 @@ class _StreamCounter:
             if isinstance(choice, dict) and is_token_chunk(choice, self.chat, chunk_text(choice, self.chat)):
                 self.tokens += 1
 
-    def usage(self, body: dict) -> dict[str, Any]:
+    def usage(self, prompt_tokens: int | None) -> dict[str, Any]:
+        """The server's usage where it sent one, else the tokens counted in the stream and the
+        gateway's own count of the prompt (`counted: true`)."""
         if isinstance(self.reported, dict) and "completion_tokens" in self.reported:
             return {k: self.reported[k] for k in ("prompt_tokens", "completion_tokens") if k in self.reported}
-        prompt = body.get("prompt")
-        counted = {"completion_tokens": self.tokens}
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            counted["prompt_tokens"] = len(prompt)
-        return counted
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": self.tokens, "counted": True}
 
 
 async def _end_stream(response: web.StreamResponse, message: str) -> None:

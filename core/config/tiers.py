@@ -30,6 +30,8 @@ class TierProfile(_Strict):
       the model's own when it is an `openai` model, or with `serve: true` a server the sweep starts
       on this machine and stops after: `transformers serve --continuous-batching` for a
       `transformers` model, vLLM's OpenAI server (from the vLLM environment) for a `vllm` model.
+    - `server_batches`: static batches through a running server's API (`base_url`, `served_model`
+      default: the first it lists), the `batch` grid sent as token-id prompts: a live backend as a tier.
     - `splitwise` / `llm_inference_bench`: published measurements in `file`; `key` is the tier's
       name there (splitwise: `llama2-70b@a100-80gb-tp4`; LLM-Inference-Bench:
       `<Model>@<Hardware>x<count>@<Framework>`).
@@ -38,12 +40,15 @@ class TierProfile(_Strict):
       dispatch rebuilt by replaying the log (`profiling.traffic_records`).
     """
 
-    # how the tier's latency is measured or imported: `batch`, `sweep`, `splitwise`, `llm_inference_bench` or
-    # `traffic_log` (the modules of profiling/profile_kinds/, and any `$ROUTEFORGE_EXTENSIONS` registers)
+    # how the tier's latency is measured or imported: `batch`, `sweep`, `server_batches`, `splitwise`,
+    # `llm_inference_bench` or `traffic_log` (the modules of profiling/profile_kinds/, and any
+    # `$ROUTEFORGE_EXTENSIONS` registers)
     kind: Annotated[str, OneOf(PROFILE_KINDS)]
-    # `sweep`: the OpenAI-compatible server to measure (default: the model's own, for an `openai` model)
+    # `sweep` / `server_batches`: the OpenAI-compatible server to measure (a sweep's default: the model's own,
+    # for an `openai` model)
     base_url: str | None = None
-    served_model: str | None = None  # `sweep`: the name the server knows the model by (default: the model's)
+    # `sweep` / `server_batches`: the name the server knows the model by (default: the model's / the first listed)
+    served_model: str | None = None
     serve: bool = False  # `sweep`: start a server on this machine for the sweep and stop it after
     file: ConfigPath | None = None  # `splitwise` / `llm_inference_bench`: the file of published measurements
     key: str | None = None  # `splitwise` / `llm_inference_bench`: the tier's name in that file

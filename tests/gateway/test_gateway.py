@@ -230,6 +230,16 @@ def test_requests_stream_through_two_servers_and_the_decision_log_replays(gatewa
     assert replay.exit_code == 0, replay.output
     replayed = json.loads(replay.output[replay.output.index("{"):])
     assert replayed["requests"] == 12 and replayed["skipped"] == {"no outcome (field 'outcome')": 12}
+    # the same log as a traffic log (the `traffic_log` profile's reader): each request one latency record
+    from routeforge.core.storage import Quarantine
+    from routeforge.prompts.traffic_logs import read_traffic_logs
+
+    quarantine = Quarantine("t")
+    read = list(read_traffic_logs(str(running.log), quarantine))
+    timed = [r for r in read if r.timed]
+    assert len(read) == 24 and len(timed) == 12 and not len(quarantine)
+    assert {r.tier for r in timed} == set(TIERS) and all(r.completion_tokens == 8 and r.prompt_tokens > 0 for r in timed)
+    assert sorted(r.outcome for r in read if r.outcome is not None) == sorted((k % 4) / 4 for k in range(12))
     metrics = httpx.get(f"{running.url}/metrics").text
     assert 'routeforge_gateway_requests_total{status="served"} 12.0' in metrics
     assert 'routeforge_gateway_backend_up{backend="tiny@core0"} 1.0' in metrics
@@ -261,6 +271,33 @@ def test_bad_requests_are_refused_naming_the_field_and_an_overload_gets_503_with
     metrics = httpx.get(f"{running.url}/metrics").text
     refused_total = float(metrics.split('routeforge_gateway_requests_total{status="refused"} ')[1].split()[0])
     assert refused_total + statuses.count("served") == 900 and 'routeforge_gateway_in_flight 0.0' in metrics
+
+
+def test_a_live_server_is_profiled_through_its_api_into_a_tier_fit(servers, tmp_path):
+    """`server_batches` (issue 72, item 3): a running backend as a tier, its static batches measured
+    through its own API and fitted as every tier is; a profile without `base_url` is refused."""
+    from types import SimpleNamespace
+
+    from routeforge.core.config.tiers import BatchGrid, TierProfile
+    from routeforge.core.kinds import PROFILE_KINDS
+    from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
+
+    profile = TierProfile(kind="server_batches", base_url=servers[0])
+    tier = SimpleNamespace(name="tiny@core0", profile=profile)
+    grid = BatchGrid(batch_sizes=[1, 4], prompt_tokens=[32, 128], output_tokens=[8])
+    logged = []
+    summary = PROFILE_KINDS.get("server_batches")(SimpleNamespace(profiling=SimpleNamespace(batch=grid)), tier, None,
+                                                  tmp_path, logged.append)
+    assert summary["measurements"] == 4 and summary["served_model"].endswith(tuple("0123456789abcdef"))
+    assert summary["fit"]["prefill_grad_s_per_token"] > 0 and (tmp_path / "batches.parquet").is_file()
+    import pyarrow.parquet as pq
+
+    rows = [BatchMeasurement(**r) for r in pq.read_table(tmp_path / "batches.parquet").to_pylist()]
+    assert sorted((r.batch_size, r.prompt_tokens) for r in rows) == [(1, 32), (1, 128), (4, 32), (4, 128)]
+    assert fit_tier(rows).to_dict()["decode_w_s"] == pytest.approx(summary["fit"]["decode_w_s"])
+    assert logged[-1].startswith("tiny@core0: batches of 4 measured")
+    with pytest.raises(ValueError, match="kind server_batches needs `base_url`"):
+        TierProfile(kind="server_batches")
 
 
 def test_a_backend_killed_mid_run_loses_no_request_that_had_not_started_streaming(gateway, servers):

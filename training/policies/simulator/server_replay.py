@@ -57,12 +57,12 @@ class Measured:
     decode_s: float  # the median gap between tokens over the stream's last half (decode steps alone)
 
 
-async def _send_all(urls: Sequence[str], model: str, requests: Sequence[ReplayRequest], block_tokens: int, vocab: int,
-                    salt: int, timeout_s: float) -> list[Measured | str]:
+async def _send_all(urls: Sequence[str], models: Sequence[str], requests: Sequence[ReplayRequest], block_tokens: int,
+                    vocab: int, salt: int, timeout_s: float) -> list[Measured | str]:
     import httpx
     from routeforge.generation.engines.openai_engine import stream_completion
 
-    async def one(client, request: ReplayRequest, start: float, url: str) -> Measured | str:
+    async def one(client, request: ReplayRequest, start: float, url: str, model: str) -> Measured | str:
         await asyncio.sleep(max(0.0, start + request.arrival_s - time.perf_counter()))
         body = {"model": model, "prompt": prompt_ids(request, block_tokens, vocab, salt), "stream": True,
                 "max_tokens": request.output_tokens, "min_tokens": request.output_tokens, "ignore_eos": True,
@@ -79,17 +79,21 @@ async def _send_all(urls: Sequence[str], model: str, requests: Sequence[ReplayRe
     limits = httpx.Limits(max_connections=len(requests) + 1)
     async with httpx.AsyncClient(timeout=timeout_s, limits=limits) as client:
         start = time.perf_counter() + 0.05
-        return list(await asyncio.gather(*(one(client, r, start, urls[i % len(urls)])
+        return list(await asyncio.gather(*(one(client, r, start, urls[i % len(urls)], models[i % len(urls)])
                                            for i, r in enumerate(requests))))
 
 
 def send(base_url: str | Sequence[str], model: str, requests: Sequence[ReplayRequest], block_tokens: int, vocab: int,
-         salt: int = 0, timeout_s: float = 600.0) -> list[Measured | str]:
+         salt: int = 0, timeout_s: float = 600.0, models: Sequence[str] | None = None) -> list[Measured | str]:
     """Each request at its arrival time (open loop), streamed: what the client saw, or why it failed.
-    Several servers: request i goes to server i mod their number (round-robin in arrival order)."""
+    Several servers: request i goes to server i mod their number (round-robin in arrival order),
+    naming `models[i mod n]` where the servers serve models of their own (default: `model` everywhere)."""
     bases = [base_url] if isinstance(base_url, str) else list(base_url)
     urls = [b.rstrip("/") + "/completions" for b in bases]
-    return asyncio.run(_send_all(urls, model, requests, block_tokens, vocab, salt, timeout_s))
+    names = list(models) if models is not None else [model] * len(urls)
+    if len(names) != len(urls):
+        raise ValueError(f"models: one per server ({len(urls)}), got {len(names)}")
+    return asyncio.run(_send_all(urls, names, requests, block_tokens, vocab, salt, timeout_s))
 
 
 def static_batches(base_url: str, model: str, batches: Sequence[int], prompts: Sequence[int], output_tokens: int,
