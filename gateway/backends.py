@@ -2,8 +2,9 @@
 
 Each backend is one instance of the bundle's simulated fleet (its tier's step fit is what the
 dispatcher predicts with). A background task per backend scrapes `/metrics` every `scrape_interval_s`
-(vLLM's gauges: running, waiting, KV use, prefix-cache counters); a backend that refuses the
-connection or times out is marked down, and re-probed (`/health`, then `/v1/models`) every
+(vLLM's gauges: running, waiting, KV use, prefix-cache counters; a scrape that times out leaves the
+last one standing: a busy CPU server renders it slowly); a backend that refuses the connection, or
+times out on a request, is marked down, and re-probed (`/health`, then `/v1/models`) every
 `probe_interval_s` until it answers. A backend without vLLM's gauges (another OpenAI-compatible
 server) is described by the gateway's own in-flight requests to it, as a scrape taken now.
 """
@@ -134,7 +135,9 @@ class BackendPool:
             if backend.up:
                 try:
                     await self._scrape(backend)
-                except (TimeoutError, aiohttp.ClientError, BackendDown) as exc:
+                except TimeoutError:
+                    pass  # a busy server renders /metrics slowly: its last scrape stands, requests still decide
+                except (aiohttp.ClientError, BackendDown) as exc:
                     self.mark_down(backend, _reason(exc))
                 await asyncio.sleep(self.scrape_interval_s)
             else:
