@@ -155,14 +155,18 @@ def tiny_lm(tmp_path_factory) -> Path:
     """A tiny Llama with seeded random weights (meaningless text), saved with its tokenizer."""
     from routeforge.core.config import RandomInitSource
     from routeforge.core.model_sources import build_random_init
+    return with_chat_template(build_random_init(RandomInitSource(**TINY_LLAMA), tmp_path_factory.mktemp("models")))
+
+
+def with_chat_template(model: Path) -> Path:
+    """The model's tokenizer with a chat template (a random-init model's has none), so servers take chats."""
     from transformers import AutoTokenizer
 
-    path = build_random_init(RandomInitSource(**TINY_LLAMA), tmp_path_factory.mktemp("models"))
-    tokenizer = AutoTokenizer.from_pretrained(path)  # MiniLM's tokenizer has no chat template: add one
+    tokenizer = AutoTokenizer.from_pretrained(model)
     tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                                "{% if add_generation_prompt %}assistant:{% endif %}")
-    tokenizer.save_pretrained(path)
-    return path
+    tokenizer.save_pretrained(model)
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from routeforge.core.config.training import KnnSettings
 from routeforge.core.schemas import routing_table_schema
 from routeforge.generation.local_server import free_port, stop_group
 
-from tests.conftest import VLLM_LLAMA
+from tests.conftest import VLLM_LLAMA, with_chat_template
 
 pytestmark = pytest.mark.timeout(600)
 MODELS = ["m0", "m1"]
@@ -54,7 +54,7 @@ def servers(tmp_path_factory, vllm_python):
     from routeforge.generation.local_server import vllm_serve
 
     root = tmp_path_factory.mktemp("gateway-servers")
-    model = _with_chat_template(build_random_init(RandomInitSource(**VLLM_LLAMA), root / "models"))
+    model = with_chat_template(build_random_init(RandomInitSource(**VLLM_LLAMA), root / "models"))
     cores = os.cpu_count() or 1
     with ExitStack() as stack:
         urls = [stack.enter_context(vllm_serve(model, root / f"server{k}.log", vllm_python, dtype="float32",
@@ -62,17 +62,6 @@ def servers(tmp_path_factory, vllm_python):
                                                cpus=str(k % cores), extra_args=["--enable-prefix-caching"]))
                 for k in range(2)]
         yield [u.removesuffix("/v1") for u in urls]
-
-
-def _with_chat_template(model: Path) -> Path:
-    """The tiny model's tokenizer with a chat template (it has none), so vLLM serves chat completions."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-                               "{% if add_generation_prompt %}assistant:{% endif %}")
-    tokenizer.save_pretrained(model)
-    return model
 
 
 @pytest.fixture(scope="module")
