@@ -225,6 +225,7 @@ class Dispatcher:
                                                           self.decode_h, self.kv_tokens)])
         self._next_id = 0
         self._prefix: PrefixIndex | None = None  # a learned policy's that observes prefix overlap
+        self._counter = None  # `count_tokens`'s tokenizer, made on first use
 
     def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy | RoutingPolicy]:
         chosen = name or self.bundle.recommended_policy
@@ -392,17 +393,36 @@ class Dispatcher:
         return Decision(self.models[model], choice, self.instances[choice]["tier"], float(ttft[choice]),
                         float(e2e[choice]), float(quality[model]), cost, self.policy_name, notes, request_id)
 
+    def count_tokens(self, text: str) -> int | None:
+        """`text`'s tokens by the bundle's sentence-encoder tokenizer, every one (None: the bundle has no
+        encoder). A copy of that tokenizer with truncation and padding off, made once: the encoder sets
+        truncation on its own before each call, from whichever thread routes."""
+        if self._counter is None:
+            if not self.bundle.has_kind("sentence_encoder"):
+                return None
+            from tokenizers import Tokenizer
+
+            counter = Tokenizer.from_str(self.bundle.sentence_encoder().tokenizer.tokenizer.to_str())
+            counter.no_truncation()
+            counter.no_padding()
+            self._counter = counter
+        return max(1, len(self._counter.encode(text).ids))
+
     def decide_prompt(self, prompt: str, states: Sequence[LiveState], prompt_tokens: int | None = None) -> Decision:
         """`decide` with the bundle's own estimates for `prompt` (its router, else its KNN estimator);
         the prompt's tokens are counted with the bundle's sentence-encoder tokenizer unless given;
-        its blocks are `prompt_blocks` of its text, each as many tokens as its share of the text."""
+        its blocks are `text_blocks` of its text."""
         prediction = self.bundle.route([prompt]).prediction
         order = [list(prediction.models).index(m) for m in self.models]
-        if prompt_tokens is None:  # every token: the encoder's own calls truncate, and set it again
-            tokenizer = self.bundle.sentence_encoder().tokenizer.tokenizer
-            tokenizer.no_truncation()
-            prompt_tokens = max(1, len(tokenizer.encode(prompt).ids))
-        blocks = prompt_blocks(prompt)
+        prompt_tokens = prompt_tokens or self.count_tokens(prompt)
+        blocks, block_tokens = text_blocks(prompt, prompt_tokens)
         return self.decide(states, prompt_tokens, np.asarray(prediction.quality)[0, order],
                            np.asarray(prediction.output_tokens, dtype=float)[0, order], hash_ids=blocks,
-                           block_tokens=max(1, round(prompt_tokens * BLOCK_CHARS / len(prompt))) if blocks else None)
+                           block_tokens=block_tokens)
+
+
+def text_blocks(text: str, prompt_tokens: int) -> tuple[list[int], int | None]:
+    """A text prompt's `prompt_blocks` and the tokens each stands for (its share of the prompt's
+    `prompt_tokens`; None where the text is shorter than one block)."""
+    blocks = prompt_blocks(text)
+    return blocks, (max(1, round(prompt_tokens * BLOCK_CHARS / len(text))) if blocks else None)

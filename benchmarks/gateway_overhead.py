@@ -33,7 +33,6 @@ from benchmarks.live_fleet import (
     Gateway,
     gateway_times,
     model_source,
-    trace_rows,
     window,
     write_bundle,
 )
@@ -69,7 +68,6 @@ def main() -> None:
     layers, step_tokens, kv_asked = SERVERS["fast"]
     model_dir = build_random_init(RandomInitSource(**model_source(layers)), state_root() / "models")
     vocab = int(json.loads((model_dir / "config.json").read_text())["vocab_size"])
-    rows = trace_rows(DATA / "traces" / "mooncake_synthetic_trace.jsonl")
     result = {"requests": args.requests, "rate_rps": args.rate, "machine": platform.platform(),
               "pinning": "gateway alone on core 0; the vLLM server and the load generator on core 1", "policies": {}}
     with vllm_serve(model_dir, work / "server.log", args.vllm_python, dtype="float32", max_model_len=1024 + 48 + 64,
@@ -87,7 +85,7 @@ def main() -> None:
             log.unlink(missing_ok=True)
             gateway = Gateway(bundle, public, [base, base], policy, log, cpus="0")
             try:
-                requests = window(rows, args.requests, 0, args.rate, 16)
+                requests = window(DATA / "traces" / "mooncake_synthetic_trace.jsonl", args.requests, 0, args.rate, 16)
                 measured = send(gateway.url + "/v1", "auto", requests, BLOCK_TOKENS, vocab, salt=50_000 + k)
             finally:
                 gateway.stop()

@@ -76,30 +76,27 @@ def model_source(layers: int) -> dict:
             "config": {**SHAPE, "num_hidden_layers": layers}}
 
 
-def trace_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def window(path: Path, n: int, start: int, rate: float, max_blocks: int):
+    """`n` consecutive rows of the trace at `path` from `start`, arrivals rescaled to `rate` req/s
+    (their gaps kept), prompts of at most `max_blocks` blocks, outputs of at most 48 tokens."""
+    from benchmarks.simulator_vs_vllm import trace_requests
+
+    return trace_requests(n, start, rate, max_blocks=max_blocks, path=path)
 
 
-def window(rows: list[dict], n: int, start: int, rate: float, max_blocks: int):
-    """`n` consecutive rows from `start`, arrivals rescaled to `rate` req/s (their gaps kept)."""
-    from routeforge.training.policies.simulator.server_replay import ReplayRequest
-
-    part = rows[start:start + n]
-    t = np.array([r["timestamp"] for r in part], dtype=float) / 1000.0
-    t = t - t[0]
-    t = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate
-    return [ReplayRequest(float(a), tuple(int(h) for h in r["hash_ids"])[:max_blocks],
-                          int(max(2, min(MAX_OUTPUT, r["output_length"])))) for a, r in zip(t, part)]
-
-
-def simulated(profiles, requests, policy: str, parameters: dict | None):
-    """The requests in the simulator under `policy` (its parameters as the bundle carries them)."""
+def router_for(policy: str, parameters: dict | None):
+    """`policy` in the simulator, with its parameters as the bundle carries them."""
     from routeforge.training.policies.simulator.baselines import BASELINES, tuned_baseline
+
+    return tuned_baseline(policy, parameters) if parameters else BASELINES[policy]()
+
+
+def simulated(profiles, requests, router):
+    """The requests in the simulator under `router`, observed as the gateway observes the servers."""
     from routeforge.training.policies.simulator.cluster import Cluster, Request
 
     reqs = [Request(i, r.arrival_s, len(r.block_ids) * BLOCK_TOKENS, np.array([float(r.output_tokens)]),
                     np.array([np.nan]), hash_ids=r.block_ids) for i, r in enumerate(requests)]
-    router = tuned_baseline(policy, parameters) if parameters else BASELINES[policy]()
     return Cluster(profiles, models=[0] * len(profiles), block_tokens=BLOCK_TOKENS,
                    scrape_interval_s=SCRAPE_INTERVAL_S).run(reqs, router)
 
@@ -261,12 +258,12 @@ def main() -> None:
     from routeforge.training.policies.simulator.server_replay import Measured, prefix_counters, send
     from routeforge.training.policies.weight_search import search_weights
 
-    from benchmarks.simulator_vs_vllm import kv_tokens_of, profile_server
+    from benchmarks.simulator_vs_vllm import kv_tokens_of, profile_server, trace_rows
 
     started = time.perf_counter()
     work = state_root() / "live_fleet"
     work.mkdir(parents=True, exist_ok=True)
-    rows = trace_rows(args.trace)
+    rows = trace_rows(args.trace)  # read once (cached): every window below takes its rows
     n, max_prompt = args.requests, args.max_blocks * BLOCK_TOKENS
     evaluation_rows = n * args.seeds * len(args.loads)
     if len(rows) < evaluation_rows + 4 * n:
@@ -307,7 +304,7 @@ def main() -> None:
 
         # training windows: the rows after every evaluation window's
         def training(seed: int, rate: float):
-            return window(rows, n, evaluation_rows + (seed % 4) * n, rate, args.max_blocks)
+            return window(args.trace, n, evaluation_rows + (seed % 4) * n, rate, args.max_blocks)
 
         # saturation, live: a window all at once, through a round-robin gateway
         provisional, public = write_bundle(work, fits, profiles, {}, "round_robin")
@@ -327,13 +324,7 @@ def main() -> None:
         parameters: dict = {}
         if "linear_scorer" in args.policies:
             def episode(policy, seed: int) -> dict:
-                from routeforge.training.policies.simulator.cluster import Cluster, Request
-
-                reqs = [Request(i, r.arrival_s, len(r.block_ids) * BLOCK_TOKENS, np.array([float(r.output_tokens)]),
-                                np.array([np.nan]), hash_ids=r.block_ids)
-                        for i, r in enumerate(training(seed, 0.8 * saturation))]
-                return summarize(Cluster(profiles, models=[0, 0], block_tokens=BLOCK_TOKENS,
-                                         scrape_interval_s=SCRAPE_INTERVAL_S).run(reqs, policy))
+                return summarize(simulated(profiles, training(seed, 0.8 * saturation), policy))
 
             search = WeightSearch(evaluations=args.search_evaluations, episodes=2, restarts=1, validation_episodes=2)
             learned = search_weights("linear_scorer", search, "ttft_mean_s", 0, episode,
@@ -343,7 +334,8 @@ def main() -> None:
         # the recommendation: the least simulated mean TTFT on the training windows (serving 99.5%)
         on_training = {}
         for policy in args.policies:
-            runs = [summarize(simulated(profiles, training(s, 0.8 * saturation), policy, parameters.get(policy)))
+            runs = [summarize(simulated(profiles, training(s, 0.8 * saturation),
+                                        router_for(policy, parameters.get(policy))))
                     for s in range(2)]
             on_training[policy] = {"ttft_mean_s": float(np.mean([r["ttft_mean_s"] for r in runs])),
                                    "served_share": float(np.mean([r["served_share"] for r in runs]))}
@@ -363,7 +355,7 @@ def main() -> None:
                 for li, load in enumerate(args.loads):
                     for seed in range(args.seeds):
                         start = (li * args.seeds + seed) * n
-                        requests = window(rows, n, start, load * saturation, args.max_blocks)
+                        requests = window(args.trace, n, start, load * saturation, args.max_blocks)
                         bound = bounds(profiles, requests)
                         salt = 1000 * (li * args.seeds + seed) + index + 1
                         hits0, queries0 = prefix_counters(metrics())
@@ -374,8 +366,8 @@ def main() -> None:
                             measured = send(gateway.url + "/v1", "auto", requests, BLOCK_TOKENS, vocab, salt)
                         hits1, queries1 = prefix_counters(metrics())
                         live_hits = (hits1 - hits0) / (queries1 - queries0) if queries1 > queries0 else None
-                        outcomes = simulated(profiles, requests, "round_robin" if gateway is None else policy,
-                                             parameters.get(policy))
+                        simulated_as = "round_robin" if gateway is None else policy
+                        outcomes = simulated(profiles, requests, router_for(simulated_as, parameters.get(policy)))
                         cell = {"policy": policy, "load": load, "seed": seed, "rate_rps": load * saturation,
                                 "live": live_figures(measured, bound, live_hits),
                                 "simulated": sim_figures(outcomes, bound, summarize(outcomes).get("prefix_hit_rate")),
@@ -394,7 +386,7 @@ def main() -> None:
                 result.setdefault("gateway_time", {})[policy] = gateway_times(work / f"decisions-{policy}.jsonl")
 
         # the room on these servers: each request's prefill alone on the idle fast server, prefix cached
-        requests = window(rows, n, (len(args.loads) - 1) * args.seeds * n, 1.0, args.max_blocks)
+        requests = window(args.trace, n, (len(args.loads) - 1) * args.seeds * n, 1.0, args.max_blocks)
         alone = []
         for r in requests:
             got = send(urls[0] + "/v1", str(model_dirs[0]), [r.__class__(0.0, r.block_ids, 1)], BLOCK_TOKENS, vocab,

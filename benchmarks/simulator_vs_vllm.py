@@ -52,19 +52,21 @@ PREFIX_BASE = 1 << 40  # their block ids, apart from the trace's
 
 
 @functools.cache
-def _trace_rows() -> list[dict]:
-    """The Mooncake trace's rows, read once (every load and variant takes a window of them)."""
-    return [json.loads(line) for line in (DATA / "traces" / "mooncake_synthetic_trace.jsonl").read_text().splitlines()]
+def trace_rows(path: Path = DATA / "traces" / "mooncake_synthetic_trace.jsonl") -> list[dict]:
+    """A Mooncake-format trace's rows, read once (every load and variant takes a window of them)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def trace_requests(n: int, start: int, rate: float, shared: bool = False, max_blocks: int = MAX_BLOCKS):
-    """`n` consecutive rows of the Mooncake trace from `start`, arrivals rescaled to `rate` req/s.
+def trace_requests(n: int, start: int, rate: float, shared: bool = False, max_blocks: int = MAX_BLOCKS,
+                   path: Path | None = None):
+    """`n` consecutive rows of the Mooncake trace (or the one at `path`) from `start`, arrivals
+    rescaled to `rate` req/s.
     `shared`: each prompt first takes one of `SHARED_PREFIXES` common prefixes (seeded per row), as a
     service's system prompts would, then its own trace blocks (a window of 160 consecutive rows
     repeats only 2-7% of its blocks; the trace's reuse comes a median 225 requests later)."""
     from routeforge.training.policies.simulator.server_replay import ReplayRequest
 
-    window = _trace_rows()[start:start + n]
+    window = (trace_rows(path) if path is not None else trace_rows())[start:start + n]
     t = np.array([r["timestamp"] for r in window], dtype=float) / 1000.0
     t = t - t[0]
     t = t * (n / rate) / t[-1] if t[-1] > 0 else np.arange(n) / rate

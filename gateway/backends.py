@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 from routeforge.artifacts.dispatch import LiveState
@@ -40,8 +40,6 @@ class Backend:
     state: LiveState | None = None
     has_metrics: bool = True
     in_flight: int = 0  # the gateway's own requests to it, not finished
-    down_since: float | None = None
-    changes: int = field(default=0, repr=False)  # up/down transitions (the /metrics counter)
 
     def live_state(self, now: float) -> LiveState:
         """What the dispatcher is given for this backend now."""
@@ -89,15 +87,12 @@ class BackendPool:
     def mark_down(self, backend: Backend, reason: str) -> None:
         if backend.up:
             log.warning("backend %s (%s) down: %s", backend.name, backend.url, reason)
-            backend.changes += 1
-            backend.down_since = time.monotonic()
         backend.up, backend.reason, backend.state = False, reason, None
 
     def _mark_up(self, backend: Backend) -> None:
         if not backend.up:
             log.info("backend %s (%s) up (serves %s)", backend.name, backend.url, backend.served_model)
-            backend.changes += 1
-        backend.up, backend.reason, backend.down_since = True, "", None
+        backend.up, backend.reason = True, ""
 
     async def _probe(self, backend: Backend) -> None:
         """`/v1/models` names the backend's model id (the one requests to it must carry); then a

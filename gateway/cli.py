@@ -105,7 +105,7 @@ def gateway(ref: str, backend_specs: tuple[str, ...], policy: str | None, host: 
     path = log_path or state_root() / "gateway" / "decisions.jsonl"
     pool = BackendPool(backends, scrape_interval_s=scrape_interval, probe_interval_s=probe_interval)
     try:
-        app = Gateway(bundle, backends, DecisionLog(None if check_only else path), settings, policy, pool)
+        app = Gateway(bundle, pool, DecisionLog(None if check_only else path), settings, policy)
     except (KeyError, ValueError) as exc:
         raise click.ClickException(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from None
     plan = [f"bundle {bundle.manifest.name} (content digest {bundle.manifest.version}), verified",

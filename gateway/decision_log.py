@@ -27,8 +27,6 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("served", "retried", "failed", "broken", "refused", "bad_request", "not_served", "cancelled", "feedback")
-
 
 class DecisionLog:
     def __init__(self, path: Path | None, keep: int = 10_000):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from routeforge.artifacts.dispatch import BLOCK_CHARS, prompt_blocks, token_blocks
+from routeforge.artifacts.dispatch import text_blocks, token_blocks
 from routeforge.artifacts.traffic_prompts import LogLineError, prompt_text
 
 KINDS = ("completions", "chat/completions")
@@ -36,11 +36,12 @@ class Prepared:
     stream: bool
 
 
-def prepare(raw: bytes, kind: str, block_tokens: int, count_tokens: Callable[[str], int] | None = None) -> Prepared:
+def prepare(raw: bytes, kind: str, block_tokens: int,
+            count_tokens: Callable[[str], int | None] | None = None) -> Prepared:
     """The body's routing facts. Token-id prompts (a list of ints, or a list of one such list) are
     counted and cut into blocks of `block_tokens` ids; text prompts are counted by `count_tokens`
-    (default: characters / 4) and cut into `BLOCK_CHARS`-character chunks (llm-d's approximate
-    prefix scorer), each as many tokens as its share of the text."""
+    (where it gives none: characters / 4) and cut into `dispatch.text_blocks` (llm-d's approximate
+    prefix scorer's 64-character chunks), each as many tokens as its share of the text."""
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -70,10 +71,9 @@ def prepare(raw: bytes, kind: str, block_tokens: int, count_tokens: Callable[[st
         text = prompt_text(body)
     except LogLineError as exc:
         raise BadRequest(str(exc).replace("request.", "")) from None
-    tokens = max(1, count_tokens(text) if count_tokens else math.ceil(len(text) / CHARS_PER_TOKEN))
-    blocks = prompt_blocks(text)
-    per_block = max(1, round(tokens * BLOCK_CHARS / len(text))) if blocks else block_tokens
-    return Prepared(body, kind, text, tokens, blocks, per_block, max_tokens, model, stream)
+    tokens = (count_tokens(text) if count_tokens else None) or max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+    blocks, per_block = text_blocks(text, tokens)
+    return Prepared(body, kind, text, tokens, blocks, per_block or block_tokens, max_tokens, model, stream)
 
 
 def _token_ids(prompt: Any) -> list[int] | None:

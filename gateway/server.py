@@ -68,13 +68,14 @@ class NotServed(LookupError):
 class Metrics:
     """The gateway's own series, on a registry of its own (several gateways in one process stay apart)."""
 
-    def __init__(self, pool: BackendPool):
+    def __init__(self, pool: BackendPool, in_flight):
         self.registry = CollectorRegistry()
         self.requests = Counter("routeforge_gateway_requests", "Requests by how they ended", ["status"],
                                 registry=self.registry)
         self.retries = Counter("routeforge_gateway_retries", "Requests sent to a second backend",
                                registry=self.registry)
-        self.in_flight = Gauge("routeforge_gateway_in_flight", "Requests in the gateway now", registry=self.registry)
+        Gauge("routeforge_gateway_in_flight", "Requests in the gateway now",
+              registry=self.registry).set_function(lambda: float(in_flight()))
         self.decision = Histogram("routeforge_gateway_decision_seconds", "Time to decide model and instance",
                                   buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 5e-2), registry=self.registry)
         self.overhead = Histogram("routeforge_gateway_overhead_seconds",
@@ -93,16 +94,16 @@ class Metrics:
 class Gateway:
     """The routing state of one gateway process: the bundle's dispatcher, the backends, the log."""
 
-    def __init__(self, bundle, backends: list[Backend], log: DecisionLog, settings: Settings | None = None,
-                 policy: str | None = None, pool: BackendPool | None = None):
+    def __init__(self, bundle, pool: BackendPool, log: DecisionLog, settings: Settings | None = None,
+                 policy: str | None = None):
         self.bundle = bundle
         self.settings = settings or Settings()
         self.dispatcher = Dispatcher(bundle, policy)
-        self.pool = pool or BackendPool(backends)
-        self.backends = sorted(self.pool.backends, key=lambda b: b.instance)
+        self.pool = pool
+        self.backends = sorted(pool.backends, key=lambda b: b.instance)
         self.log = log
-        self.metrics = Metrics(self.pool)
         self.in_flight = 0
+        self.metrics = Metrics(pool, lambda: self.in_flight)
         self.served_models = sorted({b.model for b in self.backends})
         estimates = self.settings.estimates or ("router" if len(self.served_models) > 1 else "request")
         if estimates not in ESTIMATES:
@@ -115,7 +116,7 @@ class Gateway:
         # the router's estimates run off the event loop, one at a time (the bundle loads its components
         # lazily, and not from two threads at once), after a first call here has loaded them
         self._estimator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="estimates")
-        self._token_counter()
+        self.dispatcher.count_tokens("a first prompt, to load the tokenizer")
         if estimates == "router":
             self.bundle.route(["a first prompt, to load the estimator"], self.settings.lam)
 
@@ -160,7 +161,6 @@ class Gateway:
         return web.json_response(body, status=200 if any(b.up for b in self.backends) else 503)
 
     async def prometheus(self, _request: web.Request) -> web.Response:
-        self.metrics.in_flight.set(self.in_flight)
         return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def feedback(self, request: web.Request) -> web.Response:
@@ -200,7 +200,7 @@ class Gateway:
     async def _route(self, request: web.Request, kind: str, record: dict, received: float) -> web.StreamResponse:
         try:
             raw = await request.read()
-            prepared = prepare(raw, kind, self.settings.block_tokens, self._token_counter())
+            prepared = prepare(raw, kind, self.settings.block_tokens, self.dispatcher.count_tokens)
         except web.HTTPRequestEntityTooLarge:
             return self._end(record, "bad_request", _error(413, f"the body is over {self.settings.max_body_bytes} "
                                                                 "bytes (--max-body-bytes)"))
@@ -237,17 +237,6 @@ class Gateway:
         failures = "; ".join(f"{t['backend']}: {t.get('error', t['outcome'])}" for t in tried)
         return self._end(record, "failed", _error(502, f"no backend served the request ({failures or 'none up'}"
                                                        f"{'; down: ' + ', '.join(down) if down else ''})"))
-
-    def _token_counter(self):
-        """The bundle's encoder tokenizer, counting every token, where the bundle has one (else None:
-        characters / 4)."""
-        if not hasattr(self, "_count"):
-            self._count = None
-            if self.bundle.has_kind("sentence_encoder"):
-                tokenizer = self.bundle.sentence_encoder().tokenizer.tokenizer
-                tokenizer.no_truncation()
-                self._count = lambda text: len(tokenizer.encode(text).ids)
-        return self._count
 
     async def _model_choice(self, prepared: Prepared) -> tuple[list[int], np.ndarray, np.ndarray, float]:
         """(the instances the request may go to, quality and output tokens per model in the dispatcher's
@@ -350,7 +339,7 @@ class Gateway:
                                 prepared.prompt_tokens)
         except (ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):
             record["timing"] = {**timing, "e2e_s": time.perf_counter() - received}
-            self._count_end("cancelled")  # the client went away: its line says so, and the cancel goes on
+            self.metrics.requests.labels("cancelled").inc()  # the client went away: its line says so
             self.log.write(dict(record, status="cancelled", tier=backend.name,
                                 routing=self._routing(decision, 1.0, [{"instance": decision.instance,
                                                                        "backend": backend.name,
@@ -373,11 +362,8 @@ class Gateway:
             self.metrics.ttft.observe(timing["ttft_s"])
         return _Outcome(status, response, error)
 
-    def _count_end(self, status: str) -> None:
-        self.metrics.requests.labels(status).inc()
-
     def _end(self, record: dict, status: str, response: web.StreamResponse) -> web.StreamResponse:
-        self._count_end(status)
+        self.metrics.requests.labels(status).inc()
         if status == "refused":  # an overload writes one counter, not a line per refused request
             return response
         self.log.write(dict(record, status=status, http_status=response.status))

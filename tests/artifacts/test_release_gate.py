@@ -25,22 +25,22 @@ TOPICS = ["chemistry", "poetry", "tax law", "football", "baking", "astronomy", "
           "volcanoes", "chess", "sailing", "opera"]
 
 
-def _routing_table(seed=0) -> pa.Table:
+def _routing_table(seed=0, models=MODELS, topics=TOPICS, per_topic=40) -> pa.Table:
     """Twelve topics, each with its own best model: a router that has seen a topic routes it well."""
     rng = np.random.default_rng(seed)
-    rows = {k: [] for k in routing_table_schema(MODELS).names}
-    for t, topic in enumerate(TOPICS):
-        for i in range(40):
+    rows = {k: [] for k in routing_table_schema(models).names}
+    for t, topic in enumerate(topics):
+        for i in range(per_topic):
             rows["prompt_id"].append(f"{t}-{i}")
             rows["task"].append(topic)
             rows["text"].append(f"A question about {topic}, number {i}: explain one idea of {topic} simply.")
             rows["split"].append("test" if i % 4 == 0 else "train")
-            for j, m in enumerate(MODELS):
-                good = j == t % len(MODELS)
+            for j, m in enumerate(models):
+                good = j == t % len(models)
                 rows[f"quality/{m}"].append(float(rng.uniform(0.7, 1.0) if good else rng.uniform(0.0, 0.4)))
                 rows[f"output_tokens/{m}"].append(50.0)
                 rows[f"cost/{m}"].append(1e-4)
-    return pa.Table.from_pydict(rows, schema=routing_table_schema(MODELS))
+    return pa.Table.from_pydict(rows, schema=routing_table_schema(models))
 
 
 def _train_fraction(table: pa.Table, fraction: float, seed: int) -> pa.Table:

