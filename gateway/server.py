@@ -324,7 +324,13 @@ class Gateway:
                         counter.feed(chunk)
                 if response is None:
                     return _Outcome("failed", None, "the stream ended before any byte")
-                await response.write_eof()
+                try:
+                    await response.write_eof()
+                except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                    if not counter.done:
+                        raise
+                    # a client that read `[DONE]` may close before the stream's last (empty) chunk: it
+                    # has the whole answer, which was served, not cancelled
                 return self._served(response, backend, counter, timing, overhead, received, record, "served",
                                     prompt_tokens=prepared.prompt_tokens)
         except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
@@ -383,6 +389,7 @@ class _StreamCounter:
 
     def __init__(self, chat: bool):
         self.chat, self.tokens, self.buffer, self.reported = chat, 0, b"", None
+        self.done = False  # the stream's `data: [DONE]` has passed
 
     def feed(self, chunk: bytes) -> bool:
         """Take a chunk of the stream; True where a token came in it."""
@@ -391,7 +398,11 @@ class _StreamCounter:
         while b"\n\n" in self.buffer:
             event, self.buffer = self.buffer.split(b"\n\n", 1)
             for line in event.splitlines():
-                if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+                if not line.startswith(b"data:"):
+                    continue
+                if line[5:].strip() == b"[DONE]":
+                    self.done = True
+                else:
                     self._event(line[5:].strip())
         return self.tokens > before
 

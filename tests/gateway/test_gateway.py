@@ -141,13 +141,16 @@ def gateway(servers, signed_bundle, tmp_path):
         running.stop()
 
 
-async def _stream(client: httpx.AsyncClient, url: str, body: dict, delay: float = 0.0) -> dict:
-    """One streamed request: its status, the events it got, and whether it ended with [DONE]."""
+async def _stream(client: httpx.AsyncClient, url: str, body: dict, delay: float = 0.0, hang_up: bool = False) -> dict:
+    """One streamed request: its status, the events it got, and whether it ended with [DONE].
+    `hang_up`: close the connection at [DONE], before the stream's end, as many clients do."""
     await asyncio.sleep(delay)
     events, raw = [], b""
     async with client.stream("POST", url, json=body) as response:
         async for chunk in response.aiter_bytes():
             raw += chunk
+            if hang_up and raw.endswith(b"data: [DONE]\n\n"):
+                break
         for block in raw.split(b"\n\n"):
             if block.startswith(b"data: "):
                 events.append(block[6:])
@@ -157,11 +160,12 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, delay: float 
                 "retry_after": response.headers.get("retry-after")}
 
 
-def _send(url: str, bodies: list[dict], delays: list[float] | None = None) -> list[dict]:
+def _send(url: str, bodies: list[dict], delays: list[float] | None = None, hang_up: bool = False) -> list[dict]:
     async def run():
         async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=500)) as client:
-            return await asyncio.gather(*(_stream(client, url + path, body, delay)
-                                          for (path, body), delay in zip(bodies, delays or [0.0] * len(bodies))))
+            return await asyncio.gather(*(_stream(client, url + path, body, delay, hang_up=hang_up and i % 2 == 0)
+                                          for i, ((path, body), delay) in
+                                          enumerate(zip(bodies, delays or [0.0] * len(bodies)))))
 
     return asyncio.run(run())
 
@@ -177,7 +181,7 @@ def _completion(i: int, max_tokens: int = 8) -> tuple[str, dict]:
 
 def test_requests_stream_through_two_servers_and_the_decision_log_replays(gateway, signed_bundle, tmp_path):
     running = gateway("--estimates", "router")
-    got = _send(running.url, [_completion(i) for i in range(12)])
+    got = _send(running.url, [_completion(i) for i in range(12)], hang_up=True)  # half close at [DONE]: still served
     assert all(r["status"] == 200 and r["done"] and not r["error"] for r in got), got
     # the stream is the server's, passed through: vLLM's own chunk objects with the backend's model id
     served_id = httpx.get(f"{running.url}/health").json()["backends"][0]["served_model"]
