@@ -7,16 +7,17 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
-from routeforge.artifacts import temporary
-from routeforge.artifacts.golden import GOLDEN_PROMPTS, build_golden, check_golden
-from routeforge.artifacts.loader import BundleVerificationError, load_bundle
-from routeforge.artifacts.manifest import Fleet, ModelEntry, Provenance, TierEntry
-from routeforge.artifacts.writer import ComponentSource, sha256_file
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.manifest import Fleet, ModelEntry, Provenance, TierEntry
+from routeforge.artifacts.bundle.verification import BundleVerificationError
+from routeforge.artifacts.bundle.writer import ComponentSource, sha256_file
+from routeforge.artifacts.common import temporary
+from routeforge.artifacts.deciding.golden import GOLDEN_PROMPTS, build_golden, check_golden
 from routeforge.assets.release import write_evaluation_candidate
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.components import TrainedComponent, flatten
 from routeforge.core.config import FleetConfig
-from routeforge.registry.release import Registry
+from routeforge.registry.release import ModelRegistry
 from routeforge.registry.store import registry_lock
 
 
@@ -42,7 +43,7 @@ def fleet_entry(config: FleetConfig) -> Fleet:
 
 
 def golden_component(store: ComponentStore, components: list, prompts: pa.Table) -> ComponentSource | None:
-    """The bundle's golden vectors (`artifacts.golden`) on the first `GOLDEN_PROMPTS` prompts of the
+    """The bundle's golden vectors (`artifacts.deciding.golden`) on the first `GOLDEN_PROMPTS` prompts of the
     prompt set in id order, built from the components about to be registered; None without a router."""
     folder = store.component_dir("golden_vectors")
     shutil.rmtree(folder)
@@ -92,7 +93,7 @@ def _bundle(context, fleet, store, mlflow, routing_table, prompts, trained: list
     # the manifest names the evaluation set the release gate will judge it on: the frozen one, or
     # this run's test split when this registration is the one that freezes it
     with registry_lock(mlflow.tracking_uri):
-        pinned = Registry(mlflow.tracking_uri, mlflow.model_name).pinned_evaluation_sha()
+        pinned = ModelRegistry(mlflow.tracking_uri, mlflow.model_name).pinned_evaluation_sha()
     evaluation_sha = pinned or sha256_file(write_evaluation_candidate(store, routing_table, prompts,
                                                                       config.scoring.metric_for))
     registered, manifest = mlflow.publish(

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts import strict_json
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.writer import ComponentSource
+from routeforge.artifacts.common import strict_json
 from routeforge.assets.metadata import clean, markdown_table, plot_entries, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import profiled_tiers, trainer
@@ -77,7 +77,7 @@ def training_curves(evaluation: "RoutingEvaluation") -> dict[str, list[tuple[int
 def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                        mlflow: MlflowRegistry, routing_table: pa.Table,
                        knn_estimator: TrainedComponent, tier_profiles: dict[str, dict[str, Any]]):
-    from routeforge.artifacts.knn import KnnEstimator
+    from routeforge.artifacts.deciding.knn import KnnEstimator
     from routeforge.core.schemas import routing_models
     from routeforge.training.policies.evaluation import evaluate_routing, read_traffic
     from routeforge.training.policies.learned.base import LEARNED_POLICIES

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.writer import ComponentSource
 from routeforge.assets.metadata import inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import profiled_tiers, trainer

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.writer import ComponentSource
 from routeforge.assets.metadata import content_version, inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import PROFILE_JOB, profiled_tiers, tier_partitions, trainer
@@ -91,15 +91,16 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
         group_name="latency",
         kinds={"xgboost", "mlflow"},
         check_specs=[dg.AssetCheckSpec("loader_reproduces_heads", asset="latency_heads", blocking=True,
-                                       description="The runtime loader (artifacts.latency) reads the saved heads back "
-                                                   "and predicts exactly what the trainer predicted.")],
+                                       description="The runtime loader (artifacts.deciding.latency) reads the "
+                                                   "saved heads back and predicts exactly what the trainer "
+                                                   "predicted.")],
         description="Per-tier TPOT/TTFT (and E2E) heads: the analytic line, line + monotone residual trees, or "
                     "trees, whichever cross-validates best per target; the static prior, SLO intervals and "
                     "QLM's RWT parameters: the tier's bundle component.",
     )
     def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                       mlflow: MlflowRegistry, tier_profiles: dict, routing_table: pa.Table):
-        from routeforge.artifacts.latency import LatencyModel
+        from routeforge.artifacts.deciding.latency import LatencyModel
 
         tier = _tier(fleet, context.partition_key)
         folder = store.component_dir(f"latency--{safe_name(tier.name)}")

@@ -15,12 +15,12 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from routeforge.artifacts import temporary
+from routeforge.artifacts.common import temporary
 from routeforge.assets.metadata import markdown_table
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.schemas import routing_column, routing_models
 from routeforge.registry.lease import release_lock
-from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decision_summary, gate
+from routeforge.registry.release import CHECKS_TAG, RULES_TAG, ModelRegistry, ReleaseRules, decision_summary, gate
 from routeforge.registry.store import registry_lock
 
 
@@ -73,7 +73,7 @@ def failed_checks(context: dg.AssetExecutionContext) -> list[str]:
 )
 def release_gate(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                  mlflow: MlflowRegistry, router_bundle: dict, routing_table: pa.Table, prompts: pa.Table):
-    registry = Registry(mlflow.tracking_uri, router_bundle["model_name"])
+    registry = ModelRegistry(mlflow.tracking_uri, router_bundle["model_name"])
     version = router_bundle["registry_version"]
     if router_bundle.get("unchanged"):
         with registry_lock(mlflow.tracking_uri):

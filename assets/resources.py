@@ -125,7 +125,7 @@ class MlflowRegistry(dg.ConfigurableResource):
     def signing_key_path(self) -> Path:
         """The private key, created (0600, `.pub` beside it) when this is the default location and
         it does not exist yet; a configured key that is missing is an error naming it."""
-        from routeforge.artifacts.signing import generate_key_pair
+        from routeforge.artifacts.bundle.signing import generate_key_pair
 
         path = Path(self.signing_key)
         if not path.is_file():
@@ -135,7 +135,7 @@ class MlflowRegistry(dg.ConfigurableResource):
         return path
 
     def public_key_path(self) -> Path:
-        from routeforge.artifacts.signing import public_key_path
+        from routeforge.artifacts.bundle.signing import public_key_path
 
         return public_key_path(self.signing_key_path())
 

@@ -5,7 +5,7 @@ training split, evaluated once on the test split; component folder, report and p
 import dagster as dg
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.writer import ComponentSource
 from routeforge.assets.metadata import clean, markdown_table, plot_entries, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import trainer
@@ -25,7 +25,7 @@ from routeforge.core.storage import Quarantine
 )
 def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                      mlflow: MlflowRegistry, routing_table: pa.Table):
-    from routeforge.artifacts.router import Router
+    from routeforge.artifacts.deciding.router import Router
     from routeforge.training.embeddings import TrainingEncoder, embedding_counts
     from routeforge.training.parallel import parallel_tasks, pool_for
     from routeforge.training.predictors.outcomes import replay_outcomes

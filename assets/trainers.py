@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
-from routeforge.artifacts.extensions import Registry
+from routeforge.artifacts.common.extensions import Registry
 from routeforge.core.components import TrainedComponent
 
 # every trainer, registered by its asset module (`@trainer`); the asset modules are found, not listed

@@ -2,7 +2,7 @@
 
 Per fleet (dcrouter, RouterBench): the router trained as the pipeline trains it (`train_router`, the
 training split only; its calibration table is out of fold there), then on the test split, for each
-target the table turns into λ (`artifacts.budget.choose_setting`):
+target the table turns into λ (`artifacts.deciding.budget.choose_setting`):
 - a cost per 1,000 requests at 25%, 50% and 75% of the way from the cheapest setting to λ = 0's
   (RouterBench only: dcrouter's score table has no costs);
 - a most share for the model the router sends most traffic at λ = 0: 10%, 30%, 50%;
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.budget import TargetUnreachable, choose_setting
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.deciding.budget import TargetUnreachable, choose_setting
+from routeforge.artifacts.deciding.router import Router
 from routeforge.core.schemas import routing_models
 from routeforge.fleet import load_fleet
 from routeforge.training.embeddings import encode_cached

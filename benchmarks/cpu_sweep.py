@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pyarrow.parquet as pq
-from routeforge.artifacts.latency import LatencyModel
+from routeforge.artifacts.deciding.latency import LatencyModel
 from routeforge.core.config import RandomInitSource, SweepSettings
 from routeforge.core.model_sources import build_random_init
 from routeforge.generation.local_server import transformers_serve

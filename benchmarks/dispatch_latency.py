@@ -38,8 +38,8 @@ def main() -> None:
     args = p.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    from routeforge.artifacts.dispatch import BLOCK_CHARS, Dispatcher, LiveState, prompt_blocks
-    from routeforge.artifacts.loader import load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
+    from routeforge.artifacts.deciding.dispatch import BLOCK_CHARS, Dispatcher, LiveState, prompt_blocks
 
     bundle = load_bundle(args.bundle, allow_unsigned=args.allow_unsigned)
     dispatcher = Dispatcher(bundle, policy=args.policy)

@@ -50,7 +50,7 @@ def int8_encoder(folder: Path, work: Path):
     import shutil
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from routeforge.artifacts.sentence_encoder import SentenceEncoder
+    from routeforge.artifacts.deciding.sentence_encoder import SentenceEncoder
 
     shutil.copytree(folder, work, dirs_exist_ok=True)
     quantize_dynamic(str(folder / "model.onnx"), str(work / "model.onnx"), weight_type=QuantType.QInt8)

@@ -51,13 +51,13 @@ def main() -> None:
         args.requests, args.policies = 60, ["join_shortest_queue", "llm_d"]
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("this benchmark pins the gateway and the server to cores of their own: it needs 2 cores")
-    from routeforge.artifacts.state_folder import state_root
+    from routeforge.artifacts.common.state_folder import state_root
     from routeforge.core.config import RandomInitSource
     from routeforge.core.model_sources import build_random_init
     from routeforge.core.vllm_env import kv_cache_bytes
     from routeforge.generation.local_server import vllm_serve
+    from routeforge.profiling.server_requests import Measured, send
     from routeforge.training.policies.simulator.instance import InstanceProfile
-    from routeforge.training.policies.simulator.server_replay import Measured, send
 
     from benchmarks.simulator_vs_vllm import kv_tokens_of, profile_server
 

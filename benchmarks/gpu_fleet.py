@@ -82,7 +82,7 @@ def replay_with_headroom(bundle_uri: str, tracking_uri: str, loads: list[float],
     counts) as `routeforge policies evaluate` does, at each load, with a clairvoyant lookahead router
     on the same windows (`benchmarks.routing_headroom`: true lengths, the simulator's state; no
     runtime could run it): how much room there was above the policies."""
-    from routeforge.artifacts.loader import load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
     from routeforge.training.policies.evaluation import fleet_profiles
     from routeforge.training.policies.packaging import read_simulator
     from routeforge.training.policies.replay import evaluate_bundle, trace_windows
@@ -153,7 +153,7 @@ def main() -> None:
     uri = f"models:/{yaml.safe_load(config.read_text())['registry']['model_name']}@challenger"
     loads = [0.5, 0.8, 0.95] if not args.quick else [0.8]
     result["trace_replay"] = replay_with_headroom(uri, tracking, loads, seeds=3, requests=500)
-    from routeforge.artifacts import strict_json
+    from routeforge.artifacts.common import strict_json
 
     (out / f"{name}.json").write_text(strict_json.dumps(result, indent=2, default=float))
     print(f"gpu_fleet: results in {out / (name + '.json')}")

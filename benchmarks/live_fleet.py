@@ -122,7 +122,7 @@ def figures(ttft, tpot, e2e, served, bound, hit_rate) -> dict:
 
 
 def live_figures(measured, bound, hit_rate) -> dict:
-    from routeforge.training.policies.simulator.server_replay import Measured
+    from routeforge.profiling.server_requests import Measured
 
     ok = np.array([isinstance(m, Measured) for m in measured])
     get = lambda f: np.array([f(m) if isinstance(m, Measured) else np.nan for m in measured])  # noqa: E731
@@ -176,10 +176,10 @@ def write_bundle(folder: Path, fits: list[dict], profiles, parameters: dict, rec
     """The live fleet's bundle: its simulator (the servers' fits), every policy, signed by a new key."""
     from types import SimpleNamespace
 
-    from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
-    from routeforge.artifacts.signing import generate_key_pair, sign_bundle
-    from routeforge.artifacts.writer import ComponentSource
-    from routeforge.artifacts.writer import write_bundle as write
+    from routeforge.artifacts.bundle.manifest import Fleet, Lineage, ModelEntry
+    from routeforge.artifacts.bundle.signing import generate_key_pair, sign_bundle
+    from routeforge.artifacts.bundle.writer import ComponentSource
+    from routeforge.artifacts.bundle.writer import write_bundle as write
     from routeforge.training.policies.packaging import export_heuristics, write_simulator
 
     settings = SimpleNamespace(queue_capacity=MAX_NUM_SEQS, kv_capacity_tokens=int(profiles[0].kv_capacity_tokens),
@@ -247,15 +247,16 @@ def main() -> None:
     from contextlib import ExitStack
 
     import requests as http
-    from routeforge.artifacts.state_folder import state_root
+    from routeforge.artifacts.common.state_folder import state_root
     from routeforge.core.config import RandomInitSource
     from routeforge.core.config.training import WeightSearch
     from routeforge.core.model_sources import build_random_init
     from routeforge.core.vllm_env import kv_cache_bytes
     from routeforge.generation.local_server import vllm_serve
+    from routeforge.profiling.server_requests import Measured, send
     from routeforge.training.policies.simulator.instance import InstanceProfile
     from routeforge.training.policies.simulator.metrics import summarize
-    from routeforge.training.policies.simulator.server_replay import Measured, prefix_counters, send
+    from routeforge.training.policies.simulator.server_replay import prefix_counters
     from routeforge.training.policies.weight_search import search_weights
 
     from benchmarks.simulator_vs_vllm import kv_tokens_of, profile_server, trace_rows

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.off_policy import METHODS, difference, estimate
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.deciding.router import Router
+from routeforge.artifacts.operating.off_policy import METHODS, difference, estimate
 from routeforge.core.schemas import routing_models
 from routeforge.fleet import load_fleet
 from routeforge.training.embeddings import encode_cached

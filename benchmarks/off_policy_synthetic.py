@@ -1,4 +1,4 @@
-"""The off-policy estimators (`artifacts/off_policy.py`) on synthetic logs with a known answer: bias,
+"""The off-policy estimators (`artifacts/operating/off_policy.py`) on synthetic logs with a known answer: bias,
 RMSE, mean 95% interval width and coverage of the true value over many seeds (the same generator as
 tests/artifacts/test_off_policy.py: a softmax logging policy over three models, a deterministic
 challenger, 3,000 logged requests per seed, a reward model with noise 0.05).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from routeforge.artifacts.off_policy import estimate
+from routeforge.artifacts.operating.off_policy import estimate
 
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir

@@ -50,7 +50,7 @@ def agreement(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def trained_predictor(work: Path, per_task: int, epochs: float, test_limit: int | None) -> dict:
-    from routeforge.artifacts.text_predictor import TextPredictor
+    from routeforge.artifacts.deciding.text_predictor import TextPredictor
     from routeforge.training.predictors.packaging import package_predictor
     from routeforge.training.predictors.text_classifier import ClassifierSettings, train_classifier
 
@@ -133,7 +133,7 @@ def demo_bundle(variant: str, state: Path) -> tuple[Path, dict]:
 
 
 def demo_comparison(work: Path, extra_prompts: list[str]) -> dict:
-    from routeforge.artifacts.loader import load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
 
     bundles, runs = {}, {}
     for variant in ("before", "now"):
@@ -152,7 +152,7 @@ def demo_comparison(work: Path, extra_prompts: list[str]) -> dict:
         before, now = bundles["before"].text_predictor(name), bundles["now"].text_predictor(name)
         spec = now.spec
         model = next(iter(spec["model_tokens"])) if spec.get("model_tokens") else None
-        from routeforge.artifacts.text_predictor import compose
+        from routeforge.artifacts.deciding.text_predictor import compose
 
         composed = [compose(t, None, model, None, spec.get("model_tokens")) for t in texts]
         a, b = before.logits(composed), now.logits(composed)

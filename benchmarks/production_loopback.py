@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.bundle.signing import generate_key_pair
 
 from benchmarks.common import DATA, REPO, parser, results_dir
 from tests.services import mlflow_server, postgres, routerbench_fleet, s3_server

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.replay import cap_shares, read_logged_decisions, replay
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.operating.replay import cap_shares, read_logged_decisions, replay
 
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.deciding.router import Router
 from routeforge.core.schemas import routing_models
 from routeforge.fleet import load_fleet
 from routeforge.prompts.score_tables import read_score_table

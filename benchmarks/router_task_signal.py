@@ -38,7 +38,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.knn import KnnPrediction
+from routeforge.artifacts.deciding.knn import KnnPrediction
 from routeforge.core.schemas import routing_models
 from routeforge.fleet import load_fleet
 from routeforge.training.embeddings import encode_cached

@@ -30,7 +30,7 @@ from tools.runtime_venv import clean_env, installed, make_runtime_venv, site_pac
 PYTORCH_PROBE = """
 import time; start = time.perf_counter()
 import sys, json
-from routeforge.artifacts.loader import load_bundle
+from routeforge.artifacts.bundle.loader import load_bundle
 from routeforge.training.embeddings import encode
 from tools.runtime_probe import PROMPTS
 bundle = load_bundle(sys.argv[1], public_key=sys.argv[2])
@@ -46,7 +46,7 @@ def _demo_bundle(work: Path) -> tuple[Path, Path]:
     import os
 
     import dagster as dg
-    from routeforge.artifacts.loader import load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
     from routeforge.fleet import load_fleet
     from routeforge.pipelines.run import run_pipeline
 

@@ -232,8 +232,8 @@ def _stage(name: str, config_path: Path) -> dict:
                                   cache_dir=config.storage_root / "cache" / "embeddings")
         out |= {"chosen": result.report["chosen"], **dict(counts)}
     elif name == "bundle":
-        from routeforge.artifacts.manifest import Lineage
-        from routeforge.artifacts.writer import write_bundle
+        from routeforge.artifacts.bundle.manifest import Lineage
+        from routeforge.artifacts.bundle.writer import write_bundle
         from routeforge.assets.bundle import fleet_entry
         from routeforge.core.components import ComponentSource
 

@@ -64,7 +64,7 @@ def trace_requests(n: int, start: int, rate: float, shared: bool = False, max_bl
     `shared`: each prompt first takes one of `SHARED_PREFIXES` common prefixes (seeded per row), as a
     service's system prompts would, then its own trace blocks (a window of 160 consecutive rows
     repeats only 2-7% of its blocks; the trace's reuse comes a median 225 requests later)."""
-    from routeforge.training.policies.simulator.server_replay import ReplayRequest
+    from routeforge.profiling.server_requests import ReplayRequest
 
     window = (trace_rows(path) if path is not None else trace_rows())[start:start + n]
     t = np.array([r["timestamp"] for r in window], dtype=float) / 1000.0
@@ -83,7 +83,7 @@ def profile_server(url: str, model: str, vocab: int, max_num_seqs: int, log, kv_
     """Static batches through the server (`server_replay.static_batches`), fitted like a tier's
     batch profile; each batch's prompts and outputs within the KV cache, its prompts within `max_prompt`."""
     from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
-    from routeforge.training.policies.simulator.server_replay import static_batches
+    from routeforge.profiling.server_requests import static_batches
 
     rows = []
     for b in (b for b in PROFILE_BATCHES if b <= max_num_seqs):
@@ -113,7 +113,7 @@ def main() -> None:
     if args.quick:
         args.requests, args.loads = 40, [0.5]
     import requests as http
-    from routeforge.artifacts.state_folder import state_root
+    from routeforge.artifacts.common.state_folder import state_root
     from routeforge.core.config import RandomInitSource
     from routeforge.core.model_sources import build_random_init
     from routeforge.generation.local_server import vllm_serve

@@ -39,7 +39,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from routeforge.artifacts.text_predictor import TextPredictor, compose
+from routeforge.artifacts.deciding.text_predictor import TextPredictor, compose
 from routeforge.training.predictors.packaging import package_predictor
 from routeforge.training.predictors.predictor_eval import classification_report, plot_confusion
 from routeforge.training.predictors.predictor_report import median_seconds
@@ -239,7 +239,7 @@ def routerbench(split: str) -> tuple[list[str], list[str], np.ndarray, np.ndarra
 def shared_routing(models, test_q, test_c, train_c, expected_score) -> dict:
     """Route by the shared predictor's expected score − λ · the model's mean training cost, over
     `auto_lambdas`, against the single-model hull."""
-    from routeforge.artifacts.knn import KnnPrediction
+    from routeforge.artifacts.deciding.knn import KnnPrediction
     from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 
     complete = ~(np.isnan(test_q).any(axis=1) | np.isnan(test_c).any(axis=1))

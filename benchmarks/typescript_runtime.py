@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from routeforge.artifacts.state_folder import state_root
+from routeforge.artifacts.common.state_folder import state_root
 
 from benchmarks.common import parser as bench_parser
 from benchmarks.common import results_dir
@@ -34,8 +34,9 @@ CHECK = REPO / "runtimes" / "typescript" / "dist" / "check_golden.js"
 PYTHON_SIDE = r'''
 import json, sys, time
 from pathlib import Path
-import onnxruntime, routeforge.artifacts.router, routeforge.artifacts.sentence_encoder  # as Node requires its modules
-from routeforge.artifacts.loader import load_bundle
+import onnxruntime  # as Node requires its modules
+import routeforge.artifacts.deciding.router, routeforge.artifacts.deciding.sentence_encoder
+from routeforge.artifacts.bundle.loader import load_bundle
 t0 = time.perf_counter()
 bundle = load_bundle(sys.argv[1], public_key=Path(sys.argv[2]))
 router = bundle.router()

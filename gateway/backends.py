@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
-from routeforge.artifacts.dispatch import LiveState
+from routeforge.artifacts.deciding.dispatch import LiveState
 
 log = logging.getLogger("routeforge.gateway")
 DOWN_WAITING = 10_000.0  # a down backend's state: saturated, so load-aware policies steer clear before `among` does

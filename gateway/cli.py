@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 import click
-from routeforge.artifacts.cli import PUBLIC_KEY_OPTION, TRACKING_OPTION
+from routeforge.artifacts.cli.commands import PUBLIC_KEY_OPTION, TRACKING_OPTION
 
 
 def backends_for(instances: list[dict], models: list[str], specs: tuple[str, ...]) -> list:
@@ -86,8 +86,8 @@ def gateway(ref: str, backend_specs: tuple[str, ...], policy: str | None, host: 
     through), /v1/models, /health, /metrics, /v1/feedback. Every decision goes to the log that
     `routeforge bundle replay` reads."""
     from aiohttp import web
-    from routeforge.artifacts.loader import load_bundle
-    from routeforge.artifacts.state_folder import state_root
+    from routeforge.artifacts.bundle.loader import load_bundle
+    from routeforge.artifacts.common.state_folder import state_root
     from routeforge.gateway.backends import BackendPool
     from routeforge.gateway.decision_log import DecisionLog
     from routeforge.gateway.server import Gateway, Settings

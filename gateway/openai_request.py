@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from routeforge.artifacts.dispatch import text_blocks, token_blocks
-from routeforge.artifacts.traffic_prompts import LogLineError, prompt_text
+from routeforge.artifacts.deciding.dispatch import text_blocks, token_blocks
+from routeforge.artifacts.operating.traffic_prompts import LogLineError, prompt_text
 
 KINDS = ("completions", "chat/completions")
 DEFAULT_MAX_TOKENS = 128  # the output a request without max_tokens is expected to take (the dispatcher's default)

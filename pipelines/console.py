@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 import dagster as dg
-from routeforge.artifacts.narrow_output import narrow
+from routeforge.artifacts.cli.narrow_output import narrow
 from routeforge.core.progress import parse_count, parse_counted
 
 HEARTBEAT_S = 10.0
@@ -103,7 +103,7 @@ class ProgressConsole:
         self._thread = threading.Thread(target=self._beat, name="routeforge-heartbeat", daemon=True)
 
     def print(self, line: str) -> None:
-        """One line on the terminal, at most 120 characters (`artifacts.narrow_output`: a stage line's
+        """One line on the terminal, at most 120 characters (`artifacts.cli.narrow_output`: a stage line's
         counts cut with …, a heartbeat's message wrapped); the run's log file has everything."""
         with self._lock:
             self._clear_live()

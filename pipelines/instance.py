@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
-from routeforge.artifacts.state_folder import state_root
+from routeforge.artifacts.common.state_folder import state_root
 
 SETTINGS = Path(__file__).resolve().parents[1] / "dagster.yaml"  # the checkout's, where there is one
 MINIMAL_SETTINGS = "telemetry:\n  enabled: false\n"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import dagster as dg
 import routeforge.fleet  # noqa: F401  (every kind loaded before a fleet file is read)
-from routeforge.artifacts import temporary
-from routeforge.artifacts.state_folder import record_registry, state_root
+from routeforge.artifacts.common import temporary
+from routeforge.artifacts.common.state_folder import record_registry, state_root
 from routeforge.assets.resources import PIPELINE_RUN_TAG
 from routeforge.assets.trainers import TRAIN_JOB, all_trainers, enabled_trainers
 from routeforge.core.config import ConfigError

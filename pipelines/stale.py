@@ -193,14 +193,14 @@ def ungated(defs: dg.Definitions, instance: dg.DagsterInstance) -> str | None:
     """The registry is outside Dagster's view: a run stopped between registering a version and
     gating it leaves the gate up to date on record, so the gate is due while that version has no
     decision."""
-    from routeforge.registry.release import Registry
+    from routeforge.registry.release import ModelRegistry
     from routeforge.registry.store import registry_lock
 
     try:
         bundle = defs.load_asset_value("router_bundle", instance=instance)
     except Exception:  # never materialized (or unreadable): the bundle, and so the gate, run anyway
         return None
-    registry = Registry(bundle["tracking_uri"], bundle["model_name"])
+    registry = ModelRegistry(bundle["tracking_uri"], bundle["model_name"])
     with registry_lock(bundle["tracking_uri"]):
         gated = registry.gated(bundle["registry_version"])
     return None if gated else f"registry version {bundle['registry_version']} was never gated"

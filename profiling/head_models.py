@@ -12,7 +12,7 @@ every slope is ≥ 0, and gross outliers are left out with the rule of `profilin
 
 Which kind serves is chosen per target on data none of them was fitted to: grouped K-fold over
 profile configurations for batch profiles, the later validation slice for sweeps. Predictions at
-training time go through `artifacts.latency.Head`, the runtime's own code, so a loaded bundle
+training time go through `artifacts.deciding.latency.Head`, the runtime's own code, so a loaded bundle
 reproduces them exactly.
 """
 
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from routeforge.artifacts.latency import HEAD_KINDS, Head, LinearTerms
+from routeforge.artifacts.deciding.latency import HEAD_KINDS, Head, LinearTerms
 
 # one thread: profiles are hundreds to thousands of rows, where XGBoost's threads cost more than
-# they save, and two trainings at once on two cores oversubscribe them (100× slower, measured)
+# they save, and two trainings at once on two cores oversubscribe them (by far the slowest way)
 XGB_PARAMS = {"max_depth": 6, "eta": 0.1, "subsample": 0.8, "colsample_bytree": 0.8, "min_child_weight": 5,
               "objective": "reg:squarederror", "seed": 0, "nthread": 1}
 ROUNDS, EARLY_STOP = 500, 30

@@ -1,4 +1,4 @@
-"""Per-tier latency heads from static-batch profiles (002 §4.3, issue 19) and their held-out evaluation.
+"""Per-tier latency heads from static-batch profiles (002 §4.3) and their held-out evaluation.
 
 A head maps what is known at dispatch to an observed latency (TPOT or TTFT). For static-batch
 profiles (splitwise, the in-process batch profiler) the observable state is the batch itself:
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.latency import Head
+from routeforge.artifacts.deciding.latency import Head
 from routeforge.profiling.batch_fits import BatchMeasurement, TierFit, fit_tier
 from routeforge.profiling.head_models import (
     HeadRecipe,

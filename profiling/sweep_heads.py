@@ -1,4 +1,4 @@
-"""Latency heads from a QPS sweep (002 §4.3, issue 19): state at dispatch → TPOT, TTFT and E2E.
+"""Latency heads from a QPS sweep (002 §4.3): state at dispatch → TPOT, TTFT and E2E.
 
 Split by time, never by random rows: within each phase and rate, requests in send order, the
 earliest train the heads, the next slice picks the early-stopping point and the kind of head, and
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.latency import HEAD_KINDS
+from routeforge.artifacts.deciding.latency import HEAD_KINDS
 from routeforge.profiling.head_models import Choice, HeadRecipe, feature_range, relative_error_quantiles
 from routeforge.profiling.live_state import FEATURES
 from routeforge.profiling.plots import plot_heads

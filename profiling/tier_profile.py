@@ -2,7 +2,7 @@
 
 `measure_tier` runs the tier's configured profile kind (`profiling/profile_kinds/`, one module each)
 and writes what was measured to a folder; `build_latency_component` trains the heads from it and
-writes the bundle component: `heads.json` + XGBoost JSON models (see `artifacts.latency`) and
+writes the bundle component: `heads.json` + XGBoost JSON models (see `artifacts.deciding.latency`) and
 `rwt.json` with QLM's parameters and the request groups' μ_o, σ_o.
 """
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from routeforge.artifacts.traffic_prompts import (
+from routeforge.artifacts.operating.traffic_prompts import (
     LineTooLong,
     LogLineError,
     log_lines,

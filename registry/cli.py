@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import click
-from routeforge.artifacts import temporary
-from routeforge.artifacts.cli import TRACKING_OPTION as _TRACKING
-from routeforge.artifacts.cli import signature_options
-from routeforge.artifacts.loader import BundleVerificationError
+from routeforge.artifacts.bundle.verification import BundleVerificationError
+from routeforge.artifacts.cli.commands import TRACKING_OPTION as _TRACKING
+from routeforge.artifacts.cli.commands import signature_options
+from routeforge.artifacts.common import temporary
 from routeforge.registry.lease import release_lock
 from routeforge.registry.release import gate
 
@@ -24,14 +24,14 @@ def _progress(line: str) -> None:
 
 
 def _registry(name: str, tracking_uri: str | None):
-    from routeforge.registry.release import Registry
+    from routeforge.registry.release import ModelRegistry
 
     if not tracking_uri:
         raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
-    from routeforge.artifacts.registry import check_reachable
+    from routeforge.artifacts.bundle.registry import check_reachable
 
     check_reachable(tracking_uri)
-    return Registry(tracking_uri, name)
+    return ModelRegistry(tracking_uri, name)
 
 
 @click.command()

@@ -31,16 +31,19 @@ from unittest import mock
 
 import mlflow.pyfunc
 import numpy as np
-from routeforge.artifacts import shared_components, temporary
-from routeforge.artifacts.bundle_cache import cache_root
-from routeforge.artifacts.loader import RouterBundle, read_manifest
-from routeforge.artifacts.manifest import MANIFEST_FILE
-from routeforge.artifacts.signing import SIGNATURE_FILE
+from routeforge.artifacts.bundle import shared_components
+from routeforge.artifacts.bundle.bundle_cache import cache_root
+from routeforge.artifacts.bundle.loader import RouterBundle
+from routeforge.artifacts.bundle.manifest import MANIFEST_FILE
+from routeforge.artifacts.bundle.signing import SIGNATURE_FILE
+from routeforge.artifacts.bundle.verification import read_manifest
+from routeforge.artifacts.common import temporary
 
 SKIP_SIGNATURE_ENV = "ROUTEFORGE_INSECURE_SKIP_SIGNATURE"
 MODEL_NAME_IN_RUN = "router_bundle"
 LOADER_MODULE = "routeforge.registry.pyfunc_loader"
-DATA_FOLDER = "artifacts"  # MLflow keeps it as <model>/data/artifacts/<folder>/ (artifacts.registry.MODEL_DATA_FOLDERS)
+# MLflow keeps it as <model>/data/artifacts/<folder>/ (artifacts.bundle.registry.MODEL_DATA_FOLDERS)
+DATA_FOLDER = "artifacts"
 EXAMPLE_PROMPTS = ["What is 15 plus 27?", "Translate to French: good morning"]
 
 
@@ -130,7 +133,7 @@ def _stored(repo, prefix: str, component) -> bool:
 
 def share_components(bundle_dir: Path, store: str) -> dict:
     """Upload each shareable component the store lacks to `<store>/<digest>/`; the references
-    file's content for this bundle (`artifacts.shared_components`)."""
+    file's content for this bundle (`artifacts.bundle.shared_components`)."""
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
     bundle_dir = Path(bundle_dir)
@@ -154,7 +157,7 @@ def log_bundle_model(bundle_dir: Path, public_key_pem: str | None = None):
     check the input example; `public_key_pem` (the signer's) is the key that load trusts, so the check
     runs on the verified bundle instead of warning that the load was refused."""
     import pandas as pd
-    from routeforge.artifacts.loader import PUBLIC_KEY_ENV
+    from routeforge.artifacts.bundle.keyring import PUBLIC_KEY_ENV
 
     bundle = RouterBundle(Path(bundle_dir), read_manifest(Path(bundle_dir)))  # just written by the publisher
     refs = share_components(Path(bundle_dir), component_store(mlflow.active_run()))

@@ -16,10 +16,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from routeforge.artifacts.manifest import Fleet, Lineage, Manifest, Provenance
-from routeforge.artifacts.registry import PUBLIC_KEY_TAG
-from routeforge.artifacts.signing import public_key_path, public_key_pem, sign_bundle
-from routeforge.artifacts.writer import ComponentSource, write_bundle, write_manifest
+from routeforge.artifacts.bundle.manifest import Fleet, Lineage, Manifest, Provenance
+from routeforge.artifacts.bundle.registry import PUBLIC_KEY_TAG
+from routeforge.artifacts.bundle.signing import public_key_path, public_key_pem, sign_bundle
+from routeforge.artifacts.bundle.writer import ComponentSource, write_bundle, write_manifest
 from routeforge.registry.release import CHAMPION
 from routeforge.registry.store import (
     RegisteredBundle,
@@ -70,8 +70,8 @@ def publish_bundle(
     provenance: Provenance | None = None,
 ) -> tuple[RegisteredBundle, Manifest]:
     """Write the bundle inside a new MLflow run, sign its manifest with `signing_key` (Ed25519 PEM;
-    `artifacts.signing`) and register it under `alias`; with a SQLite store, holding the store's
-    lock (`artifacts.registry.registry_lock`) so concurrent pipelines take turns. With
+    `artifacts.bundle.signing`) and register it under `alias`; with a SQLite store, holding the store's
+    lock (`artifacts.bundle.registry.registry_lock`) so concurrent pipelines take turns. With
     `skip_unchanged`, a bundle whose content version equals the newest registered version's creates
     no run and no version: the existing one is returned with `unchanged=True`."""
     import mlflow
@@ -295,7 +295,7 @@ def pin_signer(signing_key: Path) -> None:
     the first time. A router service elsewhere pins the key itself (`routeforge keys pin`)."""
     import sys
 
-    from routeforge.artifacts.keyring import pin
+    from routeforge.artifacts.bundle.keyring import pin
 
     kid, path, new = pin(public_key_pem(signing_key).encode())
     if new:

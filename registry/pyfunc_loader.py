@@ -4,7 +4,7 @@ flavour, `registry.mlflow_model`): installed package code, never a file stored w
 `_load_pyfunc` first checks that the model folder carries no code (no Python file, no code path in
 MLmodel): a model that does was not written by routeforge, or was changed after it was, and is
 refused before anything in it could run. A version whose large components are stored by digest
-(`artifacts.shared_components`) is assembled in the bundle cache, never in the model folder (which
+(`artifacts.bundle.shared_components`) is assembled in the bundle cache, never in the model folder (which
 may be the registry's own store). Then it loads the bundle as `load_bundle` does: every checksum and
 the signature.
 """
@@ -59,9 +59,10 @@ class BundleModel:
 
 
 def _load_pyfunc(data_path: str) -> BundleModel:
-    from routeforge.artifacts.bundle_cache import BundleCache
-    from routeforge.artifacts.loader import BundleVerificationError, load_bundle, trusted_key
-    from routeforge.artifacts.registry import bundle_folder, with_shared_components
+    from routeforge.artifacts.bundle.bundle_cache import BundleCache
+    from routeforge.artifacts.bundle.download import bundle_folder, with_shared_components
+    from routeforge.artifacts.bundle.loader import load_bundle
+    from routeforge.artifacts.bundle.verification import BundleVerificationError, trusted_key
     from routeforge.registry.mlflow_model import skip_signature
 
     data = Path(data_path).resolve()

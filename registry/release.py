@@ -27,7 +27,7 @@ infinite, counts as a regression unless the fleet lists it in `release.optional`
 yet, only when it clears every configured floor (a NaN clears none).
 
 With `release.replay` (`replay_verdict`), both bundles are also replayed on logged production
-traffic (`artifacts.replay`: requests with an outcome and the serving decision's propensity), and a
+traffic (`artifacts.operating.replay`: requests with an outcome and the serving decision's propensity), and a
 challenger whose paired difference with the champion lies below −tolerance with its whole interval
 is held, even where the frozen set says it is better: the frozen set is last quarter's prompts, the
 log is what the fleet serves now. The replay's figures are recorded with the decision (`gate.replay`).
@@ -170,7 +170,7 @@ def replay_verdict(spec: dict[str, Any], challenger, champion) -> tuple[str | No
     """(a reason to hold or None, the record) from replaying both loaded bundles on the logged
     traffic `spec["logs"]` names (`core.config.fleet.ReplayGate`). Fewer usable requests than
     `min_requests`: recorded, not applied (a thin log must not hold every release)."""
-    from routeforge.artifacts.replay import read_logged_decisions, replay
+    from routeforge.artifacts.operating.replay import read_logged_decisions, replay
     from upath import UPath
 
     logs = UPath(spec["logs"])
@@ -206,7 +206,7 @@ def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[
     out of the fit, else the held-out labels' lower bound. Never skipped: skipping them let labels
     crafted on the champion's worst prompts lift the measured quality; and labels are not credited
     by default because labels that lie consistently lie in the held-out part too."""
-    from routeforge.artifacts.router import text_key
+    from routeforge.artifacts.deciding.router import text_key
 
     unlabelled = [i for i, m in enumerate(chosen) if m not in index]
     if not unlabelled:
@@ -262,8 +262,9 @@ def evaluate_bundle(bundle, evaluation, trust_added_labels: bool = False) -> dic
 
 
 @dataclass
-class Registry:
-    """The registered model's release state in MLflow (a client bound to one tracking URI)."""
+class ModelRegistry:
+    """The registered model's release state in MLflow's model registry (a client bound to one tracking
+    URI); not to be confused with `artifacts.common.extensions.Registry`, a registry of kinds."""
 
     tracking_uri: str
     name: str
@@ -325,7 +326,7 @@ class Registry:
         import getpass
         from datetime import UTC, datetime
 
-        from routeforge.artifacts.writer import sha256_file
+        from routeforge.artifacts.bundle.writer import sha256_file
 
         if not (reason and reason.strip()):
             raise ValueError("replacing the frozen evaluation set needs a reason; it is recorded")
@@ -347,8 +348,8 @@ class Registry:
         `candidate` freezes it: logs it to `run_id` under `evaluation/` and pins it in the registered
         model's tags; every later call downloads the pinned one, whatever `candidate` says."""
         import mlflow
-        from routeforge.artifacts.registry import download_artifacts
-        from routeforge.artifacts.writer import sha256_file
+        from routeforge.artifacts.bundle.registry import download_artifacts
+        from routeforge.artifacts.bundle.writer import sha256_file
 
         pinned = self.model_tags().get(EVALUATION_TAG)
         if pinned is None:
@@ -369,8 +370,8 @@ class Registry:
         """Version `version`, downloaded under `workdir`, verified and loaded (`RouterBundle`), with
         the trusted key of the id the version was signed with (`signing.key_for`: after a rotation,
         the retired key beside `public_key`)."""
-        from routeforge.artifacts.loader import load_bundle
-        from routeforge.artifacts.signing import key_for
+        from routeforge.artifacts.bundle.loader import load_bundle
+        from routeforge.artifacts.bundle.signing import key_for
 
         key = key_for(public_key, self.version_tags(version).get("signing_key_id"))
         return load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
@@ -381,7 +382,7 @@ class Registry:
         """Point `champion` at `version`; `signer`: the public key it verified with, which the
         registry's hint (`routeforge.public_key`, for trust on first use) then names: the hint moves
         to a new key only when a version signed by it is promoted, never at registration."""
-        from routeforge.artifacts.registry import PUBLIC_KEY_TAG
+        from routeforge.artifacts.bundle.registry import PUBLIC_KEY_TAG
 
         self.client.set_registered_model_alias(self.name, CHAMPION, version)
         if signer is not None and Path(signer).is_file():
@@ -403,11 +404,12 @@ class Registry:
             self.client.log_metric(registered.run_id, key, value, timestamp=now, model_id=registered.model_id)
 
 
-def gate(registry: Registry, version: str, public_key: Path | None, workdir: Path, rules: ReleaseRules | None = None,
-         force: bool = False, reason: str | None = None, evaluation: tuple[Path, str] | None = None,
-         allow_unsigned: bool = False, log: Callable[[str], None] | None = None) -> Decision:
+def gate(registry: ModelRegistry, version: str, public_key: Path | None, workdir: Path,
+         rules: ReleaseRules | None = None, force: bool = False, reason: str | None = None,
+         evaluation: tuple[Path, str] | None = None, allow_unsigned: bool = False,
+         log: Callable[[str], None] | None = None) -> Decision:
     """Compare `version` with the current champion on the frozen evaluation set (`evaluation`, the
-    (path, sha256) `Registry.evaluation_set` gave, or fetched here) and move the alias when the rules
+    (path, sha256) `ModelRegistry.evaluation_set` gave, or fetched here) and move the alias when the rules
     (the version's own recorded rules unless `rules` is given) allow it, or when forced with a
     reason. Records the decision either way. `log` gets a line per stage with its time: fetching,
     verifying and evaluating two bundles can take minutes, which a gate should not spend silently."""
@@ -420,7 +422,7 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
     if champion == version:
         raise ValueError(f"version {version} of {registry.name!r} is already the champion")
     import pyarrow.parquet as pq
-    from routeforge.artifacts.loader import BundleVerificationError
+    from routeforge.artifacts.bundle.verification import BundleVerificationError
 
     table = pq.read_table(evaluation)
     try:
@@ -457,7 +459,7 @@ def gate(registry: Registry, version: str, public_key: Path | None, workdir: Pat
         decision.reasons = [f"forced over: {r}" for r in decision.reasons]
         decision.promote, decision.forced_by, decision.force_reason = True, getpass.getuser(), reason
     if decision.promote:
-        from routeforge.artifacts.signing import key_for
+        from routeforge.artifacts.bundle.signing import key_for
 
         signer = None if public_key is None else key_for(public_key, tags.get("signing_key_id"))
         registry.move_champion(version, decision, sha, signer)
@@ -475,7 +477,7 @@ def _timed(log: Callable[[str], None] | None, what: str) -> Iterator[None]:
         log(f"gate: {what} in {time.perf_counter() - start:.1f} s")
 
 
-def rollback(registry: Registry, reason: str | None = None) -> tuple[str, str]:
+def rollback(registry: ModelRegistry, reason: str | None = None) -> tuple[str, str]:
     """Move `champion` back to the previous champion; returns (from, to)."""
     history = registry.history()
     current = registry.champion_version()

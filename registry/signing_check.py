@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from routeforge.artifacts.signing import RETIRED_FOLDER, key_id, load_public_key, public_key_path, trusted_keys
+from routeforge.artifacts.bundle.signing import RETIRED_FOLDER, key_id, load_public_key, public_key_path, trusted_keys
 from routeforge.registry.release import CHAMPION
 
 

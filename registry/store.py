@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from routeforge.artifacts.state_folder import sqlite_file
+from routeforge.artifacts.common.state_folder import sqlite_file
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def default_artifact_location(tracking_uri: str) -> str | None:
     a local SQLite store, `mlartifacts/` beside its database (MLflow's own default is `./mlruns` of
     whatever folder the process runs in: a fleet run from a working folder filled it, one copy of
     the encoder per experiment); a tracking server decides for itself (None)."""
-    from routeforge.artifacts.state_folder import sqlite_file
+    from routeforge.artifacts.common.state_folder import sqlite_file
 
     database = sqlite_file(tracking_uri)
     if database is None or database.name == ":memory:":
@@ -146,11 +146,11 @@ def register_bundle(
     """Log `bundle_dir` into run `run_id` (the active run) as a pyfunc MLflow model
     (`routeforge.registry.mlflow_model`) and register it as a new version under `alias`. With
     `signing_key`, the version's files outside the bundle (MLmodel, the environment files) are signed
-    as a record bound to its name and number (`artifacts.model_record`) before the alias moves."""
+    as a record bound to its name and number (`artifacts.bundle.model_record`) before the alias moves."""
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
-    from routeforge.artifacts.signing import public_key_pem
+    from routeforge.artifacts.bundle.signing import public_key_pem
     from routeforge.registry.mlflow_model import log_bundle_model
 
     active = mlflow.active_run()
@@ -167,8 +167,8 @@ def register_bundle(
     mv = client.create_model_version(model_name, source=info.model_uri, run_id=run_id, tags=tags or {},
                                      model_id=info.model_id)
     if signing_key is not None:
-        from routeforge.artifacts.loader import read_manifest
-        from routeforge.artifacts.model_record import sign_registered
+        from routeforge.artifacts.bundle.model_record import sign_registered
+        from routeforge.artifacts.bundle.verification import read_manifest
 
         sign_registered(model_name, str(mv.version), read_manifest(Path(bundle_dir)), signing_key)
     # two pipelines moving one alias at once race on its row (seen in CI); the later move wins

@@ -76,7 +76,7 @@ def _encoder_exports(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _keyring(tmp_path_factory):
-    """The keys pipelines pin as they sign (`artifacts.keyring`) go to a keyring of the session, never
+    """The keys pipelines pin as they sign (`artifacts.bundle.keyring`) go to a keyring of the session, never
     the user's configuration folder; a test that judges trust sets its own."""
     os.environ["ROUTEFORGE_KEYRING"] = str(tmp_path_factory.mktemp("keyring"))
     yield

@@ -7,7 +7,7 @@ from tools.check_docs import capability_problems, link_problems, problem
 
 
 def test_stale_names_are_caught():
-    assert "defines no registry_lock" in problem("artifacts.registry.registry_lock")
+    assert "defines no registry_lock" in problem("artifacts.bundle.registry.registry_lock")
     assert problem("tests/pipelines/test_judge.py") == "no file tests/pipelines/test_judge.py"
     assert problem("python -m pipelines.generation") == "no module pipelines.generation"
     assert "defines no nothing_here" in problem("training/embeddings.nothing_here")
@@ -15,7 +15,7 @@ def test_stale_names_are_caught():
 
 
 def test_live_names_and_words_that_are_not_code_pass():
-    for reference in ("registry.store.registry_lock", "routeforge.artifacts.heuristics.queue_biases",
+    for reference in ("registry.store.registry_lock", "routeforge.artifacts.deciding.heuristics.queue_biases",
                       "python -m routeforge.pipelines.run", "training/embeddings.SAVE_EVERY",
                       "tests/test_end_to_end.py::test_the_runtime_alone_serves_the_demo_bundle",
                       "benchmarks/results/<name>/", "src/safetensors.ts", "gate.py",

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from routeforge.artifacts.golden import check_golden
-from routeforge.artifacts.loader import load_bundle
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.deciding.golden import check_golden
 from routeforge.core.config import load_fleet
 from routeforge.generation.local_server import free_port, wait_healthy
 from routeforge.pipelines.definitions import build_definitions
@@ -253,7 +253,7 @@ def test_demo_fleet_end_to_end(demo, tmp_path, shared_data):
     assert bundle.manifest.component(bundle.recommended_policy).config["recommended"] is True
     # per traffic: the best carried policy for traffic like this; one decision per request from live states
     assert bundle.recommended_policy_for({"arrival_cv": 1.0, "load": 0.5})["policy"] in bundle.routing_policies
-    from routeforge.artifacts.dispatch import Dispatcher, LiveState
+    from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState
 
     dispatcher = Dispatcher(bundle)
     idle = [LiveState(0, 0)] * len(dispatcher.instances)
@@ -741,7 +741,7 @@ def test_every_console_command_of_the_readme_prints_what_the_readme_shows(demo, 
     """README.md's commands, pasted as shown, on the demo's state: each exits 0 without a traceback
     and prints every line the README shows, up to what a run measures (numbers, the policies and
     models its measurements chose)."""
-    from routeforge.artifacts.heuristics import HEURISTICS
+    from routeforge.artifacts.deciding.heuristics import HEURISTICS
     from routeforge.core.kinds import WORKLOADS
     from routeforge.training.policies.learned.base import LEARNED_POLICIES
 
@@ -810,7 +810,7 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     # and on the frozen evaluation set's math prompts (as the router sees them, templated) the model's
     # response, its reference word for word: add-model scores those itself (issue 61), and the gate
     # credits that score, not the label
-    from routeforge.registry.release import Registry as _Registry
+    from routeforge.registry.release import ModelRegistry as _Registry
 
     frozen = pq.read_table(_Registry(demo.tracking, demo.config.registry.model_name).evaluation_set()[0])
     assert {"reference", "reference_meta", "metric"} <= set(frozen.column_names)
@@ -859,9 +859,9 @@ def test_a_new_model_enters_the_registered_router_from_its_labels_alone(demo, tm
     # issue 53's attack: labels of 1.0 on the evaluation prompts the champion handles worst (and 0 on
     # the rest, to pass --min-labels). Before, they were fitted (and recalled), the router sent those
     # prompts to the new model, and the gate skipped them as unlabelled: router quality 0.153 vs 0.106
-    from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, evaluate_bundle
+    from routeforge.registry.release import CHECKS_TAG, RULES_TAG, ModelRegistry, evaluate_bundle
 
-    registry = Registry(demo.tracking, demo.config.registry.model_name)
+    registry = ModelRegistry(demo.tracking, demo.config.registry.model_name)
     evaluation = pq.read_table(registry.evaluation_set()[0])
     champion = load_bundle(f"models:/{registry.name}@champion", tmp_path / "champion", demo.tracking,
                            public_key=Path(f"{key}.pub"))

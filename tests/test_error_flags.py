@@ -10,7 +10,7 @@ import re
 
 import click
 import pytest
-from routeforge.artifacts.cli import main
+from routeforge.artifacts.cli.commands import main
 
 from tests.conftest import REPO
 

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 from typing import get_args
 
-from routeforge.artifacts.heuristics import HEURISTICS
-from routeforge.artifacts.policy import ACTION_KINDS
-from routeforge.artifacts.router import MEMBER_KINDS
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
+from routeforge.artifacts.deciding.policy import ACTION_KINDS
+from routeforge.artifacts.deciding.router import MEMBER_KINDS
 from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS, SOURCE_KINDS, WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def test_no_registry_discovers_a_layer_above_its_own():
     import tomllib
 
     import routeforge.pipelines.definitions  # noqa: F401  (every layer imported)
-    from routeforge.artifacts.extensions import Registry
+    from routeforge.artifacts.common.extensions import Registry
 
     contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
     layers = [[name.strip() for name in entry.split(":")] for entry in contract["layers"]]

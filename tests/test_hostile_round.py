@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from routeforge.artifacts.dispatch import LiveState
+from routeforge.artifacts.deciding.dispatch import LiveState
 from routeforge.core.config.base import plain_name
 from routeforge.core.storage import Quarantine
 from routeforge.pipelines.recovery import HOST_TAG, PID_START_TAG, PID_TAG, process_alive, process_tags
@@ -104,9 +104,9 @@ def test_a_registered_model_name_is_a_plain_name(config_copy):
 
 def _signed_bundle(tmp_path, files: dict[str, bytes] | None = None, name: str = "knn_estimator", provenance=None):
     """A signed bundle with one component (`files` relative to its folder), and its public key."""
-    from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
-    from routeforge.artifacts.signing import generate_key_pair, sign_bundle
-    from routeforge.artifacts.writer import ComponentSource, write_bundle
+    from routeforge.artifacts.bundle.manifest import Fleet, Lineage, ModelEntry
+    from routeforge.artifacts.bundle.signing import generate_key_pair, sign_bundle
+    from routeforge.artifacts.bundle.writer import ComponentSource, write_bundle
 
     source = tmp_path / "src" / name
     for rel, data in (files or {"index.bin": bytes(range(256)) * 4, "policy.json": b'{"k": 3}'}).items():
@@ -126,7 +126,7 @@ def _signed_bundle(tmp_path, files: dict[str, bytes] | None = None, name: str = 
 
 def _resign(root, private, edit) -> None:
     """Edit the manifest (as a dict) and sign it again with the signing key: a bundle its owner signed."""
-    from routeforge.artifacts.signing import sign_bundle
+    from routeforge.artifacts.bundle.signing import sign_bundle
 
     raw = json.loads((root / "manifest.json").read_text())
     edit(raw)
@@ -137,18 +137,18 @@ def _resign(root, private, edit) -> None:
 def test_the_manifest_is_read_once_and_parsed_from_the_bytes_whose_signature_was_checked(tmp_path, monkeypatch):
     """Got through: `verify_bundle` parsed manifest.json, then read it again to check the signature;
     a swap between the two reads returned an unsigned manifest (87 of 286 loads in 50 s)."""
-    from routeforge.artifacts import loader
+    from routeforge.artifacts.bundle import verification
 
     root, public, _ = _signed_bundle(tmp_path)
     reads = []
-    real = loader.read_plain
+    real = verification.read_plain
 
     def counting(path, limit):
         reads.append(path.name)
         return real(path, limit)
 
-    monkeypatch.setattr(loader, "read_plain", counting)
-    loader.verify_bundle(root, public)
+    monkeypatch.setattr(verification, "read_plain", counting)
+    verification.verify_bundle(root, public)
     assert reads.count("manifest.json") == 1 and reads.count("manifest.sig") == 1
 
 
@@ -160,7 +160,7 @@ def test_the_manifest_is_read_once_and_parsed_from_the_bytes_whose_signature_was
 def test_a_signed_manifest_naming_paths_outside_the_bundle_is_refused(tmp_path, edit, message):
     """Got through: a component *named* `../../x` loaded files outside the bundle in both runtimes.
     Even signed by the owner's key, such a manifest is refused before any file is read."""
-    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+    from routeforge.artifacts.bundle.verification import BundleVerificationError, verify_bundle
 
     root, public, private = _signed_bundle(tmp_path)
     _resign(root, private, edit)
@@ -174,8 +174,8 @@ def test_filling_shared_components_deletes_nothing_outside_the_bundle(tmp_path):
     that file during `bundle verify`."""
     import hashlib
 
-    from routeforge.artifacts import shared_components
-    from routeforge.artifacts.manifest import Component
+    from routeforge.artifacts.bundle import shared_components
+    from routeforge.artifacts.bundle.manifest import Component
 
     victim = tmp_path / "victim.pem"
     victim.write_bytes(b"a public key with a predictable hash")
@@ -197,7 +197,7 @@ def test_filling_shared_components_deletes_nothing_outside_the_bundle(tmp_path):
 
 
 def test_a_link_in_a_component_folder_cannot_lead_a_link_outside(tmp_path):
-    from routeforge.artifacts import shared_components
+    from routeforge.artifacts.bundle import shared_components
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -219,7 +219,7 @@ def test_links_and_special_files_in_a_bundle_are_refused(tmp_path, attack):
     import os
     import shutil
 
-    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+    from routeforge.artifacts.bundle.verification import BundleVerificationError, verify_bundle
 
     root, public, _ = _signed_bundle(tmp_path)
     if attack == "manifest link":
@@ -244,7 +244,7 @@ def test_links_and_special_files_in_a_bundle_are_refused(tmp_path, attack):
     (lambda doc: doc.update(signature=7), "malformed"),
 ])
 def test_a_signature_with_trailing_or_non_canonical_base64_is_refused(tmp_path, tamper, message):
-    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+    from routeforge.artifacts.bundle.verification import BundleVerificationError, verify_bundle
 
     root, public, _ = _signed_bundle(tmp_path)
     doc = json.loads((root / "manifest.sig").read_text())
@@ -256,7 +256,7 @@ def test_a_signature_with_trailing_or_non_canonical_base64_is_refused(tmp_path, 
 
 @pytest.mark.parametrize("version", ["abc", None, "1", "1.0.0", 1.0])
 def test_a_signed_schema_version_that_is_not_a_version_is_refused(tmp_path, version):
-    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+    from routeforge.artifacts.bundle.verification import BundleVerificationError, verify_bundle
 
     root, public, private = _signed_bundle(tmp_path)
     _resign(root, private, lambda raw: raw.update(schema_version=version) if version is not None
@@ -271,8 +271,8 @@ def test_the_code_isolation_setting_is_signed_inside_the_manifest(tmp_path):
     manifest (schema 1.1, `provenance`), covered by the signature; a 1.0-only loader refuses a 1.1
     manifest at its schema, naming the field it does not know, and this loader refuses a newer minor."""
     import jsonschema
-    from routeforge.artifacts.loader import BundleVerificationError, _schema, verify_bundle
-    from routeforge.artifacts.manifest import Provenance
+    from routeforge.artifacts.bundle.manifest import Provenance
+    from routeforge.artifacts.bundle.verification import BundleVerificationError, _schema, verify_bundle
 
     root, public, private = _signed_bundle(tmp_path, provenance=Provenance(code_isolation="allow_fallback"))
     manifest = verify_bundle(root, public)
@@ -291,7 +291,8 @@ def test_the_code_isolation_setting_is_signed_inside_the_manifest(tmp_path):
 def test_a_component_changed_after_verification_is_refused_when_it_is_loaded(tmp_path):
     """Got through: components load lazily after verification and were never checked again; a cached
     `policy.json` edited after `load_bundle` changed the routing policy served."""
-    from routeforge.artifacts.loader import BundleVerificationError, load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
+    from routeforge.artifacts.bundle.verification import BundleVerificationError
 
     root, public, _ = _signed_bundle(tmp_path)
     bundle = load_bundle(root, public_key=public)
@@ -303,7 +304,7 @@ def test_a_component_changed_after_verification_is_refused_when_it_is_loaded(tmp
 def test_a_poisoned_cache_index_is_ignored_and_nothing_outside_the_cache_is_removed(tmp_path):
     """Got through: an index entry naming any folder with a manifest.json got that folder rmtree'd
     when its verification failed."""
-    from routeforge.artifacts.bundle_cache import BundleCache
+    from routeforge.artifacts.bundle.bundle_cache import BundleCache
 
     victim = tmp_path / "precious"
     victim.mkdir()
@@ -324,7 +325,7 @@ def test_a_read_only_cache_is_read_as_it_is(tmp_path, monkeypatch):
     import errno
     import os
 
-    from routeforge.artifacts.bundle_cache import BundleCache
+    from routeforge.artifacts.bundle.bundle_cache import BundleCache
 
     cache = BundleCache(tmp_path / "cache")
     entry = tmp_path / "cache" / "by-digest" / ("a" * 64)
@@ -349,14 +350,15 @@ def test_non_finite_budgets_shares_qualities_and_lambdas_are_refused_naming_the_
     """Got through: `--budget-per-1k nan` read as no budget and reported as met; `--max-share m=nan`,
     `--min-quality nan`, `--lam nan` and `-1e308` were accepted and routed."""
     from click.testing import CliRunner
-    from routeforge.artifacts.cli import main
+    from routeforge.artifacts.cli.commands import main
 
     result = CliRunner().invoke(main, ["bundle", "predict", str(tmp_path / "no-bundle"), "hi", *flag])
     assert result.exit_code == 2 and flag[0] in result.output, result.output
 
 
 def test_route_refuses_non_finite_numbers_from_python_callers(tmp_path):
-    from routeforge.artifacts.loader import RouterBundle, read_manifest
+    from routeforge.artifacts.bundle.loader import RouterBundle
+    from routeforge.artifacts.bundle.verification import read_manifest
 
     root, _, _ = _signed_bundle(tmp_path)
     bundle = RouterBundle(root, read_manifest(root))
@@ -370,7 +372,7 @@ def test_one_logged_line_cannot_steer_an_off_policy_estimate():
     """Got through: one line with propensity 1e-300 made the DR estimate 1.5e298 with an unbounded
     interval, so the release gate's replay check could never hold a worse challenger."""
     import numpy as np
-    from routeforge.artifacts.off_policy import PROPENSITY_FLOOR, difference, estimate
+    from routeforge.artifacts.operating.off_policy import PROPENSITY_FLOOR, difference, estimate
 
     rng = np.random.default_rng(0)
     n, m = 400, 3
@@ -389,7 +391,7 @@ def test_one_logged_line_cannot_steer_an_off_policy_estimate():
 def test_two_identical_lines_give_the_outcome_range_not_a_zero_width_interval():
     """Got through: two identical lines gave a zero-width interval from an effective sample of 0."""
     import numpy as np
-    from routeforge.artifacts.off_policy import estimate
+    from routeforge.artifacts.operating.off_policy import estimate
 
     found = estimate([0, 0], [0.5, 0.5], [0.2, 0.9], np.array([[0.0, 1.0], [0.0, 1.0]]))
     assert all(e.thin and e.high - e.low >= 0.7 - 1e-9 for e in found.values())
@@ -398,14 +400,14 @@ def test_two_identical_lines_give_the_outcome_range_not_a_zero_width_interval():
 def test_an_ips_estimate_above_the_outcome_range_is_flagged():
     """Got through: IPS above 1 on outcomes in [0, 1] passed silently."""
     import numpy as np
-    from routeforge.artifacts.off_policy import estimate
+    from routeforge.artifacts.operating.off_policy import estimate
 
     n = 50
     found = estimate(np.zeros(n, dtype=int), np.full(n, 0.2), np.ones(n), np.tile([1.0, 0.0], (n, 1)))
     assert found["ips"].value > 1 and found["ips"].outside_range and not found["snips"].outside_range
 
 
-# ---- issue 61, item 4: the same hostile bundles, refused by both runtimes (artifacts/loader.py and
+# ---- issue 61, item 4: the same hostile bundles, refused by both runtimes (artifacts/bundle/loader.py and
 # ---- runtimes/typescript/src/bundle.ts)
 
 def _tamper_signature(edit):
@@ -479,7 +481,7 @@ def test_both_runtimes_refuse_the_same_hostile_bundles(tmp_path, case):
     """Got through the TypeScript runtime: a linked component folder and a linked manifest.json, a
     signature with trailing base64, a signed schema_version of "abc" or none, and (both runtimes)
     files outside the bundle through a component named `../../x`."""
-    from routeforge.artifacts.loader import BundleVerificationError, verify_bundle
+    from routeforge.artifacts.bundle.verification import BundleVerificationError, verify_bundle
 
     root, public, private = _signed_bundle(tmp_path)
     assert _typescript_verdict(root, public)[0]  # the untouched bundle loads there
@@ -494,9 +496,9 @@ def test_replay_reads_logs_as_the_pipeline_does_and_one_line_cannot_stop_or_floo
     """Got through: one nested-JSON bomb or lone surrogate aborted `bundle replay` and `bundle
     calibrate` (the pipeline's reader quarantines the same line); 10^6 copies of one request weighed
     10^6 times with no progress shown; one 50 MB line was held whole (7.5 GB)."""
-    from routeforge.artifacts import traffic_prompts
-    from routeforge.artifacts.replay import read_logged_decisions
-    from routeforge.artifacts.traffic_prompts import logged_prompts
+    from routeforge.artifacts.operating import traffic_prompts
+    from routeforge.artifacts.operating.replay import read_logged_decisions
+    from routeforge.artifacts.operating.traffic_prompts import logged_prompts
 
     good = {"timestamp": 1, "request": {"prompt": "hi"}, "outcome": 1, "routing": {"propensity": 0.5},
             "response": {"model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}
@@ -519,7 +521,7 @@ def test_replay_reads_logs_as_the_pipeline_does_and_one_line_cannot_stop_or_floo
 # ---- issue 61, item 11: the surfaces this pass added (key rotation, the keyring, outcome sources)
 
 def test_a_stray_file_among_retired_keys_is_said_and_not_trusted(tmp_path, capsys):
-    from routeforge.artifacts.signing import generate_key_pair, key_for, rotate_key, trusted_keys
+    from routeforge.artifacts.bundle.signing import generate_key_pair, key_for, rotate_key, trusted_keys
 
     private = tmp_path / "keys" / "k"
     generate_key_pair(private)
@@ -534,8 +536,8 @@ def test_a_stray_file_among_retired_keys_is_said_and_not_trusted(tmp_path, capsy
 
 def test_a_rotation_given_something_that_is_not_a_public_key_keeps_the_current_key(tmp_path):
     from click.testing import CliRunner
-    from routeforge.artifacts.cli import main
-    from routeforge.artifacts.signing import generate_key_pair
+    from routeforge.artifacts.bundle.signing import generate_key_pair
+    from routeforge.artifacts.cli.commands import main
 
     private = tmp_path / "keys" / "k"
     generate_key_pair(private)
@@ -619,8 +621,8 @@ def test_near_identical_lines_and_one_prompt_at_a_tiny_propensity_cannot_steer_a
     passed deduplication and moved SNIPS from 0.54 to 0.9997, unflagged. Now a repeat is the same
     request whatever its other fields, and no prompt holds more than 5% of the estimate's weight."""
     import numpy as np
-    from routeforge.artifacts.off_policy import estimate
-    from routeforge.artifacts.replay import LoggedDecisions, cap_shares
+    from routeforge.artifacts.operating.off_policy import estimate
+    from routeforge.artifacts.operating.replay import LoggedDecisions, cap_shares
 
     honest = LoggedDecisions(texts=[f"q{i}" for i in range(300)], served=["a"] * 300, propensity=[0.5] * 300,
                              outcome=[float(i % 2) for i in range(300)], rows=[f"l:{i}" for i in range(300)])
@@ -646,7 +648,7 @@ def test_near_identical_lines_and_one_prompt_at_a_tiny_propensity_cannot_steer_a
 
 def test_replay_encodes_each_distinct_prompt_once(tmp_path):
     """Got through: 10^5 lines of 36 distinct prompts did not finish in 600 s (every line encoded again)."""
-    from routeforge.artifacts.replay import LoggedDecisions, policy_on_log
+    from routeforge.artifacts.operating.replay import LoggedDecisions, policy_on_log
 
     class Counting:
         models = ["a", "b"]
@@ -656,7 +658,7 @@ def test_replay_encodes_each_distinct_prompt_once(tmp_path):
 
         def route(self, texts, lam):
             import numpy as np
-            from routeforge.artifacts.loader import Routing
+            from routeforge.artifacts.bundle.loader import Routing
 
             self.routed += len(texts)
             prediction = type("P", (), {"quality": np.full((len(texts), 2), 0.5), "models": ["a", "b"]})()
@@ -675,7 +677,7 @@ def test_temporary_folders_of_killed_processes_are_swept_and_no_other(tmp_path):
     import subprocess
     import sys
 
-    from routeforge.artifacts import temporary
+    from routeforge.artifacts.common import temporary
 
     child = subprocess.run([sys.executable, "-c", "import os, sys; print(os.getpid())"], capture_output=True,
                            text=True, check=True)
@@ -697,7 +699,7 @@ def test_calibration_holds_each_logged_prompt_within_its_bound(tmp_path):
     and did not finish in 300 s. Each prompt is now held to its two ends, which is all an encoder reads."""
     import gzip
 
-    from routeforge.artifacts.traffic_prompts import MAX_PROMPT_CHARS, logged_prompts
+    from routeforge.artifacts.operating.traffic_prompts import MAX_PROMPT_CHARS, logged_prompts
 
     path = tmp_path / "big.jsonl.gz"
     with gzip.open(path, "wt") as f:
@@ -730,7 +732,7 @@ def test_the_bundle_caches_scratch_of_a_killed_download_is_swept(tmp_path):
     import subprocess
     import sys
 
-    from routeforge.artifacts.bundle_cache import BundleCache
+    from routeforge.artifacts.bundle.bundle_cache import BundleCache
 
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                            check=True)

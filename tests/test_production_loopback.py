@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.bundle.signing import generate_key_pair
 
 from tests.conftest import REPO
 from tests.services import Unavailable, mlflow_server, postgres, routerbench_fleet, s3_server

@@ -10,7 +10,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
-from routeforge.artifacts.loader import load_bundle
+from routeforge.artifacts.bundle.loader import load_bundle
 from routeforge.core.config import load_fleet
 from routeforge.pipelines.definitions import build_assets, build_definitions
 from routeforge.pipelines.run import run_pipeline

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from routeforge.artifacts.bundle_cache import cache_root
+from routeforge.artifacts.bundle.bundle_cache import cache_root
 from routeforge.pipelines.instance import instance_home, shared_instance
 from routeforge.pipelines.run import default_log_file
 

@@ -9,7 +9,7 @@ backticked span and fails on one that names something the tree does not have:
   (placeholders such as `<name>` match any one component);
 - a bare file name with a source suffix (`gate.py`) must exist somewhere in the tree;
 - a dotted name whose first two components are a project package and one of its modules
-  (`routeforge.artifacts.heuristics.queue_biases`, `training.policies.load`) must resolve, the
+  (`routeforge.artifacts.deciding.heuristics.queue_biases`, `training.policies.load`) must resolve, the
   rest as names defined at the top level of that module (read from its syntax tree, not imported);
 - `python -m X` must name a module of the project (another package's lives elsewhere);
 - a relative Markdown link must reach a file, and its `#anchor` a heading of that file.

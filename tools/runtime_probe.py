@@ -32,7 +32,7 @@ def main(folder: str, public_key: str | None = None) -> dict:
     from pathlib import Path
 
     import numpy as np
-    from routeforge.artifacts.loader import load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
 
     bundle = load_bundle(folder, public_key=Path(public_key) if public_key else None)
     routed = bundle.router().predict(PROMPTS)

@@ -3,11 +3,10 @@ index, its leave-one-task-out evaluation, router selection) pay for each text on
 
 Two backends give the same embeddings: PyTorch (sentence-transformers), the default, and ONNX
 Runtime over the graph the bundle ships (`training.encoder_export`, exported once per encoder under
-`encoder_cache_root()` and reused; prompts batched by length). Choose with
-$ROUTEFORGE_ENCODER_BACKEND (`torch` | `onnx`). Their embeddings agree to about 1e-7 in cosine and
-route identically; on this 2-core CPU the float32 graph is no faster than PyTorch (8.2 against 8.3
-prompts/s at the 256-word-piece window), and the int8 graph, 1.7× faster, fails parity (cosine down
-to 0.91, 93% of the router's choices kept): `benchmarks/encoder_backends.py`, docs/results.md.
+`torch_encoder.encoder_cache_root()` and reused; prompts batched by length). Choose with
+$ROUTEFORGE_ENCODER_BACKEND (`torch` | `onnx`). Their embeddings agree to rounding and route
+identically; PyTorch stays the default because on a CPU the float32 graph is not faster, and the
+int8 graph, though faster, fails parity (`benchmarks/encoder_backends.py` measures both; docs/results.md).
 
 Keys are sha256(encoder ref, truncation side[, backend], text): the PyTorch backend keeps the keys it
 always had, the ONNX one adds its name; rows live in `core.storage.ShardCache` shards (atomic
@@ -29,9 +28,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from routeforge.core.pretrained import resolve_pretrained
 from routeforge.core.progress import Counted
 from routeforge.core.storage import ShardCache
+from routeforge.training import torch_encoder
+from routeforge.training.encoder_export import shared_export
 from routeforge.training.parallel import chunks, current_pool
 
 SCHEMA = pa.schema([pa.field("cache_key", pa.string(), nullable=False),
@@ -51,33 +51,18 @@ def default_backend() -> str:
     return backend
 
 
-def encoder_cache_root() -> Path:
-    """Where exported encoder graphs are kept: $ROUTEFORGE_STATE/encoders, else ~/.cache/routeforge/encoders."""
-    state = os.environ.get("ROUTEFORGE_STATE")
-    return Path(state) / "encoders" if state else Path.home() / ".cache" / "routeforge" / "encoders"
-
-
 def onnx_encoder_folder(ref: str) -> Path:
     """Where the ONNX export of encoder `ref` is kept: the machine's shared export
     (`encoder_export.shared_export`, exported on first use under a file lock and reused while it verifies)."""
-    from routeforge.training.encoder_export import shared_export
-
     return shared_export(ref)
 
 
 @lru_cache(maxsize=4)
 def onnx_encoder(ref: str):
     """The encoder `ref` on ONNX Runtime, from its shared export (`onnx_encoder_folder`)."""
-    from routeforge.artifacts.sentence_encoder import SentenceEncoder
+    from routeforge.artifacts.deciding.sentence_encoder import SentenceEncoder
 
     return SentenceEncoder.load(onnx_encoder_folder(ref))
-
-
-@lru_cache(maxsize=4)
-def _load(ref: str):
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(resolve_pretrained(ref), device="cpu")
 
 
 def encode(texts: list[str], ref: str, batch_size: int = 64, log: Callable[[str], None] | None = None,
@@ -102,20 +87,13 @@ def encode(texts: list[str], ref: str, batch_size: int = 64, log: Callable[[str]
 
 @contextmanager
 def _encoder(ref: str, backend: str, truncation_side: str, batch_size: int):
-    """texts → embeddings on `backend`, cutting long texts on `truncation_side` (for PyTorch, the
-    tokenizer's side is set for the block and restored after)."""
+    """texts → embeddings on `backend`, cutting long texts on `truncation_side`."""
     if backend == "onnx":
         encoder = onnx_encoder(ref)
         yield lambda texts: encoder.encode(texts, truncation_side, batch_size)
         return
-    model = _load(ref)
-    before = model.tokenizer.truncation_side
-    model.tokenizer.truncation_side = truncation_side
-    try:
-        yield lambda texts: model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                         convert_to_numpy=True, show_progress_bar=False)
-    finally:
-        model.tokenizer.truncation_side = before
+    with torch_encoder.cutting(ref, truncation_side) as model:
+        yield lambda texts: torch_encoder.embed(model, texts, batch_size)
 
 
 def _key(ref: str, truncation_side: str, text: str, backend: str = "torch") -> str:
@@ -220,7 +198,7 @@ def embedding_counts() -> Iterator[Counter]:
 
 class TrainingEncoder:
     """The training encoder behind the runtime's encoder interface (`encode(texts, truncation_side)`,
-    as `routeforge.artifacts.sentence_encoder.SentenceEncoder`), through the cache: what training
+    as `routeforge.artifacts.deciding.sentence_encoder.SentenceEncoder`), through the cache: what training
     code passes to a router's or KNN estimator's `predict`. `backend`: "torch" forces PyTorch
     (what the parity tests compare with), else the default backend and the cache. `log` hears the
     count and rate of the texts embedded (an evaluation's test split can take minutes to embed)."""

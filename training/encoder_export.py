@@ -1,6 +1,6 @@
 """Export the PyTorch sentence encoder to the bundle's ONNX `sentence_encoder` component.
 
-The runtime (`routeforge.artifacts.sentence_encoder`) must embed prompts exactly as training did,
+The runtime (`routeforge.artifacts.deciding.sentence_encoder`) must embed prompts exactly as training did,
 without PyTorch. The graph holds the whole sentence-transformers stack (transformer, the pooling its
 `1_Pooling` config names, L2 normalisation), so a runtime in any language runs one graph; the
 tokenizer ships as `tokenizer.json`. Float32 weights: the embeddings match the PyTorch encoder's to
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.sentence_encoder import ENCODER_GRAPH, ENCODER_SPEC, SentenceEncoder
-from routeforge.artifacts.writer import ComponentSource, sha256_file
-from routeforge.training.embeddings import _load, encode
+from routeforge.artifacts.bundle.writer import ComponentSource, sha256_file
+from routeforge.artifacts.deciding.sentence_encoder import ENCODER_GRAPH, ENCODER_SPEC, SentenceEncoder
+from routeforge.training import torch_encoder
 
 POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
 PROBES = ("What is 15 plus 27?", "Translate to French: good morning, how are you today?",
@@ -76,7 +76,7 @@ def parity(folder: Path, ref: str, texts: Sequence[str] = PROBES) -> dict[str, f
     runtime = SentenceEncoder.load(folder)
     worst = 1.0
     for side in ("right", "left"):
-        a, b = runtime.encode(list(texts), side), encode(list(texts), ref, truncation_side=side, backend="torch")
+        a, b = runtime.encode(list(texts), side), torch_encoder.encode(list(texts), ref, truncation_side=side)
         worst = min(worst, float(np.min(np.sum(a * b, axis=1))))
     return {"parity/min_cosine": worst}
 
@@ -117,12 +117,11 @@ def export_key(ref: str) -> str:
 
 def shared_export(ref: str) -> Path:
     """The machine's export of encoder `ref` ($ROUTEFORGE_ENCODER_CACHE, else `exports/` of
-    `embeddings.encoder_cache_root()`: $ROUTEFORGE_STATE/encoders where that is set, else
+    `torch_encoder.encoder_cache_root()`: $ROUTEFORGE_STATE/encoders where that is set, else
     ~/.cache/routeforge/encoders), made under a file lock the first time and kept while it verifies."""
     from filelock import FileLock
-    from routeforge.training.embeddings import encoder_cache_root
 
-    root = Path(os.environ.get(SHARED_CACHE_ENV) or encoder_cache_root() / "exports")
+    root = Path(os.environ.get(SHARED_CACHE_ENV) or torch_encoder.encoder_cache_root() / "exports")
     folder = root / export_key(ref)
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock", timeout=600):
@@ -161,7 +160,7 @@ def export_sentence_encoder(ref: str, folder: Path) -> ComponentSource:
 def _export(ref: str, folder: Path) -> dict:
     """Trace, write and check the graph of encoder `ref` in `folder`; its spec, parity included."""
     spec_path = folder / ENCODER_SPEC
-    model = _load(ref)
+    model = torch_encoder.load(ref)
     pooling = _pooling(model)
     _emptied(folder)
     model.tokenizer.save_pretrained(str(folder))

@@ -1,5 +1,5 @@
 """Where the independent pieces of a heavy training step run: one after another in this process, or
-as Ray tasks across a cluster's workers when the fleet's executor is `ray` (issue 39, item 4).
+as Ray tasks across a cluster's workers when the fleet's executor is `ray`.
 
 The two pieces that parallelize are embedding (chunks of the texts the cache lacks) and
 cross-validation (one task per candidate × fold). Both are pure functions of their arguments, so

@@ -130,7 +130,7 @@ StorageLocation = Annotated[str | Path, AfterValidator(_resolve_location)]
 
 class OneOf:
     """`Annotated[str, OneOf(REGISTRY)]`: a field whose value names a registered kind
-    (`artifacts.extensions.Registry`). Validation asks the registry (an unknown name says the close
+    (`artifacts.common.extensions.Registry`). Validation asks the registry (an unknown name says the close
     one and every known one), and the JSON Schema's `enum` is the registry's names when the schema is
     written, so a new module is the only change a new kind needs. `extra`: values the field takes
     besides the registered names (`auto`). `where`: a metadata key the kind must have registered

@@ -5,7 +5,7 @@ prompt datasets, and the settings of generation, scoring, training and registrat
 strict (`extra="forbid"`), so a typo or a wrong type fails at load with the field's dotted path.
 Strings may use ``${VAR}`` or ``${VAR:-default}``; path fields resolve by their type (see `base`).
 ``${ROUTEFORGE_STATE}`` unset is the state folder's default, `.state` in the working directory
-(`artifacts.state_folder`): a fleet file copied anywhere writes its storage root and local registry
+(`artifacts.common.state_folder`): a fleet file copied anywhere writes its storage root and local registry
 under the state folder of wherever it is run, not beside the file.
 """
 
@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
-from routeforge.artifacts.extensions import EXTENSIONS_VARIABLE
-from routeforge.artifacts.state_folder import STATE_ENV, state_root
+from routeforge.artifacts.common.extensions import EXTENSIONS_VARIABLE
+from routeforge.artifacts.common.state_folder import STATE_ENV, state_root
 from routeforge.core.config.base import (
     CONFIG_DIR,
     ConfigError,
@@ -63,7 +63,7 @@ class RegistrySettings(_Strict):
 
 
 class ReplayGate(_Strict):
-    """Judge each challenger on logged traffic too (`artifacts.replay`): the paired difference of its
+    """Judge each challenger on logged traffic too (`artifacts.operating.replay`): the paired difference of its
     estimated mean outcome and the champion's on the requests in `logs` that carry an outcome and
     the serving decision's propensity. A challenger whose difference lies below −`tolerance` with
     its whole interval is held, whatever the frozen evaluation set says."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator, model_validator
-from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
 from routeforge.core.kinds import LEARNED_SETTINGS, ROUTING_POLICIES, WORKLOADS, learned_settings, workloads_reading
 
@@ -91,7 +91,7 @@ class TextPredictorSettings(_Strict):
     freeze_word_embeddings: bool = True
     # int8: the ONNX graph's matrix weights in 8 bits (weight-only, blocks of 128; activations stay
     # float32) and the shared table with a scale per row, about a quarter of float32's size;
-    # int8_dynamic also quantizes activations (about 2x faster on CPU, 4-10x the logit error).
+    # int8_dynamic also quantizes activations (faster on CPU, at several times the logit error).
     # Parity with PyTorch is measured at packaging (predictor.json, check `onnx_matches_pytorch`).
     export_precision: Literal["int8", "int8_dynamic", "float32"] = "int8"
 
@@ -248,7 +248,7 @@ class RoutingEvaluationSettings(_Strict):
                        "ttft_mean_s"] = "goodput"
     seed: int = 0  # base seed of the evaluation's arrival streams
     # how old an instance's /metrics scrape may get before a routing decision takes a new one: every
-    # policy decides from the router-visible observation (routeforge.artifacts.observation), whose counts
+    # policy decides from the router-visible observation (routeforge.artifacts.deciding.observation), whose counts
     # are this stale at most; llm-d's endpoint picker refreshes them every 50 ms (--refresh-metrics-interval)
     scrape_interval_s: float = Field(0.05, ge=0, le=60, description="seconds between /metrics scrapes of each "
                                                                      "instance that the router's observation uses")

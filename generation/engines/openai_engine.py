@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from routeforge.artifacts.openai_stream import chunk_text, is_token_chunk
+from routeforge.artifacts.common.openai_stream import chunk_text, is_token_chunk
 from routeforge.core.config import FleetConfig, ModelSpec, OpenAISource, Sampling
 from routeforge.core.kinds import ENGINES
 from routeforge.core.storage import Quarantine

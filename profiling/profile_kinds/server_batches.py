@@ -36,7 +36,7 @@ def served_model_of(base_url: str) -> str:
 
 @PROFILE_KINDS.register("server_batches", needs=("base_url",))
 def measure(config, tier, routing_table, folder, log) -> dict:
-    from routeforge.training.policies.simulator.server_replay import static_batches
+    from routeforge.profiling.server_requests import static_batches
 
     profile, grid = tier.profile, config.profiling.batch
     base_url = profile.base_url.rstrip("/")

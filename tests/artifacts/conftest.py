@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from routeforge.artifacts.manifest import Fleet, ModelEntry
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.manifest import Fleet, ModelEntry
+from routeforge.artifacts.bundle.writer import ComponentSource
 
 from tests.conftest import free_port, stop, wait_healthy
 

@@ -2,10 +2,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
-from routeforge.artifacts.manifest import MANIFEST_FILE, Lineage
-from routeforge.artifacts.writer import write_bundle
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.manifest import MANIFEST_FILE, Lineage
+from routeforge.artifacts.bundle.verification import BundleVerificationError, verify_bundle
+from routeforge.artifacts.bundle.writer import write_bundle
+from routeforge.artifacts.cli.commands import main
 
 from tests.conftest import REPO
 
@@ -59,7 +60,7 @@ def test_checked_in_json_schema_matches_the_dataclasses():
     """The schema is the contract other runtimes read; the dataclasses must carry the same fields."""
     import dataclasses
 
-    from routeforge.artifacts import manifest as m
+    from routeforge.artifacts.bundle import manifest as m
 
     schema = json.loads((REPO / "artifacts" / "manifest.schema.json").read_text())
     objects = {"Manifest": schema, **schema["$defs"]}

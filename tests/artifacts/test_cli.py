@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import _tracking_default, main
-from routeforge.artifacts.manifest import Lineage
-from routeforge.artifacts.writer import write_bundle
+from routeforge.artifacts.bundle.manifest import Lineage
+from routeforge.artifacts.bundle.writer import write_bundle
+from routeforge.artifacts.cli.commands import _tracking_default, main
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_a_registry_reference_without_a_tracking_uri_says_what_to_do(runner, tmp
 def test_load_bundle_finds_the_store_as_the_cli_does(tmp_path, monkeypatch):
     """Issue 73, item 1: the Python API resolves `models:/` where the CLI does (here the state folder's
     own store), and says in one line where it looked when nothing is there."""
-    from routeforge.artifacts.loader import load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ROUTEFORGE_STATE", raising=False)
@@ -82,7 +82,7 @@ def test_a_fleets_own_store_is_found_from_the_record_its_run_left(tmp_path, monk
     """After `pipelines.run` registers a fleet's model in the fleet's own store, `routeforge bundle …
     models:/<that model>@…` looks there first, with no --tracking-uri; other models keep the default."""
     import click
-    from routeforge.artifacts.state_folder import record_registry, recorded_registry
+    from routeforge.artifacts.common.state_folder import record_registry, recorded_registry
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ROUTEFORGE_STATE", str(tmp_path / "state"))
@@ -134,7 +134,7 @@ def test_output_lines_fit_120_characters_unless_wide(runner, tmp_path, component
     A terminal gets narrow lines by default, a pipe whole ones; $ROUTEFORGE_WIDE=0 narrows a pipe."""
     import io
 
-    from routeforge.artifacts.narrow_output import NarrowStream, narrow
+    from routeforge.artifacts.cli.narrow_output import NarrowStream, narrow
 
     prose = "lineage: " + " ".join(f"word{i}" for i in range(60))
     assert all(len(line) <= 120 for line in narrow(prose).splitlines()) and narrow(prose).replace("\n  ", " ") == prose

@@ -11,9 +11,9 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import _tracking_default, main
-from routeforge.artifacts.manifest import Lineage
-from routeforge.artifacts.writer import write_bundle
+from routeforge.artifacts.bundle.manifest import Lineage
+from routeforge.artifacts.bundle.writer import write_bundle
+from routeforge.artifacts.cli.commands import _tracking_default, main
 
 
 def strict(text: str):

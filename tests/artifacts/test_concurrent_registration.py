@@ -17,8 +17,8 @@ import time
 import pytest
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
-from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.signing import generate_key_pair
 from routeforge.registry.lease import HOLDER_TAG, LeaseTimeout, ProcessIdentity, lease_name, release_lease
 
 from tests.conftest import REPO, write_config
@@ -98,9 +98,9 @@ def test_two_pipelines_register_at_once_into_an_mlflow_server(mlflow_server, sha
     paths = _fleets(tmp_path, mlflow_server, key, None, (5, 6))  # the server's proxied artifact store
     _run_both(paths, tmp_path, "server")
     _versions_verify(mlflow_server, key, tmp_path, [1, 2])
-    from routeforge.registry.release import Registry
+    from routeforge.registry.release import ModelRegistry
 
-    registry = Registry(mlflow_server, "concurrent-router")
+    registry = ModelRegistry(mlflow_server, "concurrent-router")
     assert registry.gated("1") and registry.gated("2")  # both gates ran, one after the other
     assert registry.pinned_evaluation_sha() is not None
     assert _gone(MlflowClient(mlflow_server), "concurrent-router")  # the lease was given back

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.keyring import load_keyring
-from routeforge.artifacts.loader import BundleVerificationError, load_bundle, parse_schema_version
-from routeforge.artifacts.signing import generate_key_pair, key_id, load_public_key
+from routeforge.artifacts.bundle.keyring import load_keyring
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.signing import generate_key_pair, key_id, load_public_key
+from routeforge.artifacts.bundle.verification import BundleVerificationError, parse_schema_version
+from routeforge.artifacts.cli.commands import main
 from routeforge.registry.publish import publish_bundle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,9 +143,9 @@ def test_schema_versions_parse_alike_in_both_runtimes(version, parsed):
 
 
 def _bundle_with_policy(tmp_path):
-    from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
-    from routeforge.artifacts.signing import sign_bundle
-    from routeforge.artifacts.writer import ComponentSource, write_bundle
+    from routeforge.artifacts.bundle.manifest import Fleet, Lineage, ModelEntry
+    from routeforge.artifacts.bundle.signing import sign_bundle
+    from routeforge.artifacts.bundle.writer import ComponentSource, write_bundle
 
     source = tmp_path / "src" / "policy--round_robin"
     source.mkdir(parents=True)
@@ -299,7 +300,7 @@ def test_a_version_stored_outside_its_experiments_artifact_location_is_not_downl
 
 
 def _cache_with_entry(tracking, tmp_path):
-    from routeforge.artifacts.bundle_cache import BundleCache
+    from routeforge.artifacts.bundle.bundle_cache import BundleCache
 
     bundle = load_bundle("models:/local@champion", tracking_uri=tracking)
     return BundleCache(tmp_path / "cache"), bundle
@@ -338,9 +339,9 @@ def test_cache_operations_never_follow_a_link_out_of_the_cache(shared_store, tmp
     assert target.read_text() == "precious" and not index.is_symlink()
 
 
-_READ_ONLY_LOAD = ("import sys; from routeforge.artifacts import bundle_cache; "
+_READ_ONLY_LOAD = ("import sys; from routeforge.artifacts.bundle import bundle_cache; "
                    "bundle_cache.BundleCache.writable = lambda self: False; "
-                   "from routeforge.artifacts.loader import load_bundle; "
+                   "from routeforge.artifacts.bundle.loader import load_bundle; "
                    "b = load_bundle('models:/local@champion', tracking_uri=sys.argv[1]); "
                    "print(b.manifest.version, b.root)")
 
@@ -425,7 +426,7 @@ def test_the_registry_hint_names_a_new_key_only_once_a_version_it_signed_is_prom
     key"). Now registering as a challenger leaves the hint alone, promoting moves it, and a keyring
     holding both keys verifies both versions."""
     import mlflow
-    from routeforge.registry.release import Decision, Registry
+    from routeforge.registry.release import Decision, ModelRegistry
 
     monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("ROUTEFORGE_KEYRING", str(tmp_path / "ring"))
@@ -452,6 +453,6 @@ def test_the_registry_hint_names_a_new_key_only_once_a_version_it_signed_is_prom
     assert hint() == old_pem
     assert load_bundle("models:/local@champion", tracking_uri=tracking).manifest.name == "local"
     assert load_bundle(f"models:/local/{second}", tracking_uri=tracking).manifest.name == "local"
-    Registry(tracking, "local").move_champion(second, Decision(promote=True, reasons=["test"], challenger={},
+    ModelRegistry(tracking, "local").move_champion(second, Decision(promote=True, reasons=["test"], challenger={},
                                                                champion=None), None, new)
     assert hint() == new.read_text()

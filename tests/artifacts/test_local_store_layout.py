@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
-from routeforge.artifacts.shared_components import SHARED_MIN_BYTES
-from routeforge.artifacts.signing import generate_key_pair
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.shared_components import SHARED_MIN_BYTES
+from routeforge.artifacts.bundle.signing import generate_key_pair
+from routeforge.artifacts.bundle.writer import ComponentSource
 from routeforge.registry.publish import publish_bundle
 from routeforge.registry.store import default_artifact_location
 
@@ -49,7 +49,7 @@ def test_a_read_refuses_a_store_its_mlflow_would_migrate(tmp_path):
     import sqlite3
 
     import pytest
-    from routeforge.artifacts.registry import _mlflow_schema, check_store_exists
+    from routeforge.artifacts.bundle.registry import _mlflow_schema, check_store_exists
 
     head, known, _ = _mlflow_schema()
     older = next(r for r in sorted(known) if r != head)

@@ -5,7 +5,7 @@ truth in at least 90% of seeds, and doubly robust must be the tighter with a dec
 
 import numpy as np
 import pytest
-from routeforge.artifacts.off_policy import estimate
+from routeforge.artifacts.operating.off_policy import estimate
 
 
 def synthetic_log(seed: int, n: int = 3000):

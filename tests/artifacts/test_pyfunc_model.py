@@ -7,10 +7,10 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
-from routeforge.artifacts.manifest import Lineage
-from routeforge.artifacts.registry import bundle_folder
-from routeforge.artifacts.signing import generate_key_pair, sign_bundle
-from routeforge.artifacts.writer import write_bundle
+from routeforge.artifacts.bundle.download import bundle_folder
+from routeforge.artifacts.bundle.manifest import Lineage
+from routeforge.artifacts.bundle.signing import generate_key_pair, sign_bundle
+from routeforge.artifacts.bundle.writer import write_bundle
 from routeforge.registry.mlflow_model import LOADER_MODULE, log_bundle_model
 from routeforge.registry.pyfunc_loader import BundleModel, UnsignedCode
 
@@ -93,8 +93,8 @@ def test_bundle_verify_covers_mlmodel_and_the_environment_files_by_a_signed_reco
     version, and a version without one."""
     from click.testing import CliRunner
     from mlflow import MlflowClient
-    from routeforge.artifacts.cli import main
-    from routeforge.artifacts.model_record import MODEL_RECORD_TAG
+    from routeforge.artifacts.bundle.model_record import MODEL_RECORD_TAG
+    from routeforge.artifacts.cli.commands import main
 
     register, public, _ = registry
     versions = [register(), register()]
@@ -133,7 +133,7 @@ def test_serve_verifies_a_downloaded_copy_and_serves_only_that(tmp_path, registr
     import urllib.request
 
     from click.testing import CliRunner
-    from routeforge.artifacts.cli import main
+    from routeforge.artifacts.cli.commands import main
 
     from tests.conftest import free_port
     from tests.services import stop

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.signing import generate_key_pair
+from routeforge.artifacts.cli.commands import main
 from routeforge.registry.publish import publish_bundle
-from routeforge.registry.release import Decision, Registry
+from routeforge.registry.release import Decision, ModelRegistry
 
 from tests.conftest import REPO
 from tests.services import Unavailable, mlflow_server, s3_server
@@ -122,7 +122,7 @@ def test_only_the_writer_registers_and_the_reader_loads_the_champion(server, tmp
         (component.folder / "nested" / "meta.json").write_text('{"k": 4}')
         second = _publish(server, tmp_path, component, fleet, key, 3)
         assert (first.version, second.version) == ("1", "2") and not second.unchanged
-        registry = Registry(url, MODEL)
+        registry = ModelRegistry(url, MODEL)
         for version in ("1", "2"):
             registry.move_champion(version, Decision(True, ["test"], {}, None), None)
         assert str(registry.champion_version()) == "2"
@@ -147,7 +147,7 @@ def test_only_the_writer_registers_and_the_reader_loads_the_champion(server, tmp
     with account(WRITER):  # and the writer can roll back
         rolled = _cli(["bundle", "rollback", MODEL, "--tracking-uri", url, "--reason", "test"], WRITER)
         assert rolled.exit_code == 0, rolled.output
-        assert str(Registry(url, MODEL).champion_version()) == "1"
+        assert str(ModelRegistry(url, MODEL).champion_version()) == "1"
 
 
 def test_each_object_store_key_reaches_its_own_buckets_only(server):

@@ -1,9 +1,9 @@
 """Publish to and load from a real MLflow tracking server over HTTP."""
 
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.signing import generate_key_pair, key_id, load_public_key
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.signing import generate_key_pair, key_id, load_public_key
+from routeforge.artifacts.cli.commands import main
 from routeforge.registry.publish import publish_bundle
 
 
@@ -43,7 +43,7 @@ def test_publish_register_and_load_over_http(mlflow_server, tmp_path, component,
 
 
 def test_inspect_downloads_the_manifest_alone(mlflow_server, tmp_path, component, fleet, monkeypatch):
-    from routeforge.artifacts import registry
+    from routeforge.artifacts.bundle import registry
 
     private = tmp_path / "keys" / "bundle.key"
     generate_key_pair(private)
@@ -69,8 +69,8 @@ def test_registered_bundles_are_downloaded_once_into_one_cache_and_pruned(mlflow
     again, nothing is left in temporary folders, and `cache prune` trims it."""
     import tempfile
 
-    from routeforge.artifacts import registry
-    from routeforge.artifacts.bundle_cache import BundleCache
+    from routeforge.artifacts.bundle import download
+    from routeforge.artifacts.bundle.bundle_cache import BundleCache
 
     monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -86,8 +86,8 @@ def test_registered_bundles_are_downloaded_once_into_one_cache_and_pruned(mlflow
 
     first = publish(1)
     downloads = []
-    real = registry.download_bundle
-    monkeypatch.setattr(registry, "download_bundle", lambda *a, **kw: downloads.append(a[0]) or real(*a, **kw))
+    real = download.download_bundle
+    monkeypatch.setattr(download, "download_bundle", lambda *a, **kw: downloads.append(a[0]) or real(*a, **kw))
     a = load_bundle("models:/cached@champion", tracking_uri=mlflow_server, public_key=public)
     b = load_bundle("models:/cached@champion", tracking_uri=mlflow_server, public_key=public)
     assert a.root == b.root and downloads == [f"models:/cached/{first.version}"]
@@ -113,7 +113,7 @@ def test_registered_bundles_are_downloaded_once_into_one_cache_and_pruned(mlflow
     import sys
 
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys; from routeforge.artifacts.loader import load_bundle; "
+        [sys.executable, "-c", "import sys; from routeforge.artifacts.bundle.loader import load_bundle; "
          "b = load_bundle('models:/cached@champion', tracking_uri=sys.argv[1]); "
          "print(b.manifest.version, 'mlflow' in sys.modules)", mlflow_server],
         env={**os.environ, "ROUTEFORGE_CACHE": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=120)
@@ -131,11 +131,11 @@ def test_a_component_that_did_not_change_is_stored_and_downloaded_once(mlflow_se
 
     import mlflow
     import pytest
-    from routeforge.artifacts import registry
-    from routeforge.artifacts.bundle_cache import BundleCache
-    from routeforge.artifacts.loader import BundleVerificationError
-    from routeforge.artifacts.shared_components import REFS_FILE, SHARED_MIN_BYTES
-    from routeforge.artifacts.writer import ComponentSource
+    from routeforge.artifacts.bundle import registry
+    from routeforge.artifacts.bundle.bundle_cache import BundleCache
+    from routeforge.artifacts.bundle.shared_components import REFS_FILE, SHARED_MIN_BYTES
+    from routeforge.artifacts.bundle.verification import BundleVerificationError
+    from routeforge.artifacts.bundle.writer import ComponentSource
 
     monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "cache"))
     private = tmp_path / "keys" / "bundle.key"

@@ -1,4 +1,4 @@
-"""A local SQLite registry read without MLflow's client (`artifacts/registry_sqlite.py`): a router
+"""A local SQLite registry read without MLflow's client (`artifacts/bundle/registry_sqlite.py`): a router
 service's warm start reads the alias and the recorded key with sqlite3 and the bundle from the cache,
 never importing MLflow; what the module cannot read, MLflow's client answers."""
 
@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from routeforge.artifacts import registry_sqlite
-from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.registry_rest import NotFound
-from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.bundle import registry_sqlite
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.registry_rest import NotFound
+from routeforge.artifacts.bundle.signing import generate_key_pair
 from routeforge.registry.publish import publish_bundle
 
 
@@ -52,7 +52,7 @@ def test_a_warm_start_never_imports_mlflow_and_an_unknown_schema_falls_back(stor
     tracking, versions = store
     first = load_bundle("models:/local@champion", tracking_uri=tracking)  # downloads into the cache
     assert first.manifest.version == versions[1][1].version
-    probe = [sys.executable, "-c", "import sys; from routeforge.artifacts.loader import load_bundle; "
+    probe = [sys.executable, "-c", "import sys; from routeforge.artifacts.bundle.loader import load_bundle; "
              "b = load_bundle('models:/local@champion', tracking_uri=sys.argv[1]); "
              "print(b.manifest.version, 'mlflow' in sys.modules)"]
     env = {**os.environ, "ROUTEFORGE_CACHE": str(tmp_path / "cache")}

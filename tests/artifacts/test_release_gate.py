@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.manifest import Fleet, ModelEntry
-from routeforge.artifacts.signing import generate_key_pair
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.manifest import Fleet, ModelEntry
+from routeforge.artifacts.bundle.signing import generate_key_pair
+from routeforge.artifacts.bundle.writer import ComponentSource
+from routeforge.artifacts.cli.commands import main
 from routeforge.core.config.training import KnnSettings
 from routeforge.core.schemas import routing_table_schema
 from routeforge.registry.publish import publish_bundle
-from routeforge.registry.release import CHECKS_TAG, RULES_TAG, Registry, ReleaseRules, decide, gate, rollback
+from routeforge.registry.release import CHECKS_TAG, RULES_TAG, ModelRegistry, ReleaseRules, decide, gate, rollback
 from routeforge.training.predictors.knn import build_knn
 
 MODELS = ["m0", "m1", "m2"]
@@ -62,7 +62,7 @@ def world(tmp_path_factory, mlflow_server, sentence_encoder_component):
     pq.write_table(pa.table({"text": test.column("text"), "task": test.column("task"),
                              **{f"quality/{m}": test.column(f"quality/{m}") for m in MODELS}}), evaluation)
     rules = ReleaseRules(tolerance={"router_quality": 0.01}, floors={"router_quality": 0.5})
-    registry = Registry(mlflow_server, "gated-router")
+    registry = ModelRegistry(mlflow_server, "gated-router")
 
     def register(fraction: float, seed: int) -> str:
         folder = root / f"knn-{fraction}-{seed}"
@@ -290,7 +290,7 @@ def test_a_wrong_alias_or_model_name_is_named_with_what_exists(world):
     import subprocess
     import sys
 
-    load = ("import sys, tempfile; from routeforge.artifacts.loader import load_bundle; "
+    load = ("import sys, tempfile; from routeforge.artifacts.bundle.loader import load_bundle; "
             "load_bundle(sys.argv[1], tempfile.mkdtemp(), sys.argv[2], allow_unsigned=True)")
     import os
 
@@ -305,7 +305,7 @@ def test_a_lost_key_is_said_before_training_and_after_a_rotation_the_gate_goes_o
     registered, and its gate failed ("signed by another key"), run after run. Now the run's check
     names both keys and the fix; `routeforge keys rotate --retire-public` keeps the old public key in
     retired/, and the gate verifies the champion with the key it was signed with."""
-    from routeforge.artifacts.signing import key_id, load_public_key
+    from routeforge.artifacts.bundle.signing import key_id, load_public_key
     from routeforge.registry.signing_check import signing_key_problem
 
     registry, register, key, root = world

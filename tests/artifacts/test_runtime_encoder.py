@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from routeforge.artifacts.components import component_kind, registered_kinds
-from routeforge.artifacts.knn import KnnEstimator
-from routeforge.artifacts.sentence_encoder import SentenceEncoder
-from routeforge.artifacts.tokenization import BatchTokenizer
+from routeforge.artifacts.deciding.components import component_kind, registered_kinds
+from routeforge.artifacts.deciding.knn import KnnEstimator
+from routeforge.artifacts.deciding.sentence_encoder import SentenceEncoder
+from routeforge.artifacts.deciding.tokenization import BatchTokenizer
 from routeforge.core.config import KnnSettings
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF, resolve_pretrained
 from routeforge.core.schemas import routing_column, routing_table_schema

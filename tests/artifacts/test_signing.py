@@ -6,11 +6,12 @@ import stat
 
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.loader import BundleVerificationError, load_bundle, verify_bundle
-from routeforge.artifacts.manifest import MANIFEST_FILE, Lineage
-from routeforge.artifacts.signing import SIGNATURE_FILE, generate_key_pair, sign_bundle
-from routeforge.artifacts.writer import sha256_file, write_bundle
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.manifest import MANIFEST_FILE, Lineage
+from routeforge.artifacts.bundle.signing import SIGNATURE_FILE, generate_key_pair, sign_bundle
+from routeforge.artifacts.bundle.verification import BundleVerificationError, verify_bundle
+from routeforge.artifacts.bundle.writer import sha256_file, write_bundle
+from routeforge.artifacts.cli.commands import main
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xgboost as xgb
-from routeforge.artifacts.tree_ensemble import TreeEnsemble
+from routeforge.artifacts.deciding.tree_ensemble import TreeEnsemble
 
 
 @pytest.mark.parametrize("seed, depth, objective", [(0, 6, "reg:squarederror"), (1, 3, "reg:absoluteerror"),

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from routeforge.artifacts.writer import ComponentSource
+from routeforge.artifacts.bundle.writer import ComponentSource
 from routeforge.core.components import TrainedComponent, flatten
 from routeforge.pipelines.io_managers import JsonIOManager
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
+from routeforge.artifacts.cli.commands import main
 from routeforge.fleet.cli import fleet_json_schema
 
 REPO = Path(__file__).resolve().parents[2]

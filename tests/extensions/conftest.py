@@ -1,13 +1,13 @@
 """The extension tests' plugins register into process-wide registries: each test's are taken out again."""
 
 import pytest
-from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.core.kinds import ENGINES, METRICS
 
 
 def _registries():
-    from routeforge.artifacts.components import COMPONENTS
-    from routeforge.artifacts.router import MEMBER_KINDS
+    from routeforge.artifacts.deciding.components import COMPONENTS
+    from routeforge.artifacts.deciding.router import MEMBER_KINDS
     from routeforge.assets.trainers import TRAINERS
     from routeforge.core.kinds import DATASET_KINDS, LEARNED_SETTINGS, READERS
     from routeforge.training.policies.learned.base import LEARNED_POLICIES

@@ -45,7 +45,7 @@ def test_the_fleet_file_names_it_and_checks_its_settings(toy_policy, config_copy
 
 def test_it_is_trained_evaluated_exported_and_run_by_the_runtime(toy_policy, tmp_path):
     import torch
-    from routeforge.artifacts.policy import RoutingPolicy
+    from routeforge.artifacts.deciding.policy import RoutingPolicy
     from routeforge.training.policies.evaluation import evaluate_routing
     from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting
 

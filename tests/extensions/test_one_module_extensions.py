@@ -9,7 +9,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pytest
-from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
+from routeforge.artifacts.deciding.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
 from routeforge.core.config import ConfigError, load_fleet
 from routeforge.core.kinds import ENGINES, METRICS
 from routeforge.fleet.cli import fleet_json_schema
@@ -44,7 +44,7 @@ PLUGIN = {
         ''',
     "heuristic.py": '''
         """A toy heuristic: the instance with the most free sequence slots (first on ties)."""
-        from routeforge.artifacts.heuristics import HEURISTICS
+        from routeforge.artifacts.deciding.heuristics import HEURISTICS
 
 
         @HEURISTICS.register("most_free_slots")
@@ -164,7 +164,7 @@ def test_a_registered_heuristic_run_through_the_telemetry_decides_as_the_simulat
 
 
 def test_a_toy_router_estimator_is_cross_validated_and_served_from_one_module(plugin, tmp_path):
-    from routeforge.artifacts.router import Router
+    from routeforge.artifacts.deciding.router import Router
     from routeforge.core.config import RouterSelectionSettings
     from routeforge.training.predictors.router_family import candidates
     from routeforge.training.predictors.router_selection import select_router

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy
+from routeforge.artifacts.deciding.heuristics import HEURISTICS, HeuristicPolicy
 from routeforge.core.config import RoutingEvaluationSettings
 from routeforge.training.policies.evaluation import evaluate_routing
 from routeforge.training.policies.packaging import export_heuristics
@@ -54,7 +54,7 @@ def test_a_scorer_module_is_searched_evaluated_exported_and_run_by_both_runtimes
     node = shutil.which("node")
     if node is None or not RUNTIME.is_file():
         pytest.skip("the TypeScript runtime is not built (Node.js and `make ts-runtime`): its half is not run")
-    from routeforge.artifacts.golden import _heuristic_cases
+    from routeforge.artifacts.deciding.golden import _heuristic_cases
 
     spec = {**spec, "parameters": {"weights": {"free_slots": 0.7, "queued_prefill": 0.4, "kv_free": 1.3}}}
     cases = _heuristic_cases(2, 200, np.random.default_rng(5))

@@ -19,10 +19,10 @@ import httpx
 import psutil
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
-from routeforge.artifacts.signing import generate_key_pair, sign_bundle
-from routeforge.artifacts.writer import ComponentSource, write_bundle
+from routeforge.artifacts.bundle.manifest import Fleet, Lineage, ModelEntry
+from routeforge.artifacts.bundle.signing import generate_key_pair, sign_bundle
+from routeforge.artifacts.bundle.writer import ComponentSource, write_bundle
+from routeforge.artifacts.cli.commands import main
 from routeforge.core.config.training import KnnSettings
 from routeforge.generation.local_server import free_port, stop_group
 

@@ -6,9 +6,9 @@ import re
 
 import click
 import pytest
-from routeforge.artifacts.dispatch import Dispatcher, LiveState, prompt_blocks, token_blocks
-from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.traffic_prompts import outcome_of, prompt_text, propensity_of, served_model
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState, prompt_blocks, token_blocks
+from routeforge.artifacts.operating.traffic_prompts import outcome_of, prompt_text, propensity_of, served_model
 from routeforge.gateway.cli import backends_for
 from routeforge.gateway.decision_log import DecisionLog
 from routeforge.gateway.openai_request import BadRequest, prepare

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from routeforge.artifacts.latency import LatencyModel
+from routeforge.artifacts.deciding.latency import LatencyModel
 from routeforge.core.config import BatchGrid
 from routeforge.profiling.batch_fits import fit_tier
 from routeforge.profiling.batch_profiler import profile_model, time_batch

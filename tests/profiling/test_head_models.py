@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from routeforge.artifacts.latency import Head, LatencyModel, LinearTerms
+from routeforge.artifacts.deciding.latency import Head, LatencyModel, LinearTerms
 from routeforge.profiling.batch_fits import BatchMeasurement
 from routeforge.profiling.head_models import (
     HeadRecipe,

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from routeforge.artifacts.latency import LatencyModel
+from routeforge.artifacts.deciding.latency import LatencyModel
 from routeforge.core.config import SweepSettings
 from routeforge.profiling.sweep import FEATURE_COLUMNS, SweepPrompt, records_table, run_sweep
 from routeforge.profiling.sweep_heads import evaluate_rwt, sweep_data, sweep_rwt, time_split, train_sweep_heads

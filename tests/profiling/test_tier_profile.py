@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from routeforge.artifacts.latency import LatencyModel
+from routeforge.artifacts.deciding.latency import LatencyModel
 from routeforge.core.config import ConfigError, load_fleet
 from routeforge.core.schemas import routing_column, routing_table_schema
 from routeforge.profiling.tier_profile import build_latency_component, measure_tier

@@ -6,7 +6,7 @@ import json
 import math
 
 import pyarrow.parquet as pq
-from routeforge.artifacts.latency import LatencyModel
+from routeforge.artifacts.deciding.latency import LatencyModel
 from routeforge.core.config import load_fleet
 from routeforge.profiling.tier_profile import build_latency_component, measure_tier
 

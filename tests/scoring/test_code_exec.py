@@ -10,7 +10,7 @@ import time
 
 import pytest
 import routeforge.scoring.metrics.code_exec as code_exec
-from routeforge.artifacts.signing import generate_key_pair
+from routeforge.artifacts.bundle.signing import generate_key_pair
 from routeforge.scoring.metrics.code_exec import (
     assert_program,
     humaneval_program,

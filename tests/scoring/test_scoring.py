@@ -152,7 +152,7 @@ def test_without_bubblewrap_code_cells_are_quarantined_not_run(config_copy, shar
     the fallback; the cells are quarantined with the reason, the rest is scored, the log line and
     `config validate` say so; with `allow_fallback` the same cells run and the opt-in is said."""
     from click.testing import CliRunner
-    from routeforge.artifacts.cli import main
+    from routeforge.artifacts.cli.commands import main
     from routeforge.scoring.metrics import code_exec
 
     marker = tmp_path / "ran"

@@ -14,9 +14,9 @@ import math
 from pathlib import Path
 
 import click
-from routeforge.artifacts import strict_json
-from routeforge.artifacts.cli import TRACKING_OPTION, signature_options
-from routeforge.artifacts.objectives import HIGHER_IS_BETTER, objective_option
+from routeforge.artifacts.cli.commands import TRACKING_OPTION, signature_options
+from routeforge.artifacts.common import strict_json
+from routeforge.artifacts.deciding.objectives import HIGHER_IS_BETTER, objective_option
 from routeforge.core.config.training import WeightSearch
 from routeforge.core.storage import Quarantine
 from routeforge.training.policies.simulator.metrics import DEFAULT_SLO_SCALE, NOT_SERVED
@@ -109,7 +109,7 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
              public_key: Path | None = None, allow_unsigned: bool = False) -> None:
     """Simulate every policy in BUNDLE (a folder or models:/<name>@<alias>) and every baseline on
     the bundle's tiers under the trace's arrivals, rescaled to LOAD of the fleet's capacity."""
-    from routeforge.artifacts.loader import load_bundle
+    from routeforge.artifacts.bundle.loader import load_bundle
     from routeforge.training.policies.replay import evaluate_bundle
 
     if objective == "slo_attainment" and slo_e2e is None and slo_tpot is None and slo_ttft is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.core.kinds import WORKLOADS, workloads_reading
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
@@ -377,7 +377,7 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         objective=settings.objective, trained_on=trained_on)
         by_workload[kind] = {k: one[k] for k in ("recommended", "kind", "reason", "margin", "noise")}
         log(f"routing gate on {kind}: {one['recommended']}")
-    # per traffic: which carried policy to use, by what a router can count online (artifacts.recommendation)
+    # per traffic: which carried policy to use, by what a router can count online (artifacts.deciding.recommendation)
     recommendations = recommendation_table(rows, stats, [p for p in wanted if p in trained or p in EXPORTABLE])
     held_out = transfer(rows, recommendations, settings.objective)
     if held_out["mean_gap"] is not None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.objectives import DEFAULT, HIGHER_IS_BETTER, canonical
+from routeforge.artifacts.deciding.objectives import DEFAULT, HIGHER_IS_BETTER, canonical
 
-# objective → True where higher is better: the runtime's vocabulary (artifacts/objectives.py), and
+# objective → True where higher is better: the runtime's vocabulary (artifacts/deciding/objectives.py), and
 # 004's benchmark ratio
 OBJECTIVES = {**HIGHER_IS_BETTER, "goodput_ratio": True}
 # latencies: a policy that served less never ranks above one that served more on these (the served-only

@@ -7,15 +7,15 @@ closed loop, nothing turned away), counted between the 10th and 90th percentile 
 (`steady_throughput`: every batch as full as its slots and KV cache allow), over the evaluation's
 windows. A window smaller than the fleet's slots never fills it: its figure is then a lower bound.
 So 0.8 means a busy fleet, whatever the SLO; SLO attainment is then what each load shows. Why not
-the rate at which an SLO still holds: on a code service's trace that rate was 4 req/s for a fleet
-that served 96% of its requests at 47 req/s, so every policy was judged where routing hardly matters.
+the rate at which an SLO still holds: on a trace of long-output requests that rate can be a small
+fraction of what the fleet serves, so every policy would be judged where routing hardly matters.
 
 `slo` (the former default): by search, as below.
 
 Why by search: the capacity used to come from the trace's mean token counts (each instance's
 requests per second at its largest batch), which leaves out heavy tails, the KV cache and the
-waiting-queue buffer; at "0.8 of capacity" the conversation trace then had 2 to 18% of its requests
-rejected. Here the sustainable rate is measured in the simulator itself: the highest arrival rate
+waiting-queue buffer; at "0.8 of capacity" a conversation trace then had requests rejected. Here
+the sustainable rate is found in the simulator itself: the highest arrival rate
 at which the better reference heuristic (join-shortest-queue or least-work-left) still serves
 `target` (99%) of the offered requests, and finishes `slo_target` (90%, DistServe's attainment
 level) of them within their SLO, over the same windows the evaluation replays. Both, because a

@@ -1,5 +1,5 @@
 """What `routing_evaluation` puts in a bundle besides the learned ONNX policies: every deterministic
-heuristic as a parameterised spec (`routeforge.artifacts.heuristics`), and `simulator.json`, the simulated
+heuristic as a parameterised spec (`routeforge.artifacts.deciding.heuristics`), and `simulator.json`, the simulated
 fleet the policies were judged on with the gate's recommendation, so `routeforge policies
 evaluate` can replay any trace against the bundle's policies without the pipeline's inputs."""
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from routeforge.artifacts import strict_json
+from routeforge.artifacts.common import strict_json
 from routeforge.training.policies.simulator.baselines import EXPORTABLE, heuristic_spec_of
 
 SIMULATOR_FILE = "simulator.json"

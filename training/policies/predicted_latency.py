@@ -4,8 +4,8 @@ when it sent each request and the TTFT that request then had.
 Why in the simulator: llm-d fits its XGBoost model from live traffic; a fleet that has none yet is
 judged with a model fitted the same way on the training windows' simulated traffic, routed by llm-d's
 default scheduler while it learns (the evaluation windows are never run here). The features are the
-router-visible observation's (`artifacts.deployed_routers.PREDICTED_LATENCY_FEATURES`); the model is
-XGBoost's JSON, which both runtimes evaluate without XGBoost (`artifacts.tree_ensemble`).
+router-visible observation's (`artifacts.deciding.deployed_routers.PREDICTED_LATENCY_FEATURES`); the model is
+XGBoost's JSON, which both runtimes evaluate without XGBoost (`artifacts.deciding.tree_ensemble`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.deployed_routers import predicted_latency_features
+from routeforge.artifacts.deciding.deployed_routers import predicted_latency_features
 from routeforge.training.policies.simulator.baselines import RegisteredHeuristic
 
 TRAINING = {"n_estimators": 120, "max_depth": 5, "learning_rate": 0.1, "subsample": 0.9}
@@ -30,7 +30,7 @@ class Recording(RegisteredHeuristic):
         self.seen: dict[int, list[float]] = {}
 
     def choose(self, request, router, now):
-        from routeforge.artifacts.heuristics import HEURISTICS
+        from routeforge.artifacts.deciding.heuristics import HEURISTICS
 
         asked, observed = router.observe(request, now)
         features = predicted_latency_features(asked, observed, self.state, {})  # llm-d's index before the send

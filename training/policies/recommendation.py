@@ -6,7 +6,7 @@ the prompts' blocks repeat earlier ones (prefix sharing, where the traffic carri
 and how busy the fleet is (the load). Every cell of the routing evaluation (a workload at a load) is one such
 traffic; for each it records those statistics and, per objective, the best policy the bundle
 carries (`gate.rank_policies`: every offered request counted). The runtime
-(`artifacts.recommendation.recommend`) picks the nearest cell's policy for the statistics it sees.
+(`artifacts.deciding.recommendation.recommend`) picks the nearest cell's policy for the statistics it sees.
 
 `transfer` measures what that is worth on traffic the table did not see: each workload in turn is
 left out, recommended from the others, and the recommended policy's value there is compared with
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from routeforge.artifacts.recommendation import STAT_KEYS, recommend
+from routeforge.artifacts.deciding.recommendation import STAT_KEYS, recommend
 from routeforge.training.policies.gate import DIRECTION, rank_policies
 
 # the objectives recorded per traffic (each where the evaluation has values for it)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.objectives import HIGHER_IS_BETTER
+from routeforge.artifacts.deciding.objectives import HIGHER_IS_BETTER
 from routeforge.training.policies.rl.rollout import validation_seeds
 from routeforge.training.policies.simulator.baselines import tuned_baseline
 

@@ -1,12 +1,12 @@
 """A scoring policy's weights learned in the simulator (`training.routing_evaluation.weight_search`):
 CMA-ES (the `cma` package, Hansen's reference implementation) searches the weights of a heuristic
-registered with `weights=` and `searchable=True` (`routeforge.artifacts.heuristics`; `linear_scorer`,
+registered with `weights=` and `searchable=True` (`routeforge.artifacts.deciding.heuristics`; `linear_scorer`,
 from llm_d_ttft's) from its registered defaults, each candidate judged on the same training-workload
 episodes by the evaluation's objective; several searches run, each on episodes of its own, and the
 starting weights and each search's best are compared on validation episodes none of them ran: the best
-there is kept. Why restarts: one search's best fits its few episodes (on Mooncake's trace three single searches gave
-mean TTFTs 19%, 13% and 15% below llm-d's on the evaluation windows), and the validation choice
-among several is the cross-validation the evaluation windows must not do.
+there is kept. Why restarts: one search's best fits its few episodes (single searches on one trace
+land far apart on the evaluation windows), and the validation choice among several is the
+cross-validation the evaluation windows must not do.
 
 Why CMA-ES and not a gradient method: the objective (mean TTFT, goodput) is a whole episode of a
 discrete-event simulation, neither differentiable nor smooth in the weights, and nine weights are few
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.heuristics import HEURISTICS
-from routeforge.artifacts.objectives import HIGHER_IS_BETTER
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
+from routeforge.artifacts.deciding.objectives import HIGHER_IS_BETTER
 from routeforge.training.policies.rl.rollout import validation_seeds
 from routeforge.training.policies.simulator.baselines import tuned_baseline
 

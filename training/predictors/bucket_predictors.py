@@ -5,7 +5,7 @@ Each (prompt, model) pair of the train split becomes the text "<model token> pro
 <task> task.]" labelled with the bucket of that model's observed output length or quality score.
 Completion-time length buckets use a decode speed (tokens/s) given by the caller: the profiled
 tiers' where they exist. Evaluated on the test split, overall and per model; packaged for ONNX
-Runtime (`artifacts.text_predictor`).
+Runtime (`artifacts.deciding.text_predictor`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.text_predictor import TextPredictor, compose, softmax
+from routeforge.artifacts.deciding.text_predictor import TextPredictor, compose, softmax
 from routeforge.core.config import LengthPredictorSettings, ScorePredictorSettings, TextPredictorSettings
 from routeforge.core.schemas import routing_column, routing_models
 from routeforge.training.predictors.buckets import BucketScheme, completion_time, equal_width

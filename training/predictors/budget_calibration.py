@@ -1,4 +1,4 @@
-"""The calibration table that turns an operator's target into the router's λ (issue 52, item 1).
+"""The calibration table that turns an operator's target into the router's λ.
 
 The runtime routes each prompt to argmax(quality − λ·cost). Nobody decides in λ: operators set a
 cost per 1,000 requests, a share of traffic the strongest model may take, or a quality floor. This
@@ -9,13 +9,13 @@ It is computed from the out-of-fold estimates that router selection already make
 split (the guard applied as the runtime applies it), scored with the true labels and costs of those
 prompts: the test split stays unread, so the realised cost on it against a target is an honest
 measurement (`benchmarks/budget_targets.py`). The runtime's choice of a row is
-`routeforge.artifacts.budget`.
+`routeforge.artifacts.deciding.budget`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from routeforge.artifacts.router import RouterPrediction
+from routeforge.artifacts.deciding.router import RouterPrediction
 
 TABLE_FORMAT = 1
 

@@ -1,6 +1,6 @@
 """Build the KNN estimator (002 §4.2) from the routing table's training split.
 
-The index and label files are written in the bundle format that `artifacts.knn.KnnEstimator`
+The index and label files are written in the bundle format that `artifacts.deciding.knn.KnnEstimator`
 loads, so evaluation here runs the exact code a router service will run.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.knn import MEASURES, WEIGHT_EPS, KnnEstimator, write_labels
+from routeforge.artifacts.deciding.knn import MEASURES, WEIGHT_EPS, KnnEstimator, write_labels
 from routeforge.core.config import KnnSettings
 from routeforge.core.schemas import routing_models
 from routeforge.training.embeddings import encode_cached

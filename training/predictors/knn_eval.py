@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
+from routeforge.artifacts.deciding.knn import KnnEstimator, KnnPrediction
 from routeforge.core.config import KnnSettings
 from routeforge.training.embeddings import TrainingEncoder, encode_cached
 from routeforge.training.predictors.knn import build_knn

@@ -72,7 +72,7 @@ def audit_labels(rows: list[dict[str, Any]], evaluation, model: str) -> LabelAud
     """Score the `response` of each label row on a prompt of `evaluation` (the frozen evaluation set,
     a pyarrow table; None: none frozen) with the prompt's own metric where that metric is
     self-contained and the set keeps the prompt's reference."""
-    from routeforge.artifacts.router import text_key
+    from routeforge.artifacts.deciding.router import text_key
     from routeforge.core.config.scoring import metric_says
     from routeforge.core.kinds import METRICS
     from routeforge.core.storage import Quarantine

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.router import Router, distinct_outcomes, source_weights
-from routeforge.artifacts.sentence_encoder import embed_for
+from routeforge.artifacts.deciding.router import Router, distinct_outcomes, source_weights
+from routeforge.artifacts.deciding.sentence_encoder import embed_for
 from routeforge.core.storage import Quarantine
 from routeforge.prompts.traffic_logs import UNAUTHENTICATED, read_traffic_logs, source_id
 

@@ -1,4 +1,4 @@
-"""Package a fine-tuned text predictor for the runtime (`artifacts.text_predictor`), small.
+"""Package a fine-tuned text predictor for the runtime (`artifacts.deciding.text_predictor`), small.
 
 Three fine-tuned MiniLMs in float32 ONNX made the demo bundle 264 MB. Here:
 - the ONNX graph takes `inputs_embeds`: the word-embedding table (30,522 × 384 for MiniLM, half its
@@ -8,7 +8,7 @@ Three fine-tuned MiniLMs in float32 ONNX made the demo bundle 264 MB. Here:
   added (its model tokens) stay in its own folder;
 - with `export_precision: int8` the graph's MatMul weights are stored in 8 bits (weight-only, in
   blocks, `quantize_graph`) and the table with one scale per row
-  (`artifacts.text_predictor.quantize_rows`); `int8_dynamic` quantizes activations too (faster,
+  (`artifacts.deciding.text_predictor.quantize_rows`); `int8_dynamic` quantizes activations too (faster,
   coarser).
 Parity with the PyTorch model is measured on the check prompts, batched and one at a time, and kept
 in `predictor.json`: the largest logit difference and the top-1 agreement, overall and on prompts
@@ -25,7 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from routeforge.artifacts.text_predictor import EMBEDDINGS_FILE, EXTRA_EMBEDDINGS_FILE, TextPredictor, quantize_rows
+from routeforge.artifacts.deciding.text_predictor import (
+    EMBEDDINGS_FILE,
+    EXTRA_EMBEDDINGS_FILE,
+    TextPredictor,
+    quantize_rows,
+)
 
 DECIDED_MARGIN = 0.1  # logits; closer top-2 logits are a tie a rounding error may break either way
 TOLERANCE = {"float32": 1e-3}  # largest logit difference accepted, where the precision is lossless

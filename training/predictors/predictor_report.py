@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
-from routeforge.artifacts.text_predictor import TextPredictor, compose
+from routeforge.artifacts.deciding.knn import KnnEstimator, KnnPrediction
+from routeforge.artifacts.deciding.text_predictor import TextPredictor, compose
 from routeforge.core.config import KnnSettings
 from routeforge.training.embeddings import TrainingEncoder
 from routeforge.training.predictors.knn_eval import leave_one_task_out, test_split

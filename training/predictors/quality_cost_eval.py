@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.knn import KnnPrediction
+from routeforge.artifacts.deciding.knn import KnnPrediction
 from routeforge.core.schemas import routing_models
 from routeforge.training.routing_table import matrix
 

@@ -1,5 +1,5 @@
 """The router estimator family: each candidate fits on embeddings and per-model quality labels and
-returns the arrays `artifacts.router` predicts with, so what cross-validation scores is exactly
+returns the arrays `artifacts.deciding.router` predicts with, so what cross-validation scores is exactly
 what the bundle serves.
 
 - `knn`: stores the training embeddings and labels (the runtime does the cosine search);
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.extensions import Registry
-from routeforge.artifacts.router import MEMBER_KINDS, MemberRule, predict_member
+from routeforge.artifacts.common.extensions import Registry
+from routeforge.artifacts.deciding.router import MEMBER_KINDS, MemberRule, predict_member
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _train_torch(net, x: np.ndarray, y: np.ndarray, epochs: int, weight_decay: f
 
 Fitter = Callable[[Candidate, np.ndarray, np.ndarray, int, "list[str] | np.ndarray | None"], dict[str, np.ndarray]]
 # member kind → how it is fitted: (candidate, x, y, seed, tasks) → the weights its rule in
-# `routeforge.artifacts.router.MEMBER_KINDS` predicts with; filled by `router_estimator` only.
+# `routeforge.artifacts.deciding.router.MEMBER_KINDS` predicts with; filled by `router_estimator` only.
 # Metadata: `grid(settings)`, the parameter sets cross-validation tries (`candidates`; none: the kind
 # is fitted only when a caller names it), and `params(weights)`, what the member's spec adds.
 MEMBER_FITTERS: Registry[Fitter] = Registry("estimator kind", ("routeforge.training.predictors.router_family",))
@@ -90,7 +90,7 @@ def router_estimator(name: str, predict: MemberRule | None = None, **metadata: A
     """Register a router estimator kind once: the decorated fitter, and with `predict` its prediction
     rule in the runtime's `MEMBER_KINDS` (what a router service runs), under one name. Without
     `predict` the runtime must already have the rule (the built-in kinds keep theirs in
-    `artifacts/router.py`, which a service imports without the training stack); a fitter whose
+    `artifacts/deciding/router.py`, which a service imports without the training stack); a fitter whose
     output no runtime rule reads is refused here, when it registers, not when a bundle fails to load."""
 
     def add(fit: Fitter) -> Fitter:

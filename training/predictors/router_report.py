@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.deciding.router import Router
 from routeforge.training.embeddings import TrainingEncoder
 from routeforge.training.predictors.quality_cost_eval import auto_lambdas, hull_comparison
 from routeforge.training.predictors.router_selection import (

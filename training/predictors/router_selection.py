@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.deciding.router import Router
 from routeforge.core.progress import format_count
 from routeforge.training.parallel import current_pool
 from routeforge.training.predictors.budget_calibration import calibration_table

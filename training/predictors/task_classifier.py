@@ -1,6 +1,6 @@
 """The task classifier (001 appendix A.6): prompt text → task, trained on the routing table's
 prompts. Its prediction supplies the "This is a <task> task." hint of the bucket predictors when
-a caller does not know the task (`artifacts.text_predictor.TextPredictor.predict`)."""
+a caller does not know the task (`artifacts.deciding.text_predictor.TextPredictor.predict`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from routeforge.artifacts.text_predictor import TextPredictor
+from routeforge.artifacts.deciding.text_predictor import TextPredictor
 from routeforge.core.config import TaskClassifierSettings
 from routeforge.training.predictors.bucket_predictors import classifier_settings, split_rows
 from routeforge.training.predictors.packaging import PARITY_PROMPTS, package_predictor, parity_metrics

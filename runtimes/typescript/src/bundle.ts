@@ -37,7 +37,7 @@ function readPlain(path: string): Buffer {
 }
 
 /** A `<major>.<minor>` schema version in canonical decimal ("1.1", not "01.1" nor "1.1.0"), as
- * artifacts/loader.py parses it (the golden cases in tests/artifacts/schema_versions.json hold both to it):
+ * artifacts/bundle/loader.py parses it (the golden cases in tests/artifacts/schema_versions.json hold both to it):
  * [major, minor], or null. */
 export function parseSchemaVersion(version: unknown): [number, number] | null {
   if (typeof version !== "string") return null;
@@ -51,12 +51,12 @@ function keyIdOf(pem: string): string {
   return createHash("sha256").update(rawKey).digest("hex").slice(0, 16);
 }
 
-/** The pinned keys at `path`: a PEM file, or every `*.pub` in a folder (artifacts/keyring.py). */
+/** The pinned keys at `path`: a PEM file, or every `*.pub` in a folder (artifacts/bundle/keyring.py). */
 export function loadKeyring(path: string): string[] {
   if (!statSync(path).isDirectory()) return [readPlain(path).toString("utf8")];
   const keys: string[] = [];
   for (const name of readdirSync(path).filter((n) => n.endsWith(".pub")).sort()) {
-    try {  // one stray file must not stop every verification: said, not trusted (as artifacts/keyring.py)
+    try {  // one stray file must not stop every verification: said, not trusted (as artifacts/bundle/keyring.py)
       const pem = readPlain(join(path, name)).toString("utf8");
       keyIdOf(pem);
       keys.push(pem);
@@ -98,7 +98,7 @@ function walk(folder: string, odd: string[], root: string): string[] {
 export class Bundle {
   private constructor(readonly root: string, readonly manifest: any) {}
 
-  /** Load and verify, refusing what the Python loader refuses (artifacts/loader.py): the manifest and its
+  /** Load and verify, refusing what the Python loader refuses (artifacts/bundle/loader.py): the manifest and its
    * signature read once each, the signature checked on those bytes first, a `<major>.<minor>` schema
    * version this runtime reads, plain component names with every file inside its component's folder, no
    * link or special file anywhere. `publicKeyPem` null skips the signature (said on stderr). */

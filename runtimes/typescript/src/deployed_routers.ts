@@ -1,7 +1,7 @@
 /**
  * The routers people deploy, as heuristic policies: llm-d's scheduler (`llm_d`, `llm_d_affinity`),
  * Dynamo's KV router, SGLang's cache-aware router and LMetric, decision for decision as
- * routeforge.artifacts.deployed_routers (its docstring has the sources and the defaults). Each keeps,
+ * routeforge.artifacts.deciding.deployed_routers (its docstring has the sources and the defaults). Each keeps,
  * in its policy's state, the prefix index its original keeps of what it sent where, used wherever the
  * instances do not report `cached_prefix_blocks`; ties are broken by the same splitmix64 stream.
  * Dynamo at a temperature above 0 samples with Python's own generator, which this runtime does not

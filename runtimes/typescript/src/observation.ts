@@ -1,5 +1,5 @@
 /**
- * What a router can see of its fleet: routeforge.artifacts.observation, decision for decision (its
+ * What a router can see of its fleet: routeforge.artifacts.deciding.observation, decision for decision (its
  * docstring says why and how). A `RouterView` keeps the router's own sends and the latest `/metrics`
  * scrape of each instance; `observe(now)` gives each instance's observation, the form the heuristic
  * policies read. A field outside it throws when read.

@@ -1,5 +1,5 @@
 /**
- * Which prompt blocks an instance holds, as an LRU set of block ids: routeforge.artifacts.prefix_index,
+ * Which prompt blocks an instance holds, as an LRU set of block ids: routeforge.artifacts.deciding.prefix_index,
  * line for line. A block id names the block and everything before it, so a prompt can skip only the
  * leading run of its blocks that is held (`match`).
  *

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, LearnedPolicy, seeded
 from routeforge.training.policies.rl.networks import mlp
-from routeforge.training.policies.rl.rollout import TrainerRun, greedy
-from routeforge.training.policies.rl.teacher import demonstrate, episode_return, fit_clone
+from routeforge.training.policies.rl.rollout import TrainerRun, episode_return, greedy
+from routeforge.training.policies.rl.teacher import demonstrate, fit_clone
 from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 
 

@@ -2,7 +2,7 @@
 heuristic.js): named by $ROUTEFORGE_EXTENSIONS, it is searched by CMA-ES, evaluated beside the other
 baselines and carried in a bundle with nothing else changed (tests/extensions/test_one_scorer_module.py)."""
 
-from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 
 WEIGHTS = {"free_slots": 1.0, "queued_prefill": 0.0, "kv_free": 0.0}
 

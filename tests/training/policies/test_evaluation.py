@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from routeforge.artifacts import strict_json
+from routeforge.artifacts.common import strict_json
 from routeforge.core.config import RoutingEvaluationSettings
 from routeforge.training.policies.evaluation import evaluate_routing, workload_factory
 from routeforge.training.policies.simulator.workloads import RequestPool
@@ -126,9 +126,9 @@ def test_a_noise_sized_negative_fit_is_clipped_and_reported():
 
 
 def test_the_recommendation_by_traffic_picks_the_nearest_evaluated_traffic():
-    """`artifacts.recommendation.recommend`: statistics on a log scale over the table's spread; the
+    """`artifacts.deciding.recommendation.recommend`: statistics on a log scale over the table's spread; the
     nearest entry's policy for the objective; nonsense statistics and unknown objectives refused."""
-    from routeforge.artifacts.recommendation import recommend
+    from routeforge.artifacts.deciding.recommendation import recommend
 
     table = [{"workload": "poisson", "stats": {"arrival_cv": 1.0, "prompt_mean": 300, "output_mean": 200, "load": 0.5},
               "best": {"goodput": "join_shortest_queue"}},
@@ -152,7 +152,7 @@ def test_the_traffic_statistics_count_prefix_sharing_and_the_recommendation_keys
     """Issue 60, item 6: the share of prompt blocks an earlier request of the window already sent is
     a statistic of the traffic (0 without hashes), and a bundle's table recommends by it: a
     cache-aware router where prompts share prefixes, a load balancer where they do not."""
-    from routeforge.artifacts.recommendation import recommend
+    from routeforge.artifacts.deciding.recommendation import recommend
     from routeforge.training.policies.recommendation import traffic_stats
     from routeforge.training.policies.simulator.cluster import Request
 

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from routeforge.artifacts.cli import main
-from routeforge.artifacts.heuristics import HeuristicPolicy
-from routeforge.artifacts.loader import load_bundle
-from routeforge.artifacts.manifest import Fleet, Lineage, ModelEntry
-from routeforge.artifacts.writer import ComponentSource, write_bundle
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.manifest import Fleet, Lineage, ModelEntry
+from routeforge.artifacts.bundle.writer import ComponentSource, write_bundle
+from routeforge.artifacts.cli.commands import main
+from routeforge.artifacts.deciding.heuristics import HeuristicPolicy
 from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.packaging import export_heuristics, write_simulator
 from routeforge.training.policies.simulator.baselines import (
@@ -305,7 +305,7 @@ def test_a_policy_that_rejects_more_never_ranks_above_one_that_serves_more():
     a policy that drops a quarter of the requests ranks below the one that serves them all, by goodput,
     by every latency over offered requests and by the served-only latencies, in `policies evaluate`'s
     ranking and in the pipeline's gate, although its served requests finish sooner."""
-    from routeforge.artifacts.objectives import HIGHER_IS_BETTER, OLD_NAMES
+    from routeforge.artifacts.deciding.objectives import HIGHER_IS_BETTER, OLD_NAMES
     from routeforge.training.policies.evaluation import METRICS, fleet_profiles, score
     from routeforge.training.policies.gate import rank_policies
     from routeforge.training.policies.simulator.metrics import mean_std
@@ -398,7 +398,7 @@ def test_a_trace_row_beyond_any_context_is_quarantined_naming_row_and_column(tmp
 def test_dispatch_decides_one_request_from_live_instance_states(bundle):
     """`Dispatcher.decide` (issue 49, item 5): the recommended policy (here join-shortest-queue) picks
     the instance, with its predicted TTFT/E2E under the live load, expected quality and cost."""
-    from routeforge.artifacts.dispatch import Dispatcher, LiveState, parse_gauges
+    from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState, parse_gauges
 
     dispatcher = Dispatcher(load_bundle(bundle, allow_unsigned=True))
     assert dispatcher.policy_name == "join_shortest_queue" and not dispatcher.notes
@@ -432,9 +432,9 @@ def test_the_dispatcher_runs_a_learned_policy_from_the_observation_its_environme
     wait and drop actions set aside)."""
     import copy
 
-    from routeforge.artifacts.dispatch import Dispatcher, LiveState
-    from routeforge.artifacts.observation import Scrape
-    from routeforge.artifacts.policy import (
+    from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState
+    from routeforge.artifacts.deciding.observation import Scrape
+    from routeforge.artifacts.deciding.policy import (
         observation_qos_graph,
         observation_workload_aware,
         qos_graph_telemetry,
@@ -471,7 +471,7 @@ def test_the_dispatcher_runs_the_deployed_routers_from_live_counts_and_its_own_p
     """Issue 60, item 4: llm-d, Dynamo and SGLang run in the `Dispatcher` as they run without KV
     events: `/metrics` counts plus an index of what the dispatcher itself sent where. A prompt sent
     again goes where its prefix now is; a new prompt goes by load; KV usage counts for llm-d."""
-    from routeforge.artifacts.dispatch import Dispatcher, LiveState, prompt_blocks
+    from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState, prompt_blocks
 
     shared = "You are a careful assistant. Answer in one sentence. " * 6  # 318 characters: 4 blocks
     first, second = prompt_blocks(shared + "What is 2+2?"), prompt_blocks(shared + "Name a colour.")
@@ -507,7 +507,7 @@ def test_dispatch_against_a_vllm_servers_metrics(deployed_bundle, vllm_python, t
     import threading
 
     import requests as http
-    from routeforge.artifacts.dispatch import Dispatcher, LiveState, prompt_blocks
+    from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState, prompt_blocks
     from routeforge.core.config import RandomInitSource
     from routeforge.core.model_sources import build_random_init
     from routeforge.generation.local_server import vllm_serve
@@ -577,8 +577,9 @@ def _simulator_against(url, model, base) -> dict:
     """Issue 60, item 7's small version (benchmarks/simulator_vs_vllm.py is the whole one)."""
     import requests as http
     from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
+    from routeforge.profiling.server_requests import ReplayRequest, static_batches
     from routeforge.training.policies.simulator.instance import InstanceProfile
-    from routeforge.training.policies.simulator.server_replay import ReplayRequest, replay_check, static_batches
+    from routeforge.training.policies.simulator.server_replay import replay_check
 
     vocab = int(json.loads((model / "config.json").read_text())["vocab_size"])
     # blocks of 128 tokens: the CPU build's KV block, so a shared block is a cached one on both sides

@@ -8,7 +8,7 @@ import json
 import dagster as dg
 import pytest
 import yaml
-from routeforge.artifacts.loader import load_bundle
+from routeforge.artifacts.bundle.loader import load_bundle
 from routeforge.core.config import load_fleet
 from routeforge.pipelines.run import run_pipeline
 

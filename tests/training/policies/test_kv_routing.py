@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from routeforge.artifacts.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
-from routeforge.artifacts.prefix_index import BlockLru
+from routeforge.artifacts.deciding.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
+from routeforge.artifacts.deciding.prefix_index import BlockLru
 from routeforge.core.config.fleet import load_fleet
 from routeforge.core.storage import Quarantine
 from routeforge.profiling.kv_capacity import KvCapacityError, kv_capacity, tier_kv_capacity
@@ -147,7 +147,7 @@ def test_llm_d_matches_at_most_4096_tokens_in_its_own_index_and_breaks_ties_at_r
     """llm-d's approximate prefix scorer matches at most 256 of its 16-token blocks: with 512-token
     blocks, the first 8. A prompt of 20 such blocks sent to instance 0 scores 8 / 8 there next time; a
     prompt sharing only its 9th block on is not matched at all. Equal scores go to a seeded draw."""
-    from routeforge.artifacts.deployed_routers import _llm_d_limits, llm_d_overlaps, pick_among
+    from routeforge.artifacts.deciding.deployed_routers import _llm_d_limits, llm_d_overlaps, pick_among
 
     assert _llm_d_limits(512, {}) == (8, 976) and _llm_d_limits(16, {}) == (256, 31_250)
     policy = HeuristicPolicy.from_spec(heuristic_spec("llm_d", 2))
@@ -204,7 +204,7 @@ def test_llm_d_first_token_scorer_prefers_the_faster_prefill_unless_the_cache_ou
     half = [inst(1e-3, cached=5), inst(1e-4)]  # 0.5 s of uncached prefill against 0.1 s
     assert _route("llm_d_ttft", request, half) == 0  # 3 × 0.5 + 4 > 4 + 0.5 × 1
     assert _route("llm_d_ttft", request, half, ttft_weight=10.0) == 1
-    from routeforge.artifacts.deployed_routers import predicted_first_token_s
+    from routeforge.artifacts.deciding.deployed_routers import predicted_first_token_s
 
     busy = {**inst(1e-4, waiting=2), "queued_prefill_tokens": 1000}
     # the 1,000 queued prefill tokens and the 1,000 - 3 × 100 uncached (the step in flight is not seen)
@@ -299,8 +299,8 @@ SCORER_WEIGHTS = {"weights": {"prefix": 4.0, "kv_free": 3.0, "queue": 0.9, "firs
 def test_linear_scorer_is_llm_d_ttft_without_weights_and_weighs_each_feature_it_is_given():
     """`linear_scorer`: with no weights, `llm_d_ttft`'s decision on every golden case; a weight on the
     prefill speed alone sends a request to the faster prefill; a weight naming no feature is refused."""
-    from routeforge.artifacts.deployed_routers import SCORER_FEATURES, scorer_features
-    from routeforge.artifacts.golden import _heuristic_cases
+    from routeforge.artifacts.deciding.deployed_routers import SCORER_FEATURES, scorer_features
+    from routeforge.artifacts.deciding.golden import _heuristic_cases
 
     cases = _heuristic_cases(4, 200, np.random.default_rng(3))
     plain, ttft = (HeuristicPolicy.from_spec(heuristic_spec(n, 4)) for n in ("linear_scorer", "llm_d_ttft"))
@@ -312,7 +312,7 @@ def test_linear_scorer_is_llm_d_ttft_without_weights_and_weighs_each_feature_it_
     assert set(features) == set(SCORER_FEATURES) and features["prefill_speed"] == [0.1, 1.0]
     only_speed = {"weights": {f: 0.0 for f in SCORER_FEATURES} | {"prefill_speed": 1.0}}
     assert _route("linear_scorer", request, insts, **only_speed) == 1
-    from routeforge.artifacts.deployed_routers import pick_among
+    from routeforge.artifacts.deciding.deployed_routers import pick_among
 
     tie = _route("linear_scorer", request, insts, **{"weights": {f: 0.0 for f in SCORER_FEATURES}})
     assert tie == pick_among({}, [0, 1])  # a tie: the seeded draw, as llm-d's picker
@@ -373,13 +373,13 @@ def test_the_typescript_runtime_knows_every_registered_heuristic():
 def test_the_typescript_runtime_makes_each_deployed_routers_decisions(name):
     """Issue 60, item 4: the TypeScript runtime (runtimes/typescript/src/deployed_routers.ts) makes the
     same choice as the Python one on 300 random requests in sequence, its own prefix index carried
-    across them, through the cases a bundle's golden vectors draw (`artifacts.golden`); and the same
+    across them, through the cases a bundle's golden vectors draw (`artifacts.deciding.golden`); and the same
     for the quality-within-SLO heuristic added beside them."""
     import shutil
     import subprocess
     from pathlib import Path
 
-    from routeforge.artifacts.golden import _heuristic_cases
+    from routeforge.artifacts.deciding.golden import _heuristic_cases
 
     runtime = Path(__file__).resolve().parents[3] / "runtimes" / "typescript" / "dist" / "heuristics.js"
     node = shutil.which("node")

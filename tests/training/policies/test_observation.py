@@ -1,12 +1,12 @@
 """Issue 70, item 1: every policy decides from the router-visible observation, built by one function
-(`routeforge.artifacts.observation.RouterView.observe`) from `/metrics` scrapes and the router's own
+(`routeforge.artifacts.deciding.observation.RouterView.observe`) from `/metrics` scrapes and the router's own
 sends, in the simulator and in the runtime's dispatcher; a policy that reads anything else fails."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from routeforge.artifacts.observation import OBSERVED, InstanceFacts, ObservationError, RouterView, Scrape
+from routeforge.artifacts.deciding.observation import OBSERVED, InstanceFacts, ObservationError, RouterView, Scrape
 from routeforge.training.policies.simulator.baselines import BASELINES, untrained_baselines
 from routeforge.training.policies.simulator.cluster import Cluster, Request
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -248,7 +248,7 @@ def test_a_learned_policys_observation_is_built_from_the_routers_side_and_never_
     """The workload-aware environment (the DDQN's) builds its observation with the runtime's function from
     the router's view: between scrapes it sees the router's own sends and the last scrape, not the
     instances, and every accessor the old observation read of an instance can raise without it noticing."""
-    from routeforge.artifacts.policy import observation_workload_aware, workload_aware_telemetry
+    from routeforge.artifacts.deciding.policy import observation_workload_aware, workload_aware_telemetry
     from routeforge.training.policies.simulator.instance import Instance
     from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 

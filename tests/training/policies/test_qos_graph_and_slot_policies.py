@@ -3,7 +3,7 @@ define them, smoke-training, ONNX export and the runtime observation builders.""
 
 import numpy as np
 import pytest
-from routeforge.artifacts.policy import RoutingPolicy
+from routeforge.artifacts.deciding.policy import RoutingPolicy
 from routeforge.training.policies.learned.ppo_queue_bias.training import PpoSettings, distribution_policy, train_ppo
 from routeforge.training.policies.learned.sac_qos.training import SacSettings, train_sac
 from routeforge.training.policies.rl.export import export_policy
@@ -221,8 +221,7 @@ def test_ppo_starts_from_the_best_fixed_split_and_keeps_its_best_rollout():
     """With `teacher: fixed_split` the split searched on training seeds is the one with the highest
     return of the grid, the actor's routing probabilities are fitted to it before PPO, and with
     `keep_best_round` the returned actor routes as the validation-best candidate did."""
-    from routeforge.training.policies.rl.rollout import validation_seeds
-    from routeforge.training.policies.rl.teacher import episode_return
+    from routeforge.training.policies.rl.rollout import episode_return, validation_seeds
 
     settings = PpoSettings(total_steps=192, n_steps=64, batch_size=32, n_epochs=2, teacher="fixed_split",
                            teacher_resolution=4, demo_episodes=2, pretrain_steps=300, keep_best_round=True)
@@ -269,7 +268,7 @@ def test_zero_biases_route_exactly_as_join_shortest_queue(engine):
 
 
 def test_ppo_over_queue_biases_starts_at_jsq_exports_and_dispatches(tmp_path):
-    from routeforge.artifacts.heuristics import queue_biases, shortest_queue
+    from routeforge.artifacts.deciding.heuristics import queue_biases, shortest_queue
     from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy
 
     settings = PpoSettings(total_steps=128, n_steps=64, batch_size=32, n_epochs=2, teacher="shortest_queue",
@@ -295,7 +294,7 @@ def test_paired_baseline_subtracts_the_teachers_reward_on_the_same_arrivals():
     """The teacher itself earns exactly zero every slot; any other policy earns its own return less
     the teacher's on the same seed; unseeded resets still bring new (reproducible) arrivals to both."""
     from routeforge.training.policies.rl.paired_baseline import PairedBaseline, teacher_rewards
-    from routeforge.training.policies.rl.teacher import episode_return
+    from routeforge.training.policies.rl.rollout import episode_return
 
     zeros = np.zeros(4, dtype=np.float32)
     paired = PairedBaseline(_biased_env(max_slots=16), _biased_env(max_slots=16), zeros)
@@ -324,8 +323,7 @@ def test_ppo_trains_on_the_paired_reward_and_is_judged_on_the_plain_return():
     info = train_ppo(lambda: _biased_env(max_slots=16, n=300), settings, log=lambda m: None)
     assert info.curve_return == "less the teacher's on the same arrivals" and len(info.curve) == 8
     # the clone routes as its teacher: its paired return would be 0, its validation score is the plain return
-    from routeforge.training.policies.rl.rollout import validation_seeds
-    from routeforge.training.policies.rl.teacher import episode_return
+    from routeforge.training.policies.rl.rollout import episode_return, validation_seeds
 
     assert info.pretrain["max_action_error"] < 0.25  # rounds to zero biases
     plain = np.mean([episode_return(_biased_env(max_slots=16, n=300), lambda _obs: np.zeros(4), s)

@@ -189,8 +189,7 @@ def test_sac_keep_best_round_returns_the_actor_that_delivered_the_best_validatio
     shaped reward), routing as `act` says (sampled here), and the actor returned delivers exactly
     the kept candidate's QoS when replayed on those seeds."""
     from routeforge.training.policies.learned.sac_qos.training import train_sac
-    from routeforge.training.policies.rl.rollout import sampled
-    from routeforge.training.policies.rl.teacher import episode_return
+    from routeforge.training.policies.rl.rollout import episode_return, sampled
 
     profiles, workload = _setting(n=60, rate=60.0)
     env = QosGraphEnv(profiles, [0, 1, 2], workload, 0.05, variant="han", pad=4)

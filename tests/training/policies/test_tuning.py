@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from routeforge.artifacts.heuristics import HeuristicPolicy
+from routeforge.artifacts.deciding.heuristics import HeuristicPolicy
 from routeforge.core.config import RoutingEvaluationSettings
 from routeforge.training.policies.evaluation import evaluate_routing
 from routeforge.training.policies.packaging import export_heuristics
@@ -48,7 +48,7 @@ def test_linear_scorer_weights_are_learned_by_cma_es_kept_only_if_they_win_on_va
     training episodes of its own; the starting weights (llm_d_ttft's) and each search's best are judged
     on the same validation episodes and the best there is kept; the evaluation runs and the bundle's
     spec carries the kept weights."""
-    from routeforge.artifacts.deployed_routers import SCORER_FEATURES
+    from routeforge.artifacts.deciding.deployed_routers import SCORER_FEATURES
 
     settings = RoutingEvaluationSettings(enabled=True, loads=[0.9], workloads=["poisson"], requests=60, seeds=1,
                                          queue_capacity=4, objective="goodput",

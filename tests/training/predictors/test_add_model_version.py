@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from routeforge.artifacts.router import text_key
+from routeforge.artifacts.deciding.router import text_key
 from routeforge.training.predictors.add_model import holdout_record
 from routeforge.training.predictors.add_model_version import (
     LabelFileError,

@@ -3,8 +3,8 @@
 
 import numpy as np
 import pytest
-from routeforge.artifacts.budget import TargetUnreachable, choose_setting, refit
-from routeforge.artifacts.router import RouterPrediction
+from routeforge.artifacts.deciding.budget import TargetUnreachable, choose_setting, refit
+from routeforge.artifacts.deciding.router import RouterPrediction
 from routeforge.training.predictors.budget_calibration import calibration_table
 
 MODELS = ["small", "medium", "large"]

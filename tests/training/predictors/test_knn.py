@@ -2,7 +2,7 @@ import faiss
 import numpy as np
 import pyarrow as pa
 import pytest
-from routeforge.artifacts.knn import KnnEstimator, KnnPrediction
+from routeforge.artifacts.deciding.knn import KnnEstimator, KnnPrediction
 from routeforge.core.config import KnnSettings
 from routeforge.core.pretrained import ENCODER_PACKAGE_REF
 from routeforge.core.schemas import routing_table_schema
@@ -119,7 +119,7 @@ def test_leave_one_task_out_routes_an_unseen_task_by_the_other_tasks_labels(tmp_
 
 
 def test_neighbours_tied_with_the_kth_share_its_places():
-    from routeforge.artifacts.knn import neighbour_shares
+    from routeforge.artifacts.deciding.knn import neighbour_shares
 
     # no tie: exactly the k nearest, each a whole place
     assert neighbour_shares(np.array([[0.9, 0.1, 0.5, 0.7]]), 2).tolist() == [[1.0, 0.0, 0.0, 1.0]]
@@ -135,7 +135,7 @@ def test_a_tied_group_votes_its_mean_whatever_the_index_order():
     picked by FAISS's internal order made an arbitrary vote. Now the whole tied group votes, and the
     prediction is the same for any order of the indexed rows, in the bundle's KNN (FAISS, with range
     search past the fetched results) and in the router's KNN member (NumPy)."""
-    from routeforge.artifacts.router import predict_member
+    from routeforge.artifacts.deciding.router import predict_member
 
     rng = np.random.default_rng(0)
     same = np.tile([[1.0, 0.0]], (40, 1))  # 40 identical embeddings
@@ -163,7 +163,7 @@ def test_a_wide_tie_is_voted_at_its_own_width_in_bounded_blocks(monkeypatch):
     """A query tied with 3,000 indexed prompts is voted over all of them, the other queries over
     their k, in blocks of queries: padding every query to the widest tie asked 24 GB at 10^6 prompts.
     The result is the same in one block or many, and the same as each query asked alone."""
-    import routeforge.artifacts.knn as knn_module
+    import routeforge.artifacts.deciding.knn as knn_module
 
     rng = np.random.default_rng(1)
     spread = rng.normal(size=(500, 8))

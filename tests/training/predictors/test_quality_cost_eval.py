@@ -1,7 +1,7 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from routeforge.artifacts.knn import KnnPrediction
+from routeforge.artifacts.deciding.knn import KnnPrediction
 from routeforge.core.schemas import routing_table_schema
 from routeforge.training.predictors.quality_cost_eval import auto_lambdas, evaluate_router, plot_quality_cost
 

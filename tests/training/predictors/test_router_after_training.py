@@ -11,7 +11,7 @@ import copy
 
 import numpy as np
 import pytest
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.deciding.router import Router
 from routeforge.training.predictors.add_model import add_model
 
 from tests.training.predictors.test_router_selection import ENCODER, MODELS, SETTINGS, synthetic
@@ -172,7 +172,7 @@ def test_one_source_flooding_thumbs_down_moves_the_best_models_share_within_the_
     Without sources (before the cap) the same flood took a fifth of its prompts away from the model."""
     import json
 
-    from routeforge.artifacts.router import MAX_SOURCE_WEIGHT
+    from routeforge.artifacts.deciding.router import MAX_SOURCE_WEIGHT
     from routeforge.core.storage import Quarantine
     from routeforge.training.predictors.outcomes import replay_outcomes
 
@@ -224,7 +224,7 @@ def test_many_sources_together_move_a_cell_no_further_than_the_total_cap(router_
     half of the gap (`MAX_CELL_WEIGHT` against the prior's 20)."""
     import json
 
-    from routeforge.artifacts.router import MAX_CELL_WEIGHT, MAX_SOURCE_WEIGHT
+    from routeforge.artifacts.deciding.router import MAX_CELL_WEIGHT, MAX_SOURCE_WEIGHT
     from routeforge.core.config.training import OutcomeSettings
     from routeforge.core.storage import Quarantine
     from routeforge.training.predictors.outcomes import replay_outcomes

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from routeforge.artifacts.router import Router
+from routeforge.artifacts.deciding.router import Router
 from routeforge.core.config import RouterSelectionSettings
 from routeforge.training.predictors.router_family import Candidate, fit_candidate, fit_predict, member_params
 from routeforge.training.predictors.router_report import fit_and_evaluate
@@ -61,7 +61,7 @@ def test_every_member_learns_the_structured_clusters(cand):
 
 @pytest.mark.parametrize("n_tasks", [4, 2, None])  # four tasks, two (scikit-learn's binary form), none: k-means
 def test_task_mixture_mixes_the_tasks_mean_labels_by_the_task_posterior(n_tasks):
-    from routeforge.artifacts.router import predict_member
+    from routeforge.artifacts.deciding.router import predict_member
     from sklearn.linear_model import LogisticRegression
 
     x, y, cluster = synthetic(800, 6, with_clusters=True)
@@ -212,7 +212,7 @@ def test_mlp_runtime_matches_the_torch_network():
     cand = Candidate("mlp", {"hidden": 16, "weight_decay": 0.0, "epochs": 3})
     weights = fit_candidate(cand, x, y, seed=3)
     torch.manual_seed(3)
-    from routeforge.artifacts.router import predict_member
+    from routeforge.artifacts.deciding.router import predict_member
 
     ours = predict_member("mlp", member_params(cand, weights), weights, x)
     h = torch.nn.functional.gelu(torch.tensor(x) @ torch.tensor(weights["w0"]) + torch.tensor(weights["b0"]),
@@ -227,8 +227,8 @@ def test_knn_member_votes_as_the_dense_tie_sharing_rule(k):
     weighing every key; what it predicts is `neighbour_weights`' dense rule to rounding, with ties
     at the k-th (duplicated keys, queries equal to keys), fewer keys than k, and a NaN query (the
     dense rule itself)."""
-    from routeforge.artifacts.knn import neighbour_weights
-    from routeforge.artifacts.router import predict_member
+    from routeforge.artifacts.deciding.knn import neighbour_weights
+    from routeforge.artifacts.deciding.router import predict_member
 
     rng = np.random.default_rng(k)
     keys = rng.normal(size=(300, 16)).astype(np.float32)
@@ -350,7 +350,7 @@ def test_isotonic_calibration_is_cross_fitted_and_served_as_knots(tmp_path):
 
 
 def test_known_prompts_are_routed_by_their_observed_scores(tmp_path):
-    from routeforge.artifacts.router import recall_weights
+    from routeforge.artifacts.deciding.router import recall_weights
 
     x, y = synthetic(300, 6)
     router = select_router(x, y, MODELS, SETTINGS, ENCODER, log=lambda _: None).router
@@ -372,7 +372,7 @@ def test_known_prompts_are_routed_by_their_observed_scores(tmp_path):
 def test_every_member_kind_has_a_fitter_and_a_runtime_rule():
     """A router member kind is one fitter (training) plus one prediction rule (runtime), no if-chains;
     one registration (`router_estimator`) refuses a fitter whose weights no runtime rule reads."""
-    from routeforge.artifacts.router import MEMBER_KINDS
+    from routeforge.artifacts.deciding.router import MEMBER_KINDS
     from routeforge.training.predictors.router_family import MEMBER_FITTERS, Candidate, fit_candidate, router_estimator
 
     assert set(MEMBER_FITTERS.names()) == set(MEMBER_KINDS.names()) == {"knn", "mlp", "mf", "dc", "task_mixture"}

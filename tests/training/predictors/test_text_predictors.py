@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from routeforge.artifacts.text_predictor import TextPredictor, compose
+from routeforge.artifacts.deciding.text_predictor import TextPredictor, compose
 from routeforge.training.predictors.buckets import BucketScheme, completion_time, equal_width
 from routeforge.training.predictors.packaging import package_predictor, parity_passes
 from routeforge.training.predictors.predictor_eval import classification_report

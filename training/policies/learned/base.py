@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.extensions import Registry
+from routeforge.artifacts.common.extensions import Registry
 from routeforge.core.kinds import learned_settings
 from routeforge.training.policies.rl.rollout import TrainerRun
 
@@ -59,7 +59,7 @@ class TrainedPolicy:
 
 class LearnedPolicy(ABC):
     """One learned policy. `output`: the exported graph's output (`q_values`, `logits` or `bias`: an
-    `artifacts.policy.ACTION_KINDS` entry, how the runtime acts on it)."""
+    `artifacts.deciding.policy.ACTION_KINDS` entry, how the runtime acts on it)."""
 
     name: str = ""
     output: str = "logits"
@@ -88,7 +88,7 @@ class LearnedPolicy(ABC):
         return "greedy"
 
     def export(self, trained: TrainedPolicy, folder: Path, evaluation, seed: int) -> dict[str, Any]:
-        """Write its ONNX graph and spec to `folder` (`artifacts.policy.RoutingPolicy` loads them) and
+        """Write its ONNX graph and spec to `folder` (`artifacts.deciding.policy.RoutingPolicy` loads them) and
         check ONNX Runtime against PyTorch on observations of an episode of the environment it was
         trained in (`seed`), the cluster filling as it goes. Returns the spec with that parity."""
         from routeforge.training.policies.rl.export import export_policy

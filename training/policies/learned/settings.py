@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field
-from routeforge.artifacts.heuristics import HEURISTICS
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.core.config.base import OneOf, _Strict
 
-# a heuristic registered as a teacher (`teaches=` where it is registered, artifacts.heuristics), its simulator
+# a heuristic registered as a teacher (`teaches=` where it is registered, artifacts.deciding.heuristics), its simulator
 # variant `route_balance_absolute`, or `auto`
 TeacherName = Annotated[str, OneOf(HEURISTICS, extra=("auto", "route_balance_absolute"), where="teaches")]
 

@@ -1,5 +1,5 @@
 """Export a trained policy network to ONNX with its observation and action specs, and check that
-ONNX Runtime and PyTorch pick the same actions (`artifacts/policy.py` is the runtime side)."""
+ONNX Runtime and PyTorch pick the same actions (`artifacts/deciding/policy.py` is the runtime side)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, 
     """Write `policy.onnx` + `policy.json`; returns the spec with the parity measured on `check_obs`.
     `act`: how the policy routes, "greedy" (argmax) or "sample" (from softmax(logits), as SAC trains)."""
     import torch
-    from routeforge.artifacts.policy import RoutingPolicy
+    from routeforge.artifacts.deciding.policy import RoutingPolicy
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -30,7 +30,7 @@ def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, 
     runtime = RoutingPolicy.load(folder)
     got = runtime.scores(check_obs)
     if output == "bias":  # the action is the rounded biases, all of them
-        from routeforge.artifacts.heuristics import queue_biases
+        from routeforge.artifacts.deciding.heuristics import queue_biases
 
         bounds = tuple(action_spec.get("bounds", (-10.0, 10.0)))
         agree = (queue_biases(got, bounds) == queue_biases(reference, bounds)).all(axis=1)

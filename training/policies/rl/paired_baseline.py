@@ -1,9 +1,9 @@
 """Training reward less what the teacher earns on the same arrivals (a paired baseline).
 
-Why: in 004's setting an episode's return is set mostly by its arrivals, not by the policy. Over
-training episodes of 128 slots it ranges from ~1,000 to ~19,000 with the phase of the switched
-process, while the best static lean away from shortest queue is worth ~0.1% of a return
-(docs/results.md). PPO started at shortest queue could not tell such a gain from that noise.
+Why: in 004's setting an episode's return is set mostly by its arrivals, not by the policy: it
+swings by an order of magnitude with the phase of the switched process, while the best static lean
+away from shortest queue is worth a tiny share of a return (docs/results.md). PPO started at
+shortest queue could not tell such a gain from that noise.
 
 Each episode, the teacher (one constant action, e.g. zero biases: shortest queue, or a heuristic
 acting on the copy's state, `heuristic_teacher`) is played on a second copy of the environment with

@@ -20,6 +20,19 @@ def run_episode(env, act: Callable[[np.ndarray], object], seed: int) -> list:
     return env.results()
 
 
+def episode_return(env, act: Callable[[np.ndarray], int], seed: int, objective: str | None = None) -> float:
+    """One episode's return with `act` (observation → action) in control, guidance off; with
+    `objective`, the episode's sum of `info[objective]` instead of the reward's."""
+    if hasattr(env, "set_episode"):
+        env.set_episode(10_000)  # 001's decaying guidance weight, decayed away
+    obs, _ = env.reset(seed=seed)
+    total, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        total, done = total + (reward if objective is None else info[objective]), terminated or truncated
+    return total
+
+
 def greedy(net) -> Callable[[np.ndarray], int]:
     """A network of Q values or action logits as a deterministic policy: its argmax."""
     import torch
@@ -160,8 +173,6 @@ class BestRound:
 
     def offer(self, net, log: Callable[[str], None], first_episode: int | None, steps: int) -> None:
         """Judge `net` as it is now (`first_episode` None: the pretrained weights)."""
-        from routeforge.training.policies.rl.teacher import episode_return
-
         score = float(np.mean([episode_return(self.judge, self.policy(net), s, self.metric) for s in self.seeds]))
         self.validation.append({"first_episode": first_episode, "steps": steps, "validation_score": score,
                                 "metric": self.metric or "return"})

@@ -24,17 +24,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from routeforge.training.policies.rl.rollout import episode_return, greedy
 from routeforge.training.policies.simulator.baselines import BASELINES
 
 
 def teachers(kind: str = "load") -> tuple[str, ...]:
     """The heuristics registered as teachers of `kind` (`teaches=` where each is registered,
-    `artifacts.heuristics`), simplest first (`teacher_order`), each followed by its simulator variants
+    `artifacts.deciding.heuristics`), simplest first (`teacher_order`), each followed by its simulator variants
     (`route_balance_absolute`: RouteBalance with unscaled quality estimates, 000's best heuristic).
     "load": every setting; "prefix": the deployed routers, which teach where instances cache prompt
     blocks (their prefix scorers have nothing to read elsewhere, and each candidate costs a clone and
     three episodes)."""
-    from routeforge.artifacts.heuristics import HEURISTICS
+    from routeforge.artifacts.deciding.heuristics import HEURISTICS
     from routeforge.training.policies.simulator.baselines import VARIANTS
 
     entries = sorted((e for e in HEURISTICS.entries() if e.metadata.get("teaches") == kind),
@@ -65,19 +66,6 @@ def teacher_action(env, policy) -> int:
     return env.action_for(choice)
 
 
-def episode_return(env, act: Callable[[np.ndarray], int], seed: int, objective: str | None = None) -> float:
-    """One episode's return with `act` (observation → action) in control, guidance off; with
-    `objective`, the episode's sum of `info[objective]` instead of the reward's."""
-    if hasattr(env, "set_episode"):
-        env.set_episode(10_000)  # 001's decaying guidance weight, decayed away
-    obs, _ = env.reset(seed=seed)
-    total, done = 0.0, False
-    while not done:
-        obs, reward, terminated, truncated, info = env.step(act(obs))
-        total, done = total + (reward if objective is None else info[objective]), terminated or truncated
-    return total
-
-
 def teacher_return(env, name: str, seed: int) -> float:
     """One episode's return with the teacher acting (guidance off)."""
     policy = BASELINES[name]()
@@ -103,7 +91,6 @@ def clone_return(env, name: str, student: Student, seeds: tuple[int, ...]) -> np
     with this teacher, which is the teacher's own return only where the observation shows what the
     teacher reads (RouteBalance reads context tokens that 001's observation does not carry)."""
     import torch
-    from routeforge.training.policies.rl.rollout import greedy
 
     with torch.random.fork_rng(devices=[]):  # the caller's generator state is left as it was
         torch.manual_seed(student.seed)

@@ -3,11 +3,11 @@ join-shortest-queue, least work left, earliest available, quality-only and Route
 quality–latency–cost assignment (002).
 
 Policies see only what a router could know, and from one place: the router's side of the cluster
-(`router_side.RouterSide`), whose observation (`routeforge.artifacts.observation`) is built from the
+(`router_side.RouterSide`), whose observation (`routeforge.artifacts.deciding.observation`) is built from the
 instances' `/metrics` scrapes and the router's own sends, with each request's *predicted* output
 length and quality (`Request.est_tokens` / `est_quality`, which fall back to the truth when a workload
 carries no predictions: the true-value ablation). Every heuristic here runs its registered decision
-function (`routeforge.artifacts.heuristics`) on that observation, so the simulator measures exactly
+function (`routeforge.artifacts.deciding.heuristics`) on that observation, so the simulator measures exactly
 what a bundle's spec runs; RouteBalance's batch assignment reads the same observation.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-from routeforge.artifacts import heuristics
+from routeforge.artifacts.deciding import heuristics
 from routeforge.core.kinds import SIMULATED_BASELINES
 from routeforge.training.policies.simulator.cluster import Request
 from routeforge.training.policies.simulator.router_side import RouterSide
@@ -70,7 +70,7 @@ class JoinShortestQueue(_PerRequest):
 @dataclass
 class RouteBalance:
     """002's joint assignment: for the batch of waiting requests, longest predicted first (LPT),
-    score every instance by w_q · quality − w_l · latency − w_c · cost (`routeforge.artifacts.heuristics.
+    score every instance by w_q · quality − w_l · latency − w_c · cost (`routeforge.artifacts.deciding.heuristics.
     joint_choice`), and dead-reckon the chosen instance's pending decode tokens locally before the
     next request. Latency is 002's analytic E2E at the instance's TPOT (`route_balance_latency`), all
     of it from the router's observation.
@@ -120,7 +120,7 @@ class RouteBalance:
 
 @dataclass
 class RegisteredHeuristic(_PerRequest):
-    """A heuristic of `routeforge.artifacts.heuristics.HEURISTICS` in the simulator: each decision hands
+    """A heuristic of `routeforge.artifacts.deciding.heuristics.HEURISTICS` in the simulator: each decision hands
     its registered function the router's observation (`RouterSide.observe`), so the simulator measures
     exactly the function a bundle's spec runs, on what a router service would see."""
 
@@ -194,7 +194,7 @@ def default_baselines() -> list[str]:
 # the simulator's variants of a registered heuristic, each with its base (exported as the base's spec with
 # the variant's parameters)
 VARIANTS = {"route_balance_absolute": "route_balance"}
-# the baselines a bundle can carry as heuristic specs (`routeforge.artifacts.heuristics`): every deterministic one
+# the baselines a bundle can carry as heuristic specs (`artifacts.deciding.heuristics`): every deterministic one
 EXPORTABLE = _Registered(lambda names: {**{n: n for n in names}, **VARIANTS})
 
 

@@ -6,7 +6,7 @@ instance index, `WAIT` (stay in the router queue; 001's wait action) or `DROP` (
 A request left in the router queue longer than `max_queue_s` is dropped with that reason.
 
 What the policy is handed is the router's side (`router_side.RouterSide`): the cluster keeps the
-router's view (`artifacts.observation.RouterView`) as a router would: each request routed is a send,
+router's view (`artifacts.deciding.observation.RouterView`) as a router would: each request routed is a send,
 each completion or rejection ends it, and each instance is scraped at a decision once its last scrape
 is `scrape_interval_s` old. Only a policy with `reads_simulator_state = True` (the clairvoyant
 references, the load calibration's closed loop) gets the cluster itself.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from routeforge.artifacts.observation import InstanceFacts, RouterView
+from routeforge.artifacts.deciding.observation import InstanceFacts, RouterView
 from routeforge.training.policies.simulator.instance import Instance, InstanceProfile, Job
 from routeforge.training.policies.simulator.router_side import RouterSide
 

@@ -38,7 +38,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from routeforge.artifacts.observation import Scrape
+from routeforge.artifacts.deciding.observation import Scrape
 from routeforge.training.policies.simulator.kv_pool import KvPool
 
 # the lowest value each fitted term of a tier may take in the simulator (s; s per token; s per step)
@@ -240,7 +240,7 @@ class Instance:
 
     def scrape(self, now: float) -> Scrape:
         """What this instance's `/metrics` says at `now`: all a router reads of it
-        (`routeforge.artifacts.observation`)."""
+        (`routeforge.artifacts.deciding.observation`)."""
         return Scrape(at=now, running=len(self.running), waiting=len(self.waiting),
                       kv_usage=min(1.0, self.kv_utilization()), prefix_queries=self.prefix_queries,
                       prefix_hits=self.prefix_hits)

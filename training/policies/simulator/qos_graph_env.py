@@ -5,8 +5,8 @@ QoS of a completed request (000 eq. 1): φ = s · 1[l ≤ L], s its true quality
 served it, l = (completion − arrival) / output tokens, L the per-token latency requirement. A
 dropped or rejected request has φ = 0.
 
-Observation (built by `artifacts.policy.observation_qos_graph`, the graph's node features flattened,
-from what a router sees: `artifacts.observation`'s scrapes and the router's own sends, so a request's
+Observation (built by `artifacts.deciding.policy.observation_qos_graph`, the graph's node features flattened,
+from what a router sees: `artifacts.deciding.observation`'s scrapes and the router's own sends, so a request's
 tokens generated are estimated from its age):
 - arrived request: prompt tokens, and per expert its predicted score ŝ and output length d̂;
 - expert: KV-cache utilization, running and waiting counts (/ K);
@@ -27,7 +27,7 @@ import dataclasses
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.policy import observation_qos_graph, qos_graph_telemetry
+from routeforge.artifacts.deciding.policy import observation_qos_graph, qos_graph_telemetry
 from routeforge.training.policies.simulator.cluster import DROP, Cluster, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -128,8 +128,8 @@ class QosGraphEnv(gym.Env):
         return at_risk
 
     def telemetry(self) -> tuple[dict, list[dict]]:
-        """(the arrived request, the experts) as `artifacts.policy.observation_qos_graph` takes them, from
-        the router's side of the cluster only (`artifacts.observation`), by the runtime's own function."""
+        """(the arrived request, the experts) as `artifacts.deciding.policy.observation_qos_graph` takes them, from
+        the router's side of the cluster only (`artifacts.deciding.observation`), by the runtime's own function."""
         s = self.stepper
         req, router = s.head(), s.cluster.router(s.t)
         if req is None:  # the episode is over: an empty arrival

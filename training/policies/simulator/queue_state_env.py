@@ -7,7 +7,7 @@ Why this and not 004's environment as it is: 004 observes every request's age on
 instances, which no vLLM server exposes, and its batch-size-1 instances are not the fleet's. Here
 the instances are the fleet's own continuous-batching ones (batch limit, buffer, KV cache, as the
 evaluation simulates them), the observation is the one `Dispatcher` builds from live `/metrics`
-(`routeforge.artifacts.policy.observation_queue_state`), and a request is late past its own SLO
+(`routeforge.artifacts.deciding.policy.observation_queue_state`), and a request is late past its own SLO
 (`slo_scale` × its E2E alone on the idle instance `slo_reference` names: the one that would serve it
 fastest, the same wherever it goes, or the one it went to; the evaluation's goodput). The
 reward keeps 004's shape, r = −late − α·rejected + β·Σ_i g_i·ν_i (ν_i: completions within their SLO
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.policy import observation_queue_state
+from routeforge.artifacts.deciding.policy import observation_queue_state
 from routeforge.training.policies.simulator.instance import InstanceProfile
 from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
 

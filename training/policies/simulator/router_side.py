@@ -1,5 +1,5 @@
 """What a routing policy under evaluation is handed in the simulator instead of the cluster: the router's
-own view (`routeforge.artifacts.observation.RouterView`: its in-flight sends and the instances' latest
+own view (`routeforge.artifacts.deciding.observation.RouterView`: its in-flight sends and the instances' latest
 `/metrics` scrapes) and the static facts it is configured with. Nothing in it reaches an `Instance`.
 
 Why a separate object: a policy handed the cluster can read state no deployed router has (each
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from routeforge.artifacts.observation import ObservedInstance, RouterView
+from routeforge.artifacts.deciding.observation import ObservedInstance, RouterView
 
 
 class RouterSide:

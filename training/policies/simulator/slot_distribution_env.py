@@ -3,7 +3,7 @@ the instances (a point on the simplex) and the arrivals of that slot are routed 
 
 Instances serve one request at a time, first come first served, with a buffer of `buffer` requests
 including the one in service (004 §3.1: batch size 1); a request routed to a full buffer is
-rejected. Observation per instance (004 §3.1.3, built by `artifacts.policy.observation_slot_distribution`): the
+rejected. Observation per instance (004 §3.1.3, built by `artifacts.deciding.policy.observation_slot_distribution`): the
 number of requests l one-hot over 0..buffer, the elapsed service time ω of the request in service,
 and the ages of the `pad` oldest requests, zero-padded; times are divided by the latency
 requirement L. Action: m real numbers, mapped to the simplex by softmax (so a Gaussian policy of
@@ -12,9 +12,9 @@ completions later than L, b the rejections, ν_i the completions within L at ins
 model's validation accuracy.
 
 `dispatch="biased_shortest_queue"` (not 004's; an option) gives the action another meaning: m
-biases (rounded to half requests, `routeforge.artifacts.heuristics.queue_biases`), and each arrival of the
+biases (rounded to half requests, `routeforge.artifacts.deciding.heuristics.queue_biases`), and each arrival of the
 slot goes to the instance with the fewest requests less its bias
-(`routeforge.artifacts.heuristics.biased_shortest_queue`). Why: a distribution per slot cannot balance the
+(`routeforge.artifacts.deciding.heuristics.biased_shortest_queue`). Why: a distribution per slot cannot balance the
 requests within a slot as join-shortest-queue does request by request, and in 004's setting
 shortest queue beats every distribution PPO found (docs/results.md). With biases the policy keeps
 that per-request balance and learns only how far to lean toward some instances, slot by slot
@@ -34,8 +34,8 @@ import math
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.heuristics import biased_shortest_queue, queue_biases
-from routeforge.artifacts.policy import observation_slot_distribution
+from routeforge.artifacts.deciding.heuristics import biased_shortest_queue, queue_biases
+from routeforge.artifacts.deciding.policy import observation_slot_distribution
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -95,7 +95,7 @@ class SlotDistributionEnv(gym.Env):
         if self.dispatch == "biased_shortest_queue":
             low, high = float(self.action_space.low[0]), float(self.action_space.high[0])
             return {"n": self.m, "kind": "queue_bias", "bounds": [low, high], "dispatch": "biased_shortest_queue",
-                    "rounding": "nearest half request (routeforge.artifacts.heuristics.queue_biases)",
+                    "rounding": "nearest half request (routeforge.artifacts.deciding.heuristics.queue_biases)",
                     "meaning": [f"bias of instance {i}: each request of the next slot goes to the instance with "
                                 "the fewest running + waiting requests minus its bias (first on ties)"
                                 for i in range(self.m)]}

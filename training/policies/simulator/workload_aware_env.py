@@ -2,7 +2,7 @@
 of m instances, or wait one decision interval (0.02 s).
 
 Observation (3 + 6·m; 27 for 4 instances), normalised as written in `observation_spec()`, built from
-what a router sees (`routeforge.artifacts.observation`: scrapes of `/metrics` and its own sends, so
+what a router sees (`routeforge.artifacts.deciding.observation`: scrapes of `/metrics` and its own sends, so
 its running requests' generated tokens are estimated from their age, and another client's requests
 are as long as the router's own on average) by the function the runtime's `Dispatcher` calls:
 - router queue length; the next request's prompt tokens and its predicted decode bucket;
@@ -50,7 +50,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.policy import observation_workload_aware, workload_aware_telemetry
+from routeforge.artifacts.deciding.policy import observation_workload_aware, workload_aware_telemetry
 from routeforge.training.policies.simulator.cluster import WAIT, Cluster, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile
@@ -214,9 +214,9 @@ class WorkloadAwareEnv(gym.Env):
         return self.guidance_scale * (self.alpha * r_p + (1 - self.alpha) * r_d)
 
     def telemetry(self) -> list[dict]:
-        """What the router sees of each instance (`artifacts.observation`: each instance's `/metrics`
+        """What the router sees of each instance (`artifacts.deciding.observation`: each instance's `/metrics`
         scrape, at most `scrape_interval_s` old, and the router's own sends), in the form
-        `artifacts.policy.observation_workload_aware` takes, built by the runtime's own function;
+        `artifacts.deciding.policy.observation_workload_aware` takes, built by the runtime's own function;
         `prefix_overlap` (from the router's own prefix index) and `predicted_quality` are of the request
         at the head of the queue. Nothing here reads an instance: what the policy learns from, a
         deployed router can have."""

@@ -1,5 +1,5 @@
 """004's PPO over a bias per instance for join-shortest-queue, observing what vLLM's /metrics show
-(paper 004): the one learned policy a live router can run (`artifacts.dispatch`)."""
+(paper 004): the one learned policy a live router can run (`artifacts.deciding.dispatch`)."""
 
 from __future__ import annotations
 

@@ -30,9 +30,9 @@ class SacSettings(FromTeacher):
     # behaviour-cloning term max(bc_floor, bc_weight · bc_decay^episode) pulls toward it (the DQN's
     # schedule, `teacher.pull_weight`)
     pretrain_steps: int = 1000
-    # actor-only cross-entropy updates before those joint ones: a HAN actor update costs ~20 ms, a
-    # joint one with the twin critics ~120 ms, and 1,000 joint updates left the HAN agreeing with
-    # JSQ in 43% of the demonstration states (docs/results.md)
+    # actor-only cross-entropy updates before those joint ones: an actor update costs a fraction of a
+    # joint one with the twin critics, and joint updates alone left the HAN far from its teacher
+    # (docs/results.md)
     clone_steps: int = Field(0, ge=0)
     bc_weight: float = 1.0  # the behaviour-cloning weight in the first RL episode
     bc_decay: float = 0.8  # factor on the behaviour-cloning weight per episode
