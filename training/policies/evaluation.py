@@ -224,27 +224,42 @@ class RoutingEvaluation:
         return {name: dict(t["parameters"]) for name, t in self.tuned.items()}
 
 
-def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
-                     out_dir: Path, log: Callable[[str], None] = print, quarantine: Quarantine | None = None,
-                     traffic: Traffic | None = None, limits: list[dict] | None = None) -> RoutingEvaluation:
-    """Train the learned policies, run every policy × workload × load × seed, write plots; returns
-    the rows of mean ± std per metric, the gate over every workload and per workload, the
-    recommendation table, plot paths, and the trained networks with the environment each was
-    trained in (for export). Trace rows that cannot be replayed go to `quarantine` (the caller writes it).
-    With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
-    "traffic", whatever `settings.workloads` lists. `limits`: per instance, the KV capacity and batch
-    limit the fleet file gives (`fleet_profiles`)."""
-    from routeforge.training.policies.rl.rollout import evaluation_seeds, run_episode
+@dataclass
+class _Fleet:
+    """What every step of one evaluation shares: the simulated instances, where requests come from, and
+    how an episode is scored."""
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens, limits)
-    slo = settings_slo(settings)
-    for note in clipped:
-        log(f"warning: {note}")
-    qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
+    profiles: list[InstanceProfile]
+    models: list[int]
+    pool: RequestPool
+    prices: np.ndarray
+    settings: Any
+    slo: Slo
+    qos_limit: float
+    times: np.ndarray | None = None  # the trace's arrival offsets, where one was read
+    traffic: Traffic | None = None
+    blocks: BlockTrace | None = None
+    block_tokens: int | None = None
+
+    def workload(self, kind: str, rate: float):
+        """seed → requests of workload `kind` at mean `rate` (`workload_factory`)."""
+        return workload_factory(kind, self.pool, rate, self.settings.requests, self.times, self.traffic, self.blocks)
+
+    def simulate(self, requests, policy) -> list[Outcome]:
+        # a block trace's prefixes are cached by every instance, the learned policies' environments' as
+        # the baselines' (`Setting.block_tokens`)
+        return Cluster(self.profiles, models=self.models, block_tokens=self.block_tokens,
+                       scrape_interval_s=self.settings.scrape_interval_s).run(requests, policy)
+
+    def score(self, outcomes: list[Outcome]) -> dict[str, float]:
+        return score(outcomes, self.prices, self.qos_limit, self.slo, self.profiles, self.models)
+
+
+def _request_sources(pool: RequestPool, settings, quarantine: Quarantine, log: Callable[[str], None]):
+    """(pool, trace arrival offsets, block trace, block tokens, trace prompt lengths): the trace read
+    where a workload replays it or the pool takes its lengths from it (a score table has none)."""
     trace = trace_source(settings.trace)
-    times, quarantine = None, quarantine if quarantine is not None else Quarantine("routing_evaluation")
-    blocks, block_tokens = None, None
+    times = blocks = block_tokens = trace_prompt = None
     use_trace_lengths = settings.lengths == "trace" or (settings.lengths == "auto" and not pool.has_lengths)
     reads_trace = bool(set(settings.workloads) & set(workloads_reading("trace")))
     if trace is not None and (reads_trace or use_trace_lengths):
@@ -265,11 +280,23 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 f"prompt mean {trace_prompt.mean():.0f}, output mean {trace_output.mean():.0f}")
     elif settings.lengths == "trace":
         raise ValueError("training.routing_evaluation.lengths: trace needs training.routing_evaluation.trace")
-    longest = max([float(pool.prompt_tokens.max())] + ([float(np.max(trace_prompt))] if times is not None else [])
+    return pool, times, blocks, block_tokens, trace_prompt
+
+
+def _extrapolated(fits: list[dict], pool: RequestPool, trace_prompt, traffic: Traffic | None,
+                  log: Callable[[str], None]) -> list[dict]:
+    """How far each instance's fit is used beyond the prompt lengths it was fitted on (said as warnings)."""
+    longest = max([float(pool.prompt_tokens.max())]
+                  + ([float(np.max(trace_prompt))] if trace_prompt is not None else [])
                   + ([float(np.max(traffic.prompt_tokens))] if traffic is not None and len(traffic) else []))
     stretched = extrapolation(fits, [f"instance {i}" for i in range(len(fits))], longest)
     for note in extrapolation_notes(stretched):
         log(f"warning: {note}")
+    return stretched
+
+
+def _policies_to_run(settings) -> list[str]:
+    """`settings.policies`, else the default baselines and learned policies; an unknown name is an error."""
     learned_names = LEARNED_POLICIES.names()
     wanted = settings.policies or [*default_baselines(), *(e.name for e in LEARNED_POLICIES.entries()
                                                           if e.metadata["default"])]
@@ -277,46 +304,36 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         if name not in BASELINES and name not in learned_names:
             raise ValueError(f"training.routing_evaluation.policies: unknown policy {name!r} "
                              f"(baselines {sorted(BASELINES)}, learned {learned_names})")
+    return wanted
+
+
+def _calibrate(fleet: _Fleet, workloads: list[str], families: list[str], seeds: list[int],
+               log: Callable[[str], None]) -> dict[str, LoadCalibration]:
+    """The rate each workload's arrivals sustain on the fleet (`training.policies.load`): Poisson's
+    first (the capacity), then every evaluated workload and every training family."""
+    pool, settings = fleet.pool, fleet.settings
     estimate = sum(p.capacity_rps(pool.prompt_tokens.mean(), pool.output_tokens[:, m].mean())
-                   for p, m in zip(profiles, models))
-    n = settings.requests
-    seeds = evaluation_seeds(settings.seed, settings.seeds)
-    # the fleet's own traffic is one more workload whenever it was read, listed or not
-    replayed = workloads_reading("traffic_logs") if traffic is not None else []
-    workloads = [*settings.workloads, *(kind for kind in replayed if kind not in settings.workloads)]
+                   for p, m in zip(fleet.profiles, fleet.models))
 
     def calibrate(kind: str) -> LoadCalibration:
-        """The rate this workload's arrivals sustain on the fleet (`training.policies.load`)."""
-        return calibrate_on(profiles, models, lambda rate, seed: workload_factory(kind, pool, rate, n, times,
-                                                                                  traffic, blocks)(seed),
-                            estimate, seeds, slo, settings.load_basis, block_tokens=block_tokens,
+        return calibrate_on(fleet.profiles, fleet.models, lambda rate, seed: fleet.workload(kind, rate)(seed),
+                            estimate, seeds, fleet.slo, settings.load_basis, block_tokens=fleet.block_tokens,
                             log=lambda line: log(f"{kind}: {line}"))
 
     calibrations = {kind: calibrate(kind) for kind in dict.fromkeys(["poisson", *workloads])}
-    capacity = calibrations["poisson"].rate_rps
-    # learned policies train over workload families (each episode one of them, by its seed), every one at
-    # train_load × its own sustainable rate; they are judged on the evaluation's seeds, windows they never saw
-    families = settings.train_workloads or ["poisson"]
     for kind in families:
         if kind not in calibrations:
             calibrations[kind] = calibrate(kind)
-    factories = [workload_factory(kind, pool, settings.train_load * calibrations[kind].rate_rps, n, times, traffic,
-                                  blocks) for kind in families]
+    return calibrations
 
-    def train_workload(seed: int):
-        return factories[seed % len(factories)](seed)
 
-    setting = Setting(profiles, models, qos_limit, pool.quality.mean(axis=0)[models], capacity, settings,
-                      block_tokens)
-
-    def simulate(requests, policy) -> list[Outcome]:
-        # a block trace's prefixes are cached by every instance, the learned policies' environments' as
-        # the baselines' (`Setting.block_tokens`)
-        return Cluster(profiles, models=models, block_tokens=block_tokens,
-                       scrape_interval_s=settings.scrape_interval_s).run(requests, policy)
+def _fit_heuristics(fleet: _Fleet, wanted: list[str], train_workload, log: Callable[[str], None]) -> dict[str, dict]:
+    """Each heuristic's parameters chosen on training windows: the `tune` grid, the `weight_search`
+    CMA-ES, or the heuristic's own trainer (`trained_by`, llm-d's latency model)."""
+    settings = fleet.settings
 
     def training_episode(policy, seed: int) -> dict[str, float]:
-        return score(simulate(train_workload(seed), policy), prices, qos_limit, slo, profiles, models)
+        return fleet.score(fleet.simulate(train_workload(seed), policy))
 
     tuned = tune_heuristics(settings, training_episode, log)
     tuned.update({name: search_weights(name, search, settings.objective, settings.seed, training_episode, log)
@@ -325,25 +342,33 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
         trainer = HEURISTICS.entry(name).metadata.get("trained_by")
         if trainer:  # a heuristic that learns its parameters (llm-d's latency model) on the training windows
             fit = getattr(importlib.import_module(trainer[0]), trainer[1])
-            seeds = search_seeds(settings.seed, 0, settings.tune_episodes)
-            tuned[name] = {"parameters": fit(lambda policy, s: simulate(train_workload(s), policy), seeds, log),
-                           "method": "trained", "training_episodes": len(seeds)}
+            fit_seeds = search_seeds(settings.seed, 0, settings.tune_episodes)
+            tuned[name] = {"parameters": fit(lambda policy, s: fleet.simulate(train_workload(s), policy), fit_seeds,
+                                             log),
+                           "method": "trained", "training_episodes": len(fit_seeds)}
+    return tuned
+
+
+def _evaluate_policies(fleet: _Fleet, setting: Setting, wanted: list[str], workloads: list[str],
+                       calibrations: dict[str, LoadCalibration], seeds: list[int], trained: dict[str, TrainedPolicy],
+                       tuned: dict[str, dict], log: Callable[[str], None]):
+    """(rows, traffic statistics): every policy × workload × load over the evaluation's `seeds`, one row
+    of mean ± std per metric (and the objective and served share per seed, which the gate pairs)."""
+    from routeforge.training.policies.rl.rollout import run_episode
+
+    settings = fleet.settings
 
     def baseline(name: str):
         """The simulator policy of baseline `name`: with its tuned parameters where `tune` chose some."""
         return tuned_baseline(name, tuned[name]["parameters"]) if name in tuned else BASELINES[name]()
 
-    trained: dict[str, TrainedPolicy] = {}
-    for name in (p for p in wanted if p in learned_names):
-        trained[name] = LEARNED_POLICIES.get(name).train(setting, train_workload, log)
-        log(f"{name}: trained in {trained[name].seconds:.0f} s")
     rows = []
     stats: dict[tuple[str, float], dict[str, float]] = {}  # each evaluated traffic's online statistics
     episodes = Counted(log, "routing evaluation", len(workloads) * len(settings.loads) * len(wanted) * len(seeds),
                        "episodes")
     for kind in workloads:
         for load in settings.loads:
-            workload = workload_factory(kind, pool, load * calibrations[kind].rate_rps, n, times, traffic, blocks)
+            workload = fleet.workload(kind, load * calibrations[kind].rate_rps)
             windows = [traffic_stats(workload(seed)) for seed in seeds]
             stats[(kind, load)] = {k: float(np.mean([w[k] for w in windows])) for k in windows[0]}
             for name in wanted:
@@ -354,8 +379,8 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                         act = policy.actor(trained[name].run.network, seed, settings)
                         outcomes = run_episode(policy.environment(setting, workload), act, seed)
                     else:
-                        outcomes = simulate(workload(seed), baseline(name))
-                    runs.append(score(outcomes, prices, qos_limit, slo, profiles, models))
+                        outcomes = fleet.simulate(workload(seed), baseline(name))
+                    runs.append(fleet.score(outcomes))
                     episodes.advance(detail=f"({kind} at {load:.0%} load, {name})")
                 row = {"policy": name, "workload": kind, "load": load}
                 for metric, (mean, std) in mean_std(runs, METRICS).items():
@@ -363,6 +388,13 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
                 for metric in dict.fromkeys([settings.objective, "served_share"]):  # the gate pairs seeds
                     row[f"{metric}_by_seed"] = [r.get(metric, float("nan")) for r in runs]
                 rows.append(row)
+    return rows, stats
+
+
+def _gates(rows: list[dict], stats, wanted: list[str], trained: dict[str, TrainedPolicy], workloads: list[str],
+           families: list[str], settings, log: Callable[[str], None]):
+    """(gate, gate per workload, recommendation table, its held-out transfer): the policy to deploy over
+    every workload, where traffic looks like each one, and per traffic by what a router counts online."""
     learned = [p for p in wanted if p in trained]
     heuristics = [p for p in wanted if p in EXPORTABLE]
     # one family: the other workloads are the unseen ones; several: every workload is judged on held-out windows
@@ -383,12 +415,62 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     if held_out["mean_gap"] is not None:
         log(f"recommendation by traffic, each workload left out: {settings.objective} within "
             f"{held_out['mean_gap']:.1%} of the best on average (worst {held_out['max_gap']:.1%})")
+    return gate, by_workload, recommendations, held_out
+
+
+def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], prices: np.ndarray, settings,
+                     out_dir: Path, log: Callable[[str], None] = print, quarantine: Quarantine | None = None,
+                     traffic: Traffic | None = None, limits: list[dict] | None = None) -> RoutingEvaluation:
+    """Train the learned policies, run every policy × workload × load × seed, write plots; returns
+    the rows of mean ± std per metric, the gate over every workload and per workload, the
+    recommendation table, plot paths, and the trained networks with the environment each was
+    trained in (for export). Trace rows that cannot be replayed go to `quarantine` (the caller writes it).
+    With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
+    "traffic", whatever `settings.workloads` lists. `limits`: per instance, the KV capacity and batch
+    limit the fleet file gives (`fleet_profiles`)."""
+    from routeforge.training.policies.rl.rollout import evaluation_seeds
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens, limits)
+    slo = settings_slo(settings)
+    for note in clipped:
+        log(f"warning: {note}")
+    qos_limit = settings.qos_latency_per_token_s or 3.0 * float(np.median([p.nominal_tpot() for p in profiles]))
+    quarantine = quarantine if quarantine is not None else Quarantine("routing_evaluation")
+    pool, times, blocks, block_tokens, trace_prompt = _request_sources(pool, settings, quarantine, log)
+    stretched = _extrapolated(fits, pool, trace_prompt, traffic, log)
+    wanted = _policies_to_run(settings)
+    fleet = _Fleet(profiles, models, pool, prices, settings, slo, qos_limit, times, traffic, blocks, block_tokens)
+    seeds = evaluation_seeds(settings.seed, settings.seeds)
+    # the fleet's own traffic is one more workload whenever it was read, listed or not
+    replayed = workloads_reading("traffic_logs") if traffic is not None else []
+    workloads = [*settings.workloads, *(kind for kind in replayed if kind not in settings.workloads)]
+    # learned policies train over workload families (each episode one of them, by its seed), every one at
+    # train_load × its own sustainable rate; they are judged on the evaluation's seeds, windows they never saw
+    families = settings.train_workloads or ["poisson"]
+    calibrations = _calibrate(fleet, workloads, families, seeds, log)
+    capacity = calibrations["poisson"].rate_rps
+    factories = [fleet.workload(kind, settings.train_load * calibrations[kind].rate_rps) for kind in families]
+
+    def train_workload(seed: int):
+        return factories[seed % len(factories)](seed)
+
+    setting = Setting(profiles, models, qos_limit, pool.quality.mean(axis=0)[models], capacity, settings,
+                      block_tokens)
+    tuned = _fit_heuristics(fleet, wanted, train_workload, log)
+    trained: dict[str, TrainedPolicy] = {}
+    for name in (p for p in wanted if p in LEARNED_POLICIES.names()):
+        trained[name] = LEARNED_POLICIES.get(name).train(setting, train_workload, log)
+        log(f"{name}: trained in {trained[name].seconds:.0f} s")
+    rows, stats = _evaluate_policies(fleet, setting, wanted, workloads, calibrations, seeds, trained, tuned, log)
+    gate, by_workload, recommendations, held_out = _gates(rows, stats, wanted, trained, workloads, families,
+                                                          settings, log)
     evaluation = RoutingEvaluation(
         rows=rows, gate=gate, gate_by_workload=by_workload, recommendations=recommendations, transfer=held_out,
         trained=trained, tuned=tuned, capacity_rps=capacity, load_calibration=calibrations, train_workloads=families,
         train_load=settings.train_load,
         slo=slo.describe(),
-        clipped_fits=clipped, qos_latency_per_token_s=qos_limit, seeds=seeds, requests=n,
+        clipped_fits=clipped, qos_latency_per_token_s=qos_limit, seeds=seeds, requests=settings.requests,
         trace_quarantined=len(quarantine), traffic_requests=len(traffic) if traffic is not None else None,
         extrapolation=stretched)
     evaluation.plots = [str(p) for p in plot_evaluation(evaluation, out_dir)]

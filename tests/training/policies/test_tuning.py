@@ -79,3 +79,20 @@ def test_weight_search_names_an_evaluated_policy_and_not_one_tune_also_sets():
         RoutingEvaluationSettings(tune={"linear_scorer": {"seed": [1]}}, weight_search={"linear_scorer": {}})
     with pytest.raises(ValidationError, match="weight_search.llm_d"):
         RoutingEvaluationSettings(weight_search={"llm_d": {}})
+
+
+def test_a_heuristic_trained_on_training_windows_leaves_the_evaluation_on_its_own_seeds(tmp_path):
+    """llm-d's predicted-latency scorer learns its model on the weight search's training windows; the
+    evaluation still judges every policy on its held-out seeds (their count and values), not on those."""
+    from routeforge.training.policies.rl.rollout import evaluation_seeds
+    from routeforge.training.policies.weight_search import search_seeds
+
+    settings = RoutingEvaluationSettings(enabled=True, loads=[0.8], workloads=["poisson"], requests=40, seeds=2,
+                                         queue_capacity=4, tune_episodes=3,
+                                         policies=["join_shortest_queue", "llm_d_predicted_latency"])
+    evaluation = evaluate_routing(_pool(), FITS, [0, 1], np.array([[0.1, 0.2], [1.0, 2.0]]), settings, tmp_path,
+                                  log=lambda _: None)
+    assert evaluation.seeds == evaluation_seeds(settings.seed, 2)
+    assert not set(evaluation.seeds) & set(search_seeds(settings.seed, 0, 3))
+    assert evaluation.tuned["llm_d_predicted_latency"]["training_episodes"] == 3
+    assert all(len(r["goodput_by_seed"]) == 2 for r in evaluation.rows)
