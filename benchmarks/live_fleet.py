@@ -7,7 +7,7 @@ requests run in the simulator calibrated from those servers, side by side.
 1. The servers (`.venv-vllm`, prefix caching on, each pinned to a core of its own; the gateway and the
    load generator share both cores with them, unpinned): two Llamas of random weights, `fast` (4 layers)
    and `slow` (8 layers, half the step token budget and KV space), standing in for two tiers of one
-   model. Both are profiled through their own API (static batches, `server_replay.static_batches`, to
+   model. Both are profiled through their own API (static batches, `server_requests.static_batches`, to
    the traffic's prompt lengths), fitted as every tier is (`profiling.batch_fits.fit_tier`) and become
    the simulated instances (their sequence limit, KV tokens and step budget).
 2. Saturation, measured live: a window offered all at once through the gateway (round-robin), its

@@ -80,7 +80,7 @@ def trace_requests(n: int, start: int, rate: float, shared: bool = False, max_bl
 
 def profile_server(url: str, model: str, vocab: int, max_num_seqs: int, log, kv_tokens: int,
                    max_prompt: int, step_tokens: int | None = None) -> tuple[dict, list]:
-    """Static batches through the server (`server_replay.static_batches`), fitted like a tier's
+    """Static batches through the server (`server_requests.static_batches`), fitted like a tier's
     batch profile; each batch's prompts and outputs within the KV cache, its prompts within `max_prompt`."""
     from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
     from routeforge.profiling.server_requests import static_batches

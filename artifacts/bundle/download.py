@@ -79,7 +79,7 @@ def with_shared_components(inner: Path, in_place: bool = True, public_key=None,
     completed, when `in_place` (a download of our own), else a folder assembled in the cache (a
     model folder that may be the registry's store). A version that holds all its files is returned
     as it is. With `public_key`, the manifest's signature is checked on the bytes read before any
-    component is fetched or linked (`loader.verified_manifest`); without, its paths are still
+    component is fetched or linked (`verification.verified_manifest`); without, its paths are still
     confined first and the caller's `load_bundle` checks the signature of the result."""
     refs = shared_components.read_refs(inner.parent)
     if not refs:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # 1.1 added `provenance`. A loader reads its own major version up to its own minor: a newer minor
-# may carry signed claims it cannot honour, so it refuses it naming the version (`loader.parse_manifest`);
+# may carry signed claims it cannot honour, so it refuses it naming the version (`verification.parse_manifest`);
 # a 1.0-only loader refuses a 1.1 manifest at the schema, naming the field it does not know
 MANIFEST_SCHEMA_VERSION = "1.1"
 MANIFEST_FILE = "manifest.json"

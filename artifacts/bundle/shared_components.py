@@ -172,7 +172,7 @@ def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None, manifest: Man
     them, else downloaded from the store (checked against the manifest, then cached). Returns the
     names of the components that were downloaded. Raises naming the component whose files the store
     lacks or that do not match the manifest. `manifest`: the bundle's, already verified by the caller
-    (`loader.verified_manifest`: its signature checked on the bytes read); else it is read here. Either
+    (`verification.verified_manifest`: its signature checked on the bytes read); else it is read here. Either
     way every path it names is checked to stay inside the bundle before any file is linked."""
     from routeforge.artifacts.bundle.registry import download_artifacts, location_problem
     from routeforge.artifacts.bundle.verification import read_manifest

@@ -2,7 +2,7 @@
 for each (batch size, prompt length) of the fleet's `profiling.batch` grid, that many requests of
 that many unique prompt tokens (token ids, each batch's its own) sent together, forced to the grid's
 longest output; the batch's prefill is its last first token, its decode step the median gap between
-tokens over the streams' last halves (`training.policies.simulator.server_replay.static_batches`).
+tokens over the streams' last halves (`profiling.server_requests.static_batches`).
 Fitted like the `batch` kind's measurements (`profiling.batch_fits.fit_tier`), so the simulated
 instance and the latency heads are the server's as its clients see it, engine, batching and
 transport included: what `benchmarks/live_fleet.py` and the simulator's check against vLLM calibrate
