@@ -37,8 +37,8 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from routeforge.artifacts.deciding.dispatch import Decision, Dispatcher
 from routeforge.artifacts.common.openai_stream import chunk_text, is_token_chunk
+from routeforge.artifacts.deciding.dispatch import Decision, Dispatcher
 from routeforge.artifacts.operating.traffic_prompts import LogLineError, outcome_of
 from routeforge.gateway.backends import Backend, BackendPool
 from routeforge.gateway.decision_log import DecisionLog

@@ -9,6 +9,7 @@ from typing import get_args
 
 from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.artifacts.deciding.policy import ACTION_KINDS
+from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS
 from routeforge.artifacts.deciding.router import MEMBER_KINDS
 from routeforge.core.kinds import DATASET_KINDS, ENGINES, METRICS, PROFILE_KINDS, READERS, SOURCE_KINDS, WORKLOADS
 
@@ -19,7 +20,8 @@ PACKAGES = ("artifacts", "assets", "core", "generation", "pipelines", "profiling
 # (a dataset's, a tier profile's, …): a comparison of any `kind` with any of their names is a branch
 KIND_FIELDS = {"engine": ENGINES, "metric": METRICS, "reader": READERS, "heuristic": HEURISTICS,
                "workloads": WORKLOADS, "workload": WORKLOADS, "arrival": WORKLOADS,
-               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names(), *ACTION_KINDS.names(), *SOURCE_KINDS.names(), *WORKLOADS.names()}}
+               "kind": {*DATASET_KINDS.names(), *PROFILE_KINDS.names(), *ACTION_KINDS.names(), *SOURCE_KINDS.names(), *WORKLOADS.names(),
+                        *POLICY_INPUTS.names()}}
 # mappings keyed by registered names that are not lists of kinds, with why
 ALLOWED_MAPPINGS = {
     # the simulator's own classes for the built-in heuristics: faster than the runtime functions, and held
@@ -66,7 +68,8 @@ def test_no_code_branches_on_a_registered_kinds_name():
 
 
 def test_no_hand_kept_mapping_of_registered_kinds():
-    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS, ACTION_KINDS, SOURCE_KINDS, WORKLOADS]
+    registries = [ENGINES, METRICS, READERS, HEURISTICS, DATASET_KINDS, MEMBER_KINDS, PROFILE_KINDS, ACTION_KINDS, SOURCE_KINDS, WORKLOADS,
+                  POLICY_INPUTS]
     found = []
     for path, tree in _sources():
         for node in ast.walk(tree):

@@ -241,7 +241,7 @@ class RouterBundle:
     def routing_policy(self, name: str | None = None):
         """A routing policy by name (e.g. `policy--sac_qos_han`), or without a name the recommended
         one. A learned policy is an `artifacts.deciding.policy.RoutingPolicy` (`act(observation)`, with the
-        observation built by its `artifacts.deciding.policy.observation_*` function); a heuristic is an
+        observation built by its kind in `artifacts.deciding.policy_inputs`); a heuristic is an
         `artifacts.deciding.heuristics.HeuristicPolicy` (`route(request, instances)` on router telemetry)."""
         if name is None:
             name = self.recommended_policy

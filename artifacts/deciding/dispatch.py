@@ -10,9 +10,10 @@ What it combines:
 - each instance's tier fit (the prefill/decode step model the simulator and the latency heads were
   trained from, recorded in the bundle's `routing_simulator`): predicted TTFT and E2E under the
   instance's live load;
-- the bundle's recommended routing policy, which picks the instance: a heuristic spec, or the learned
-  `ppo_queue_bias` (its ONNX network turns the live counts and the arrival rate into a bias per
-  instance for join-shortest-queue, `artifacts.deciding.policy.observation_queue_state`).
+- the bundle's recommended routing policy, which picks the instance: a heuristic spec, or a learned
+  (ONNX) policy whose observation a router can build (`artifacts.deciding.policy_inputs`: the queue
+  counts of `ppo_queue_bias`, 000's QoS graph, 001's workload-aware view, or a kind an extension
+  registers).
 
 Why the step model and not the latency heads' trees: a decision must cost ≤ 2 ms on one core for a
 dozen instances; the trees are per tier and want per-request features that `/metrics` does not
@@ -22,14 +23,14 @@ each instance's latest `/metrics` scrape (requests running and waiting, the KV c
 dispatcher's own record of what it sent where (each request's prompt tokens, predicted output tokens
 and send time), which `finished(request_id)` ends; a caller that never reports completions is healed
 by the counts (sends older than a scrape beyond what it counts are forgotten).
-The learned (ONNX) policies of 000 (`sac_qos_*`) and 001 (`ddqn_workload_guided`) run here from the
-same router-visible observation, built by the function their training environment used
-(`artifacts.deciding.policy.qos_graph_telemetry`, `workload_aware_telemetry`) over the dispatcher's view; as it
-decides each request when it comes, their drop and wait actions are set aside (the best-scored
-instance is taken). 004's observation (single-server request ages) it does not build: where that
-policy is recommended, the dispatcher says so and takes the best heuristic the bundle carries, or
-`policy=` names one. The arrival rate a queue-state policy observes is counted from the dispatcher's
-own decisions over the policy's slot (or passed to `decide`).
+A learned policy runs here from the same router-visible observation, built by its observation's kind
+(`artifacts.deciding.policy_inputs`, looked up by the exported spec: the function its training
+environment called) over the dispatcher's view; as it decides each request when it comes, a drop or
+wait action is set aside (the best-scored instance is taken). 004's observation (single-server
+request ages) a router cannot build: where that policy is recommended, the dispatcher says so and
+takes the best heuristic the bundle carries, or `policy=` names one. The arrival rate a queue-state
+policy observes is counted from the dispatcher's own decisions over the policy's slot (or passed to
+`decide`).
 
 The deployed routers (`artifacts.deciding.deployed_routers`: llm-d, Dynamo, SGLang) run here as they run
 without KV events: from `/metrics` (KV usage, queue lengths) and the dispatcher's own approximate
@@ -44,7 +45,6 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,15 +52,14 @@ from typing import Any
 import numpy as np
 from routeforge.artifacts.deciding.heuristics import HEURISTICS, HeuristicPolicy, heuristic_spec
 from routeforge.artifacts.deciding.observation import InstanceFacts, RouterView, Scrape
-from routeforge.artifacts.deciding.policy import (
-    RoutingPolicy,
-    observation_qos_graph,
-    observation_queue_state,
-    observation_workload_aware,
-    qos_graph_telemetry,
-    workload_aware_telemetry,
+from routeforge.artifacts.deciding.policy import RoutingPolicy
+from routeforge.artifacts.deciding.policy_inputs.base import (
+    DecisionContext,
+    FleetFacts,
+    PolicyInput,
+    input_kind,
+    live_input,
 )
-from routeforge.artifacts.deciding.prefix_index import PrefixIndex
 
 # vLLM's gauge names (V1, then V0 spellings)
 RUNNING = ("vllm:num_requests_running",)
@@ -117,19 +116,6 @@ def parse_gauges(text: str, names: Sequence[str]) -> dict[str, float]:
             value = float(match.group(3))
             out[match.group(1)] = out.get(match.group(1), 0.0) + value
     return out
-
-
-def live_observation(spec: dict[str, Any]) -> str | None:
-    """Which observation a learned policy's spec names, where the dispatcher builds it from the router's
-    view: `queue_state` (the counts), `qos_graph` (000), `workload_aware` (001); None for 004's, whose
-    single-server request ages it does not keep."""
-    if spec.get("variant") == "queue_state":
-        return "queue_state"
-    if "experts" in spec:
-        return "qos_graph"
-    if spec.get("variant") in ("baseline", "aware", "guided") and "per_instance" in spec:
-        return "workload_aware"
-    return None
 
 
 @dataclass(frozen=True)
@@ -218,13 +204,14 @@ class Dispatcher:
         self.price_out = np.array([prices.get(m, (0.0, 0.0))[1] for m in self.models]) / 1e6
         self.notes: tuple[str, ...] = ()
         self.policy_name, self.policy = self._policy(policy, (sim.get("gate") or {}).get("best_heuristic"))
-        self._recent: deque[float] = deque()  # decision times within the last slot (a queue-state policy's rate)
         # the router's own record of what it sent where, and the scrapes: the observation every heuristic reads
         self.view = RouterView([InstanceFacts(self.max_running, float(c), float(k), float(w), float(h), float(kv))
                                 for c, k, w, h, kv in zip(self.prefill_c, self.prefill_k, self.decode_w,
                                                           self.decode_h, self.kv_tokens)])
         self._next_id = 0
-        self._prefix: PrefixIndex | None = None  # a learned policy's that observes prefix overlap
+        # a learned policy's observation, built as its training environment built it (None: a heuristic)
+        self._input: PolicyInput | None = (live_input(self.policy.spec["observation"], self._fleet_facts())
+                                           if isinstance(self.policy, RoutingPolicy) else None)
         self._counter = None  # `count_tokens`'s tokenizer, made on first use
 
     def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy | RoutingPolicy]:
@@ -243,19 +230,21 @@ class Dispatcher:
                            f"(it carries {sorted(carried)})")
         if chosen is not None and carried[chosen].config.get("policy_kind") != "heuristic":
             policy = self.bundle.routing_policy(chosen)
-            if isinstance(policy, RoutingPolicy) and live_observation(policy.spec["observation"]) is not None:
+            if isinstance(policy, RoutingPolicy) and live_input(policy.spec["observation"],
+                                                                 self._fleet_facts()) is not None:
                 return chosen.removeprefix("policy--"), policy  # built from the router's view: runnable here
         if chosen is None or carried[chosen].config.get("policy_kind") != "heuristic":
             heuristics = [n for n, c in carried.items() if c.config.get("policy_kind") == "heuristic"]
             if not heuristics:
                 raise ValueError(f"bundle {self.bundle.manifest.name} carries no heuristic routing policy to "
                                  "dispatch with")
+            kind = input_kind(self.bundle.routing_policy(chosen).spec["observation"]) if chosen is not None else None
             if name is not None:
-                raise ValueError(f"{chosen} is a learned policy whose observation (004's single-server ages) the "
-                                 f"dispatcher does not build; name a heuristic ({', '.join(heuristics)})")
+                raise ValueError(f"{chosen} is a learned policy whose observation ({kind}) a router cannot build; "
+                                 f"name a heuristic ({', '.join(heuristics)})")
             fallback = f"policy--{best_heuristic}" if f"policy--{best_heuristic}" in heuristics else heuristics[0]
-            self.notes = (f"the recommended {chosen} is learned with an observation (004's single-server ages) "
-                          f"the dispatcher does not build; dispatching with {fallback}",)
+            self.notes = (f"the recommended {chosen} is learned with an observation ({kind}) a router cannot "
+                          f"build; dispatching with {fallback}",)
             chosen = fallback
         return chosen.removeprefix("policy--"), self.bundle.routing_policy(chosen)
 
@@ -286,46 +275,8 @@ class Dispatcher:
         done, which a proxying router sees and the observation uses."""
         self.view.first_token(request_id, time.monotonic() if at is None else float(at))
 
-    def _queue_state_choice(self, states: Sequence[LiveState], arrivals_per_s: float | None) -> int:
-        """A queue-state policy's pick: its biases from the live counts and the arrival rate (counted
-        over the policy's slot from this dispatcher's own decisions unless given), then
-        join-shortest-queue less the biases."""
-        spec = self.policy.spec["observation"]
-        if arrivals_per_s is None:
-            now = time.monotonic()
-            self._recent.append(now)
-            while self._recent and self._recent[0] < now - spec["slot_s"]:
-                self._recent.popleft()
-            arrivals_per_s = len(self._recent) / spec["slot_s"]
-        live = [{"running": s.running, "waiting": s.waiting, "kv_usage": s.kv_usage} for s in states]
-        biases = self.policy.act(observation_queue_state(live, arrivals_per_s, spec))
-        return self.policy.dispatch(biases, [s.running + s.waiting for s in states])
-
-    def _learned_choice(self, states: Sequence[LiveState], request: dict[str, Any], tokens: np.ndarray,
-                        arrivals_per_s: float | None, now: float) -> int:
-        """A learned policy's pick, from the observation its training environment built by the same
-        function (`artifacts.deciding.policy`'s `*_telemetry`) over the router's view. The dispatcher decides
-        each request as it comes, so a policy's wait (001) or drop (000) action is set aside: the
-        instance with the highest score among the instances is taken."""
-        spec, kind = self.policy.spec["observation"], live_observation(self.policy.spec["observation"])
-        if kind == "queue_state":
-            return self._queue_state_choice(states, arrivals_per_s)
-        observed = self.view.observe(now)
-        if kind == "qos_graph":
-            arrived, experts = qos_graph_telemetry(observed, request, now, spec["pad"])
-            scores = self.policy.scores(observation_qos_graph(arrived, experts, spec))[0][1:]  # 0: drop
-        else:
-            overlaps = None
-            if "prefix_overlap" in spec["per_instance"] and request.get("hash_ids"):
-                if self._prefix is None:  # what this dispatcher sent where, within each instance's KV space
-                    self._prefix = PrefixIndex([max(1, int(kv) // request["block_tokens"]) for kv in self.kv_tokens])
-                ids = request["hash_ids"]
-                overlaps = [blocks / len(ids) for blocks in self._prefix.overlaps(ids)]
-            telemetry = workload_aware_telemetry(observed, request["predicted_quality"], overlaps)
-            predicted = float(np.mean(tokens[self._served_models]))
-            observation = observation_workload_aware(0, request["prompt_tokens"], predicted, telemetry, spec)
-            scores = self.policy.scores(observation)[0][:len(self.instances)]  # the last: wait
-        return int(np.argmax(scores))
+    def _fleet_facts(self) -> FleetFacts:
+        return FleetFacts(tuple(float(kv) for kv in self.kv_tokens), tuple(self._served_models))
 
     def decide(self, states: Sequence[LiveState], prompt_tokens: int, quality: Sequence[float],
                output_tokens: Sequence[float], arrivals_per_s: float | None = None,
@@ -368,10 +319,11 @@ class Dispatcher:
             if s.at is None or seen is None or seen.at != at:  # a scrape taken again would reset what left since
                 self.view.scraped(i, Scrape(at=at, running=s.running, waiting=s.waiting, kv_usage=min(1.0, s.kv_usage),
                                             prefix_queries=s.prefix_queries, prefix_hits=s.prefix_hits))
-        if isinstance(self.policy, RoutingPolicy):
-            choice = self._learned_choice(states, request, tokens, arrivals_per_s, now)
-            if self._prefix is not None and hash_ids:
-                self._prefix.record(choice, list(hash_ids))
+        context = None
+        if self._input is not None:
+            # a learned policy: its own observation's pick; a wait (001) or drop (000) action is set aside
+            context = DecisionContext(states, request, self.view, now, tokens, arrivals_per_s)
+            choice = self._input.choose(self.policy, context)
         else:
             choice = int(self.policy.route(request, self.view.observe(now)))
         ttft, e2e = self.predict_latency(states, prompt_tokens, per_instance_tokens)
@@ -385,6 +337,8 @@ class Dispatcher:
                 notes = (*notes, f"{self.policy_name} chose instance {choice}, not among {allowed}: took {taken}, "
                                  "the least predicted TTFT of them")
                 choice = taken
+        if context is not None:
+            self._input.sent(choice, context)
         request_id, self._next_id = self._next_id, self._next_id + 1
         self.view.sent(choice, request_id, prompt_tokens, float(per_instance_tokens[choice]), now,
                        predicted_quality=float(request["predicted_quality"][choice]))

@@ -1,7 +1,9 @@
 """A learned routing policy is one folder (issue 63): `tests/extensions/toy_learned_policy/`, named by
 $ROUTEFORGE_EXTENSIONS and touching nothing else, is validated in the fleet file by its name and its
 settings (with "did you mean" for a misspelt one), listed by the schema, trained and evaluated by the
-routing evaluation beside a heuristic, exported to ONNX, and loaded and acted on by the runtime."""
+routing evaluation beside a heuristic, exported to ONNX, and loaded and acted on by the runtime; its own
+observation (`toy_load`, registered from its folder) is built by the runtime's `Dispatcher` from live
+states and by `policies evaluate`'s replay of a bundle carrying it."""
 
 import numpy as np
 import pytest
@@ -64,7 +66,7 @@ def test_it_is_trained_evaluated_exported_and_run_by_the_runtime(toy_policy, tmp
 
     policy = LEARNED_POLICIES.get("toy_clone")
     spec = policy.export(evaluation.trained["toy_clone"], tmp_path / "policy", settings, seed=7)
-    assert spec["output"] == "logits" and spec["observation"]["variant"] == "aware"
+    assert spec["output"] == "logits" and spec["observation"]["kind"] == "toy_load"
     loaded = RoutingPolicy.load(tmp_path / "policy")  # the runtime, as a router service loads it
     env = evaluation.trained["toy_clone"].env
     obs, _ = env.reset(seed=3)
@@ -78,3 +80,39 @@ def test_it_is_trained_evaluated_exported_and_run_by_the_runtime(toy_policy, tmp
             break
     setting = Setting(env.profiles, [0, 1], 1.0, np.ones(2), 1.0, settings)
     assert policy.settings(setting.evaluation).teacher == "join_shortest_queue"
+    _dispatched_and_replayed(tmp_path, net)
+
+
+def _dispatched_and_replayed(tmp_path, net):
+    """The exported toy policy in a bundle: the `Dispatcher` runs it from live states through its own
+    observation (each pick the network's best instance of `observation_toy_load` over the dispatcher's
+    view), and replay judges it on a trace in the environment its folder registered."""
+    import torch
+    from routeforge.artifacts.bundle.loader import load_bundle
+    from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState
+    from routeforge.artifacts.deciding.observation import Scrape
+    from routeforge.training.policies.replay import evaluate_bundle
+
+    from tests.extensions.toy_learned_policy.observation import observation_toy_load
+    from tests.training.policies.test_gate_and_replay import _bundle
+
+    loaded = load_bundle(_bundle(tmp_path / "bundle", ["join_shortest_queue"], learned={"toy_clone": tmp_path / "policy"}),
+                         allow_unsigned=True)
+    dispatcher = Dispatcher(loaded, policy="toy_clone")
+    assert dispatcher.policy_name == "toy_clone" and not dispatcher.notes
+    states = [LiveState(running=3, waiting=2, kv_usage=0.6), LiveState(running=1, waiting=0, kv_usage=0.1)]
+    for k in range(5):
+        now, prompt = 0.1 * k, 300 + 50 * k
+        for i, s in enumerate(states):
+            dispatcher.view.scraped(i, Scrape(at=now, running=s.running, waiting=s.waiting, kv_usage=s.kv_usage))
+        obs = observation_toy_load(prompt, dispatcher.view.observe(now))
+        with torch.no_grad():
+            expected = int(net(torch.as_tensor(obs[None], dtype=torch.float32)).argmax())
+        decision = dispatcher.decide(states, prompt_tokens=prompt, quality=[0.9, 0.4], output_tokens=[50, 80], now=now)
+        assert decision.instance == expected and decision.policy == "toy_clone"
+    rng = np.random.default_rng(3)
+    times = np.cumsum(rng.exponential(0.3, 120))
+    prompt, output = rng.integers(20, 400, 120), rng.integers(5, 120, 120)
+    result = evaluate_bundle(loaded, times, prompt, output, load=0.6, seeds=2, requests=40, objective=None)
+    toy = next(r for r in result["rows"] if r["policy"] == "toy_clone")
+    assert toy["served"] > 0 and len(toy["goodput_by_seed"]) == 2

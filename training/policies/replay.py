@@ -24,12 +24,9 @@ from routeforge.training.policies.rl.rollout import run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES, default_baselines, from_spec, tuned_baseline
 from routeforge.training.policies.simulator.cluster import Cluster, Request
 from routeforge.training.policies.simulator.metrics import mean_std
-from routeforge.training.policies.simulator.qos_graph_env import QosGraphEnv
-from routeforge.training.policies.simulator.queue_state_env import VARIANT as QUEUE_STATE
-from routeforge.training.policies.simulator.queue_state_env import QueueStateBiasEnv
+from routeforge.training.policies.simulator.policy_environments import environment_for
 from routeforge.training.policies.simulator.slo import Slo, slo_of
 from routeforge.training.policies.simulator.traces import held_out_window, trace_window
-from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 from routeforge.training.policies.weight_search import search_weights
 
 GOODPUT_SEPARATES = 0.5  # below this for every policy, the SLO tells the policies apart by little but noise
@@ -69,28 +66,12 @@ def slo_note(rows: list[dict], slo: Slo) -> str | None:
 
 
 def _learned_runner(policy, profiles, models: list[int], workload, seed: int, block_tokens: int | None = None):
-    """An episode of an exported learned policy in the environment its observation spec names."""
-    obs_spec = policy.spec["observation"]
-    if "experts" in obs_spec:  # 000's QoS graph (HAN or the baseline RL); SAC acts as its spec says
-        env = QosGraphEnv(profiles, models, workload, obs_spec["requirement_s"], variant=obs_spec["variant"],
-                          pad=obs_spec["pad"], block_tokens=block_tokens)
-        rng = np.random.default_rng(seed) if policy.spec.get("act", "sample") == "sample" else None
-        return run_episode(env, lambda obs: policy.act(obs, rng=rng), seed)
-    if obs_spec["variant"] == QUEUE_STATE:  # biases from live counts; the reward's qualities play no part here
-        env = QueueStateBiasEnv(profiles, models, [0.0] * len(models), workload, obs_spec["rate_scale_rps"],
-                                obs_spec["slo_scale"], obs_spec["slot_s"],
-                                bias_bound=float(policy.spec["action"]["bounds"][1]), block_tokens=block_tokens)
-        return run_episode(env, policy.act, seed)
-    env = WorkloadAwareEnv(profiles, workload, variant=obs_spec["variant"], models=models,
-                           wait_action=policy.spec["action"]["n"] > obs_spec["instances"],
-                           observe_waiting="waiting" in obs_spec["per_instance"],
-                           observe_full="full" in obs_spec["per_instance"],
-                           # a trace without block ids shares nothing (overlap 0); its requests carry no
-                           # quality labels (`trace_windows`: 1 on every model), which the policy then sees
-                           observe_prefix="prefix_overlap" in obs_spec["per_instance"],
-                           observe_quality="predicted_quality" in obs_spec["per_instance"],
-                           block_tokens=block_tokens)
-    return run_episode(env, policy.act, seed)
+    """An episode of an exported learned policy in the environment its observation's kind registered
+    (`simulator.policy_environments`); a policy exported to sample its actions (000's SAC) samples them
+    from `seed`."""
+    env = environment_for(policy.spec, profiles, models, workload, block_tokens)
+    rng = np.random.default_rng(seed) if policy.spec.get("act", "sample") == "sample" else None
+    return run_episode(env, lambda obs: policy.act(obs, rng=rng), seed)
 
 
 def _heuristic(bundle, name: str, ref: str | None, learned_weights: dict | None):

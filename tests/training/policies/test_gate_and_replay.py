@@ -138,7 +138,10 @@ def qos_bundle(tmp_path):
     return _bundle(tmp_path, ["join_shortest_queue"], qos_graph=True)
 
 
-def _bundle(tmp_path, carried: list[str], qos_graph: bool = False):
+def _bundle(tmp_path, carried: list[str], qos_graph: bool = False, learned: dict | None = None):
+    """A two-instance bundle carrying an untrained 001 policy (with `qos_graph` a 000 one too), the
+    `carried` heuristics (join-shortest-queue recommended) and `learned`: name -> a folder a learned
+    policy was exported to."""
     from routeforge.training.policies.evaluation import fleet_profiles
 
     settings = SimpleNamespace(queue_capacity=4, kv_capacity_tokens=50_000, train_load=0.9)
@@ -163,6 +166,9 @@ def _bundle(tmp_path, carried: list[str], qos_graph: bool = False):
                                           tmp_path / "src" / "sac_qos_han",
                                           config={"policy": "sac_qos_han", "policy_kind": "learned",
                                                   "recommended": False}))
+    components += [ComponentSource(f"policy--{name}", "routing_policy", "onnx+json", folder,
+                                   config={"policy": name, "policy_kind": "learned", "recommended": False})
+                   for name, folder in (learned or {}).items()]
     components += [ComponentSource(f"policy--{name}", "routing_policy", "json", folder,
                                    config={"policy": name, "policy_kind": "heuristic",
                                            "recommended": name == "join_shortest_queue"})
@@ -434,10 +440,9 @@ def test_the_dispatcher_runs_a_learned_policy_from_the_observation_its_environme
 
     from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState
     from routeforge.artifacts.deciding.observation import Scrape
-    from routeforge.artifacts.deciding.policy import (
-        observation_qos_graph,
+    from routeforge.artifacts.deciding.policy_inputs.qos_graph import observation_qos_graph, qos_graph_telemetry
+    from routeforge.artifacts.deciding.policy_inputs.workload_aware import (
         observation_workload_aware,
-        qos_graph_telemetry,
         workload_aware_telemetry,
     )
 

@@ -248,7 +248,10 @@ def test_a_learned_policys_observation_is_built_from_the_routers_side_and_never_
     """The workload-aware environment (the DDQN's) builds its observation with the runtime's function from
     the router's view: between scrapes it sees the router's own sends and the last scrape, not the
     instances, and every accessor the old observation read of an instance can raise without it noticing."""
-    from routeforge.artifacts.deciding.policy import observation_workload_aware, workload_aware_telemetry
+    from routeforge.artifacts.deciding.policy_inputs.workload_aware import (
+        observation_workload_aware,
+        workload_aware_telemetry,
+    )
     from routeforge.training.policies.simulator.instance import Instance
     from routeforge.training.policies.simulator.workload_aware_env import WorkloadAwareEnv
 

@@ -11,7 +11,8 @@ from routeforge.artifacts.bundle.loader import load_bundle
 from routeforge.artifacts.bundle.manifest import Fleet, Lineage, ModelEntry
 from routeforge.artifacts.bundle.writer import ComponentSource, write_bundle
 from routeforge.artifacts.deciding.dispatch import Dispatcher, LiveState
-from routeforge.artifacts.deciding.policy import RoutingPolicy, observation_queue_state
+from routeforge.artifacts.deciding.policy import RoutingPolicy
+from routeforge.artifacts.deciding.policy_inputs.queue_state import observation_queue_state
 from routeforge.training.policies.learned.ppo_queue_bias.settings import PpoSettings
 from routeforge.training.policies.learned.ppo_queue_bias.training import bias_policy, train_ppo
 from routeforge.training.policies.packaging import export_heuristics, write_simulator

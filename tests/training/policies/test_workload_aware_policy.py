@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from routeforge.artifacts.deciding.policy import RoutingPolicy, observation_workload_aware
+from routeforge.artifacts.deciding.policy import RoutingPolicy
+from routeforge.artifacts.deciding.policy_inputs.workload_aware import observation_workload_aware
 from routeforge.training.policies.learned.ddqn_workload_guided.training import DdqnSettings, train_ddqn
 from routeforge.training.policies.rl.export import export_policy
 from routeforge.training.policies.rl.rollout import greedy, run_episode

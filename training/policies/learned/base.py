@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.common.extensions import Registry
+from routeforge.core.config import StrictSettings
+from routeforge.core.config.training import RoutingEvaluationSettings
 from routeforge.core.kinds import learned_settings
 from routeforge.training.policies.rl.rollout import TrainerRun
 
@@ -36,7 +38,7 @@ class Setting:
     qos_limit: float  # 000's QoS latency per token
     accuracy: np.ndarray  # each instance's model's mean true quality (004's g_i)
     capacity_rps: float  # the sustainable Poisson rate of the fleet
-    evaluation: Any  # RoutingEvaluationSettings
+    evaluation: RoutingEvaluationSettings
     block_tokens: int | None = None  # the instances' prefix-cache block (a block-id trace's); None: no cache
 
 
@@ -64,9 +66,10 @@ class LearnedPolicy(ABC):
     name: str = ""
     output: str = "logits"
 
-    def settings(self, evaluation) -> Any:
-        """Its settings: the fleet file's `training.routing_evaluation.learned.<name>` over the budget its
-        `settings.py` registered (`core.kinds.learned_settings`)."""
+    def settings(self, evaluation: RoutingEvaluationSettings) -> StrictSettings:
+        """Its settings, the typed model its `settings.py` registered: the fleet file's
+        `training.routing_evaluation.learned.<name>` over the budget registered with it
+        (`core.kinds.learned_settings`)."""
         return learned_settings(self.name, evaluation.learned.get(self.name, {}))
 
     @abstractmethod

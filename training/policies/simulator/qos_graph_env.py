@@ -5,7 +5,7 @@ QoS of a completed request (000 eq. 1): φ = s · 1[l ≤ L], s its true quality
 served it, l = (completion − arrival) / output tokens, L the per-token latency requirement. A
 dropped or rejected request has φ = 0.
 
-Observation (built by `artifacts.deciding.policy.observation_qos_graph`, the graph's node features flattened,
+Observation (built by `observation_qos_graph`, the graph's node features flattened,
 from what a router sees: `artifacts.deciding.observation`'s scrapes and the router's own sends, so a request's
 tokens generated are estimated from its age):
 - arrived request: prompt tokens, and per expert its predicted score ŝ and output length d̂;
@@ -27,10 +27,11 @@ import dataclasses
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.deciding.policy import observation_qos_graph, qos_graph_telemetry
+from routeforge.artifacts.deciding.policy_inputs.qos_graph import observation_qos_graph, qos_graph_telemetry
 from routeforge.training.policies.simulator.cluster import DROP, Cluster, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.policy_environments import POLICY_ENVIRONMENTS
 from routeforge.training.policies.simulator.stepper import Stepper
 
 REQUEST_FEATURES = ["present", "prompt_tokens / 1000", "predicted_score", "predicted_output_tokens / 1000",
@@ -128,7 +129,7 @@ class QosGraphEnv(gym.Env):
         return at_risk
 
     def telemetry(self) -> tuple[dict, list[dict]]:
-        """(the arrived request, the experts) as `artifacts.deciding.policy.observation_qos_graph` takes them, from
+        """(the arrived request, the experts) as `observation_qos_graph` takes them, from
         the router's side of the cluster only (`artifacts.deciding.observation`), by the runtime's own function."""
         s = self.stepper
         req, router = s.head(), s.cluster.router(s.t)
@@ -145,3 +146,11 @@ class QosGraphEnv(gym.Env):
 
     def results(self) -> list:
         return self.stepper.results()
+
+
+@POLICY_ENVIRONMENTS.register("qos_graph")
+def _from_spec(spec, profiles, models, workload, block_tokens):
+    """000's graph environment (HAN or the baseline RL) for an exported spec."""
+    obs = spec["observation"]
+    return QosGraphEnv(profiles, models, workload, obs["requirement_s"], variant=obs["variant"], pad=obs["pad"],
+                       block_tokens=block_tokens)

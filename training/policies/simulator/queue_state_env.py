@@ -7,7 +7,7 @@ Why this and not 004's environment as it is: 004 observes every request's age on
 instances, which no vLLM server exposes, and its batch-size-1 instances are not the fleet's. Here
 the instances are the fleet's own continuous-batching ones (batch limit, buffer, KV cache, as the
 evaluation simulates them), the observation is the one `Dispatcher` builds from live `/metrics`
-(`routeforge.artifacts.deciding.policy.observation_queue_state`), and a request is late past its own SLO
+(`artifacts.deciding.policy_inputs.queue_state.observation_queue_state`), and a request is late past its own SLO
 (`slo_scale` × its E2E alone on the idle instance `slo_reference` names: the one that would serve it
 fastest, the same wherever it goes, or the one it went to; the evaluation's goodput). The
 reward keeps 004's shape, r = −late − α·rejected + β·Σ_i g_i·ν_i (ν_i: completions within their SLO
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.deciding.policy import observation_queue_state
+from routeforge.artifacts.deciding.policy_inputs.queue_state import observation_queue_state
 from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.policy_environments import POLICY_ENVIRONMENTS
 from routeforge.training.policies.simulator.slot_distribution_env import SlotDistributionEnv
 
 VARIANT = "queue_state"
@@ -88,3 +89,12 @@ class QueueStateBiasEnv(SlotDistributionEnv):
         if self.fleet is None:
             return np.zeros(self.observation_space.shape, dtype=np.float32)
         return observation_queue_state(self.live_states(), self._last_rate, self._spec)
+
+
+@POLICY_ENVIRONMENTS.register(VARIANT)
+def _from_spec(spec, profiles, models, workload, block_tokens):
+    """The queue-state environment for an exported spec: biases from live counts, clipped to the
+    spec's bounds; the reward's qualities play no part in replay (all 0)."""
+    obs = spec["observation"]
+    return QueueStateBiasEnv(profiles, models, [0.0] * len(models), workload, obs["rate_scale_rps"], obs["slo_scale"],
+                             obs["slot_s"], bias_bound=float(spec["action"]["bounds"][1]), block_tokens=block_tokens)

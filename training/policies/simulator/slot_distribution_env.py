@@ -3,7 +3,7 @@ the instances (a point on the simplex) and the arrivals of that slot are routed 
 
 Instances serve one request at a time, first come first served, with a buffer of `buffer` requests
 including the one in service (004 §3.1: batch size 1); a request routed to a full buffer is
-rejected. Observation per instance (004 §3.1.3, built by `artifacts.deciding.policy.observation_slot_distribution`): the
+rejected. Observation per instance (004 §3.1.3, built by `observation_slot_distribution`): the
 number of requests l one-hot over 0..buffer, the elapsed service time ω of the request in service,
 and the ages of the `pad` oldest requests, zero-padded; times are divided by the latency
 requirement L. Action: m real numbers, mapped to the simplex by softmax (so a Gaussian policy of
@@ -35,7 +35,7 @@ import math
 import gymnasium as gym
 import numpy as np
 from routeforge.artifacts.deciding.heuristics import biased_shortest_queue, queue_biases
-from routeforge.artifacts.deciding.policy import observation_slot_distribution
+from routeforge.artifacts.deciding.policy_inputs.slot_distribution import observation_slot_distribution
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile

@@ -50,10 +50,14 @@ import math
 
 import gymnasium as gym
 import numpy as np
-from routeforge.artifacts.deciding.policy import observation_workload_aware, workload_aware_telemetry
+from routeforge.artifacts.deciding.policy_inputs.workload_aware import (
+    observation_workload_aware,
+    workload_aware_telemetry,
+)
 from routeforge.training.policies.simulator.cluster import WAIT, Cluster, Request
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.policy_environments import POLICY_ENVIRONMENTS
 from routeforge.training.policies.simulator.stepper import Stepper
 
 PROMPT_SPLIT = 512  # tokens: short vs long prompts
@@ -216,7 +220,7 @@ class WorkloadAwareEnv(gym.Env):
     def telemetry(self) -> list[dict]:
         """What the router sees of each instance (`artifacts.deciding.observation`: each instance's `/metrics`
         scrape, at most `scrape_interval_s` old, and the router's own sends), in the form
-        `artifacts.deciding.policy.observation_workload_aware` takes, built by the runtime's own function;
+        `observation_workload_aware` takes, built by the runtime's own function;
         `prefix_overlap` (from the router's own prefix index) and `predicted_quality` are of the request
         at the head of the queue. Nothing here reads an instance: what the policy learns from, a
         deployed router can have."""
@@ -236,3 +240,16 @@ class WorkloadAwareEnv(gym.Env):
         req = self.stepper.head()
         return observation_workload_aware(len(self.stepper.queue), req.prompt_tokens if req else 0,
                                self._predicted_tokens(req) if req else 0.0, self.telemetry(), self.observation_spec())
+
+
+@POLICY_ENVIRONMENTS.register("workload_aware")
+def _from_spec(spec, profiles, models, workload, block_tokens):
+    """001's environment for an exported spec: its variant, wait action and the optional per-instance
+    features it lists (a trace without block ids shares nothing, overlap 0; a trace's requests carry
+    no quality labels, 1 on every model, which the policy then sees)."""
+    obs = spec["observation"]
+    per = obs["per_instance"]
+    return WorkloadAwareEnv(profiles, workload, variant=obs["variant"], models=models,
+                            wait_action=spec["action"]["n"] > obs["instances"], observe_waiting="waiting" in per,
+                            observe_full="full" in per, observe_prefix="prefix_overlap" in per,
+                            observe_quality="predicted_quality" in per, block_tokens=block_tokens)

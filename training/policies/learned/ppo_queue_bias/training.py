@@ -1,7 +1,7 @@
 """004's PPO (RL-PO) over `SlotDistributionEnv` with Stable-Baselines3: a Gaussian policy over m logits that the
 environment maps to the simplex; tanh MLP 90-60, clip 0.2, GAE λ 0.95, γ 0.99 as in 004. Rewards
 are normalised by a running return estimate (VecNormalize); observations are not, so the exported
-network takes the observation exactly as `artifacts.deciding.policy.observation_slot_distribution` builds it.
+network takes the observation exactly as `observation_slot_distribution` builds it.
 
 With `teacher: fixed_split` the actor starts as the best fixed routing distribution
 (`slot_teacher`): its Gaussian's mean is fitted (squared error) to the split's logits on the states

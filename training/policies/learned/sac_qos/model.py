@@ -2,7 +2,7 @@
 network (PyTorch Geometric's HANConv) over the arrived request, the experts and their running and
 waiting requests.
 
-The network takes the flat observation of `artifacts.deciding.policy.observation_qos_graph` (so the exported ONNX
+The network takes the flat observation of `observation_qos_graph` (so the exported ONNX
 policy has one input) and rebuilds the graph inside: running/waiting request → its expert, expert
 ↔ arrived request. Every request slot is linked to its expert whether occupied or not, so the
 graph has one fixed shape (an edge list that depends on the data breaks batching of empty queues
