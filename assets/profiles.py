@@ -14,6 +14,13 @@ from routeforge.assets.resources import ComponentStore, FleetResource, MlflowReg
 from routeforge.assets.trainers import PROFILE_JOB, profiled_tiers, tier_partitions, trainer
 from routeforge.core.components import TrainedComponent
 from routeforge.profiling.fit_quality import fit_warnings
+from routeforge.profiling.profile_results import (
+    FittedPrior,
+    MeasuredBatches,
+    ProfileResult,
+    SweepRecords,
+    TrafficRecords,
+)
 from routeforge.profiling.tier_profile import build_latency_component, kept_profile, measure_tier, safe_name
 
 
@@ -49,39 +56,43 @@ def build_tier_profiles_asset(partitions: dg.PartitionsDefinition, op_tags: dict
         if kept is not None:
             context.log.info(f"{tier.name}: kept the profile measured earlier (settings unchanged; "
                              "remeasure: true to measure again)")
-        summary = kept or measure_tier(fleet.config, tier, routing_table, folder, log=context.log.info)
-        metadata: dict = {"kind": summary["kind"], "folder": dg.MetadataValue.path(str(folder)),
-                          "kept_from_earlier_run": kept is not None}
-        if "fit" in summary:
-            fit = summary["fit"]
-            metadata |= {"measurements": summary["measurements"],
-                         "batch_fit_plot": inline_plot(summary["plot"]),
-                         **{k: round(fit[k], 9) for k in ("prefill_grad_s_per_token", "prefill_r2", "decode_w_s",
-                                                          "decode_h_s_per_token", "decode_r2", "ttft_p_s",
-                                                          "decode_d_s", "epsilon", "theta_tokens_per_s")}}
-        elif summary.get("traffic"):
-            metadata |= {"requests": summary["requests"], "logged_requests": summary["logged_requests"],
-                         "quarantined_lines": summary["quarantined"],
-                         "quarantine_reasons": dg.MetadataValue.json(summary["quarantine_reasons"])}
-        elif "phases" in summary:
-            metadata |= {"requests": summary["requests"], "saturation_rps": round(summary["saturation_rps"], 3),
-                         "server_metrics_endpoint": summary["server_metrics_endpoint"],
-                         # the client's dead-reckoned state against the server's own counters (vLLM)
-                         **({f"state_agreement/{k}": v for k, v in summary["state_agreement"].items()
-                             if isinstance(v, (int, float))} if summary.get("state_agreement") else {}),
-                         "phases": markdown_table([{k: (round(v, 2) if isinstance(v, float) else v)
-                                                    for k, v in p.items()} for p in summary["phases"]])}
-        else:
-            metadata |= {k: round(v, 6) for k, v in summary["prior"].items() if isinstance(v, float)}
-        warnings = fit_warnings(tier.name, summary.get("fit") or summary.get("prior") or {})
+        profile = kept or measure_tier(fleet.config, tier, routing_table, folder, log=context.log.info)
+        metadata: dict = {"kind": profile.kind, "folder": dg.MetadataValue.path(str(folder)),
+                          "kept_from_earlier_run": kept is not None, **_measured_metadata(profile.result)}
+        fitted = profile.result.fit if isinstance(profile.result, MeasuredBatches) else (
+            profile.result.prior if isinstance(profile.result, FittedPrior) else {})
+        warnings = fit_warnings(tier.name, fitted)
         for line in warnings:
             context.log.warning(line)
         metadata["fit_warnings"] = dg.MetadataValue.json(warnings)
         store.push(folder)
-        summary = summary | {"folder": str(folder)}
+        summary = profile.to_json() | {"folder": str(folder)}
         return dg.Output(summary, metadata=metadata, data_version=content_version(summary))
 
     return tier_profiles
+
+
+def _measured_metadata(measured: ProfileResult) -> dict:
+    """What the Dagster UI shows of a profile, by what it measured."""
+    if isinstance(measured, MeasuredBatches):
+        fit = measured.fit
+        return {"measurements": measured.measurements, "batch_fit_plot": inline_plot(measured.plot),
+                **{k: round(fit[k], 9) for k in ("prefill_grad_s_per_token", "prefill_r2", "decode_w_s",
+                                                 "decode_h_s_per_token", "decode_r2", "ttft_p_s", "decode_d_s",
+                                                 "epsilon", "theta_tokens_per_s")}}
+    if isinstance(measured, TrafficRecords):
+        return {"requests": measured.requests, "logged_requests": measured.logged_requests,
+                "quarantined_lines": measured.quarantined,
+                "quarantine_reasons": dg.MetadataValue.json(measured.quarantine_reasons)}
+    if isinstance(measured, SweepRecords):
+        return {"requests": measured.requests, "saturation_rps": round(measured.saturation_rps, 3),
+                "server_metrics_endpoint": measured.server_metrics_endpoint,
+                # the client's dead-reckoned state against the server's own counters (vLLM)
+                **{f"state_agreement/{k}": v for k, v in (measured.state_agreement or {}).items()
+                   if isinstance(v, (int, float))},
+                "phases": markdown_table([{k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()}
+                                          for p in measured.phases])}
+    return {k: round(v, 6) for k, v in measured.prior.items() if isinstance(v, float)}
 
 
 def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:

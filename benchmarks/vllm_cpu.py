@@ -105,7 +105,7 @@ def heads(folder: Path, quick: bool) -> dict:
     path.write_text(__import__("yaml").safe_dump(raw))
     config = load_fleet(path)
     table = routing_table(["m"])
-    summary = measure_tier(config, config.tiers[0], table, folder / "profile", log=print)
+    summary = measure_tier(config, config.tiers[0], table, folder / "profile", log=print).result
     records = pq.read_table(folder / "profile" / "sweep.parquet")
     with_server, _ = train_sweep_heads(records, folder / "with_server", "m@cpu", seed=0)
     blank = records
@@ -115,8 +115,8 @@ def heads(folder: Path, quick: bool) -> dict:
                                      pa.array([float("nan")] * records.num_rows, pa.float64()))
     client_only, _ = train_sweep_heads(blank, folder / "client_only", "m@cpu", seed=0)
     keys = ("ttft_mae_ms_served", "tpot_mae_ms_served", "ttft_mae_ms_prior", "tpot_mae_ms_prior", "requests")
-    return {"sweep": sweep, "requests": summary["requests"], "rates": summary["rates"],
-            "saturation_rps": summary["saturation_rps"], "state_agreement": summary["state_agreement"],
+    return {"sweep": sweep, "requests": summary.requests, "rates": summary.rates,
+            "saturation_rps": summary.saturation_rps, "state_agreement": summary.state_agreement,
             "held_out_with_server_metrics": {k: with_server["evaluation"]["held_out"][k] for k in keys},
             "held_out_client_state_only": {k: client_only["evaluation"]["held_out"][k] for k in keys},
             "chosen_with_server_metrics": {t: h["selection"]["chosen"] for t, h in with_server["heads"].items()},

@@ -24,6 +24,7 @@ from routeforge.core.schemas import routing_column
 from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
 from routeforge.profiling.latency_heads import write_batch_heads
 from routeforge.profiling.plots import plot_batch_fit, plot_head_choice, plot_sweep
+from routeforge.profiling.profile_results import FittedPrior, MeasuredBatches, TierProfile, TrafficRecords
 from routeforge.profiling.rwt import RwtParams, routing_table_groups
 from routeforge.profiling.sweep import SweepPrompt, run_sweep
 from routeforge.profiling.sweep_heads import sweep_rwt, train_sweep_heads
@@ -67,13 +68,12 @@ def measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMeas
                          progress=lambda done, n: log(f"{tier.name}: {done}/{n} batches") if done % step == 0 else None)
 
 
-def write_batches(ms: list[BatchMeasurement], folder: Path, tier: str) -> dict[str, Any]:
+def write_batches(ms: list[BatchMeasurement], folder: Path, tier: str) -> MeasuredBatches:
     """Static-batch measurements (measured or imported) to `batches.parquet`, with the tier's fit
-    and its plot: the summary fields of the `batch` and `splitwise` kinds."""
+    and its plot: what the `batch`, `splitwise` and `server_batches` kinds measure."""
     pq.write_table(pa.Table.from_pylist([asdict(m) for m in ms]), folder / "batches.parquet")
     fit = fit_tier(ms)
-    return {"measurements": len(ms), "fit": fit.to_dict(),
-            "plot": str(plot_batch_fit(ms, fit, folder / "batch_fit.png", tier))}
+    return MeasuredBatches(len(ms), fit.to_dict(), str(plot_batch_fit(ms, fit, folder / "batch_fit.png", tier)))
 
 
 def sweep_prompts(config: FleetConfig, tier: Tier, routing_table: pa.Table, tokenizer) -> list[SweepPrompt]:
@@ -159,45 +159,46 @@ def profile_key(config: FleetConfig, tier: Tier) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
-def kept_profile(config: FleetConfig, tier: Tier, folder: Path) -> dict | None:
-    """The summary of a profile measured earlier with the same `profile_key`, or None."""
+def kept_profile(config: FleetConfig, tier: Tier, folder: Path) -> TierProfile | None:
+    """The profile measured earlier with the same `profile_key`, or None."""
     path = folder / "profile.json"
     if not path.is_file():
         return None
     summary = json.loads(path.read_text())
-    return summary if summary.get("profile_key") == profile_key(config, tier) else None
+    return TierProfile.from_json(summary) if summary.get("profile_key") == profile_key(config, tier) else None
 
 
-def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path, log: Log = print) -> dict:
-    """Measure (or import) the tier into `folder`; returns a summary with the files written."""
+def measure_tier(config: FleetConfig, tier: Tier, routing_table: pa.Table, folder: Path,
+                 log: Log = print) -> TierProfile:
+    """Measure (or import) the tier into `folder` by its profile kind, and write `profile.json`."""
     profile = tier.profile
     if profile is None:
         raise ValueError(f"tier {tier.name}: no profile configured (tiers[].profile)")
     folder.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"tier": tier.name, "kind": profile.kind, "profile_key": profile_key(config, tier)}
-    summary |= PROFILE_KINDS.get(profile.kind)(config, tier, routing_table, folder, log)
-    (folder / "profile.json").write_text(json.dumps(summary, indent=2))
-    return summary
+    result = PROFILE_KINDS.get(profile.kind)(config, tier, routing_table, folder, log)
+    measured = TierProfile(tier.name, profile.kind, profile_key(config, tier), result)
+    measured.write(folder)
+    return measured
 
 
 def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, routing_table: pa.Table,
                             folder: Path) -> dict[str, Any]:
     """Train the tier's heads from its measured profile and write the bundle component folder."""
-    summary = json.loads((profile_dir / "profile.json").read_text())
+    measured = TierProfile.read(profile_dir).result
     folder.mkdir(parents=True, exist_ok=True)
     max_out = config.generation.sampling.max_tokens
     plots: list[str] = []
-    if "fit" in summary:
+    if isinstance(measured, MeasuredBatches):
         ms = [BatchMeasurement(**r) for r in pq.read_table(profile_dir / "batches.parquet").to_pylist()]
         spec = write_batch_heads(ms, folder, tier.name, tuple(config.profiling.residual_quantiles),
                                  seed=config.training.seed)
         fit = spec["fit"]
         rwt = RwtParams(fit["ttft_p_s"], fit["decode_d_s"], fit["epsilon"], fit["theta_tokens_per_s"], max_out)
         evaluation = spec["evaluation"]["held_out"]
-        plots += [summary["plot"], str(plot_head_choice(evaluation, profile_dir / "heads_held_out.png",
-                                                        f"{tier.name}: heads held out by configuration"))]
-    elif "prior" in summary:
-        p = summary["prior"]
+        plots += [measured.plot, str(plot_head_choice(evaluation, profile_dir / "heads_held_out.png",
+                                                      f"{tier.name}: heads held out by configuration"))]
+    elif isinstance(measured, FittedPrior):
+        p = measured.prior
         spec = {"tier": tier.name, "kind": "prior", "features": [], "targets": {}, "units": "seconds",
                 "prior": {"ttft_s": p["overhead_s"], "tpot_s": p["tpot_s"]}, "residual_quantiles": {},
                 "source": "llm_inference_bench coarse E2E fit (prefill folded into TPOT)"}
@@ -206,21 +207,21 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
         evaluation = {"r2_batch1": p["r2_batch1"]}
     else:  # request records: a QPS sweep's, or production traffic replayed into the same format
         records = pq.read_table(profile_dir / "sweep.parquet")
-        if summary.get("traffic"):
+        if isinstance(measured, TrafficRecords):
             from routeforge.profiling.traffic_records import traffic_rwt
 
             rwt, sweep = traffic_rwt(records, max_output_tokens=max_out), {}
         else:
-            rwt = sweep_rwt(summary["phases"],
+            rwt = sweep_rwt(measured.phases,
                             max_output_tokens=min(max_out, config.profiling.sweep.max_output_tokens))
-            sweep = {"rwt": rwt, "saturation_rps": summary.get("saturation_rps")}
+            sweep = {"rwt": rwt, "saturation_rps": measured.saturation_rps}
         spec, _ = train_sweep_heads(records, folder, tier.name, config.profiling.held_out_fraction,
                                     tuple(config.profiling.residual_quantiles), seed=config.training.seed,
                                     plot=profile_dir / "heads_held_out.png", **sweep)
         evaluation = spec["evaluation"]["held_out"]
         plots.append(str(profile_dir / "heads_held_out.png"))
         if sweep:
-            plots.append(str(plot_sweep(summary["phases"], spec["evaluation"]["rwt_per_rate"],
+            plots.append(str(plot_sweep(measured.phases, spec["evaluation"]["rwt_per_rate"],
                                         profile_dir / "sweep.png", tier.name)))
     groups = {g: asdict(s) for g, s in routing_table_groups(routing_table).items() if g.endswith(f"|{tier.model}")}
     (folder / "rwt.json").write_text(json.dumps({"tier": tier.name, "params": rwt.to_dict(), "groups": groups},

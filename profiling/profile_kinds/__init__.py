@@ -1,8 +1,9 @@
 """How a tier's latency is measured or imported, one module per `tiers[].profile.kind`.
 
 Each module registers its measuring function in `core.kinds.PROFILE_KINDS`:
-`measure(config, tier, routing_table, folder, log) -> summary` writes what was measured to `folder`
-and returns the fields `profile.json` adds to the tier's summary (`tier`, `kind`, `profile_key`).
+`measure(config, tier, routing_table, folder, log) -> result` writes what was measured to `folder`
+and returns one of `profiling.profile_results`' types (measured batches, a fitted prior, sweep or
+traffic records), which `profile.json` carries with the tier, kind and key (`TierProfile`).
 Metadata, which `config validate` reads without running anything:
 
 - `needs`: the profile's fields the kind cannot do without (`file`, `key`; `logs`);
@@ -13,8 +14,8 @@ Metadata, which `config validate` reads without running anything:
   will read them (a published file's `key`), so `config validate` refuses what the profiling stage
   would, instead of the run failing there after the prompts, the responses and the scores.
 
-A new kind is one module here (or one named by `$ROUTEFORGE_EXTENSIONS`); `build_latency_component`
-trains heads from whichever files the summary names (static batches, a prior, request records).
+A new kind is one module here (or one named by `$ROUTEFORGE_EXTENSIONS`) returning one of those
+types; `build_latency_component` and the assets dispatch on the type.
 """
 
 from __future__ import annotations

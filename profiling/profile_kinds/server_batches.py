@@ -14,10 +14,12 @@ prefix cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from routeforge.core.kinds import PROFILE_KINDS
 from routeforge.profiling.batch_fits import BatchMeasurement
+from routeforge.profiling.profile_results import MeasuredBatches
 from routeforge.profiling.tier_profile import write_batches
 
 BLOCK_TOKENS = 16  # prompt lengths are whole blocks of this many tokens
@@ -35,7 +37,7 @@ def served_model_of(base_url: str) -> str:
 
 
 @PROFILE_KINDS.register("server_batches", needs=("base_url",))
-def measure(config, tier, routing_table, folder, log) -> dict:
+def measure(config, tier, routing_table, folder, log) -> MeasuredBatches:
     from routeforge.profiling.server_requests import static_batches
 
     profile, grid = tier.profile, config.profiling.batch
@@ -50,5 +52,5 @@ def measure(config, tier, routing_table, folder, log) -> dict:
         rows += static_batches(base_url, model, [b], prompts, output, BLOCK_TOKENS, TOKEN_IDS_BELOW, salt=salt)
         log(f"{tier.name}: batches of {b} measured at {base_url} ({len(rows)} of "
             f"{len(grid.batch_sizes) * len(prompts)})")
-    return write_batches([BatchMeasurement(**r) for r in rows], folder, tier.name) | {"base_url": base_url,
-                                                                                      "served_model": model}
+    measured = write_batches([BatchMeasurement(**r) for r in rows], folder, tier.name)
+    return dataclasses.replace(measured, base_url=base_url, served_model=model)

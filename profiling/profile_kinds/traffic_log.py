@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 from routeforge.core.kinds import PROFILE_KINDS
+from routeforge.profiling.profile_results import TrafficRecords
 
 
 def log_inputs(profile) -> list:
@@ -16,7 +17,7 @@ def log_inputs(profile) -> list:
 
 
 @PROFILE_KINDS.register("traffic_log", needs=("logs",), key_inputs=log_inputs)
-def measure(config, tier, routing_table, folder, log) -> dict:
+def measure(config, tier, routing_table, folder, log) -> TrafficRecords:
     from routeforge.core.storage import Quarantine
     from routeforge.profiling.traffic_records import replay
     from routeforge.prompts.traffic_logs import read_traffic_logs
@@ -29,5 +30,4 @@ def measure(config, tier, routing_table, folder, log) -> dict:
     records = replay(mine, tier.name, config.profiling.sweep.window_s)
     pq.write_table(records, folder / "sweep.parquet")
     log(f"{tier.name}: {records.num_rows} timed requests from the traffic logs ({len(quarantine)} lines quarantined)")
-    return {"traffic": True, "requests": records.num_rows, "logged_requests": len(mine),
-            "quarantined": len(quarantine), "quarantine_reasons": quarantine.reasons()}
+    return TrafficRecords(records.num_rows, len(mine), len(quarantine), quarantine.reasons())

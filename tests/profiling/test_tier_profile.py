@@ -8,6 +8,7 @@ import pytest
 from routeforge.artifacts.deciding.latency import LatencyModel
 from routeforge.core.config import ConfigError, load_fleet
 from routeforge.core.schemas import routing_column, routing_table_schema
+from routeforge.profiling.profile_results import MeasuredBatches
 from routeforge.profiling.tier_profile import build_latency_component, measure_tier
 
 
@@ -41,8 +42,8 @@ def imported_fleet(config_copy, shared_data, state_dir):
 def test_splitwise_tier_becomes_heads_with_rwt_groups(imported_fleet, tmp_path):
     tier = imported_fleet.tiers[0]
     table = routing_table(imported_fleet.model_names)
-    summary = measure_tier(imported_fleet, tier, table, tmp_path / "profile", log=lambda m: None)
-    assert summary["measurements"] > 50 and summary["fit"]["prefill_r2"] > 0.98
+    summary = measure_tier(imported_fleet, tier, table, tmp_path / "profile", log=lambda m: None).result
+    assert isinstance(summary, MeasuredBatches) and summary.measurements > 50 and summary.fit["prefill_r2"] > 0.98
     result = build_latency_component(imported_fleet, tier, tmp_path / "profile", table, tmp_path / "component")
     held = result["evaluation"]
     assert result["kind"] == "batch" and held["tpot_mae_ms_served"] > 0
@@ -56,7 +57,7 @@ def test_splitwise_tier_becomes_heads_with_rwt_groups(imported_fleet, tmp_path):
     rwt = json.loads((tmp_path / "component" / "rwt.json").read_text())
     assert rwt["groups"]["math|tiny-llama"] == {"mean": 20.0, "std": pytest.approx(np.std([10, 30], ddof=1)), "n": 2}
     assert rwt["groups"]["chat|tiny-llama"]["n"] == 1  # the null length is not a zero
-    assert rwt["params"]["decode_s"] == pytest.approx(summary["fit"]["decode_d_s"])
+    assert rwt["params"]["decode_s"] == pytest.approx(summary.fit["decode_d_s"])
 
 
 def test_coarse_prior_tier_predicts_from_its_prior(imported_fleet, tmp_path):
@@ -78,3 +79,29 @@ def test_unknown_key_and_incomplete_profiles_are_named(config_copy, shared_data,
         "kind": "splitwise", "file": str(shared_data / "profiles" / "splitwise_perf_model.csv"), "key": "nope"}}]))
     with pytest.raises(ValueError, match=r"profile.key: 'nope' not in"):
         measure_tier(fleet, fleet.tiers[0], routing_table(fleet.model_names), tmp_path, log=lambda m: None)
+
+
+def test_a_profile_reads_back_as_the_type_its_kind_measured():
+    """`profile.json` as written before the typed results (a dict by kind) reads back as the type each
+    kind now returns, and writes out as the same JSON (kept profiles and data versions unchanged)."""
+    from routeforge.profiling.profile_results import FittedPrior, SweepRecords, TierProfile, TrafficRecords
+
+    head = {"tier": "m@cpu", "profile_key": "k"}
+    written = [
+        ({"kind": "batch", "measurements": 60, "fit": {"decode_w_s": 0.01}, "plot": "p.png"}, MeasuredBatches),
+        ({"kind": "server_batches", "measurements": 8, "fit": {"decode_w_s": 0.02}, "plot": "p.png",
+          "base_url": "http://127.0.0.1:8000/v1", "served_model": "m"}, MeasuredBatches),
+        ({"kind": "llm_inference_bench", "prior": {"tpot_s": 0.01}, "simulator_fit": {"decode_w_s": 0.03}}, FittedPrior),
+        ({"kind": "sweep", "requests": 90, "rates": [1.0, 2.0], "saturation_rps": 3.0, "saturation_output_tok_s": 40.0,
+          "phases": [{"phase": "idle"}], "server_metrics_endpoint": False, "state_agreement": None}, SweepRecords),
+        ({"kind": "traffic_log", "traffic": True, "requests": 5, "logged_requests": 6, "quarantined": 1,
+          "quarantine_reasons": {"no timestamp": 1}}, TrafficRecords),
+    ]
+    for fields, kind in written:
+        summary = head | fields
+        profile = TierProfile.from_json(summary | {"folder": "/tmp/x"})  # the asset's output adds its folder
+        assert isinstance(profile.result, kind) and profile.kind == fields["kind"]
+        assert profile.to_json() == summary
+    assert TierProfile.from_json(head | written[2][0]).result.simulator_fit == {"decode_w_s": 0.03}
+    assert TierProfile.from_json(head | written[0][0]).result.simulator_fit == {"decode_w_s": 0.01}
+    assert TierProfile.from_json(head | written[3][0]).result.simulator_fit is None

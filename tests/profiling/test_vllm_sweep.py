@@ -38,20 +38,20 @@ def test_sweep_against_a_started_vllm_server_scrapes_its_metrics(config_copy, vl
     tier = config.tiers[0]
     table = routing_table(["tiny"])
     lines = []
-    summary = measure_tier(config, tier, table, tmp_path / "profile", log=lines.append)
-    assert summary["server_metrics_endpoint"] is True and len(summary["rates"]) == 3
+    summary = measure_tier(config, tier, table, tmp_path / "profile", log=lines.append).result
+    assert summary.server_metrics_endpoint is True and len(summary.rates) == 3
     assert (tmp_path / "profile" / "serve.log").stat().st_size > 0  # vLLM's server log
     records = pq.read_table(tmp_path / "profile" / "sweep.parquet").to_pylist()
-    top = max(summary["rates"])
+    top = max(summary.rates)
     at_top = [r for r in records if r["phase"] == "rate" and r["rate"] == top and r["error"] is None]
-    top_phase = next(p for p in summary["phases"] if p["phase"] == "rate" and p["offered_rps"] == top)
+    top_phase = next(p for p in summary.phases if p["phase"] == "rate" and p["offered_rps"] == top)
     # vLLM's own gauges reach every phase's summary: a scrape in flight during the top rate counts for
     # it (CI once saw none land inside it), and under load the engine's scheduler held several
     # requests. Which load phase shows that depends on the machine's load (a busy 2-core runner can
     # starve the API server until the engine runs one at a time at the top rate), so: any of them.
-    assert math.isfinite(top_phase["server_running_max"]), (lines, summary["phases"])
-    loaded = [p["server_running_max"] for p in summary["phases"] if p["phase"] in ("saturation", "rate")]
-    assert max(loaded) > 1, (lines, summary["phases"])
+    assert math.isfinite(top_phase["server_running_max"]), (lines, summary.phases)
+    loaded = [p["server_running_max"] for p in summary.phases if p["phase"] in ("saturation", "rate")]
+    assert max(loaded) > 1, (lines, summary.phases)
     # the server's counters moved under load: the generation-token rate the requests saw at dispatch
     # (NaN where no two scrapes had landed yet; Python's max() returns a leading NaN, so filter first)
     in_rates = [r for r in records if r["phase"] == "rate" and r["error"] is None]
@@ -59,7 +59,7 @@ def test_sweep_against_a_started_vllm_server_scrapes_its_metrics(config_copy, vl
     assert len(gen_rates) >= len(in_rates) // 2 and max(gen_rates) > 0, (len(gen_rates), len(in_rates), lines[-8:])
     assert all(r["f_server_kv_usage"] == r["f_server_kv_usage"] for r in at_top)  # KV-cache usage: not NaN
     assert all(r["output_tokens"] == r["requested_tokens"] for r in at_top)  # ignore_eos reached vLLM
-    agreement = summary["state_agreement"]
+    agreement = summary.state_agreement
     assert agreement["requests"] > 50 and agreement["in_flight_mae"] >= 0
     # heads trained from it use the server's features, and reload exactly
     result = build_latency_component(config, tier, tmp_path / "profile", table, tmp_path / "component")

@@ -20,6 +20,7 @@ from routeforge.artifacts.bundle.writer import ComponentSource
 from routeforge.artifacts.common import strict_json
 from routeforge.core.schemas import routing_models
 from routeforge.core.storage import Quarantine
+from routeforge.profiling.profile_results import TierProfile
 from routeforge.training.policies.evaluation import RoutingEvaluation, evaluate_routing, read_traffic
 from routeforge.training.policies.learned.base import LEARNED_POLICIES
 from routeforge.training.policies.packaging import export_heuristics, write_simulator
@@ -44,8 +45,8 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
 
     fits, index, names, limits = [], [], [], []
     for tier in config.tiers:
-        summary = tier_profiles.get(tier.name) or {}
-        fit = summary.get("fit") or summary.get("simulator_fit")
+        summary = tier_profiles.get(tier.name)
+        fit = TierProfile.from_json(summary).result.simulator_fit if summary else None
         if fit is not None:
             try:
                 capacity = tier_kv_capacity(config, tier)
