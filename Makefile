@@ -168,8 +168,9 @@ lint: $(STAMP)  ## ruff, the layer contracts of pyproject.toml ([tool.importlint
 	$(BIN)/python -m tools.package_view lint  # the contracts, on the installed layout
 	$(BIN)/python -m tools.check_docs  # every code reference and link in README.md and docs/ resolves
 	$(BIN)/python -m tools.check_comments  # no comment or docstring of the package quotes a result or an issue
+	$(BIN)/python -m tools.lazy_imports  # an import of routeforge inside a function says what heavy package it keeps out
 	@# no branch on a registered kind's name, no hand-kept list of kinds, no `dagster._` import anywhere; the README fits its front page
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_extension_points.py tests/test_front_page.py tests/test_docs_check.py tests/test_comments_check.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_extension_points.py tests/test_front_page.py tests/test_docs_check.py tests/test_comments_check.py tests/test_lazy_imports_check.py
 
 # every benchmark in dependency order (the simulator replays the CPU sweep's records);
 # `make benchmark` runs the smoke sizes into .state/benchmarks-quick, so the quoted results in

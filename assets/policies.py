@@ -6,6 +6,7 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+from routeforge.artifacts.deciding.knn import KnnEstimator
 from routeforge.assets.metadata import clean, markdown_table, plot_entries, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import profiled_tiers, trainer
@@ -26,8 +27,11 @@ from routeforge.training.embeddings import TrainingEncoder
 def routing_evaluation(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                        mlflow: MlflowRegistry, routing_table: pa.Table,
                        knn_estimator: TrainedComponent, tier_profiles: dict[str, dict[str, Any]]):
-    from routeforge.artifacts.deciding.knn import KnnEstimator
-    from routeforge.training.policies.routing_run import NoSimulatedFleet, routing_inputs, run_routing_evaluation
+    from routeforge.training.policies.routing_run import (  # lazy: gymnasium
+        NoSimulatedFleet,
+        routing_inputs,
+        run_routing_evaluation,
+    )
 
     config = fleet.config
     settings = config.training.routing_evaluation

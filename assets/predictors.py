@@ -15,10 +15,12 @@ from routeforge.core.components import TrainedComponent
 from routeforge.training.embeddings import embedding_counts
 from routeforge.training.encoder_export import export_sentence_encoder
 from routeforge.training.parallel import parallel_tasks, pool_for
+from routeforge.training.predictors.bucket_predictors import train_length_predictor, train_score_predictor
 from routeforge.training.predictors.knn import build_knn
 from routeforge.training.predictors.knn_eval import evaluate_knn
 from routeforge.training.predictors.packaging import parity_metrics, parity_passes
 from routeforge.training.predictors.quality_cost_eval import plot_quality_cost
+from routeforge.training.predictors.task_classifier import train_task_classifier
 
 
 @dg.asset(
@@ -107,8 +109,6 @@ def _decode_speed(context, settings, latency_heads: dict[str, TrainedComponent])
 
 def _train(name: str, context, config, routing_table: pa.Table, folder,
            latency_heads: dict[str, TrainedComponent] | None) -> dict:
-    from routeforge.training.predictors.bucket_predictors import train_length_predictor, train_score_predictor
-    from routeforge.training.predictors.task_classifier import train_task_classifier
 
     settings = getattr(config.training, name)
     seed, log = config.training.seed, context.log.info

@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 from routeforge.artifacts.bundle.writer import ComponentSource
+from routeforge.artifacts.deciding.latency import LatencyModel
 from routeforge.assets.metadata import content_version, inline_plot, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import PROFILE_JOB, profiled_tiers, tier_partitions, trainer
@@ -111,7 +112,6 @@ def build_latency_heads_asset(partitions: dg.PartitionsDefinition) -> dg.AssetsD
     )
     def latency_heads(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                       mlflow: MlflowRegistry, tier_profiles: dict, routing_table: pa.Table):
-        from routeforge.artifacts.deciding.latency import LatencyModel
 
         tier = _tier(fleet, context.partition_key)
         folder = store.component_dir(f"latency--{safe_name(tier.name)}")

@@ -9,6 +9,7 @@ import pyarrow as pa
 from routeforge.assets.metadata import clean, markdown_table, plot_entries
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.core.components import TrainedComponent
+from routeforge.training.predictors.predictor_report import build_report
 
 
 def flat_metrics(report: dict[str, Any], predictors: dict[str, TrainedComponent]) -> dict[str, float]:
@@ -40,7 +41,6 @@ def build_report_asset(predictors: tuple[str, ...] = ()) -> dg.AssetsDefinition:
     def predictor_report(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                          mlflow: MlflowRegistry, routing_table: pa.Table,
                          knn_estimator: TrainedComponent, **upstream: TrainedComponent):
-        from routeforge.training.predictors.predictor_report import build_report
 
         config = fleet.config
         out_dir = store.report_dir("predictors")

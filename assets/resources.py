@@ -15,10 +15,12 @@ from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
+from routeforge.artifacts.bundle.signing import generate_key_pair, public_key_path
 from routeforge.core.components import TrainedComponent
 from routeforge.core.storage import Quarantine
 from routeforge.core.storage_root import StorageRoot
 from routeforge.fleet import FleetConfig, load_fleet
+from routeforge.registry.publish import RunContext, child_run, log_report, publish_bundle
 
 
 class FleetResource(dg.ConfigurableResource):
@@ -125,7 +127,6 @@ class MlflowRegistry(dg.ConfigurableResource):
     def signing_key_path(self) -> Path:
         """The private key, created (0600, `.pub` beside it) when this is the default location and
         it does not exist yet; a configured key that is missing is an error naming it."""
-        from routeforge.artifacts.bundle.signing import generate_key_pair
 
         path = Path(self.signing_key)
         if not path.is_file():
@@ -135,15 +136,12 @@ class MlflowRegistry(dg.ConfigurableResource):
         return path
 
     def public_key_path(self) -> Path:
-        from routeforge.artifacts.bundle.signing import public_key_path
-
         return public_key_path(self.signing_key_path())
 
     ui_url: str | None = None  # the MLflow UI for run links (default: the server, or `make mlflow-ui`'s)
 
     def run_context(self, context: dg.AssetExecutionContext):
         """This step's place in the MLflow run tree (`registry.publish.RunContext`)."""
-        from routeforge.registry.publish import RunContext
 
         tags = context.run.tags
         return RunContext(key=tags.get(PIPELINE_RUN_TAG, context.run_id),
@@ -155,7 +153,6 @@ class MlflowRegistry(dg.ConfigurableResource):
                  params: dict[str, Any] | None = None) -> Iterator[str]:
         """This asset's MLflow run, a child of the pipeline run, open while the work runs
         (`registry.publish.child_run`): wrap the work in it, with the settings as `params`."""
-        from routeforge.registry.publish import child_run
 
         with child_run(tracking_uri=self.tracking_uri, experiment=self.experiment,
                        artifact_location=self.artifact_location, run_name=run_name,
@@ -167,7 +164,6 @@ class MlflowRegistry(dg.ConfigurableResource):
                    files: list[Path], tags: dict[str, str] | None = None, params: dict[str, Any] | None = None,
                    curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
         """What the step found, into its open run (`registry.publish.log_report`)."""
-        from routeforge.registry.publish import log_report
 
         return log_report(run_id=run_id, metrics=metrics, files=files, step=context.asset_key.to_user_string(),
                           tags=tags, params=params, curves=curves, dataset=dataset)
@@ -184,7 +180,6 @@ class MlflowRegistry(dg.ConfigurableResource):
 
     def publish(self, **kwargs: Any):
         """`registry.publish.publish_bundle` under this registry's name, experiment and alias."""
-        from routeforge.registry.publish import publish_bundle
 
         return publish_bundle(name=self.model_name, tracking_uri=self.tracking_uri, experiment=self.experiment,
                               artifact_location=self.artifact_location, alias=self.alias,

@@ -6,11 +6,16 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 from routeforge.artifacts.bundle.writer import ComponentSource
+from routeforge.artifacts.deciding.router import Router
 from routeforge.assets.metadata import clean, markdown_table, plot_entries, quarantine_metadata
 from routeforge.assets.resources import ComponentStore, FleetResource, MlflowRegistry
 from routeforge.assets.trainers import trainer
 from routeforge.core.components import TrainedComponent
 from routeforge.core.storage import Quarantine
+from routeforge.training.embeddings import TrainingEncoder, embedding_counts
+from routeforge.training.parallel import parallel_tasks, pool_for
+from routeforge.training.predictors.outcomes import replay_outcomes
+from routeforge.training.predictors.router_training import train_router
 
 
 @dg.asset(
@@ -25,11 +30,6 @@ from routeforge.core.storage import Quarantine
 )
 def router_selection(context: dg.AssetExecutionContext, fleet: FleetResource, store: ComponentStore,
                      mlflow: MlflowRegistry, routing_table: pa.Table):
-    from routeforge.artifacts.deciding.router import Router
-    from routeforge.training.embeddings import TrainingEncoder, embedding_counts
-    from routeforge.training.parallel import parallel_tasks, pool_for
-    from routeforge.training.predictors.outcomes import replay_outcomes
-    from routeforge.training.predictors.router_training import train_router
 
     config = fleet.config
     params = {"router": config.training.router.model_dump(mode="json"),

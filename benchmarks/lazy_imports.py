@@ -20,20 +20,27 @@ from collections import Counter
 from benchmarks.common import results_dir
 from tools.lazy_imports import every_function_import
 
-PROBE = ("import importlib, sys, time\n"
+PROBE = ("import collections, importlib, json, sys, time\n"
          "importlib.import_module(sys.argv[1])\n"
+         "before = set(sys.modules)\n"
          "t = time.perf_counter()\n"
          "importlib.import_module(sys.argv[2])\n"
-         "print((time.perf_counter() - t) * 1000)\n")
+         "ms = (time.perf_counter() - t) * 1000\n"
+         "new = collections.Counter(m.split('.')[0] for m in set(sys.modules) - before\n"
+         "                          if not m.startswith('routeforge'))\n"
+         "print(json.dumps([ms, [name for name, _ in new.most_common(3)]]))\n")
 
 
-def marginal_ms(importer: str, imported: str, repeats: int) -> float:
-    runs = []
+def marginal(importer: str, imported: str, repeats: int) -> tuple[float, list[str]]:
+    """(the median milliseconds of `import imported` after `import importer`, the third-party packages it
+    brings in, most modules first)."""
+    runs, brings = [], []
     for _ in range(repeats):
         out = subprocess.run([sys.executable, "-c", PROBE, importer, imported], capture_output=True, text=True,
                              timeout=300, check=True)
-        runs.append(float(out.stdout.strip().splitlines()[-1]))
-    return statistics.median(runs)
+        ms, brings = json.loads(out.stdout.strip().splitlines()[-1])
+        runs.append(float(ms))
+    return statistics.median(runs), brings
 
 
 def main() -> None:
@@ -44,10 +51,12 @@ def main() -> None:
     pairs = sorted({(i.importer, i.imported) for i in found})
     cost = {}
     for n, (importer, imported) in enumerate(pairs, start=1):
-        cost[(importer, imported)] = marginal_ms(importer, imported, args.repeats)
-        print(f"[{n}/{len(pairs)}] {importer} -> {imported}: {cost[(importer, imported)]:.1f} ms", flush=True)
+        cost[(importer, imported)] = marginal(importer, imported, args.repeats)
+        print(f"[{n}/{len(pairs)}] {importer} -> {imported}: {cost[(importer, imported)][0]:.1f} ms "
+              f"({', '.join(cost[(importer, imported)][1]) or 'nothing third-party'})", flush=True)
     rows = [{"path": i.path, "line": i.line, "importer": i.importer, "imported": i.imported, "reason": i.reason,
-             "marginal_import_ms": round(cost[(i.importer, i.imported)], 1)} for i in found]
+             "marginal_import_ms": round(cost[(i.importer, i.imported)][0], 1),
+             "brings": cost[(i.importer, i.imported)][1]} for i in found]
     heavy = sorted(rows, key=lambda r: -r["marginal_import_ms"])
     costs = [r["marginal_import_ms"] for r in rows]
     summary = {"function_level_imports": len(rows), "files": len(Counter(r["path"] for r in rows)),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 import routeforge.fleet  # noqa: F401  (every kind loaded before a fleet file is read)
+from routeforge.core.config.base import ConfigError
 from routeforge.core.config.field_docs import describe
 from routeforge.core.config.files import load_checked
 from routeforge.core.config.fleet import FleetConfig
@@ -40,7 +41,6 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
     """Parse and validate each FILE (paths resolved against its folder) and check the input files it
     names: that they exist, hold rows, and have the columns, tasks and models the file maps. One
     line per file (OK, or the bad fields); exit 1 when any is invalid."""
-    from routeforge.core.config.base import ConfigError
 
     if as_json and len(files) != 1:
         raise click.UsageError("--json prints one configuration: give one FILE")

@@ -13,13 +13,16 @@ import logging
 from pathlib import Path
 
 import click
+from routeforge.artifacts.bundle.loader import load_bundle
 from routeforge.artifacts.cli.commands import PUBLIC_KEY_OPTION, TRACKING_OPTION
+from routeforge.artifacts.common.state_folder import state_root
+from routeforge.gateway.decision_log import DecisionLog
 
 
 def backends_for(instances: list[dict], models: list[str], specs: tuple[str, ...]) -> list:
     """One `Backend` per instance of the bundle's fleet, from `TIER=URL` specs (a tier with several
     instances takes as many specs, in order). Any mismatch is one error naming the instances."""
-    from routeforge.gateway.backends import Backend
+    from routeforge.gateway.backends import Backend  # lazy: aiohttp, numpy on first use
 
     listed = ", ".join(f"{k}: {i['tier']}" for k, i in enumerate(instances))
     open_slots: dict[str, list[int]] = {}
@@ -86,11 +89,8 @@ def gateway(ref: str, backend_specs: tuple[str, ...], policy: str | None, host: 
     through), /v1/models, /health, /metrics, /v1/feedback. Every decision goes to the log that
     `routeforge bundle replay` reads."""
     from aiohttp import web
-    from routeforge.artifacts.bundle.loader import load_bundle
-    from routeforge.artifacts.common.state_folder import state_root
-    from routeforge.gateway.backends import BackendPool
-    from routeforge.gateway.decision_log import DecisionLog
-    from routeforge.gateway.server import Gateway, Settings
+    from routeforge.gateway.backends import BackendPool  # lazy: aiohttp, numpy on first use
+    from routeforge.gateway.server import Gateway, Settings  # lazy: aiohttp, numpy on first use
 
     bundle = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key)  # signature required
     try:

@@ -19,6 +19,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from routeforge.core.vllm_env import kv_cache_bytes, kv_cache_failure, on_cpu_build
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -105,7 +107,6 @@ def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "
     that still cannot start says, in one line, what it asked for and what was free. `cpus` (a CPU
     list, "0" or "2-3"): the server is pinned there (`taskset`) with its OpenMP threads bound to them
     (`VLLM_CPU_OMP_THREADS_BIND`), so several CPU servers share a machine without contending."""
-    from routeforge.core.vllm_env import kv_cache_bytes, kv_cache_failure, on_cpu_build
 
     port = port or free_port()
     pin = ["taskset", "-c", cpus] if cpus else []

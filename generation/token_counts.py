@@ -17,7 +17,7 @@ MEMO_LIMIT = 2_000_000  # texts remembered per tokenizer; past this the memo sta
 
 class TokenCounter:
     def __init__(self, ref: str):
-        from routeforge.core.model_sources import load_tokenizer
+        from routeforge.core.model_sources import load_tokenizer  # lazy: numpy, pydantic on first use
 
         self.ref = ref
         self.tokenizer = load_tokenizer(ref)

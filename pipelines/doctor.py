@@ -18,10 +18,10 @@ def doctor(fleet_file: str, as_json: bool) -> None:
     """Release what dead runs of FLEET_FILE's fleet hold: pool slots, Dagster runs, MLflow runs, aliases."""
     import json
 
-    import routeforge.fleet  # noqa: F401
-    from routeforge.core.config.files import load_checked
-    from routeforge.pipelines.instance import shared_instance
-    from routeforge.pipelines.recovery import recover
+    import routeforge.fleet  # noqa: F401  # lazy: numpy, rich on first use
+    from routeforge.core.config.files import load_checked  # lazy: numpy, pydantic on first use
+    from routeforge.pipelines.instance import shared_instance  # lazy: dagster, pydantic on first use
+    from routeforge.pipelines.recovery import recover  # lazy: dagster, pydantic on first use
 
     config = load_checked(fleet_file)
     lines: list[str] = []

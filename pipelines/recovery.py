@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 from routeforge.registry.lease import ProcessIdentity
+from routeforge.registry.store import latest_version, registry_lock, sqlite_file
 
 HOST_TAG, PID_TAG, PID_START_TAG = "routeforge/host", "routeforge/pid", "routeforge/pid_start"
 IN_PROGRESS = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING,
@@ -93,7 +94,6 @@ def recover_registry(config, instance: dg.DagsterInstance, log: Callable[[str], 
     """MLflow runs of the fleet's experiment left RUNNING by a Dagster run that is no longer in
     progress are ended KILLED; a newest version registered without any alias (killed between
     registration and setting it) gets the `@challenger` it was registered for."""
-    from routeforge.registry.store import registry_lock, sqlite_file
 
     out = Recovered()
     registry = config.registry
@@ -112,7 +112,6 @@ def recover_registry(config, instance: dg.DagsterInstance, log: Callable[[str], 
 def _recover_registry(config, instance: dg.DagsterInstance, out: Recovered) -> None:
     import mlflow
     from mlflow.exceptions import MlflowException
-    from routeforge.registry.store import latest_version
 
     registry = config.registry
     mlflow.set_tracking_uri(registry.tracking_uri)

@@ -22,8 +22,11 @@ from functools import cached_property
 from pathlib import Path
 
 import dagster as dg
+from routeforge.core.components import TYPE_TAG
 from routeforge.pipelines.definitions import job_selections
 from routeforge.pipelines.versions import CONTENT_VERSIONED, always_reread
+from routeforge.registry.release import ModelRegistry
+from routeforge.registry.store import registry_lock
 
 # the provenance tags Dagster writes on every materialization of a versioned asset (documented in its
 # "Asset versioning and caching" guide, read back here)
@@ -155,7 +158,6 @@ def lost(defs: dg.Definitions, key: dg.AssetKey, partition: str | None, config) 
     it was materialized (a storage folder moved away, files deleted, a bucket emptied): its output
     file, or the component folder a trained result points at. Losing a file means rebuilding it, so
     `why` reports such an asset as due instead of up to date (it used to crash the next reader)."""
-    from routeforge.core.components import TYPE_TAG
 
     extension = EXTENSIONS.get(defs.resolve_assets_def(key).get_io_manager_key_for_asset_key(key))
     if extension is None:
@@ -193,8 +195,6 @@ def ungated(defs: dg.Definitions, instance: dg.DagsterInstance) -> str | None:
     """The registry is outside Dagster's view: a run stopped between registering a version and
     gating it leaves the gate up to date on record, so the gate is due while that version has no
     decision."""
-    from routeforge.registry.release import ModelRegistry
-    from routeforge.registry.store import registry_lock
 
     try:
         bundle = defs.load_asset_value("router_bundle", instance=instance)

@@ -37,8 +37,8 @@ def lineage_url(base: str, groups: tuple[str, ...] = STAGE_GROUPS) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from routeforge.pipelines.definitions import DEFAULT_CONFIG
-    from routeforge.pipelines.instance import instance_home
+    from routeforge.pipelines.definitions import DEFAULT_CONFIG  # lazy: dagster, numpy on first use
+    from routeforge.pipelines.instance import instance_home  # lazy: dagster, pydantic on first use
 
     parser = argparse.ArgumentParser(description="The Dagster UI over the fleet in $ROUTEFORGE_CONFIG.")
     parser.add_argument("--host", default="127.0.0.1")

@@ -52,7 +52,7 @@ class Measured:
 async def _send_all(urls: Sequence[str], models: Sequence[str], requests: Sequence[ReplayRequest], block_tokens: int,
                     vocab: int, salt: int, timeout_s: float) -> list[Measured | str]:
     import httpx
-    from routeforge.generation.engines.openai_engine import stream_completion
+    from routeforge.generation.engines.openai_engine import stream_completion  # lazy: pydantic, rich on first use
 
     async def one(client, request: ReplayRequest, start: float, url: str, model: str) -> Measured | str:
         await asyncio.sleep(max(0.0, start + request.arrival_s - time.perf_counter()))

@@ -19,15 +19,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from routeforge.core.config import FleetConfig, OpenAISource, Tier
 from routeforge.core.kinds import ENGINES, PROFILE_KINDS
+from routeforge.core.model_sources import causal_lm_location, load_tokenizer
 from routeforge.core.progress import Counted
 from routeforge.core.schemas import routing_column
 from routeforge.profiling.batch_fits import BatchMeasurement, fit_tier
+from routeforge.profiling.batch_profiler import profile_model
 from routeforge.profiling.latency_heads import write_batch_heads
 from routeforge.profiling.plots import plot_batch_fit, plot_head_choice, plot_sweep
 from routeforge.profiling.profile_results import FittedPrior, MeasuredBatches, TierProfile, TrafficRecords
 from routeforge.profiling.rwt import RwtParams, routing_table_groups
 from routeforge.profiling.sweep import SweepPrompt, run_sweep
 from routeforge.profiling.sweep_heads import sweep_rwt, train_sweep_heads
+from routeforge.profiling.traffic_records import traffic_rwt
 
 Log = Callable[[str], None]
 
@@ -38,7 +41,6 @@ def safe_name(tier: str) -> str:
 
 def _model_dir(config: FleetConfig, model: str) -> Path:
     """The folder of a model this machine runs (`transformers` or `vllm` engine), for profiling it here."""
-    from routeforge.core.model_sources import causal_lm_location
 
     spec = config.model(model)
     if not ENGINES.entry(spec.engine).metadata.get("local_weights"):
@@ -53,7 +55,6 @@ def measure_batches(config: FleetConfig, tier: Tier, log: Log) -> list[BatchMeas
     """Static batches in-process with transformers; for a `vllm` model, its weights under
     transformers' implementation (a controlled measurement of the model, not of vLLM's engine)."""
     import torch
-    from routeforge.profiling.batch_profiler import profile_model
     from transformers import AutoModelForCausalLM
 
     hardware = next(h for h in config.hardware if h.name == tier.hardware)
@@ -115,7 +116,6 @@ def run_tier_sweep(config: FleetConfig, tier: Tier, routing_table: pa.Table, fol
         raise ValueError(f"tiers[{tier.name}].profile: a sweep needs base_url, serve: true, or an openai model")
     base_url = profile.base_url or spec.source.base_url
     served = profile.served_model or (spec.source.model if isinstance(spec.source, OpenAISource) else tier.model)
-    from routeforge.core.model_sources import load_tokenizer
 
     prompts = sweep_prompts(config, tier, routing_table, load_tokenizer(config.generation.token_counter))
     return run_sweep(base_url, served, prompts, config.profiling.sweep, tier.name, log=log,
@@ -208,8 +208,6 @@ def build_latency_component(config: FleetConfig, tier: Tier, profile_dir: Path, 
     else:  # request records: a QPS sweep's, or production traffic replayed into the same format
         records = pq.read_table(profile_dir / "sweep.parquet")
         if isinstance(measured, TrafficRecords):
-            from routeforge.profiling.traffic_records import traffic_rwt
-
             rwt, sweep = traffic_rwt(records, max_output_tokens=max_out), {}
         else:
             rwt = sweep_rwt(measured.phases,

@@ -35,6 +35,7 @@ from routeforge.prompts.response_tables import (
     routerbench_responses,
 )
 from routeforge.prompts.score_tables import read_score_table, read_task_lookup, score_table_responses
+from routeforge.prompts.traffic_logs import read_traffic_logs
 
 
 @dataclass(frozen=True)
@@ -306,8 +307,6 @@ def read_routellm_prompts(ds: RouteLLMDataset, quarantine: Quarantine) -> Iterat
 
 @DATASET_KINDS.register("traffic_log")
 def read_traffic_log_prompts(ds: TrafficLogDataset, quarantine: Quarantine) -> Iterator[RawPrompt]:
-    from routeforge.prompts.traffic_logs import read_traffic_logs
-
     for r in read_traffic_logs(ds.path, quarantine, ds.limit):
         reference = r.completion if ds.reference == "logged_response" else None
         yield RawPrompt(ds.name, r.row_id, r.task or ds.task, r.text, reference,

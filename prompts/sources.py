@@ -22,6 +22,7 @@ import pyarrow as pa
 from routeforge.core.config import FleetConfig, Templates
 from routeforge.core.config.scoring import metric_says
 from routeforge.core.json_lines import surrogate_field
+from routeforge.core.model_sources import load_tokenizer
 from routeforge.core.schemas import PROMPTS
 from routeforge.core.storage import Quarantine, to_table
 from routeforge.prompts import templates as tt
@@ -104,7 +105,6 @@ def _over_length(config: FleetConfig, rows: list[dict[str, Any]], quarantine: Qu
     limit = config.prompts.max_prompt_tokens
     if limit is None or not rows:
         return rows
-    from routeforge.core.model_sources import load_tokenizer
 
     tokenizer = load_tokenizer(config.prompts.tokenizer)
     tokenizer.model_max_length = 1 << 30  # counting only

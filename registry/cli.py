@@ -10,12 +10,15 @@ import sys
 from pathlib import Path
 
 import click
+from routeforge.artifacts.bundle.registry import check_reachable
 from routeforge.artifacts.bundle.verification import BundleVerificationError
 from routeforge.artifacts.cli.commands import TRACKING_OPTION as _TRACKING
 from routeforge.artifacts.cli.commands import signature_options
 from routeforge.artifacts.common import temporary
+from routeforge.registry.accounts import Account, provision
 from routeforge.registry.lease import release_lock
-from routeforge.registry.release import gate
+from routeforge.registry.release import ModelRegistry, gate
+from routeforge.registry.release import rollback as roll_back
 
 
 def _progress(line: str) -> None:
@@ -24,11 +27,8 @@ def _progress(line: str) -> None:
 
 
 def _registry(name: str, tracking_uri: str | None):
-    from routeforge.registry.release import ModelRegistry
-
     if not tracking_uri:
         raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")
-    from routeforge.artifacts.bundle.registry import check_reachable
 
     check_reachable(tracking_uri)
     return ModelRegistry(tracking_uri, name)
@@ -71,7 +71,6 @@ def promote(name: str, version: str | None, public_key: Path | None, allow_unsig
 @_TRACKING
 def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
     """Move NAME's `champion` alias back to the previous champion."""
-    from routeforge.registry.release import rollback as roll_back
 
     registry = _registry(name, tracking_uri)
     try:
@@ -149,7 +148,6 @@ def accounts(name: str, experiment: str, writer: str, reader: str, tracking_uri:
     Passwords come from the environment, never the command line (it shows in process lists)."""
     import os
 
-    from routeforge.registry.accounts import Account, provision
 
     if not tracking_uri:
         raise click.UsageError("no tracking URI: pass --tracking-uri or set MLFLOW_TRACKING_URI")

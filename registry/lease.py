@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from routeforge.registry.store import registry_lock, sqlite_file
+
 LEASE_SUFFIX = ".release-lease"
 HOLDER_TAG = "routeforge.lease_holder"
 RENEW_EVERY_S = 60.0  # how often a holder says it is still at work
@@ -251,7 +253,6 @@ def _delete(client, name: str) -> None:
 def release_lock(tracking_uri: str, model_name: str, log: Callable[[str], None] = print) -> Iterator[None]:
     """One release-state writer at a time: the SQLite store's file lock, a server's lease."""
     import mlflow
-    from routeforge.registry.store import registry_lock, sqlite_file
 
     if sqlite_file(tracking_uri) is not None:
         with registry_lock(tracking_uri):

@@ -33,6 +33,7 @@ import mlflow.pyfunc
 import numpy as np
 from routeforge.artifacts.bundle import shared_components
 from routeforge.artifacts.bundle.bundle_cache import cache_root
+from routeforge.artifacts.bundle.keyring import PUBLIC_KEY_ENV
 from routeforge.artifacts.bundle.loader import RouterBundle
 from routeforge.artifacts.bundle.manifest import MANIFEST_FILE
 from routeforge.artifacts.bundle.signing import SIGNATURE_FILE
@@ -157,7 +158,6 @@ def log_bundle_model(bundle_dir: Path, public_key_pem: str | None = None):
     check the input example; `public_key_pem` (the signer's) is the key that load trusts, so the check
     runs on the verified bundle instead of warning that the load was refused."""
     import pandas as pd
-    from routeforge.artifacts.bundle.keyring import PUBLIC_KEY_ENV
 
     bundle = RouterBundle(Path(bundle_dir), read_manifest(Path(bundle_dir)))  # just written by the publisher
     refs = share_components(Path(bundle_dir), component_store(mlflow.active_run()))

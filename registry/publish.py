@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from routeforge.artifacts.bundle.keyring import pin
 from routeforge.artifacts.bundle.manifest import Fleet, Lineage, Manifest, Provenance
 from routeforge.artifacts.bundle.registry import PUBLIC_KEY_TAG
 from routeforge.artifacts.bundle.signing import public_key_path, public_key_pem, sign_bundle
@@ -295,7 +296,6 @@ def pin_signer(signing_key: Path) -> None:
     the first time. A router service elsewhere pins the key itself (`routeforge keys pin`)."""
     import sys
 
-    from routeforge.artifacts.bundle.keyring import pin
 
     kid, path, new = pin(public_key_pem(signing_key).encode())
     if new:

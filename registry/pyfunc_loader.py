@@ -14,6 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from routeforge.artifacts.bundle.bundle_cache import BundleCache
+from routeforge.artifacts.bundle.download import bundle_folder, with_shared_components
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.verification import BundleVerificationError, trusted_key
+
 CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pth")
 
 
@@ -47,7 +52,7 @@ class BundleModel:
 
     def predict(self, model_input, params: dict[str, Any] | None = None):
         import pandas as pd
-        from routeforge.registry.mlflow_model import route
+        from routeforge.registry.mlflow_model import route  # lazy: mlflow, pandas on first use
 
         if isinstance(model_input, pd.DataFrame):
             if "prompt" not in model_input.columns:
@@ -59,11 +64,7 @@ class BundleModel:
 
 
 def _load_pyfunc(data_path: str) -> BundleModel:
-    from routeforge.artifacts.bundle.bundle_cache import BundleCache
-    from routeforge.artifacts.bundle.download import bundle_folder, with_shared_components
-    from routeforge.artifacts.bundle.loader import load_bundle
-    from routeforge.artifacts.bundle.verification import BundleVerificationError, trusted_key
-    from routeforge.registry.mlflow_model import skip_signature
+    from routeforge.registry.mlflow_model import skip_signature  # lazy: mlflow, pandas on first use
 
     data = Path(data_path).resolve()
     model_dir = next((p for p in (data, *data.parents) if (p / "MLmodel").is_file()), data)

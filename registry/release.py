@@ -50,6 +50,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.registry import PUBLIC_KEY_TAG, download_artifacts
+from routeforge.artifacts.bundle.signing import key_for
+from routeforge.artifacts.bundle.verification import BundleVerificationError
+from routeforge.artifacts.bundle.writer import sha256_file
+from routeforge.artifacts.deciding.router import text_key
+from routeforge.artifacts.operating.replay import read_logged_decisions, replay
+from routeforge.registry.store import all_versions, latest_version
 
 CHAMPION = "champion"
 EVALUATION_TAG = "routeforge.evaluation_set"  # registered model: {"uri": ..., "sha256": ...}
@@ -170,7 +178,6 @@ def replay_verdict(spec: dict[str, Any], challenger, champion) -> tuple[str | No
     """(a reason to hold or None, the record) from replaying both loaded bundles on the logged
     traffic `spec["logs"]` names (`core.config.fleet.ReplayGate`). Fewer usable requests than
     `min_requests`: recorded, not applied (a thin log must not hold every release)."""
-    from routeforge.artifacts.operating.replay import read_logged_decisions, replay
     from upath import UPath
 
     logs = UPath(spec["logs"])
@@ -206,7 +213,6 @@ def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[
     out of the fit, else the held-out labels' lower bound. Never skipped: skipping them let labels
     crafted on the champion's worst prompts lift the measured quality; and labels are not credited
     by default because labels that lie consistently lie in the held-out part too."""
-    from routeforge.artifacts.deciding.router import text_key
 
     unlabelled = [i for i, m in enumerate(chosen) if m not in index]
     if not unlabelled:
@@ -296,8 +302,6 @@ class ModelRegistry:
             return None
 
     def latest_version(self) -> str:
-        from routeforge.registry.store import latest_version
-
         latest = latest_version(self.name, self.client)
         if latest is None:
             raise ValueError(f"registered model {self.name!r} has no versions")
@@ -315,7 +319,6 @@ class ModelRegistry:
 
     def ungated_versions(self) -> list[str]:
         """Versions with no gate decision, oldest first."""
-        from routeforge.registry.store import all_versions
 
         return [v for v in all_versions(self.name, self.client) if not self.gated(v)]
 
@@ -326,7 +329,6 @@ class ModelRegistry:
         import getpass
         from datetime import UTC, datetime
 
-        from routeforge.artifacts.bundle.writer import sha256_file
 
         if not (reason and reason.strip()):
             raise ValueError("replacing the frozen evaluation set needs a reason; it is recorded")
@@ -348,8 +350,6 @@ class ModelRegistry:
         `candidate` freezes it: logs it to `run_id` under `evaluation/` and pins it in the registered
         model's tags; every later call downloads the pinned one, whatever `candidate` says."""
         import mlflow
-        from routeforge.artifacts.bundle.registry import download_artifacts
-        from routeforge.artifacts.bundle.writer import sha256_file
 
         pinned = self.model_tags().get(EVALUATION_TAG)
         if pinned is None:
@@ -370,8 +370,6 @@ class ModelRegistry:
         """Version `version`, downloaded under `workdir`, verified and loaded (`RouterBundle`), with
         the trusted key of the id the version was signed with (`signing.key_for`: after a rotation,
         the retired key beside `public_key`)."""
-        from routeforge.artifacts.bundle.loader import load_bundle
-        from routeforge.artifacts.bundle.signing import key_for
 
         key = key_for(public_key, self.version_tags(version).get("signing_key_id"))
         return load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
@@ -382,7 +380,6 @@ class ModelRegistry:
         """Point `champion` at `version`; `signer`: the public key it verified with, which the
         registry's hint (`routeforge.public_key`, for trust on first use) then names: the hint moves
         to a new key only when a version signed by it is promoted, never at registration."""
-        from routeforge.artifacts.bundle.registry import PUBLIC_KEY_TAG
 
         self.client.set_registered_model_alias(self.name, CHAMPION, version)
         if signer is not None and Path(signer).is_file():
@@ -422,7 +419,6 @@ def gate(registry: ModelRegistry, version: str, public_key: Path | None, workdir
     if champion == version:
         raise ValueError(f"version {version} of {registry.name!r} is already the champion")
     import pyarrow.parquet as pq
-    from routeforge.artifacts.bundle.verification import BundleVerificationError
 
     table = pq.read_table(evaluation)
     try:
@@ -459,8 +455,6 @@ def gate(registry: ModelRegistry, version: str, public_key: Path | None, workdir
         decision.reasons = [f"forced over: {r}" for r in decision.reasons]
         decision.promote, decision.forced_by, decision.force_reason = True, getpass.getuser(), reason
     if decision.promote:
-        from routeforge.artifacts.bundle.signing import key_for
-
         signer = None if public_key is None else key_for(public_key, tags.get("signing_key_id"))
         registry.move_champion(version, decision, sha, signer)
     else:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from routeforge.artifacts.bundle.signing import RETIRED_FOLDER, key_id, load_public_key, public_key_path, trusted_keys
 from routeforge.registry.release import CHAMPION
+from routeforge.registry.store import registry_lock, sqlite_file
 
 
 class SigningKeyMismatch(Exception):
@@ -51,7 +52,6 @@ def signing_key_problem(tracking_uri: str, model_name: str, private_key: Path) -
     key the registry's versions carry is neither that key nor one retired beside it), with the fix;
     None when it can."""
     import mlflow
-    from routeforge.registry.store import registry_lock, sqlite_file
 
     local = sqlite_file(tracking_uri)
     if local is not None and not local.is_file():

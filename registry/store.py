@@ -14,6 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from routeforge.artifacts.bundle.model_record import sign_registered
+from routeforge.artifacts.bundle.signing import public_key_pem
+from routeforge.artifacts.bundle.verification import read_manifest
 from routeforge.artifacts.common.state_folder import sqlite_file
 
 
@@ -83,7 +86,6 @@ def default_artifact_location(tracking_uri: str) -> str | None:
     a local SQLite store, `mlartifacts/` beside its database (MLflow's own default is `./mlruns` of
     whatever folder the process runs in: a fleet run from a working folder filled it, one copy of
     the encoder per experiment); a tracking server decides for itself (None)."""
-    from routeforge.artifacts.common.state_folder import sqlite_file
 
     database = sqlite_file(tracking_uri)
     if database is None or database.name == ":memory:":
@@ -150,8 +152,7 @@ def register_bundle(
     import mlflow
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
-    from routeforge.artifacts.bundle.signing import public_key_pem
-    from routeforge.registry.mlflow_model import log_bundle_model
+    from routeforge.registry.mlflow_model import log_bundle_model  # lazy: mlflow, pandas on first use
 
     active = mlflow.active_run()
     if active is None or active.info.run_id != run_id:
@@ -167,9 +168,6 @@ def register_bundle(
     mv = client.create_model_version(model_name, source=info.model_uri, run_id=run_id, tags=tags or {},
                                      model_id=info.model_id)
     if signing_key is not None:
-        from routeforge.artifacts.bundle.model_record import sign_registered
-        from routeforge.artifacts.bundle.verification import read_manifest
-
         sign_registered(model_name, str(mv.version), read_manifest(Path(bundle_dir)), signing_key)
     # two pipelines moving one alias at once race on its row (seen in CI); the later move wins
     retrying_lost_insert("registered_model_aliases", client.set_registered_model_alias)(model_name, alias, mv.version)

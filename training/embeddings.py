@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from routeforge.artifacts.deciding.sentence_encoder import SentenceEncoder
 from routeforge.core.progress import Counted
 from routeforge.core.storage import ShardCache
 from routeforge.training import torch_encoder
@@ -60,7 +61,6 @@ def onnx_encoder_folder(ref: str) -> Path:
 @lru_cache(maxsize=4)
 def onnx_encoder(ref: str):
     """The encoder `ref` on ONNX Runtime, from its shared export (`onnx_encoder_folder`)."""
-    from routeforge.artifacts.deciding.sentence_encoder import SentenceEncoder
 
     return SentenceEncoder.load(onnx_encoder_folder(ref))
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from routeforge.artifacts.bundle.writer import ComponentSource, sha256_file
 from routeforge.artifacts.deciding.sentence_encoder import ENCODER_GRAPH, ENCODER_SPEC, SentenceEncoder
+from routeforge.core.pretrained import resolve_pretrained
 from routeforge.training import torch_encoder
 
 POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
@@ -104,7 +105,6 @@ def export_key(ref: str) -> str:
     import hashlib
     from importlib.metadata import version
 
-    from routeforge.core.pretrained import resolve_pretrained
 
     parts = [ref, Path(__file__).read_text()]
     parts += [f"{name}=={version(name)}" for name in ("torch", "transformers", "sentence-transformers", "onnx")]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from routeforge.artifacts.common import temporary
+from routeforge.artifacts.common.state_folder import state_root
 
 DEFAULT_MAX_BYTES = 4 << 30
 MANIFEST_FILE = "manifest.json"
@@ -40,7 +41,6 @@ SCRATCH_NAME = re.compile(r"(?:component-|bundle-)?(?P<pid>[0-9]{1,10})-[0-9]+")
 def cache_root() -> Path:
     if os.environ.get("ROUTEFORGE_CACHE"):
         return Path(os.environ["ROUTEFORGE_CACHE"])
-    from routeforge.artifacts.common.state_folder import state_root
 
     return state_root() / "cache" / "bundles"
 

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from routeforge.artifacts.bundle.plain_files import NotPlainFile, read_plain
 from routeforge.artifacts.bundle.signing import key_id, load_public_key
 
 KEYRING_ENV = "ROUTEFORGE_KEYRING"
@@ -65,8 +66,6 @@ class Keyring:
 
 
 def _read_key(path: Path) -> tuple[str, bytes]:
-    from routeforge.artifacts.bundle.plain_files import NotPlainFile, read_plain
-
     try:
         pem = read_plain(path, MAX_KEY_BYTES)
     except NotPlainFile as exc:

@@ -21,6 +21,7 @@ from routeforge.artifacts.bundle.plain_files import NotPlainFile, copy_plain
 from routeforge.artifacts.bundle.verification import BundleVerificationError, resolve_key
 from routeforge.artifacts.common import temporary
 from routeforge.artifacts.deciding.components import component_kind
+from routeforge.artifacts.deciding.recommendation import recommend
 
 if TYPE_CHECKING:  # numpy is imported where routing needs it: `bundle verify` stays light
     import numpy as np
@@ -163,8 +164,8 @@ class RouterBundle:
         import math
 
         import numpy as np
-        from routeforge.artifacts.deciding.router import PROPENSITY_DRAWS, explore_mix, one_hot
-        from routeforge.artifacts.deciding.sentence_encoder import embed_for
+        from routeforge.artifacts.deciding.router import PROPENSITY_DRAWS, explore_mix, one_hot  # lazy: numpy
+        from routeforge.artifacts.deciding.sentence_encoder import embed_for  # lazy: numpy on first use
 
         shares = (max_share or {}).items()
         for what, value in (("lam", lam), ("budget_per_1k", budget_per_1k), ("min_quality", min_quality),
@@ -207,7 +208,7 @@ class RouterBundle:
     def budget_setting(self, *, budget_per_1k: float | None = None, max_share: dict[str, float] | None = None,
                        min_quality: float | None = None):
         """The λ that meets the targets, with the figures to expect (`artifacts.deciding.budget.choose_setting`)."""
-        from routeforge.artifacts.deciding.budget import choose_setting
+        from routeforge.artifacts.deciding.budget import choose_setting  # lazy: numpy on first use
 
         return choose_setting(self.budget_table(), budget_per_1k=budget_per_1k, max_share=max_share,
                               min_quality=min_quality)
@@ -265,7 +266,6 @@ class RouterBundle:
         `arrival_cv`, `prompt_mean`, `output_mean`, `load`, `prefix_sharing`) on `objective`: {policy, workload, load,
         distance, used} (`artifacts.deciding.recommendation.recommend`). A bundle whose evaluation predates the
         per-traffic table raises, naming what it has."""
-        from routeforge.artifacts.deciding.recommendation import recommend
 
         spec = self.simulator_spec()
         if not spec.get("recommendations"):

@@ -23,6 +23,16 @@ import hashlib
 import json
 from pathlib import Path, PurePosixPath
 
+from routeforge.artifacts.bundle.plain_files import walk_plain
+from routeforge.artifacts.bundle.registry import (
+    MODEL_DATA_FOLDERS,
+    _use_tracking,
+    check_version_location,
+    download_artifacts,
+    registered_version,
+)
+from routeforge.artifacts.bundle.signing import sign_bytes
+from routeforge.artifacts.bundle.verification import listed_paths, signature_problem_of
 from routeforge.artifacts.common import temporary
 
 MODEL_RECORD_TAG = "routeforge.model_record"
@@ -37,7 +47,6 @@ class ModelRecordError(ValueError):
 def _outside_bundle(paths: list[str], listed: set[str]) -> list[str]:
     """The model paths that are not files of its bundle (those the bundle's manifest covers): the
     bundle folder is `<data folder>/<folder>/` holding `manifest.json` (`registry.MODEL_DATA_FOLDERS`)."""
-    from routeforge.artifacts.bundle.registry import MODEL_DATA_FOLDERS
 
     folder = next((str(PurePosixPath(p).parent) for p in paths if PurePosixPath(p).name == "manifest.json"
                    and str(PurePosixPath(p).parent.parent) in MODEL_DATA_FOLDERS), None)
@@ -56,7 +65,6 @@ def record_of(files: dict[str, bytes], model: str, version: str, bundle_digest: 
 
 def sign_record(record: bytes, private_key: Path) -> str:
     """The tag value: the record and its Ed25519 signature in `manifest.sig`'s format."""
-    from routeforge.artifacts.bundle.signing import sign_bytes
 
     return json.dumps({"record": record.decode(), "signature": sign_bytes(record, private_key)[0]})
 
@@ -64,7 +72,6 @@ def sign_record(record: bytes, private_key: Path) -> str:
 def record_problem(tag: str | None, files: dict[str, bytes], model: str, version: str, bundle_digest: str,
                    public_key) -> str | None:
     """Why the model version's non-bundle `files` (path → content) are not the ones `tag` signs, or None."""
-    from routeforge.artifacts.bundle.verification import signature_problem_of
 
     if not tag:
         return (f"no signed model record ({MODEL_RECORD_TAG}): its MLmodel and environment files are not "
@@ -98,7 +105,6 @@ def model_files(uri: str, listed: set[str]) -> dict[str, bytes]:
     bundle's listed files, from the store."""
 
     import mlflow
-    from routeforge.artifacts.bundle.registry import download_artifacts
 
     paths, folders = [], [""]
     while folders:
@@ -119,7 +125,6 @@ def local_model_files(folder: Path, listed: set[str], name: str, version: str) -
     """`model_files` of a downloaded copy of version `version` of `name`; a link or special file in it
     is an error, and the `registered_model_meta` MLflow's download writes is left out when it names
     exactly that version (it is not stored, so no record can sign it)."""
-    from routeforge.artifacts.bundle.plain_files import walk_plain
 
     paths, odd = walk_plain(Path(folder))
     if odd:
@@ -156,8 +161,6 @@ def version_record_problem(name: str, version: str, public_key, manifest, files:
 def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None = None) -> str | None:
     """Why the registered model `ref` (`models:/…`) holds files in the store its signed record does not
     vouch for, or None when every file outside its bundle is the one signed for that name and version."""
-    from routeforge.artifacts.bundle.registry import _use_tracking, check_version_location, registered_version
-    from routeforge.artifacts.bundle.verification import listed_paths
 
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
@@ -170,7 +173,6 @@ def sign_registered(name: str, version: str, manifest, private_key: Path) -> Non
     """Sign the record of registered version `version` of `name` (its files as the store now holds
     them) and keep it on the version as `MODEL_RECORD_TAG`."""
     from mlflow import MlflowClient
-    from routeforge.artifacts.bundle.verification import listed_paths
 
     files = model_files(f"models:/{name}/{version}", listed_paths(manifest))
     value = sign_record(record_of(files, name, str(version), manifest.version), private_key)

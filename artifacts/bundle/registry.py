@@ -16,6 +16,9 @@ import os
 import re
 from pathlib import Path
 
+from routeforge.artifacts.bundle import registry_rest, registry_sqlite
+from routeforge.artifacts.bundle.registry_rest import models_ref
+from routeforge.artifacts.bundle.registry_sqlite import schema_revision
 from routeforge.artifacts.common import temporary
 from routeforge.artifacts.common.state_folder import default_tracking_uri, is_sqlite_database, sqlite_file, where_looked
 
@@ -65,7 +68,6 @@ def _use_tracking(uri: str, tracking_uri: str | None) -> None:
     the environment's, the store a pipeline run recorded, the state folder's own; never one an earlier
     call left set in this process), after checking the server answers."""
     import mlflow
-    from routeforge.artifacts.bundle.registry_rest import models_ref
 
     name = models_ref(uri)[0] if uri.startswith("models:/") else None
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(name)
@@ -125,7 +127,6 @@ def schema_problem(tracking_uri: str) -> str | None:
     """Why this process's MLflow must not open a SQLite registry, or None. MLflow migrates a store whose
     schema is older than its own on open; the MLflow that wrote it (the pipeline's) then refuses it as
     "out-of-date": a router service with a newer mlflow-skinny broke the pipeline's store by reading it."""
-    from routeforge.artifacts.bundle.registry_sqlite import schema_revision
 
     revision = schema_revision(tracking_uri)  # None: no schema recorded, nothing a read could migrate
     schema = _mlflow_schema() if revision is not None else None
@@ -157,7 +158,6 @@ def registered_version(uri: str) -> tuple[str, str] | None:
     as an artifact that is not there). Call after `_use_tracking`."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
-    from routeforge.artifacts.bundle.registry_rest import models_ref
 
     if not uri.startswith("models:/"):
         return None
@@ -309,7 +309,6 @@ def light_registry(tracking_uri: str | None):
     """The module that reads `tracking_uri`'s aliases and tags without MLflow's client: `registry_rest`
     for a server, `registry_sqlite` for a local file; None for any other store. Both answer
     `registered_model` and `version_of` alike, and say `NotFound` or fail (then MLflow's client asks)."""
-    from routeforge.artifacts.bundle import registry_rest, registry_sqlite
 
     if registry_rest.is_http(tracking_uri):
         return registry_rest
@@ -322,7 +321,6 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     """The signing key's public PEM the pipeline recorded on the registered model of `models:/<name>…`,
     or None. Trusting it is trusting whoever may tag that model: with an authenticated MLflow server
     (deploy/), the pipeline's writer account only."""
-    from routeforge.artifacts.bundle import registry_rest
 
     name = registry_rest.models_ref(uri)[0]
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")

@@ -30,7 +30,11 @@ import shutil
 import time
 from pathlib import Path
 
+from routeforge.artifacts.bundle.bundle_cache import DIGEST
 from routeforge.artifacts.bundle.manifest import Component, Manifest
+from routeforge.artifacts.bundle.registry import download_artifacts, location_problem
+from routeforge.artifacts.bundle.verification import confinement_problems, read_manifest
+from routeforge.artifacts.bundle.writer import sha256_file
 
 REFS_FILE = "shared_components.json"
 REFS_FORMAT = 1
@@ -87,8 +91,6 @@ def _link_tree(src: Path, dst_root: Path) -> None:
 
 
 def _verified(folder: Path, component: Component) -> bool:
-    from routeforge.artifacts.bundle.writer import sha256_file
-
     for entry in component.files:
         path = folder / entry.path
         if not path.is_file() or path.stat().st_size != entry.bytes or sha256_file(path) != entry.sha256:
@@ -115,7 +117,6 @@ def _place(folder: Path, cached: Path, component: Component) -> None:
 def seed(bundle_dir: Path, cache_root: Path) -> None:
     """Put the shareable components of a complete local bundle into the cache (hard links where the
     file system allows): the process that registers a bundle then loads it without a download."""
-    from routeforge.artifacts.bundle.verification import read_manifest
 
     for component in shareable(read_manifest(Path(bundle_dir))):
         cached = Path(cache_root) / "components" / component_digest(component)
@@ -131,11 +132,9 @@ def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None, manifes
     loader hands over; it may be the registry's own store, so nothing is written into it): the
     bundle's files and its components linked into `<cache root>/by-digest/<version>/`. `manifest`:
     the bundle's, already verified by the caller (else read, and its paths checked, here)."""
-    from routeforge.artifacts.bundle.verification import read_manifest
 
     manifest = manifest or read_manifest(Path(model_bundle))
     _confined(manifest, model_bundle)
-    from routeforge.artifacts.bundle.bundle_cache import DIGEST
 
     version = manifest.version
     if not isinstance(version, str) or not DIGEST.fullmatch(version):
@@ -160,7 +159,6 @@ def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None, manifes
 
 def _confined(manifest: Manifest, where: Path) -> None:
     """Refuse a manifest naming a component or file outside the bundle before any file is touched."""
-    from routeforge.artifacts.bundle.verification import confinement_problems
 
     problems = confinement_problems(manifest)
     if problems:
@@ -174,8 +172,6 @@ def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None, manifest: Man
     lacks or that do not match the manifest. `manifest`: the bundle's, already verified by the caller
     (`verification.verified_manifest`: its signature checked on the bytes read); else it is read here. Either
     way every path it names is checked to stay inside the bundle before any file is linked."""
-    from routeforge.artifacts.bundle.registry import download_artifacts, location_problem
-    from routeforge.artifacts.bundle.verification import read_manifest
 
     manifest = manifest or read_manifest(Path(bundle_dir))
     _confined(manifest, bundle_dir)

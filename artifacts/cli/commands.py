@@ -9,25 +9,40 @@ import time
 from pathlib import Path
 
 import click
-from routeforge.artifacts.bundle.download import download_bundle, fetch_verified
+from routeforge.artifacts.bundle.bundle_cache import BundleCache
+from routeforge.artifacts.bundle.download import bundle_folder, download_bundle, fetch_verified, with_shared_components
+from routeforge.artifacts.bundle.keyring import load_keyring, pin, unpin
 from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.model_record import local_model_files, verify_model_record, version_record_problem
 from routeforge.artifacts.bundle.registry import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_ENV,
+    _use_tracking,
+    check_version_location,
+    download_artifacts,
     download_manifest,
     is_remote_uri,
+    recorded_public_key,
     registered_version,
 )
+from routeforge.artifacts.bundle.registry_rest import models_ref
+from routeforge.artifacts.bundle.signing import generate_key_pair, rotate_key
 from routeforge.artifacts.bundle.verification import (
     BundleVerificationError,
+    listed_paths,
     no_key_message,
     read_manifest,
     resolve_key,
     signer_id,
+    verify_bundle,
 )
+from routeforge.artifacts.cli.bundle_summary import every_metric, summary, with_unit
 from routeforge.artifacts.cli.narrow_output import NarrowStream
 from routeforge.artifacts.common import strict_json, temporary
+from routeforge.artifacts.common.state_folder import default_tracking_uri
 from routeforge.artifacts.deciding.objectives import objective_option
+from routeforge.artifacts.deciding.recommendation import STAT_KEYS
+from routeforge.artifacts.operating.traffic_prompts import logged_prompts
 
 
 def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -36,8 +51,6 @@ def _tracking_default(ctx: click.Context, param: click.Parameter, value: str | N
     the project's local store when it exists; it follows $ROUTEFORGE_STATE)."""
     if value:
         return value
-    from routeforge.artifacts.bundle.registry_rest import models_ref
-    from routeforge.artifacts.common.state_folder import default_tracking_uri
 
     # the reference comes first on the command line, so it is parsed before this default is filled
     params = ctx.params if ctx is not None else {}
@@ -187,7 +200,6 @@ def inspect(ref: str, show_all: bool, as_json: bool, tracking_uri: str | None) -
     """What the bundle holds, for an operator: its estimators' test quality, each tier's latency
     error, the recommended routing policy, lineage and provenance, with units (`--all`: every
     metric of every component). A registered bundle's manifest is downloaded alone (not its files)."""
-    from routeforge.artifacts.cli.bundle_summary import every_metric, summary
 
     manifest = read_manifest(download_manifest(ref, tracking_uri) if is_remote_uri(ref) else Path(ref))
     if as_json:
@@ -210,7 +222,6 @@ def verify(ref: str, public_key: Path | None, allow_unsigned: bool, as_json: boo
         key = resolve_key(ref, public_key, tracking_uri, allow_unsigned)
         root, manifest = fetch_verified(ref, None, tracking_uri, key, allow_unsigned)
         if key is not None and str(ref).startswith("models:/"):  # MLmodel and the environment files too
-            from routeforge.artifacts.bundle.model_record import verify_model_record
 
             problem = verify_model_record(ref, key, manifest, tracking_uri)
             if problem is not None:
@@ -252,15 +263,6 @@ def serve(ref: str, host: str, port: int, dst: Path | None, check_only: bool, pu
     then `mlflow models serve` on that local copy only. There is no way to skip the signature here."""
     import subprocess
 
-    from routeforge.artifacts.bundle.download import bundle_folder, with_shared_components
-    from routeforge.artifacts.bundle.model_record import local_model_files, version_record_problem
-    from routeforge.artifacts.bundle.registry import (
-        _use_tracking,
-        check_version_location,
-        download_artifacts,
-        registered_version,
-    )
-    from routeforge.artifacts.bundle.verification import listed_paths, verify_bundle
 
     if not ref.startswith("models:/"):
         raise click.UsageError("serve takes a models:/ reference; for a bundle folder, load it with load_bundle")
@@ -344,8 +346,7 @@ def predict(ref: str, prompts: tuple[str, ...], lam: float, budget_per_1k: float
     """Predicted per-model quality, output tokens and cost for PROMPTS, and the chosen model: by the
     bundle's router where it has one (chosen by cross-validation), else by its KNN estimator. A
     target (--budget-per-1k, --max-share, --min-quality) picks λ and says what to expect of it."""
-    from routeforge.artifacts.cli.bundle_summary import with_unit
-    from routeforge.artifacts.deciding.budget import TargetUnreachable
+    from routeforge.artifacts.deciding.budget import TargetUnreachable  # lazy: numpy on first use
 
     shares = _numbers(max_shares, "--max-share", 0.0, 1.0) or None  # argument errors before any store is read
     loaded = load_bundle(ref, tracking_uri=tracking_uri, public_key=public_key, allow_unsigned=allow_unsigned)
@@ -440,7 +441,6 @@ def policy(ref: str, stats: tuple[str, ...], objective: str, as_json: bool, publ
     if not overall.get("recommended_policy"):
         raise click.ClickException(f"bundle {loaded.manifest.name} carries no routing policies (trained without "
                                    "training.routing_evaluation)")
-    from routeforge.artifacts.deciding.recommendation import STAT_KEYS
 
     traffic = _numbers(stats, "--traffic")
     if unknown := sorted(set(traffic) - set(STAT_KEYS)):
@@ -476,8 +476,7 @@ def calibrate(ref: str, logs: Path | None, as_json: bool, public_key: Path | Non
     except KeyError as exc:
         raise click.ClickException(str(exc).strip('"')) from None
     if logs is not None:
-        from routeforge.artifacts.deciding.budget import refit
-        from routeforge.artifacts.operating.traffic_prompts import logged_prompts
+        from routeforge.artifacts.deciding.budget import refit  # lazy: numpy on first use
 
         prompts = logged_prompts(logs)
         if not prompts:
@@ -517,8 +516,8 @@ def replay(ref: str, logs: Path, against: str | None, lam: float, method: str, l
     self-normalised, doubly robust), and with --against the difference from that bundle."""
     from collections import Counter
 
-    from routeforge.artifacts.operating.replay import read_logged_decisions
-    from routeforge.artifacts.operating.replay import replay as replay_log
+    from routeforge.artifacts.operating.replay import read_logged_decisions  # lazy: numpy on first use
+    from routeforge.artifacts.operating.replay import replay as replay_log  # lazy: numpy on first use
 
     load = lambda r: load_bundle(r, tracking_uri=tracking_uri, public_key=public_key,  # noqa: E731
                                  allow_unsigned=allow_unsigned)
@@ -560,7 +559,6 @@ def cache() -> None:
 @cache.command("list")
 def cache_list() -> None:
     """Every cached bundle, most recently used first, with its size."""
-    from routeforge.artifacts.bundle.bundle_cache import BundleCache
 
     store = BundleCache()
     entries = store.entries()
@@ -575,7 +573,6 @@ def cache_list() -> None:
               help="Keep the most recently used bundles up to this many bytes (0: empty the cache).")
 def prune(max_bytes: int) -> None:
     """Remove the least recently used bundles beyond --max-bytes."""
-    from routeforge.artifacts.bundle.bundle_cache import BundleCache
 
     store = BundleCache()
     removed = store.prune(max_bytes)
@@ -594,7 +591,6 @@ def keys() -> None:
 def generate(private_key: Path) -> None:
     """Write a new key pair: PRIVATE_KEY (mode 0600) and PRIVATE_KEY.pub, for `registry.signing_key`
     or $ROUTEFORGE_SIGNING_KEY, which a fleet on object storage must set."""
-    from routeforge.artifacts.bundle.signing import generate_key_pair
 
     if private_key.exists():
         raise click.ClickException(f"{private_key} exists; refusing to overwrite a private key")
@@ -609,8 +605,6 @@ def rotate(private_key: Path, retire_public: tuple[Path, ...]) -> None:
     """Replace the signing key at PRIVATE_KEY with a new pair. Its public key (and each --retire-public)
     moves to retired/<key id>.pub beside it: versions signed by a retired key are still verified, each
     with the key it names, so the release gate goes on; the old private key is deleted."""
-    from routeforge.artifacts.bundle.keyring import pin
-    from routeforge.artifacts.bundle.signing import rotate_key
 
     if not private_key.exists() and not retire_public:
         raise click.ClickException(f"no key at {private_key}: to go on after losing it, name its public half with "
@@ -635,8 +629,6 @@ def pin_key(source: str, tracking_uri: str | None) -> None:
     models:/ reference whose registry's recorded key is pinned on your word (trust on first use: the
     store's writer chose it; compare the id printed with the signer's)."""
     if source.startswith("models:/"):
-        from routeforge.artifacts.bundle.registry import recorded_public_key
-
         pem = recorded_public_key(source, tracking_uri)
         if pem is None:
             raise click.ClickException(f"{source}: the registry records no public key for this model")
@@ -646,7 +638,6 @@ def pin_key(source: str, tracking_uri: str | None) -> None:
         if not path.is_file():
             raise click.ClickException(f"{source}: no such file (a PEM public key, or a models:/ reference)")
         pem, origin = path.read_bytes(), str(path)
-    from routeforge.artifacts.bundle.keyring import pin
 
     try:
         kid, pinned, new = pin(pem)
@@ -659,7 +650,6 @@ def pin_key(source: str, tracking_uri: str | None) -> None:
 @click.argument("kid")
 def unpin_key(kid: str) -> None:
     """Stop trusting pinned key KID (a retired key once no served version is signed by it)."""
-    from routeforge.artifacts.bundle.keyring import unpin
 
     try:
         click.echo(f"unpinned key {kid} ({unpin(kid)})")
@@ -670,7 +660,6 @@ def unpin_key(kid: str) -> None:
 @keys.command("list")
 def list_keys() -> None:
     """The pinned keys a bundle is verified with here, and where they were read."""
-    from routeforge.artifacts.bundle.keyring import load_keyring
 
     keyring = load_keyring(None)
     click.echo(keyring.describe())

@@ -71,6 +71,7 @@ from typing import Any
 
 from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.artifacts.deciding.prefix_index import GlobalLruIndex, PrefixIndex, TtlIndex
+from routeforge.artifacts.deciding.tree_ensemble import TreeEnsemble
 
 LLM_D_WEIGHTS = {"prefix": 3.0, "kv_utilization": 2.0, "queue": 2.0}
 LLM_D_PREFIX = {"block_size_tokens": 16, "max_prefix_blocks": 256, "lru_capacity_per_server": 31_250}
@@ -338,8 +339,6 @@ def predicted_latency_features(request, instances, state, parameters) -> list[li
 def llm_d_predicted_latency(request, instances, parameters, state) -> int:
     """llm-d's predicted-latency scorer: the lowest TTFT its trained model predicts (module doc)."""
     if "ensemble" not in state:
-        from routeforge.artifacts.deciding.tree_ensemble import TreeEnsemble
-
         if not parameters.get("model"):
             raise ValueError("llm_d_predicted_latency: parameters.model, its trained TTFT model (XGBoost's JSON), "
                              "is required (training.policies.predicted_latency trains it)")

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.deciding.components import component_kind, register_component
+from routeforge.artifacts.deciding.recommendation import STAT_KEYS, recommend
 
 GOLDEN_FILE, VECTORS_FILE = "golden.json", "vectors.safetensors"
 FORMAT = 1
@@ -120,7 +121,6 @@ def _heuristic_cases(m: int, n: int, rng: np.random.Generator) -> list[dict[str,
 
 def _recommendations(path: Path, rng: np.random.Generator, n: int = 40) -> list[dict[str, Any]]:
     """Traffic statistics drawn around the evaluated ones, each objective's recommended policy for them."""
-    from routeforge.artifacts.deciding.recommendation import STAT_KEYS, recommend
 
     table = json.loads(path.read_text()).get("recommendations") or []
     objectives = sorted({o for e in table for o in e.get("best", {})})
@@ -259,8 +259,6 @@ def check_golden(bundle, tolerance: float = 1e-5) -> list[str]:
             if not math.isfinite(diff) or diff > tolerance:
                 problems.append(f"{part['component']}: {key} differs by up to {diff:.3g}")
     if spec.get("recommendations"):
-        from routeforge.artifacts.deciding.recommendation import recommend
-
         table = bundle.simulator_spec()["recommendations"]
         wrong = sum(recommend(table, r["stats"], r["objective"])["policy"] != r["policy"]
                     for r in spec["recommendations"])

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from routeforge.artifacts.common.json_lines import bounded_lines
+from routeforge.artifacts.common.json_lines import bounded_lines, strict_json
 
 
 class LogLineError(ValueError):
@@ -146,7 +146,6 @@ def logged_prompts(path: Path, limit: int = 100_000) -> list[str]:
     """The prompts of the requests in a local log file, or in every *.jsonl / *.jsonl.gz under a
     folder (name order), at most `limit`, each at most `MAX_PROMPT_CHARS` long (`bounded_prompt`);
     lines that hold no usable request are skipped."""
-    from routeforge.artifacts.common.json_lines import strict_json
 
     out: list[str] = []
     for _, line in log_lines(Path(path)):

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from routeforge.core.config.base import did_you_mean
+from routeforge.core.config.training import TraceSettings
 from routeforge.core.text_encoding import file_encoding_problem, strip_utf8_bom
 
 SAMPLE_ROWS = 200  # rows read for a JSON-lines or JSON file's columns
@@ -153,7 +154,6 @@ def trace_problems(fleet) -> list[str]:
     trace = fleet.training.routing_evaluation.trace
     if trace is None:
         return []
-    from routeforge.core.config.training import TraceSettings
 
     bare = isinstance(trace, Path)  # a path alone: read with Azure's column names (the settings' defaults)
     settings = TraceSettings.model_construct(path=trace) if bare else trace

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel
-from routeforge.core.config.base import _resolve_path
+from routeforge.core.config.base import ConfigError, _resolve_path
+from routeforge.core.config.data_columns import column_problems, task_problems, trace_problems
+from routeforge.core.config.data_rows import row_problems
+from routeforge.core.config.fleet import load_fleet
+from routeforge.core.kinds import PROFILE_KINDS
 
 
 def _is_file_validator(meta: Any) -> bool:
@@ -62,7 +66,6 @@ def missing_files(model: BaseModel) -> list[str]:
 def profile_problems(config) -> list[str]:
     """What each tier's profile kind finds wrong in the files it names (the kind's `check`: a published
     file's `key` that is not in it), with the field's dotted path."""
-    from routeforge.core.kinds import PROFILE_KINDS
 
     out = []
     for i, tier in enumerate(config.tiers):
@@ -78,10 +81,6 @@ def load_checked(path) -> Any:
     (`data_rows`), every mapped column its file lacks, every `per_task` key no dataset's files name
     and every column the trace lacks (`data_columns`), and every tier profile whose files do not hold
     what it names (`profile_problems`)."""
-    from routeforge.core.config.base import ConfigError
-    from routeforge.core.config.data_columns import column_problems, task_problems, trace_problems
-    from routeforge.core.config.data_rows import row_problems
-    from routeforge.core.config.fleet import load_fleet
 
     config = load_fleet(path)
     missing = missing_files(config)

@@ -33,6 +33,8 @@ from routeforge.core.config.base import (
     did_you_mean,
     reachable_models,
 )
+from routeforge.core.config.data_columns import task_problems
+from routeforge.core.config.data_rows import row_problems
 from routeforge.core.config.datasets import Dataset, PromptSettings, SplitSettings, Templates
 from routeforge.core.config.generation import GenerationSettings
 from routeforge.core.config.models import ModelSpec, Sampling
@@ -297,11 +299,9 @@ class FleetConfig(_Strict):
                 out.append(f"warning: models {untiered} have no tier: the router may pick them, but the latency "
                            f"heads, the routing simulator, its policies and the dispatch call cover only "
                            f"{sorted(served)} (add a tier per model, or leave them out)")
-        from routeforge.core.config.data_rows import row_problems
 
         out += row_problems(self)[1]  # lines the run will quarantine
         if self.scoring.per_task or self.templates.per_task:  # keys no file confirms (errors: `files.load_checked`)
-            from routeforge.core.config.data_columns import task_problems
 
             out += task_problems(self)[1]
         return out

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator, model_validator
 from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.core.config.base import ConfigPath, ModelRef, OneOf, StoreUri, _Strict
+from routeforge.core.config.field_docs import describe
 from routeforge.core.kinds import LEARNED_SETTINGS, ROUTING_POLICIES, WORKLOADS, learned_settings, workloads_reading
 
 
@@ -156,7 +157,6 @@ OLD_POLICY_KEYS = {"ddqn": [("ddqn_workload_guided", None)], "sac": [("sac_qos_h
 def _learned_schema(schema: dict) -> None:
     """The `learned` map's JSON Schema: a property per registered learned policy, its settings model's
     schema, so an editor completes a policy's settings as it does every other section."""
-    from routeforge.core.config.field_docs import describe
 
     properties = {}
     for entry in LEARNED_SETTINGS.entries():

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from routeforge.core.config import FleetConfig, ModelSpec, ResponseFilters, Sampling
+from routeforge.core.kinds import SOURCE_KINDS
 from routeforge.core.storage import Quarantine
 
 ProgressFn = Callable[[int, int], None]
@@ -78,7 +79,6 @@ def sampling_record(sampling: Sampling, chat_template: bool) -> dict[str, Any]:
 
 def identity(config: FleetConfig, model: str) -> Identity:
     """The cache identity of `model`, from the config alone (no model load, no connection)."""
-    from routeforge.core.kinds import SOURCE_KINDS
 
     spec = config.model(model)
     model_id, revision, imported = SOURCE_KINDS.get(spec.source.kind)(spec.source, spec.name)

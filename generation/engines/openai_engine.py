@@ -24,6 +24,7 @@ from routeforge.core.config import FleetConfig, ModelSpec, OpenAISource, Samplin
 from routeforge.core.kinds import ENGINES
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, tpot
+from routeforge.generation.token_counts import token_counter
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 
@@ -190,7 +191,6 @@ class OpenAIEngine(BaseEngine):
 
     def _count_tokens(self, text: str) -> int:
         """Fallback when a server sends no usage: the configured counting tokenizer."""
-        from routeforge.generation.token_counts import token_counter
 
         return token_counter(self._token_counter).count([text])[0]
 
@@ -205,7 +205,6 @@ class OpenAIEngine(BaseEngine):
         semaphore = asyncio.Semaphore(self.source.max_concurrency)
         done = 0
         async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-
             async def one(prompt: PromptRow):
                 nonlocal done
                 async with semaphore:

@@ -18,6 +18,7 @@ from routeforge.core.kinds import ENGINES
 from routeforge.core.model_sources import causal_lm_location
 from routeforge.core.storage import Quarantine
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
+from routeforge.generation.local_server import transformers_serve
 
 
 def _hooks():
@@ -64,8 +65,6 @@ class TransformersEngine(BaseEngine):
 
     @classmethod
     def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
-        from routeforge.generation.local_server import transformers_serve
-
         return transformers_serve(model_dir, log)
 
     def __init__(self, spec: ModelSpec, config: FleetConfig, cache_dir: Path, device: str | None = None):

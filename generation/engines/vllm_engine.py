@@ -31,6 +31,7 @@ from routeforge.core.storage import Quarantine
 from routeforge.core.vllm_env import kv_cache_bytes, on_cpu_build, vllm_python
 from routeforge.generation.engines.base import BaseEngine, ProgressFn, PromptRow, render_prompt, tpot
 from routeforge.generation.engines.vllm_worker import output_rows
+from routeforge.generation.local_server import vllm_serve
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 READY_TIMEOUT_S = 900.0  # model load and KV-cache set-up of a worker
@@ -123,7 +124,6 @@ class VllmEngine(BaseEngine):
     @classmethod
     def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
         """vLLM's own server, in the vLLM environment."""
-        from routeforge.generation.local_server import vllm_serve
 
         o = spec.vllm
         return vllm_serve(model_dir, log, vllm_python(o.python), dtype=o.dtype, max_model_len=o.max_model_len,

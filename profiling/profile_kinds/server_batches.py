@@ -20,6 +20,7 @@ import os
 from routeforge.core.kinds import PROFILE_KINDS
 from routeforge.profiling.batch_fits import BatchMeasurement
 from routeforge.profiling.profile_results import MeasuredBatches
+from routeforge.profiling.server_requests import static_batches
 from routeforge.profiling.tier_profile import write_batches
 
 BLOCK_TOKENS = 16  # prompt lengths are whole blocks of this many tokens
@@ -38,8 +39,6 @@ def served_model_of(base_url: str) -> str:
 
 @PROFILE_KINDS.register("server_batches", needs=("base_url",))
 def measure(config, tier, routing_table, folder, log) -> MeasuredBatches:
-    from routeforge.profiling.server_requests import static_batches
-
     profile, grid = tier.profile, config.profiling.batch
     base_url = profile.base_url.rstrip("/")
     base_url = base_url if base_url.endswith("/v1") else f"{base_url}/v1"

@@ -11,16 +11,16 @@ from routeforge.profiling.profile_results import TrafficRecords
 
 def log_inputs(profile) -> list:
     """New logs are new measurements: the files and their sizes enter the profile's key."""
-    from routeforge.prompts.traffic_logs import log_files
+    from routeforge.prompts.traffic_logs import log_files  # lazy: pyarrow on first use
 
     return [(str(p), p.stat().st_size) for p in log_files(profile.logs)]
 
 
 @PROFILE_KINDS.register("traffic_log", needs=("logs",), key_inputs=log_inputs)
 def measure(config, tier, routing_table, folder, log) -> TrafficRecords:
-    from routeforge.core.storage import Quarantine
-    from routeforge.profiling.traffic_records import replay
-    from routeforge.prompts.traffic_logs import read_traffic_logs
+    from routeforge.core.storage import Quarantine  # lazy: pyarrow on first use
+    from routeforge.profiling.traffic_records import replay  # lazy: httpx, rich on first use
+    from routeforge.prompts.traffic_logs import read_traffic_logs  # lazy: pyarrow on first use
 
     profile = tier.profile
     quarantine = Quarantine("tier_profiles", tier.name)

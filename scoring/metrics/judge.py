@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 from routeforge.core.config import FleetConfig, JudgeSettings, Sampling
 from routeforge.core.kinds import METRICS
+from routeforge.generation.partition import generate_partition
 from routeforge.scoring.metrics.base import score_row
 
 _SCORE = re.compile(r"(?:score|rating)\s*[:=]?\s*\**\s*(\d+(?:\.\d+)?)", re.I)
@@ -75,7 +76,6 @@ def judge_config(config: FleetConfig) -> FleetConfig:
 
 def run_judge(config: FleetConfig, items: list[dict[str, Any]], log=print) -> list[tuple[float | None, str, str]]:
     """items: {prompt_id, prompt, reference, response}. Returns (score, reason, raw answer) per item."""
-    from routeforge.generation.partition import generate_partition
 
     settings = config.scoring.judge
     jconfig = judge_config(config)

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import click
+from routeforge.artifacts.bundle.loader import load_bundle
 from routeforge.artifacts.cli.commands import TRACKING_OPTION, signature_options
 from routeforge.artifacts.common import strict_json
 from routeforge.artifacts.deciding.objectives import HIGHER_IS_BETTER, objective_option
@@ -109,8 +110,7 @@ def evaluate(bundle_ref: str, trace: Path, load: float, seeds: int, requests: in
              public_key: Path | None = None, allow_unsigned: bool = False) -> None:
     """Simulate every policy in BUNDLE (a folder or models:/<name>@<alias>) and every baseline on
     the bundle's tiers under the trace's arrivals, rescaled to LOAD of the fleet's capacity."""
-    from routeforge.artifacts.bundle.loader import load_bundle
-    from routeforge.training.policies.replay import evaluate_bundle
+    from routeforge.training.policies.replay import evaluate_bundle  # lazy: gymnasium, numpy on first use
 
     if objective == "slo_attainment" and slo_e2e is None and slo_tpot is None and slo_ttft is None:
         raise click.UsageError("--objective slo_attainment: give the SLO with --slo-e2e, --slo-tpot and/or --slo-ttft")

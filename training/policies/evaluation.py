@@ -28,10 +28,12 @@ from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.core.kinds import WORKLOADS, workloads_reading
 from routeforge.core.progress import Counted
 from routeforge.core.storage import Quarantine
+from routeforge.prompts.traffic_logs import read_traffic_logs
 from routeforge.training.policies.gate import recommend
 from routeforge.training.policies.learned.base import LEARNED_POLICIES, Setting, TrainedPolicy
 from routeforge.training.policies.load import LoadCalibration, calibrate_on
 from routeforge.training.policies.recommendation import recommendation_table, traffic_stats, transfer
+from routeforge.training.policies.rl.rollout import evaluation_seeds, run_episode
 from routeforge.training.policies.simulator.baselines import BASELINES, EXPORTABLE, default_baselines, tuned_baseline
 from routeforge.training.policies.simulator.cluster import Cluster, Outcome
 from routeforge.training.policies.simulator.extrapolation import extrapolation
@@ -103,7 +105,6 @@ class Traffic:
 def read_traffic(uri: str, quarantine: Quarantine, limit: int | None = None) -> Traffic:
     """The requests of the traffic logs at `uri` (`prompts.traffic_logs`' format) that carry an output
     length, sorted by when they were sent; unusable lines go to `quarantine` with their reason."""
-    from routeforge.prompts.traffic_logs import read_traffic_logs
 
     requests = sorted((r for r in read_traffic_logs(uri, quarantine, limit) if r.completion_tokens > 0),
                       key=lambda r: (r.sent_s, r.row_id))
@@ -354,7 +355,6 @@ def _evaluate_policies(fleet: _Fleet, setting: Setting, wanted: list[str], workl
                        tuned: dict[str, dict], log: Callable[[str], None]):
     """(rows, traffic statistics): every policy × workload × load over the evaluation's `seeds`, one row
     of mean ± std per metric (and the objective and served share per seed, which the gate pairs)."""
-    from routeforge.training.policies.rl.rollout import run_episode
 
     settings = fleet.settings
 
@@ -428,7 +428,6 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
     "traffic", whatever `settings.workloads` lists. `limits`: per instance, the KV capacity and batch
     limit the fleet file gives (`fleet_profiles`)."""
-    from routeforge.training.policies.rl.rollout import evaluation_seeds
 
     out_dir.mkdir(parents=True, exist_ok=True)
     profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens, limits)

@@ -31,6 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from routeforge.training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.cluster import Cluster
+from routeforge.training.policies.simulator.metrics import summarize
 
 REFERENCE_POLICIES = ("join_shortest_queue", "least_work_left")
 TARGET_SERVED = 0.99
@@ -167,9 +170,6 @@ def calibrate_on(profiles, models: list[int], windows: Callable[[float, int], li
     """The rate `loads` are shares of, for the simulated fleet (`profiles`, each instance's model in
     `models`) on the requests `windows(rate, seed)` gives: its throughput at saturation, or (basis
     `slo`) the highest rate at which `slo` (an `Slo`) still holds for 90% of requests (`sustainable_rate`)."""
-    from routeforge.training.policies.simulator.baselines import BASELINES
-    from routeforge.training.policies.simulator.cluster import Cluster
-    from routeforge.training.policies.simulator.metrics import summarize
 
     def run(policy: str, rate: float, seed: int):
         return Cluster(profiles, models=models, block_tokens=block_tokens).run(windows(rate, seed), BASELINES[policy]())

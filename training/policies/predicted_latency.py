@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from routeforge.artifacts.deciding.deployed_routers import predicted_latency_features
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.training.policies.simulator.baselines import RegisteredHeuristic
 
 TRAINING = {"n_estimators": 120, "max_depth": 5, "learning_rate": 0.1, "subsample": 0.9}
@@ -30,8 +31,6 @@ class Recording(RegisteredHeuristic):
         self.seen: dict[int, list[float]] = {}
 
     def choose(self, request, router, now):
-        from routeforge.artifacts.deciding.heuristics import HEURISTICS
-
         asked, observed = router.observe(request, now)
         features = predicted_latency_features(asked, observed, self.state, {})  # llm-d's index before the send
         choice = HEURISTICS.get("llm_d")(asked, observed, self.parameters_, self.state)

@@ -20,6 +20,7 @@ from routeforge.artifacts.bundle.writer import ComponentSource
 from routeforge.artifacts.common import strict_json
 from routeforge.core.schemas import routing_models
 from routeforge.core.storage import Quarantine
+from routeforge.profiling.kv_capacity import KvCapacityError, tier_batched_tokens, tier_kv_capacity
 from routeforge.profiling.profile_results import TierProfile
 from routeforge.training.policies.evaluation import RoutingEvaluation, evaluate_routing, read_traffic
 from routeforge.training.policies.learned.base import LEARNED_POLICIES
@@ -41,7 +42,6 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
     whose profile has a prefill/decode fit (measured batches, or published rows fitted to the step
     model); each instance's limits are its KV capacity from its hardware and model
     (`profiling.kv_capacity`, where the fleet file gives both) and its tier's `max_num_seqs`."""
-    from routeforge.profiling.kv_capacity import KvCapacityError, tier_batched_tokens, tier_kv_capacity
 
     fits, index, names, limits = [], [], [], []
     for tier in config.tiers:

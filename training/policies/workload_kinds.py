@@ -16,8 +16,8 @@ from routeforge.core.kinds import WORKLOADS
 def trace(pool, rate: float, n: int, times, traffic=None, blocks=None):
     """A window of the trace's real timestamps, rescaled to the mean rate; a block-hash trace
     (Mooncake's format) replays its own token counts and shared prefixes too."""
-    from routeforge.training.policies.evaluation import Traffic, traffic_workload
-    from routeforge.training.policies.simulator.traces import trace_window
+    from routeforge.training.policies.evaluation import Traffic, traffic_workload  # lazy: gymnasium
+    from routeforge.training.policies.simulator.traces import trace_window  # lazy: fsspec, pyarrow on first use
 
     if times is None:
         raise ValueError("training.routing_evaluation.trace: the 'trace' workload needs a trace file")
@@ -36,7 +36,7 @@ def trace(pool, rate: float, n: int, times, traffic=None, blocks=None):
 @WORKLOADS.register("traffic", source="traffic_logs")
 def traffic(pool, rate: float, n: int, times, traffic=None, blocks=None):
     """The fleet's own production traffic (`evaluation.traffic_workload`)."""
-    from routeforge.training.policies.evaluation import traffic_workload
+    from routeforge.training.policies.evaluation import traffic_workload  # lazy: gymnasium, pydantic on first use
 
     if traffic is None:
         raise ValueError("training.routing_evaluation: the 'traffic' workload needs traffic logs "

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.deciding.router import Router, _sigmoid, logit
+from routeforge.artifacts.deciding.router import Router, _sigmoid, logit, text_key
 
 RIDGE_GRID = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 CONFIDENCE_Z = 1.0  # how many standard errors the new model's estimate is lowered by (`add_model`)
@@ -154,7 +154,6 @@ def holdout_record(texts: list[str], labels: list[float], z: float = CONFIDENCE_
     each prompt's label by its text key (hex), and their mean less `z` standard errors, the score an
     evaluation prompt routed to the model without a label of its own gets. No labels: a lower bound
     of 0, so an unlabelled model is never scored above what it showed."""
-    from routeforge.artifacts.deciding.router import text_key
 
     y = np.asarray(labels, dtype=float)
     n = len(y)
@@ -167,7 +166,6 @@ def holdout_record(texts: list[str], labels: list[float], z: float = CONFIDENCE_
 def _recall_labels(router: Router, texts: list[str], y: np.ndarray) -> None:
     """The new model's observed labels into the recall table (a known prompt's row gains them; an
     unknown prompt becomes a row of its own, NaN for the other models)."""
-    from routeforge.artifacts.deciding.router import text_key
 
     keys = list(router.weights["recall/keys"])
     observed = router.weights["recall/quality"]

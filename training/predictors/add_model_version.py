@@ -20,9 +20,19 @@ from typing import Any
 
 import click
 import numpy as np
+from routeforge.artifacts.bundle.loader import load_bundle
+from routeforge.artifacts.bundle.manifest import Fleet, ModelEntry
+from routeforge.artifacts.bundle.signing import public_key_pem
+from routeforge.artifacts.bundle.writer import ComponentSource, sha256_file
 from routeforge.artifacts.cli.commands import TRACKING_OPTION, signature_options
-from routeforge.artifacts.common import temporary
+from routeforge.artifacts.common import strict_json, temporary
 from routeforge.artifacts.deciding.golden import refresh_golden
+from routeforge.artifacts.deciding.router import text_key
+from routeforge.artifacts.deciding.sentence_encoder import embed_for
+from routeforge.registry.publish import publish_bundle
+from routeforge.registry.release import CHECKS_TAG, RULES_TAG, ModelRegistry
+from routeforge.training.predictors.add_model import add_model
+from routeforge.training.predictors.label_audit import audit_labels
 
 
 class LabelFileError(ValueError):
@@ -119,7 +129,6 @@ def split_holdout(rows: list[dict[str, Any]], evaluation_keys: set[bytes],
     """(fit, held out): every label on a prompt of the frozen evaluation set is held out (a label
     there must not steer the router on the very prompts it is judged on), and a share of the rest,
     chosen by the prompt's hash so the same file splits the same way."""
-    from routeforge.artifacts.deciding.router import text_key
 
     fit, held = [], []
     for row in rows:
@@ -131,7 +140,6 @@ def split_holdout(rows: list[dict[str, Any]], evaluation_keys: set[bytes],
 def _evaluation_set(tracking_uri: str, name: str):
     """The registered model's frozen evaluation set (a pyarrow table; None before it has one)."""
     import pyarrow.parquet as pq
-    from routeforge.registry.release import ModelRegistry
 
     registry = ModelRegistry(tracking_uri, name)
     if registry.pinned_evaluation_sha() is None:
@@ -146,14 +154,7 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
                       public_key: Path | None = None, allow_unsigned: bool = False,
                       min_labels: int = MIN_LABELS) -> dict[str, Any]:
     """Register a version of `name` whose router also routes to `model` (see the module doc)."""
-    from routeforge.artifacts.bundle.loader import load_bundle
-    from routeforge.artifacts.bundle.manifest import Fleet, ModelEntry
-    from routeforge.artifacts.bundle.signing import public_key_pem
-    from routeforge.artifacts.bundle.writer import ComponentSource, sha256_file
-    from routeforge.artifacts.deciding.sentence_encoder import embed_for
-    from routeforge.core.config.base import plain_name
-    from routeforge.registry.publish import publish_bundle
-    from routeforge.training.predictors.add_model import add_model
+    from routeforge.core.config.base import plain_name  # lazy: pydantic, yaml on first use
 
     if signing_key is None:
         raise ValueError("--signing-key (or ROUTEFORGE_SIGNING_KEY) is required: every registered version is "
@@ -165,8 +166,6 @@ def add_model_version(*, name: str, model: str, labels: Path, tracking_uri: str,
     rows = read_labels(labels)  # a bad file fails before anything is downloaded
     if len(rows) < min_labels:
         raise LabelFileError(f"{labels}: {len(rows)} labelled prompts; --min-labels asks for at least {min_labels}")
-    from routeforge.artifacts.deciding.router import text_key
-    from routeforge.training.predictors.label_audit import audit_labels
 
     evaluation = _evaluation_set(tracking_uri, name)
     audit = audit_labels(rows, evaluation, model)
@@ -236,7 +235,6 @@ def _checks(registered, tracking_uri: str, work: Path, public_key: Path | bytes,
     """What the pipeline's asset checks assert of a version, for an added model's: the registered
     bundle verifies with the key and loads; the models it knew route exactly as before (their
     estimates unchanged on the labelled prompts); the gate has held-out labels to score the new model."""
-    from routeforge.artifacts.bundle.loader import load_bundle
 
     added = load_bundle(f"models:/{registered.name}/{registered.version}", work / "registered", tracking_uri,
                         public_key=public_key)
@@ -250,7 +248,6 @@ def _tag_like_a_pipeline_version(tracking_uri: str, name: str, version: str, sou
     """`checks_passed` and the release rules of the version it extends, as the pipeline's release
     step tags its versions: the gate then judges an added model's version by the same rules."""
     from mlflow import MlflowClient
-    from routeforge.registry.release import CHECKS_TAG, RULES_TAG
 
     client = MlflowClient(tracking_uri)
     source = client.get_model_version_by_alias(name, source_alias)
@@ -298,8 +295,6 @@ def add_model_command(name: str, model: str, labels: Path, experiment: str, sign
     except (LabelFileError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        from routeforge.artifacts.common import strict_json
-
         click.echo(strict_json.dumps(out, indent=2))
         return
     added = out["added"]

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from routeforge.artifacts.deciding.router import text_key
+from routeforge.core.kinds import METRICS
 
 MIN_AUDITED = 5  # prompts scored before an overclaim can refuse a file (fewer say too little)
 OVERCLAIM_TOLERANCE = 0.1  # how far the mean label may exceed the mean own score (metric noise, rounding)
@@ -72,10 +74,8 @@ def audit_labels(rows: list[dict[str, Any]], evaluation, model: str) -> LabelAud
     """Score the `response` of each label row on a prompt of `evaluation` (the frozen evaluation set,
     a pyarrow table; None: none frozen) with the prompt's own metric where that metric is
     self-contained and the set keeps the prompt's reference."""
-    from routeforge.artifacts.deciding.router import text_key
-    from routeforge.core.config.scoring import metric_says
-    from routeforge.core.kinds import METRICS
-    from routeforge.core.storage import Quarantine
+    from routeforge.core.config.scoring import metric_says  # lazy: pydantic, yaml on first use
+    from routeforge.core.storage import Quarantine  # lazy: fsspec, pyarrow on first use
 
     audit = LabelAudit()
     if evaluation is None:

@@ -47,7 +47,7 @@ def replay_outcomes(router: Router, log_uris: list[str], encoder, quarantine: Qu
     `settings.max_source_weight` outcomes per (cluster, model) cell, and all sources together at most
     `settings.max_cell_weight`; a cell whose outcomes contradict
     its training mean by more than `settings.contradiction_threshold` is flagged and not absorbed."""
-    from routeforge.core.config.training import OutcomeSettings
+    from routeforge.core.config.training import OutcomeSettings  # lazy: pydantic, yaml on first use
 
     settings = settings or OutcomeSettings()
     listed = {source_id(source) for source in settings.sources}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from routeforge.core.pretrained import resolve_pretrained
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,6 @@ def finetune(texts: list[str], scores: np.ndarray, clusters: np.ndarray, encoder
     """Fine-tune a copy of the encoder; returns (SentenceTransformer, model embeddings (m, d) tensor)."""
     import torch
     import torch.nn.functional as F
-    from routeforge.core.pretrained import resolve_pretrained
     from sentence_transformers import SentenceTransformer
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from routeforge.artifacts.common.extensions import Registry
 from routeforge.artifacts.deciding.router import MEMBER_KINDS, MemberRule, predict_member
+from routeforge.training.predictors.router_dc_finetune import sample_llm_loss, sample_sample_loss
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,6 @@ def _fit_mixture(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int, tasks
 def _fit_dual_contrastive(cand: Candidate, x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     import torch
     import torch.nn.functional as F
-    from routeforge.training.predictors.router_dc_finetune import sample_llm_loss, sample_sample_loss
     from sklearn.cluster import KMeans
 
     p = cand.params

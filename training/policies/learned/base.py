@@ -24,6 +24,7 @@ from routeforge.artifacts.common.extensions import Registry
 from routeforge.core.config import StrictSettings
 from routeforge.core.config.training import RoutingEvaluationSettings
 from routeforge.core.kinds import learned_settings
+from routeforge.training.policies.rl.export import export_policy
 from routeforge.training.policies.rl.rollout import TrainerRun
 
 LEARNED_POLICIES: Registry[LearnedPolicy] = Registry("learned policy", ("routeforge.training.policies.learned",))
@@ -94,7 +95,6 @@ class LearnedPolicy(ABC):
         """Write its ONNX graph and spec to `folder` (`artifacts.deciding.policy.RoutingPolicy` loads them) and
         check ONNX Runtime against PyTorch on observations of an episode of the environment it was
         trained in (`seed`), the cluster filling as it goes. Returns the spec with that parity."""
-        from routeforge.training.policies.rl.export import export_policy
 
         env = trained.env
         obs, _ = env.reset(seed=seed)

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+from routeforge.artifacts.deciding.heuristics import queue_biases
+from routeforge.artifacts.deciding.policy import RoutingPolicy
 
 
 def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, check_obs: np.ndarray,
@@ -14,7 +16,6 @@ def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, 
     """Write `policy.onnx` + `policy.json`; returns the spec with the parity measured on `check_obs`.
     `act`: how the policy routes, "greedy" (argmax) or "sample" (from softmax(logits), as SAC trains)."""
     import torch
-    from routeforge.artifacts.deciding.policy import RoutingPolicy
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -30,7 +31,6 @@ def export_policy(net, folder: Path, observation_spec: dict, action_spec: dict, 
     runtime = RoutingPolicy.load(folder)
     got = runtime.scores(check_obs)
     if output == "bias":  # the action is the rounded biases, all of them
-        from routeforge.artifacts.deciding.heuristics import queue_biases
 
         bounds = tuple(action_spec.get("bounds", (-10.0, 10.0)))
         agree = (queue_biases(got, bounds) == queue_biases(reference, bounds)).all(axis=1)

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+from routeforge.training.policies.rl.teacher import teacher_action
+from routeforge.training.policies.simulator.baselines import BASELINES
 from routeforge.training.policies.simulator.episode_seed import episode_seed
 
 Teacher = Callable[[gym.Env], Callable[[np.ndarray], object]]  # the shadow env -> its policy for one episode
@@ -80,8 +82,6 @@ def teacher_rewards(env: gym.Env, act: Callable[[np.ndarray], np.ndarray], seed:
 def heuristic_teacher(name: str) -> Teacher:
     """A simulator baseline (`BASELINES[name]`, fresh each episode) acting on the shadow's state, as
     the teacher's demonstrations are taken (`teacher.teacher_action`)."""
-    from routeforge.training.policies.rl.teacher import teacher_action
-    from routeforge.training.policies.simulator.baselines import BASELINES
 
     def for_episode(env: gym.Env) -> Callable[[np.ndarray], object]:
         policy = BASELINES[name]()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from itertools import combinations
 
 import numpy as np
+from routeforge.training.policies.rl.rollout import episode_return
 
 
 def share_grid(n_models: int, resolution: int) -> list[np.ndarray]:
@@ -40,7 +41,6 @@ def best_fixed_split(make_env: Callable[[], object], seeds: Iterable[int], resol
                      log: Callable[[str], None] = print) -> dict:
     """The grid's split with the highest mean episode return on `seeds` (training-workload episodes,
     the quantity PPO maximises): {shares, logits, return, grid}."""
-    from routeforge.training.policies.rl.rollout import episode_return
 
     env, seeds = make_env(), list(seeds)
     n_models = int(max(env.models)) + 1

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from routeforge.artifacts.deciding.heuristics import HEURISTICS
 from routeforge.training.policies.rl.rollout import episode_return, greedy
-from routeforge.training.policies.simulator.baselines import BASELINES
+from routeforge.training.policies.simulator.baselines import BASELINES, VARIANTS
 
 
 def teachers(kind: str = "load") -> tuple[str, ...]:
@@ -35,8 +36,6 @@ def teachers(kind: str = "load") -> tuple[str, ...]:
     "load": every setting; "prefix": the deployed routers, which teach where instances cache prompt
     blocks (their prefix scorers have nothing to read elsewhere, and each candidate costs a clone and
     three episodes)."""
-    from routeforge.artifacts.deciding.heuristics import HEURISTICS
-    from routeforge.training.policies.simulator.baselines import VARIANTS
 
     entries = sorted((e for e in HEURISTICS.entries() if e.metadata.get("teaches") == kind),
                      key=lambda e: (e.metadata.get("teacher_order", 0), e.name))

@@ -20,13 +20,13 @@ from routeforge.profiling.server_requests import Measured, ReplayRequest, send
 from routeforge.training.policies.simulator.baselines import RoundRobin
 from routeforge.training.policies.simulator.cluster import Cluster, Request
 from routeforge.training.policies.simulator.instance import InstanceProfile
+from routeforge.training.policies.simulator.metrics import summarize
 
 
 def simulate(profile: InstanceProfile, requests: Sequence[ReplayRequest], block_tokens: int,
              instances: int = 1) -> tuple[list, float]:
     """The same requests on `instances` simulated instances with a block cache each, round-robin in
     arrival order as `send` spreads them: (outcomes, prefix hit rate)."""
-    from routeforge.training.policies.simulator.metrics import summarize
 
     reqs = [Request(i, r.arrival_s, len(r.block_ids) * block_tokens, np.array([float(r.output_tokens)]),
                     np.array([np.nan]), hash_ids=r.block_ids) for i, r in enumerate(requests)]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+from routeforge.core.pretrained import resolve_pretrained
 from routeforge.core.schemas import routing_models
 
 # `arrivals` is the arrival processes' one definition, under the simulator's name for it
@@ -154,7 +155,6 @@ class RequestBatch(Sequence):
 def prompt_token_counts(texts: list[str], tokenizer_ref: str) -> np.ndarray:
     """Prompt lengths in the tokens of `tokenizer_ref` (an encoder reference; the routing table
     stores no prompt token counts)."""
-    from routeforge.core.pretrained import resolve_pretrained
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(tokenizer_ref))

@@ -31,28 +31,28 @@ from collections.abc import Callable
 import numpy as np
 from routeforge.core.progress import format_count
 from routeforge.training.policies.learned.ddqn_workload_guided.settings import DdqnSettings  # noqa: F401 - re-exported for callers
-from routeforge.training.policies.rl.rollout import TrainerRun
+from routeforge.training.policies.rl.rollout import (
+    BestRound,
+    TrainerRun,
+    greedy,
+    play_round,
+    round_label,
+    training_seed,
+    transitions,
+)
+from routeforge.training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
 
 
 def train_ddqn(env, settings: DdqnSettings, log: Callable[[str], None] = print) -> TrainerRun:
     """Returns the trained Q network (obs → Q values) and the learning curve per episode."""
     import torch
-    from routeforge.training.policies.learned.ddqn_workload_guided.model import (
+    from routeforge.training.policies.learned.ddqn_workload_guided.model import (  # lazy: dill, torch on first use
         MASKED_Q,
         MaskFull,
         PerInstanceQ,
         full_flags,
     )
-    from routeforge.training.policies.rl.networks import mlp
-    from routeforge.training.policies.rl.rollout import (
-        BestRound,
-        greedy,
-        play_round,
-        round_label,
-        training_seed,
-        transitions,
-    )
-    from routeforge.training.policies.rl.teacher import Student, demonstrate, pull_weight, resolve_teacher
+    from routeforge.training.policies.rl.networks import mlp  # lazy: dill, torch on first use
     from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
     from torchrl.modules import QValueActor
     from torchrl.objectives import DQNLoss, SoftUpdate

@@ -26,7 +26,8 @@ from collections.abc import Callable
 import numpy as np
 from routeforge.core.progress import format_count
 from routeforge.training.policies.learned.ppo_queue_bias.settings import PpoSettings  # noqa: F401 - re-exported for callers
-from routeforge.training.policies.rl.rollout import TrainerRun
+from routeforge.training.policies.rl.rollout import BestRound, TrainerRun
+from routeforge.training.policies.rl.slot_teacher import best_fixed_split, constant_action_observations
 
 
 def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
@@ -35,9 +36,7 @@ def train_ppo(make_env: Callable[[], object], settings: PpoSettings,
     distribution, or the biases where the environment dispatches by biased shortest queue;
     `mean_actor`) and the learning curve (return, length and wall time of every training episode)."""
     import torch.nn as nn
-    from routeforge.training.policies.rl.paired_baseline import PairedBaseline
-    from routeforge.training.policies.rl.rollout import BestRound
-    from routeforge.training.policies.rl.slot_teacher import best_fixed_split, constant_action_observations
+    from routeforge.training.policies.rl.paired_baseline import PairedBaseline  # lazy: gymnasium, numpy on first use
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.monitor import Monitor

@@ -26,13 +26,23 @@ from collections.abc import Callable
 import numpy as np
 from routeforge.core.progress import format_count
 from routeforge.training.policies.learned.sac_qos.settings import SacSettings  # noqa: F401 - re-exported for callers
-from routeforge.training.policies.rl.rollout import TrainerRun
+from routeforge.training.policies.rl.rollout import (
+    BestRound,
+    TrainerRun,
+    greedy,
+    play_round,
+    round_label,
+    sampled,
+    training_seed,
+    transitions,
+)
+from routeforge.training.policies.rl.teacher import Student, demonstrate, fit_clone, pull_weight, resolve_teacher
 
 
 def networks(env, settings: SacSettings):
     """(actor logits network, Q network) for the environment's variant."""
-    from routeforge.training.policies.learned.sac_qos.model import HanHead
-    from routeforge.training.policies.rl.networks import mlp
+    from routeforge.training.policies.learned.sac_qos.model import HanHead  # lazy: dill, torch on first use
+    from routeforge.training.policies.rl.networks import mlp  # lazy: dill, torch on first use
 
     spec, n_actions = env.observation_spec(), env.action_space.n
     if spec["variant"] == "han":
@@ -44,17 +54,7 @@ def networks(env, settings: SacSettings):
 def train_sac(env, settings: SacSettings, log: Callable[[str], None] = print) -> TrainerRun:
     """Returns the actor's logits network (obs → action logits) and the learning curve per episode."""
     import torch
-    from routeforge.training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher
-    from routeforge.training.policies.rl.rollout import (
-        BestRound,
-        greedy,
-        play_round,
-        round_label,
-        sampled,
-        training_seed,
-        transitions,
-    )
-    from routeforge.training.policies.rl.teacher import Student, demonstrate, fit_clone, pull_weight, resolve_teacher
+    from routeforge.training.policies.rl.paired_baseline import PairedBaseline, heuristic_teacher  # lazy: gymnasium
     from tensordict.nn import TensorDictModule
     from torchrl.data import LazyTensorStorage, OneHot, ReplayBuffer
     from torchrl.modules import OneHotCategorical, ProbabilisticActor
