@@ -131,7 +131,7 @@ def test_a_component_that_did_not_change_is_stored_and_downloaded_once(mlflow_se
 
     import mlflow
     import pytest
-    from routeforge.artifacts.bundle import registry
+    from routeforge.artifacts.bundle import registry, shared_components
     from routeforge.artifacts.bundle.bundle_cache import BundleCache
     from routeforge.artifacts.bundle.shared_components import REFS_FILE, SHARED_MIN_BYTES
     from routeforge.artifacts.bundle.verification import BundleVerificationError
@@ -184,7 +184,9 @@ def test_a_component_that_did_not_change_is_stored_and_downloaded_once(mlflow_se
     monkeypatch.setenv("ROUTEFORGE_CACHE", str(tmp_path / "service-cache"))
     fetched = []
     real = registry.download_artifacts
-    monkeypatch.setattr(registry, "download_artifacts", lambda uri, *a: fetched.append(uri) or real(uri, *a))
+    counting = lambda uri, *a: fetched.append(uri) or real(uri, *a)  # noqa: E731
+    monkeypatch.setattr(registry, "download_artifacts", counting)
+    monkeypatch.setattr(shared_components, "download_artifacts", counting)  # where a shared component is fetched
     a = load_bundle(f"models:/shared/{first.version}", tracking_uri=mlflow_server, public_key=public)
     b = load_bundle("models:/shared@champion", tracking_uri=mlflow_server, public_key=public)
     assert a.manifest.version != b.manifest.version

@@ -266,13 +266,13 @@ def test_a_live_server_is_profiled_through_its_api_into_a_tier_fit(servers, tmp_
     logged = []
     summary = PROFILE_KINDS.get("server_batches")(SimpleNamespace(profiling=SimpleNamespace(batch=grid)), tier, None,
                                                   tmp_path, logged.append)
-    assert summary["measurements"] == 4 and summary["served_model"].endswith(tuple("0123456789abcdef"))
-    assert summary["fit"]["prefill_grad_s_per_token"] > 0 and (tmp_path / "batches.parquet").is_file()
+    assert summary.measurements == 4 and summary.served_model.endswith(tuple("0123456789abcdef"))
+    assert summary.fit["prefill_grad_s_per_token"] > 0 and (tmp_path / "batches.parquet").is_file()
     import pyarrow.parquet as pq
 
     rows = [BatchMeasurement(**r) for r in pq.read_table(tmp_path / "batches.parquet").to_pylist()]
     assert sorted((r.batch_size, r.prompt_tokens) for r in rows) == [(1, 32), (1, 128), (4, 32), (4, 128)]
-    assert fit_tier(rows).to_dict()["decode_w_s"] == pytest.approx(summary["fit"]["decode_w_s"])
+    assert fit_tier(rows).to_dict()["decode_w_s"] == pytest.approx(summary.fit["decode_w_s"])
     assert logged[-1].startswith("tiny@core0: batches of 4 measured")
     with pytest.raises(ValueError, match="kind server_batches needs `base_url`"):
         TierProfile(kind="server_batches")
