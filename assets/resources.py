@@ -127,7 +127,6 @@ class MlflowRegistry(dg.ConfigurableResource):
     def signing_key_path(self) -> Path:
         """The private key, created (0600, `.pub` beside it) when this is the default location and
         it does not exist yet; a configured key that is missing is an error naming it."""
-
         path = Path(self.signing_key)
         if not path.is_file():
             if not self.create_signing_key:
@@ -142,7 +141,6 @@ class MlflowRegistry(dg.ConfigurableResource):
 
     def run_context(self, context: dg.AssetExecutionContext):
         """This step's place in the MLflow run tree (`registry.publish.RunContext`)."""
-
         tags = context.run.tags
         return RunContext(key=tags.get(PIPELINE_RUN_TAG, context.run_id),
                           fleet=tags.get("routeforge/fleet", self.experiment),
@@ -153,7 +151,6 @@ class MlflowRegistry(dg.ConfigurableResource):
                  params: dict[str, Any] | None = None) -> Iterator[str]:
         """This asset's MLflow run, a child of the pipeline run, open while the work runs
         (`registry.publish.child_run`): wrap the work in it, with the settings as `params`."""
-
         with child_run(tracking_uri=self.tracking_uri, experiment=self.experiment,
                        artifact_location=self.artifact_location, run_name=run_name,
                        context=self.run_context(context), step=context.asset_key.to_user_string(),
@@ -164,7 +161,6 @@ class MlflowRegistry(dg.ConfigurableResource):
                    files: list[Path], tags: dict[str, str] | None = None, params: dict[str, Any] | None = None,
                    curves: dict[str, list[tuple[int, float]]] | None = None, dataset=None) -> str:
         """What the step found, into its open run (`registry.publish.log_report`)."""
-
         return log_report(run_id=run_id, metrics=metrics, files=files, step=context.asset_key.to_user_string(),
                           tags=tags, params=params, curves=curves, dataset=dataset)
 
@@ -180,7 +176,6 @@ class MlflowRegistry(dg.ConfigurableResource):
 
     def publish(self, **kwargs: Any):
         """`registry.publish.publish_bundle` under this registry's name, experiment and alias."""
-
         return publish_bundle(name=self.model_name, tracking_uri=self.tracking_uri, experiment=self.experiment,
                               artifact_location=self.artifact_location, alias=self.alias,
                               signing_key=self.signing_key_path(), **kwargs)

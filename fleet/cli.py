@@ -41,7 +41,6 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
     """Parse and validate each FILE (paths resolved against its folder) and check the input files it
     names: that they exist, hold rows, and have the columns, tasks and models the file maps. One
     line per file (OK, or the bad fields); exit 1 when any is invalid."""
-
     if as_json and len(files) != 1:
         raise click.UsageError("--json prints one configuration: give one FILE")
     failed = 0

@@ -107,7 +107,6 @@ def vllm_serve(model_dir: Path, log: Path, python: str | None, *, dtype: str = "
     that still cannot start says, in one line, what it asked for and what was free. `cpus` (a CPU
     list, "0" or "2-3"): the server is pinned there (`taskset`) with its OpenMP threads bound to them
     (`VLLM_CPU_OMP_THREADS_BIND`), so several CPU servers share a machine without contending."""
-
     port = port or free_port()
     pin = ["taskset", "-c", cpus] if cpus else []
     command = [*pin, python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),

@@ -94,7 +94,6 @@ def recover_registry(config, instance: dg.DagsterInstance, log: Callable[[str], 
     """MLflow runs of the fleet's experiment left RUNNING by a Dagster run that is no longer in
     progress are ended KILLED; a newest version registered without any alias (killed between
     registration and setting it) gets the `@challenger` it was registered for."""
-
     out = Recovered()
     registry = config.registry
     if not registry.tracking_uri:

@@ -158,7 +158,6 @@ def lost(defs: dg.Definitions, key: dg.AssetKey, partition: str | None, config) 
     it was materialized (a storage folder moved away, files deleted, a bucket emptied): its output
     file, or the component folder a trained result points at. Losing a file means rebuilding it, so
     `why` reports such an asset as due instead of up to date (it used to crash the next reader)."""
-
     extension = EXTENSIONS.get(defs.resolve_assets_def(key).get_io_manager_key_for_asset_key(key))
     if extension is None:
         return None
@@ -195,7 +194,6 @@ def ungated(defs: dg.Definitions, instance: dg.DagsterInstance) -> str | None:
     """The registry is outside Dagster's view: a run stopped between registering a version and
     gating it leaves the gate up to date on record, so the gate is due while that version has no
     decision."""
-
     try:
         bundle = defs.load_asset_value("router_bundle", instance=instance)
     except Exception:  # never materialized (or unreadable): the bundle, and so the gate, run anyway

@@ -39,6 +39,10 @@ class MeasuredBatches:
     def simulator_fit(self) -> dict[str, Any]:
         return self.fit
 
+    def to_json(self) -> dict[str, Any]:
+        """Its fields; the server's only where the batches went through one (as the kinds wrote them)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in ("base_url", "served_model")}
+
 
 @dataclass(frozen=True)
 class FittedPrior:
@@ -46,6 +50,9 @@ class FittedPrior:
 
     prior: dict[str, Any]
     simulator_fit: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,9 @@ class SweepRecords:
     state_agreement: dict[str, Any] | None = None  # the client's dead reckoning against the server's counters
     simulator_fit: ClassVar[None] = None  # a sweep gives no step fit the simulator runs
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 @dataclass(frozen=True)
 class TrafficRecords:
@@ -72,13 +82,12 @@ class TrafficRecords:
     quarantine_reasons: dict[str, int] = field(default_factory=dict)
     simulator_fit: ClassVar[None] = None
 
+    def to_json(self) -> dict[str, Any]:
+        """Its fields, marked `traffic` (what tells its records from a sweep's in `profile.json`)."""
+        return {"traffic": True, **asdict(self)}
+
 
 ProfileResult = MeasuredBatches | FittedPrior | SweepRecords | TrafficRecords
-
-
-def _result_json(result: ProfileResult) -> dict[str, Any]:
-    out = {k: v for k, v in asdict(result).items() if v is not None or k == "state_agreement"}
-    return {"traffic": True, **out} if isinstance(result, TrafficRecords) else out
 
 
 def _result_of(summary: dict[str, Any]) -> ProfileResult:
@@ -99,7 +108,7 @@ class TierProfile:
     result: ProfileResult
 
     def to_json(self) -> dict[str, Any]:
-        return {"tier": self.tier, "kind": self.kind, "profile_key": self.profile_key, **_result_json(self.result)}
+        return {"tier": self.tier, "kind": self.kind, "profile_key": self.profile_key, **self.result.to_json()}
 
     @classmethod
     def from_json(cls, summary: dict[str, Any]) -> TierProfile:

@@ -41,7 +41,6 @@ def safe_name(tier: str) -> str:
 
 def _model_dir(config: FleetConfig, model: str) -> Path:
     """The folder of a model this machine runs (`transformers` or `vllm` engine), for profiling it here."""
-
     spec = config.model(model)
     if not ENGINES.entry(spec.engine).metadata.get("local_weights"):
         local = [e.name for e in ENGINES.entries() if e.metadata.get("local_weights")]

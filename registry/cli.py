@@ -71,7 +71,6 @@ def promote(name: str, version: str | None, public_key: Path | None, allow_unsig
 @_TRACKING
 def rollback(name: str, reason: str | None, tracking_uri: str | None) -> None:
     """Move NAME's `champion` alias back to the previous champion."""
-
     registry = _registry(name, tracking_uri)
     try:
         with release_lock(registry.tracking_uri, name):

@@ -213,7 +213,6 @@ def _unlabelled_scores(bundle, texts: list[str], chosen: list[str], index: dict[
     out of the fit, else the held-out labels' lower bound. Never skipped: skipping them let labels
     crafted on the champion's worst prompts lift the measured quality; and labels are not credited
     by default because labels that lie consistently lie in the held-out part too."""
-
     unlabelled = [i for i, m in enumerate(chosen) if m not in index]
     if not unlabelled:
         return {}
@@ -319,7 +318,6 @@ class ModelRegistry:
 
     def ungated_versions(self) -> list[str]:
         """Versions with no gate decision, oldest first."""
-
         return [v for v in all_versions(self.name, self.client) if not self.gated(v)]
 
     def replace_evaluation_set(self, path: Path, reason: str, run_id: str | None = None) -> str:
@@ -370,7 +368,6 @@ class ModelRegistry:
         """Version `version`, downloaded under `workdir`, verified and loaded (`RouterBundle`), with
         the trusted key of the id the version was signed with (`signing.key_for`: after a rotation,
         the retired key beside `public_key`)."""
-
         key = key_for(public_key, self.version_tags(version).get("signing_key_id"))
         return load_bundle(f"models:/{self.name}/{version}", workdir / f"v{version}", self.tracking_uri,
                            public_key=key, allow_unsigned=allow_unsigned)
@@ -380,7 +377,6 @@ class ModelRegistry:
         """Point `champion` at `version`; `signer`: the public key it verified with, which the
         registry's hint (`routeforge.public_key`, for trust on first use) then names: the hint moves
         to a new key only when a version signed by it is promoted, never at registration."""
-
         self.client.set_registered_model_alias(self.name, CHAMPION, version)
         if signer is not None and Path(signer).is_file():
             self.client.set_registered_model_tag(self.name, PUBLIC_KEY_TAG, Path(signer).read_text())

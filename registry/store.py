@@ -86,7 +86,6 @@ def default_artifact_location(tracking_uri: str) -> str | None:
     a local SQLite store, `mlartifacts/` beside its database (MLflow's own default is `./mlruns` of
     whatever folder the process runs in: a fleet run from a working folder filled it, one copy of
     the encoder per experiment); a tracking server decides for itself (None)."""
-
     database = sqlite_file(tracking_uri)
     if database is None or database.name == ":memory:":
         return None

@@ -61,7 +61,6 @@ def onnx_encoder_folder(ref: str) -> Path:
 @lru_cache(maxsize=4)
 def onnx_encoder(ref: str):
     """The encoder `ref` on ONNX Runtime, from its shared export (`onnx_encoder_folder`)."""
-
     return SentenceEncoder.load(onnx_encoder_folder(ref))
 
 

@@ -266,7 +266,6 @@ class RouterBundle:
         `arrival_cv`, `prompt_mean`, `output_mean`, `load`, `prefix_sharing`) on `objective`: {policy, workload, load,
         distance, used} (`artifacts.deciding.recommendation.recommend`). A bundle whose evaluation predates the
         per-traffic table raises, naming what it has."""
-
         spec = self.simulator_spec()
         if not spec.get("recommendations"):
             raise KeyError(f"bundle {self.manifest.name} records no per-traffic recommendations (trained before "

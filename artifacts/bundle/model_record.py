@@ -47,7 +47,6 @@ class ModelRecordError(ValueError):
 def _outside_bundle(paths: list[str], listed: set[str]) -> list[str]:
     """The model paths that are not files of its bundle (those the bundle's manifest covers): the
     bundle folder is `<data folder>/<folder>/` holding `manifest.json` (`registry.MODEL_DATA_FOLDERS`)."""
-
     folder = next((str(PurePosixPath(p).parent) for p in paths if PurePosixPath(p).name == "manifest.json"
                    and str(PurePosixPath(p).parent.parent) in MODEL_DATA_FOLDERS), None)
     if folder is None:
@@ -65,14 +64,12 @@ def record_of(files: dict[str, bytes], model: str, version: str, bundle_digest: 
 
 def sign_record(record: bytes, private_key: Path) -> str:
     """The tag value: the record and its Ed25519 signature in `manifest.sig`'s format."""
-
     return json.dumps({"record": record.decode(), "signature": sign_bytes(record, private_key)[0]})
 
 
 def record_problem(tag: str | None, files: dict[str, bytes], model: str, version: str, bundle_digest: str,
                    public_key) -> str | None:
     """Why the model version's non-bundle `files` (path → content) are not the ones `tag` signs, or None."""
-
     if not tag:
         return (f"no signed model record ({MODEL_RECORD_TAG}): its MLmodel and environment files are not "
                 "covered by any signature (registered before records were signed, or by hand): re-register it")
@@ -125,7 +122,6 @@ def local_model_files(folder: Path, listed: set[str], name: str, version: str) -
     """`model_files` of a downloaded copy of version `version` of `name`; a link or special file in it
     is an error, and the `registered_model_meta` MLflow's download writes is left out when it names
     exactly that version (it is not stored, so no record can sign it)."""
-
     paths, odd = walk_plain(Path(folder))
     if odd:
         raise ModelRecordError(f"{folder}: " + "; ".join(odd))
@@ -161,7 +157,6 @@ def version_record_problem(name: str, version: str, public_key, manifest, files:
 def verify_model_record(ref: str, public_key, manifest, tracking_uri: str | None = None) -> str | None:
     """Why the registered model `ref` (`models:/…`) holds files in the store its signed record does not
     vouch for, or None when every file outside its bundle is the one signed for that name and version."""
-
     _use_tracking(ref, tracking_uri)
     name, version = registered_version(ref)
     check_version_location(name, version)

@@ -127,7 +127,6 @@ def schema_problem(tracking_uri: str) -> str | None:
     """Why this process's MLflow must not open a SQLite registry, or None. MLflow migrates a store whose
     schema is older than its own on open; the MLflow that wrote it (the pipeline's) then refuses it as
     "out-of-date": a router service with a newer mlflow-skinny broke the pipeline's store by reading it."""
-
     revision = schema_revision(tracking_uri)  # None: no schema recorded, nothing a read could migrate
     schema = _mlflow_schema() if revision is not None else None
     if schema is None:
@@ -309,7 +308,6 @@ def light_registry(tracking_uri: str | None):
     """The module that reads `tracking_uri`'s aliases and tags without MLflow's client: `registry_rest`
     for a server, `registry_sqlite` for a local file; None for any other store. Both answer
     `registered_model` and `version_of` alike, and say `NotFound` or fail (then MLflow's client asks)."""
-
     if registry_rest.is_http(tracking_uri):
         return registry_rest
     if registry_sqlite.is_sqlite(tracking_uri):
@@ -321,7 +319,6 @@ def recorded_public_key(uri: str, tracking_uri: str | None = None) -> bytes | No
     """The signing key's public PEM the pipeline recorded on the registered model of `models:/<name>…`,
     or None. Trusting it is trusting whoever may tag that model: with an authenticated MLflow server
     (deploy/), the pipeline's writer account only."""
-
     name = registry_rest.models_ref(uri)[0]
     tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking_uri:

@@ -117,7 +117,6 @@ def _place(folder: Path, cached: Path, component: Component) -> None:
 def seed(bundle_dir: Path, cache_root: Path) -> None:
     """Put the shareable components of a complete local bundle into the cache (hard links where the
     file system allows): the process that registers a bundle then loads it without a download."""
-
     for component in shareable(read_manifest(Path(bundle_dir))):
         cached = Path(cache_root) / "components" / component_digest(component)
         if _verified(cached, component):
@@ -132,7 +131,6 @@ def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None, manifes
     loader hands over; it may be the registry's own store, so nothing is written into it): the
     bundle's files and its components linked into `<cache root>/by-digest/<version>/`. `manifest`:
     the bundle's, already verified by the caller (else read, and its paths checked, here)."""
-
     manifest = manifest or read_manifest(Path(model_bundle))
     _confined(manifest, model_bundle)
 
@@ -159,7 +157,6 @@ def assemble(model_bundle: Path, refs: dict, cache_root: Path, log=None, manifes
 
 def _confined(manifest: Manifest, where: Path) -> None:
     """Refuse a manifest naming a component or file outside the bundle before any file is touched."""
-
     problems = confinement_problems(manifest)
     if problems:
         raise ValueError(f"bundle at {where} refused before any file was linked: " + "; ".join(problems))
@@ -172,7 +169,6 @@ def fill(bundle_dir: Path, refs: dict, cache_root: Path, log=None, manifest: Man
     lacks or that do not match the manifest. `manifest`: the bundle's, already verified by the caller
     (`verification.verified_manifest`: its signature checked on the bytes read); else it is read here. Either
     way every path it names is checked to stay inside the bundle before any file is linked."""
-
     manifest = manifest or read_manifest(Path(bundle_dir))
     _confined(manifest, bundle_dir)
     store = str(refs["store"]).rstrip("/")

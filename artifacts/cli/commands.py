@@ -200,7 +200,6 @@ def inspect(ref: str, show_all: bool, as_json: bool, tracking_uri: str | None) -
     """What the bundle holds, for an operator: its estimators' test quality, each tier's latency
     error, the recommended routing policy, lineage and provenance, with units (`--all`: every
     metric of every component). A registered bundle's manifest is downloaded alone (not its files)."""
-
     manifest = read_manifest(download_manifest(ref, tracking_uri) if is_remote_uri(ref) else Path(ref))
     if as_json:
         click.echo(strict_json.dumps(manifest.to_dict(), indent=2))
@@ -559,7 +558,6 @@ def cache() -> None:
 @cache.command("list")
 def cache_list() -> None:
     """Every cached bundle, most recently used first, with its size."""
-
     store = BundleCache()
     entries = store.entries()
     for e in entries:
@@ -573,7 +571,6 @@ def cache_list() -> None:
               help="Keep the most recently used bundles up to this many bytes (0: empty the cache).")
 def prune(max_bytes: int) -> None:
     """Remove the least recently used bundles beyond --max-bytes."""
-
     store = BundleCache()
     removed = store.prune(max_bytes)
     components = store.prune_components()
@@ -591,7 +588,6 @@ def keys() -> None:
 def generate(private_key: Path) -> None:
     """Write a new key pair: PRIVATE_KEY (mode 0600) and PRIVATE_KEY.pub, for `registry.signing_key`
     or $ROUTEFORGE_SIGNING_KEY, which a fleet on object storage must set."""
-
     if private_key.exists():
         raise click.ClickException(f"{private_key} exists; refusing to overwrite a private key")
     click.echo(f"private key {private_key}\npublic key  {generate_key_pair(private_key)}")
@@ -605,7 +601,6 @@ def rotate(private_key: Path, retire_public: tuple[Path, ...]) -> None:
     """Replace the signing key at PRIVATE_KEY with a new pair. Its public key (and each --retire-public)
     moves to retired/<key id>.pub beside it: versions signed by a retired key are still verified, each
     with the key it names, so the release gate goes on; the old private key is deleted."""
-
     if not private_key.exists() and not retire_public:
         raise click.ClickException(f"no key at {private_key}: to go on after losing it, name its public half with "
                                    "--retire-public (a backup, or a pinned copy: `routeforge keys list` on a router "
@@ -650,7 +645,6 @@ def pin_key(source: str, tracking_uri: str | None) -> None:
 @click.argument("kid")
 def unpin_key(kid: str) -> None:
     """Stop trusting pinned key KID (a retired key once no served version is signed by it)."""
-
     try:
         click.echo(f"unpinned key {kid} ({unpin(kid)})")
     except KeyError as exc:
@@ -660,7 +654,6 @@ def unpin_key(kid: str) -> None:
 @keys.command("list")
 def list_keys() -> None:
     """The pinned keys a bundle is verified with here, and where they were read."""
-
     keyring = load_keyring(None)
     click.echo(keyring.describe())
 

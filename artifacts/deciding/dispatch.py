@@ -56,7 +56,7 @@ from routeforge.artifacts.deciding.policy import RoutingPolicy
 from routeforge.artifacts.deciding.policy_inputs.base import (
     DecisionContext,
     FleetFacts,
-    PolicyInput,
+    LiveInput,
     input_kind,
     live_input,
 )
@@ -203,15 +203,14 @@ class Dispatcher:
         self.price_in = np.array([prices.get(m, (0.0, 0.0))[0] for m in self.models]) / 1e6
         self.price_out = np.array([prices.get(m, (0.0, 0.0))[1] for m in self.models]) / 1e6
         self.notes: tuple[str, ...] = ()
+        # a learned policy's observation, built as its training environment built it (None: a heuristic)
+        self._input: LiveInput | None = None
         self.policy_name, self.policy = self._policy(policy, (sim.get("gate") or {}).get("best_heuristic"))
         # the router's own record of what it sent where, and the scrapes: the observation every heuristic reads
         self.view = RouterView([InstanceFacts(self.max_running, float(c), float(k), float(w), float(h), float(kv))
                                 for c, k, w, h, kv in zip(self.prefill_c, self.prefill_k, self.decode_w,
                                                           self.decode_h, self.kv_tokens)])
         self._next_id = 0
-        # a learned policy's observation, built as its training environment built it (None: a heuristic)
-        self._input: PolicyInput | None = (live_input(self.policy.spec["observation"], self._fleet_facts())
-                                           if isinstance(self.policy, RoutingPolicy) else None)
         self._counter = None  # `count_tokens`'s tokenizer, made on first use
 
     def _policy(self, name: str | None, best_heuristic: str | None) -> tuple[str, HeuristicPolicy | RoutingPolicy]:
@@ -228,17 +227,19 @@ class Dispatcher:
                 return heuristic, HeuristicPolicy.from_spec(heuristic_spec(heuristic, len(self.instances)))
             raise KeyError(f"policy {chosen!r} is not in bundle {self.bundle.manifest.name} "
                            f"(it carries {sorted(carried)})")
+        kind = None  # the learned policy's observation, where a router cannot build it
         if chosen is not None and carried[chosen].config.get("policy_kind") != "heuristic":
             policy = self.bundle.routing_policy(chosen)
-            if isinstance(policy, RoutingPolicy) and live_input(policy.spec["observation"],
-                                                                 self._fleet_facts()) is not None:
-                return chosen.removeprefix("policy--"), policy  # built from the router's view: runnable here
+            if isinstance(policy, RoutingPolicy):
+                self._input = live_input(policy.spec["observation"], self._fleet_facts())
+                if self._input is not None:
+                    return chosen.removeprefix("policy--"), policy  # built from the router's view: runnable here
+                kind = input_kind(policy.spec["observation"])
         if chosen is None or carried[chosen].config.get("policy_kind") != "heuristic":
             heuristics = [n for n, c in carried.items() if c.config.get("policy_kind") == "heuristic"]
             if not heuristics:
                 raise ValueError(f"bundle {self.bundle.manifest.name} carries no heuristic routing policy to "
                                  "dispatch with")
-            kind = input_kind(self.bundle.routing_policy(chosen).spec["observation"]) if chosen is not None else None
             if name is not None:
                 raise ValueError(f"{chosen} is a learned policy whose observation ({kind}) a router cannot build; "
                                  f"name a heuristic ({', '.join(heuristics)})")

@@ -121,7 +121,6 @@ def _heuristic_cases(m: int, n: int, rng: np.random.Generator) -> list[dict[str,
 
 def _recommendations(path: Path, rng: np.random.Generator, n: int = 40) -> list[dict[str, Any]]:
     """Traffic statistics drawn around the evaluated ones, each objective's recommended policy for them."""
-
     table = json.loads(path.read_text()).get("recommendations") or []
     objectives = sorted({o for e in table for o in e.get("best", {})})
     out = []

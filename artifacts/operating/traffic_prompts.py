@@ -146,7 +146,6 @@ def logged_prompts(path: Path, limit: int = 100_000) -> list[str]:
     """The prompts of the requests in a local log file, or in every *.jsonl / *.jsonl.gz under a
     folder (name order), at most `limit`, each at most `MAX_PROMPT_CHARS` long (`bounded_prompt`);
     lines that hold no usable request are skipped."""
-
     out: list[str] = []
     for _, line in log_lines(Path(path)):
         if isinstance(line, LineTooLong):

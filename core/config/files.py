@@ -66,7 +66,6 @@ def missing_files(model: BaseModel) -> list[str]:
 def profile_problems(config) -> list[str]:
     """What each tier's profile kind finds wrong in the files it names (the kind's `check`: a published
     file's `key` that is not in it), with the field's dotted path."""
-
     out = []
     for i, tier in enumerate(config.tiers):
         check = tier.profile and PROFILE_KINDS.entry(tier.profile.kind).metadata.get("check")
@@ -81,7 +80,6 @@ def load_checked(path) -> Any:
     (`data_rows`), every mapped column its file lacks, every `per_task` key no dataset's files name
     and every column the trace lacks (`data_columns`), and every tier profile whose files do not hold
     what it names (`profile_problems`)."""
-
     config = load_fleet(path)
     missing = missing_files(config)
     if missing:

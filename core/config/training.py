@@ -157,7 +157,6 @@ OLD_POLICY_KEYS = {"ddqn": [("ddqn_workload_guided", None)], "sac": [("sac_qos_h
 def _learned_schema(schema: dict) -> None:
     """The `learned` map's JSON Schema: a property per registered learned policy, its settings model's
     schema, so an editor completes a policy's settings as it does every other section."""
-
     properties = {}
     for entry in LEARNED_SETTINGS.entries():
         model = entry.value

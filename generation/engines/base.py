@@ -79,7 +79,6 @@ def sampling_record(sampling: Sampling, chat_template: bool) -> dict[str, Any]:
 
 def identity(config: FleetConfig, model: str) -> Identity:
     """The cache identity of `model`, from the config alone (no model load, no connection)."""
-
     spec = config.model(model)
     model_id, revision, imported = SOURCE_KINDS.get(spec.source.kind)(spec.source, spec.name)
     if imported is not None:  # responses read from a table: no sampling decided them here

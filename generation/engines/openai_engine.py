@@ -191,7 +191,6 @@ class OpenAIEngine(BaseEngine):
 
     def _count_tokens(self, text: str) -> int:
         """Fallback when a server sends no usage: the configured counting tokenizer."""
-
         return token_counter(self._token_counter).count([text])[0]
 
     def generate(

@@ -124,7 +124,6 @@ class VllmEngine(BaseEngine):
     @classmethod
     def local_server(cls, spec: ModelSpec, model_dir: Path, log: Path):
         """vLLM's own server, in the vLLM environment."""
-
         o = spec.vllm
         return vllm_serve(model_dir, log, vllm_python(o.python), dtype=o.dtype, max_model_len=o.max_model_len,
                           gpu_memory_utilization=o.gpu_memory_utilization, enforce_eager=o.enforce_eager)

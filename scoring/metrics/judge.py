@@ -76,7 +76,6 @@ def judge_config(config: FleetConfig) -> FleetConfig:
 
 def run_judge(config: FleetConfig, items: list[dict[str, Any]], log=print) -> list[tuple[float | None, str, str]]:
     """items: {prompt_id, prompt, reference, response}. Returns (score, reason, raw answer) per item."""
-
     settings = config.scoring.judge
     jconfig = judge_config(config)
     texts = [judge_prompt(settings, i["prompt"], i["reference"], i["response"]) for i in items]

@@ -105,7 +105,6 @@ class Traffic:
 def read_traffic(uri: str, quarantine: Quarantine, limit: int | None = None) -> Traffic:
     """The requests of the traffic logs at `uri` (`prompts.traffic_logs`' format) that carry an output
     length, sorted by when they were sent; unusable lines go to `quarantine` with their reason."""
-
     requests = sorted((r for r in read_traffic_logs(uri, quarantine, limit) if r.completion_tokens > 0),
                       key=lambda r: (r.sent_s, r.row_id))
     if len(requests) < 2:
@@ -355,7 +354,6 @@ def _evaluate_policies(fleet: _Fleet, setting: Setting, wanted: list[str], workl
                        tuned: dict[str, dict], log: Callable[[str], None]):
     """(rows, traffic statistics): every policy × workload × load over the evaluation's `seeds`, one row
     of mean ± std per metric (and the objective and served share per seed, which the gate pairs)."""
-
     settings = fleet.settings
 
     def baseline(name: str):
@@ -428,7 +426,6 @@ def evaluate_routing(pool: RequestPool, fits: list[dict], models: list[int], pri
     With `traffic` (the fleet's own logs, `read_traffic`), its replay is one more workload,
     "traffic", whatever `settings.workloads` lists. `limits`: per instance, the KV capacity and batch
     limit the fleet file gives (`fleet_profiles`)."""
-
     out_dir.mkdir(parents=True, exist_ok=True)
     profiles, clipped = fleet_profiles(fits, settings.queue_capacity, settings.kv_capacity_tokens, limits)
     slo = settings_slo(settings)

@@ -170,7 +170,6 @@ def calibrate_on(profiles, models: list[int], windows: Callable[[float, int], li
     """The rate `loads` are shares of, for the simulated fleet (`profiles`, each instance's model in
     `models`) on the requests `windows(rate, seed)` gives: its throughput at saturation, or (basis
     `slo`) the highest rate at which `slo` (an `Slo`) still holds for 90% of requests (`sustainable_rate`)."""
-
     def run(policy: str, rate: float, seed: int):
         return Cluster(profiles, models=models, block_tokens=block_tokens).run(windows(rate, seed), BASELINES[policy]())
 

@@ -42,7 +42,6 @@ def simulated_fleet(config, tier_profiles: dict[str, dict[str, Any]], models: li
     whose profile has a prefill/decode fit (measured batches, or published rows fitted to the step
     model); each instance's limits are its KV capacity from its hardware and model
     (`profiling.kv_capacity`, where the fleet file gives both) and its tier's `max_num_seqs`."""
-
     fits, index, names, limits = [], [], [], []
     for tier in config.tiers:
         summary = tier_profiles.get(tier.name)

@@ -154,7 +154,6 @@ def holdout_record(texts: list[str], labels: list[float], z: float = CONFIDENCE_
     each prompt's label by its text key (hex), and their mean less `z` standard errors, the score an
     evaluation prompt routed to the model without a label of its own gets. No labels: a lower bound
     of 0, so an unlabelled model is never scored above what it showed."""
-
     y = np.asarray(labels, dtype=float)
     n = len(y)
     mean = float(y.mean()) if n else 0.0
@@ -166,7 +165,6 @@ def holdout_record(texts: list[str], labels: list[float], z: float = CONFIDENCE_
 def _recall_labels(router: Router, texts: list[str], y: np.ndarray) -> None:
     """The new model's observed labels into the recall table (a known prompt's row gains them; an
     unknown prompt becomes a row of its own, NaN for the other models)."""
-
     keys = list(router.weights["recall/keys"])
     observed = router.weights["recall/quality"]
     index = {bytes(k): i for i, k in enumerate(keys)}

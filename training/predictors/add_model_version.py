@@ -129,7 +129,6 @@ def split_holdout(rows: list[dict[str, Any]], evaluation_keys: set[bytes],
     """(fit, held out): every label on a prompt of the frozen evaluation set is held out (a label
     there must not steer the router on the very prompts it is judged on), and a share of the rest,
     chosen by the prompt's hash so the same file splits the same way."""
-
     fit, held = [], []
     for row in rows:
         key = text_key(row["text"])
@@ -235,7 +234,6 @@ def _checks(registered, tracking_uri: str, work: Path, public_key: Path | bytes,
     """What the pipeline's asset checks assert of a version, for an added model's: the registered
     bundle verifies with the key and loads; the models it knew route exactly as before (their
     estimates unchanged on the labelled prompts); the gate has held-out labels to score the new model."""
-
     added = load_bundle(f"models:/{registered.name}/{registered.version}", work / "registered", tracking_uri,
                         public_key=public_key)
     after = added.router().predict(probes).quality[:, :before.shape[1]]

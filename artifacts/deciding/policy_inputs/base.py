@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from routeforge.artifacts.common.extensions import Registry
@@ -59,20 +59,24 @@ class DecisionContext:
         return self.view.observe(self.now)
 
 
-class PolicyInput(ABC):
-    """One kind of observation, bound to a loaded policy's spec and the fleet (one per dispatcher:
-    a kind may keep state across decisions, such as its own prefix index or the arrivals it counted).
-    `live`: whether a router can build it (004's single-server request ages it cannot)."""
-
-    live: ClassVar[bool] = True
-
-    def __init__(self, spec: Mapping[str, Any], fleet: FleetFacts):
-        self.spec, self.fleet = spec, fleet
+class PolicyInput:
+    """One kind of observation, as the registry knows it: which exported specs are its. A kind a
+    router cannot build (004's single-server request ages) is registered as this alone, so that a
+    bundle's policy of that kind is recognised and named; one it can build is a `LiveInput`."""
 
     @staticmethod
     def matches(spec: Mapping[str, Any]) -> bool:
         """Whether a spec written before `kind` was recorded is this kind's."""
         return False
+
+
+class LiveInput(PolicyInput, ABC):
+    """A kind the `Dispatcher` builds from the router's view, bound to a loaded policy's spec and the
+    fleet (one per dispatcher: a kind may keep state across decisions, such as its own prefix index
+    or the arrivals it counted)."""
+
+    def __init__(self, spec: Mapping[str, Any], fleet: FleetFacts):
+        self.spec, self.fleet = spec, fleet
 
     @abstractmethod
     def choose(self, policy, context: DecisionContext) -> int:
@@ -96,12 +100,11 @@ def input_kind(spec: Mapping[str, Any]) -> str | None:
     return next((e.name for e in POLICY_INPUTS.entries() if e.value.matches(spec)), None)
 
 
-def live_input(spec: Mapping[str, Any], fleet: FleetFacts) -> PolicyInput | None:
+def live_input(spec: Mapping[str, Any], fleet: FleetFacts) -> LiveInput | None:
     """The input a router builds for `spec`'s policy (None: its kind is not one a router can build)."""
     kind = input_kind(spec)
-    if kind is None or not POLICY_INPUTS.get(kind).live:
-        return None
-    return POLICY_INPUTS.get(kind)(spec, fleet)
+    value = POLICY_INPUTS.get(kind) if kind is not None else None
+    return value(spec, fleet) if isinstance(value, type) and issubclass(value, LiveInput) else None
 
 
 def best_instance(scores: np.ndarray, first: int, instances: int) -> int:

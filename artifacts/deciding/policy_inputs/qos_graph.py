@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, DecisionContext, PolicyInput, best_instance
+from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, DecisionContext, LiveInput, best_instance
 
 
 def qos_graph_telemetry(observed: Sequence[Mapping[str, Any]], request: Mapping[str, Any], now: float,
@@ -67,7 +67,7 @@ def observation_qos_graph(arrived: dict[str, Any], experts: list[dict[str, Any]]
     return np.asarray([x for part in parts for x in part], dtype=np.float32)
 
 @POLICY_INPUTS.register("qos_graph")
-class QosGraphInput(PolicyInput):
+class QosGraphInput(LiveInput):
     """Built by `qos_graph_telemetry` over the router's view, as the training environment builds it; the
     drop action is set aside (the dispatcher decides each request as it comes)."""
 

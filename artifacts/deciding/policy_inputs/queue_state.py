@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, DecisionContext, FleetFacts, PolicyInput
+from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, DecisionContext, FleetFacts, LiveInput
 
 VARIANT = "queue_state"
 
@@ -32,7 +32,7 @@ def observation_queue_state(states: list[dict[str, Any]], arrivals_per_s: float,
 
 
 @POLICY_INPUTS.register(VARIANT)
-class QueueStateInput(PolicyInput):
+class QueueStateInput(LiveInput):
     """Biases from the live counts and the arrival rate (counted over the policy's slot from the
     dispatcher's own decisions unless the caller gives it), then join-shortest-queue less the biases."""
 

@@ -1,6 +1,7 @@
 """004's observation (single-server request ages per instance). A router does not keep each
-instance's request ages in service order, so the dispatcher cannot build it (`live = False`): where
-such a policy is recommended, the dispatcher says so and dispatches with a heuristic."""
+instance's request ages in service order, so the dispatcher cannot build it: the kind is registered
+for recognition only (a `PolicyInput`, not a `LiveInput`), and where such a policy is recommended the
+dispatcher says so and dispatches with a heuristic."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, DecisionContext, PolicyInput
+from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, PolicyInput
 
 
 def observation_slot_distribution(instances: list[dict[str, Any]], spec: dict[str, Any]) -> np.ndarray:
@@ -30,11 +31,6 @@ def observation_slot_distribution(instances: list[dict[str, Any]], spec: dict[st
 
 @POLICY_INPUTS.register("slot_distribution")
 class SlotDistributionInput(PolicyInput):
-    live = False
-
     @staticmethod
     def matches(spec: Mapping[str, Any]) -> bool:
         return spec.get("variant") == "004"
-
-    def choose(self, policy, context: DecisionContext) -> int:
-        raise NotImplementedError("004's single-server request ages are not in a router's view")

@@ -15,7 +15,7 @@ from routeforge.artifacts.deciding.policy_inputs.base import (
     POLICY_INPUTS,
     DecisionContext,
     FleetFacts,
-    PolicyInput,
+    LiveInput,
     best_instance,
 )
 from routeforge.artifacts.deciding.prefix_index import PrefixIndex
@@ -80,7 +80,7 @@ def workload_aware_telemetry(observed: Sequence[Mapping[str, Any]], predicted_qu
     return out
 
 @POLICY_INPUTS.register("workload_aware")
-class WorkloadAwareInput(PolicyInput):
+class WorkloadAwareInput(LiveInput):
     """Built by `workload_aware_telemetry` over the router's view, as the training environment builds it;
     a policy that observes prefix overlap reads it from an index of what this dispatcher sent where,
     within each instance's KV space. The router's queue is always empty (it decides each request as

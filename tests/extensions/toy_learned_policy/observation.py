@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, DecisionContext, PolicyInput, best_instance
+from routeforge.artifacts.deciding.policy_inputs.base import POLICY_INPUTS, DecisionContext, LiveInput, best_instance
 
 KIND = "toy_load"
 
@@ -24,7 +24,7 @@ def observation_toy_load(prompt_tokens: float, observed: Sequence[Mapping[str, A
 
 
 @POLICY_INPUTS.register(KIND)
-class ToyLoadInput(PolicyInput):
+class ToyLoadInput(LiveInput):
     def choose(self, policy, context: DecisionContext) -> int:
         observation = observation_toy_load(context.request["prompt_tokens"], context.observed)
         return best_instance(policy.scores(observation)[0], 0, self.fleet.instances)

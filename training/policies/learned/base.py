@@ -95,7 +95,6 @@ class LearnedPolicy(ABC):
         """Write its ONNX graph and spec to `folder` (`artifacts.deciding.policy.RoutingPolicy` loads them) and
         check ONNX Runtime against PyTorch on observations of an episode of the environment it was
         trained in (`seed`), the cluster filling as it goes. Returns the spec with that parity."""
-
         env = trained.env
         obs, _ = env.reset(seed=seed)
         checks = [obs]

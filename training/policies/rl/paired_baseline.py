@@ -82,7 +82,6 @@ def teacher_rewards(env: gym.Env, act: Callable[[np.ndarray], np.ndarray], seed:
 def heuristic_teacher(name: str) -> Teacher:
     """A simulator baseline (`BASELINES[name]`, fresh each episode) acting on the shadow's state, as
     the teacher's demonstrations are taken (`teacher.teacher_action`)."""
-
     def for_episode(env: gym.Env) -> Callable[[np.ndarray], object]:
         policy = BASELINES[name]()
         return lambda _obs: teacher_action(env, policy)

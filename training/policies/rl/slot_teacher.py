@@ -41,7 +41,6 @@ def best_fixed_split(make_env: Callable[[], object], seeds: Iterable[int], resol
                      log: Callable[[str], None] = print) -> dict:
     """The grid's split with the highest mean episode return on `seeds` (training-workload episodes,
     the quantity PPO maximises): {shares, logits, return, grid}."""
-
     env, seeds = make_env(), list(seeds)
     n_models = int(max(env.models)) + 1
     grid = []

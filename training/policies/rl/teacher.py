@@ -36,7 +36,6 @@ def teachers(kind: str = "load") -> tuple[str, ...]:
     "load": every setting; "prefix": the deployed routers, which teach where instances cache prompt
     blocks (their prefix scorers have nothing to read elsewhere, and each candidate costs a clone and
     three episodes)."""
-
     entries = sorted((e for e in HEURISTICS.entries() if e.metadata.get("teaches") == kind),
                      key=lambda e: (e.metadata.get("teacher_order", 0), e.name))
     return tuple(n for e in entries for n in (e.name, *(v for v, base in VARIANTS.items() if base == e.name)))

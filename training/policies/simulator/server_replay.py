@@ -27,7 +27,6 @@ def simulate(profile: InstanceProfile, requests: Sequence[ReplayRequest], block_
              instances: int = 1) -> tuple[list, float]:
     """The same requests on `instances` simulated instances with a block cache each, round-robin in
     arrival order as `send` spreads them: (outcomes, prefix hit rate)."""
-
     reqs = [Request(i, r.arrival_s, len(r.block_ids) * block_tokens, np.array([float(r.output_tokens)]),
                     np.array([np.nan]), hash_ids=r.block_ids) for i, r in enumerate(requests)]
     outcomes = Cluster([profile] * instances, block_tokens=block_tokens).run(reqs, RoundRobin())
