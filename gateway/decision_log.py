@@ -10,7 +10,8 @@ propensity, the dispatcher's predicted TTFT/E2E, attempts. `status` says how the
 served, retried (served by a second backend after the first failed before streaming), failed
 (no backend served it; HTTP 502), broken (the backend failed mid-stream), refused (overload: 503),
 bad_request (400), not_served (404: no backend serves the model named), cancelled (the client left),
-feedback (an outcome reported later, below).
+feedback (an outcome reported later, below). A request's line is written once its response has
+ended (E2E is measured at its last byte), so a client may see the end a moment before the line.
 
 Outcomes come later: `POST /v1/feedback` with the request's id (the `X-Routeforge-Request-Id`
 header of its response) writes the request's line again with `outcome` and without `timing`: replay

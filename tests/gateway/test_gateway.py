@@ -120,8 +120,15 @@ class RunningGateway:
             time.sleep(0.2)
         raise AssertionError(f"the gateway did not answer /health: {self.out.read_text()}")
 
-    def lines(self) -> list[dict]:
-        return [json.loads(line) for line in self.log.read_text().splitlines()]
+    def lines(self, at_least: int = 0) -> list[dict]:
+        """The decision log's lines, once it holds `at_least` (bounded wait): a request's line is
+        written just after its response's last byte, so a client can see the end before the line."""
+        deadline = time.monotonic() + 10
+        while True:
+            lines = [json.loads(line) for line in self.log.read_text().splitlines()]
+            if len(lines) >= at_least or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.05)
 
     def stop(self) -> None:
         stop_group(self.proc)
@@ -187,7 +194,7 @@ def test_requests_stream_through_two_servers_and_the_decision_log_replays(gatewa
     served_id = httpx.get(f"{running.url}/health").json()["backends"][0]["served_model"]
     first = json.loads(got[0]["events"][0])
     assert first["object"] == "text_completion" and first["model"] == served_id
-    lines = {line["id"]: line for line in running.lines()}
+    lines = {line["id"]: line for line in running.lines(at_least=len(got))}
     assert {r["id"] for r in got} == set(lines) and all(line["status"] == "served" for line in lines.values())
     assert {line["routing"]["backend"] for line in lines.values()} == set(TIERS)  # 12 at once: JSQ used both
     line = lines[got[1]["id"]]
@@ -235,6 +242,7 @@ def test_bad_requests_are_refused_naming_the_field_and_an_overload_gets_503_with
         assert answer.status_code == status and says in answer.json()["error"]["message"], answer.text
     assert httpx.post(f"{running.url}/v1/completions", content=b"{not json").status_code == 400
     rss = psutil.Process(running.proc.pid).memory_info().rss
+    served_total = 0
     for _ in range(3):  # 3 × 300 at once against a bound of 3
         got = _send(running.url, [_completion(i, max_tokens=16) for i in range(300)])
         refused = [r for r in got if r["status"] == 503]
@@ -242,9 +250,10 @@ def test_bad_requests_are_refused_naming_the_field_and_an_overload_gets_503_with
         assert len(refused) + len(served) == 300 and refused and len(served) >= 3, \
             [r for r in got if r["status"] != 503 and not r["done"]]
         assert all(r["retry_after"] == "1" for r in refused)
+        served_total += len(served)
     grown = psutil.Process(running.proc.pid).memory_info().rss - rss
     assert grown < 64 << 20, f"the gateway grew by {grown / 2**20:.0f} MiB over 900 requests"
-    statuses = [line["status"] for line in running.lines()]  # a refusal is counted, not logged line by line
+    statuses = [line["status"] for line in running.lines(at_least=5 + served_total)]  # a refusal is counted, not logged line by line
     assert {"served", "bad_request", "not_served"} <= set(statuses) <= {"served", "retried", "bad_request", "not_served"}
     metrics = httpx.get(f"{running.url}/metrics").text
     refused_total = float(metrics.split('routeforge_gateway_requests_total{status="refused"} ')[1].split()[0])
@@ -295,7 +304,7 @@ def test_a_backend_killed_mid_run_loses_no_request_that_had_not_started_streamin
             return await asyncio.gather(*tasks)
 
     got = asyncio.run(run())
-    lines = {line["id"]: line for line in running.lines()}
+    lines = {line["id"]: line for line in running.lines(at_least=n)}
     assert len(lines) == n and {r["id"] for r in got} == set(lines)  # every request has its line
     by_status = {s: [line for line in lines.values() if line["status"] == s] for s in ("served", "retried", "broken")}
     assert sum(len(v) for v in by_status.values()) == n, [line["status"] for line in lines.values()]
@@ -312,4 +321,4 @@ def test_a_backend_killed_mid_run_loses_no_request_that_had_not_started_streamin
     assert [b["up"] for b in health["backends"]] == [True, False]
     after = _send(running.url, [_completion(i) for i in range(4)])  # a server down: the rest go to the other
     assert all(r["status"] == 200 and r["done"] for r in after)
-    assert {lines["routing"]["backend"] for lines in running.lines()[-4:]} == {TIERS[0]}
+    assert {lines["routing"]["backend"] for lines in running.lines(at_least=n + 4)[-4:]} == {TIERS[0]}
