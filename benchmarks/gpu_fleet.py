@@ -2,6 +2,7 @@
 
     python -m benchmarks.gpu_fleet [--config configs/gpu_fleet.yaml] [--state FOLDER]
     python -m benchmarks.gpu_fleet --prices      # the per-token prices, derived again from the file
+    python -m benchmarks.gpu_fleet --compare OLD.json NEW.json --name NAME   # two runs' results, digit for digit
 
 Runs `routeforge.pipelines.run` on the fleet in a fresh state folder and Dagster instance (every
 policy trained, gated and registered in one bundle) and writes `benchmarks/results/gpu_fleet/
@@ -125,7 +126,17 @@ def main() -> None:
     p.add_argument("--prices", action="store_true", help="print the derived prices against the file's and exit")
     p.add_argument("--replay-only", action="store_true",
                    help="skip the pipeline: replay the trace against the bundle already registered in --state")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"),
+                   help="compare two runs' results (before and after a change) and exit")
+    p.add_argument("--name", default="runs", help="with --compare: names results/gpu_fleet/compare_<name>.json")
     args = p.parse_args()
+    if args.compare:
+        found = compare_runs(*args.compare)
+        path = results_dir("gpu_fleet") / f"compare_{args.name}.json"
+        path.write_text(json.dumps(found, indent=2))
+        print(f"gpu_fleet: {found['table_rows_equal']} of {found['table_rows']} table rows equal; "
+              f"differing: {found['differing'] or 'none'}; in {path}")
+        return
     config = args.config.resolve()
     if args.prices:
         raw = {m["name"]: m["price"]["output_per_mtok"] for m in yaml.safe_load(config.read_text())["models"]}
@@ -157,6 +168,26 @@ def main() -> None:
 
     (out / f"{name}.json").write_text(strict_json.dumps(result, indent=2, default=float))
     print(f"gpu_fleet: results in {out / (name + '.json')}")
+
+
+def compare_runs(old: Path, new: Path) -> dict:
+    """Two runs' results compared value for value (floats too: the simulation is seeded, so a change
+    that should not move behaviour leaves every digit): the table's rows, the gate and its inputs,
+    the trace replay; wall and stage times are reported, not compared."""
+    a, b = json.loads(old.read_text()), json.loads(new.read_text())
+    rows = list(zip(a["table"], b["table"]))
+    differing: dict[str, int] = {}
+    for x, y in rows:
+        if x != y:
+            differing[x["policy"]] = differing.get(x["policy"], 0) + 1
+    keys = ("gate", "gate_by_workload", "load_calibration", "slo", "recommendations", "tuned_heuristics", "transfer")
+    replays = list(zip(a.get("trace_replay") or [], b.get("trace_replay") or []))
+    return {"old": str(old), "new": str(new), "table_rows": len(a["table"]), "new_table_rows": len(b["table"]),
+            "table_rows_equal": sum(x == y for x, y in rows), "differing": differing,
+            "equal": {k: a.get(k) == b.get(k) for k in keys},
+            "trace_replay_equal": [{"load": x["load"], "rows": x["rows"] == y["rows"],
+                                    "lookahead": x["lookahead"] == y["lookahead"]} for x, y in replays],
+            "wall_s": [a.get("wall_s"), b.get("wall_s")]}
 
 
 def _report(config: Path, state: Path) -> Path:
