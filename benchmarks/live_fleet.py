@@ -218,8 +218,17 @@ def gateway_times(log: Path) -> dict:
     if not own.size:
         return {}
     ms = lambda x, q: float(np.percentile(x, q) * 1e3)  # noqa: E731
-    return {"requests": int(own.size), "p50_ms": ms(own, 50), "p99_ms": ms(own, 99), "max_ms": float(own.max() * 1e3),
-            "decision_p50_ms": ms(decided, 50), "decision_p99_ms": ms(decided, 99)}
+    out = {"requests": int(own.size), "p50_ms": ms(own, 50), "p99_ms": ms(own, 99), "max_ms": float(own.max() * 1e3),
+           "decision_p50_ms": ms(decided, 50), "decision_p99_ms": ms(decided, 99)}
+    parts = [line["timing"]["gateway_parts_s"] for line in lines if "gateway_parts_s" in line.get("timing", {})]
+    if parts:  # where the tail lies: each part's p50/p99, and its share of the slowest 1% of requests' time
+        slowest = [p for p in parts if sum(p.values()) >= np.percentile([sum(q.values()) for q in parts], 99)]
+        total = sum(sum(p.values()) for p in slowest)
+        out["parts"] = {name: {"p50_ms": ms(x, 50), "p99_ms": ms(x, 99),
+                               "share_of_slowest_1pct": float(sum(p.get(name, 0.0) for p in slowest) / total)}
+                        for name in dict.fromkeys(k for p in parts for k in p)
+                        for x in [np.array([p.get(name, 0.0) for p in parts])]}
+    return out
 
 
 def kendall(a: list[float], b: list[float]) -> float:

@@ -4,8 +4,9 @@ learning read it as they read any gateway's log.
 
 A line holds the request as the client sent it (its prompt: the log is as private as the traffic),
 the bundle's name of the model that served it with its usage, the timing the gateway saw (TTFT at
-the first token chunk, E2E at the stream's end, and the gateway's own time before the request left
-it), the tier, and under `routing` the decision: policy, instance, backend, the model choice's
+the first token chunk, E2E at the stream's end, and the gateway's own time `gateway_s`: reading,
+parsing, the model's choice, the decision and the first token's passing through, each under
+`gateway_parts_s`), the tier, and under `routing` the decision: policy, instance, backend, the model choice's
 propensity, the dispatcher's predicted TTFT/E2E, attempts. `status` says how the request ended:
 served, retried (served by a second backend after the first failed before streaming), failed
 (no backend served it; HTTP 502), broken (the backend failed mid-stream), refused (overload: 503),

@@ -198,21 +198,25 @@ class Gateway:
             self.in_flight -= 1
 
     async def _route(self, request: web.Request, kind: str, record: dict, received: float) -> web.StreamResponse:
+        parts: dict[str, float] = {}  # the gateway's own time, by part (read, parse, choice, decision, pass)
         try:
             raw = await request.read()
+            parts["read_s"] = time.perf_counter() - received
             prepared = prepare(raw, kind, self.settings.block_tokens, self.dispatcher.count_tokens)
+            parts["parse_s"] = time.perf_counter() - received - parts["read_s"]
         except web.HTTPRequestEntityTooLarge:
             return self._end(record, "bad_request", _error(413, f"the body is over {self.settings.max_body_bytes} "
                                                                 "bytes (--max-body-bytes)"))
         except BadRequest as exc:
             return self._end(record, "bad_request", _error(400, str(exc)))
         record["request"] = prepared.body
+        chosen_at = time.perf_counter()
         try:
             among, quality, tokens, propensity = await self._model_choice(prepared)
         except NotServed as exc:
             return self._end(record, "not_served", _error(404, str(exc)))
+        parts["choice_s"] = time.perf_counter() - chosen_at
         tried: list[dict[str, Any]] = []
-        prepared_s = time.perf_counter() - received  # reading, parsing, the model's choice: the gateway's own
         for attempt in range(2):
             candidates = [i for i in among if self.backends[i].up and i not in {t["instance"] for t in tried}]
             if not candidates:
@@ -223,7 +227,7 @@ class Gateway:
                                               block_tokens=prepared.block_tokens, among=candidates)
             decided_s = time.perf_counter() - started
             self.metrics.decision.observe(decided_s)
-            outcome = await self._forward(request, prepared, decision, record, received, prepared_s, started)
+            outcome = await self._forward(request, prepared, decision, record, received, parts, started)
             tried.append({"instance": decision.instance, "backend": self.backends[decision.instance].name,
                           "outcome": outcome.status, "decision_s": decided_s,
                           **({"error": outcome.error} if outcome.error else {})})
@@ -281,10 +285,11 @@ class Gateway:
         return out
 
     async def _forward(self, request: web.Request, prepared: Prepared, decision: Decision, record: dict,
-                       received: float, prepared_s: float, attempt_started: float) -> _Outcome:
+                       received: float, parts: dict[str, float], attempt_started: float) -> _Outcome:
         """Send the request to the decided backend and pass its response through. The gateway's own
-        time (`gateway_s`): its preparation, this attempt's decision and send, and the first token's
-        passing through (not a failed attempt's wait)."""
+        time (`gateway_s`): its preparation (`parts`: reading, parsing, the model's choice), this
+        attempt's decision and send, and the first token's passing through (not a failed attempt's
+        wait); each part is logged under `timing.gateway_parts_s`, where a tail shows where it lies."""
         backend = self.backends[decision.instance]
         body = dict(prepared.body, model=backend.served_model or prepared.body.get("model"))
         backend.in_flight += 1
@@ -293,7 +298,7 @@ class Gateway:
         chat = prepared.kind == "chat/completions"
         counter = _StreamCounter(chat)
         try:
-            overhead = prepared_s + time.perf_counter() - attempt_started
+            parts["decision_s"] = time.perf_counter() - attempt_started  # this attempt's, and the body's copy
             async with self.session.post(f"{backend.url}/v1/{prepared.kind}", json=body) as upstream:
                 if upstream.status >= 500:
                     detail = (await upstream.read())[:300].decode(errors="replace")
@@ -307,7 +312,7 @@ class Gateway:
                     if upstream.status == 200:
                         counter.whole(data)
                     response = web.Response(body=data, status=upstream.status, headers=headers)
-                    return self._served(response, backend, counter, timing, overhead, received, record,
+                    return self._served(response, backend, counter, timing, parts, received, record,
                                         "served" if upstream.status == 200 else "bad_request",
                                         prompt_tokens=prepared.prompt_tokens)
                 async for chunk in upstream.content.iter_any():
@@ -318,7 +323,7 @@ class Gateway:
                     await response.write(chunk)
                     if "ttft_s" not in timing and counter.feed(chunk):
                         timing["ttft_s"] = time.perf_counter() - received
-                        overhead += time.perf_counter() - arrived  # its passing through, the first token's
+                        parts["pass_s"] = time.perf_counter() - arrived  # its passing through, the first token's
                         self.dispatcher.first_token(decision.request_id)
                     elif "ttft_s" in timing:
                         counter.feed(chunk)
@@ -331,7 +336,7 @@ class Gateway:
                         raise
                     # a client that read `[DONE]` may close before the stream's last (empty) chunk: it
                     # has the whole answer, which was served, not cancelled
-                return self._served(response, backend, counter, timing, overhead, received, record, "served",
+                return self._served(response, backend, counter, timing, parts, received, record, "served",
                                     prompt_tokens=prepared.prompt_tokens)
         except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
                 aiohttp.ClientPayloadError, TimeoutError) as exc:
@@ -341,7 +346,7 @@ class Gateway:
                     self.pool.mark_down(backend, reason)
                 return _Outcome("failed", None, reason)
             await _end_stream(response, f"the backend failed mid-stream: {reason}")
-            return self._served(response, backend, counter, timing, 0.0, received, record, "broken", reason,
+            return self._served(response, backend, counter, timing, {}, received, record, "broken", reason,
                                 prepared.prompt_tokens)
         except (ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):
             record["timing"] = {**timing, "e2e_s": time.perf_counter() - received}
@@ -355,13 +360,17 @@ class Gateway:
             backend.in_flight -= 1
             self.dispatcher.finished(decision.request_id)
 
-    def _served(self, response, backend: Backend, counter: _StreamCounter, timing: dict, overhead: float,
+    def _served(self, response, backend: Backend, counter: _StreamCounter, timing: dict, parts: dict[str, float],
                 received: float, record: dict, status: str, error: str | None = None,
                 prompt_tokens: int | None = None) -> _Outcome:
+        """`parts`: the gateway's own time by part (empty for a stream a backend broke: not counted)."""
         e2e = time.perf_counter() - received
+        overhead = sum(parts.values())
         record["response"] = {"model": backend.model, "served_model": backend.served_model,
                               "usage": counter.usage(prompt_tokens)}
         record["timing"] = {**timing, "e2e_s": e2e, "gateway_s": overhead}
+        if parts:
+            record["timing"]["gateway_parts_s"] = dict(parts)
         record["tier"] = backend.name
         self.metrics.overhead.observe(overhead)
         if "ttft_s" in timing:

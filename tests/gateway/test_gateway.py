@@ -202,6 +202,9 @@ def test_requests_stream_through_two_servers_and_the_decision_log_replays(gatewa
     assert line["request"]["messages"][0]["content"].startswith("Tell me about")
     assert line["response"]["usage"]["completion_tokens"] == 8 and 0 < line["timing"]["ttft_s"] <= line["timing"]["e2e_s"]
     assert 0 < line["timing"]["gateway_s"] < line["timing"]["ttft_s"] and line["routing"]["propensity"] == 1.0
+    parts = line["timing"]["gateway_parts_s"]  # the gateway's own time, part by part, adds up to it
+    assert set(parts) == {"read_s", "parse_s", "choice_s", "decision_s", "pass_s"} and min(parts.values()) >= 0
+    assert sum(parts.values()) == pytest.approx(line["timing"]["gateway_s"])
     # outcomes reported later, by id; an unknown id and a bad score are named
     for k, r in enumerate(got):
         answer = httpx.post(f"{running.url}/v1/feedback", json={"id": r["id"], "outcome": {"score": (k % 4) / 4}})
