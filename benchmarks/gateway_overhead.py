@@ -23,6 +23,7 @@ import os
 import platform
 import time
 
+import httpx
 import numpy as np
 
 from benchmarks.common import DATA, parser, results_dir
@@ -38,6 +39,19 @@ from benchmarks.live_fleet import (
 )
 
 POLICIES = ("round_robin", "join_shortest_queue", "llm_d", "linear_scorer")
+LAG = "routeforge_gateway_event_loop_lag_seconds"
+
+
+def loop_lag(metrics: str) -> dict:
+    """The gateway's event-loop lag probe (its `/metrics` histogram): samples, and the share of them
+    later than each bucket's bound. A request's read waits on the loop as much as on the client's
+    bytes; this tells the two apart."""
+    counts = {float(line.split('le="')[1].split('"')[0]): float(line.rsplit(" ", 1)[1])
+              for line in metrics.splitlines() if line.startswith(f"{LAG}_bucket")}
+    total = counts.get(float("inf"), 0.0)
+    later = {f"{bound * 1e3:g}": (1 - n / total) if total else None
+             for bound, n in sorted(counts.items()) if bound != float("inf")}
+    return {"samples": int(total), "share_later_than_ms": later}
 
 
 def main() -> None:
@@ -87,10 +101,11 @@ def main() -> None:
             try:
                 requests = window(DATA / "traces" / "mooncake_synthetic_trace.jsonl", args.requests, 0, args.rate, 16)
                 measured = send(gateway.url + "/v1", "auto", requests, BLOCK_TOKENS, vocab, salt=50_000 + k)
+                lag = loop_lag(httpx.get(gateway.url + "/metrics", timeout=10).text)
             finally:
                 gateway.stop()
             served = sum(isinstance(m, Measured) for m in measured)
-            result["policies"][policy] = {**gateway_times(log), "served": served}
+            result["policies"][policy] = {**gateway_times(log), "served": served, "event_loop_lag": lag}
             print(policy, result["policies"][policy], flush=True)
     result["wall_s"] = round(time.perf_counter() - started, 1)
     result["goal"] = "≤ 2 ms p99 of the gateway's own time at the live fleet's rate (issue 72)"

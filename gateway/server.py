@@ -47,6 +47,8 @@ from routeforge.gateway.openai_request import BadRequest, Prepared, prepare
 ESTIMATES = ("router", "request")  # per-prompt estimates from the bundle's router, or from the request alone
 HEADER_ID = "X-Routeforge-Request-Id"
 RETRY_AFTER_S = 1
+LAG_PROBE_S = 0.05  # the event-loop lag probe's period
+LAG_BUCKETS = (1e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 5e-2, 0.25)
 log = logging.getLogger("routeforge.gateway")
 
 
@@ -81,6 +83,10 @@ class Metrics:
         self.overhead = Histogram("routeforge_gateway_overhead_seconds",
                                   "The gateway's own time on a request's path to its first byte",
                                   buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 5e-2), registry=self.registry)
+        self.loop_lag = Histogram("routeforge_gateway_event_loop_lag_seconds",
+                                  f"How late the event loop woke a timer set every {LAG_PROBE_S * 1e3:g} ms: "
+                                  "time in which no request could be read, decided or passed on",
+                                  buckets=LAG_BUCKETS, registry=self.registry)
         self.ttft = Histogram("routeforge_gateway_ttft_seconds", "Time to the first token, as the gateway saw it",
                               buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=self.registry)
         up = Gauge("routeforge_gateway_backend_up", "1 where the backend answers", ["backend"], registry=self.registry)
@@ -113,6 +119,7 @@ class Gateway:
                              "with: run with estimates from the request (--estimates request)")
         self.estimates = estimates
         self.session: aiohttp.ClientSession | None = None
+        self._lag_probe: asyncio.Task | None = None
         # the router's estimates run off the event loop, one at a time (the bundle loads its components
         # lazily, and not from two threads at once), after a first call here has loaded them
         self._estimator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="estimates")
@@ -140,8 +147,19 @@ class Gateway:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_s,
                                           sock_read=self.settings.read_timeout_s))
         await self.pool.start()
+        self._lag_probe = asyncio.create_task(self._probe_loop_lag(), name="event loop lag")
+
+    async def _probe_loop_lag(self) -> None:
+        """One event loop runs every request, stream and scrape: a callback that holds it delays all of
+        them. This measures how long, as the lateness of a periodic timer (`/metrics`)."""
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(LAG_PROBE_S)
+            self.metrics.loop_lag.observe(max(0.0, time.perf_counter() - started - LAG_PROBE_S))
 
     async def _stop(self, _app) -> None:
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
         await self.pool.stop()
         self._estimator.shutdown(wait=False)
         if self.session is not None:
