@@ -25,6 +25,7 @@ import time
 
 import httpx
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import DATA, parser, results_dir
 from benchmarks.live_fleet import (
@@ -46,8 +47,8 @@ def loop_lag(metrics: str) -> dict:
     """The gateway's event-loop lag probe (its `/metrics` histogram): samples, and the share of them
     later than each bucket's bound. A request's read waits on the loop as much as on the client's
     bytes; this tells the two apart."""
-    counts = {float(line.split('le="')[1].split('"')[0]): float(line.rsplit(" ", 1)[1])
-              for line in metrics.splitlines() if line.startswith(f"{LAG}_bucket")}
+    counts = {float(sample.labels["le"]): sample.value for family in text_string_to_metric_families(metrics)
+              for sample in family.samples if sample.name == f"{LAG}_bucket"}
     total = counts.get(float("inf"), 0.0)
     later = {f"{bound * 1e3:g}": (1 - n / total) if total else None
              for bound, n in sorted(counts.items()) if bound != float("inf")}

@@ -222,12 +222,13 @@ def gateway_times(log: Path) -> dict:
            "decision_p50_ms": ms(decided, 50), "decision_p99_ms": ms(decided, 99)}
     parts = [line["timing"]["gateway_parts_s"] for line in lines if "gateway_parts_s" in line.get("timing", {})]
     if parts:  # where the tail lies: each part's p50/p99, and its share of the slowest 1% of requests' time
-        slowest = [p for p in parts if sum(p.values()) >= np.percentile([sum(q.values()) for q in parts], 99)]
-        total = sum(sum(p.values()) for p in slowest)
-        out["parts"] = {name: {"p50_ms": ms(x, 50), "p99_ms": ms(x, 99),
-                               "share_of_slowest_1pct": float(sum(p.get(name, 0.0) for p in slowest) / total)}
-                        for name in dict.fromkeys(k for p in parts for k in p)
-                        for x in [np.array([p.get(name, 0.0) for p in parts])]}
+        names = list(dict.fromkeys(k for p in parts for k in p))
+        table = np.array([[p.get(name, 0.0) for name in names] for p in parts])
+        sums = table.sum(axis=1)
+        slowest = table[sums >= np.percentile(sums, 99)]
+        out["parts"] = {name: {"p50_ms": ms(table[:, j], 50), "p99_ms": ms(table[:, j], 99),
+                               "share_of_slowest_1pct": float(slowest[:, j].sum() / slowest.sum())}
+                        for j, name in enumerate(names)}
     return out
 
 
